@@ -1,0 +1,137 @@
+"""Immutable startup events, append-only logs and pure reducers.
+
+This package is pure data and pure functions: it imports neither anyio nor
+OpenTelemetry, and only the log modules touch files. Use it on its own to
+write, read, validate, merge and fold startup logs::
+
+    from events import JsonlLog, Timeline, fold, read_log
+
+    contents = read_log("startup-runs/RUN/rank-0.jsonl")
+    timeline = fold(Timeline(), contents.events)
+"""
+
+from ._codec import UPCASTERS as UPCASTERS
+from ._codec import Upcaster as Upcaster
+from ._codec import Upcasters as Upcasters
+from ._codec import decode as decode
+from ._codec import decode_record as decode_record
+from ._codec import encode as encode
+from ._codec import encode_record as encode_record
+from ._errors import DecodeError as DecodeError
+from ._errors import EventsError as EventsError
+from ._errors import FoldError as FoldError
+from ._errors import ForeignEventError as ForeignEventError
+from ._errors import LogClosedError as LogClosedError
+from ._errors import LogCorruptError as LogCorruptError
+from ._errors import LogError as LogError
+from ._errors import SequenceGapError as SequenceGapError
+from ._errors import StreamMismatchError as StreamMismatchError
+from ._errors import UnknownEventTypeError as UnknownEventTypeError
+from ._errors import UnsupportedVersionError as UnsupportedVersionError
+from ._exception_info import ExceptionInfo as ExceptionInfo
+from ._exception_info import FrameInfo as FrameInfo
+from ._exception_info import Redactor as Redactor
+from ._log import Durability as Durability
+from ._log import EventLog as EventLog
+from ._log import JsonlLog as JsonlLog
+from ._log import MemoryLog as MemoryLog
+from ._log import Subscription as Subscription
+from ._model import EVENT_TYPES as EVENT_TYPES
+from ._model import SCHEMA_VERSION as SCHEMA_VERSION
+from ._model import TERMINAL_STEP_EVENTS as TERMINAL_STEP_EVENTS
+from ._model import DecisionMade as DecisionMade
+from ._model import Event as Event
+from ._model import JsonValue as JsonValue
+from ._model import Outcome as Outcome
+from ._model import RankIdentity as RankIdentity
+from ._model import RunFinished as RunFinished
+from ._model import RunOutcome as RunOutcome
+from ._model import RunStarted as RunStarted
+from ._model import StepCancelled as StepCancelled
+from ._model import StepCrashed as StepCrashed
+from ._model import StepFailed as StepFailed
+from ._model import StepKind as StepKind
+from ._model import StepStarted as StepStarted
+from ._model import StepSucceeded as StepSucceeded
+from ._model import StepTimedOut as StepTimedOut
+from ._model import StepUnavailable as StepUnavailable
+from ._model import outcome_of as outcome_of
+from ._reader import LogContents as LogContents
+from ._reader import LogProblem as LogProblem
+from ._reader import ProblemKind as ProblemKind
+from ._reader import TornTail as TornTail
+from ._reader import merge as merge
+from ._reader import read_log as read_log
+from ._reader import validate as validate
+from ._reducers import Composite as Composite
+from ._reducers import Projection as Projection
+from ._reducers import Reducer as Reducer
+from ._reducers import fold as fold
+from ._timeline import RankTimeline as RankTimeline
+from ._timeline import StepTiming as StepTiming
+from ._timeline import Timeline as Timeline
+from ._timeline import TimelineState as TimelineState
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "TERMINAL_STEP_EVENTS",
+    "UPCASTERS",
+    "Composite",
+    "DecisionMade",
+    "DecodeError",
+    "Durability",
+    "Event",
+    "EventLog",
+    "EventsError",
+    "ExceptionInfo",
+    "FoldError",
+    "ForeignEventError",
+    "FrameInfo",
+    "JsonValue",
+    "JsonlLog",
+    "LogClosedError",
+    "LogContents",
+    "LogCorruptError",
+    "LogError",
+    "LogProblem",
+    "MemoryLog",
+    "Outcome",
+    "ProblemKind",
+    "Projection",
+    "RankIdentity",
+    "RankTimeline",
+    "Redactor",
+    "Reducer",
+    "RunFinished",
+    "RunOutcome",
+    "RunStarted",
+    "SequenceGapError",
+    "StepCancelled",
+    "StepCrashed",
+    "StepFailed",
+    "StepKind",
+    "StepStarted",
+    "StepSucceeded",
+    "StepTimedOut",
+    "StepTiming",
+    "StepUnavailable",
+    "StreamMismatchError",
+    "Subscription",
+    "Timeline",
+    "TimelineState",
+    "TornTail",
+    "UnknownEventTypeError",
+    "UnsupportedVersionError",
+    "Upcaster",
+    "Upcasters",
+    "decode",
+    "decode_record",
+    "encode",
+    "encode_record",
+    "fold",
+    "merge",
+    "outcome_of",
+    "read_log",
+    "validate",
+]

@@ -1,0 +1,197 @@
+"""Errors raised by the events package.
+
+::
+
+    EventsError
+    ├── DecodeError                a record is not a valid event
+    │   ├── UnknownEventTypeError  its ``type`` tag is not one we know
+    │   └── UnsupportedVersionError  its schema version cannot be read
+    ├── LogError                   a log cannot be used
+    │   ├── LogClosedError         append to a closed log
+    │   ├── StreamMismatchError    an event of another run or rank
+    │   └── LogCorruptError        a file is damaged at ``path:line``
+    │       ├── SequenceGapError   ``seq`` jumps or repeats
+    │       └── ForeignEventError  a record of another run or rank
+    └── FoldError                  a stream given to a fold is out of order
+
+Every error carries its facts as attributes and builds its message from them,
+ending with what to do about it where there is something to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "DecodeError",
+    "EventsError",
+    "FoldError",
+    "ForeignEventError",
+    "LogClosedError",
+    "LogCorruptError",
+    "LogError",
+    "SequenceGapError",
+    "StreamMismatchError",
+    "UnknownEventTypeError",
+    "UnsupportedVersionError",
+]
+
+
+class EventsError(Exception):
+    """Base class of every error raised by :mod:`events`."""
+
+
+class DecodeError(EventsError):
+    """A JSON record does not describe a valid event.
+
+    Attributes:
+        reason: what is wrong with the record.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class UnknownEventTypeError(DecodeError):
+    """The record's ``type`` is not a known event type.
+
+    Attributes:
+        type_tag: the tag found in the record.
+        known: the tags this release reads.
+    """
+
+    def __init__(self, type_tag: object, known: tuple[str, ...]) -> None:
+        self.type_tag = type_tag
+        self.known = known
+        super().__init__(
+            f"unknown event type {type_tag!r}; known types: {', '.join(known)}"
+            " (was the log written by a newer release? upgrade startup-orchestrator)"
+        )
+
+
+class UnsupportedVersionError(DecodeError):
+    """The record's schema version is newer than this release or has no
+    upcaster.
+
+    Attributes:
+        version: the version found.
+        supported: the newest version this release writes.
+    """
+
+    def __init__(self, version: object, supported: int, detail: str = "") -> None:
+        self.version = version
+        self.supported = supported
+        hint = (
+            "upgrade startup-orchestrator to read it"
+            if isinstance(version, int) and version > supported
+            else f"versions 0..{supported} are readable"
+        )
+        super().__init__(f"unsupported schema version {version!r}{detail}; {hint}")
+
+
+class LogError(EventsError):
+    """A log cannot be used as asked."""
+
+
+class LogClosedError(LogError):
+    """An append to a log that was closed."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        where = f" {path}" if path else ""
+        super().__init__(f"event log{where} is closed; open a new log to append")
+
+
+class StreamMismatchError(LogError):
+    """An event appended to a log belongs to another run or rank.
+
+    Attributes:
+        expected: ``(run_id, rank)`` of the log.
+        found: ``(run_id, rank)`` of the event.
+    """
+
+    def __init__(self, expected: tuple[str, int], found: tuple[str, int]) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"event of run {found[0]!r} rank {found[1]} appended to the log of run "
+            f"{expected[0]!r} rank {expected[1]}; each rank writes its own log"
+        )
+
+
+class LogCorruptError(LogError):
+    """A log file is damaged.
+
+    Attributes:
+        path: the file.
+        line: 1-based line number of the bad record.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: Path | str, line: int, reason: str) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}:{line}: {reason}")
+
+
+class SequenceGapError(LogCorruptError):
+    """A record's ``seq`` is not the one after its predecessor's.
+
+    Attributes:
+        expected: the sequence number that should have come.
+        found: the one that did.
+    """
+
+    def __init__(self, path: Path | str, line: int, expected: int, found: int) -> None:
+        self.expected = expected
+        self.found = found
+        what = "repeats" if found < expected else "skips"
+        super().__init__(
+            path,
+            line,
+            f"sequence gap: expected seq {expected}, found {found} (the log {what} "
+            "events; it was edited or two writers shared the file)",
+        )
+
+
+class ForeignEventError(LogCorruptError):
+    """A record belongs to another run or rank than the file's first record.
+
+    Attributes:
+        expected: ``(run_id, rank)`` of the file.
+        found: ``(run_id, rank)`` of the record.
+    """
+
+    def __init__(
+        self, path: Path | str, line: int, expected: tuple[str, int], found: tuple[str, int]
+    ) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            path,
+            line,
+            f"record of run {found[0]!r} rank {found[1]} in the log of run {expected[0]!r} "
+            f"rank {expected[1]}",
+        )
+
+
+class FoldError(EventsError):
+    """A fold was given a stream that is out of order for one (run, rank).
+
+    Attributes:
+        run_id, rank: the stream.
+        expected: the next ``seq`` the fold expected.
+        found: the ``seq`` it got.
+    """
+
+    def __init__(self, run_id: str, rank: int, expected: int, found: int) -> None:
+        self.run_id = run_id
+        self.rank = rank
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"run {run_id!r} rank {rank}: expected seq {expected}, got {found}; "
+            "fold each rank's events in log order (events.merge does)"
+        )

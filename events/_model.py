@@ -1,0 +1,328 @@
+"""The event model: one envelope, a closed set of payload types.
+
+Every event is a frozen, slotted, keyword-only attrs instance deriving from
+:class:`Event`. The envelope fields (defined on :class:`Event`) place the
+event in its stream and in the trace; the subclass fields are the payload.
+
+Event types (``TYPE`` tag in parentheses)::
+
+    Event
+    ├── RunStarted      (run.started)       first event of every rank's log
+    ├── StepStarted     (step.started)      a step, candidate or attempt began
+    ├── StepSucceeded   (step.succeeded)    outcome ok, with a JSON result
+    ├── StepUnavailable (step.unavailable)  absent / unavailable / invalid
+    ├── StepFailed      (step.failed)       an error that propagated
+    ├── StepTimedOut    (step.timed_out)
+    ├── StepCancelled   (step.cancelled)
+    ├── StepCrashed     (step.crashed)      an isolated step's process died
+    ├── DecisionMade    (decision.made)     the live run acted on a derived value
+    └── RunFinished     (run.finished)      last event: ready / failed / interrupted
+
+A step's lifecycle is ``step.started`` followed by exactly one terminal step
+event carrying the same ``step`` and ``span_id``; terminal states are final.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+import attrs
+
+from ._exception_info import ExceptionInfo
+
+__all__ = [
+    "EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "TERMINAL_STEP_EVENTS",
+    "DecisionMade",
+    "Event",
+    "JsonValue",
+    "Outcome",
+    "RankIdentity",
+    "RunFinished",
+    "RunOutcome",
+    "RunStarted",
+    "StepCancelled",
+    "StepCrashed",
+    "StepFailed",
+    "StepKind",
+    "StepStarted",
+    "StepSucceeded",
+    "StepTimedOut",
+    "StepUnavailable",
+    "outcome_of",
+]
+
+#: The version written on every record by this release of the codec.
+SCHEMA_VERSION = 1
+
+if TYPE_CHECKING:
+    JsonValue: TypeAlias = (
+        bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+    )
+else:
+    # At run time a JSON value is whatever orjson produced; the codec passes
+    # ``Any`` through untouched, which is exactly right for it.
+    JsonValue = Any
+
+
+class Outcome(enum.StrEnum):
+    """How a step, candidate or attempt ended.
+
+    ``ok``          it worked;
+    ``absent``      an optional thing is not installed (expected);
+    ``unavailable`` an environment failure, recorded and not raised;
+    ``invalid``     it loaded but rejects this configuration;
+    ``failed``      an error that propagated out of the run;
+    ``timed_out``, ``cancelled``, ``crashed`` as named.
+    """
+
+    OK = "ok"
+    ABSENT = "absent"
+    UNAVAILABLE = "unavailable"
+    INVALID = "invalid"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+
+
+class RunOutcome(enum.StrEnum):
+    """How a rank's run ended. ``incomplete`` is never written: readers derive
+    it for a log that has no ``run.finished`` event (the process died)."""
+
+    READY = "ready"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    INCOMPLETE = "incomplete"
+
+
+class StepKind(enum.StrEnum):
+    """What a step span stands for: a graph step, one candidate of a
+    candidate set, or one attempt of a fallback chain."""
+
+    STEP = "step"
+    CANDIDATE = "candidate"
+    ATTEMPT = "attempt"
+
+
+@attrs.frozen(kw_only=True)
+class RankIdentity:
+    """Where a process sits in the launch (torchrun conventions)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """The envelope every event carries.
+
+    Attributes:
+        schema_version: record schema version (:data:`SCHEMA_VERSION`).
+        run_id: the launch; shared by every rank.
+        rank: global rank that wrote the event.
+        seq: position in the rank's log; gapless from 0. ``-1`` until a log
+            assigns it on append.
+        wall_ns: ``time.time_ns()`` when the event happened.
+        mono_ns: ``time.monotonic_ns()`` when the event happened.
+        step: step path (``platform/cpu/zentorch``); ``""`` for run events.
+        trace_id: 32 lower-case hex digits.
+        span_id: 16 lower-case hex digits; the span of the step (or the rank's
+            root span for run events).
+        parent_span_id: the parent span, or ``None`` for a root span.
+    """
+
+    TYPE: ClassVar[str] = ""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    rank: int
+    seq: int = -1
+    wall_ns: int
+    mono_ns: int
+    step: str = ""
+    trace_id: str = "0" * 32
+    span_id: str = "0" * 16
+    parent_span_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Event):
+    """A rank began its startup. Always ``seq == 0``."""
+
+    TYPE: ClassVar[str] = "run.started"
+
+    identity: RankIdentity
+    host: str
+    pid: int
+    versions: Mapping[str, str] = attrs.field(factory=dict)
+    config: Mapping[str, JsonValue] = attrs.field(factory=dict)
+    graph: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class StepStarted(Event):
+    """A step (or candidate, or attempt) began.
+
+    ``attributes`` are descriptive facts kept on the span (candidate name,
+    priority, backend...); ``depends_on`` names the steps it waited for.
+    """
+
+    TYPE: ClassVar[str] = "step.started"
+
+    kind: StepKind = StepKind.STEP
+    depends_on: tuple[str, ...] = ()
+    attributes: Mapping[str, JsonValue] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class StepSucceeded(Event):
+    """Outcome ``ok`` with the step's JSON result."""
+
+    TYPE: ClassVar[str] = "step.succeeded"
+
+    result: JsonValue = None
+
+
+@attrs.frozen(kw_only=True)
+class StepUnavailable(Event):
+    """Outcome ``absent``, ``unavailable`` or ``invalid``: recorded, not raised.
+
+    ``reasons`` are human-readable (``"PermissionError: [Errno 13] ..."``);
+    ``cause`` is the recorded exception, if one caused it.
+    """
+
+    TYPE: ClassVar[str] = "step.unavailable"
+
+    outcome: Outcome
+    reasons: tuple[str, ...] = ()
+    cause: ExceptionInfo | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.outcome not in (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID):
+            raise ValueError(
+                f"StepUnavailable.outcome must be absent, unavailable or invalid, "
+                f"not {self.outcome!s}"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class StepFailed(Event):
+    """An error the step's policy does not record: ``propagated`` says whether
+    it left the step (always, except when a parent absorbed it)."""
+
+    TYPE: ClassVar[str] = "step.failed"
+
+    cause: ExceptionInfo
+    propagated: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class StepTimedOut(Event):
+    """The step ran past ``timeout_s``; ``elapsed_ns`` is what it had used."""
+
+    TYPE: ClassVar[str] = "step.timed_out"
+
+    timeout_s: float
+    elapsed_ns: int
+
+
+@attrs.frozen(kw_only=True)
+class StepCancelled(Event):
+    """The step was cancelled because another step failed or the run was
+    interrupted; ``reason`` says which."""
+
+    TYPE: ClassVar[str] = "step.cancelled"
+
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class StepCrashed(Event):
+    """An isolated step's process died: ``exit_code`` or ``signal`` and the
+    last lines it wrote to stderr."""
+
+    TYPE: ClassVar[str] = "step.crashed"
+
+    exit_code: int | None = None
+    signal: int | None = None
+    stderr_tail: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class DecisionMade(Event):
+    """The live run acted on a derived decision (``name``, ``value``).
+
+    Replay recomputes the decision from the events before this one and
+    reports a divergence if the current reducers decide differently.
+    """
+
+    TYPE: ClassVar[str] = "decision.made"
+
+    name: str
+    value: JsonValue = None
+    inputs: Mapping[str, JsonValue] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished(Event):
+    """Last event of a rank's log."""
+
+    TYPE: ClassVar[str] = "run.finished"
+
+    outcome: RunOutcome
+    cause: ExceptionInfo | None = None
+    failed_step: str | None = None
+
+
+#: Tag → class, the closed set the codec accepts.
+EVENT_TYPES: Mapping[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        RunStarted,
+        StepStarted,
+        StepSucceeded,
+        StepUnavailable,
+        StepFailed,
+        StepTimedOut,
+        StepCancelled,
+        StepCrashed,
+        DecisionMade,
+        RunFinished,
+    )
+}
+
+#: Step events that end a step's lifecycle.
+TERMINAL_STEP_EVENTS: tuple[type[Event], ...] = (
+    StepSucceeded,
+    StepUnavailable,
+    StepFailed,
+    StepTimedOut,
+    StepCancelled,
+    StepCrashed,
+)
+
+
+def outcome_of(event: Event) -> Outcome | None:
+    """The :class:`Outcome` a terminal step event stands for, else ``None``."""
+    match event:
+        case StepSucceeded():
+            return Outcome.OK
+        case StepUnavailable(outcome=outcome):
+            return outcome
+        case StepFailed():
+            return Outcome.FAILED
+        case StepTimedOut():
+            return Outcome.TIMED_OUT
+        case StepCancelled():
+            return Outcome.CANCELLED
+        case StepCrashed():
+            return Outcome.CRASHED
+        case _:
+            return None

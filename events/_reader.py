@@ -1,0 +1,299 @@
+"""Reading JSON Lines logs back: strict reads, full validation, merging ranks.
+
+A file written by :class:`events.JsonlLog` is a sequence of complete lines.
+If the writer died mid-write, the last line has no newline: that *torn tail*
+is tolerated, left out and reported. Anything else that is wrong is an error
+naming the file and line: a line that is not a valid event, a sequence gap,
+a record of another run or rank, an unknown type or schema version.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import attrs
+
+from ._codec import UPCASTERS, Upcasters, decode
+from ._errors import (
+    DecodeError,
+    ForeignEventError,
+    LogCorruptError,
+    LogError,
+    SequenceGapError,
+)
+from ._model import Event
+
+__all__ = [
+    "LogContents",
+    "LogProblem",
+    "ProblemKind",
+    "TornTail",
+    "merge",
+    "read_log",
+    "validate",
+]
+
+
+@attrs.frozen(kw_only=True)
+class TornTail:
+    """An unterminated last line: what a crash mid-write leaves.
+
+    Attributes:
+        path: the file.
+        line: its 1-based line number.
+        offset: byte offset where the torn line starts (the file's intact
+            length).
+        length: how many bytes of it were written.
+    """
+
+    path: Path
+    line: int
+    offset: int
+    length: int
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (
+            f"{self.path}:{self.line}: torn last line ({self.length} bytes without a newline, "
+            "from a writer that stopped mid-write) was ignored"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class LogContents:
+    """What :func:`read_log` read.
+
+    Attributes:
+        path: the file.
+        events: every complete event, in order.
+        torn_tail: the torn last line, if there was one.
+    """
+
+    path: Path
+    events: tuple[Event, ...]
+    torn_tail: TornTail | None = None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Human-readable warnings about the file (the torn tail)."""
+        return () if self.torn_tail is None else (self.torn_tail.describe(),)
+
+
+class ProblemKind(enum.StrEnum):
+    """The kinds of problem :func:`validate` reports."""
+
+    UNREADABLE = "unreadable"
+    BAD_RECORD = "bad_record"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_TYPE = "unknown_type"
+    SEQUENCE_GAP = "sequence_gap"
+    FOREIGN_EVENT = "foreign_event"
+    TORN_TAIL = "torn_tail"
+    NOT_STARTED = "not_started"
+    NOT_FINISHED = "not_finished"
+
+
+@attrs.frozen(kw_only=True)
+class LogProblem:
+    """One integrity problem in a log file.
+
+    ``fatal`` problems make :func:`read_log` fail; the others (a torn tail, a
+    log that never finished) are reported but readable.
+    """
+
+    path: Path
+    line: int
+    kind: ProblemKind
+    message: str
+    fatal: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
+    """Yield ``(line number, offset, content, terminated)`` for each line."""
+    offset = 0
+    number = 0
+    size = len(data)
+    while offset < size:
+        number += 1
+        end = data.find(b"\n", offset)
+        if end < 0:
+            yield number, offset, data[offset:], False
+            return
+        yield number, offset, data[offset:end], True
+        offset = end + 1
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise LogCorruptError(path, 0, "is a directory, not a log file") from None
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
+
+
+def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> LogContents:
+    """Read every event of one rank's log file, strictly.
+
+    Returns:
+        The events and the torn tail, if any.
+
+    Raises:
+        LogCorruptError: a bad record mid-file (its ``__cause__`` is the
+            :class:`~events.DecodeError`, e.g. an
+            :class:`~events.UnsupportedVersionError`).
+        SequenceGapError: ``seq`` does not go up by one from 0.
+        ForeignEventError: a record of another run or rank.
+        LogError: the file cannot be read.
+    """
+    file = Path(path)
+    data = _read_bytes(file)
+    events: list[Event] = []
+    torn: TornTail | None = None
+    stream: tuple[str, int] | None = None
+    for number, offset, content, terminated in _lines(data):
+        if not terminated:
+            torn = TornTail(path=file, line=number, offset=offset, length=len(content))
+            break
+        try:
+            event = decode(content, upcasters)
+        except DecodeError as exc:
+            raise LogCorruptError(file, number, exc.reason) from exc
+        if stream is None:
+            stream = (event.run_id, event.rank)
+        elif (event.run_id, event.rank) != stream:
+            raise ForeignEventError(file, number, stream, (event.run_id, event.rank))
+        if event.seq != len(events):
+            raise SequenceGapError(file, number, len(events), event.seq)
+        events.append(event)
+    return LogContents(path=file, events=tuple(events), torn_tail=torn)
+
+
+def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> list[LogProblem]:
+    """List every integrity problem in a log file instead of stopping at the
+    first. An empty list means the file reads cleanly and is complete (it
+    starts with ``run.started`` and ends with ``run.finished``)."""
+    from ._model import RunFinished, RunStarted
+
+    file = Path(path)
+    try:
+        data = _read_bytes(file)
+    except LogError as exc:
+        return [LogProblem(path=file, line=0, kind=ProblemKind.UNREADABLE, message=str(exc))]
+    problems: list[LogProblem] = []
+    stream: tuple[str, int] | None = None
+    expected = 0
+    first: Event | None = None
+    last: Event | None = None
+    for number, _offset, content, terminated in _lines(data):
+        if not terminated:
+            problems.append(
+                LogProblem(
+                    path=file,
+                    line=number,
+                    kind=ProblemKind.TORN_TAIL,
+                    message=f"torn last line ({len(content)} bytes without a newline)",
+                    fatal=False,
+                )
+            )
+            break
+        try:
+            event = decode(content, upcasters)
+        except DecodeError as exc:
+            problems.append(
+                LogProblem(path=file, line=number, kind=_kind_of(exc), message=exc.reason)
+            )
+            expected += 1  # assume the bad line held the next event
+            continue
+        if stream is None:
+            stream = (event.run_id, event.rank)
+        elif (event.run_id, event.rank) != stream:
+            error = ForeignEventError(file, number, stream, (event.run_id, event.rank))
+            problems.append(
+                LogProblem(
+                    path=file, line=number, kind=ProblemKind.FOREIGN_EVENT, message=error.reason
+                )
+            )
+        if event.seq != expected:
+            gap = SequenceGapError(file, number, expected, event.seq)
+            problems.append(
+                LogProblem(
+                    path=file, line=number, kind=ProblemKind.SEQUENCE_GAP, message=gap.reason
+                )
+            )
+        expected = event.seq + 1
+        first = first or event
+        last = event
+    if first is not None and not isinstance(first, RunStarted):
+        problems.append(
+            LogProblem(
+                path=file,
+                line=1,
+                kind=ProblemKind.NOT_STARTED,
+                message=f"first event is {first.TYPE}, not run.started",
+            )
+        )
+    if last is not None and not isinstance(last, RunFinished):
+        problems.append(
+            LogProblem(
+                path=file,
+                line=0,
+                kind=ProblemKind.NOT_FINISHED,
+                message=f"no run.finished event: the rank stopped after seq {last.seq} "
+                f"({last.TYPE} {last.step or ''})".rstrip(),
+                fatal=False,
+            )
+        )
+    return problems
+
+
+def _kind_of(exc: DecodeError) -> ProblemKind:
+    from ._errors import UnknownEventTypeError, UnsupportedVersionError
+
+    if isinstance(exc, UnsupportedVersionError):
+        return ProblemKind.UNSUPPORTED_VERSION
+    if isinstance(exc, UnknownEventTypeError):
+        return ProblemKind.UNKNOWN_TYPE
+    return ProblemKind.BAD_RECORD
+
+
+def merge(logs: Iterable[LogContents | Iterable[Event]]) -> Iterator[Event]:
+    """Merge several ranks' event streams into one, ordered by wall-clock
+    time, ties broken by ``(rank, seq)``.
+
+    Each stream's own order is kept even if its wall clock stepped back, so a
+    fold over the result sees every rank's events in ``seq`` order.
+
+    Raises:
+        LogError: two streams are of the same rank, or of different runs.
+    """
+    streams: list[Iterable[Event]] = []
+    seen: dict[int, str] = {}
+    run_ids: set[str] = set()
+    for log in logs:
+        events = log.events if isinstance(log, LogContents) else tuple(log)
+        if not events:
+            continue
+        head = events[0]
+        if head.rank in seen:
+            raise LogError(
+                f"two logs for rank {head.rank} ({seen[head.rank]} and "
+                f"{_describe_stream(log)}); pass one log per rank"
+            )
+        seen[head.rank] = _describe_stream(log)
+        run_ids.add(head.run_id)
+        streams.append(events)
+    if len(run_ids) > 1:
+        raise LogError(f"logs of different runs cannot be merged: {', '.join(sorted(run_ids))}")
+    return heapq.merge(*streams, key=lambda event: (event.wall_ns, event.rank, event.seq))
+
+
+def _describe_stream(log: LogContents | Iterable[Event]) -> str:
+    return str(log.path) if isinstance(log, LogContents) else "an event stream"
