@@ -67,6 +67,7 @@ from ._reducers import Composite as Composite
 from ._reducers import Projection as Projection
 from ._reducers import Reducer as Reducer
 from ._reducers import fold as fold
+from ._severity import Severity as Severity
 from ._timeline import RankTimeline as RankTimeline
 from ._timeline import StepTiming as StepTiming
 from ._timeline import Timeline as Timeline
@@ -107,6 +108,7 @@ __all__ = [
     "RunOutcome",
     "RunStarted",
     "SequenceGapError",
+    "Severity",
     "StepCancelled",
     "StepCrashed",
     "StepFailed",

@@ -304,9 +304,7 @@ class JsonlLog(_LogBase):
             written = os.write(self._fd, view)
             view = view[written:]
         self._dirty = True
-        if self._durability is Durability.ALWAYS:
-            self._sync()
-        elif (
+        if self._durability is Durability.ALWAYS or (
             self._durability is Durability.INTERVAL
             and time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
         ):
