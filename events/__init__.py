@@ -14,8 +14,10 @@ from ._codec import UPCASTERS as UPCASTERS
 from ._codec import Upcaster as Upcaster
 from ._codec import Upcasters as Upcasters
 from ._codec import decode as decode
+from ._codec import decode_exception as decode_exception
 from ._codec import decode_record as decode_record
 from ._codec import encode as encode
+from ._codec import encode_exception as encode_exception
 from ._codec import encode_record as encode_record
 from ._errors import DecodeError as DecodeError
 from ._errors import EventsError as EventsError
@@ -128,8 +130,10 @@ __all__ = [
     "Upcaster",
     "Upcasters",
     "decode",
+    "decode_exception",
     "decode_record",
     "encode",
+    "encode_exception",
     "encode_record",
     "fold",
     "merge",

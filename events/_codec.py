@@ -35,8 +35,10 @@ __all__ = [
     "Upcaster",
     "Upcasters",
     "decode",
+    "decode_exception",
     "decode_record",
     "encode",
+    "encode_exception",
     "encode_record",
 ]
 
@@ -177,6 +179,14 @@ def _check_json_object(value: Any, path: str) -> dict[str, Any]:
     return value
 
 
+def _check_str_mapping(value: Any, path: str) -> dict[str, str]:
+    mapping = _check_json_object(value, path)
+    for key, item in mapping.items():
+        if type(item) is not str:
+            raise _fail(f"{path}[{key!r}]", "a string", item)
+    return mapping
+
+
 def _optional(check: _Check) -> _Check:
     def check_optional(value: Any, path: str) -> Any:
         return None if value is None else check(value, path)
@@ -265,7 +275,7 @@ class _Plan:
                 continue
             check = checks.get(name)
             if check is None:
-                raise DecodeError(f"field {path}{name!r} is not a field of {self.cls.__name__}")
+                raise DecodeError(f"field {path + name!r} is not a field of {self.cls.__name__}")
             record[name] = check(value, path + name)
         if not self.required.issubset(record):
             missing = sorted(self.required.difference(record))
@@ -286,7 +296,9 @@ def _nested(cls: type[Any]) -> tuple[_Check, _Dump]:
     def check_nested(value: Any, path: str) -> Any:
         if type(value) is not dict:
             raise _fail(path, "an object", value)
-        return _PLANS[cls].load(value, path + ".")
+        # load() writes checked values back into the dict it is given: give
+        # it a copy, so the caller's record is left as it was.
+        return _PLANS[cls].load(dict(value), path + ".")
 
     def dump_nested(value: Any) -> Any:
         return _PLANS[cls].dump(value)
@@ -318,7 +330,7 @@ def _plan_for(tp: Any) -> tuple[_Check, _Dump]:
         check, dump = _plan_for(args[0])
         return _tuple_of(check), (list if dump is None else (lambda v: [dump(x) for x in v]))
     if origin is Mapping and args[0] is str:
-        return _check_json_object, dict
+        return (_check_str_mapping if args[1] is str else _check_json_object), dict
     if isinstance(tp, type) and attrs.has(tp):
         return _nested(tp)
     raise TypeError(f"the codec has no plan for field type {tp!r}")
@@ -374,6 +386,23 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
     # load() writes checked values back into ``fields``, a private copy.
     event: Event = plan.load(fields, "")
     return event
+
+
+def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
+    """``info`` as a JSON object (the form events embed)."""
+    return _PLANS[ExceptionInfo].dump(info)
+
+
+def decode_exception(record: object) -> ExceptionInfo:
+    """Rebuild an :class:`ExceptionInfo` from :func:`encode_exception`'s form.
+
+    Raises:
+        DecodeError: the object does not describe an exception record.
+    """
+    if type(record) is not dict:
+        raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
+    info: ExceptionInfo = _PLANS[ExceptionInfo].load(dict(record), "")
+    return info
 
 
 def decode(line: bytes | str, upcasters: Upcasters = UPCASTERS) -> Event:

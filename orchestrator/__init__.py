@@ -1,0 +1,124 @@
+"""Run engine startup as an anyio task graph whose steps emit events.
+
+Declare steps, run them on asyncio or trio, and get a complete, replayable
+log whose outcomes follow the steps' error policies::
+
+    import anyio
+    from events import MemoryLog
+    from orchestrator import Graph, Step, run
+
+    def probe_numpy(ctx):
+        ctx.import_module("numpy")
+        return {"numpy": True}
+
+    graph = Graph("mine", [Step(name="numpy", body=probe_numpy)])
+    log = MemoryLog("run-1")
+    result = anyio.run(run, graph, log)
+"""
+
+from ._candidates import Candidate as Candidate
+from ._candidates import CandidateReport as CandidateReport
+from ._candidates import Selection as Selection
+from ._candidates import select_candidate as select_candidate
+from ._context import StepContext as StepContext
+from ._context import StepResult as StepResult
+from ._context import Unavailable as Unavailable
+from ._decisions import DEFAULT_DECIDERS as DEFAULT_DECIDERS
+from ._decisions import Decider as Decider
+from ._decisions import Divergence as Divergence
+from ._decisions import check_decisions as check_decisions
+from ._errors import CycleError as CycleError
+from ._errors import DuplicateStepError as DuplicateStepError
+from ._errors import FaultSpecError as FaultSpecError
+from ._errors import GraphError as GraphError
+from ._errors import IsolatedStepError as IsolatedStepError
+from ._errors import OrchestratorError as OrchestratorError
+from ._errors import RankEnvironmentError as RankEnvironmentError
+from ._errors import StepCrashedError as StepCrashedError
+from ._errors import StepTimeoutError as StepTimeoutError
+from ._errors import UnknownDependencyError as UnknownDependencyError
+from ._fallback import Attempt as Attempt
+from ._fallback import ChainResult as ChainResult
+from ._fallback import run_fallback_chain as run_fallback_chain
+from ._faults import Fault as Fault
+from ._faults import FaultAction as FaultAction
+from ._faults import FaultPlan as FaultPlan
+from ._faults import parse_ranks as parse_ranks
+from ._graph import Graph as Graph
+from ._graph import Isolation as Isolation
+from ._graph import Step as Step
+from ._graph import StepBody as StepBody
+from ._identity import RUN_ID_VARIABLE as RUN_ID_VARIABLE
+from ._identity import identity_from_environment as identity_from_environment
+from ._identity import new_run_id as new_run_id
+from ._identity import run_id_from_environment as run_id_from_environment
+from ._importer import Importer as Importer
+from ._importer import InjectingImporter as InjectingImporter
+from ._importer import RealImporter as RealImporter
+from ._policy import ANY_EXCEPTION_POLICY as ANY_EXCEPTION_POLICY
+from ._policy import PROBE_POLICY as PROBE_POLICY
+from ._policy import Action as Action
+from ._policy import Classification as Classification
+from ._policy import ErrorPolicy as ErrorPolicy
+from ._policy import Rule as Rule
+from ._policy import When as When
+from ._policy import optional_module_policy as optional_module_policy
+from ._runner import Runner as Runner
+from ._runner import RunResult as RunResult
+from ._runner import SpanActivator as SpanActivator
+from ._runner import derive_trace_id as derive_trace_id
+from ._runner import run as run
+
+__all__ = [
+    "ANY_EXCEPTION_POLICY",
+    "DEFAULT_DECIDERS",
+    "PROBE_POLICY",
+    "RUN_ID_VARIABLE",
+    "Action",
+    "Attempt",
+    "Candidate",
+    "CandidateReport",
+    "ChainResult",
+    "Classification",
+    "CycleError",
+    "Decider",
+    "Divergence",
+    "DuplicateStepError",
+    "ErrorPolicy",
+    "Fault",
+    "FaultAction",
+    "FaultPlan",
+    "FaultSpecError",
+    "Graph",
+    "GraphError",
+    "Importer",
+    "InjectingImporter",
+    "IsolatedStepError",
+    "Isolation",
+    "OrchestratorError",
+    "RankEnvironmentError",
+    "RealImporter",
+    "Rule",
+    "RunResult",
+    "Runner",
+    "Selection",
+    "SpanActivator",
+    "Step",
+    "StepBody",
+    "StepContext",
+    "StepCrashedError",
+    "StepResult",
+    "StepTimeoutError",
+    "Unavailable",
+    "UnknownDependencyError",
+    "When",
+    "check_decisions",
+    "derive_trace_id",
+    "identity_from_environment",
+    "new_run_id",
+    "optional_module_policy",
+    "parse_ranks",
+    "run",
+    "run_fallback_chain",
+    "select_candidate",
+]

@@ -1,0 +1,195 @@
+"""Candidate sets: probe many alternatives concurrently, pick by priority.
+
+Each candidate is probed as its own child step (kind ``candidate``, with its
+name and priority on the span). A probe loads the candidate and validates the
+configuration: it returns a list of reasons why the candidate does not fit
+(empty when it fits), or raises. The step's error policy decides which
+exceptions are recorded (the candidate is ``unavailable`` with reason
+``"Type: message"``) and which propagate (the sibling probes are cancelled).
+
+Selection is a recorded decision (``candidates.select``) derived from the
+events by priority, never by completion order, so concurrency cannot change
+the result and replay recomputes it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import attrs
+
+from events import JsonValue, Outcome, StepKind
+
+from ._context import StepContext, StepResult, Unavailable
+from ._policy import ErrorPolicy
+
+__all__ = ["Candidate", "CandidateReport", "Selection", "select_candidate"]
+
+#: A probe: load the candidate, validate the configuration, return the
+#: reasons it does not fit (empty: it fits). Blocking or async.
+Probe = Callable[[StepContext], Sequence[str]] | Callable[[StepContext], Awaitable[Sequence[str]]]
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """One alternative: ``priority`` 0 is the most preferred."""
+
+    name: str
+    priority: int
+    probe: Probe
+    attributes: Mapping[str, JsonValue] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class CandidateReport:
+    """How one candidate fared."""
+
+    name: str
+    priority: int
+    outcome: Outcome
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        """Whether the candidate fits this configuration."""
+        return self.outcome is Outcome.OK
+
+
+@attrs.frozen(kw_only=True)
+class Selection:
+    """The chosen candidate and every candidate's report, in priority order."""
+
+    selected: str
+    explicit: bool
+    reports: tuple[CandidateReport, ...]
+
+    @property
+    def considered(self) -> tuple[str, ...]:
+        """The names of the candidates that were probed, in priority order."""
+        return tuple(r.name for r in self.reports)
+
+
+def _wrap(candidate: Candidate) -> Callable[[StepContext], Any]:
+    """The child-step body for ``candidate``: keeps a blocking probe blocking
+    (so it runs in a worker thread) and an async probe async."""
+
+    def verdict(reasons: Sequence[str] | None) -> JsonValue | Unavailable:
+        if reasons:
+            texts: tuple[str, ...] = tuple(str(reason) for reason in reasons)
+            return Unavailable(outcome=Outcome.INVALID, reasons=texts)
+        return {"candidate": candidate.name, "priority": candidate.priority}
+
+    probe = candidate.probe
+    if inspect.iscoroutinefunction(probe):
+
+        async def probe_async(context: StepContext) -> Any:
+            return verdict(await probe(context))
+
+        return probe_async
+
+    def probe_blocking(context: StepContext) -> Any:
+        return verdict(probe(context))  # type: ignore[arg-type]
+
+    return probe_blocking
+
+
+async def _probe(
+    context: StepContext,
+    candidate: Candidate,
+    policy: ErrorPolicy | None,
+    timeout: float | None,
+) -> StepResult:
+    return await context.run_child(
+        candidate.name,
+        _wrap(candidate),
+        kind=StepKind.CANDIDATE,
+        policy=policy,
+        timeout=timeout,
+        attributes={
+            "candidate": candidate.name,
+            "priority": candidate.priority,
+            **candidate.attributes,
+        },
+    )
+
+
+def _report(candidate: Candidate, result: StepResult) -> CandidateReport:
+    return CandidateReport(
+        name=candidate.name,
+        priority=candidate.priority,
+        outcome=result.outcome,
+        reasons=result.reasons,
+    )
+
+
+async def select_candidate(
+    context: StepContext,
+    candidates: Sequence[Candidate],
+    *,
+    explicit: str | None = None,
+    what: str = "backend",
+    policy: ErrorPolicy | None = None,
+    timeout: float | None = None,
+) -> Selection:
+    """Probe ``candidates`` and select one.
+
+    Automatic (``explicit`` is ``None``): all candidates are probed
+    concurrently; the valid one with the best priority is selected.
+    Explicit: only the named candidate is probed, with no fallback.
+
+    Raises:
+        ValueError: no candidate is valid (the message lists every
+            candidate's reasons); the explicit candidate is unknown (the
+            message lists the valid names) or not valid (``Selected backend X
+            is not valid for this configuration. Reason: [...]``, raised from
+            the original exception when one caused it).
+        BaseException: whatever a probe raised that ``policy`` propagates.
+    """
+    ordered = sorted(candidates, key=lambda c: c.priority)
+    if not ordered:
+        raise ValueError(f"no {what} candidates to choose from on this platform")
+    if explicit is not None:
+        return await _select_explicit(context, ordered, explicit, what, policy, timeout)
+    results: dict[str, StepResult] = {}
+
+    async def probe_into(candidate: Candidate) -> None:
+        results[candidate.name] = await _probe(context, candidate, policy, timeout)
+
+    async with anyio.create_task_group() as group:
+        for candidate in ordered:
+            group.start_soon(probe_into, candidate)
+    reports = tuple(_report(c, results[c.name]) for c in ordered)
+    selected = context.decide("candidates.select", {"parent": context.step})
+    if selected is None:
+        details = "; ".join(f"{r.name}: {list(r.reasons)}" for r in reports)
+        raise ValueError(f"No valid {what} found for this configuration. Reasons: {{{details}}}")
+    return Selection(selected=str(selected), explicit=False, reports=reports)
+
+
+async def _select_explicit(
+    context: StepContext,
+    ordered: Sequence[Candidate],
+    name: str,
+    what: str,
+    policy: ErrorPolicy | None,
+    timeout: float | None,
+) -> Selection:
+    by_name = {c.name: c for c in ordered}
+    candidate = by_name.get(name)
+    if candidate is None:
+        raise ValueError(f"Unknown {what} {name!r}; valid {what}s here: {', '.join(by_name)}")
+    result = await _probe(context, candidate, policy, timeout)
+    report = _report(candidate, result)
+    if not result.ok:
+        error = ValueError(
+            f"Selected {what} {name} is not valid for this configuration. "
+            f"Reason: {list(result.reasons)}"
+        )
+        if result.error is not None:
+            raise error from result.error
+        raise error
+    context.record_decision("candidates.select", name, {"parent": context.step, "explicit": name})
+    return Selection(selected=name, explicit=True, reports=(report,))

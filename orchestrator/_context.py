@@ -1,0 +1,226 @@
+"""What a running step sees: its identity, its dependencies, the importer."""
+
+from __future__ import annotations
+
+import importlib.machinery
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio.to_thread
+import attrs
+
+from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
+
+from ._policy import ErrorPolicy
+
+if TYPE_CHECKING:
+    from ._graph import StepBody
+    from ._runner import _Run
+
+__all__ = ["StepContext", "StepResult", "Unavailable"]
+
+T = TypeVar("T")
+
+
+@attrs.frozen(kw_only=True)
+class StepResult:
+    """How a step (or child step) ended, as its dependants see it.
+
+    Attributes:
+        step: the step path.
+        outcome: its outcome.
+        value: the JSON result when ``ok``.
+        reasons: why it is not ok (``"OSError: ..."``, validation reasons).
+        exception: the recorded exception, if one ended it.
+    """
+
+    step: str
+    outcome: Outcome
+    value: JsonValue = None
+    reasons: tuple[str, ...] = ()
+    exception: ExceptionInfo | None = None
+    #: The live exception behind ``exception`` (same process only), so a
+    #: caller can ``raise ... from result.error``. Not part of equality.
+    error: BaseException | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the outcome is ``ok``."""
+        return self.outcome is Outcome.OK
+
+
+@attrs.frozen(kw_only=True)
+class Unavailable:
+    """Return this from a step body to end the step ``absent``,
+    ``unavailable`` or ``invalid`` without raising.
+
+    ``return Unavailable(outcome=Outcome.INVALID, reasons=("head size 80",))``
+    """
+
+    outcome: Outcome = Outcome.UNAVAILABLE
+    reasons: tuple[str, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if self.outcome not in (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID):
+            raise ValueError(f"Unavailable.outcome must not be {self.outcome}")
+
+
+class StepContext:
+    """Handed to every step body.
+
+    Blocking methods (``import_module``, ``find_spec``) may be called from
+    blocking bodies (which run in worker threads) and from async bodies via
+    :meth:`to_thread`. ``run_child`` and ``to_thread`` are awaited from async
+    bodies; ``decide`` and ``record_decision`` are called from async bodies
+    (they append to the log on the event loop).
+    """
+
+    def __init__(
+        self,
+        run: _Run,
+        *,
+        step: str,
+        span_id: str,
+        dependencies: Mapping[str, StepResult],
+    ) -> None:
+        self._run = run
+        self._step = step
+        self._span_id = span_id
+        self._dependencies = dependencies
+
+    # Identity --------------------------------------------------------------------------
+
+    @property
+    def step(self) -> str:
+        """This step's path."""
+        return self._step
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, shared by every rank."""
+        return self._run.run_id
+
+    @property
+    def identity(self) -> RankIdentity:
+        """This process's rank identity."""
+        return self._run.identity
+
+    @property
+    def config(self) -> Mapping[str, JsonValue]:
+        """The run configuration (recorded in ``run.started``)."""
+        return self._run.config
+
+    @property
+    def host(self) -> Any:
+        """The host-facts object the run was given (real or simulated)."""
+        return self._run.host
+
+    @property
+    def services(self) -> Mapping[str, Any]:
+        """Objects the caller handed to the run for steps to use (a process
+        group, a workspace factory...), by name."""
+        return self._run.services
+
+    @property
+    def trace_id(self) -> str:
+        """The run's trace id (32 hex digits)."""
+        return self._run.trace_id
+
+    @property
+    def span_id(self) -> str:
+        """This step's span id (16 hex digits)."""
+        return self._span_id
+
+    @property
+    def traceparent(self) -> str:
+        """A W3C ``traceparent`` naming this step's span (for child processes)."""
+        return f"00-{self._run.trace_id}-{self._span_id}-01"
+
+    # Dependencies ----------------------------------------------------------------------
+
+    def dependency(self, name: str) -> StepResult:
+        """How dependency ``name`` ended.
+
+        Raises:
+            KeyError: ``name`` is not a dependency of this step.
+        """
+        try:
+            return self._dependencies[name]
+        except KeyError:
+            raise KeyError(
+                f"{name!r} is not a dependency of step {self._step!r}; "
+                f"its dependencies: {', '.join(self._dependencies) or '(none)'}"
+            ) from None
+
+    def result(self, name: str) -> JsonValue:
+        """The JSON result of dependency ``name`` (``None`` unless it is ok)."""
+        return self.dependency(name).value
+
+    # Imports ---------------------------------------------------------------------------
+
+    def import_module(self, name: str) -> ModuleType:
+        """Import ``name`` through the run's importer (blocking)."""
+        return self._run.importer.import_module(name)
+
+    def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
+        """Find ``name`` through the run's importer (blocking); ``None`` if it
+        is not installed."""
+        return self._run.importer.find_spec(name)
+
+    # Concurrency -----------------------------------------------------------------------
+
+    async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking ``fn(*args)`` in a worker thread under the run's
+        capacity limiter; abandoned (not waited for) if this step is
+        cancelled or times out."""
+        return await anyio.to_thread.run_sync(
+            fn, *args, limiter=self._run.limiter, abandon_on_cancel=True
+        )
+
+    async def run_child(
+        self,
+        name: str,
+        body: StepBody,
+        *,
+        kind: StepKind = StepKind.STEP,
+        policy: ErrorPolicy | None = None,
+        timeout: float | None = None,
+        attributes: Mapping[str, JsonValue] | None = None,
+    ) -> StepResult:
+        """Run ``body`` as a child step ``<this step>/<name>`` with its own
+        events and span, nested under this step's span.
+
+        Outcomes follow ``policy`` (default: this step's policy). A
+        propagating error is recorded on the child and then on this step,
+        and leaves this call as the original exception.
+        """
+        return await self._run.run_child(
+            parent=self,
+            name=name,
+            body=body,
+            kind=kind,
+            policy=policy,
+            timeout=timeout,
+            attributes=attributes or {},
+        )
+
+    def decide(self, name: str, inputs: Mapping[str, JsonValue] | None = None) -> JsonValue:
+        """Derive decision ``name`` from this rank's events so far through the
+        run's registered decider, record a ``decision.made`` event, and return
+        the value. Replay recomputes it the same way.
+
+        Raises:
+            KeyError: no decider named ``name`` was registered.
+        """
+        return self._run.decide(self, name, dict(inputs or {}))
+
+    def record_decision(
+        self, name: str, value: JsonValue, inputs: Mapping[str, JsonValue] | None = None
+    ) -> None:
+        """Record a decision made outside any decider (replay cannot check it)."""
+        self._run.record_decision(self, name, value, dict(inputs or {}))
+
+    def child_results(self) -> Sequence[StepResult]:
+        """The results of this step's children so far, in the order they ended."""
+        return self._run.children_of(self._step)

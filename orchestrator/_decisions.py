@@ -1,0 +1,172 @@
+"""Decisions: values the live run derives from its own events and acts on.
+
+A decider is a pure function of a rank's events so far (and the decision's
+inputs). The live run calls it through ``StepContext.decide`` and records a
+``decision.made`` event with the value; :func:`check_decisions` calls it
+again on the same events during replay and reports a :class:`Divergence`
+when the current code decides differently (a changed reducer shows up as a
+reported divergence, never as a silent change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from events import (
+    TERMINAL_STEP_EVENTS,
+    DecisionMade,
+    Event,
+    JsonValue,
+    Outcome,
+    StepKind,
+    StepStarted,
+    outcome_of,
+)
+
+__all__ = [
+    "DEFAULT_DECIDERS",
+    "ChildOutcome",
+    "Decider",
+    "Divergence",
+    "check_decisions",
+    "children_outcomes",
+    "decide_candidate",
+    "decide_fallback",
+]
+
+#: Computes a decision from a rank's events so far and the decision's inputs.
+#: Must be pure: replay calls it again on the same events.
+Decider = Callable[[Sequence[Event], Mapping[str, JsonValue]], JsonValue]
+
+
+@attrs.frozen(kw_only=True)
+class ChildOutcome:
+    """One child step of a parent, as the deciders see it."""
+
+    step: str
+    kind: StepKind
+    attributes: Mapping[str, JsonValue]
+    outcome: Outcome | None
+
+
+def children_outcomes(events: Iterable[Event], parent: str) -> list[ChildOutcome]:
+    """The direct children of step ``parent`` in start order, each with its
+    outcome (``None`` while still running)."""
+    prefix = parent + "/"
+    started: dict[str, StepStarted] = {}
+    outcomes: dict[str, Outcome | None] = {}
+    for event in events:
+        step = event.step
+        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
+            continue
+        if isinstance(event, StepStarted):
+            started[step] = event
+            outcomes[step] = None
+        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
+            outcomes[step] = outcome_of(event)
+    return [
+        ChildOutcome(step=s, kind=e.kind, attributes=e.attributes, outcome=outcomes[s])
+        for s, e in started.items()
+    ]
+
+
+def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
+    """``candidates.select``: among the candidate children of
+    ``inputs["parent"]`` that ended ``ok``, the one with the best (lowest)
+    priority; ``None`` if none is ok. Completion order never matters."""
+    parent = str(inputs["parent"])
+    valid = [
+        child
+        for child in children_outcomes(events, parent)
+        if child.kind is StepKind.CANDIDATE and child.outcome is Outcome.OK
+    ]
+    if not valid:
+        return None
+    best = min(valid, key=lambda c: (_number(c.attributes.get("priority")), c.step))
+    return best.attributes.get("candidate", best.step.rpartition("/")[2])
+
+
+def decide_fallback(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
+    """``fallback.result``: the first attempt (in chain order) of
+    ``inputs["parent"]`` that ended ``ok``; ``None`` if the chain is exhausted."""
+    parent = str(inputs["parent"])
+    attempts = [
+        child for child in children_outcomes(events, parent) if child.kind is StepKind.ATTEMPT
+    ]
+    for child in sorted(attempts, key=lambda c: _number(c.attributes.get("attempt"))):
+        if child.outcome is Outcome.OK:
+            return child.attributes.get("backend", child.step.rpartition("/")[2])
+    return None
+
+
+def _number(value: JsonValue) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+#: The deciders every runner knows.
+DEFAULT_DECIDERS: Mapping[str, Decider] = {
+    "candidates.select": decide_candidate,
+    "fallback.result": decide_fallback,
+}
+
+
+@attrs.frozen(kw_only=True)
+class Divergence:
+    """A recorded decision that current code would make differently.
+
+    Attributes:
+        rank, seq, step: where the decision was recorded.
+        name: the decision.
+        recorded: the value the live run acted on.
+        recomputed: the value the deciders give now (or an error text).
+    """
+
+    rank: int
+    seq: int
+    step: str
+    name: str
+    recorded: JsonValue
+    recomputed: JsonValue
+
+    def describe(self) -> str:
+        """One line for reports."""
+        return (
+            f"rank {self.rank} seq {self.seq} ({self.step}): decision {self.name} was "
+            f"{self.recorded!r} live, replay decides {self.recomputed!r}"
+        )
+
+
+def check_decisions(
+    events: Iterable[Event],
+    deciders: Mapping[str, Decider] | None = None,
+) -> list[Divergence]:
+    """Recompute every recorded decision from the events before it (per rank)
+    and list those that differ. A decision without a decider is skipped."""
+    table = dict(DEFAULT_DECIDERS)
+    table.update(deciders or {})
+    by_rank: dict[int, list[Event]] = {}
+    divergences: list[Divergence] = []
+    for event in events:
+        history = by_rank.setdefault(event.rank, [])
+        if isinstance(event, DecisionMade):
+            decider = table.get(event.name)
+            if decider is not None:
+                try:
+                    value = decider(tuple(history), event.inputs)
+                except Exception as exc:  # a decider that cannot decide is a divergence too
+                    value = f"<{type(exc).__name__}: {exc}>"
+                if value != event.value:
+                    divergences.append(
+                        Divergence(
+                            rank=event.rank,
+                            seq=event.seq,
+                            step=event.step,
+                            name=event.name,
+                            recorded=event.value,
+                            recomputed=value,
+                        )
+                    )
+        history.append(event)
+    return divergences

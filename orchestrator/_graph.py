@@ -1,0 +1,165 @@
+"""Startup graphs: named steps with dependencies, validated before they run."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from events import JsonValue
+
+from ._errors import CycleError, DuplicateStepError, UnknownDependencyError
+from ._policy import PROBE_POLICY, ErrorPolicy
+
+if TYPE_CHECKING:
+    from ._context import StepContext
+
+__all__ = ["Graph", "Isolation", "Step", "StepBody"]
+
+#: A step body takes the step's context and returns a JSON value. An ``async
+#: def`` body runs on the event loop; a plain function runs in a worker thread
+#: (or a subprocess, with process isolation).
+StepBody = Callable[["StepContext"], Awaitable[JsonValue]] | Callable[["StepContext"], JsonValue]
+
+
+class Isolation(enum.StrEnum):
+    """Where a step's body runs.
+
+    ``none``     async bodies on the event loop, blocking ones in a worker
+                 thread (abandoned, not waited for, if the step times out);
+    ``process``  in a fresh Python subprocess: a segfault, abort or
+                 ``os._exit`` there is recorded as ``crashed`` and a hang is
+                 killed at the timeout. The body must be a module-level
+                 function (it is imported by name in the child).
+    """
+
+    NONE = "none"
+    PROCESS = "process"
+
+
+def _check_name(_instance: object, _attribute: object, value: str) -> None:
+    if not value or value.startswith("/") or value.endswith("/") or "//" in value:
+        raise ValueError(
+            f"step name {value!r} is not a path like 'platform' or 'platform/cpu/zentorch'"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """One unit of startup work.
+
+    Attributes:
+        name: its path, unique in the graph (``platform/cpu``).
+        body: what it does (see :data:`StepBody`).
+        depends_on: steps that must finish first; their results are readable
+            through the context.
+        policy: which exceptions are recorded and which propagate.
+        timeout: seconds, or ``None`` for no limit.
+        isolation: where the body runs.
+        attributes: descriptive facts recorded on the step's span.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    body: StepBody
+    depends_on: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    policy: ErrorPolicy = PROBE_POLICY
+    timeout: float | None = None
+    isolation: Isolation = Isolation.NONE
+    attributes: Mapping[str, JsonValue] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"step {self.name!r}: timeout must be > 0 seconds, not {self.timeout}")
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the body is a coroutine function (runs on the event loop)."""
+        return inspect.iscoroutinefunction(self.body)
+
+
+class Graph:
+    """A validated set of steps.
+
+    Raises (from the constructor, before anything runs):
+        DuplicateStepError: two steps share a name.
+        UnknownDependencyError: a dependency names no step.
+        CycleError: the dependencies form a cycle (the error names it).
+    """
+
+    def __init__(self, name: str, steps: Iterable[Step]) -> None:
+        self.name = name
+        by_name: dict[str, Step] = {}
+        for step in steps:
+            if step.name in by_name:
+                raise DuplicateStepError(step.name)
+            by_name[step.name] = step
+        for step in by_name.values():
+            for dependency in step.depends_on:
+                if dependency not in by_name:
+                    raise UnknownDependencyError(step.name, dependency, tuple(by_name))
+        self._steps = by_name
+        self._order = _topological_order(by_name)
+
+    @property
+    def steps(self) -> Mapping[str, Step]:
+        """Steps by name, in declaration order."""
+        return dict(self._steps)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """A dependency-respecting order (declaration order among equals)."""
+        return self._order
+
+    def __getitem__(self, name: str) -> Step:
+        return self._steps[name]
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def dependents(self, name: str) -> tuple[str, ...]:
+        """Steps that depend on ``name`` directly."""
+        return tuple(s.name for s in self._steps.values() if name in s.depends_on)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON description (recorded in ``run.started``)."""
+        return {
+            "name": self.name,
+            "steps": [
+                {"name": s.name, "depends_on": list(s.depends_on), "policy": s.policy.name}
+                for s in self._steps.values()
+            ],
+        }
+
+
+def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
+    # Depth-first, remembering the current path so a cycle can be named.
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    order: list[str] = []
+    for root in steps:
+        if root in state:
+            continue
+        path: list[str] = []
+        stack: list[tuple[str, Iterable[str]]] = [(root, iter(steps[root].depends_on))]
+        state[root] = 1
+        path.append(root)
+        while stack:
+            name, remaining = stack[-1]
+            for dependency in remaining:
+                mark = state.get(dependency)
+                if mark == 1:
+                    start = path.index(dependency)
+                    raise CycleError([*path[start:], dependency])
+                if mark is None:
+                    state[dependency] = 1
+                    path.append(dependency)
+                    stack.append((dependency, iter(steps[dependency].depends_on)))
+                    break
+            else:
+                stack.pop()
+                path.pop()
+                state[name] = 2
+                order.append(name)
+    return tuple(order)

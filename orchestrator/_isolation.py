@@ -1,0 +1,279 @@
+"""Process isolation: run a step body in a fresh Python subprocess.
+
+The parent sends the child a JSON job on stdin: the body's import path, the
+step's identity and configuration, its dependencies' results, the fault plan
+and how to rebuild the importer and host facts. The child runs the body and
+writes one JSON result to a private descriptor (its stdout is redirected to
+stderr, so user prints never corrupt the result). The parent reads the result
+and the last stderr lines; a child that dies without a result is a crash
+(exit code or signal), and a child still running when the step's timeout
+cancels it is killed.
+
+Only objects that say how to rebuild themselves cross the boundary: an
+importer or host object may define ``isolation_spec()`` returning
+``{"factory": "module:function", "args": <JSON>}``; the child imports that
+factory (code of this process's own choosing, never from a log) and calls it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import orjson
+
+from events import decode_exception, encode_exception
+
+from ._context import StepContext, StepResult, Unavailable
+from ._faults import Fault, FaultPlan
+from ._policy import qualified_name
+
+if TYPE_CHECKING:
+    from ._graph import StepBody
+    from ._runner import _Run
+
+__all__ = ["run_isolated"]
+
+#: Lines of the child's stderr kept for the crash record.
+STDERR_TAIL_LINES = 20
+#: Exit code the child uses when it could not even start the body.
+_SETUP_FAILED = 86
+
+
+def _import_path(body: Any) -> str:
+    module = getattr(body, "__module__", None)
+    qualname = getattr(body, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise TypeError(
+            f"an isolated step's body must be a module-level function, not {body!r}: "
+            "the child process imports it by name"
+        )
+    if module == "__main__":
+        main = sys.modules.get("__main__")
+        path = getattr(main, "__file__", None)
+        if not path:
+            raise TypeError("an isolated step's body cannot live in an interactive __main__")
+        return f"file:{os.path.abspath(path)}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def _portable(obj: Any) -> dict[str, Any] | None:
+    spec = getattr(obj, "isolation_spec", None)
+    return spec() if callable(spec) else None
+
+
+async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: Fault | None) -> Any:
+    """Run ``body`` for ``context`` in a subprocess; return its value, an
+    :class:`Unavailable`, or a crash record; raise a rebuilt error."""
+    from ._importer import InjectingImporter
+    from ._runner import _Crash, _IsolatedError
+
+    importer = run.importer
+    plan = FaultPlan()
+    if isinstance(importer, InjectingImporter):
+        plan = importer.plan
+        importer = importer.base
+    job = {
+        "body": _import_path(body),
+        "step": context.step,
+        "run_id": run.run_id,
+        "identity": {
+            "rank": run.identity.rank,
+            "local_rank": run.identity.local_rank,
+            "world_size": run.identity.world_size,
+            "local_world_size": run.identity.local_world_size,
+            "node_rank": run.identity.node_rank,
+        },
+        "config": run.config,
+        "trace_id": run.trace_id,
+        "span_id": context.span_id,
+        "dependencies": {
+            name: {"outcome": str(r.outcome), "value": r.value, "reasons": list(r.reasons)}
+            for name, r in context._dependencies.items()
+        },
+        "faults": plan.to_json(),
+        "step_fault": None if fault is None else fault.to_json(),
+        "importer": _portable(importer),
+        "host": _portable(run.host),
+        "sys_path": sys.path,
+    }
+    environment = dict(os.environ)
+    environment["TRACEPARENT"] = context.traceparent
+    process = await anyio.open_process(
+        [sys.executable, "-m", "orchestrator._isolation"],
+        stdin=-1,
+        stdout=-1,
+        stderr=-1,
+        env=environment,
+    )
+    stdout = bytearray()
+    stderr = bytearray()
+    try:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        await process.stdin.send(orjson.dumps(job))
+        await process.stdin.aclose()
+
+        async def drain(stream: Any, into: bytearray) -> None:
+            async for chunk in stream:
+                into.extend(chunk)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(drain, process.stdout, stdout)
+            group.start_soon(drain, process.stderr, stderr)
+        returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            with anyio.CancelScope(shield=True):
+                process.kill()
+                await process.wait()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
+    result = _parse_result(bytes(stdout))
+    if result is None:
+        if returncode < 0:
+            return _Crash(exit_code=None, signal=-returncode, stderr_tail=tail)
+        return _Crash(exit_code=returncode, signal=None, stderr_tail=tail)
+    status = result.get("status")
+    if status == "ok":
+        return result.get("value")
+    if status == "unavailable":
+        return Unavailable(outcome=result["outcome"], reasons=tuple(result.get("reasons", ())))
+    info = decode_exception(result["exception"])
+    raise _IsolatedError(info, result.get("mro", ()), result.get("module_name"))
+
+
+def _parse_result(data: bytes) -> dict[str, Any] | None:
+    text = data.strip()
+    if not text:
+        return None
+    try:
+        result = orjson.loads(text.splitlines()[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return result if isinstance(result, dict) else None
+
+
+# --- the child side ------------------------------------------------------------------
+
+
+class _ChildRun:
+    """What a :class:`StepContext` needs, rebuilt in the child."""
+
+    def __init__(self, job: Mapping[str, Any]) -> None:
+        from events import RankIdentity
+
+        from ._importer import InjectingImporter, RealImporter
+
+        self.run_id = job["run_id"]
+        self.identity = RankIdentity(**job["identity"])
+        self.config = job["config"]
+        self.trace_id = job["trace_id"]
+        self.services: dict[str, Any] = {}
+        self.limiter = None
+        base = _rebuild(job["importer"]) if job["importer"] else RealImporter()
+        plan = FaultPlan.from_json(job["faults"], source="parent")
+        self.importer = InjectingImporter(base, plan, self.identity.rank) if plan else base
+        self.host = _rebuild(job["host"]) if job["host"] else None
+
+
+def _rebuild(spec: Mapping[str, Any]) -> Any:
+    module, _, name = spec["factory"].partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    return factory(spec.get("args"))
+
+
+def _load_body(path: str) -> Any:
+    if path.startswith("file:"):
+        import runpy
+
+        _, file, qualname = path.split(":", 2)
+        namespace = runpy.run_path(file, run_name="__isolated__")
+        target: Any = namespace[qualname.split(".")[0]]
+        for part in qualname.split(".")[1:]:
+            target = getattr(target, part)
+        return target
+    module, _, qualname = path.partition(":")
+    target = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _child_main() -> int:
+    import threading
+
+    from events import ExceptionInfo, Outcome
+
+    # Results go to the original stdout; everything the body prints goes to stderr.
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def answer(payload: dict[str, Any]) -> None:
+        os.write(result_fd, orjson.dumps(payload) + b"\n")
+
+    try:
+        job = orjson.loads(sys.stdin.buffer.read())
+        sys.path[:] = job["sys_path"]
+        run = _ChildRun(job)
+        body = _load_body(job["body"])
+        dependencies = {
+            name: StepResult(
+                step=name,
+                outcome=Outcome(d["outcome"]),
+                value=d["value"],
+                reasons=tuple(d["reasons"]),
+            )
+            for name, d in job["dependencies"].items()
+        }
+        context = StepContext(
+            run,  # type: ignore[arg-type]
+            step=job["step"],
+            span_id=job["span_id"],
+            dependencies=dependencies,
+        )
+    except Exception as exc:
+        print(f"isolated step could not start: {exc!r}", file=sys.stderr)
+        return _SETUP_FAILED
+    try:
+        if job["step_fault"] is not None:
+            fault = FaultPlan.from_json([job["step_fault"]], source="parent").faults[0]
+            fault.fire(threading.Event())
+        if inspect.iscoroutinefunction(body):
+            value = anyio.run(body, context)
+        else:
+            value = body(context)
+        if isinstance(value, Unavailable):
+            answer(
+                {
+                    "status": "unavailable",
+                    "outcome": str(value.outcome),
+                    "reasons": list(value.reasons),
+                }
+            )
+        else:
+            answer({"status": "ok", "value": value})
+    except BaseException as exc:  # everything goes back to the parent as data
+        info = ExceptionInfo.capture(exc)
+        mro = [qualified_name(cls) for cls in type(exc).__mro__]
+        answer(
+            {
+                "status": "error",
+                "exception": encode_exception(info),
+                "mro": mro,
+                "module_name": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+            }
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -1,0 +1,612 @@
+"""The runner: executes a graph in an anyio task group and records everything.
+
+Every transition of every step becomes an event in the log: ``step.started``
+then exactly one of succeeded / unavailable / failed / timed_out / cancelled /
+crashed. A step starts as soon as its dependencies have finished; independent
+steps run concurrently; blocking bodies run in worker threads under a
+capacity limiter.
+
+When an error propagates (the step's policy does not record it), the runner
+records it with its full cause chain and flushes the log, cancels every other
+running step (each recorded as cancelled), writes the run's final event, and
+then raises the **original exception object** — never an ExceptionGroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+import orjson
+
+from events import (
+    DecisionMade,
+    Event,
+    EventLog,
+    ExceptionInfo,
+    JsonValue,
+    Outcome,
+    RankIdentity,
+    Redactor,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    StepCancelled,
+    StepCrashed,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+)
+
+from ._context import StepContext, StepResult, Unavailable
+from ._decisions import DEFAULT_DECIDERS, Decider
+from ._errors import StepCrashedError, StepTimeoutError
+from ._faults import FaultPlan
+from ._graph import Graph, Isolation, Step, StepBody
+from ._importer import Importer, InjectingImporter, RealImporter
+from ._policy import Action, ErrorPolicy
+
+__all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
+
+#: Makes ``(trace_id, span_id)`` the current span while a step body runs, so
+#: spans user code creates nest under the step (see ``exporters``).
+SpanActivator = Callable[[str, str], AbstractContextManager[object]]
+
+
+def derive_trace_id(run_id: str) -> str:
+    """The trace id of a run without a launcher ``TRACEPARENT``: derived from
+    the run id, so every rank of the launch lands in the same trace."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
+
+
+def _new_span_id() -> str:
+    while True:
+        value = os.urandom(8).hex()
+        if value != "0" * 16:
+            return value
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What a finished run produced.
+
+    Attributes:
+        run_id, rank: the stream.
+        outcome: ``ready`` (the only outcome a returning run has).
+        results: every top-level step's result, by name.
+        trace_id: the run's trace id.
+    """
+
+    run_id: str
+    rank: int
+    outcome: RunOutcome
+    results: Mapping[str, StepResult]
+    trace_id: str
+
+    def __getitem__(self, step: str) -> StepResult:
+        return self.results[step]
+
+
+class _Propagating(Exception):
+    """Carries an already recorded, propagating exception up through task
+    groups (so asyncio never sees a bare KeyboardInterrupt in a task)."""
+
+    def __init__(self, original: BaseException, info: ExceptionInfo, step: str) -> None:
+        super().__init__(step)
+        self.original = original
+        self.info = info
+        self.step = step
+
+
+def _find_propagating(exc: BaseException) -> _Propagating | None:
+    if isinstance(exc, _Propagating):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for member in exc.exceptions:
+            found = _find_propagating(member)
+            if found is not None:
+                return found
+    return None
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for distribution in ("startup-orchestrator", "anyio", "torch"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[distribution] = importlib.metadata.version(distribution)
+    return versions
+
+
+class Runner:
+    """Runs graphs for one rank and records them in a log.
+
+    Args:
+        log: where events go (its run id and rank are the run's).
+        identity: the rank identity (default: rank ``log.rank`` of 1).
+        importer: the importer probes use (default: importlib).
+        faults: faults to inject through the importer and on step paths.
+        config: the run configuration, recorded in ``run.started``.
+        host: host facts handed to steps (``ctx.host``).
+        services: named objects handed to steps (``ctx.services``).
+        trace_id: the launch's trace id (default: derived from the run id).
+        parent_span_id: the launcher's span (from ``TRACEPARENT``), if any.
+        deciders: decision functions by name, for ``ctx.decide``.
+        max_threads: worker threads for blocking bodies.
+        span_activator: makes a step's span current while its body runs.
+        redactor: hides secrets in captured exceptions (default: from the
+            environment).
+        clock: ``(wall_ns, mono_ns)`` source (tests may fix it).
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        identity: RankIdentity | None = None,
+        importer: Importer | None = None,
+        faults: FaultPlan | None = None,
+        config: Mapping[str, JsonValue] | None = None,
+        host: Any = None,
+        services: Mapping[str, Any] | None = None,
+        trace_id: str | None = None,
+        parent_span_id: str | None = None,
+        deciders: Mapping[str, Decider] | None = None,
+        max_threads: int = 16,
+        span_activator: SpanActivator | None = None,
+        redactor: Redactor | None = None,
+        clock: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        self.log = log
+        self.identity = identity or RankIdentity(rank=log.rank, world_size=log.rank + 1)
+        if self.identity.rank != log.rank:
+            raise ValueError(
+                f"identity rank {self.identity.rank} does not match the log's rank {log.rank}"
+            )
+        self.faults = faults or FaultPlan()
+        self.importer: Importer = importer or RealImporter()
+        if self.faults:
+            self.importer = InjectingImporter(self.importer, self.faults, self.identity.rank)
+        self.config = dict(config or {})
+        self.host = host
+        self.services = dict(services or {})
+        self.trace_id = trace_id or derive_trace_id(log.run_id)
+        self.parent_span_id = parent_span_id
+        self.deciders = {**DEFAULT_DECIDERS, **(deciders or {})}
+        if max_threads < 1:
+            raise ValueError(f"max_threads must be at least 1, not {max_threads}")
+        self.max_threads = max_threads
+        self.span_activator = span_activator
+        self.redactor = redactor or Redactor.from_environment()
+        self.clock = clock or (lambda: (time.time_ns(), time.monotonic_ns()))
+
+    async def run(self, graph: Graph) -> RunResult:
+        """Run ``graph`` to completion.
+
+        Returns:
+            The results, when the run reached ``ready``.
+
+        Raises:
+            BaseException: the original exception a step propagated (after
+                its ``step.failed`` and the ``run.finished`` events were
+                written and flushed). Cancellation from outside is recorded as
+                ``interrupted`` and re-raised.
+        """
+        return await _Run(self, graph).execute()
+
+
+async def run(graph: Graph, log: EventLog, **options: Any) -> RunResult:
+    """Shorthand for ``await Runner(log, **options).run(graph)``."""
+    return await Runner(log, **options).run(graph)
+
+
+class _Run:
+    """The state of one execution of one graph."""
+
+    def __init__(self, runner: Runner, graph: Graph) -> None:
+        self.runner = runner
+        self.graph = graph
+        self.log = runner.log
+        self.run_id = runner.log.run_id
+        self.identity = runner.identity
+        self.importer = runner.importer
+        self.config = runner.config
+        self.host = runner.host
+        self.services = runner.services
+        self.trace_id = runner.trace_id
+        self.limiter = anyio.CapacityLimiter(runner.max_threads)
+        self.root_span_id = _new_span_id()
+        self.results: dict[str, StepResult] = {}
+        self.children: dict[str, list[StepResult]] = {}
+        self.done: dict[str, anyio.Event] = {}
+        self.cancel_reason: str | None = None
+        # Set when the run ends, so injected hangs in abandoned threads return.
+        self.release = threading.Event()
+
+    # Events ----------------------------------------------------------------------------
+
+    def emit(
+        self, cls: type[Event], *, step: str = "", span_id: str, parent: str | None, **payload: Any
+    ) -> Event:
+        wall_ns, mono_ns = self.runner.clock()
+        event = cls(
+            run_id=self.run_id,
+            rank=self.identity.rank,
+            wall_ns=wall_ns,
+            mono_ns=mono_ns,
+            step=step,
+            trace_id=self.trace_id,
+            span_id=span_id,
+            parent_span_id=parent,
+            **payload,
+        )
+        self.log.append(event)
+        return event
+
+    def capture(self, exc: BaseException) -> ExceptionInfo:
+        return ExceptionInfo.capture(exc, redactor=self.runner.redactor)
+
+    # The run ---------------------------------------------------------------------------
+
+    async def execute(self) -> RunResult:
+        self.emit(
+            RunStarted,
+            span_id=self.root_span_id,
+            parent=self.runner.parent_span_id,
+            identity=self.identity,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            versions=_versions(),
+            config=self.config,
+            graph=self.graph.name,
+        )
+        self.done = {name: anyio.Event() for name in self.graph.steps}
+        failure: _Propagating | None = None
+        try:
+            try:
+                async with anyio.create_task_group() as group:
+                    for name in self.graph.order:
+                        group.start_soon(self.run_graph_step, self.graph[name])
+            except BaseExceptionGroup as group_error:
+                failure = _find_propagating(group_error)
+                if failure is None:
+                    raise
+            except _Propagating as single:  # pragma: no cover - anyio always groups
+                failure = single
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                self.finish(RunOutcome.INTERRUPTED, None, None)
+            raise
+        except BaseException as unexpected:
+            # A bug of ours or a subscriber's; still leave a complete log.
+            self.finish(RunOutcome.FAILED, self.capture(unexpected), None)
+            raise
+        finally:
+            self.release.set()
+            if isinstance(self.importer, InjectingImporter):
+                self.importer.release()
+        if failure is not None:
+            original = failure.original
+            interrupted = not isinstance(original, Exception)
+            self.finish(
+                RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
+                failure.info,
+                failure.step,
+            )
+            # Raised outside the except block, so its __context__ stays what it was.
+            raise original
+        self.finish(RunOutcome.READY, None, None)
+        return RunResult(
+            run_id=self.run_id,
+            rank=self.identity.rank,
+            outcome=RunOutcome.READY,
+            results=dict(self.results),
+            trace_id=self.trace_id,
+        )
+
+    def finish(self, outcome: RunOutcome, cause: ExceptionInfo | None, step: str | None) -> None:
+        self.emit(
+            RunFinished,
+            span_id=self.root_span_id,
+            parent=self.runner.parent_span_id,
+            outcome=outcome,
+            cause=cause,
+            failed_step=step,
+        )
+        self.log.flush()
+
+    async def run_graph_step(self, step: Step) -> None:
+        name = step.name
+        for dependency in step.depends_on:
+            await self.done[dependency].wait()
+        dependencies = {d: self.results[d] for d in step.depends_on}
+        try:
+            result = await self.run_step(
+                name=name,
+                body=step.body,
+                policy=step.policy,
+                timeout=step.timeout,
+                isolation=step.isolation,
+                kind=StepKind.STEP,
+                attributes=step.attributes,
+                parent_span=self.root_span_id,
+                dependencies=dependencies,
+                depends_on=step.depends_on,
+            )
+        finally:
+            self.done[name].set()
+        self.results[name] = result
+
+    async def run_child(
+        self,
+        *,
+        parent: StepContext,
+        name: str,
+        body: StepBody,
+        kind: StepKind,
+        policy: ErrorPolicy | None,
+        timeout: float | None,
+        attributes: Mapping[str, JsonValue],
+    ) -> StepResult:
+        path = f"{parent.step}/{name}"
+        result = await self.run_step(
+            name=path,
+            body=body,
+            policy=policy or self.graph_policy(parent.step),
+            timeout=timeout,
+            isolation=Isolation.NONE,
+            kind=kind,
+            attributes=attributes,
+            parent_span=parent.span_id,
+            dependencies={},
+            depends_on=(),
+        )
+        self.children.setdefault(parent.step, []).append(result)
+        return result
+
+    def graph_policy(self, step: str) -> ErrorPolicy:
+        while step:
+            if step in self.graph.steps:
+                return self.graph[step].policy
+            step = step.rpartition("/")[0]
+        raise KeyError(step)  # pragma: no cover - children always have a graph ancestor
+
+    def children_of(self, step: str) -> Sequence[StepResult]:
+        return tuple(self.children.get(step, ()))
+
+    # One step --------------------------------------------------------------------------
+
+    async def run_step(
+        self,
+        *,
+        name: str,
+        body: StepBody,
+        policy: ErrorPolicy,
+        timeout: float | None,
+        isolation: Isolation,
+        kind: StepKind,
+        attributes: Mapping[str, JsonValue],
+        parent_span: str,
+        dependencies: Mapping[str, StepResult],
+        depends_on: tuple[str, ...],
+    ) -> StepResult:
+        span_id = _new_span_id()
+        self.emit(
+            StepStarted,
+            step=name,
+            span_id=span_id,
+            parent=parent_span,
+            kind=kind,
+            depends_on=depends_on,
+            attributes=dict(attributes),
+        )
+        end = functools.partial(self.emit, step=name, span_id=span_id, parent=parent_span)
+        context = StepContext(self, step=name, span_id=span_id, dependencies=dependencies)
+        started_ns = time.monotonic_ns()
+        value: Any = None
+        timed_out = False
+        try:
+            with self.activated(span_id):
+                if timeout is None:
+                    value = await self.call(body, context, isolation, name, None)
+                else:
+                    with anyio.move_on_after(timeout) as scope:
+                        value = await self.call(body, context, isolation, name, timeout)
+                    timed_out = scope.cancelled_caught
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                end(StepCancelled, reason=self.cancel_reason or "the run was cancelled")
+            raise
+        except BaseException as exc:
+            return self.handle_error(exc, name=name, policy=policy, end=end)
+        if timed_out:
+            assert timeout is not None
+            elapsed = time.monotonic_ns() - started_ns
+            end(StepTimedOut, timeout_s=timeout, elapsed_ns=elapsed)
+            if policy.on_timeout is Action.PROPAGATE:
+                error = StepTimeoutError(name, timeout)
+                self.propagate_from(name, self.capture(error))
+                raise _Propagating(error, self.capture(error), name)
+            return StepResult(
+                step=name, outcome=Outcome.TIMED_OUT, reasons=(f"timed out after {timeout:g} s",)
+            )
+        if isinstance(value, _Crash):
+            end(
+                StepCrashed,
+                exit_code=value.exit_code,
+                signal=value.signal,
+                stderr_tail=value.stderr_tail,
+            )
+            if policy.on_crash is Action.PROPAGATE:
+                error_crash = StepCrashedError(
+                    name, value.exit_code, value.signal, value.stderr_tail
+                )
+                info = self.capture(error_crash)
+                self.propagate_from(name, info)
+                raise _Propagating(error_crash, info, name)
+            return StepResult(step=name, outcome=Outcome.CRASHED, reasons=(value.describe(),))
+        if isinstance(value, Unavailable):
+            end(StepUnavailable, outcome=value.outcome, reasons=value.reasons)
+            return StepResult(step=name, outcome=value.outcome, reasons=value.reasons)
+        try:
+            orjson.dumps(value)
+        except TypeError as exc:
+            bad = TypeError(
+                f"step {name!r} returned {type(value).__name__}, which is not JSON "
+                f"serialisable; return JSON values (dict, list, str, numbers, None): {exc}"
+            )
+            return self.handle_error(bad, name=name, policy=policy, end=end)
+        end(StepSucceeded, result=value)
+        return StepResult(step=name, outcome=Outcome.OK, value=value)
+
+    def handle_error(
+        self,
+        exc: BaseException,
+        *,
+        name: str,
+        policy: ErrorPolicy,
+        end: Callable[..., Event],
+    ) -> StepResult:
+        carried = _find_propagating(exc)
+        if carried is not None:
+            # A child already recorded the error; this step fails with it too.
+            end(StepFailed, cause=carried.info, propagated=True)
+            raise _Propagating(carried.original, carried.info, carried.step)
+        if isinstance(exc, _IsolatedError):
+            verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
+            info = exc.info
+            original: BaseException = exc.rebuild(name)
+        else:
+            verdict = policy.classify(exc)
+            info = self.capture(exc)
+            original = exc
+        if verdict.record:
+            end(StepUnavailable, outcome=verdict.outcome, reasons=(info.reason,), cause=info)
+            return StepResult(
+                step=name,
+                outcome=verdict.outcome,
+                reasons=(info.reason,),
+                exception=info,
+                error=original,
+            )
+        end(StepFailed, cause=info, propagated=True)
+        self.propagate_from(name, info)
+        raise _Propagating(original, info, name)
+
+    def propagate_from(self, name: str, info: ExceptionInfo) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = f"cancelled because step {name!r} failed: {info.reason}"
+        self.log.flush()
+
+    @contextlib.contextmanager
+    def activated(self, span_id: str) -> Iterator[None]:
+        if self.runner.span_activator is None:
+            yield
+            return
+        with self.runner.span_activator(self.trace_id, span_id):
+            yield
+
+    async def call(
+        self,
+        body: StepBody,
+        context: StepContext,
+        isolation: Isolation,
+        name: str,
+        timeout: float | None,
+    ) -> Any:
+        fault = self.runner.faults.for_target(name, self.identity.rank)
+        if isolation is Isolation.PROCESS:
+            from ._isolation import run_isolated
+
+            return await run_isolated(self, body, context, fault)
+        if fault is not None:
+            return await anyio.to_thread.run_sync(
+                fault.fire, self.release, limiter=self.limiter, abandon_on_cancel=True
+            )
+        if inspect.iscoroutinefunction(body):
+            return await body(context)
+        return await anyio.to_thread.run_sync(
+            body, context, limiter=self.limiter, abandon_on_cancel=True
+        )
+
+    # Decisions -------------------------------------------------------------------------
+
+    def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
+        try:
+            decider = self.runner.deciders[name]
+        except KeyError:
+            known = ", ".join(sorted(self.runner.deciders)) or "(none)"
+            raise KeyError(f"no decider named {name!r}; registered: {known}") from None
+        value = decider(tuple(self.log.read()), inputs)
+        self.record_decision(context, name, value, inputs)
+        return value
+
+    def record_decision(
+        self, context: StepContext, name: str, value: JsonValue, inputs: dict[str, JsonValue]
+    ) -> None:
+        self.emit(
+            DecisionMade,
+            step=context.step,
+            span_id=context.span_id,
+            parent=None,
+            name=name,
+            value=value,
+            inputs=inputs,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class _Crash:
+    """An isolated step's process died (returned by the isolation layer)."""
+
+    exit_code: int | None
+    signal: int | None
+    stderr_tail: tuple[str, ...]
+
+    def describe(self) -> str:
+        how = (
+            f"killed by signal {self.signal}"
+            if self.signal is not None
+            else (f"exited with code {self.exit_code}")
+        )
+        return f"process {how}"
+
+
+class _IsolatedError(Exception):
+    """An exception that came back as data from an isolated step."""
+
+    def __init__(self, info: ExceptionInfo, mro: Sequence[str], module_name: str | None) -> None:
+        super().__init__(info.reason)
+        self.info = info
+        self.mro = tuple(mro)
+        self.module_name = module_name
+
+    def rebuild(self, step: str) -> BaseException:
+        """The same exception type when it is a builtin, else a typed wrapper."""
+        import builtins
+
+        from ._errors import IsolatedStepError
+
+        cls = getattr(builtins, self.info.type, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            try:
+                return cls(self.info.message)
+            except Exception:  # pragma: no cover - builtins take a message
+                pass
+        return IsolatedStepError(step, self.info)
