@@ -19,6 +19,13 @@ from ._codec import decode_record as decode_record
 from ._codec import encode as encode
 from ._codec import encode_exception as encode_exception
 from ._codec import encode_record as encode_record
+from ._conventions import ALLREDUCE_AGREE_STEP as ALLREDUCE_AGREE_STEP
+from ._conventions import ALLREDUCE_QUANT_STEP as ALLREDUCE_QUANT_STEP
+from ._conventions import ALLREDUCE_STEP as ALLREDUCE_STEP
+from ._conventions import ATTENTION_STEP as ATTENTION_STEP
+from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
+from ._conventions import PLATFORM_STEP as PLATFORM_STEP
+from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
 from ._errors import DecodeError as DecodeError
 from ._errors import EventsError as EventsError
 from ._errors import FoldError as FoldError
@@ -76,10 +83,17 @@ from ._timeline import Timeline as Timeline
 from ._timeline import TimelineState as TimelineState
 
 __all__ = [
+    "ALLREDUCE_AGREE_STEP",
+    "ALLREDUCE_QUANT_STEP",
+    "ALLREDUCE_STEP",
+    "ATTENTION_STEP",
     "EVENT_TYPES",
+    "FLASHINFER_COMM_STEP",
+    "PLATFORM_STEP",
     "SCHEMA_VERSION",
     "TERMINAL_STEP_EVENTS",
     "UPCASTERS",
+    "ZENTORCH_STEP",
     "Composite",
     "DecisionMade",
     "DecodeError",

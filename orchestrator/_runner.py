@@ -485,7 +485,25 @@ class _Run:
     ) -> StepResult:
         carried = _find_propagating(exc)
         if carried is not None:
-            # A child already recorded the error; this step fails with it too.
+            # A child already recorded the error. This step's own policy says
+            # whether it stops here (a platform plugin whose zentorch import
+            # failed is a failed plugin, not a failed run) or goes on up.
+            absorbed = policy.classify(carried.original)
+            if absorbed.record:
+                self.cancel_reason = None
+                end(
+                    StepUnavailable,
+                    outcome=absorbed.outcome,
+                    reasons=(carried.info.reason,),
+                    cause=carried.info,
+                )
+                return StepResult(
+                    step=name,
+                    outcome=absorbed.outcome,
+                    reasons=(carried.info.reason,),
+                    exception=carried.info,
+                    error=carried.original,
+                )
             end(StepFailed, cause=carried.info, propagated=True)
             raise _Propagating(carried.original, carried.info, carried.step)
         if isinstance(exc, _IsolatedError):

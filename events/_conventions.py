@@ -1,0 +1,59 @@
+"""The reference engine's step names and payload keys.
+
+The engine graph (``orchestrator.engine``) writes events following these
+conventions; the engine projections here (state, messages) and the exporters
+read them. Keeping them in one module is what lets a log written by one
+release be understood by the projections of another.
+
+Steps (``kind`` in brackets, payloads as JSON)::
+
+    platform                          [step]
+      result   {"plugin", "platform_class", "device", "builtin"}
+      failure  cause PlatformConflictError | UnspecifiedPlatformError
+      decision "platform.select" -> {"plugin", "platform_class"} | null
+    platform/<plugin>                 [candidate]  attributes {"plugin", "builtin", "priority"}
+      result   {"activated": bool, "platform_class": str | null, "device": str | null}
+      a plugin that raised ends unavailable (or failed) with the cause
+    platform/cpu/zentorch             [step]       optional-module policy
+      ok {"loaded": true} | absent | unavailable (broken) | failed
+    attention                         [step]       attributes {"explicit": name | null,
+                                                               "candidates": [names by priority]}
+      result   {"backend", "explicit", "considered": [names]}
+      failure  ValueError ("Selected backend ..." or "No valid ...")
+      decision "candidates.select" -> backend name
+    attention/<BACKEND>               [candidate]  attributes {"candidate", "priority"}
+      ok | invalid (reasons) | unavailable (cause) | failed
+    flashinfer_comm                   [step]
+      ok {"available": true} | absent (flashinfer not installed)
+      | unavailable (cause: the import error, or reason naming a missing symbol)
+    allreduce_workspace               [step]       attributes {"requested", "nodes", "tp"}
+      result   {"enabled": bool, "backend": str | null, "quant_backend": str | null,
+                "reason": str | null}
+      failure  ValueError (configuration error, e.g. trtllm on several nodes)
+      decision "fallback.result" -> backend | null (this rank's chain)
+      decision "allreduce.agreed" -> backend | null (what every rank uses)
+    allreduce_workspace/<backend>     [attempt]    attributes {"backend", "attempt", "attempts",
+                                                               "fallback_left"}
+    allreduce_workspace/agree         [step]       result {"backend", "local", "group"}
+    allreduce_workspace/quant         [step]       result {"backend", "reused": bool}
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALLREDUCE_AGREE_STEP",
+    "ALLREDUCE_QUANT_STEP",
+    "ALLREDUCE_STEP",
+    "ATTENTION_STEP",
+    "FLASHINFER_COMM_STEP",
+    "PLATFORM_STEP",
+    "ZENTORCH_STEP",
+]
+
+PLATFORM_STEP = "platform"
+ZENTORCH_STEP = "platform/cpu/zentorch"
+ATTENTION_STEP = "attention"
+FLASHINFER_COMM_STEP = "flashinfer_comm"
+ALLREDUCE_STEP = "allreduce_workspace"
+ALLREDUCE_AGREE_STEP = "allreduce_workspace/agree"
+ALLREDUCE_QUANT_STEP = "allreduce_workspace/quant"
