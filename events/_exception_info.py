@@ -34,6 +34,8 @@ _URL_CREDENTIALS = re.compile(
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@:]+(?::[^/\s@]*)?)@"
 )
 _REDACTED = "[REDACTED]"
+_CAUSE_HEADER = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT_HEADER = "\nDuring handling of the above exception, another exception occurred:\n\n"
 #: Secret values shorter than this are not redacted: replacing "1" or "on"
 #: everywhere would destroy messages without protecting anything.
 _MIN_SECRET_LENGTH = 4
@@ -164,9 +166,7 @@ class ExceptionInfo:
         parts: list[str] = []
         for node in reversed(self.chain()):
             if parts:
-                parts.append(
-                    "\nThe above exception was the direct cause of the following exception:\n\n"
-                )
+                parts.append(_CAUSE_HEADER if node.cause is not None else _CONTEXT_HEADER)
             parts.append(node._format_one())
         return "".join(parts)
 

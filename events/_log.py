@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 import attrs
 
@@ -180,7 +180,7 @@ class _LogBase:
                 self._closed = True
                 self._close()
 
-    def __enter__(self) -> _LogBase:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -231,13 +231,18 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
         expected = event.seq + 1
         first = first or event
         last = event
-    if first is not None and not isinstance(first, RunStarted):
+    if first is None or not isinstance(first, RunStarted):
         problems.append(
             LogProblem(
                 path=file,
                 line=1,
                 kind=ProblemKind.NOT_STARTED,
-                message=f"first event is {first.TYPE}, not run.started",
+                message="the log holds no complete event"
+                if first is None
+                else f"first event is {first.TYPE}, not run.started",
+                # read_log accepts such a file: like a missing run.finished,
+                # this is reported, not fatal.
+                fatal=False,
             )
         )
     if last is not None and not isinstance(last, RunFinished):

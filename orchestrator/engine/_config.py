@@ -119,7 +119,7 @@ def _one_of(field: str, choices: tuple[str, ...]) -> Any:
 
 def _allreduce(value: object) -> AllreduceBackend:
     try:
-        return AllreduceBackend(value)
+        return AllreduceBackend(str(value))
     except ValueError:
         valid = ", ".join(b.value for b in AllreduceBackend)
         raise EngineConfigError("allreduce_backend", value, f"valid: {valid}") from None
