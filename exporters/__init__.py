@@ -1,0 +1,79 @@
+"""Consumers of startup events: OpenTelemetry spans and their exporters.
+
+Spans are a projection of the event log, built identically while the run is
+live and when a stored log is replayed::
+
+    from events import MemoryLog
+    from exporters import LiveSpans, exporter_from_environment
+
+    exporter = exporter_from_environment()      # OTEL_EXPORTER_OTLP_* ...
+    if exporter is not None:
+        live = LiveSpans(exporter)
+        log.subscribe(live)
+        ...
+        live.shutdown(timeout_s=5.0)
+
+    # later, anywhere, from the logs alone:
+    from events import merge, read_log
+    from exporters import JaegerJsonExporter, export_events
+
+    export_events(merge(read_log(p) for p in paths), JaegerJsonExporter("trace.json"))
+
+This package depends on :mod:`events` and OpenTelemetry only.
+"""
+
+from ._environment import OTLP_PROTOCOLS as OTLP_PROTOCOLS
+from ._environment import console_exporter as console_exporter
+from ._environment import exporter_from_environment as exporter_from_environment
+from ._environment import otlp_exporter as otlp_exporter
+from ._environment import otlp_grpc_exporter as otlp_grpc_exporter
+from ._environment import otlp_http_exporter as otlp_http_exporter
+from ._errors import ExportersError as ExportersError
+from ._errors import SpanExportError as SpanExportError
+from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
+from ._jaeger import jaeger_document as jaeger_document
+from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME
+from ._live import LiveSpans as LiveSpans
+from ._propagation import TraceParent as TraceParent
+from ._propagation import context_with_span as context_with_span
+from ._propagation import format_traceparent as format_traceparent
+from ._propagation import parse_traceparent as parse_traceparent
+from ._replay import export_events as export_events
+from ._spans import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
+from ._spans import ROOT_SPAN_NAME as ROOT_SPAN_NAME
+from ._spans import SCOPE_NAME as SCOPE_NAME
+from ._spans import SeverityOf as SeverityOf
+from ._spans import SpanProjection as SpanProjection
+from ._spans import default_severity as default_severity
+from ._spans import instrumentation_scope as instrumentation_scope
+from ._spans import rank_resource as rank_resource
+from ._spans import spans_from_events as spans_from_events
+
+__all__ = [
+    "DEFAULT_SERVICE_NAME",
+    "OTLP_PROTOCOLS",
+    "ROOT_SPAN_NAME",
+    "SCOPE_NAME",
+    "TRACING_LOGGER_NAME",
+    "ExportersError",
+    "JaegerJsonExporter",
+    "LiveSpans",
+    "SeverityOf",
+    "SpanExportError",
+    "SpanProjection",
+    "TraceParent",
+    "console_exporter",
+    "context_with_span",
+    "default_severity",
+    "export_events",
+    "exporter_from_environment",
+    "format_traceparent",
+    "instrumentation_scope",
+    "jaeger_document",
+    "otlp_exporter",
+    "otlp_grpc_exporter",
+    "otlp_http_exporter",
+    "parse_traceparent",
+    "rank_resource",
+    "spans_from_events",
+]

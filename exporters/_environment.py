@@ -1,0 +1,236 @@
+"""Span exporters chosen by explicit options or by the standard
+OpenTelemetry environment variables.
+
+Variables read by :func:`exporter_from_environment` (each ``*_TRACES_*``
+variable wins over its generic form)::
+
+    OTEL_SDK_DISABLED                 "true" → no exporter
+    OTEL_TRACES_EXPORTER              otlp | console | none, comma-separated;
+                                      unset → otlp when an endpoint is set,
+                                      else no exporter (tracing is opt-in)
+    OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL  grpc (default) | http/protobuf
+    OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT  collector address; the generic
+                                      form gets "/v1/traces" appended for
+                                      http/protobuf, as the specification says
+    OTEL_EXPORTER_OTLP_[TRACES_]HEADERS   "key=value,key2=value2"
+    OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT   seconds per export (as
+                                      opentelemetry-python reads it)
+
+Certificates, compression and ``..._INSECURE`` are left to the OpenTelemetry
+exporters, which read them from :data:`os.environ`. The gRPC and HTTP
+exporter modules are imported only when such an exporter is created, so
+``import exporters`` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
+from opentelemetry.util.re import parse_env_headers
+
+__all__ = [
+    "OTLP_PROTOCOLS",
+    "console_exporter",
+    "exporter_from_environment",
+    "otlp_exporter",
+    "otlp_grpc_exporter",
+    "otlp_http_exporter",
+]
+
+#: The OTLP transports this package can create, as the protocol variables
+#: spell them.
+OTLP_PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
+_TRACES_EXPORTERS = ("otlp", "console", "none")
+_DEFAULT_PROTOCOL = "grpc"
+_HTTP_TRACES_PATH = "v1/traces"
+
+
+def otlp_grpc_exporter(
+    endpoint: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    insecure: bool | None = None,
+) -> SpanExporter:
+    """An OTLP/gRPC span exporter.
+
+    Args:
+        endpoint: ``http://host:4317`` (plain text), ``https://host:4317``
+            (TLS) or ``host:port``; ``None`` lets the exporter read the
+            environment (default ``localhost:4317``).
+        headers: gRPC metadata sent with every export.
+        timeout_s: bound on one export, retries included (default: the
+            ``..._TIMEOUT`` variable, else 10 s).
+        insecure: force plain text or TLS; ``None`` decides from the scheme.
+    """
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(
+        endpoint=endpoint,
+        insecure=insecure,
+        headers=dict(headers) if headers else None,
+        timeout=timeout_s,
+    )
+
+
+def otlp_http_exporter(
+    endpoint: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> SpanExporter:
+    """An OTLP/HTTP (protobuf) span exporter.
+
+    Args:
+        endpoint: the full traces URL, e.g. ``http://host:4318/v1/traces``;
+            ``None`` lets the exporter read the environment (default
+            ``http://localhost:4318/v1/traces``).
+        headers: HTTP headers sent with every export.
+        timeout_s: bound on one export, retries included (default: the
+            ``..._TIMEOUT`` variable, else 10 s).
+    """
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(
+        endpoint=endpoint,
+        headers=dict(headers) if headers else None,
+        timeout=timeout_s,
+    )
+
+
+def otlp_exporter(
+    protocol: str = _DEFAULT_PROTOCOL,
+    *,
+    endpoint: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> SpanExporter:
+    """An OTLP span exporter for ``protocol`` (one of :data:`OTLP_PROTOCOLS`).
+
+    Raises:
+        ValueError: unknown protocol; the message names it and the valid ones.
+    """
+    if protocol == "grpc":
+        return otlp_grpc_exporter(endpoint, headers=headers, timeout_s=timeout_s)
+    if protocol == "http/protobuf":
+        return otlp_http_exporter(endpoint, headers=headers, timeout_s=timeout_s)
+    raise ValueError(_unknown_protocol(protocol, "protocol"))
+
+
+def console_exporter(stream: TextIO | None = None) -> SpanExporter:
+    """OpenTelemetry's console exporter: one JSON document per span, written
+    to ``stream`` (default :data:`sys.stdout`)."""
+    return ConsoleSpanExporter(out=sys.stdout if stream is None else stream)
+
+
+def exporter_from_environment(
+    environ: Mapping[str, str] | None = None, *, timeout_s: float | None = None
+) -> SpanExporter | None:
+    """The exporter the standard variables ask for (see the module
+    documentation), or ``None`` when tracing is off.
+
+    Args:
+        environ: the variables (default :data:`os.environ`).
+        timeout_s: bound on one OTLP export; overrides the timeout variables.
+
+    Raises:
+        ValueError: a variable holds an unknown protocol or exporter name, or a
+            timeout that is not a number; the message names the variable, the
+            value and the valid choices.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    names_text = env.get("OTEL_TRACES_EXPORTER", "").strip()
+    if not names_text:
+        if not (
+            env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        ):
+            return None
+        names_text = "otlp"
+    names = [name.strip().lower() for name in names_text.split(",") if name.strip()]
+    for name in names:
+        if name not in _TRACES_EXPORTERS:
+            raise ValueError(
+                f"unknown span exporter {name!r} in OTEL_TRACES_EXPORTER; "
+                f"valid: {', '.join(_TRACES_EXPORTERS)}"
+            )
+    if "none" in names:
+        return None
+    exporters = [
+        _otlp_from_environment(env, timeout_s) if name == "otlp" else console_exporter()
+        for name in dict.fromkeys(names)
+    ]
+    return exporters[0] if len(exporters) == 1 else _FanOutExporter(exporters)
+
+
+def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter:
+    protocol_variable, protocol = _first_set(
+        env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
+    protocol = (protocol or _DEFAULT_PROTOCOL).strip()
+    if protocol not in OTLP_PROTOCOLS:
+        raise ValueError(_unknown_protocol(protocol, protocol_variable))
+
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
+    if endpoint is None:
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+        if endpoint is not None and protocol == "http/protobuf":
+            endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
+
+    _, headers_text = _first_set(
+        env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"
+    )
+    headers = parse_env_headers(headers_text, liberal=True) if headers_text else None
+
+    if timeout_s is None:
+        timeout_variable, timeout_text = _first_set(
+            env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
+        )
+        if timeout_text:
+            try:
+                timeout_s = float(timeout_text)
+            except ValueError:
+                raise ValueError(
+                    f"{timeout_variable}={timeout_text!r} is not a number of seconds"
+                ) from None
+    return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
+
+
+def _first_set(env: Mapping[str, str], *names: str) -> tuple[str, str | None]:
+    for name in names:
+        value = env.get(name)
+        if value:
+            return name, value
+    return names[-1], None
+
+
+def _unknown_protocol(value: str, where: str) -> str:
+    return f"unknown OTLP protocol {value!r} in {where}; valid: {', '.join(OTLP_PROTOCOLS)}"
+
+
+class _FanOutExporter(SpanExporter):
+    """Sends every batch to several exporters (``OTEL_TRACES_EXPORTER=otlp,console``)."""
+
+    def __init__(self, exporters: Sequence[SpanExporter]) -> None:
+        self.members = tuple(exporters)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        results = [exporter.export(spans) for exporter in self.members]
+        if all(result is SpanExportResult.SUCCESS for result in results):
+            return SpanExportResult.SUCCESS
+        return SpanExportResult.FAILURE
+
+    def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
+        for exporter in self.members:
+            exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        # Every member is flushed, even after one fails.
+        results = [exporter.force_flush(timeout_millis) for exporter in self.members]
+        return all(results)

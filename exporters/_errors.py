@@ -1,0 +1,34 @@
+"""Errors raised by the exporters package.
+
+::
+
+    ExportersError          base of everything this package raises on purpose
+    └── SpanExportError     an exporter refused a batch of replayed spans
+"""
+
+from __future__ import annotations
+
+__all__ = ["ExportersError", "SpanExportError"]
+
+
+class ExportersError(Exception):
+    """Base class of the errors this package raises on purpose."""
+
+
+class SpanExportError(ExportersError):
+    """An exporter reported failure while replayed spans were sent.
+
+    Attributes:
+        exporter: the exporter's class name.
+        exported: spans delivered before the failing batch.
+        total: spans that were to be delivered.
+    """
+
+    def __init__(self, *, exporter: str, exported: int, total: int) -> None:
+        self.exporter = exporter
+        self.exported = exported
+        self.total = total
+        super().__init__(
+            f"{exporter} failed to export spans: {exported} of {total} delivered; "
+            f"the event log still holds them, export again when the collector is reachable"
+        )

@@ -1,0 +1,299 @@
+"""Live span export: an event-log subscriber that never holds up the run.
+
+:class:`LiveSpans` is subscribed to a rank's log. Each appended event goes
+through the same :class:`~exporters.SpanProjection` that replay uses; a span
+finished by that event is handed to a :class:`BatchSpanProcessor`, which only
+enqueues it: exporting happens on the processor's own thread. A collector
+that is down or slow therefore costs the run nothing while it runs, and at
+the end at most the ``timeout_s`` given to :meth:`LiveSpans.force_flush` /
+:meth:`LiveSpans.shutdown`. The first failed export is logged once (logger
+``exporters.tracing``); the spans stay recoverable from the log by replay
+export.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from events import Event
+
+from ._spans import SeverityOf, SpanProjection
+
+__all__ = ["TRACING_LOGGER_NAME", "LiveSpans"]
+
+#: The stdlib logger tracing problems are reported on.
+TRACING_LOGGER_NAME = "exporters.tracing"
+
+_logger = logging.getLogger(TRACING_LOGGER_NAME)
+
+
+class LiveSpans:
+    """Turns a rank's events into spans as they are appended and exports them
+    in the background.
+
+    Use it as a log subscriber::
+
+        live = LiveSpans(exporter_from_environment())
+        log.subscribe(live)
+        ...                              # run the startup
+        live.shutdown(timeout_s=5.0)     # flush what is left, release the exporter
+
+    Calling it with an event never blocks on the exporter and never raises:
+    a problem building a span is logged once and the event is skipped, so
+    tracing can never fail the run. It is safe to call from several threads.
+
+    Args:
+        exporter: where spans go (OTLP, console, Jaeger JSON, in-memory...).
+            ``LiveSpans`` owns it from now on and shuts it down.
+        severity_of: the severity hook of the projection (see
+            :class:`~exporters.SpanProjection`).
+        max_queue_size, schedule_delay_s, max_export_batch_size: batching
+            knobs of the :class:`BatchSpanProcessor`; ``None`` takes the
+            SDK's default (or its ``OTEL_BSP_*`` variable).
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        severity_of: SeverityOf | None = None,
+        max_queue_size: int | None = None,
+        schedule_delay_s: float | None = None,
+        max_export_batch_size: int | None = None,
+    ) -> None:
+        self._projection = SpanProjection(severity_of=severity_of)
+        self._exporter = _GuardedExporter(exporter)
+        self._processor = BatchSpanProcessor(
+            self._exporter,
+            max_queue_size=max_queue_size,
+            schedule_delay_millis=None if schedule_delay_s is None else schedule_delay_s * 1000,
+            max_export_batch_size=max_export_batch_size,
+        )
+        self._lock = threading.Lock()
+        # Shutdown has its own re-entrant lock: it may run from a signal
+        # handler that interrupted this thread inside __call__.
+        self._shutdown_lock = threading.RLock()
+        self._closed = False
+        self._feed_failed = False
+
+    @property
+    def span_processor(self) -> BatchSpanProcessor:
+        """The batch processor spans go through. Add it to an SDK
+        ``TracerProvider`` (with :func:`~exporters.rank_resource` as its
+        resource) to export the spans that probe code creates through the same
+        queue; :meth:`shutdown` shuts it down."""
+        return self._processor
+
+    @property
+    def export_failures(self) -> int:
+        """How many exports have failed so far."""
+        return self._exporter.failures
+
+    def __call__(self, event: Event) -> None:
+        """Project ``event``; enqueue the spans it finished. Never raises."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                spans = self._projection.feed(event)
+            except Exception:
+                if not self._feed_failed:
+                    self._feed_failed = True
+                    _logger.warning(
+                        "could not build spans from %s (rank %d, seq %d); tracing skips the "
+                        "events it cannot project (further problems are not logged)",
+                        event.TYPE,
+                        event.rank,
+                        event.seq,
+                        exc_info=True,
+                    )
+                return
+            for span in spans:
+                self._processor.on_end(span)
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export every finished span now, waiting at most ``timeout_s``.
+
+        Returns:
+            ``True`` when everything queued was exported successfully in
+            time; ``False`` on timeout, on a failed export, or after
+            :meth:`shutdown`.
+        """
+        if self._closed:
+            return False
+        failures = self._exporter.failures
+        flushed = _call_with_timeout(self._processor.force_flush, timeout_s)
+        return flushed is True and self._exporter.failures == failures
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush what is queued (waiting at most ``timeout_s`` in all), then
+        release the exporter. Later events are ignored. Spans of steps still
+        open are not exported: replay export recovers them from the log.
+        Calling it twice is harmless."""
+        with self._shutdown_lock:
+            if self._closed:
+                return
+            self._closed = True
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        _call_with_timeout(self._processor.force_flush, timeout_s)
+        # Abort an export still in flight (gRPC retries, a slow collector);
+        # from now on exports fail fast, so the processor's own shutdown,
+        # which exports whatever is left, cannot wait on the network.
+        self._exporter.close(timeout_s=max(deadline - time.monotonic(), 0.0))
+        _call_with_timeout(self._processor.shutdown, max(deadline - time.monotonic(), 0.1))
+
+
+def _call_with_timeout(function: Callable[[], object], timeout_s: float) -> object:
+    """``function()`` on a helper thread; its result, or ``None`` if it did
+    not return within ``timeout_s`` (it then finishes in the background).
+
+    The SDK's flush and shutdown ignore their timeouts while an export runs;
+    this is what bounds them.
+    """
+    results: list[object] = []
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            results.append(function())
+        except Exception:
+            _logger.debug("span flush failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="exporters-span-flush", daemon=True).start()
+    if done.wait(max(timeout_s, 0.0)) and results:
+        return results[0]
+    return None
+
+
+class _GuardedExporter(SpanExporter):
+    """Wraps the user's exporter: counts failures, logs the first one once,
+    and after :meth:`close` refuses to touch the network again."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._closed = False
+        self._reported = False
+        self.failures = 0
+        _quiet_opentelemetry_loggers(inner)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._closed:
+            return SpanExportResult.FAILURE
+        with _captured_messages() as messages:
+            try:
+                result = self._inner.export(spans)
+                problem = None if result is SpanExportResult.SUCCESS else "export failed"
+            except Exception as exc:
+                result = SpanExportResult.FAILURE
+                problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            self._report(_describe(messages) or problem, len(spans))
+        return result
+
+    def _report(self, detail: str, count: int) -> None:
+        with self._lock:
+            self.failures += 1
+            if self._reported:
+                return
+            self._reported = True
+        _logger.warning(
+            "could not export %d span(s) with %s: %s. The run goes on; the spans stay in the "
+            "event log and can be exported later with replay export. Further export failures "
+            "are not logged.",
+            count,
+            type(self._inner).__name__,
+            detail,
+        )
+
+    def close(self, timeout_s: float) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with _captured_messages():
+            try:
+                _shutdown(self._inner, timeout_s)
+            except Exception:
+                _logger.debug("span exporter shutdown failed", exc_info=True)
+
+    def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
+        self.close(timeout_millis / 1000)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self._closed:
+            return False
+        return self._inner.force_flush(timeout_millis)
+
+
+def _describe(messages: Sequence[str]) -> str:
+    """What the exporter said about a failed batch: its first complaint
+    (usually the transport error) and its final verdict."""
+    parts = [message.strip().rstrip(".") for message in dict.fromkeys(messages)]
+    if len(parts) > 2:
+        parts = [parts[0], parts[-1]]
+    return "; then: ".join(part for part in parts if part)
+
+
+def _shutdown(exporter: SpanExporter, timeout_s: float) -> None:
+    if "timeout_millis" in inspect.signature(exporter.shutdown).parameters:
+        exporter.shutdown(timeout_millis=timeout_s * 1000)  # type: ignore[call-arg]  # OTLP exporters take it
+    else:
+        exporter.shutdown()
+
+
+# While a guarded export runs, the OpenTelemetry exporter's own log records
+# (one warning per retry, one error per failed batch) are captured on that
+# thread instead of printed: the first and the last (the transport error and
+# the final verdict) become the detail of our single message. Records from other threads, and
+# from code that is not ours to guard, pass through untouched.
+_capture = threading.local()
+
+
+class _CaptureFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        messages: list[str] | None = getattr(_capture, "messages", None)
+        if messages is None:
+            return True
+        try:
+            messages.append(record.getMessage())
+        except Exception:
+            messages.append(str(record.msg))
+        return False
+
+
+_CAPTURE_FILTER = _CaptureFilter()
+
+
+def _quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
+    # A fan-out exporter (OTEL_TRACES_EXPORTER=otlp,console) holds the real ones.
+    for member in getattr(exporter, "members", ()):
+        _quiet_opentelemetry_loggers(member)
+    for cls in type(exporter).__mro__:
+        module = cls.__module__
+        if module.startswith("opentelemetry."):
+            logger = logging.getLogger(module)
+            if _CAPTURE_FILTER not in logger.filters:
+                logger.addFilter(_CAPTURE_FILTER)
+
+
+@contextmanager
+def _captured_messages() -> Iterator[list[str]]:
+    previous: list[str] | None = getattr(_capture, "messages", None)
+    messages: list[str] = []
+    _capture.messages = messages
+    try:
+        yield messages
+    finally:
+        _capture.messages = previous

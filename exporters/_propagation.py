@@ -1,0 +1,156 @@
+"""Carrying a recorded span across threads and processes.
+
+The runtime records hex ids in its events; OpenTelemetry wants integers in a
+:class:`~opentelemetry.trace.SpanContext`, and child processes want a W3C
+``traceparent`` string in their environment (``TRACEPARENT``). This module
+converts between the three, strictly: a malformed id is an error, never a
+silently new trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+__all__ = [
+    "TraceParent",
+    "context_with_span",
+    "format_traceparent",
+    "parse_traceparent",
+]
+
+_HEX = frozenset("0123456789abcdef")
+_VERSION_00_LENGTH = 55
+_EXPECTED_FORM = "00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"
+
+
+def _check_hex(value: str, digits: int, what: str) -> None:
+    if len(value) != digits or not _HEX.issuperset(value):
+        raise ValueError(f"{what} must be {digits} lower-case hex digits, not {value!r}")
+    if value == "0" * digits:
+        raise ValueError(f"{what} must not be all zeros")
+
+
+def trace_id_to_int(trace_id: str) -> int:
+    """``trace_id`` (32 lower-case hex digits, not all zero) as an integer.
+
+    Raises:
+        ValueError: not a valid trace id; the message shows the value.
+    """
+    _check_hex(trace_id, 32, "trace id")
+    return int(trace_id, 16)
+
+
+def span_id_to_int(span_id: str) -> int:
+    """``span_id`` (16 lower-case hex digits, not all zero) as an integer.
+
+    Raises:
+        ValueError: not a valid span id; the message shows the value.
+    """
+    _check_hex(span_id, 16, "span id")
+    return int(span_id, 16)
+
+
+def span_context(trace_id: str, span_id: str, *, is_remote: bool = False) -> SpanContext:
+    """A sampled :class:`~opentelemetry.trace.SpanContext` for recorded hex ids.
+
+    Raises:
+        ValueError: an id is not lower-case hex of the right length, or is zero.
+    """
+    return SpanContext(
+        trace_id=trace_id_to_int(trace_id),
+        span_id=span_id_to_int(span_id),
+        is_remote=is_remote,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+
+
+def context_with_span(trace_id: str, span_id: str, context: Context | None = None) -> Context:
+    """An OpenTelemetry :class:`~opentelemetry.context.Context` in which the
+    recorded span ``(trace_id, span_id)`` is the current span.
+
+    Attach it (``opentelemetry.context.attach``) around a step's work and any
+    span a probe creates with the global tracer becomes a child of the step's
+    span. The span in the context is a :class:`~opentelemetry.trace.NonRecordingSpan`
+    (the real span is built from the events when the step ends) with a
+    sampled, local (``is_remote=False``) span context. ``context`` is the
+    context to extend (default: the current one).
+
+    Raises:
+        ValueError: an id is malformed.
+    """
+    return trace.set_span_in_context(NonRecordingSpan(span_context(trace_id, span_id)), context)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TraceParent:
+    """A parsed W3C ``traceparent``: ids as lower-case hex, and the sampled flag.
+
+    ``str(parent)`` gives the version-00 header form.
+    """
+
+    trace_id: str
+    span_id: str
+    sampled: bool = True
+
+    def __str__(self) -> str:
+        return format_traceparent(self.trace_id, self.span_id, sampled=self.sampled)
+
+
+def format_traceparent(trace_id: str, span_id: str, *, sampled: bool = True) -> str:
+    """The W3C version-00 ``traceparent`` value for a span, e.g.
+    ``00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01``.
+
+    Raises:
+        ValueError: an id is not lower-case hex of the right length, or is zero.
+    """
+    _check_hex(trace_id, 32, "trace id")
+    _check_hex(span_id, 16, "span id")
+    return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
+
+
+def parse_traceparent(value: str) -> TraceParent:
+    """Parse a W3C ``traceparent`` value (surrounding whitespace ignored).
+
+    Follows the W3C Trace Context rules: version ``ff`` is invalid; version
+    ``00`` is exactly 55 characters; a later version may append fields after
+    a ``-``, which are ignored; ids are lower-case hex and not all zeros.
+
+    Raises:
+        ValueError: the value is malformed; the message shows it, says why and
+            gives the expected form.
+    """
+    text = value.strip()
+    try:
+        _parse_fields(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"invalid traceparent {value!r}: {exc}; expected {_EXPECTED_FORM}"
+        ) from None
+    return TraceParent(
+        trace_id=text[3:35], span_id=text[36:52], sampled=bool(int(text[53:55], 16) & 1)
+    )
+
+
+def _parse_fields(text: str) -> None:
+    if len(text) < _VERSION_00_LENGTH:
+        raise ValueError(f"too short ({len(text)} characters, at least {_VERSION_00_LENGTH})")
+    version = text[0:2]
+    if not _HEX.issuperset(version):
+        raise ValueError(f"version must be 2 lower-case hex digits, not {version!r}")
+    if version == "ff":
+        raise ValueError("version ff is forbidden")
+    if version == "00" and len(text) != _VERSION_00_LENGTH:
+        raise ValueError(f"version 00 must be exactly {_VERSION_00_LENGTH} characters")
+    if len(text) > _VERSION_00_LENGTH and text[_VERSION_00_LENGTH] != "-":
+        raise ValueError("fields must be separated by '-'")
+    if text[2] != "-" or text[35] != "-" or text[52] != "-":
+        raise ValueError("fields must be separated by '-'")
+    _check_hex(text[3:35], 32, "trace id")
+    _check_hex(text[36:52], 16, "span id")
+    flags = text[53:55]
+    if not _HEX.issuperset(flags):
+        raise ValueError(f"flags must be 2 lower-case hex digits, not {flags!r}")

@@ -1,0 +1,642 @@
+"""Spans are a projection of events.
+
+:class:`SpanProjection` folds a stream of events (one rank's, or several
+ranks' merged) into finished OpenTelemetry spans, built by hand as
+:class:`opentelemetry.sdk.trace.ReadableSpan` objects carrying exactly what
+the events recorded: trace id, span id, parent span id, start and end
+wall-clock times. Nothing is read from the clock or from a random source, so
+the live run (which feeds events one by one as they are appended) and a
+replay of the stored log (:func:`spans_from_events`) produce equal spans.
+
+The mapping::
+
+    run.started ... run.finished      root span "startup" of the rank
+    step.started ... terminal event   span named by the step path
+    recorded exception (and every     span event "exception" at the terminal
+      member of its cause chain)        event's time
+    decision.made                     span event "startup.decision"
+
+Span status follows severity: ``ERROR`` when the outcome's severity (from
+the ``severity_of`` hook, by default :func:`default_severity`) is WARNING or
+worse, else ``UNSET`` (never ``OK``).
+
+A rank whose log stops without ``run.finished`` (the process died) gets its
+open spans closed at its last event's time with status ERROR and outcome
+``incomplete`` when :meth:`SpanProjection.finish` is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import json
+import signal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeAlias
+
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from events import (
+    DecisionMade,
+    Event,
+    ExceptionInfo,
+    Outcome,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    Severity,
+    StepCancelled,
+    StepCrashed,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    StepTimedOut,
+    StepUnavailable,
+    outcome_of,
+)
+
+from ._propagation import span_context
+
+__all__ = [
+    "DEFAULT_SERVICE_NAME",
+    "ROOT_SPAN_NAME",
+    "SCOPE_NAME",
+    "SeverityOf",
+    "SpanProjection",
+    "default_severity",
+    "instrumentation_scope",
+    "rank_resource",
+    "spans_from_events",
+]
+
+#: ``severity_of(rank, step, outcome_event)``: the severity of a step's
+#: outcome, or ``None`` when it has none (the span then stays UNSET and has
+#: no ``startup.severity`` attribute).
+SeverityOf: TypeAlias = Callable[[int, str, Event], Severity | None]
+
+#: Name of every rank's root span.
+ROOT_SPAN_NAME = "startup"
+#: Instrumentation scope name of every span.
+SCOPE_NAME = "startup-orchestrator"
+#: ``service.name`` when neither ``OTEL_SERVICE_NAME`` nor
+#: ``OTEL_RESOURCE_ATTRIBUTES`` names one.
+DEFAULT_SERVICE_NAME = "startup-orchestrator"
+
+_PREFIX = "startup."
+_INCOMPLETE = RunOutcome.INCOMPLETE.value
+_ROOT_KIND = "run"
+_INT64 = range(-(2**63), 2**63)
+
+_DEFAULT_SEVERITY: Mapping[Outcome, Severity | None] = {
+    Outcome.OK: Severity.INFO,
+    Outcome.ABSENT: Severity.DEBUG,
+    Outcome.UNAVAILABLE: Severity.DEBUG,
+    Outcome.INVALID: Severity.DEBUG,
+    Outcome.FAILED: Severity.ERROR,
+    Outcome.TIMED_OUT: Severity.ERROR,
+    Outcome.CRASHED: Severity.ERROR,
+    Outcome.CANCELLED: None,
+}
+
+
+def default_severity(rank: int, step: str, outcome_event: Event) -> Severity | None:
+    """The severity used when no policy is plugged in.
+
+    failed, timed_out, crashed → ERROR; absent, unavailable, invalid → DEBUG;
+    ok → INFO; cancelled (and any non-terminal event) → ``None``.
+    """
+    outcome = outcome_of(outcome_event)
+    return None if outcome is None else _DEFAULT_SEVERITY[outcome]
+
+
+@functools.cache
+def instrumentation_scope() -> InstrumentationScope:
+    """The instrumentation scope of every span: name ``startup-orchestrator``,
+    version the installed package version (``"0"`` when not installed)."""
+    try:
+        version = importlib.metadata.version("startup-orchestrator")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0"
+    return InstrumentationScope(SCOPE_NAME, version)
+
+
+def rank_resource(started: RunStarted) -> Resource:
+    """The OpenTelemetry resource of the rank that wrote ``started``.
+
+    Built like :meth:`Resource.create`: the SDK's defaults, then
+    ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` from the current
+    environment, then the recorded facts (``service.instance.id =
+    "{run_id}/rank-{rank}"``, ``host.name``, ``process.pid``, ``startup.run_id``,
+    rank identity), which win. ``service.name`` is ``startup-orchestrator``
+    unless the environment names one.
+    """
+    identity = started.identity
+    return _resource(
+        {
+            "service.instance.id": f"{started.run_id}/rank-{identity.rank}",
+            "host.name": started.host,
+            "process.pid": started.pid,
+            "startup.run_id": started.run_id,
+            "startup.rank": identity.rank,
+            "startup.local_rank": identity.local_rank,
+            "startup.world_size": identity.world_size,
+            "startup.local_world_size": identity.local_world_size,
+            "startup.node_rank": identity.node_rank,
+        }
+    )
+
+
+def _resource(attributes: Mapping[str, AttributeValue]) -> Resource:
+    resource = Resource.create(attributes)
+    # Resource.create falls back to "unknown_service[:executable]" when the
+    # environment names no service; ours is a better default, but an explicit
+    # OTEL_SERVICE_NAME or service.name in OTEL_RESOURCE_ATTRIBUTES must win.
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    return resource
+
+
+@dataclasses.dataclass(slots=True)
+class _Rank:
+    """What the projection remembers about one rank's stream."""
+
+    run_id: str
+    rank: int
+    common: dict[str, AttributeValue]
+    resource: Resource | None = None
+    started: RunStarted | None = None
+    finished: bool = False
+    first_wall_ns: int = 0
+    last_wall_ns: int = 0
+    open_steps: dict[str, StepStarted] = dataclasses.field(default_factory=dict)
+    pending_events: dict[str, list[SpanEvent]] = dataclasses.field(default_factory=dict)
+
+
+class SpanProjection:
+    """Folds events into finished spans, incrementally.
+
+    Feed every event of one or more ranks in log order (a merged stream keeps
+    each rank's order); :meth:`feed` returns the spans that event finished
+    (a step span on its terminal event, the root span on ``run.finished``).
+    :meth:`finish` closes what is still open as ``incomplete``. The same
+    events always give equal spans, so live export and replay agree.
+
+    Not thread-safe: one feeder at a time.
+
+    Args:
+        severity_of: ``severity_of(rank, step, outcome_event)``, the severity
+            of a step's outcome (default :func:`default_severity`).
+    """
+
+    def __init__(self, *, severity_of: SeverityOf | None = None) -> None:
+        self._severity_of: SeverityOf = severity_of or default_severity
+        self._ranks: dict[tuple[str, int], _Rank] = {}
+
+    @property
+    def open_spans(self) -> int:
+        """How many spans have started and not ended (roots included)."""
+        return sum(
+            len(state.open_steps) + (state.started is not None and not state.finished)
+            for state in self._ranks.values()
+        )
+
+    def feed(self, event: Event) -> list[ReadableSpan]:
+        """Take the next event; return the spans it finished (often none).
+
+        Raises:
+            ValueError: the event's trace or span id is malformed.
+            Exception: whatever the ``severity_of`` hook raises.
+        """
+        state = self._rank_of(event)
+        state.last_wall_ns = max(state.last_wall_ns, event.wall_ns)
+        try:
+            match event:
+                case StepStarted():
+                    state.open_steps[event.span_id] = event
+                    return []
+                case RunStarted():
+                    self._start_rank(state, event)
+                    return []
+                case RunFinished():
+                    state.finished = True
+                    return [self._root_span(state, event)]
+                case DecisionMade():
+                    self._record_decision(state, event)
+                    return []
+                case _ if outcome_of(event) is not None:
+                    started = state.open_steps.pop(event.span_id, None)
+                    return [self._step_span(state, started, event)]
+                case _:
+                    return []
+        except ValueError as exc:
+            raise ValueError(
+                f"cannot build a span from {event.TYPE} (rank {event.rank}, seq {event.seq}, "
+                f"step {event.step!r}): {exc}"
+            ) from exc
+
+    def finish(self) -> list[ReadableSpan]:
+        """Close every span still open, as ``incomplete``: the rank stopped.
+
+        Each ends at its rank's last event time with status ERROR. Ranks come
+        in (run id, rank) order, inner spans before outer ones. The projection
+        is empty afterwards.
+        """
+        spans: list[ReadableSpan] = []
+        for key in sorted(self._ranks):
+            state = self._ranks[key]
+            for started in reversed(tuple(state.open_steps.values())):
+                spans.append(self._incomplete_step_span(state, started))
+            state.open_steps.clear()
+            if state.started is not None and not state.finished:
+                state.finished = True
+                spans.append(self._root_span(state, None))
+        return spans
+
+    # Rank state -----------------------------------------------------------------------
+
+    def _rank_of(self, event: Event) -> _Rank:
+        key = (event.run_id, event.rank)
+        state = self._ranks.get(key)
+        if state is None:
+            # A stream normally opens with run.started; one that does not (a
+            # subscriber attached late) still gets spans, with the identity
+            # the envelope alone gives.
+            state = _Rank(
+                run_id=event.run_id,
+                rank=event.rank,
+                common={"startup.rank": event.rank, "startup.run_id": event.run_id},
+                first_wall_ns=event.wall_ns,
+                last_wall_ns=event.wall_ns,
+            )
+            self._ranks[key] = state
+        return state
+
+    @staticmethod
+    def _resource_of(state: _Rank) -> Resource:
+        if state.resource is None:
+            state.resource = _resource(
+                {
+                    "service.instance.id": f"{state.run_id}/rank-{state.rank}",
+                    "startup.run_id": state.run_id,
+                    "startup.rank": state.rank,
+                }
+            )
+        return state.resource
+
+    @staticmethod
+    def _start_rank(state: _Rank, started: RunStarted) -> None:
+        identity = started.identity
+        state.started = started
+        state.first_wall_ns = started.wall_ns
+        state.resource = rank_resource(started)
+        state.common = {
+            "startup.rank": identity.rank,
+            "startup.local_rank": identity.local_rank,
+            "startup.world_size": identity.world_size,
+            "startup.run_id": started.run_id,
+        }
+
+    def _record_decision(self, state: _Rank, decision: DecisionMade) -> None:
+        root_id = None if state.started is None else state.started.span_id
+        if decision.span_id in state.open_steps or root_id in (None, decision.span_id):
+            target = decision.span_id
+        elif not state.finished:
+            target = root_id
+        else:
+            return
+        attributes: dict[str, AttributeValue] = {"startup.decision.name": decision.name}
+        value = _attribute_value(decision.value)
+        if value is not None:
+            attributes["startup.decision.value"] = value
+        state.pending_events.setdefault(target, []).append(
+            SpanEvent("startup.decision", attributes, decision.wall_ns)
+        )
+
+    # Span construction ----------------------------------------------------------------
+
+    def _step_span(self, state: _Rank, started: StepStarted | None, end: Event) -> ReadableSpan:
+        outcome = outcome_of(end)
+        assert outcome is not None
+        severity = self._severity_of(end.rank, end.step, end)
+        attributes = self._step_attributes(state, started, end.step, outcome.value, severity)
+        attributes.update(_outcome_attributes(end))
+        events = state.pending_events.pop(end.span_id, [])
+        events.extend(_outcome_events(end))
+        return _readable_span(
+            name=started.step if started is not None else end.step,
+            trace_id=end.trace_id,
+            span_id=end.span_id,
+            parent_span_id=started.parent_span_id if started is not None else end.parent_span_id,
+            parent_is_remote=False,
+            start_ns=started.wall_ns if started is not None else end.wall_ns,
+            end_ns=end.wall_ns,
+            attributes=attributes,
+            events=events,
+            status=_status(severity, _short_reason(end)),
+            resource=self._resource_of(state),
+        )
+
+    def _incomplete_step_span(self, state: _Rank, started: StepStarted) -> ReadableSpan:
+        attributes = self._step_attributes(
+            state, started, started.step, _INCOMPLETE, Severity.ERROR
+        )
+        return _readable_span(
+            name=started.step,
+            trace_id=started.trace_id,
+            span_id=started.span_id,
+            parent_span_id=started.parent_span_id,
+            parent_is_remote=False,
+            start_ns=started.wall_ns,
+            end_ns=max(state.last_wall_ns, started.wall_ns),
+            attributes=attributes,
+            events=state.pending_events.pop(started.span_id, []),
+            status=Status(
+                StatusCode.ERROR,
+                f"rank {state.rank} stopped before step {started.step} finished "
+                f"(outcome {_INCOMPLETE})",
+            ),
+            resource=self._resource_of(state),
+        )
+
+    @staticmethod
+    def _step_attributes(
+        state: _Rank,
+        started: StepStarted | None,
+        step: str,
+        outcome: str,
+        severity: Severity | None,
+    ) -> dict[str, AttributeValue]:
+        attributes = dict(state.common)
+        attributes["startup.step"] = step
+        attributes["startup.kind"] = (started.kind if started is not None else StepKind.STEP).value
+        attributes["startup.outcome"] = outcome
+        if severity is not None:
+            attributes["startup.severity"] = severity.name
+        if started is not None:
+            if started.depends_on:
+                attributes["startup.depends_on"] = tuple(started.depends_on)
+            # Recorded facts (rank, step, outcome...) win over a step attribute
+            # of the same name.
+            for key, value in _prefixed(started.attributes).items():
+                attributes.setdefault(key, value)
+        return attributes
+
+    def _root_span(self, state: _Rank, end: RunFinished | None) -> ReadableSpan:
+        started = state.started
+        head: Event | None = started if started is not None else end
+        assert head is not None
+        outcome = end.outcome if end is not None else RunOutcome.INCOMPLETE
+        severity = Severity.INFO if outcome is RunOutcome.READY else Severity.ERROR
+        attributes = dict(state.common)
+        if started is not None:
+            identity = started.identity
+            attributes["startup.local_world_size"] = identity.local_world_size
+            attributes["startup.node_rank"] = identity.node_rank
+            attributes["startup.host"] = started.host
+            attributes["startup.pid"] = started.pid
+            if started.graph:
+                attributes["startup.graph"] = started.graph
+            for name, version in started.versions.items():
+                attributes[f"startup.versions.{name}"] = version
+        attributes["startup.step"] = ""
+        attributes["startup.kind"] = _ROOT_KIND
+        attributes["startup.outcome"] = outcome.value
+        attributes["startup.severity"] = severity.name
+        events = state.pending_events.pop(head.span_id, [])
+        if end is not None:
+            if end.failed_step is not None:
+                attributes["startup.failed_step"] = end.failed_step
+            if end.cause is not None:
+                events.extend(_exception_events(end.cause, end.wall_ns))
+            end_ns = end.wall_ns
+            reason = _run_reason(end)
+        else:
+            end_ns = state.last_wall_ns
+            reason = f"rank {state.rank} stopped before the run finished (outcome {_INCOMPLETE})"
+        start_ns = started.wall_ns if started is not None else state.first_wall_ns
+        return _readable_span(
+            name=ROOT_SPAN_NAME,
+            trace_id=head.trace_id,
+            span_id=head.span_id,
+            parent_span_id=head.parent_span_id,
+            # The root's parent is the launcher's span, handed over through
+            # TRACEPARENT from another process.
+            parent_is_remote=True,
+            start_ns=start_ns,
+            end_ns=max(end_ns, start_ns),
+            attributes=attributes,
+            events=events,
+            status=_status(severity, reason),
+            resource=self._resource_of(state),
+        )
+
+
+def spans_from_events(
+    events: Iterable[Event], *, severity_of: SeverityOf | None = None
+) -> list[ReadableSpan]:
+    """Every span of a stored stream (one rank, or several merged with
+    :func:`events.merge`), in the order they finished, then the spans a
+    stopped rank left open (as ``incomplete``).
+
+    Raises:
+        ValueError: an event's trace or span id is malformed.
+    """
+    projection = SpanProjection(severity_of=severity_of)
+    spans: list[ReadableSpan] = []
+    for event in events:
+        spans.extend(projection.feed(event))
+    spans.extend(projection.finish())
+    return spans
+
+
+def _readable_span(
+    *,
+    name: str,
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str | None,
+    parent_is_remote: bool,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, AttributeValue],
+    events: Sequence[SpanEvent],
+    status: Status,
+    resource: Resource,
+) -> ReadableSpan:
+    # The SDK documents ReadableSpan as built by its tracer; building it by
+    # hand is what lets a span carry recorded ids and times. The constructor
+    # contract is pinned in pyproject.toml and checked by the test suite.
+    return ReadableSpan(
+        name=name,
+        context=span_context(trace_id, span_id),
+        parent=(
+            None
+            if parent_span_id is None
+            else span_context(trace_id, parent_span_id, is_remote=parent_is_remote)
+        ),
+        resource=resource,
+        attributes=attributes,
+        events=tuple(events),
+        links=(),
+        kind=SpanKind.INTERNAL,
+        status=status,
+        start_time=start_ns,
+        end_time=end_ns,
+        instrumentation_scope=instrumentation_scope(),
+    )
+
+
+def _status(severity: Severity | None, reason: str) -> Status:
+    if severity is not None and severity >= Severity.WARNING:
+        return Status(StatusCode.ERROR, reason or None)
+    return Status(StatusCode.UNSET)
+
+
+def _short_reason(end: Event) -> str:
+    match end:
+        case StepUnavailable(reasons=reasons, cause=cause, outcome=outcome):
+            if reasons:
+                return "; ".join(reasons)
+            return cause.reason if cause is not None else outcome.value
+        case StepFailed(cause=cause):
+            return cause.reason
+        case StepTimedOut():
+            return f"TimeoutError: {_timeout_message(end)}"
+        case StepCrashed():
+            return f"ProcessCrashed: {_crash_message(end)}"
+        case StepCancelled(reason=reason):
+            return reason or Outcome.CANCELLED.value
+        case _:
+            return ""
+
+
+def _run_reason(end: RunFinished) -> str:
+    if end.cause is not None:
+        return end.cause.reason
+    if end.failed_step is not None:
+        return f"step {end.failed_step} failed"
+    return end.outcome.value
+
+
+def _outcome_attributes(end: Event) -> dict[str, AttributeValue]:
+    match end:
+        case StepUnavailable(reasons=reasons) if reasons:
+            return {"startup.reasons": tuple(reasons)}
+        case StepFailed(propagated=propagated):
+            return {"startup.propagated": propagated}
+        case StepTimedOut(timeout_s=timeout_s, elapsed_ns=elapsed_ns):
+            return {"startup.timeout_s": float(timeout_s), "startup.elapsed_ns": elapsed_ns}
+        case StepCancelled(reason=reason) if reason:
+            return {"startup.cancel_reason": reason}
+        case StepCrashed(exit_code=exit_code, signal=signal_number):
+            attributes: dict[str, AttributeValue] = {}
+            if exit_code is not None:
+                attributes["startup.exit_code"] = exit_code
+            if signal_number is not None:
+                attributes["startup.signal"] = signal_number
+            return attributes
+        case _:
+            return {}
+
+
+def _outcome_events(end: Event) -> list[SpanEvent]:
+    match end:
+        case StepUnavailable(cause=cause) | StepFailed(cause=cause) if cause is not None:
+            return _exception_events(cause, end.wall_ns)
+        case StepTimedOut():
+            return [
+                SpanEvent(
+                    "exception",
+                    {"exception.type": "TimeoutError", "exception.message": _timeout_message(end)},
+                    end.wall_ns,
+                )
+            ]
+        case StepCrashed(stderr_tail=stderr_tail):
+            return [
+                SpanEvent(
+                    "exception",
+                    {
+                        "exception.type": "ProcessCrashed",
+                        "exception.message": _crash_message(end),
+                        "exception.stacktrace": "\n".join(stderr_tail),
+                    },
+                    end.wall_ns,
+                )
+            ]
+        case _:
+            return []
+
+
+def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
+    """One ``exception`` event per recorded exception: the record, each link
+    of its cause/context chain, and the members of any exception group,
+    depth first, outermost first."""
+    return [
+        SpanEvent(
+            "exception",
+            {
+                "exception.type": member.type,
+                "exception.message": member.message,
+                "exception.stacktrace": member.format(),
+            },
+            timestamp,
+        )
+        for member in _members(info)
+    ]
+
+
+def _members(info: ExceptionInfo) -> Iterable[ExceptionInfo]:
+    for node in info.chain():
+        yield node
+        for grouped in node.exceptions:
+            yield from _members(grouped)
+
+
+def _timeout_message(end: StepTimedOut) -> str:
+    return f"step {end.step} timed out after {end.timeout_s:g} s (ran {end.elapsed_ns / 1e9:.3f} s)"
+
+
+def _crash_message(end: StepCrashed) -> str:
+    if end.signal is not None:
+        try:
+            name = signal.Signals(end.signal).name
+        except ValueError:
+            return f"step {end.step} process killed by signal {end.signal}"
+        return f"step {end.step} process killed by signal {end.signal} ({name})"
+    if end.exit_code is not None:
+        return f"step {end.step} process exited with code {end.exit_code}"
+    return f"step {end.step} process died"
+
+
+def _prefixed(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
+    out: dict[str, AttributeValue] = {}
+    for key, value in attributes.items():
+        converted = _attribute_value(value)
+        if converted is not None:
+            out[f"{_PREFIX}{key}"] = converted
+    return out
+
+
+def _attribute_value(value: object) -> AttributeValue | None:
+    """A JSON value as an OpenTelemetry attribute value: scalars as they are,
+    homogeneous lists of scalars as tuples, anything else as compact JSON;
+    ``None`` (which OpenTelemetry cannot hold) is dropped."""
+    if value is None:
+        return None
+    if isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int):
+        return value if value in _INT64 else str(value)
+    if isinstance(value, list | tuple):
+        kinds = {type(item) for item in value}
+        if len(kinds) == 1 and kinds <= {bool, str, float}:
+            return tuple(value)
+        if kinds == {int} and all(item in _INT64 for item in value):
+            return tuple(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

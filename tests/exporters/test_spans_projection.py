@@ -1,0 +1,546 @@
+"""The spans projection: names, ids, parents, times, attributes, events, status."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from events import (
+    Event,
+    ExceptionInfo,
+    Outcome,
+    RunOutcome,
+    Severity,
+    StepCancelled,
+    StepCrashed,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+)
+from exporters import (
+    DEFAULT_SERVICE_NAME,
+    ROOT_SPAN_NAME,
+    SCOPE_NAME,
+    SpanProjection,
+    default_severity,
+    instrumentation_scope,
+    spans_from_events,
+)
+from tests.exporters.event_streams import (
+    LAUNCHER_SPAN_ID,
+    MNNVL_CAUSE,
+    RUN_ID,
+    SPANS_PER_RANK,
+    TRACE_ID,
+    WORLD_SIZE,
+    ZENTORCH_CAUSE,
+    RankEvents,
+    reference_rank,
+    reference_stream,
+    severity_with_warning_attempts,
+)
+
+
+def by_name(spans: list[ReadableSpan], rank: int = 0) -> dict[str, ReadableSpan]:
+    return {
+        span.name: span
+        for span in spans
+        if span.attributes is not None and span.attributes["startup.rank"] == rank
+    }
+
+
+def fed(events: Iterable[Event]) -> list[ReadableSpan]:
+    """The spans finished while feeding ``events`` (open ones are left open)."""
+    projection = SpanProjection()
+    return [span for event in events for span in projection.feed(event)]
+
+
+def hex_span_id(span: ReadableSpan) -> str:
+    return f"{span.context.span_id:016x}"
+
+
+def hex_parent_id(span: ReadableSpan) -> str | None:
+    return None if span.parent is None else f"{span.parent.span_id:016x}"
+
+
+def test_every_rank_lands_in_one_trace_with_the_recorded_ids_and_times() -> None:
+    stream = reference_stream()
+    spans = spans_from_events(stream)
+
+    assert len(spans) == WORLD_SIZE * SPANS_PER_RANK
+    assert {span.context.trace_id for span in spans} == {int(TRACE_ID, 16)}
+    assert len({span.context.span_id for span in spans}) == len(spans)
+    started = {event.span_id: event for event in stream if event.TYPE == "step.started"}
+    ended = {
+        event.span_id: event
+        for event in stream
+        if event.TYPE not in ("step.started", "run.started", "decision.made")
+    }
+    roots = {event.span_id: event for event in stream if event.TYPE == "run.started"}
+    for span in spans:
+        span_id = hex_span_id(span)
+        opened = started.get(span_id) or roots[span_id]
+        assert span.start_time == opened.wall_ns
+        assert span.end_time == ended[span_id].wall_ns
+        assert hex_parent_id(span) == opened.parent_span_id
+        assert span.context.is_remote is False
+        assert span.context.trace_flags.sampled
+
+
+def test_spans_nest_as_the_graph_nests() -> None:
+    spans = by_name(spans_from_events(reference_rank(3).events), rank=3)
+    root = spans[ROOT_SPAN_NAME]
+
+    def parent_of(name: str) -> str:
+        parent = hex_parent_id(spans[name])
+        return next(n for n, span in spans.items() if hex_span_id(span) == parent)
+
+    assert hex_parent_id(root) == LAUNCHER_SPAN_ID
+    assert root.parent is not None
+    assert root.parent.is_remote  # the launcher's span came through TRACEPARENT
+    assert parent_of("platform") == ROOT_SPAN_NAME
+    assert parent_of("platform/cpu") == "platform"
+    assert parent_of("platform/cpu/zentorch") == "platform/cpu"
+    assert parent_of("allreduce/workspace") == ROOT_SPAN_NAME
+    assert parent_of("allreduce/workspace/mnnvl") == "allreduce/workspace"
+    assert parent_of("allreduce/workspace/trtllm") == "allreduce/workspace"
+
+
+def test_attributes_carry_rank_identity_step_kind_outcome_severity_and_step_facts() -> None:
+    spans = by_name(spans_from_events(reference_rank(5).events), rank=5)
+
+    mnnvl = dict(spans["allreduce/workspace/mnnvl"].attributes or {})
+    assert mnnvl == {
+        "startup.rank": 5,
+        "startup.local_rank": 1,
+        "startup.world_size": WORLD_SIZE,
+        "startup.run_id": RUN_ID,
+        "startup.step": "allreduce/workspace/mnnvl",
+        "startup.kind": "attempt",
+        "startup.outcome": "unavailable",
+        "startup.severity": "DEBUG",
+        "startup.backend": "mnnvl",
+        "startup.priority": 0,
+        "startup.reasons": (MNNVL_CAUSE.reason,),
+    }
+    cpu = spans["platform/cpu"].attributes or {}
+    assert cpu["startup.candidate"] == "cpu"
+    assert cpu["startup.kind"] == "candidate"
+    assert cpu["startup.outcome"] == "ok"
+    assert cpu["startup.severity"] == "INFO"
+    workspace = spans["allreduce/workspace"].attributes or {}
+    assert workspace["startup.depends_on"] == ("platform",)
+
+    root = dict(spans[ROOT_SPAN_NAME].attributes or {})
+    assert root["startup.kind"] == "run"
+    assert root["startup.outcome"] == "ready"
+    assert root["startup.step"] == ""
+    assert root["startup.node_rank"] == 1
+    assert root["startup.local_world_size"] == 4
+    assert root["startup.host"] == "node-1"
+    assert root["startup.pid"] == 4005
+    assert root["startup.graph"] == "engine"
+    assert root["startup.versions.torch"] == "2.6.0"
+
+
+def test_recorded_facts_win_over_step_attributes_of_the_same_name() -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("probe", attributes={"rank": 99, "outcome": "fake", "note": "kept"})
+    builder.end(StepSucceeded, "probe")
+    (span,) = fed(builder.events)
+
+    assert span.attributes is not None
+    assert span.attributes["startup.rank"] == 0
+    assert span.attributes["startup.outcome"] == "ok"
+    assert span.attributes["startup.note"] == "kept"
+
+
+def test_step_attribute_values_become_valid_opentelemetry_values() -> None:
+    builder = RankEvents(0).run_started()
+    builder.start(
+        "probe",
+        attributes={
+            "names": ["a", "b"],
+            "flags": [True, False],
+            "ratios": [0.5, 1.5],
+            "counts": [1, 2],
+            "mixed": [1, "a"],
+            "nested": {"b": 1, "a": [None]},
+            "huge": 2**70,
+            "missing": None,
+            "empty": [],
+        },
+    )
+    builder.end(StepSucceeded, "probe")
+    (span,) = fed(builder.events)
+    attributes = span.attributes or {}
+
+    assert attributes["startup.names"] == ("a", "b")
+    assert attributes["startup.flags"] == (True, False)
+    assert attributes["startup.ratios"] == (0.5, 1.5)
+    assert attributes["startup.counts"] == (1, 2)
+    assert attributes["startup.mixed"] == '[1,"a"]'
+    assert attributes["startup.nested"] == '{"a":[null],"b":1}'
+    assert attributes["startup.huge"] == str(2**70)
+    assert attributes["startup.empty"] == "[]"
+    assert "startup.missing" not in attributes
+
+
+def test_every_exception_of_the_cause_chain_is_an_exception_event() -> None:
+    builder = reference_rank(0)
+    zentorch_end = next(
+        event
+        for event in builder.events
+        if event.step == "platform/cpu/zentorch" and event.TYPE == "step.unavailable"
+    )
+    spans = by_name(spans_from_events(builder.events))
+    zentorch = spans["platform/cpu/zentorch"]
+
+    chain = ZENTORCH_CAUSE.chain()
+    assert (
+        [event.name for event in zentorch.events] == ["exception"] * len(chain) == ["exception"] * 2
+    )
+    for event, member in zip(zentorch.events, chain, strict=True):
+        assert event.timestamp == zentorch_end.wall_ns
+        assert dict(event.attributes or {}) == {
+            "exception.type": member.type,
+            "exception.message": member.message,
+            "exception.stacktrace": member.format(),
+        }
+    assert [dict(e.attributes or {})["exception.type"] for e in zentorch.events] == [
+        "OSError",
+        "FileNotFoundError",
+    ]
+
+
+def test_group_members_and_their_causes_are_exception_events_too() -> None:
+    inner = ExceptionInfo(type="KeyError", message="'cuda'", reason="KeyError: 'cuda'")
+    first = ExceptionInfo(type="ValueError", message="bad", reason="ValueError: bad", cause=inner)
+    second = ExceptionInfo(type="TypeError", message="worse", reason="TypeError: worse")
+    group = ExceptionInfo(
+        type="ExceptionGroup",
+        message="probes failed (2 sub-exceptions)",
+        reason="ExceptionGroup: probes failed (2 sub-exceptions)",
+        exceptions=(first, second),
+    )
+    builder = RankEvents(0).run_started()
+    builder.start("probe")
+    builder.end(StepFailed, "probe", cause=group)
+    (span,) = fed(builder.events)
+
+    types = [dict(event.attributes or {})["exception.type"] for event in span.events]
+    assert types == ["ExceptionGroup", "ValueError", "KeyError", "TypeError"]
+
+
+def test_status_follows_severity_and_is_never_ok() -> None:
+    spans = spans_from_events(reference_stream(), severity_of=severity_with_warning_attempts)
+    for rank in range(WORLD_SIZE):
+        named = by_name(spans, rank)
+        mnnvl = named["allreduce/workspace/mnnvl"]
+        assert mnnvl.status.status_code is StatusCode.ERROR
+        assert mnnvl.status.description == MNNVL_CAUSE.reason
+        assert (mnnvl.attributes or {})["startup.severity"] == "WARNING"
+        # The fallback recovered: the parent step stays unset.
+        for name in (
+            "allreduce/workspace",
+            "allreduce/workspace/trtllm",
+            "platform",
+            "platform/cpu",
+            "platform/cpu/zentorch",  # unavailable at DEBUG
+            ROOT_SPAN_NAME,
+        ):
+            assert named[name].status.status_code is StatusCode.UNSET, name
+            assert named[name].status.description is None
+    assert all(span.status.status_code is not StatusCode.OK for span in spans)
+
+
+def test_without_a_hook_unavailable_attempts_stay_unset() -> None:
+    spans = by_name(spans_from_events(reference_rank(0).events))
+    assert spans["allreduce/workspace/mnnvl"].status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        (Outcome.OK, Severity.INFO),
+        (Outcome.ABSENT, Severity.DEBUG),
+        (Outcome.UNAVAILABLE, Severity.DEBUG),
+        (Outcome.INVALID, Severity.DEBUG),
+        (Outcome.FAILED, Severity.ERROR),
+        (Outcome.TIMED_OUT, Severity.ERROR),
+        (Outcome.CRASHED, Severity.ERROR),
+        (Outcome.CANCELLED, None),
+    ],
+)
+def test_default_severity(outcome: Outcome, expected: Severity | None) -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("probe")
+    cause = ExceptionInfo(type="RuntimeError", message="x", reason="RuntimeError: x")
+    match outcome:
+        case Outcome.OK:
+            builder.end(StepSucceeded, "probe")
+        case Outcome.ABSENT | Outcome.UNAVAILABLE | Outcome.INVALID:
+            builder.end(StepUnavailable, "probe", outcome=outcome)
+        case Outcome.FAILED:
+            builder.end(StepFailed, "probe", cause=cause)
+        case Outcome.TIMED_OUT:
+            builder.end(StepTimedOut, "probe", timeout_s=1.0, elapsed_ns=10**9)
+        case Outcome.CRASHED:
+            builder.end(StepCrashed, "probe", exit_code=1)
+        case Outcome.CANCELLED:
+            builder.end(StepCancelled, "probe")
+    assert default_severity(0, "probe", builder.events[-1]) is expected
+    assert default_severity(0, "probe", builder.events[0]) is None
+
+
+def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
+    cause = ExceptionInfo(
+        type="RuntimeError",
+        message="unknown zentorch failure",
+        reason="RuntimeError: unknown zentorch failure",
+        context=ExceptionInfo(type="OSError", message="boom", reason="OSError: boom"),
+    )
+    builder = RankEvents(0).run_started()
+    builder.start("platform")
+    builder.end(StepFailed, "platform", cause=cause, propagated=True)
+    builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="platform")
+    step, root = spans_from_events(builder.events)
+
+    assert step.status.status_code is StatusCode.ERROR
+    assert step.status.description == "RuntimeError: unknown zentorch failure"
+    assert (step.attributes or {})["startup.propagated"] is True
+    assert [dict(e.attributes or {})["exception.type"] for e in step.events] == [
+        "RuntimeError",
+        "OSError",
+    ]
+    assert root.name == ROOT_SPAN_NAME
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.status.description == "RuntimeError: unknown zentorch failure"
+    assert (root.attributes or {})["startup.outcome"] == "failed"
+    assert (root.attributes or {})["startup.failed_step"] == "platform"
+    assert [dict(e.attributes or {})["exception.type"] for e in root.events] == [
+        "RuntimeError",
+        "OSError",
+    ]
+
+
+def test_timeout_is_a_timeout_error_event() -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.end(StepTimedOut, "attention/FLASH_ATTN", timeout_s=2.5, elapsed_ns=2_500_000_000)
+    (span,) = fed(builder.events)
+
+    assert span.status.status_code is StatusCode.ERROR
+    (event,) = span.events
+    attributes = dict(event.attributes or {})
+    assert event.name == "exception"
+    assert attributes["exception.type"] == "TimeoutError"
+    assert "2.5 s" in attributes["exception.message"]
+    assert span.status.description == f"TimeoutError: {attributes['exception.message']}"
+    assert (span.attributes or {})["startup.timeout_s"] == 2.5
+    assert (span.attributes or {})["startup.outcome"] == "timed_out"
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"signal": 9}, "killed by signal 9 (SIGKILL)"),
+        ({"signal": 200}, "killed by signal 200"),
+        ({"exit_code": 3}, "exited with code 3"),
+        ({}, "process died"),
+    ],
+)
+def test_crash_is_a_process_crashed_event_with_the_stderr_tail(
+    fields: dict[str, int], expected: str
+) -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("platform/cuda")
+    builder.end(
+        StepCrashed, "platform/cuda", stderr_tail=("Fatal Python error", "Segmentation"), **fields
+    )
+    (span,) = fed(builder.events)
+
+    (event,) = span.events
+    attributes = dict(event.attributes or {})
+    assert attributes["exception.type"] == "ProcessCrashed"
+    assert expected in attributes["exception.message"]
+    assert attributes["exception.stacktrace"] == "Fatal Python error\nSegmentation"
+    assert span.status.status_code is StatusCode.ERROR
+    for name, value in fields.items():
+        assert (span.attributes or {})[f"startup.{name}"] == value
+
+
+def test_cancelled_step_has_no_severity_and_stays_unset() -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
+    builder.end(StepCancelled, "attention/TRITON_ATTN", reason="sibling FLASH_ATTN failed")
+    (span,) = fed(builder.events)
+
+    attributes = span.attributes or {}
+    assert "startup.severity" not in attributes
+    assert attributes["startup.outcome"] == "cancelled"
+    assert attributes["startup.cancel_reason"] == "sibling FLASH_ATTN failed"
+    assert span.status.status_code is StatusCode.UNSET
+    assert span.events == ()
+
+
+def test_severity_hook_gets_rank_step_and_outcome_event() -> None:
+    calls: list[tuple[int, str, str]] = []
+
+    def hook(rank: int, step: str, event: object) -> Severity | None:
+        calls.append((rank, step, type(event).__name__))
+        return Severity.ERROR if step == "platform" else None
+
+    spans = by_name(spans_from_events(reference_rank(2).events, severity_of=hook), rank=2)
+
+    assert (2, "platform/cpu/zentorch", "StepUnavailable") in calls
+    assert (2, "platform", "StepSucceeded") in calls
+    assert len(calls) == SPANS_PER_RANK - 1  # every step, not the root
+    assert spans["platform"].status.status_code is StatusCode.ERROR
+    assert "startup.severity" not in (spans["platform/cpu"].attributes or {})
+
+
+def test_a_rank_that_stopped_closes_its_open_spans_as_incomplete() -> None:
+    builder = RankEvents(1).run_started()
+    builder.start("platform")
+    builder.start("platform/cuda", parent="platform")
+    builder.start("platform/cuda/probe", parent="platform/cuda")
+    builder.end(StepSucceeded, "platform/cuda/probe")
+    last = builder.events[-1].wall_ns
+    projection = SpanProjection()
+
+    finished = [span for event in builder.events for span in projection.feed(event)]
+    assert [span.name for span in finished] == ["platform/cuda/probe"]
+    assert projection.open_spans == 3
+
+    cuda, platform, root = projection.finish()
+    assert projection.open_spans == 0
+    assert [cuda.name, platform.name, root.name] == ["platform/cuda", "platform", ROOT_SPAN_NAME]
+    for span in (cuda, platform, root):
+        assert span.end_time == last
+        assert span.status.status_code is StatusCode.ERROR
+        assert "stopped" in (span.status.description or "")
+        assert "incomplete" in (span.status.description or "")
+        assert (span.attributes or {})["startup.outcome"] == "incomplete"
+        assert (span.attributes or {})["startup.severity"] == "ERROR"
+    assert projection.finish() == []
+
+
+def test_spans_are_returned_as_each_step_ends() -> None:
+    builder = reference_rank(0)
+    projection = SpanProjection()
+    emitted: list[tuple[str, str]] = []
+    for event in builder.events:
+        for span in projection.feed(event):
+            emitted.append((event.TYPE, span.name))
+
+    assert emitted == [
+        ("step.unavailable", "platform/cpu/zentorch"),
+        ("step.succeeded", "platform/cpu"),
+        ("step.succeeded", "platform"),
+        ("step.unavailable", "allreduce/workspace/mnnvl"),
+        ("step.succeeded", "allreduce/workspace/trtllm"),
+        ("step.succeeded", "allreduce/workspace"),
+        ("run.finished", ROOT_SPAN_NAME),
+    ]
+    assert projection.finish() == []
+
+
+def test_decisions_are_span_events_of_their_span() -> None:
+    spans = by_name(spans_from_events(reference_rank(0).events))
+
+    (decision,) = spans["allreduce/workspace"].events
+    assert decision.name == "startup.decision"
+    assert dict(decision.attributes or {}) == {
+        "startup.decision.name": "allreduce.backend",
+        "startup.decision.value": "trtllm",
+    }
+    (ready,) = spans[ROOT_SPAN_NAME].events
+    assert dict(ready.attributes or {})["startup.decision.value"] is True
+
+
+def test_resource_names_the_rank_and_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    (span, *_) = spans_from_events(reference_rank(6).events)
+
+    assert dict(span.resource.attributes) | {"telemetry.sdk.version": "-"} == {
+        "telemetry.sdk.language": "python",
+        "telemetry.sdk.name": "opentelemetry",
+        "telemetry.sdk.version": "-",
+        "service.name": DEFAULT_SERVICE_NAME,
+        "service.instance.id": f"{RUN_ID}/rank-6",
+        "host.name": "node-1",
+        "process.pid": 4006,
+        "startup.run_id": RUN_ID,
+        "startup.rank": 6,
+        "startup.local_rank": 2,
+        "startup.world_size": WORLD_SIZE,
+        "startup.local_world_size": 4,
+        "startup.node_rank": 1,
+    }
+
+
+def test_resource_honours_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "vllm-startup")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,host.name=spoofed")
+    (span, *_) = spans_from_events(reference_rank(0).events)
+    attributes = span.resource.attributes
+
+    assert attributes["service.name"] == "vllm-startup"
+    assert attributes["deployment.environment"] == "ci"
+    assert attributes["host.name"] == "node-0"  # the recorded fact wins
+
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes")
+    (span, *_) = spans_from_events(reference_rank(0).events)
+    assert span.resource.attributes["service.name"] == "from-attributes"
+
+
+def test_scope_is_the_package() -> None:
+    (span, *_) = spans_from_events(reference_rank(0).events)
+
+    assert span.instrumentation_scope == instrumentation_scope()
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.name == SCOPE_NAME
+    assert span.instrumentation_scope.version == importlib.metadata.version("startup-orchestrator")
+
+
+def test_a_stream_joined_late_still_gives_spans() -> None:
+    events = reference_rank(4).events
+    late = [event for event in events if event.TYPE != "run.started"]
+    spans = by_name(spans_from_events(late), rank=4)
+
+    assert set(spans) == {
+        name for name in by_name(spans_from_events(events), rank=4) if name != ROOT_SPAN_NAME
+    } | {ROOT_SPAN_NAME}
+    zentorch = spans["platform/cpu/zentorch"]
+    assert (zentorch.attributes or {})["startup.run_id"] == RUN_ID
+    assert zentorch.resource.attributes["service.instance.id"] == f"{RUN_ID}/rank-4"
+
+
+def test_a_terminal_event_without_its_start_still_gives_a_span() -> None:
+    builder = RankEvents(0).run_started()
+    builder.start("probe")
+    events = [event for event in builder.events if not isinstance(event, StepStarted)]
+    builder.end(StepSucceeded, "probe")
+    (span,) = fed([*events, builder.events[-1]])
+
+    assert span.name == "probe"
+    assert span.start_time == span.end_time == builder.events[-1].wall_ns
+
+
+def test_malformed_ids_are_a_clear_error() -> None:
+    builder = RankEvents(0, trace_id="not-a-trace-id" + "0" * 18).run_started()
+    builder.start("probe")
+    builder.end(StepSucceeded, "probe")
+
+    with pytest.raises(ValueError, match=r"step\.succeeded \(rank 0, seq 2, step 'probe'\)"):
+        spans_from_events(builder.events)
