@@ -164,6 +164,10 @@ class RunStarted(Event):
     versions: Mapping[str, str] = attrs.field(factory=dict)
     config: Mapping[str, JsonValue] = attrs.field(factory=dict)
     graph: str = ""
+    #: OpenTelemetry resource attributes the rank ran with (from
+    #: ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``), so a replay
+    #: elsewhere rebuilds the same resource; ``None`` in logs that predate it.
+    resource: Mapping[str, str] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,7 @@ from ._environment import otlp_grpc_exporter as otlp_grpc_exporter
 from ._environment import otlp_http_exporter as otlp_http_exporter
 from ._errors import ExportersError as ExportersError
 from ._errors import SpanExportError as SpanExportError
+from ._html import timeline_html as timeline_html
 from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
 from ._jaeger import jaeger_document as jaeger_document
 from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME
@@ -48,6 +49,12 @@ from ._spans import default_severity as default_severity
 from ._spans import instrumentation_scope as instrumentation_scope
 from ._spans import rank_resource as rank_resource
 from ._spans import spans_from_events as spans_from_events
+from ._views import blame_text as blame_text
+from ._views import critical_path_text as critical_path_text
+from ._views import decisions_of as decisions_of
+from ._views import diff_text as diff_text
+from ._views import explain_text as explain_text
+from ._views import rank_ranges as rank_ranges
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -62,9 +69,14 @@ __all__ = [
     "SpanExportError",
     "SpanProjection",
     "TraceParent",
+    "blame_text",
     "console_exporter",
     "context_with_span",
+    "critical_path_text",
+    "decisions_of",
     "default_severity",
+    "diff_text",
+    "explain_text",
     "export_events",
     "exporter_from_environment",
     "format_traceparent",
@@ -74,6 +86,8 @@ __all__ = [
     "otlp_grpc_exporter",
     "otlp_http_exporter",
     "parse_traceparent",
+    "rank_ranges",
     "rank_resource",
     "spans_from_events",
+    "timeline_html",
 ]

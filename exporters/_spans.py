@@ -129,15 +129,17 @@ def instrumentation_scope() -> InstrumentationScope:
 def rank_resource(started: RunStarted) -> Resource:
     """The OpenTelemetry resource of the rank that wrote ``started``.
 
-    Built like :meth:`Resource.create`: the SDK's defaults, then
-    ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` from the current
-    environment, then the recorded facts (``service.instance.id =
+    Built like :meth:`Resource.create`: the SDK's defaults, then the
+    ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` the rank recorded
+    in ``run.started`` (the current environment's for logs that predate that
+    record), then the recorded facts (``service.instance.id =
     "{run_id}/rank-{rank}"``, ``host.name``, ``process.pid``, ``startup.run_id``,
     rank identity), which win. ``service.name`` is ``startup-orchestrator``
     unless the environment names one.
     """
     identity = started.identity
     return _resource(
+        started.resource,
         {
             "service.instance.id": f"{started.run_id}/rank-{identity.rank}",
             "host.name": started.host,
@@ -148,18 +150,35 @@ def rank_resource(started: RunStarted) -> Resource:
             "startup.world_size": identity.world_size,
             "startup.local_world_size": identity.local_world_size,
             "startup.node_rank": identity.node_rank,
-        }
+        },
     )
 
 
-def _resource(attributes: Mapping[str, AttributeValue]) -> Resource:
-    resource = Resource.create(attributes)
+def _resource(
+    recorded: Mapping[str, str] | None, attributes: Mapping[str, AttributeValue]
+) -> Resource:
+    if recorded is not None:
+        # What the rank ran with, not what the replaying machine has set.
+        resource = _SDK_DEFAULTS.merge(Resource({**recorded, **attributes}))
+    else:
+        resource = Resource.create(attributes)
     # Resource.create falls back to "unknown_service[:executable]" when the
     # environment names no service; ours is a better default, but an explicit
     # OTEL_SERVICE_NAME or service.name in OTEL_RESOURCE_ATTRIBUTES must win.
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     return resource
+
+
+#: The SDK's own attributes (telemetry.sdk.*), without anything the current
+#: environment adds.
+_SDK_DEFAULTS = Resource(
+    {
+        key: value
+        for key, value in Resource.create({}).attributes.items()
+        if key.startswith("telemetry.sdk.")
+    }
+)
 
 
 @dataclasses.dataclass(slots=True)
@@ -281,11 +300,12 @@ class SpanProjection:
     def _resource_of(state: _Rank) -> Resource:
         if state.resource is None:
             state.resource = _resource(
+                None,
                 {
                     "service.instance.id": f"{state.run_id}/rank-{state.rank}",
                     "startup.run_id": state.run_id,
                     "startup.rank": state.rank,
-                }
+                },
             )
         return state.resource
 

@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -68,6 +68,10 @@ __all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
 #: Makes ``(trace_id, span_id)`` the current span while a step body runs, so
 #: spans user code creates nest under the step (see ``exporters``).
 SpanActivator = Callable[[str, str], AbstractContextManager[object]]
+
+
+#: Reusable do-nothing context for steps run without a span activator.
+_NO_SPAN: AbstractContextManager[object] = contextlib.nullcontext()
 
 
 def derive_trace_id(run_id: str) -> str:
@@ -126,12 +130,32 @@ def _find_propagating(exc: BaseException) -> _Propagating | None:
     return None
 
 
-def _versions() -> dict[str, str]:
+@functools.cache
+def _versions() -> Mapping[str, str]:
+    # Looking up distributions scans sys.path (milliseconds); they do not
+    # change while the process runs.
     versions = {"python": sys.version.split()[0]}
     for distribution in ("startup-orchestrator", "anyio", "torch"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[distribution] = importlib.metadata.version(distribution)
     return versions
+
+
+def _resource_attributes(environ: Mapping[str, str], redact: Redactor) -> dict[str, str]:
+    """The resource attributes OpenTelemetry would take from the environment
+    (``OTEL_RESOURCE_ATTRIBUTES``, then ``OTEL_SERVICE_NAME``), recorded so
+    replay does not depend on the replaying machine's environment."""
+    from urllib.parse import unquote
+
+    attributes: dict[str, str] = {}
+    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, equals, value = item.partition("=")
+        if equals and key.strip():
+            attributes[key.strip()] = redact(unquote(value.strip()))
+    service = environ.get("OTEL_SERVICE_NAME", "").strip()
+    if service:
+        attributes["service.name"] = service
+    return attributes
 
 
 class Runner:
@@ -248,6 +272,9 @@ class _Run:
         event = cls(
             run_id=self.run_id,
             rank=self.identity.rank,
+            # The log assigns seq; handing it the number it is about to assign
+            # spares it a copy of every event (it still corrects a stale one).
+            seq=self.log.next_seq,
             wall_ns=wall_ns,
             mono_ns=mono_ns,
             step=step,
@@ -272,9 +299,10 @@ class _Run:
             identity=self.identity,
             host=socket.gethostname(),
             pid=os.getpid(),
-            versions=_versions(),
+            versions=dict(_versions()),
             config=self.config,
             graph=self.graph.name,
+            resource=_resource_attributes(os.environ, self.runner.redactor),
         )
         self.done = {name: anyio.Event() for name in self.graph.steps}
         failure: _Propagating | None = None
@@ -336,22 +364,23 @@ class _Run:
         for dependency in step.depends_on:
             await self.done[dependency].wait()
         dependencies = {d: self.results[d] for d in step.depends_on}
-        try:
-            result = await self.run_step(
-                name=name,
-                body=step.body,
-                policy=step.policy,
-                timeout=step.timeout,
-                isolation=step.isolation,
-                kind=StepKind.STEP,
-                attributes=step.attributes,
-                parent_span=self.root_span_id,
-                dependencies=dependencies,
-                depends_on=step.depends_on,
-            )
-        finally:
-            self.done[name].set()
+        result = await self.run_step(
+            name=name,
+            body=step.body,
+            policy=step.policy,
+            timeout=step.timeout,
+            isolation=step.isolation,
+            kind=StepKind.STEP,
+            attributes=step.attributes,
+            parent_span=self.root_span_id,
+            dependencies=dependencies,
+            depends_on=step.depends_on,
+        )
+        # Only a step that produced a result releases its dependants. One that
+        # propagated or was cancelled leaves them waiting: the run is being
+        # cancelled, and a woken dependant would find no result to read.
         self.results[name] = result
+        self.done[name].set()
 
     async def run_child(
         self,
@@ -532,13 +561,11 @@ class _Run:
             self.cancel_reason = f"cancelled because step {name!r} failed: {info.reason}"
         self.log.flush()
 
-    @contextlib.contextmanager
-    def activated(self, span_id: str) -> Iterator[None]:
-        if self.runner.span_activator is None:
-            yield
-            return
-        with self.runner.span_activator(self.trace_id, span_id):
-            yield
+    def activated(self, span_id: str) -> AbstractContextManager[object]:
+        activator = self.runner.span_activator
+        if activator is None:
+            return _NO_SPAN
+        return activator(self.trace_id, span_id)
 
     async def call(
         self,

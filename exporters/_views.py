@@ -1,0 +1,331 @@
+"""Text views of a run for humans: the fallback tree, blame, critical path, diff.
+
+Each view is a pure function of events (and, for ``diff``, of two report
+documents), so it shows the same thing live, on replay, and on any machine.
+Ranks whose views are identical are shown once, with their rank range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from events import (
+    TERMINAL_STEP_EVENTS,
+    DecisionMade,
+    Event,
+    RunFinished,
+    RunStarted,
+    StepCrashed,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+    outcome_of,
+)
+
+__all__ = [
+    "blame_text",
+    "critical_path_text",
+    "decisions_of",
+    "diff_text",
+    "explain_text",
+    "rank_ranges",
+]
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 5]`` → ``"0-3,5"``."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    start = previous = None
+    for rank in ordered:
+        if start is None:
+            start = previous = rank
+        elif previous is not None and rank == previous + 1:
+            previous = rank
+        else:
+            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+            start = previous = rank
+    if start is not None:
+        parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+    return ",".join(parts)
+
+
+def _ranks_label(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
+def _seconds(ns: int | None) -> str:
+    if ns is None:
+        return "?"
+    if ns < 1_000_000:
+        return f"{ns / 1_000:.0f}us"
+    if ns < 1_000_000_000:
+        return f"{ns / 1_000_000:.1f}ms"
+    return f"{ns / 1_000_000_000:.3f}s"
+
+
+@attrs.frozen
+class _Node:
+    step: str
+    kind: str
+    span_id: str
+    parent_span_id: str | None
+    start_mono: int
+    depends_on: tuple[str, ...]
+    end: Event | None = None
+
+
+def _by_rank(events: Iterable[Event]) -> dict[int, list[Event]]:
+    ranks: dict[int, list[Event]] = {}
+    for event in events:
+        ranks.setdefault(event.rank, []).append(event)
+    return dict(sorted(ranks.items()))
+
+
+def _nodes(events: Sequence[Event]) -> tuple[list[_Node], RunStarted | None, RunFinished | None]:
+    nodes: dict[str, _Node] = {}
+    started: RunStarted | None = None
+    finished: RunFinished | None = None
+    for event in events:
+        if isinstance(event, StepStarted):
+            nodes[event.span_id] = _Node(
+                step=event.step,
+                kind=str(event.kind),
+                span_id=event.span_id,
+                parent_span_id=event.parent_span_id,
+                start_mono=event.mono_ns,
+                depends_on=event.depends_on,
+            )
+        elif isinstance(event, TERMINAL_STEP_EVENTS) and event.span_id in nodes:
+            nodes[event.span_id] = attrs.evolve(nodes[event.span_id], end=event)
+        elif isinstance(event, RunStarted):
+            started = event
+        elif isinstance(event, RunFinished):
+            finished = event
+    return list(nodes.values()), started, finished
+
+
+def _describe_end(node: _Node) -> str:
+    end = node.end
+    if end is None:
+        return "still running when the log ends"
+    outcome = outcome_of(end)
+    text = str(outcome)
+    match end:
+        case StepSucceeded(result=result) if isinstance(result, dict):
+            summary = ", ".join(
+                f"{k}={v}" for k, v in result.items() if v not in (None, [], {}) and k != "priority"
+            )
+            if summary:
+                text += f" ({summary[:120]})"
+        case StepUnavailable(reasons=reasons):
+            if reasons:
+                text += f": {'; '.join(reasons)[:200]}"
+        case StepFailed(cause=cause):
+            chain = " <- ".join(info.reason for info in cause.chain())
+            text += f": {chain[:300]}"
+        case StepTimedOut(timeout_s=timeout):
+            text += f" after {timeout:g}s"
+        case StepCrashed(exit_code=code, signal=sig):
+            text += f" (signal {sig})" if sig is not None else f" (exit code {code})"
+        case _:
+            pass
+    return text
+
+
+def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
+    nodes, started, finished = _nodes(events)
+    children: dict[str | None, list[_Node]] = {}
+    root_span = started.span_id if started is not None else None
+    known = {n.span_id for n in nodes}
+    for node in nodes:
+        parent = node.parent_span_id if node.parent_span_id in known else root_span
+        children.setdefault(parent, []).append(node)
+    lines: list[str] = []
+
+    def walk(parent: str | None, prefix: str) -> None:
+        kids = children.get(parent, [])
+        for index, node in enumerate(kids):
+            last = index == len(kids) - 1
+            branch = "└─ " if last else "├─ "
+            duration = ""
+            if with_times and node.end is not None:
+                duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
+            lines.append(f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}")
+            walk(node.span_id, prefix + ("   " if last else "│  "))
+
+    outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
+    lines.append(f"run: {outcome}")
+    walk(root_span, "")
+    for event in events:
+        if isinstance(event, DecisionMade):
+            lines.append(f"decision {event.name} = {event.value!r} ({event.step})")
+    return lines
+
+
+def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+    """The fallback tree of every step of every rank, with outcomes, causes
+    and decisions; ranks with identical trees are shown once (timings of the
+    first rank of the group)."""
+    by_rank = _by_rank(events)
+    if rank is not None:
+        by_rank = {r: e for r, e in by_rank.items() if r == rank}
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for r, rank_events in by_rank.items():
+        key = tuple(_tree_lines(rank_events, with_times=False))
+        groups.setdefault(key, []).append(r)
+    out: list[str] = []
+    for ranks in groups.values():
+        out.append(f"== {_ranks_label(ranks)} ==")
+        out.extend(_tree_lines(by_rank[ranks[0]], with_times=True))
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def blame_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+    """Steps by time spent, slowest first (as ``systemd-analyze blame``); for
+    several ranks, each step's slowest rank."""
+    slowest: dict[str, tuple[int, int]] = {}
+    for r, rank_events in _by_rank(events).items():
+        if rank is not None and r != rank:
+            continue
+        nodes, _, _ = _nodes(rank_events)
+        for node in nodes:
+            if node.end is None:
+                continue
+            duration = node.end.mono_ns - node.start_mono
+            if node.step not in slowest or duration > slowest[node.step][0]:
+                slowest[node.step] = (duration, r)
+    rows = sorted(slowest.items(), key=lambda item: -item[1][0])
+    width = max((len(_seconds(d)) for _, (d, _) in rows), default=0)
+    return "".join(
+        f"{_seconds(duration):>{width}} {step} (rank {r})\n" for step, (duration, r) in rows
+    )
+
+
+def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+    """The chain of steps that decided the startup's wall time, on the rank
+    that took longest: each line ``@start +duration`` relative to the rank's
+    start, like ``systemd-analyze critical-chain``."""
+    by_rank = _by_rank(events)
+    if rank is not None:
+        by_rank = {r: e for r, e in by_rank.items() if r == rank}
+    if not by_rank:
+        return "no events\n"
+
+    def total(rank_events: list[Event]) -> int:
+        return rank_events[-1].mono_ns - rank_events[0].mono_ns
+
+    chosen = max(by_rank, key=lambda r: total(by_rank[r]))
+    rank_events = by_rank[chosen]
+    nodes, started, finished = _nodes(rank_events)
+    origin = started.mono_ns if started is not None else rank_events[0].mono_ns
+    top = {n.step: n for n in nodes if started is None or n.parent_span_id == started.span_id}
+
+    def end_of(node: _Node) -> int:
+        return node.end.mono_ns if node.end is not None else rank_events[-1].mono_ns
+
+    chain: list[_Node] = []
+    current = max(top.values(), key=end_of) if top else None
+    while current is not None:
+        chain.append(current)
+        deps = [top[d] for d in current.depends_on if d in top]
+        current = max(deps, key=end_of) if deps else None
+    outcome = "incomplete" if finished is None else str(finished.outcome)
+    lines = [f"run {outcome} +{_seconds(total(rank_events))} (rank {chosen}, the slowest)"]
+    for depth, node in enumerate(chain):
+        start = node.start_mono - origin
+        lines.append(
+            f"{'   ' * depth}└─ {node.step} @{_seconds(start)} "
+            f"+{_seconds(end_of(node) - node.start_mono)}"
+        )
+        inner = [n for n in nodes if n.parent_span_id == node.span_id and n.end is not None]
+        if inner:
+            slow = max(inner, key=lambda n: end_of(n) - n.start_mono)
+            lines.append(
+                f"{'   ' * (depth + 1)}   (slowest inside: {slow.step} "
+                f"+{_seconds(end_of(slow) - slow.start_mono)})"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _message_keys(document: Mapping[str, Any]) -> dict[tuple[str, str, str], list[int]]:
+    return {
+        (m["severity"], m["code"], m["text"]): list(m["ranks"])
+        for m in document.get("messages", [])
+    }
+
+
+def diff_text(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    *,
+    decisions_a: Mapping[tuple[int, str], Any] | None = None,
+    decisions_b: Mapping[tuple[int, str], Any] | None = None,
+    label_a: str = "A",
+    label_b: str = "B",
+) -> str:
+    """What changed between two report documents (``report_json``): outcome,
+    root cause, per-rank state, decisions and messages. ``-`` lines are only
+    in A, ``+`` lines only in B."""
+    lines = [f"--- {label_a}", f"+++ {label_b}"]
+    if a.get("outcome") != b.get("outcome"):
+        lines.append(f"outcome: {a.get('outcome')} -> {b.get('outcome')}")
+    if a.get("world_size") != b.get("world_size"):
+        lines.append(f"world_size: {a.get('world_size')} -> {b.get('world_size')}")
+    cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
+    if cause_a != cause_b:
+        lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
+    ranks_a = {r["rank"]: r for r in a.get("ranks", [])}
+    ranks_b = {r["rank"]: r for r in b.get("ranks", [])}
+    fields = sorted({k for r in [*ranks_a.values(), *ranks_b.values()] for k in r} - {"rank"})
+    changes: dict[tuple[str, str, str], list[int]] = {}
+    for rank in sorted(set(ranks_a) | set(ranks_b)):
+        left, right = ranks_a.get(rank, {}), ranks_b.get(rank, {})
+        for field in fields:
+            if left.get(field) != right.get(field):
+                key = (field, repr(left.get(field)), repr(right.get(field)))
+                changes.setdefault(key, []).append(rank)
+    for (field, old, new), ranks in changes.items():
+        lines.append(f"{_ranks_label(ranks)}: {field} {old} -> {new}")
+    for decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
+        old_value = (decisions_a or {}).get(decision)
+        new_value = (decisions_b or {}).get(decision)
+        if old_value != new_value:
+            lines.append(
+                f"rank {decision[0]}: decision {decision[1]} {old_value!r} -> {new_value!r}"
+            )
+    messages_a, messages_b = _message_keys(a), _message_keys(b)
+    for key, ranks in messages_a.items():
+        if messages_b.get(key) != ranks:
+            lines.append(f"- {key[0].upper()} [{_ranks_label(ranks)}] {key[2]}")
+    for key, ranks in messages_b.items():
+        if messages_a.get(key) != ranks:
+            lines.append(f"+ {key[0].upper()} [{_ranks_label(ranks)}] {key[2]}")
+    if len(lines) == 2:
+        lines.append("no differences in outcome, state, decisions or messages")
+    return "\n".join(lines) + "\n"
+
+
+def _cause_text(cause: Mapping[str, Any] | None) -> str:
+    if not cause:
+        return "none"
+    exception = cause.get("exception") or {}
+    return (
+        f"rank {cause.get('rank')} step {cause.get('step')}: "
+        f"{exception.get('type')}: {exception.get('message')}"
+    )
+
+
+def decisions_of(events: Iterable[Event]) -> dict[tuple[int, str], Any]:
+    """Every recorded decision, by (rank, "name@step")."""
+    return {
+        (event.rank, f"{event.name}@{event.step}"): event.value
+        for event in events
+        if isinstance(event, DecisionMade)
+    }
