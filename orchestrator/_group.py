@@ -1,0 +1,304 @@
+"""Cross-rank agreement: a tiny process-group interface.
+
+Steps that must decide the same thing on every rank (which all-reduce
+backend to use, which run id to share) exchange JSON values through a
+:class:`Group`. Two implementations ship:
+
+* :class:`LocalGroup` — one process, a world of 1;
+* :class:`TorchDistributedGroup` — ``torch.distributed`` (gloo on CPU,
+  nccl on GPUs), for ranks started by torchrun or any launcher that sets
+  ``MASTER_ADDR``/``MASTER_PORT``.
+
+A failed or timed-out exchange raises :class:`GroupError` naming the rank.
+Values always travel as JSON text, so every implementation hands back
+plain JSON copies, never the caller's objects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from events import JsonValue, RankIdentity
+
+from ._errors import OrchestratorError, RankEnvironmentError
+
+__all__ = [
+    "Group",
+    "GroupError",
+    "LocalGroup",
+    "TorchDistributedGroup",
+    "init_torch_distributed_group",
+]
+
+
+class GroupError(OrchestratorError):
+    """A collective operation of a :class:`Group` failed or timed out (a peer
+    died, never arrived, or the group is not initialised).
+
+    Attributes:
+        rank: the rank that saw the failure (``None`` before it is known).
+        world_size: the group's size (``None`` before it is known).
+        operation: what was attempted (``all_gather``, ``init_process_group``).
+        reason: what went wrong (``"RuntimeError: Timed out ..."``).
+    """
+
+    def __init__(
+        self, rank: int | None, world_size: int | None, operation: str, reason: str
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.operation = operation
+        self.reason = reason
+        where = "this process" if rank is None else f"rank {rank} of {world_size}"
+        super().__init__(f"{where}: {operation} failed: {reason}")
+
+
+@runtime_checkable
+class Group(Protocol):
+    """The ranks that must agree, and the one collective they need.
+
+    ``all_gather`` blocks until every rank has called it; every rank calls
+    it the same number of times, in the same order. It returns each rank's
+    value in rank order (this rank's own value at index :attr:`rank`).
+
+    Raises (from ``all_gather``):
+        GroupError: the exchange failed or timed out.
+        TypeError: ``value`` is not JSON.
+    """
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group (0-based)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """How many ranks the group has."""
+        ...
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        """Every rank's ``value``, in rank order."""
+        ...
+
+
+def _to_json_text(value: JsonValue) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:
+        raise TypeError(f"a group exchanges JSON values only, not {type(value).__name__}") from exc
+
+
+class LocalGroup:
+    """A single process: rank 0 of a world of 1. ``all_gather(v)`` is ``[v]``
+    (a JSON copy of it)."""
+
+    @property
+    def rank(self) -> int:
+        """Always 0."""
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        """Always 1."""
+        return 1
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        """``[value]``, copied through JSON like every other group would."""
+        copied: JsonValue = orjson.loads(_to_json_text(value))
+        return [copied]
+
+
+def _distributed() -> Any:
+    # Imported by name so neither importing this module nor type-checking it
+    # needs torch; only creating a torch group does.
+    return importlib.import_module("torch.distributed")
+
+
+def _torch() -> Any:
+    return importlib.import_module("torch")
+
+
+class TorchDistributedGroup:
+    """A :class:`Group` over an initialised ``torch.distributed`` process group.
+
+    Values travel as UTF-8 JSON in byte tensors (two ``all_gather`` calls:
+    the lengths, then the padded bytes). Unlike ``all_gather_object`` this
+    needs neither pickle nor numpy.
+
+    Args:
+        process_group: the ``torch.distributed`` group (e.g. the
+            tensor-parallel subgroup); ``None`` for the default (world) group.
+        device: where the exchanged tensors live; default ``cuda`` (the
+            current CUDA device, which the caller sets) for nccl, else ``cpu``.
+        owned: whether :meth:`close` destroys the default process group
+            (set by :func:`init_torch_distributed_group`, which created it).
+
+    Raises:
+        ImportError: torch is not installed.
+        GroupError: ``torch.distributed`` is not initialised.
+    """
+
+    def __init__(
+        self,
+        process_group: object | None = None,
+        *,
+        device: str | None = None,
+        owned: bool = False,
+    ) -> None:
+        dist = _distributed()
+        if not dist.is_available() or not dist.is_initialized():
+            raise GroupError(
+                None,
+                None,
+                "TorchDistributedGroup",
+                "torch.distributed is not initialised; call init_torch_distributed_group "
+                "or torch.distributed.init_process_group first",
+            )
+        self._dist = dist
+        self._torch = _torch()
+        self._group = process_group
+        self._rank: int = int(dist.get_rank(group=process_group))
+        self._world_size: int = int(dist.get_world_size(group=process_group))
+        if device is None:
+            device = "cuda" if str(dist.get_backend(process_group)) == "nccl" else "cpu"
+        self._device = device
+        self._owned = owned
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the process group."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """The process group's size."""
+        return self._world_size
+
+    @property
+    def process_group(self) -> object | None:
+        """The wrapped ``torch.distributed`` group (``None``: the default one)."""
+        return self._group
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        """Every rank's ``value`` in rank order (each exchange is bounded by the
+        process group's timeout).
+
+        Raises:
+            GroupError: the collective failed or timed out, or a peer sent
+                something that is not JSON.
+            TypeError: ``value`` is not JSON.
+        """
+        data = _to_json_text(value).encode()
+        try:
+            payloads = self._exchange(data)
+        except Exception as exc:
+            raise GroupError(
+                self._rank,
+                self._world_size,
+                "all_gather",
+                f"{type(exc).__name__}: {exc} (a peer failed, exited, or never reached "
+                "this exchange)",
+            ) from exc
+        values: list[JsonValue] = []
+        for rank, payload in enumerate(payloads):
+            try:
+                values.append(orjson.loads(payload))
+            except orjson.JSONDecodeError as exc:
+                raise GroupError(
+                    self._rank,
+                    self._world_size,
+                    "all_gather",
+                    f"rank {rank} sent something that is not JSON: {exc}",
+                ) from exc
+        return values
+
+    def _exchange(self, data: bytes) -> list[bytes]:
+        torch, dist, device = self._torch, self._dist, self._device
+        length = torch.tensor([len(data)], dtype=torch.int64, device=device)
+        lengths = [
+            torch.zeros(1, dtype=torch.int64, device=device) for _ in range(self._world_size)
+        ]
+        dist.all_gather(lengths, length, group=self._group)
+        sizes = [int(item.item()) for item in lengths]
+        buffer = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
+        buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        received = [
+            torch.empty(max(sizes), dtype=torch.uint8, device=device)
+            for _ in range(self._world_size)
+        ]
+        dist.all_gather(received, buffer, group=self._group)
+        return [
+            bytes(item[:size].cpu().tolist()) for item, size in zip(received, sizes, strict=True)
+        ]
+
+    def close(self) -> None:
+        """Destroy the default process group if this object created it;
+        otherwise do nothing (the caller owns the group)."""
+        if self._owned and self._dist.is_initialized():
+            self._dist.destroy_process_group()
+            self._owned = False
+
+
+def init_torch_distributed_group(
+    identity: RankIdentity,
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 300.0,
+) -> TorchDistributedGroup | None:
+    """Initialise ``torch.distributed``'s default process group from the
+    launcher environment (``env://``: ``MASTER_ADDR``, ``MASTER_PORT``) and
+    wrap it.
+
+    Returns ``None`` when there is nothing to agree with or no way to: a world
+    of 1, or torch not importable. An already initialised default group is
+    wrapped as is (and not destroyed by ``close``).
+
+    Args:
+        identity: this rank (its ``rank`` and ``world_size`` are used).
+        backend: ``gloo`` (CPU, always available) or ``nccl``.
+        timeout_s: how long rendezvous and every exchange may wait for the
+            other ranks.
+
+    Raises:
+        RankEnvironmentError: ``MASTER_ADDR`` or ``MASTER_PORT`` is not set.
+        GroupError: the rendezvous failed or timed out.
+    """
+    if identity.world_size <= 1:
+        return None
+    try:
+        dist = _distributed()
+    except ImportError:
+        return None
+    if not dist.is_available():
+        return None
+    if dist.is_initialized():
+        return TorchDistributedGroup()
+    for variable in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(variable, "").strip():
+            raise RankEnvironmentError(
+                variable,
+                os.environ.get(variable),
+                "required to initialise torch.distributed (env:// rendezvous); "
+                "launch with torchrun or set it to rank 0's address/port",
+            )
+    try:
+        dist.init_process_group(
+            backend=backend,
+            init_method="env://",
+            rank=identity.rank,
+            world_size=identity.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    except Exception as exc:
+        raise GroupError(
+            identity.rank,
+            identity.world_size,
+            "init_process_group",
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+    return TorchDistributedGroup(owned=True)
