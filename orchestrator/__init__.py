@@ -120,5 +120,6 @@ __all__ = [
     "parse_ranks",
     "run",
     "run_fallback_chain",
+    "run_id_from_environment",
     "select_candidate",
 ]

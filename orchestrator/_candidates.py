@@ -141,9 +141,10 @@ async def select_candidate(
     Explicit: only the named candidate is probed, with no fallback.
 
     Raises:
-        ValueError: no candidate is valid (the message lists every
-            candidate's reasons); the explicit candidate is unknown (the
-            message lists the valid names) or not valid (``Selected backend X
+        ValueError: ``candidates`` is empty or repeats a name; no candidate
+            is valid (the message lists every candidate's reasons); the
+            explicit candidate is unknown (the message lists the valid
+            names) or not valid (``Selected backend X
             is not valid for this configuration. Reason: [...]``, raised from
             the original exception when one caused it).
         BaseException: whatever a probe raised that ``policy`` propagates.
@@ -151,6 +152,12 @@ async def select_candidate(
     ordered = sorted(candidates, key=lambda c: c.priority)
     if not ordered:
         raise ValueError(f"no {what} candidates to choose from on this platform")
+    names = [c.name for c in ordered]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        # Each candidate is a child step named after it; a repeated name
+        # would merge two probes into one step path and one report.
+        raise ValueError(f"{what} candidates must have unique names; repeated: {repeated}")
     if explicit is not None:
         return await _select_explicit(context, ordered, explicit, what, policy, timeout)
     results: dict[str, StepResult] = {}

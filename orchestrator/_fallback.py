@@ -64,11 +64,17 @@ async def run_fallback_chain(
     is ``ok``.
 
     Raises:
-        ValueError: ``attempts`` is empty.
+        ValueError: ``attempts`` is empty or repeats a name.
         BaseException: whatever an attempt raised that ``policy`` propagates.
     """
     if not attempts:
         raise ValueError("a fallback chain needs at least one attempt")
+    names = [attempt.name for attempt in attempts]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        # Each attempt is a child step named after it; a repeated name would
+        # make two attempts one step path.
+        raise ValueError(f"fallback attempts must have unique names; repeated: {repeated}")
     results: list[StepResult] = []
     value: JsonValue = None
     for index, attempt in enumerate(attempts):

@@ -15,14 +15,18 @@ from ._errors import CycleError, DuplicateStepError, UnknownDependencyError
 from ._policy import PROBE_POLICY, ErrorPolicy
 
 if TYPE_CHECKING:
-    from ._context import StepContext
+    from ._context import StepContext, Unavailable
 
 __all__ = ["Graph", "Isolation", "Step", "StepBody"]
 
-#: A step body takes the step's context and returns a JSON value. An ``async
-#: def`` body runs on the event loop; a plain function runs in a worker thread
-#: (or a subprocess, with process isolation).
-StepBody = Callable[["StepContext"], Awaitable[JsonValue]] | Callable[["StepContext"], JsonValue]
+#: A step body takes the step's context and returns a JSON value (or an
+#: :class:`~orchestrator.Unavailable` to end absent, unavailable or invalid).
+#: An ``async def`` body runs on the event loop; a plain function runs in a
+#: worker thread (or a subprocess, with process isolation).
+StepBody = (
+    Callable[["StepContext"], Awaitable["JsonValue | Unavailable"]]
+    | Callable[["StepContext"], "JsonValue | Unavailable"]
+)
 
 
 class Isolation(enum.StrEnum):
@@ -38,6 +42,12 @@ class Isolation(enum.StrEnum):
 
     NONE = "none"
     PROCESS = "process"
+
+
+def _step_names(names: Iterable[str]) -> tuple[str, ...]:
+    # A typed converter: with the bare ``tuple`` builtin, type checkers see
+    # the constructor parameter as an unsolved generic and reject a list.
+    return tuple(names)
 
 
 def _check_name(_instance: object, _attribute: object, value: str) -> None:
@@ -64,7 +74,7 @@ class Step:
 
     name: str = attrs.field(validator=_check_name)
     body: StepBody
-    depends_on: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    depends_on: tuple[str, ...] = attrs.field(default=(), converter=_step_names)
     policy: ErrorPolicy = PROBE_POLICY
     timeout: float | None = None
     isolation: Isolation = Isolation.NONE

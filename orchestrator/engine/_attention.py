@@ -1,0 +1,352 @@
+"""The ``attention`` step: which attention backend works here (SPEC §3.1)?
+
+The candidates depend on the platform and the configuration (CUDA SM80/SM90
+without MLA: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION; SM100:
+FLASHINFER first; MLA, ROCm, CPU, TPU and XPU lists of their own). Every
+candidate is probed concurrently as ``attention/<BACKEND>``: it imports the
+backend's real module through the importer and validates the configuration
+(device, compute capability, dtype, head size, KV-cache dtype, block size,
+MLA), giving the reasons it does not fit.
+
+Under the probe policy an ImportError or OSError makes a candidate
+``unavailable`` with reason ``"Type: message"`` while the others go on;
+anything else propagates and cancels the siblings. Automatic selection takes
+the valid candidate with the best priority; explicit selection
+(``EngineConfig.attention_backend``) probes only that backend, with no
+fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from events import ATTENTION_STEP, PLATFORM_STEP, JsonValue, Outcome
+
+from .._candidates import Candidate, select_candidate
+from .._context import StepContext, Unavailable
+from .._graph import Step
+from .._policy import PROBE_POLICY, Action, ErrorPolicy
+from ._config import EngineConfig
+
+__all__ = [
+    "ATTENTION_BACKENDS",
+    "ATTENTION_POLICY",
+    "AttentionBackend",
+    "attention_candidates",
+    "make_attention_step",
+]
+
+#: The attention step's own errors (no valid backend, an explicit backend
+#: that is unknown or not valid) are terminal, and so is a timeout: an
+#: engine without attention cannot serve.
+ATTENTION_POLICY = ErrorPolicy(name="attention", on_timeout=Action.PROPAGATE)
+
+_HALF = ("float16", "bfloat16")
+_ALL_KV = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+_HALF_KV = ("auto", "float16", "bfloat16")
+
+
+@attrs.frozen(kw_only=True)
+class AttentionBackend:
+    """What an attention backend needs: the module it loads and the
+    configurations it supports.
+
+    Attributes:
+        name: ``FLASH_ATTN``...
+        module: the module its probe imports.
+        devices: platform devices it runs on (``cuda``, ``rocm``, ``cpu``...).
+        dtypes: supported model dtypes.
+        head_sizes: supported head sizes, or ``None`` for any multiple of 8
+            up to ``max_head_size``.
+        max_head_size: the bound for ``head_sizes=None``.
+        kv_cache_dtypes: supported KV-cache dtypes.
+        min_capability, max_capability: the supported compute-capability
+            range (inclusive); ``None`` for no bound. Not checked when the
+            device's capability is unknown.
+        block_sizes: supported KV-cache block sizes, or ``None`` for any
+            multiple of 16.
+        mla: whether it is a multi-head-latent-attention backend.
+    """
+
+    name: str
+    module: str
+    devices: frozenset[str]
+    dtypes: tuple[str, ...] = _HALF
+    head_sizes: tuple[int, ...] | None = None
+    max_head_size: int = 256
+    kv_cache_dtypes: tuple[str, ...] = _HALF_KV
+    min_capability: tuple[int, int] | None = None
+    max_capability: tuple[int, int] | None = None
+    block_sizes: tuple[int, ...] | None = None
+    mla: bool = False
+
+    def validate(
+        self, config: EngineConfig, device: str | None, capability: tuple[int, int] | None
+    ) -> list[str]:
+        """The reasons this backend does not fit (empty: it fits)."""
+        reasons = []
+        if device not in self.devices:
+            reasons.append(f"device {device} not supported")
+        if capability is not None and not self._capability_ok(capability):
+            reasons.append(f"compute capability {capability[0]}.{capability[1]} not supported")
+        if config.resolved_dtype not in self.dtypes:
+            reasons.append(f"dtype {config.resolved_dtype} not supported")
+        if not self._head_size_ok(config.head_size):
+            reasons.append(f"head_size {config.head_size} not supported")
+        if config.kv_cache_dtype not in self.kv_cache_dtypes:
+            reasons.append(f"kv_cache_dtype {config.kv_cache_dtype} not supported")
+        if not self._block_size_ok(config.block_size):
+            reasons.append(f"block_size {config.block_size} not supported")
+        if config.use_mla and not self.mla:
+            reasons.append("MLA not supported")
+        if self.mla and not config.use_mla:
+            reasons.append("non-MLA not supported")
+        return reasons
+
+    def _capability_ok(self, capability: tuple[int, int]) -> bool:
+        low_ok = self.min_capability is None or capability >= self.min_capability
+        high_ok = self.max_capability is None or capability <= self.max_capability
+        return low_ok and high_ok
+
+    def _head_size_ok(self, head_size: int) -> bool:
+        if self.head_sizes is not None:
+            return head_size in self.head_sizes
+        return head_size % 8 == 0 and head_size <= self.max_head_size
+
+    def _block_size_ok(self, block_size: int) -> bool:
+        if self.block_sizes is not None:
+            return block_size in self.block_sizes
+        return block_size % 16 == 0
+
+
+_CUDA = frozenset({"cuda"})
+_MLA_HEAD = (576,)  # kv_lora_rank 512 + rope 64
+
+#: Every backend the engine knows, by name (explicit selection accepts these).
+ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
+    backend.name: backend
+    for backend in (
+        AttentionBackend(
+            name="FLASH_ATTN",
+            module="flash_attn",
+            devices=_CUDA,
+            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            min_capability=(8, 0),
+        ),
+        AttentionBackend(
+            name="FLASHINFER",
+            module="flashinfer",
+            devices=_CUDA,
+            head_sizes=(64, 128, 256),
+            kv_cache_dtypes=_ALL_KV,
+            min_capability=(7, 5),
+            max_capability=(12, 1),
+        ),
+        AttentionBackend(
+            name="TRITON_ATTN",
+            module="triton",
+            devices=frozenset({"cuda", "rocm", "xpu"}),
+            dtypes=(*_HALF, "float32"),
+            kv_cache_dtypes=_ALL_KV,
+        ),
+        AttentionBackend(
+            name="FLEX_ATTENTION",
+            module="torch",
+            devices=_CUDA,
+            dtypes=(*_HALF, "float32"),
+        ),
+        AttentionBackend(
+            name="CUTLASS_MLA",
+            module="cutlass",
+            devices=_CUDA,
+            head_sizes=_MLA_HEAD,
+            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            min_capability=(10, 0),
+            max_capability=(10, 9),
+            block_sizes=(128,),
+            mla=True,
+        ),
+        AttentionBackend(
+            name="FLASHINFER_MLA",
+            module="flashinfer",
+            devices=_CUDA,
+            head_sizes=_MLA_HEAD,
+            kv_cache_dtypes=_ALL_KV,
+            min_capability=(10, 0),
+            max_capability=(10, 9),
+            block_sizes=(32, 64),
+            mla=True,
+        ),
+        AttentionBackend(
+            name="FLASH_ATTN_MLA",
+            module="flash_attn",
+            devices=_CUDA,
+            head_sizes=_MLA_HEAD,
+            min_capability=(9, 0),
+            max_capability=(9, 9),
+            mla=True,
+        ),
+        AttentionBackend(
+            name="FLASHMLA",
+            module="flash_mla",
+            devices=_CUDA,
+            head_sizes=_MLA_HEAD,
+            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            min_capability=(9, 0),
+            max_capability=(10, 9),
+            block_sizes=(64,),
+            mla=True,
+        ),
+        AttentionBackend(
+            name="TRITON_MLA",
+            module="triton",
+            devices=frozenset({"cuda", "rocm"}),
+            head_sizes=_MLA_HEAD,
+            mla=True,
+        ),
+        AttentionBackend(
+            name="ROCM_AITER_FA",
+            module="aiter",
+            devices=frozenset({"rocm"}),
+            head_sizes=(64, 128, 256),
+            min_capability=(9, 4),
+            max_capability=(9, 5),
+        ),
+        AttentionBackend(
+            name="ROCM_ATTN",
+            module="torch",
+            devices=frozenset({"rocm"}),
+            dtypes=(*_HALF, "float32"),
+            head_sizes=(64, 128),
+        ),
+        AttentionBackend(
+            name="CPU_ATTN",
+            module="torch",
+            devices=frozenset({"cpu"}),
+            dtypes=(*_HALF, "float32"),
+            head_sizes=(32, 64, 80, 96, 112, 128, 160, 192, 224, 256),
+        ),
+        AttentionBackend(
+            name="PALLAS",
+            module="torch_xla",
+            devices=frozenset({"tpu"}),
+            dtypes=("bfloat16", "float32"),
+            head_sizes=(64, 128, 256),
+        ),
+        AttentionBackend(
+            name="XPU_ATTN",
+            module="torch",
+            devices=frozenset({"xpu"}),
+            head_sizes=(64, 80, 96, 128, 256),
+        ),
+    )
+}
+
+
+def attention_candidates(
+    device: str | None, capability: tuple[int, int] | None, use_mla: bool
+) -> tuple[str, ...]:
+    """The candidate backends in priority order for a platform device
+    (``cuda``, ``rocm``, ``cpu``, ``tpu``, ``xpu``; anything else has none)
+    and, on CUDA, its compute capability (``None`` when unknown)."""
+    major = capability[0] if capability is not None else None
+    if device == "cuda":
+        if use_mla:
+            if major == 10:
+                return ("CUTLASS_MLA", "FLASHINFER_MLA", "FLASH_ATTN_MLA", "TRITON_MLA")
+            if major == 9:
+                return ("FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA")
+            return ("TRITON_MLA",)
+        if major == 10:
+            return ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+        return ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+    if device == "rocm":
+        if use_mla:
+            return ("TRITON_MLA",)
+        return ("ROCM_AITER_FA", "ROCM_ATTN", "TRITON_ATTN")
+    lists = {"cpu": ("CPU_ATTN",), "tpu": ("PALLAS",), "xpu": ("XPU_ATTN", "TRITON_ATTN")}
+    return lists.get(device or "", ())
+
+
+def _device_capability(ctx: StepContext, device: str | None) -> tuple[int, int] | None:
+    if device == "cuda":
+        devices = ctx.host.nvidia_devices(ctx)
+    elif device == "rocm":
+        devices = ctx.host.amd_devices(ctx)
+    else:
+        return None
+    capability: tuple[int, int] | None = devices[0].capability if devices else None
+    return capability
+
+
+def _candidate(
+    backend: AttentionBackend,
+    priority: int,
+    config: EngineConfig,
+    device: str | None,
+    capability: tuple[int, int] | None,
+) -> Candidate:
+    def load_and_validate(ctx: StepContext) -> Sequence[str]:
+        ctx.import_module(backend.module)
+        return backend.validate(config, device, capability)
+
+    return Candidate(name=backend.name, priority=priority, probe=load_and_validate)
+
+
+def make_attention_step(config: EngineConfig) -> Step:
+    """The ``attention`` step (depends on ``platform``).
+
+    Result: ``{"backend", "explicit" (bool), "considered" (names in
+    priority order)}``. Raises ValueError when no candidate is valid, or when
+    the explicit backend is unknown (listing the valid names) or not valid
+    (``Selected backend X is not valid for this configuration. Reason:
+    [...]``, raised from the original exception). A platform without known
+    backends (a third-party one) ends the step ``absent``.
+    """
+    explicit = config.attention_backend
+
+    async def select_attention_backend(ctx: StepContext) -> JsonValue | Unavailable:
+        platform = ctx.result(PLATFORM_STEP)
+        if not isinstance(platform, dict):
+            return Unavailable(reasons=("no platform was selected",))
+        device = platform.get("device")
+        device = device if isinstance(device, str) else None
+        if explicit is not None and explicit not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"Unknown attention backend {explicit!r}; valid names: "
+                f"{', '.join(ATTENTION_BACKENDS)}"
+            )
+        capability = await ctx.to_thread(_device_capability, ctx, device)
+        names = attention_candidates(device, capability, config.use_mla)
+        if explicit is not None and explicit not in names:
+            # Explicit selection may name any known backend; validation says
+            # why it does not fit this platform.
+            names = (*names, explicit)
+        if not names:
+            return Unavailable(
+                outcome=Outcome.ABSENT,
+                reasons=(f"no attention backends are known for {platform.get('platform_class')}",),
+            )
+        candidates = [
+            _candidate(ATTENTION_BACKENDS[name], priority, config, device, capability)
+            for priority, name in enumerate(names)
+        ]
+        selection = await select_candidate(
+            ctx, candidates, explicit=explicit, what="backend", policy=PROBE_POLICY
+        )
+        return {
+            "backend": selection.selected,
+            "explicit": selection.explicit,
+            "considered": list(selection.considered),
+        }
+
+    return Step(
+        name=ATTENTION_STEP,
+        body=select_attention_backend,
+        depends_on=(PLATFORM_STEP,),
+        policy=ATTENTION_POLICY,
+        timeout=config.step_timeout,
+        attributes={"explicit": explicit},
+    )

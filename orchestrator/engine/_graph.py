@@ -1,0 +1,52 @@
+"""The reference engine startup graph."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._decisions import Decider
+from .._graph import Graph
+from ._allreduce import make_allreduce_step
+from ._attention import make_attention_step
+from ._config import EngineConfig
+from ._flashinfer_comm import make_flashinfer_comm_step
+from ._platform import PlatformPlugin, decide_platform, make_platform_step
+
+__all__ = ["ENGINE_DECIDERS", "build_engine_graph"]
+
+#: The deciders the engine's steps call through ``StepContext.decide``
+#: (besides the runner's defaults); replay needs them to recompute the
+#: engine's decisions.
+ENGINE_DECIDERS: Mapping[str, Decider] = {"platform.select": decide_platform}
+
+
+def build_engine_graph(
+    config: EngineConfig,
+    *,
+    plugins: Mapping[str, PlatformPlugin] | None = None,
+    discover_plugins: bool = True,
+) -> Graph:
+    """The engine's steps: ``platform``; then ``attention`` and
+    ``flashinfer_comm`` (both after the platform); then
+    ``allreduce_workspace`` (after the platform and flashinfer_comm). Each
+    step may take ``config.step_timeout`` seconds.
+
+    Args:
+        config: what the engine is asked to start.
+        plugins: third-party platform plugins to probe besides those
+            registered under the entry-point group, by name.
+        discover_plugins: whether to look up the entry-point group.
+
+    Raises:
+        ValueError: a plugin name is empty, contains ``/`` or is a built-in
+            plugin's name.
+    """
+    return Graph(
+        "engine",
+        [
+            make_platform_step(config, plugins=plugins, discover=discover_plugins),
+            make_attention_step(config),
+            make_flashinfer_comm_step(config),
+            make_allreduce_step(config),
+        ],
+    )

@@ -1,0 +1,749 @@
+"""Simulated host profiles: device facts and module availability as data.
+
+A profile says what a machine looks like to the probes: its CPU (what
+``/proc/cpuinfo`` would say), its GPUs, TPU and XPUs, how many nodes the
+launch spans, whether NVSwitch multicast works, and which Python modules
+import, are absent, or raise what. :class:`SimulatedHost` answers the
+platform probes' questions from it and :class:`SimulatedImporter` imports
+from it, so the same probes run unchanged against a real or a simulated
+machine. Faults (:class:`~orchestrator.FaultPlan`) are injected in front of
+a simulated importer exactly as in front of the real one.
+
+The JSON form (also what a profile file holds)::
+
+    {
+      "name": "my-box",
+      "description": "one node, 8 x H200",
+      "cpu": {"vendor_id": "AuthenticAMD", "model_name": "AMD EPYC 9654",
+              "flags": ["avx2", "avx512f"]},            (null: no /proc/cpuinfo)
+      "gpus": {"vendor": "nvidia", "count": 8, "name": "NVIDIA H200",
+               "capability": [9, 0]},                   (vendor nvidia | amd | none)
+      "nodes": 1,
+      "nvswitch_multicast": false,
+      "tpu": false,
+      "xpu": 0,                                          (number of Intel XPUs)
+      "modules": {
+        "torch": "import",
+        "zentorch": "absent",
+        "flashinfer.comm": {"raise": "TypeError",
+                            "args": ["type 'array.array' is not subscriptable"]}
+      }
+    }
+
+Modules not listed are absent: a simulated host is hermetic. The driver
+libraries the device facts imply are importable unless listed otherwise:
+``pynvml`` with NVIDIA GPUs, ``amdsmi`` with AMD GPUs, ``libtpu`` with a TPU,
+``torch`` with XPUs.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.machinery
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+
+from .._errors import FaultSpecError
+from .._faults import Fault, FaultAction, FaultPlan
+from ._config import ProfileError
+from ._host import (
+    GpuDevice,
+    amd_devices_from_amdsmi,
+    nvidia_devices_from_nvml,
+    tpu_present,
+    xpu_devices_from_torch,
+)
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "CpuFacts",
+    "GpuFacts",
+    "ModuleAction",
+    "ModuleRule",
+    "Profile",
+    "SimulatedHost",
+    "SimulatedImporter",
+    "load_profile",
+]
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_GPU_VENDORS = ("nvidia", "amd", "none")
+
+
+class ModuleAction(enum.StrEnum):
+    """What importing a simulated module does."""
+
+    IMPORT = "import"
+    ABSENT = "absent"
+    RAISE = "raise"
+
+
+@attrs.frozen(kw_only=True)
+class ModuleRule:
+    """How one module behaves on a simulated host.
+
+    Attributes:
+        action: import, absent, or raise.
+        exception: builtin exception class name, for :attr:`ModuleAction.RAISE`.
+        args: its constructor arguments.
+        kwargs: ``name``/``path`` for ImportError types (``name`` defaults to
+            the module, as a real failed import of it would set).
+    """
+
+    action: ModuleAction = ModuleAction.IMPORT
+    exception: str | None = None
+    args: tuple[str | int | float | bool | None, ...] = ()
+    kwargs: Mapping[str, str] = attrs.field(factory=dict)
+
+    def make_exception(self, module: str) -> BaseException:
+        """A fresh instance of the configured exception for ``module``."""
+        fault = Fault(
+            target=module,
+            action=FaultAction.RAISE,
+            exception=self.exception,
+            args=self.args,
+            kwargs=self.kwargs,
+        )
+        return fault.make_exception()
+
+    def to_json(self) -> str | dict[str, Any]:
+        """``"import"``, ``"absent"`` or ``{"raise": ..., "args": ..., "kwargs": ...}``."""
+        if self.action is not ModuleAction.RAISE:
+            return str(self.action)
+        data: dict[str, Any] = {"raise": self.exception}
+        if self.args:
+            data["args"] = list(self.args)
+        if self.kwargs:
+            data["kwargs"] = dict(self.kwargs)
+        return data
+
+
+@attrs.frozen(kw_only=True)
+class CpuFacts:
+    """What ``/proc/cpuinfo`` says."""
+
+    vendor_id: str
+    model_name: str
+    flags: tuple[str, ...] = ()
+
+    def cpuinfo(self) -> str:
+        """The text of ``/proc/cpuinfo`` for one logical CPU."""
+        return (
+            "processor\t: 0\n"
+            f"vendor_id\t: {self.vendor_id}\n"
+            f"model name\t: {self.model_name}\n"
+            f"flags\t\t: {' '.join(self.flags)}\n"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class GpuFacts:
+    """The node's GPUs: ``count`` identical devices of ``vendor``."""
+
+    vendor: str = "none"
+    count: int = 0
+    name: str = ""
+    capability: tuple[int, int] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """A simulated machine (see the module docstring for the JSON form).
+
+    Attributes:
+        name: the profile's name (``h200x8``).
+        description: one line for humans.
+        cpu: the CPU, or ``None`` for a host without ``/proc/cpuinfo``.
+        gpus: the GPUs of each node.
+        nodes: how many nodes the launch spans.
+        nvswitch_multicast: whether multi-node NVLink multicast works.
+        tpu: whether a TPU (``libtpu``) is present.
+        xpu: how many Intel XPUs there are.
+        modules: module name -> how it imports.
+    """
+
+    name: str
+    description: str = ""
+    cpu: CpuFacts | None = None
+    gpus: GpuFacts = GpuFacts()
+    nodes: int = 1
+    nvswitch_multicast: bool = False
+    tpu: bool = False
+    xpu: int = 0
+    modules: Mapping[str, ModuleRule] = attrs.field(factory=dict)
+
+    def devices(self, vendor: str) -> tuple[GpuDevice, ...]:
+        """The GPUs of ``vendor`` (``nvidia`` or ``amd``) on one node."""
+        if self.gpus.vendor != vendor:
+            return ()
+        return tuple(
+            GpuDevice(
+                vendor=vendor, name=self.gpus.name, capability=self.gpus.capability, index=index
+            )
+            for index in range(self.gpus.count)
+        )
+
+    def effective_modules(self) -> dict[str, ModuleRule]:
+        """:attr:`modules` plus the driver libraries the device facts imply
+        (an explicit entry wins)."""
+        implied: dict[str, ModuleRule] = {}
+        if self.gpus.vendor == "nvidia" and self.gpus.count:
+            implied["pynvml"] = ModuleRule()
+        if self.gpus.vendor == "amd" and self.gpus.count:
+            implied["amdsmi"] = ModuleRule()
+        if self.tpu:
+            implied["libtpu"] = ModuleRule()
+        if self.xpu:
+            implied["torch"] = ModuleRule()
+        return {**implied, **self.modules}
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form :meth:`from_json` reads."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "cpu": None
+            if self.cpu is None
+            else {
+                "vendor_id": self.cpu.vendor_id,
+                "model_name": self.cpu.model_name,
+                "flags": list(self.cpu.flags),
+            },
+            "gpus": {
+                "vendor": self.gpus.vendor,
+                "count": self.gpus.count,
+                "name": self.gpus.name,
+                "capability": None if self.gpus.capability is None else list(self.gpus.capability),
+            },
+            "nodes": self.nodes,
+            "nvswitch_multicast": self.nvswitch_multicast,
+            "tpu": self.tpu,
+            "xpu": self.xpu,
+            "modules": {name: rule.to_json() for name, rule in self.modules.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: object, *, source: str, default_name: str | None = None) -> Profile:
+        """Build a profile from its JSON form.
+
+        Raises:
+            ProfileError: naming the bad field and what would be valid.
+        """
+        return _ProfileReader(source).profile(data, default_name)
+
+
+class _ProfileReader:
+    """Validates a profile's JSON form field by field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, field: str, reason: str) -> ProfileError:
+        return ProfileError(self.source, f"field {field}: {reason}")
+
+    def check_keys(self, data: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in allowed:
+                where = f"{field}.{key}" if field else str(key)
+                raise self.fail(where, f"unknown field; valid fields: {', '.join(allowed)}")
+
+    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"expected an object, not {_json_type(value)}")
+        return value
+
+    def string(self, value: object, field: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(field, f"expected a string, not {_json_type(value)}")
+        return value
+
+    def boolean(self, value: object, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(field, f"expected true or false, not {_json_type(value)}")
+        return value
+
+    def integer(self, value: object, field: str, minimum: int) -> int:
+        if type(value) is not int or value < minimum:
+            raise self.fail(field, f"expected an integer >= {minimum}, not {value!r}")
+        return value
+
+    def profile(self, data: object, default_name: str | None) -> Profile:
+        top = self.mapping(data, "<top level>")
+        self.check_keys(top, "", tuple(field.name for field in attrs.fields(Profile)))
+        name = top.get("name", default_name)
+        if name is None:
+            raise self.fail("name", "a profile needs a name")
+        name = self.string(name, "name")
+        if not name:
+            raise self.fail("name", "must not be empty")
+        return Profile(
+            name=name,
+            description=self.string(top.get("description", ""), "description"),
+            cpu=self.cpu(top.get("cpu")),
+            gpus=self.gpus(top.get("gpus", {})),
+            nodes=self.integer(top.get("nodes", 1), "nodes", 1),
+            nvswitch_multicast=self.boolean(
+                top.get("nvswitch_multicast", False), "nvswitch_multicast"
+            ),
+            tpu=self.boolean(top.get("tpu", False), "tpu"),
+            xpu=self.integer(top.get("xpu", 0), "xpu", 0),
+            modules=self.modules(top.get("modules", {})),
+        )
+
+    def cpu(self, value: object) -> CpuFacts | None:
+        if value is None:
+            return None
+        data = self.mapping(value, "cpu")
+        self.check_keys(data, "cpu", ("vendor_id", "model_name", "flags"))
+        flags = data.get("flags", [])
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise self.fail("cpu.flags", "expected a list of flag names (strings)")
+        return CpuFacts(
+            vendor_id=self.string(data.get("vendor_id", ""), "cpu.vendor_id"),
+            model_name=self.string(data.get("model_name", ""), "cpu.model_name"),
+            flags=tuple(flags),
+        )
+
+    def gpus(self, value: object) -> GpuFacts:
+        data = self.mapping(value, "gpus")
+        self.check_keys(data, "gpus", ("vendor", "count", "name", "capability"))
+        vendor = self.string(data.get("vendor", "none"), "gpus.vendor")
+        if vendor not in _GPU_VENDORS:
+            raise self.fail("gpus.vendor", f"{vendor!r} is not valid; valid: nvidia, amd, none")
+        count = self.integer(data.get("count", 0), "gpus.count", 0)
+        if vendor == "none" and count:
+            raise self.fail("gpus.count", "must be 0 when gpus.vendor is none")
+        capability = data.get("capability")
+        if capability is not None and not (
+            isinstance(capability, list)
+            and len(capability) == 2
+            and all(type(part) is int and part >= 0 for part in capability)
+        ):
+            raise self.fail("gpus.capability", "expected [major, minor] (e.g. [9, 0]) or null")
+        return GpuFacts(
+            vendor=vendor,
+            count=count,
+            name=self.string(data.get("name", ""), "gpus.name"),
+            capability=None if capability is None else (capability[0], capability[1]),
+        )
+
+    def modules(self, value: object) -> dict[str, ModuleRule]:
+        data = self.mapping(value, "modules")
+        rules: dict[str, ModuleRule] = {}
+        for module, entry in data.items():
+            field = f"modules.{module}"
+            if not _MODULE_NAME.match(module):
+                raise self.fail(field, "not a module name (like torch or flashinfer.comm)")
+            rules[module] = self.module_rule(module, entry, field)
+        return rules
+
+    def module_rule(self, module: str, entry: object, field: str) -> ModuleRule:
+        choices = 'valid: "import", "absent" or {"raise": EXCEPTION, "args": [...]}'
+        if isinstance(entry, str):
+            if entry in (ModuleAction.IMPORT, ModuleAction.ABSENT):
+                return ModuleRule(action=ModuleAction(entry))
+            raise self.fail(field, f"{entry!r} is not valid; {choices}")
+        if not isinstance(entry, dict) or "raise" not in entry:
+            raise self.fail(field, f"{_json_type(entry)} is not valid; {choices}")
+        self.check_keys(entry, field, ("raise", "args", "kwargs"))
+        exception = self.string(entry["raise"], f"{field}.raise")
+        if exception in (FaultAction.HANG, FaultAction.CRASH):
+            raise self.fail(f"{field}.raise", "expected a builtin exception class name")
+        fault_json = {"target": module, "exception": exception}
+        fault_json.update({k: entry[k] for k in ("args", "kwargs") if k in entry})
+        try:
+            fault = FaultPlan.from_json([fault_json], source=self.source).faults[0]
+        except FaultSpecError as exc:
+            # The fault parser names its own fields ("entry 0: args"); map
+            # them back to this profile's field.
+            part = exc.part.partition(": ")[2] or "raise"
+            raise self.fail(f"{field}.{part}", exc.reason) from None
+        return ModuleRule(
+            action=ModuleAction.RAISE,
+            exception=fault.exception,
+            args=fault.args,
+            kwargs=dict(fault.kwargs),
+        )
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
+
+
+# --- built-in profiles ---------------------------------------------------------------
+
+
+def _flags(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_X86_BASE = _flags(
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
+    "fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl nonstop_tsc "
+    "cpuid pni pclmulqdq ssse3 fma cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt aes xsave "
+    "avx f16c rdrand lahf_lm abm fsgsbase bmi1 avx2 smep bmi2 erms invpcid rdseed adx smap "
+    "clflushopt clwb sha_ni xsaveopt xsavec xgetbv1 xsaves umip pku ospke vaes vpclmulqdq "
+    "gfni rdpid"
+)
+_AVX512 = _flags(
+    "avx512f avx512dq avx512ifma avx512cd avx512bw avx512vl avx512vbmi avx512_vbmi2 "
+    "avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_bf16"
+)
+_AMD_EXTRA = _flags("mmxext fxsr_opt svm extapic cr8_legacy sse4a misalignsse topoext clzero")
+_INTEL_EXTRA = _flags("ds_cpl vmx est tm2 xtpr pdcm dca tsc_deadline_timer arat pln pts")
+
+_INTEL_CPU = CpuFacts(
+    vendor_id="GenuineIntel",
+    model_name="Intel(R) Xeon(R) Platinum 8480+",
+    flags=(*_X86_BASE, *_INTEL_EXTRA, *_AVX512, "amx_bf16", "amx_tile", "amx_int8"),
+)
+_CUDA_MODULES = {
+    name: ModuleRule()
+    for name in ("torch", "triton", "flash_attn", "flashinfer", "flashinfer.comm", "pynvml")
+}
+
+#: The profiles ``--simulate`` knows by name.
+BUILTIN_PROFILES: Mapping[str, Profile] = {
+    profile.name: profile
+    for profile in (
+        Profile(
+            name="a100x4",
+            description="one node, 4 x A100 80GB (SM80), AMD EPYC 7763 host (Zen 3, no AVX-512)",
+            cpu=CpuFacts(
+                vendor_id="AuthenticAMD",
+                model_name="AMD EPYC 7763 64-Core Processor",
+                flags=(*_X86_BASE, *_AMD_EXTRA),
+            ),
+            gpus=GpuFacts(
+                vendor="nvidia", count=4, name="NVIDIA A100-SXM4-80GB", capability=(8, 0)
+            ),
+            modules=_CUDA_MODULES,
+        ),
+        Profile(
+            name="b200x8",
+            description="one node, 8 x B200 (SM100) with NVSwitch multicast",
+            cpu=attrs.evolve(_INTEL_CPU, model_name="Intel(R) Xeon(R) Platinum 8570"),
+            gpus=GpuFacts(vendor="nvidia", count=8, name="NVIDIA B200", capability=(10, 0)),
+            nvswitch_multicast=True,
+            modules=_CUDA_MODULES,
+        ),
+        Profile(
+            name="h200x8",
+            description="one node, 8 x H200 (SM90), CUDA modules installed, no NVSwitch multicast",
+            cpu=_INTEL_CPU,
+            gpus=GpuFacts(vendor="nvidia", count=8, name="NVIDIA H200", capability=(9, 0)),
+            modules=_CUDA_MODULES,
+        ),
+        Profile(
+            name="xeon",
+            description="Intel Xeon CPU host without GPUs; zentorch not installed",
+            cpu=attrs.evolve(_INTEL_CPU, model_name="Intel(R) Xeon(R) Platinum 8380 CPU @ 2.30GHz"),
+            modules={"torch": ModuleRule(), "zentorch": ModuleRule(action=ModuleAction.ABSENT)},
+        ),
+        Profile(
+            name="zen4",
+            description="AMD EPYC 9654 (Zen 4, AVX-512) CPU host with a working zentorch",
+            cpu=CpuFacts(
+                vendor_id="AuthenticAMD",
+                model_name="AMD EPYC 9654 96-Core Processor",
+                flags=(*_X86_BASE, *_AMD_EXTRA, *_AVX512),
+            ),
+            modules={"torch": ModuleRule(), "zentorch": ModuleRule()},
+        ),
+    )
+}
+
+
+def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
+    """A built-in profile by name, or a JSON profile file.
+
+    Raises:
+        ProfileError: the name is neither a built-in profile nor a file (the
+            message lists the built-ins), or the file is unreadable, not
+            JSON, or malformed (the message names the field).
+    """
+    text = os.fspath(name_or_path)
+    if text in BUILTIN_PROFILES:
+        return BUILTIN_PROFILES[text]
+    path = Path(text)
+    looks_like_path = path.suffix == ".json" or os.sep in text or path.exists()
+    if not looks_like_path:
+        raise ProfileError(
+            text,
+            f"unknown profile; built-in profiles: {', '.join(sorted(BUILTIN_PROFILES))}, "
+            "or the path of a JSON profile file",
+        )
+    try:
+        content = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(text, f"cannot read the file: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            text, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+    return Profile.from_json(data, source=text, default_name=path.stem)
+
+
+# --- the simulated host and importer ------------------------------------------------
+
+
+class SimulatedHost:
+    """Host facts answered from a :class:`Profile`.
+
+    Driver libraries are still imported through the importer (so a fault on
+    ``pynvml`` breaks the cuda plugin here as on a real host); where a real
+    host would fall back to the driver's files, this one answers from the
+    profile.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+
+    def __repr__(self) -> str:
+        return f"SimulatedHost({self.profile.name!r})"
+
+    @property
+    def name(self) -> str:
+        """The profile's name."""
+        return self.profile.name
+
+    def read_cpuinfo(self) -> str | None:
+        """The profile's CPU as ``/proc/cpuinfo`` text (``None`` without one)."""
+        return None if self.profile.cpu is None else self.profile.cpu.cpuinfo()
+
+    def nvidia_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
+        """NVML through the importer, else the profile's NVIDIA GPUs."""
+        devices = nvidia_devices_from_nvml(importer)
+        return self.profile.devices("nvidia") if devices is None else devices
+
+    def amd_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
+        """AMD SMI through the importer, else the profile's AMD GPUs."""
+        devices = amd_devices_from_amdsmi(importer)
+        return self.profile.devices("amd") if devices is None else devices
+
+    def tpu_present(self, importer: Any) -> bool:
+        """Whether ``libtpu`` is findable through the importer."""
+        return tpu_present(importer)
+
+    def xpu_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
+        """``torch.xpu`` through the importer."""
+        return xpu_devices_from_torch(importer)
+
+    def nvswitch_multicast(self) -> bool:
+        """The profile's ``nvswitch_multicast``."""
+        return self.profile.nvswitch_multicast
+
+    def nodes(self) -> int | None:
+        """The profile's ``nodes``."""
+        return self.profile.nodes
+
+    def isolation_spec(self) -> dict[str, Any]:
+        """Rebuilt in a child process by :func:`rebuild_simulated_host`."""
+        return {"factory": f"{__name__}:rebuild_simulated_host", "args": self.profile.to_json()}
+
+
+def rebuild_simulated_host(args: Any) -> SimulatedHost:
+    """The factory named by :meth:`SimulatedHost.isolation_spec`."""
+    return SimulatedHost(Profile.from_json(args, source="parent process"))
+
+
+class SimulatedImporter:
+    """Imports from a :class:`Profile`: synthetic modules for ``import``
+    entries (with the attributes the probes use), ModuleNotFoundError for
+    absent and unlisted modules, the configured exception for ``raise``
+    entries. ``find_spec`` answers as importlib would: a spec for modules
+    that import or raise (and for parent packages of listed modules),
+    ``None`` for absent ones."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._rules = profile.effective_modules()
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SimulatedImporter({self.profile.name!r})"
+
+    def _is_parent(self, name: str) -> bool:
+        return any(listed.startswith(name + ".") for listed in self._rules)
+
+    def _check(self, name: str) -> None:
+        """Raise what importing ``name`` itself (its parents already done)
+        raises, if anything."""
+        rule = self._rules.get(name)
+        if rule is None:
+            if self._is_parent(name):
+                return
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if rule.action is ModuleAction.ABSENT:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if rule.action is ModuleAction.RAISE:
+            raise rule.make_exception(name)
+
+    def import_module(self, name: str) -> ModuleType:
+        """Import ``name`` (and its parent packages, first) from the profile."""
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            self._check(".".join(parts[:end]))
+        return self._module(name)
+
+    def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
+        """A spec if ``name`` imports or raises on import; ``None`` if it (or
+        a parent package) is absent. As with importlib, a parent package that
+        raises on import raises here."""
+        parts = name.split(".")
+        for end in range(1, len(parts)):
+            parent = ".".join(parts[:end])
+            try:
+                self._check(parent)
+            except ModuleNotFoundError as exc:
+                if exc.name == parent:
+                    return None
+                raise
+        rule = self._rules.get(name)
+        if rule is None and not self._is_parent(name):
+            return None
+        if rule is not None and rule.action is ModuleAction.ABSENT:
+            return None
+        return importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
+
+    @property
+    def _origin(self) -> str:
+        return f"simulated:{self.profile.name}"
+
+    def _module(self, name: str) -> ModuleType:
+        with self._lock:
+            cached = self._modules.get(name)
+            if cached is not None:
+                return cached
+            module = self._build(name)
+            self._modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(self._module(parent), child, module)
+        return module
+
+    def _build(self, name: str) -> ModuleType:
+        module = ModuleType(name, f"Simulated {name} ({self._origin}).")
+        module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
+        module.__version__ = _VERSIONS.get(name, "0.0.0+simulated")  # type: ignore[attr-defined]
+        populate = _POPULATE.get(name)
+        if populate is not None:
+            populate(module, self.profile)
+        return module
+
+    def isolation_spec(self) -> dict[str, Any]:
+        """Rebuilt in a child process by :func:`rebuild_simulated_importer`."""
+        return {
+            "factory": f"{__name__}:rebuild_simulated_importer",
+            "args": self.profile.to_json(),
+        }
+
+
+def rebuild_simulated_importer(args: Any) -> SimulatedImporter:
+    """The factory named by :meth:`SimulatedImporter.isolation_spec`."""
+    return SimulatedImporter(Profile.from_json(args, source="parent process"))
+
+
+_VERSIONS = {
+    "torch": "2.13.0",
+    "triton": "3.6.0",
+    "flash_attn": "2.8.3",
+    "flashinfer": "0.5.3",
+    "zentorch": "2.13.0",
+    "pynvml": "13.580.82",
+}
+
+
+def _populate_pynvml(module: ModuleType, profile: Profile) -> None:
+    devices = profile.devices("nvidia")
+
+    class NVMLError(Exception):
+        """Raised by the simulated NVML for a bad device index."""
+
+    NVMLError.__module__ = "pynvml"
+
+    def handle(index: int) -> GpuDevice:
+        if not 0 <= index < len(devices):
+            raise NVMLError(f"Invalid Argument: no GPU with index {index}")
+        return devices[index]
+
+    def capability(device: GpuDevice) -> tuple[int, int]:
+        return device.capability or (0, 0)
+
+    vars(module).update(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(devices),
+        nvmlDeviceGetHandleByIndex=handle,
+        nvmlDeviceGetCudaComputeCapability=capability,
+        nvmlDeviceGetName=lambda device: device.name,
+    )
+
+
+def _populate_amdsmi(module: ModuleType, profile: Profile) -> None:
+    devices = profile.devices("amd")
+
+    def asic_info(device: GpuDevice) -> dict[str, str]:
+        info = {"market_name": device.name}
+        if device.capability is not None:
+            major, minor = device.capability
+            info["target_graphics_version"] = f"gfx{major}{minor:x}0"
+        return info
+
+    vars(module).update(
+        amdsmi_init=lambda: None,
+        amdsmi_shut_down=lambda: None,
+        amdsmi_get_processor_handles=lambda: list(devices),
+        amdsmi_get_gpu_asic_info=asic_info,
+    )
+
+
+def _populate_torch(module: ModuleType, profile: Profile) -> None:
+    xpu = ModuleType("torch.xpu", "Simulated torch.xpu.")
+    count = profile.xpu
+    vars(xpu).update(
+        is_available=lambda: count > 0,
+        device_count=lambda: count,
+        get_device_name=lambda index=0: "Intel(R) Data Center GPU Max 1550",
+    )
+    module.xpu = xpu  # type: ignore[attr-defined]
+
+
+def _populate_flashinfer_comm(module: ModuleType, profile: Profile) -> None:
+    def create_allreduce_fusion_workspace(**options: Any) -> dict[str, Any]:
+        """Simulated: returns a description of the workspace it would create."""
+        return {"simulated": True, "profile": profile.name, **options}
+
+    def allreduce_fusion(*args: Any, **kwargs: Any) -> None:
+        """Simulated: there are no kernels to run."""
+        raise NotImplementedError("the simulated flashinfer.comm runs no kernels")
+
+    vars(module).update(
+        create_allreduce_fusion_workspace=create_allreduce_fusion_workspace,
+        allreduce_fusion=allreduce_fusion,
+    )
+
+
+_POPULATE: Mapping[str, Callable[[ModuleType, Profile], None]] = {
+    "pynvml": _populate_pynvml,
+    "amdsmi": _populate_amdsmi,
+    "torch": _populate_torch,
+    "flashinfer.comm": _populate_flashinfer_comm,
+}

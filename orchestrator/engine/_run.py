@@ -1,0 +1,96 @@
+"""Running the reference engine graph on the real host or a simulated one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from events import EventLog, RankIdentity
+
+from .._faults import FaultPlan
+from .._importer import Importer, RealImporter
+from .._runner import Runner, RunResult, SpanActivator
+from ._config import EngineConfig
+from ._graph import ENGINE_DECIDERS, build_engine_graph
+from ._host import HostFacts, RealHost
+from ._platform import PlatformPlugin
+from ._profiles import Profile, SimulatedHost, SimulatedImporter
+
+__all__ = ["run_engine"]
+
+
+async def run_engine(
+    config: EngineConfig,
+    log: EventLog,
+    *,
+    identity: RankIdentity | None = None,
+    profile: Profile | None = None,
+    faults: FaultPlan | None = None,
+    group: Any = None,
+    workspace_factory: Any = None,
+    trace_id: str | None = None,
+    parent_span_id: str | None = None,
+    span_activator: SpanActivator | None = None,
+    plugins: Mapping[str, PlatformPlugin] | None = None,
+    discover_plugins: bool = True,
+    host: HostFacts | None = None,
+    importer: Importer | None = None,
+    **runner_options: Any,
+) -> RunResult:
+    """Run the engine startup graph for one rank, recording it in ``log``.
+
+    Args:
+        config: what the engine is asked to start (recorded in
+            ``run.started``).
+        log: where the events go.
+        identity: this rank (default: rank ``log.rank`` of a world of one).
+        profile: simulate this host instead of probing the real one
+            (:class:`SimulatedHost` facts and a :class:`SimulatedImporter`).
+        faults: faults injected through the importer and on step paths.
+        group: a cross-rank :class:`~orchestrator.Group` for the all-reduce
+            agreement (none: each rank decides alone).
+        workspace_factory: creates all-reduce workspaces (default: real
+            flashinfer.comm on a real host, simulated on a simulated one).
+        trace_id, parent_span_id: the launch's trace (default: derived
+            from the run id).
+        span_activator: makes a step's span current while it runs.
+        plugins: third-party platform plugins besides the entry points.
+        discover_plugins: whether to look up platform plugin entry points.
+        host, importer: override the host facts or the importer (a fake
+            host for tests, or the real importer on simulated host facts).
+        runner_options: passed on to :class:`~orchestrator.Runner`.
+
+    Returns:
+        The run's results when it reached ``ready``.
+
+    Raises:
+        BaseException: the original error of a step that failed the run
+            (PlatformConflictError, UnspecifiedPlatformError, the ValueError
+            of attention selection, a programming error in a probe...), after
+            its events and the run's final event are in the log.
+    """
+    if host is None:
+        host = RealHost() if profile is None else SimulatedHost(profile)
+    if importer is None:
+        importer = RealImporter() if profile is None else SimulatedImporter(profile)
+    services = {
+        name: service
+        for name, service in (("group", group), ("workspace_factory", workspace_factory))
+        if service is not None
+    }
+    runner = Runner(
+        log,
+        identity=identity,
+        importer=importer,
+        faults=faults,
+        config=config.to_json(),
+        host=host,
+        services=services,
+        trace_id=trace_id,
+        parent_span_id=parent_span_id,
+        deciders={**ENGINE_DECIDERS, **runner_options.pop("deciders", {})},
+        span_activator=span_activator,
+        **runner_options,
+    )
+    graph = build_engine_graph(config, plugins=plugins, discover_plugins=discover_plugins)
+    return await runner.run(graph)

@@ -1,0 +1,286 @@
+"""SPEC §3.1: the attention-backend probe, through the real engine graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from events import (
+    ATTENTION_STEP,
+    Outcome,
+    RunOutcome,
+    StepCancelled,
+    StepFailed,
+    StepUnavailable,
+)
+from orchestrator import FaultPlan, check_decisions
+from orchestrator.engine import ATTENTION_BACKENDS, ENGINE_DECIDERS, EngineConfig
+
+from .harness import run
+
+pytestmark = pytest.mark.anyio
+
+CUDA_LIST = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
+PERMISSION = PermissionError(13, "Permission denied", "/root/.cache/flashinfer")
+
+# The upstream test's values: environment failures a probe must survive.
+ENVIRONMENT_FAILURES: list[tuple[BaseException, dict[str, Any]]] = [
+    (
+        ImportError("flashinfer is not installed"),
+        {"exception": "ImportError", "args": ["flashinfer is not installed"]},
+    ),
+    (
+        PERMISSION,
+        {
+            "exception": "PermissionError",
+            "args": [13, "Permission denied", "/root/.cache/flashinfer"],
+        },
+    ),
+    (
+        OSError("libcuda.so.1: cannot open shared object file"),
+        {"exception": "OSError", "args": ["libcuda.so.1: cannot open shared object file"]},
+    ),
+]
+
+
+@pytest.mark.parametrize("target", ["flashinfer", "attention/FLASHINFER"])
+@pytest.mark.parametrize(
+    ("error", "fault"), ENVIRONMENT_FAILURES, ids=["ImportError", "PermissionError", "OSError"]
+)
+async def test_environment_failure_is_recorded_and_the_others_are_still_probed(
+    target: str, error: BaseException, fault: dict[str, Any]
+) -> None:
+    faults = FaultPlan.from_json([{"target": target, **fault}])
+    engine = await run("h200x8", faults=faults)
+
+    assert engine.error is None
+    reason = f"{type(error).__name__}: {error}"
+    failed = engine.terminal("attention/FLASHINFER")
+    assert isinstance(failed, StepUnavailable)
+    assert failed.outcome is Outcome.UNAVAILABLE
+    assert failed.reasons == (reason,)
+    assert failed.cause is not None
+    assert failed.cause.type == type(error).__name__
+    assert failed.cause.frames, "the traceback is kept in the event"
+    if isinstance(error, PermissionError):
+        assert reason == "PermissionError: [Errno 13] Permission denied: '/root/.cache/flashinfer'"
+        assert (failed.cause.errno, failed.cause.filename) == (13, "/root/.cache/flashinfer")
+    for other in ("FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"):
+        assert engine.outcome(f"attention/{other}") is Outcome.OK
+    assert engine.value(ATTENTION_STEP) == {
+        "backend": "FLASH_ATTN",
+        "explicit": False,
+        "considered": CUDA_LIST,
+    }
+    assert engine.decision("candidates.select").value == "FLASH_ATTN"
+    assert check_decisions(engine.events, ENGINE_DECIDERS) == []
+
+
+async def test_a_failing_first_candidate_does_not_stop_the_others() -> None:
+    engine = await run("h200x8", faults=["flash_attn=OSError:libcuda.so.1: cannot open"])
+
+    assert engine.outcome("attention/FLASH_ATTN") is Outcome.UNAVAILABLE
+    assert engine.value(ATTENTION_STEP)["backend"] == "FLASHINFER"
+    assert [engine.outcome(f"attention/{name}") for name in CUDA_LIST[1:]] == [Outcome.OK] * 3
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("CUDA error: no kernel image is available"),
+        AttributeError("module has no attribute 'get_builder_cls'"),
+        KeyboardInterrupt(),
+    ],
+    ids=["RuntimeError", "AttributeError", "KeyboardInterrupt"],
+)
+async def test_programming_errors_propagate_with_their_own_type(error: BaseException) -> None:
+    name = type(error).__name__
+    faults = FaultPlan.from_json(
+        [
+            {"target": "flash_attn", "exception": name, "args": list(error.args)},
+            # A sibling still running when the error propagates is cancelled.
+            {"target": "attention/TRITON_ATTN", "exception": "hang"},
+        ]
+    )
+    engine = await run("h200x8", faults=faults)
+
+    assert type(engine.error) is type(error)
+    assert engine.error.args == error.args
+    failed = engine.terminal("attention/FLASH_ATTN")
+    assert isinstance(failed, StepFailed)
+    assert failed.cause.type == name
+    assert isinstance(engine.terminal("attention/TRITON_ATTN"), StepCancelled)
+    assert isinstance(engine.terminal(ATTENTION_STEP), StepFailed)
+    for candidate in CUDA_LIST:
+        engine.terminal(f"attention/{candidate}")  # every probe ended, one way or another
+    finished = engine.finished
+    interrupted = isinstance(error, KeyboardInterrupt)
+    assert finished.outcome is (RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED)
+    assert finished.failed_step == "attention/FLASH_ATTN"
+    assert finished.cause is not None
+    assert finished.cause.type == name
+
+
+async def test_explicit_backend_failing_in_the_environment_raises_value_error_from_it() -> None:
+    engine = await run(
+        "h200x8",
+        config=EngineConfig(attention_backend="FLASHINFER"),
+        faults=["flashinfer=OSError:libcuda.so.1: cannot open shared object file"],
+    )
+
+    error = engine.error
+    assert isinstance(error, ValueError)
+    assert str(error).startswith(
+        "Selected backend FLASHINFER is not valid for this configuration. Reason: ["
+    )
+    assert "OSError: libcuda.so.1: cannot open shared object file" in str(error)
+    assert type(error.__cause__) is OSError
+    assert str(error.__cause__) == "libcuda.so.1: cannot open shared object file"
+    assert engine.steps("attention/") == ["attention/FLASHINFER"], "no fallback"
+    assert engine.started(ATTENTION_STEP).attributes == {"explicit": "FLASHINFER"}
+    cause = engine.terminal(ATTENTION_STEP)
+    assert isinstance(cause, StepFailed)
+    assert cause.cause.cause is not None
+    assert cause.cause.cause.type == "OSError"
+    assert engine.finished.outcome is RunOutcome.FAILED
+
+
+async def test_explicit_backend_rejecting_the_configuration_lists_its_reasons() -> None:
+    engine = await run("h200x8", config=EngineConfig(attention_backend="FLASHINFER", head_size=80))
+
+    assert isinstance(engine.error, ValueError)
+    assert "Selected backend FLASHINFER is not valid" in str(engine.error)
+    assert "head_size 80 not supported" in str(engine.error)
+    assert engine.error.__cause__ is None
+    assert engine.outcome("attention/FLASHINFER") is Outcome.INVALID
+
+
+async def test_explicit_backend_that_works_is_the_only_one_probed() -> None:
+    engine = await run("h200x8", config=EngineConfig(attention_backend="TRITON_ATTN"))
+
+    assert engine.value(ATTENTION_STEP) == {
+        "backend": "TRITON_ATTN",
+        "explicit": True,
+        "considered": ["TRITON_ATTN"],
+    }
+    assert engine.steps("attention/") == ["attention/TRITON_ATTN"]
+    assert check_decisions(engine.events, ENGINE_DECIDERS) == []
+
+
+async def test_explicit_backend_of_another_platform_says_why() -> None:
+    engine = await run("h200x8", config=EngineConfig(attention_backend="CPU_ATTN"))
+
+    assert isinstance(engine.error, ValueError)
+    assert "device cuda not supported" in str(engine.error)
+
+
+async def test_unknown_explicit_backend_lists_the_valid_names() -> None:
+    engine = await run("h200x8", config=EngineConfig(attention_backend="FLASH_ATTENTION_9000"))
+
+    assert isinstance(engine.error, ValueError)
+    message = str(engine.error)
+    assert "'FLASH_ATTENTION_9000'" in message
+    for name in ATTENTION_BACKENDS:
+        assert name in message
+    assert engine.steps("attention/") == []
+    assert engine.finished.outcome is RunOutcome.FAILED
+
+
+@pytest.mark.parametrize(
+    ("profile", "config", "backend", "considered"),
+    [
+        ("h200x8", EngineConfig(), "FLASH_ATTN", CUDA_LIST),
+        ("a100x4", EngineConfig(), "FLASH_ATTN", CUDA_LIST),
+        (
+            "b200x8",
+            EngineConfig(),
+            "FLASHINFER",
+            ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"],
+        ),
+        (
+            "b200x8",
+            EngineConfig(use_mla=True, head_size=576, block_size=64),
+            "FLASHINFER_MLA",
+            ["CUTLASS_MLA", "FLASHINFER_MLA", "FLASH_ATTN_MLA", "TRITON_MLA"],
+        ),
+        (
+            "h200x8",
+            EngineConfig(use_mla=True, head_size=576),
+            "FLASH_ATTN_MLA",
+            ["FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"],
+        ),
+        ("a100x4", EngineConfig(use_mla=True, head_size=576), "TRITON_MLA", ["TRITON_MLA"]),
+        ("a100x4", EngineConfig(dtype="float32"), "TRITON_ATTN", CUDA_LIST),
+        ("zen4", EngineConfig(), "CPU_ATTN", ["CPU_ATTN"]),
+        ("xeon", EngineConfig(), "CPU_ATTN", ["CPU_ATTN"]),
+    ],
+    ids=[
+        "h200x8",
+        "a100x4",
+        "b200x8",
+        "b200x8-mla",
+        "h200x8-mla",
+        "a100x4-mla",
+        "fp32",
+        "zen4",
+        "xeon",
+    ],
+)
+async def test_automatic_selection_takes_the_best_valid_candidate(
+    profile: str, config: EngineConfig, backend: str, considered: list[str]
+) -> None:
+    engine = await run(profile, config=config)
+
+    assert engine.value(ATTENTION_STEP) == {
+        "backend": backend,
+        "explicit": False,
+        "considered": considered,
+    }
+    assert engine.started(ATTENTION_STEP).attributes == {"explicit": None}
+    for priority, name in enumerate(considered):
+        assert engine.started(f"attention/{name}").attributes == {
+            "candidate": name,
+            "priority": priority,
+        }
+
+
+async def test_a_backend_whose_module_is_missing_is_unavailable() -> None:
+    # CUTLASS_MLA imports `cutlass`, which the b200x8 profile does not have.
+    engine = await run("b200x8", config=EngineConfig(use_mla=True, head_size=576, block_size=128))
+
+    missing = engine.terminal("attention/CUTLASS_MLA")
+    assert isinstance(missing, StepUnavailable)
+    assert missing.reasons == ("ModuleNotFoundError: No module named 'cutlass'",)
+    assert engine.value(ATTENTION_STEP)["backend"] == "TRITON_MLA"
+
+
+async def test_no_valid_candidate_is_a_terminal_value_error_listing_every_reason() -> None:
+    engine = await run("h200x8", config=EngineConfig(head_size=7))
+
+    assert isinstance(engine.error, ValueError)
+    message = str(engine.error)
+    assert message.startswith("No valid backend found for this configuration.")
+    for name in CUDA_LIST:
+        assert name in message
+        invalid = engine.terminal(f"attention/{name}")
+        assert isinstance(invalid, StepUnavailable)
+        assert invalid.outcome is Outcome.INVALID
+        assert "head_size 7 not supported" in invalid.reasons
+    assert engine.decision("candidates.select").value is None
+    assert engine.finished.outcome is RunOutcome.FAILED
+    assert engine.finished.failed_step == ATTENTION_STEP
+
+
+async def test_a_hanging_candidate_times_the_attention_step_out() -> None:
+    from orchestrator import StepTimeoutError
+
+    engine = await run(
+        "h200x8",
+        config=EngineConfig(step_timeout=0.2),
+        faults=["attention/FLEX_ATTENTION=hang"],
+    )
+
+    assert isinstance(engine.error, StepTimeoutError)
+    assert engine.outcome(ATTENTION_STEP) is Outcome.TIMED_OUT
+    assert engine.finished.outcome is RunOutcome.FAILED

@@ -1,0 +1,229 @@
+"""The real host: its facts from a file tree, and the engine graph with real
+probes and real imports on this machine."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from events import PLATFORM_STEP, ZENTORCH_STEP, Outcome, RunOutcome, StepUnavailable
+from orchestrator import RealImporter
+from orchestrator.engine import (
+    GpuDevice,
+    HostFacts,
+    Profile,
+    RealHost,
+    SimulatedHost,
+    SimulatedImporter,
+    is_amd_zen,
+    load_profile,
+)
+from orchestrator.engine._host import gfx_capability
+
+from .harness import run
+
+# Importing the real torch without numpy warns; that is not what these
+# tests are about.
+REAL_TORCH = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy:UserWarning")
+
+#: Nothing importable: the real host's file fallbacks are what answers.
+NO_MODULES = SimulatedImporter(Profile(name="bare"))
+
+
+def write(root: Path, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+# --- facts from the file system ---------------------------------------------------------
+
+
+def test_a_host_without_cpuinfo_or_devices(tmp_path: Path) -> None:
+    host = RealHost(tmp_path)
+
+    assert isinstance(host, HostFacts)
+    assert host.name == "real"
+    assert host.read_cpuinfo() is None
+    assert host.nvidia_devices(NO_MODULES) == ()
+    assert host.amd_devices(NO_MODULES) == ()
+    assert host.tpu_present(NO_MODULES) is False
+    assert host.xpu_devices(NO_MODULES) == ()
+    assert host.nvswitch_multicast() is False
+    assert host.nodes() is None
+
+
+def test_nvidia_driver_files_without_nvml(tmp_path: Path) -> None:
+    for bus in ("0000:1b:00.0", "0000:0a:00.0"):
+        write(
+            tmp_path,
+            f"/proc/driver/nvidia/gpus/{bus}/information",
+            "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\n",
+        )
+    write(tmp_path, "/proc/driver/nvidia/capabilities/fabric-imex-mgmt", "DeviceFileMinor: 1\n")
+    host = RealHost(tmp_path)
+
+    assert host.nvidia_devices(NO_MODULES) == (
+        GpuDevice(vendor="nvidia", name="NVIDIA H100 80GB HBM3", capability=None, index=0),
+        GpuDevice(vendor="nvidia", name="NVIDIA H100 80GB HBM3", capability=None, index=1),
+    )
+    assert host.nvswitch_multicast() is True
+
+
+def test_amd_kfd_topology_without_amdsmi(tmp_path: Path) -> None:
+    nodes = "/sys/class/kfd/kfd/topology/nodes"
+    write(tmp_path, f"{nodes}/0/properties", "cpu_cores_count 96\nsimd_count 0\n")
+    write(tmp_path, f"{nodes}/1/properties", "simd_count 1216\ngfx_target_version 90402\n")
+    write(tmp_path, f"{nodes}/1/name", "gfx942\n")
+
+    assert RealHost(tmp_path).amd_devices(NO_MODULES) == (
+        GpuDevice(vendor="amd", name="gfx942", capability=(9, 4), index=0),
+    )
+
+
+def test_dev_kfd_alone_is_one_amd_device(tmp_path: Path) -> None:
+    write(tmp_path, "/dev/kfd", "")
+
+    devices = RealHost(tmp_path).amd_devices(NO_MODULES)
+
+    assert [(d.vendor, d.capability) for d in devices] == [("amd", None)]
+
+
+def test_nvml_is_asked_through_the_importer(tmp_path: Path) -> None:
+    host = RealHost(tmp_path)
+
+    devices = host.nvidia_devices(SimulatedImporter(load_profile("h200x8")))
+
+    assert len(devices) == 8
+    assert devices[0] == GpuDevice(vendor="nvidia", name="NVIDIA H200", capability=(9, 0), index=0)
+
+
+class FakeNvml:
+    """An importer whose pynvml fails to initialise with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def find_spec(self, name: str) -> Any:
+        return object() if name == "pynvml" else None
+
+    def import_module(self, name: str) -> ModuleType:
+        module = ModuleType(name)
+
+        def init() -> None:
+            raise self.error
+
+        module.nvmlInit = init  # type: ignore[attr-defined]
+        return module
+
+
+def test_nvml_saying_there_is_no_driver_means_no_devices(tmp_path: Path) -> None:
+    class NVMLError_DriverNotLoaded(Exception):
+        __module__ = "pynvml"
+
+    assert RealHost(tmp_path).nvidia_devices(FakeNvml(NVMLError_DriverNotLoaded())) == ()  # type: ignore[arg-type]
+
+
+def test_any_other_nvml_failure_is_raised(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="broken"):
+        RealHost(tmp_path).nvidia_devices(FakeNvml(RuntimeError("broken")))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("target", "capability"),
+    [("gfx942", (9, 4)), ("gfx90a", (9, 0)), ("gfx1100", (11, 0)), ("gfx950", (9, 5)), ("", None)],
+)
+def test_gfx_versions(target: str, capability: tuple[int, int] | None) -> None:
+    assert gfx_capability(target) == capability
+
+
+def test_the_real_host_rebuilds_from_its_isolation_spec(tmp_path: Path) -> None:
+    from orchestrator.engine._host import rebuild_real_host
+
+    spec = RealHost(tmp_path).isolation_spec()
+
+    assert spec["factory"] == "orchestrator.engine._host:rebuild_real_host"
+    assert repr(rebuild_real_host(spec["args"])) == repr(RealHost(tmp_path))
+
+
+# --- this machine ---------------------------------------------------------------------------
+
+
+def this_machine_has_no_accelerator() -> bool:
+    paths = ("/proc/driver/nvidia/gpus", "/dev/kfd", "/dev/nvidia0", "/dev/accel0")
+    modules = ("pynvml", "amdsmi", "libtpu")
+    return not any(Path(p).exists() for p in paths) and not any(
+        importlib.util.find_spec(m) for m in modules
+    )
+
+
+@REAL_TORCH
+@pytest.mark.anyio
+async def test_the_engine_runs_on_this_host_with_real_probes() -> None:
+    engine = await run(None)
+
+    assert engine.error is None
+    assert engine.finished.outcome is RunOutcome.READY
+    cpuinfo = RealHost().read_cpuinfo()
+    zen = is_amd_zen(cpuinfo)
+    if this_machine_has_no_accelerator():
+        assert engine.value(PLATFORM_STEP)["plugin"] == "cpu"
+        expected = {"CpuPlatform"} if not zen else {"CpuPlatform", "ZenCpuPlatform"}
+        assert engine.value(PLATFORM_STEP)["platform_class"] in expected
+    else:
+        assert engine.value(PLATFORM_STEP)["plugin"] != "cpu"
+    # The zentorch branch runs exactly when the CPU is an AMD Zen with AVX-512.
+    assert (ZENTORCH_STEP in engine.steps()) is zen
+
+
+def versions() -> tuple[str, str]:
+    """zentorch's and torch's installed versions (skips when either is missing)."""
+    try:
+        return importlib.metadata.version("zentorch"), importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError as missing:
+        pytest.skip(f"{missing.name} is not installed (CI installs torch 2.13.0 and zentorch)")
+
+
+def expect_incompatible_torch() -> None:
+    zentorch, torch = versions()
+    if zentorch.split(".")[:2] == torch.split("+")[0].split(".")[:2]:
+        pytest.skip(f"zentorch {zentorch} matches torch {torch}; this case needs a mismatch")
+
+
+def assert_zentorch_broken_by_the_torch_version(engine: Any) -> None:
+    broken = engine.terminal(ZENTORCH_STEP)
+    assert isinstance(broken, StepUnavailable)
+    assert broken.outcome is Outcome.UNAVAILABLE
+    assert broken.reasons[0].startswith("ImportError: Incompatible PyTorch version")
+    assert broken.cause.type == "ImportError"
+    assert engine.value(PLATFORM_STEP)["platform_class"] == "CpuPlatform"
+
+
+@REAL_TORCH
+@pytest.mark.anyio
+async def test_the_real_zentorch_wheel_beside_an_incompatible_torch_on_this_host() -> None:
+    expect_incompatible_torch()
+    if not is_amd_zen(RealHost().read_cpuinfo()):
+        pytest.skip("this CPU is not an AMD Zen with AVX-512, so the cpu plugin skips zentorch")
+
+    engine = await run(None)
+
+    assert_zentorch_broken_by_the_torch_version(engine)
+
+
+@REAL_TORCH
+@pytest.mark.anyio
+async def test_the_real_zentorch_wheel_beside_an_incompatible_torch_on_zen_facts() -> None:
+    # Zen CPU facts from the profile, every import real: the zentorch wheel's
+    # own version check runs whatever CPU this machine has.
+    expect_incompatible_torch()
+    zen4 = load_profile("zen4")
+
+    engine = await run(None, host=SimulatedHost(zen4), importer=RealImporter())
+
+    assert_zentorch_broken_by_the_torch_version(engine)
