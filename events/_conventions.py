@@ -16,9 +16,9 @@ Steps (``kind`` in brackets, payloads as JSON)::
       a plugin that raised ends unavailable (or failed) with the cause
     platform/cpu/zentorch             [step]       optional-module policy
       ok {"loaded": true} | absent | unavailable (broken) | failed
-    attention                         [step]       attributes {"explicit": name | null,
-                                                               "candidates": [names by priority]}
-      result   {"backend", "explicit", "considered": [names]}
+    attention                         [step]       attributes {"explicit": name | null}
+      result   {"backend", "explicit": bool, "considered": [names by priority]}
+               (the candidates depend on the platform, known only at run time)
       failure  ValueError ("Selected backend ..." or "No valid ...")
       decision "candidates.select" -> backend name
     attention/<BACKEND>               [candidate]  attributes {"candidate", "priority"}
@@ -26,16 +26,19 @@ Steps (``kind`` in brackets, payloads as JSON)::
     flashinfer_comm                   [step]
       ok {"available": true} | absent (flashinfer not installed)
       | unavailable (cause: the import error, or reason naming a missing symbol)
-    allreduce_workspace               [step]       attributes {"requested", "nodes", "tp"}
+    allreduce_workspace               [step]       attributes {"requested", "tp"}
       result   {"enabled": bool, "backend": str | null, "quant_backend": str | null,
-                "reason": str | null}
+                "reason": str | null, "nodes": int}
       failure  ValueError (configuration error, e.g. trtllm on several nodes)
       decision "fallback.result" -> backend | null (this rank's chain)
       decision "allreduce.agreed" -> backend | null (what every rank uses)
     allreduce_workspace/<backend>     [attempt]    attributes {"backend", "attempt", "attempts",
                                                                "fallback_left"}
-    allreduce_workspace/agree         [step]       result {"backend", "local", "group"}
+               (+ "catch_up": true when tried late so all ranks can agree)
+    allreduce_workspace/agree         [step]       result {"backend", "local", "group",
+                                                           "rounds", "released"}
     allreduce_workspace/quant         [step]       result {"backend", "reused": bool}
+               (only when a backend was agreed and quant fusion is on)
 """
 
 from __future__ import annotations

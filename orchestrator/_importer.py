@@ -78,10 +78,14 @@ class InjectingImporter:
         return self._base
 
     def import_module(self, name: str) -> ModuleType:
-        """Fire the fault configured for ``name`` on this rank, else import."""
-        fault = self._plan.for_target(name, self._rank)
-        if fault is not None:
-            fault.fire(self._release)
+        """Fire the fault configured for ``name`` or for one of its parent
+        packages (importing ``a.b`` imports ``a`` first, so a broken ``a``
+        breaks ``a.b`` too) on this rank, else import."""
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            fault = self._plan.for_target(".".join(parts[:end]), self._rank)
+            if fault is not None:
+                fault.fire(self._release)
         return self._base.import_module(name)
 
     def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
