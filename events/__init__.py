@@ -26,6 +26,14 @@ from ._conventions import ATTENTION_STEP as ATTENTION_STEP
 from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
 from ._conventions import PLATFORM_STEP as PLATFORM_STEP
 from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
+from ._engine_state import Divergence as Divergence
+from ._engine_state import EngineState as EngineState
+from ._engine_state import EngineStates as EngineStates
+from ._engine_state import Replay as Replay
+from ._engine_state import RootCause as RootCause
+from ._engine_state import find_divergences as find_divergences
+from ._engine_state import replay as replay
+from ._engine_state import root_cause as root_cause
 from ._errors import DecodeError as DecodeError
 from ._errors import EventsError as EventsError
 from ._errors import FoldError as FoldError
@@ -45,6 +53,20 @@ from ._log import EventLog as EventLog
 from ._log import JsonlLog as JsonlLog
 from ._log import MemoryLog as MemoryLog
 from ._log import Subscription as Subscription
+from ._messages import DEFAULT_POLICY as DEFAULT_POLICY
+from ._messages import GroupedMessage as GroupedMessage
+from ._messages import Message as Message
+from ._messages import Messages as Messages
+from ._messages import MessagesState as MessagesState
+from ._messages import PolicyError as PolicyError
+from ._messages import RankMessages as RankMessages
+from ._messages import Scope as Scope
+from ._messages import SeverityPolicy as SeverityPolicy
+from ._messages import format_ranks as format_ranks
+from ._messages import group_messages as group_messages
+from ._messages import span_severity as span_severity
+from ._messages import step_severity as step_severity
+from ._messages import step_severity_hook as step_severity_hook
 from ._model import EVENT_TYPES as EVENT_TYPES
 from ._model import SCHEMA_VERSION as SCHEMA_VERSION
 from ._model import TERMINAL_STEP_EVENTS as TERMINAL_STEP_EVENTS
@@ -87,6 +109,7 @@ __all__ = [
     "ALLREDUCE_QUANT_STEP",
     "ALLREDUCE_STEP",
     "ATTENTION_STEP",
+    "DEFAULT_POLICY",
     "EVENT_TYPES",
     "FLASHINFER_COMM_STEP",
     "PLATFORM_STEP",
@@ -97,7 +120,10 @@ __all__ = [
     "Composite",
     "DecisionMade",
     "DecodeError",
+    "Divergence",
     "Durability",
+    "EngineState",
+    "EngineStates",
     "Event",
     "EventLog",
     "EventsError",
@@ -105,6 +131,7 @@ __all__ = [
     "FoldError",
     "ForeignEventError",
     "FrameInfo",
+    "GroupedMessage",
     "JsonValue",
     "JsonlLog",
     "LogClosedError",
@@ -113,18 +140,27 @@ __all__ = [
     "LogError",
     "LogProblem",
     "MemoryLog",
+    "Message",
+    "Messages",
+    "MessagesState",
     "Outcome",
+    "PolicyError",
     "ProblemKind",
     "Projection",
     "RankIdentity",
+    "RankMessages",
     "RankTimeline",
     "Redactor",
     "Reducer",
+    "Replay",
+    "RootCause",
     "RunFinished",
     "RunOutcome",
     "RunStarted",
+    "Scope",
     "SequenceGapError",
     "Severity",
+    "SeverityPolicy",
     "StepCancelled",
     "StepCrashed",
     "StepFailed",
@@ -149,9 +185,17 @@ __all__ = [
     "encode",
     "encode_exception",
     "encode_record",
+    "find_divergences",
     "fold",
+    "format_ranks",
+    "group_messages",
     "merge",
     "outcome_of",
     "read_log",
+    "replay",
+    "root_cause",
+    "span_severity",
+    "step_severity",
+    "step_severity_hook",
     "validate",
 ]

@@ -35,11 +35,16 @@ from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
 from ._jaeger import jaeger_document as jaeger_document
 from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME
 from ._live import LiveSpans as LiveSpans
+from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
+from ._logging import LoggingBridge as LoggingBridge
 from ._propagation import TraceParent as TraceParent
 from ._propagation import context_with_span as context_with_span
 from ._propagation import format_traceparent as format_traceparent
 from ._propagation import parse_traceparent as parse_traceparent
 from ._replay import export_events as export_events
+from ._report import REPORT_VERSION as REPORT_VERSION
+from ._report import report_json as report_json
+from ._report import report_text as report_text
 from ._spans import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
 from ._spans import ROOT_SPAN_NAME as ROOT_SPAN_NAME
 from ._spans import SCOPE_NAME as SCOPE_NAME
@@ -58,13 +63,16 @@ from ._views import rank_ranges as rank_ranges
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
+    "MESSAGE_LOGGER_PREFIX",
     "OTLP_PROTOCOLS",
+    "REPORT_VERSION",
     "ROOT_SPAN_NAME",
     "SCOPE_NAME",
     "TRACING_LOGGER_NAME",
     "ExportersError",
     "JaegerJsonExporter",
     "LiveSpans",
+    "LoggingBridge",
     "SeverityOf",
     "SpanExportError",
     "SpanProjection",
@@ -88,6 +96,8 @@ __all__ = [
     "parse_traceparent",
     "rank_ranges",
     "rank_resource",
+    "report_json",
+    "report_text",
     "spans_from_events",
     "timeline_html",
 ]

@@ -1,0 +1,575 @@
+"""The engine's derived state per rank, the root cause across ranks, and
+cross-rank divergences; :func:`replay` folds a whole run in one pass.
+
+:class:`EngineStates` is a projection (``initial``/``apply``) whose state is a
+mapping from rank to :class:`EngineState`, read from the events the engine
+writes (:mod:`events._conventions`)::
+
+    platform ok                 platform (plugin), platform_class
+    attention ok                attention_backend
+    flashinfer_comm ok|other    flashinfer_comm_available
+    allreduce_workspace ok      fusion_enabled, allreduce_backend
+    decision allreduce.agreed   allreduce_backend (what every rank uses)
+    run.finished                outcome (no run.finished: ``incomplete``)
+
+The root cause of a rank is its earliest failure that reached the graph (the
+deepest step of that propagation; a failure a parent absorbed does not
+count), else the cause ``run.finished`` names, else, for a rank that died,
+the step it was in (the innermost step that started and never ended) with no
+exception. Across ranks, :func:`root_cause` picks the earliest by wall-clock
+time among ranks that did not end ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._conventions import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+)
+from ._errors import LogError
+from ._exception_info import ExceptionInfo
+from ._messages import (
+    DEFAULT_POLICY,
+    GroupedMessage,
+    Message,
+    Messages,
+    MessagesState,
+    RankMessages,
+    Scope,
+    SeverityPolicy,
+    _Failure,
+    _top_level,
+    _track,
+    format_ranks,
+    group_messages,
+)
+from ._model import (
+    TERMINAL_STEP_EVENTS,
+    DecisionMade,
+    Event,
+    JsonValue,
+    RankIdentity,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+)
+from ._reader import LogContents
+from ._reducers import Composite, fold
+from ._severity import Severity
+from ._timeline import RankTimeline, Timeline, TimelineState
+
+__all__ = [
+    "Divergence",
+    "EngineState",
+    "EngineStates",
+    "Replay",
+    "RootCause",
+    "find_divergences",
+    "replay",
+    "root_cause",
+]
+
+
+@attrs.frozen(kw_only=True)
+class RootCause:
+    """Why a rank did not end ready.
+
+    Attributes:
+        rank: the rank.
+        step: the deepest step the failure started in (for a rank that died,
+            the step it was in); ``None`` if no step is known.
+        exception: the recorded exception, or ``None`` (a rank that died, or
+            an interruption without one).
+        outcome: the rank's outcome (``failed``, ``interrupted``,
+            ``incomplete``).
+        wall_ns: when it happened (for a rank that died: its last event).
+        seq: the event that recorded it.
+    """
+
+    rank: int
+    step: str | None
+    exception: ExceptionInfo | None
+    outcome: RunOutcome
+    wall_ns: int
+    seq: int
+
+    def describe(self) -> str:
+        """One line: ``rank 5, step platform: RuntimeError: ...``."""
+        where = f"rank {self.rank}" + (f", step {self.step}" if self.step else "")
+        if self.exception is not None:
+            return f"{where}: {self.exception.reason}"
+        if self.outcome is RunOutcome.INCOMPLETE:
+            return f"{where}: the rank stopped without finishing (its process died)"
+        return f"{where}: {self.outcome.value}, no exception recorded"
+
+
+@attrs.frozen(kw_only=True)
+class _EngineTracking:
+    """Bookkeeping between events. Internal."""
+
+    root_span_id: str | None = None
+    failures: tuple[_Failure, ...] = ()
+    finish_cause: ExceptionInfo | None = None
+    failed_step: str | None = None
+    finish_wall_ns: int | None = None
+    finish_seq: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EngineState:
+    """What one rank's startup derived.
+
+    Attributes:
+        rank: the global rank.
+        run_id: the launch.
+        identity: from ``run.started``.
+        outcome: ``ready | failed | interrupted``, or ``incomplete`` while
+            (or because) the log has no ``run.finished``.
+        platform: the platform plugin that won, or ``None``.
+        platform_class: its platform class (``CudaPlatform``), or ``None``.
+        attention_backend: the selected attention backend, or ``None``.
+        allreduce_backend: the all-reduce backend this rank uses (the agreed
+            one when ranks agreed), or ``None`` when fusion is off.
+        fusion_enabled: whether the all-reduce fusion workspace is usable.
+        flashinfer_comm_available: whether ``flashinfer.comm`` is usable;
+            ``None`` when that step never ended.
+        allreduce_settled: the all-reduce step ended ok (so its backend is
+            a decision to compare across ranks).
+        failure: the earliest failure that reached the graph.
+        open_steps: steps started and not ended, in start order.
+        last_event_step: the step of the latest step event.
+        last_wall_ns, last_seq: the latest event.
+        tracking: derivation bookkeeping; not part of the stable surface.
+    """
+
+    rank: int
+    run_id: str | None = None
+    identity: RankIdentity | None = None
+    outcome: RunOutcome = RunOutcome.INCOMPLETE
+    platform: str | None = None
+    platform_class: str | None = None
+    attention_backend: str | None = None
+    allreduce_backend: str | None = None
+    fusion_enabled: bool = False
+    flashinfer_comm_available: bool | None = None
+    allreduce_settled: bool = False
+    failure: RootCause | None = None
+    open_steps: tuple[str, ...] = ()
+    last_event_step: str | None = None
+    last_wall_ns: int = 0
+    last_seq: int = -1
+    tracking: _EngineTracking = attrs.field(factory=_EngineTracking)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the log has its ``run.finished``."""
+        return self.outcome is not RunOutcome.INCOMPLETE
+
+    @property
+    def last_step(self) -> str | None:
+        """The innermost step still running (the step a dead rank was in),
+        else the step of the latest step event."""
+        return self.open_steps[-1] if self.open_steps else self.last_event_step
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        """Why this rank did not end ready; ``None`` for a ready rank."""
+        if self.outcome is RunOutcome.READY:
+            return None
+        if self.failure is not None:
+            return self.failure
+        tracking = self.tracking
+        if not self.finished:
+            # Died mid-propagation: the failure was on its way up.
+            going_up = [f for f in tracking.failures if f.cause is not None]
+            if going_up:
+                return _root_cause(self, going_up[0], None)
+            return RootCause(
+                rank=self.rank,
+                step=self.last_step,
+                exception=None,
+                outcome=self.outcome,
+                wall_ns=self.last_wall_ns,
+                seq=self.last_seq,
+            )
+        return RootCause(
+            rank=self.rank,
+            step=tracking.failed_step or self.last_step,
+            exception=tracking.finish_cause,
+            outcome=self.outcome,
+            wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
+            seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
+        )
+
+
+def _root_cause(state: EngineState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+    return RootCause(
+        rank=state.rank,
+        step=failure.step,
+        exception=failure.cause or fallback,
+        outcome=state.outcome,
+        wall_ns=failure.wall_ns,
+        seq=failure.seq,
+    )
+
+
+def _field(value: JsonValue, key: str) -> JsonValue:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _text(value: JsonValue) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class EngineStates:
+    """Projection: rank -> :class:`EngineState` from any stream of events."""
+
+    def initial(self) -> Mapping[int, EngineState]:
+        """No ranks yet."""
+        return {}
+
+    def apply(self, state: Mapping[int, EngineState], event: Event) -> Mapping[int, EngineState]:
+        """The state after ``event``; unchanged ranks are shared."""
+        rank = state.get(event.rank) or EngineState(rank=event.rank, run_id=event.run_id)
+        updated = _apply_rank(rank, event)
+        if updated is rank:
+            return state
+        ranks = dict(state)
+        ranks[event.rank] = updated
+        return ranks
+
+
+def _apply_rank(state: EngineState, event: Event) -> EngineState:
+    changes: dict[str, Any] = {"last_wall_ns": event.wall_ns, "last_seq": event.seq}
+    tracking = state.tracking
+    if isinstance(event, StepStarted):
+        changes["open_steps"] = (*state.open_steps, event.step)
+        changes["last_event_step"] = event.step
+    elif isinstance(event, TERMINAL_STEP_EVENTS):
+        changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
+        changes["last_event_step"] = event.step
+        tracked = _track(
+            tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
+        )
+        tracking = attrs.evolve(tracking, failures=tracked.pending)
+        if tracked.settled is not None and state.failure is None:
+            changes["failure"] = _root_cause(state, tracked.settled, None)
+        changes.update(_derived(state, event))
+    elif isinstance(event, DecisionMade):
+        if event.name == "allreduce.agreed":
+            changes["allreduce_backend"] = _text(event.value)
+    elif isinstance(event, RunStarted):
+        changes["identity"] = event.identity
+        changes["run_id"] = event.run_id
+        tracking = attrs.evolve(tracking, root_span_id=event.span_id)
+    elif isinstance(event, RunFinished):
+        tracked = _track(tracking.failures, event, top_level=True)
+        tracking = attrs.evolve(
+            tracking,
+            failures=(),
+            finish_cause=event.cause,
+            failed_step=event.failed_step,
+            finish_wall_ns=event.wall_ns,
+            finish_seq=event.seq,
+        )
+        changes["outcome"] = event.outcome
+        if tracked.settled is not None and state.failure is None:
+            changes["failure"] = attrs.evolve(
+                _root_cause(state, tracked.settled, event.cause), outcome=event.outcome
+            )
+        elif state.failure is not None:
+            changes["failure"] = attrs.evolve(state.failure, outcome=event.outcome)
+    changes["tracking"] = tracking
+    return attrs.evolve(state, **changes)
+
+
+def _derived(state: EngineState, event: Event) -> dict[str, Any]:
+    """The engine facts a terminal step event settles."""
+    step = event.step
+    ok = isinstance(event, StepSucceeded)
+    result: JsonValue = event.result if isinstance(event, StepSucceeded) else None
+    if step == PLATFORM_STEP and ok:
+        return {
+            "platform": _text(_field(result, "plugin")),
+            "platform_class": _text(_field(result, "platform_class")),
+        }
+    if step == ATTENTION_STEP and ok:
+        return {"attention_backend": _text(_field(result, "backend"))}
+    if step == FLASHINFER_COMM_STEP:
+        return {"flashinfer_comm_available": ok and _field(result, "available") is not False}
+    if step == ALLREDUCE_STEP:
+        if not ok:
+            return {"fusion_enabled": False, "allreduce_backend": None}
+        enabled = _field(result, "enabled") is True
+        backend = _text(_field(result, "backend")) if enabled else None
+        return {"fusion_enabled": enabled, "allreduce_backend": backend, "allreduce_settled": True}
+    if step == PLATFORM_STEP and isinstance(event, StepFailed):
+        return {"platform": None, "platform_class": None}
+    return {}
+
+
+def root_cause(states: Mapping[int, EngineState] | Iterable[EngineState]) -> RootCause | None:
+    """The run's root cause: the earliest (by wall-clock time, then rank) of
+    the ranks' root causes. A rank that died counts, at its last event."""
+    values = states.values() if isinstance(states, Mapping) else states
+    causes = [cause for state in values if (cause := state.root_cause) is not None]
+    if not causes:
+        return None
+    return min(causes, key=lambda cause: (cause.wall_ns, cause.rank))
+
+
+@attrs.frozen(kw_only=True)
+class Divergence:
+    """Ranks that decided differently where they must agree.
+
+    Attributes:
+        code: ``allreduce.divergence`` (ERROR: divergent backends hang
+            collectives), ``platform.divergence`` (ERROR: one launch, mixed
+            devices), ``attention.divergence`` (WARNING: kernels differ).
+        severity, scope: from the policy.
+        subject: the :class:`EngineState` field compared.
+        values: each value (``None``: fusion disabled) with its ranks, ordered
+            by lowest rank.
+        text: what differs and what to do.
+    """
+
+    code: str
+    severity: Severity
+    scope: Scope
+    subject: str
+    values: tuple[tuple[str | None, tuple[int, ...]], ...]
+    text: str
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every rank involved, ascending."""
+        return tuple(sorted(rank for _value, ranks in self.values for rank in ranks))
+
+    def grouped(self) -> GroupedMessage:
+        """As a grouped message, for reports."""
+        return GroupedMessage(
+            code=self.code,
+            severity=self.severity,
+            scope=self.scope,
+            text=self.text,
+            ranks=self.ranks,
+        )
+
+
+_DIVERGENCES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "allreduce.divergence",
+        "allreduce_backend",
+        "Ranks disagree on the allreduce fusion backend",
+        "collectives hang when ranks use different backends; let the ranks agree through a "
+        "process group (torch.distributed) or configure one backend that works on every rank.",
+    ),
+    (
+        "platform.divergence",
+        "platform_class",
+        "Ranks run on different platforms",
+        "one launch needs the same platform on every rank; check the platform messages of "
+        "the ranks that differ.",
+    ),
+    (
+        "attention.divergence",
+        "attention_backend",
+        "Ranks selected different attention backends",
+        "outputs and speed may differ between ranks; name one attention backend that works "
+        "on every rank.",
+    ),
+)
+
+
+def find_divergences(
+    states: Mapping[int, EngineState] | Iterable[EngineState],
+    *,
+    policy: SeverityPolicy = DEFAULT_POLICY,
+) -> tuple[Divergence, ...]:
+    """Compare the ranks' decisions: all-reduce backend (among ranks whose
+    all-reduce step ended ok; a rank with fusion disabled differs from one
+    using a backend), platform class and attention backend (among ranks that
+    decided one)."""
+    values = list(states.values() if isinstance(states, Mapping) else states)
+    found: list[Divergence] = []
+    for code, subject, what, advice in _DIVERGENCES:
+        by_value: dict[str | None, list[int]] = {}
+        for state in values:
+            if subject == "allreduce_backend":
+                if not state.allreduce_settled:
+                    continue
+            elif getattr(state, subject) is None:
+                continue
+            by_value.setdefault(getattr(state, subject), []).append(state.rank)
+        if len(by_value) < 2:
+            continue
+        ordered = sorted(
+            ((value, tuple(sorted(ranks))) for value, ranks in by_value.items()),
+            key=lambda item: item[1][0],
+        )
+        listing = "; ".join(
+            f"{'disabled' if value is None else value} on {format_ranks(ranks)}"
+            for value, ranks in ordered
+        )
+        severity, scope = policy.rule(code)
+        found.append(
+            Divergence(
+                code=code,
+                severity=severity,
+                scope=scope,
+                subject=subject,
+                values=tuple(ordered),
+                text=f"{what}: {listing}. {advice[0].upper()}{advice[1:]}",
+            )
+        )
+    return tuple(found)
+
+
+@attrs.frozen(kw_only=True)
+class Replay:
+    """A whole run, re-derived from its logs.
+
+    Attributes:
+        run_id: the launch (``None`` for no events).
+        world_size: from the ranks' identities (else the number of ranks).
+        policy: the severity policy messages were derived with.
+        states: rank -> :class:`EngineState`.
+        message_state: the messages projection's state (for
+            :func:`~events.step_severity`).
+        messages: every rank's messages, by time.
+        grouped: messages grouped across ranks, then the divergences.
+        root_cause: the run's root cause, if it did not end ready.
+        divergences: cross-rank divergences.
+        timeline: when each step of each rank ran.
+        warnings: about the logs themselves (torn tails, missing ranks).
+    """
+
+    run_id: str | None
+    world_size: int
+    policy: SeverityPolicy
+    states: Mapping[int, EngineState]
+    message_state: MessagesState
+    messages: tuple[Message, ...]
+    grouped: tuple[GroupedMessage, ...]
+    root_cause: RootCause | None
+    divergences: tuple[Divergence, ...]
+    timeline: TimelineState
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks that have a log, ascending."""
+        return tuple(sorted(self.states))
+
+    @property
+    def outcome(self) -> RunOutcome:
+        """The run's outcome, over the ranks that have a log: ``failed`` if
+        any rank failed; else ``incomplete`` if any rank has no
+        ``run.finished`` (it died: unexplained, so it outranks an
+        interruption); else ``interrupted`` if any rank was interrupted;
+        else ``ready``. No ranks at all is ``incomplete``."""
+        outcomes = {state.outcome for state in self.states.values()}
+        for outcome in (RunOutcome.FAILED, RunOutcome.INCOMPLETE, RunOutcome.INTERRUPTED):
+            if outcome in outcomes:
+                return outcome
+        return RunOutcome.READY if outcomes else RunOutcome.INCOMPLETE
+
+
+#: What :func:`replay` accepts: events (one stream, or several ranks merged),
+#: :class:`~events.LogContents`, or per-rank event sequences.
+ReplaySource = Iterable[Event | LogContents | Sequence[Event]]
+
+
+def replay(source: ReplaySource, *, policy: SeverityPolicy = DEFAULT_POLICY) -> Replay:
+    """Re-derive a run: engine state, messages, root cause, divergences and
+    timeline, folding each rank's events once through one
+    :class:`~events.Composite`.
+
+    ``source`` may be a stream of events (one rank's, or several ranks'
+    merged in any interleaving that keeps each rank's order), the
+    :class:`~events.LogContents` of each rank (their torn tails become
+    warnings), or one event sequence per rank.
+
+    Raises:
+        LogError: two logs of the same rank, or logs of different runs.
+        FoldError: a rank's events skip, repeat or reorder ``seq``.
+    """
+    by_rank: dict[int, list[Event]] = {}
+    owners: dict[int, str] = {}
+    warnings: list[str] = []
+
+    def take(events: Iterable[Event], owner: str | None) -> None:
+        for event in events:
+            if owner is not None:
+                previous = owners.setdefault(event.rank, owner)
+                if previous != owner:
+                    raise LogError(
+                        f"two logs for rank {event.rank} ({previous} and {owner}); "
+                        "pass one log per rank"
+                    )
+            by_rank.setdefault(event.rank, []).append(event)
+
+    for index, item in enumerate(source):
+        if isinstance(item, Event):
+            take((item,), None)
+        elif isinstance(item, LogContents):
+            warnings.extend(item.warnings)
+            take(item.events, str(item.path))
+        else:
+            take(item, f"event stream {index}")
+    run_ids = {events[0].run_id for events in by_rank.values()}
+    if len(run_ids) > 1:
+        raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
+
+    # Each rank is folded alone: its states stay small and a 1,024-rank run
+    # never copies a 1,024-entry mapping per event.
+    composite: Composite[Any] = Composite(
+        engine=EngineStates(), messages=Messages(policy), timeline=Timeline()
+    )
+    states: dict[int, EngineState] = {}
+    rank_messages: dict[int, RankMessages] = {}
+    timelines: dict[int, RankTimeline] = {}
+    for rank in sorted(by_rank):
+        folded = fold(composite, by_rank[rank])
+        states.update(folded["engine"])
+        rank_messages.update(folded["messages"].ranks)
+        timelines.update(folded["timeline"].ranks)
+
+    world_size = max(
+        (s.identity.world_size for s in states.values() if s.identity is not None),
+        default=len(states),
+    )
+    missing = sorted(set(range(world_size)) - set(states))
+    if missing:
+        warnings.append(
+            f"no log for {format_ranks(missing)} of world size {world_size}; "
+            "the report covers only the ranks that have one"
+        )
+    message_state = MessagesState(ranks=rank_messages)
+    messages = message_state.messages()
+    divergences = find_divergences(states, policy=policy)
+    grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
+    grouped.sort(key=lambda group: -group.severity)
+    return Replay(
+        run_id=next(iter(run_ids), None),
+        world_size=world_size,
+        policy=policy,
+        states=states,
+        message_state=message_state,
+        messages=messages,
+        grouped=tuple(grouped),
+        root_cause=root_cause(states),
+        divergences=divergences,
+        timeline=TimelineState(ranks=timelines),
+        warnings=tuple(warnings),
+    )

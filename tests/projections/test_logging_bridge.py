@@ -1,0 +1,163 @@
+"""The logging bridge: derived messages to stdlib logging, live."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from events import DEFAULT_POLICY, MemoryLog, Severity
+
+from . import RUN_ID, healthy_rank
+from .test_messages import eight_ranks_two_nodes, zentorch_rank
+
+
+def records_of(caplog: pytest.LogCaptureFixture, code: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "code", None) == code]
+
+
+@pytest.fixture
+def caplog_debug(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG, logger="orchestrator")
+    return caplog
+
+
+def test_messages_are_logged_as_they_are_derived(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    log = MemoryLog(RUN_ID, 0)
+    bridge = LoggingBridge()
+    events = healthy_rank(0)
+    with log.subscribe(bridge):
+        for event in events[:-1]:
+            log.append(event)
+        assert not records_of(caplog_debug, "run.ready")
+        log.append(events[-1])
+    assert [r.code for r in caplog_debug.records] == [  # type: ignore[attr-defined]
+        m.code for m in bridge.state.messages(0)
+    ]
+    ready = records_of(caplog_debug, "run.ready")[0]
+    assert ready.name == "orchestrator.run"
+    assert ready.levelno == logging.INFO
+    assert ready.getMessage() == "[rank 0] Startup ready."
+    assert ready.rank == 0  # type: ignore[attr-defined]
+    warning = records_of(caplog_debug, "allreduce.attempt_failed")[0]
+    assert warning.name == "orchestrator.allreduce"
+    assert warning.levelno == logging.WARNING
+    assert warning.step == "allreduce_workspace/mnnvl"  # type: ignore[attr-defined]
+    unavailable = records_of(caplog_debug, "attention.backend_unavailable")[0]
+    assert unavailable.name == "orchestrator.attention"
+    assert unavailable.levelno == logging.DEBUG
+
+
+def test_scope_is_honoured_per_rank(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge()
+    for event in eight_ranks_two_nodes():
+        bridge(event)
+    broken = records_of(caplog_debug, "zentorch.broken")
+    assert sorted(r.rank for r in broken) == [0, 4]  # type: ignore[attr-defined]
+    assert sorted(r.local_rank for r in broken) == [0, 0]  # type: ignore[attr-defined]
+    assert [r.rank for r in records_of(caplog_debug, "run.ready")] == [0]  # type: ignore[attr-defined]
+    for record in caplog_debug.records:
+        assert record.getMessage().startswith(f"[rank {record.rank}] ")  # type: ignore[attr-defined]
+    # Everything was derived on every rank, printed or not.
+    assert len([m for m in bridge.state.messages() if m.code == "zentorch.broken"]) == 8
+
+
+def test_an_error_is_printed_on_its_rank_whatever_the_scope(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    from exporters import LoggingBridge
+
+    policy = DEFAULT_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
+    bridge = LoggingBridge(policy=policy)
+    for event in zentorch_rank("broken", rank=5).events:
+        bridge(event)
+    (record,) = records_of(caplog_debug, "zentorch.broken")
+    assert record.levelno == logging.ERROR
+    assert record.rank == 5  # type: ignore[attr-defined]
+    # An ERROR's exception prints its own traceback when it propagates.
+    assert "Traceback" not in record.getMessage()
+
+
+def test_zentorch_broken_carries_its_traceback(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge()
+    for event in zentorch_rank("broken", rank=0).events:
+        bridge(event)
+    (record,) = records_of(caplog_debug, "zentorch.broken")
+    assert record.levelno == logging.WARNING
+    assert record.name == "orchestrator.zentorch"
+    text = record.getMessage()
+    first, _, traceback = text.partition("\n")
+    assert first.startswith("[rank 0] zentorch failed to import (OSError: libzentorch.so")
+    assert traceback.startswith("Traceback (most recent call last):")
+    assert "OSError: libzentorch.so: undefined symbol" in traceback
+    assert record.detail is not None  # type: ignore[attr-defined]
+    assert "Traceback" in caplog_debug.text
+
+
+def test_tracebacks_can_be_left_out(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge(tracebacks=False)
+    for event in zentorch_rank("broken", rank=0).events:
+        bridge(event)
+    (record,) = records_of(caplog_debug, "zentorch.broken")
+    assert "\n" not in record.getMessage()
+
+
+def test_logger_levels_filter_and_prefix_is_configurable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from exporters import LoggingBridge
+
+    caplog.set_level(logging.WARNING, logger="engine")
+    bridge = LoggingBridge(logger_prefix="engine")
+    for event in healthy_rank(0):
+        bridge(event)
+    assert {r.name for r in caplog.records} == {"engine.allreduce"}
+    assert {r.levelno for r in caplog.records} == {logging.WARNING}
+
+
+def test_events_from_several_threads(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge()
+    streams = [healthy_rank(rank) for rank in range(4)]
+
+    def feed(stream: list[object]) -> None:
+        for event in stream:
+            bridge(event)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=feed, args=(stream,)) for stream in streams]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {m.rank for m in bridge.state.messages()} == {0, 1, 2, 3}
+    assert len(records_of(caplog_debug, "allreduce.attempt_failed")) == 1  # local rank 0 only
+
+
+def test_the_bridge_gives_live_spans_their_status() -> None:
+    from opentelemetry.trace import StatusCode
+
+    from events import merge
+    from exporters import LoggingBridge, SpanProjection
+
+    bridge = LoggingBridge()
+    spans = SpanProjection(severity_of=bridge.severity_of)
+    finished = []
+    for event in merge(healthy_rank(rank) for rank in range(2)):
+        bridge(event)
+        finished.extend(spans.feed(event))
+    status = {
+        (s.resource.attributes["startup.rank"], s.name): s.status.status_code for s in finished
+    }
+    assert status[(1, "allreduce_workspace/mnnvl")] is StatusCode.ERROR
+    assert status[(1, "allreduce_workspace")] is StatusCode.UNSET
+    assert status[(0, "attention/FLASHINFER")] is StatusCode.UNSET
