@@ -357,7 +357,6 @@ class _PendingAttempt:
     backend: str
     verb: str
     reason: str
-    detail: str | None
     seqs: tuple[int, ...]
     wall_ns: int
     outcome: Outcome
@@ -1091,7 +1090,6 @@ class _Derivation:
             backend=backend,
             verb=verb,
             reason=reason,
-            detail=_detail(_cause_of(event)),
             seqs=(event.seq,),
             wall_ns=event.wall_ns,
             outcome=outcome,
@@ -1121,7 +1119,9 @@ class _Derivation:
             step=pending.step,
             args=(pending.backend, pending.reason, nxt),
             seqs=seqs,
-            detail=pending.detail,
+            # An attempt that a fallback recovers is expected on many healthy
+            # hosts: one line, no traceback (the cause stays in the log).
+            detail=None,
         )
 
     def allreduce(self, event: Event) -> None:

@@ -1,0 +1,63 @@
+"""Step bodies for process-isolation tests.
+
+An isolated body runs in a fresh Python process that imports it by name, so
+these live at module level in an importable module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+
+from events import JsonValue
+from orchestrator import StepContext
+
+
+def succeed(ctx: StepContext) -> JsonValue:
+    """Return facts only the child knows, to show the result crosses over."""
+    return {"pid": os.getpid(), "step": ctx.step, "rank": ctx.identity.rank}
+
+
+def segfault(ctx: StepContext) -> JsonValue:
+    """Dereference address 0."""
+    print("about to read address 0", file=sys.stderr, flush=True)
+    ctypes.string_at(0)
+    return None  # pragma: no cover - the process is dead
+
+
+def abort(ctx: StepContext) -> JsonValue:
+    """Abort the process (SIGABRT)."""
+    print("about to abort", file=sys.stderr, flush=True)
+    os.abort()
+
+
+def exit_three(ctx: StepContext) -> JsonValue:
+    """Leave with exit code 3, skipping Python's cleanup."""
+    print("leaving with code 3", flush=True)  # stdout goes to stderr in the child
+    os._exit(3)
+
+
+def hang(ctx: StepContext) -> JsonValue:
+    """Write the child's pid where the test can find it, then never return."""
+    Path(str(ctx.config["pid_file"])).write_text(str(os.getpid()))
+    while True:
+        time.sleep(60)
+
+
+def permission_denied(ctx: StepContext) -> JsonValue:
+    """A recorded environment failure."""
+    raise PermissionError(13, "Permission denied", "/root/.cache/flashinfer")
+
+
+def kernel_image_missing(ctx: StepContext) -> JsonValue:
+    """A programming error that must propagate."""
+    raise RuntimeError("CUDA error: no kernel image is available")
+
+
+def import_flashinfer(ctx: StepContext) -> JsonValue:
+    """Import through the run's importer, where a fault may be injected."""
+    ctx.import_module("flashinfer")
+    return "imported"

@@ -1,0 +1,353 @@
+"""Fault plans: parsing, JSON, rank filtering, the injecting importer, and
+faults firing on probes and step paths."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+import orchestrator
+from events import JsonValue, MemoryLog, Outcome, StepTimedOut, StepUnavailable
+from orchestrator import (
+    Candidate,
+    Fault,
+    FaultAction,
+    FaultPlan,
+    FaultSpecError,
+    Graph,
+    InjectingImporter,
+    RealImporter,
+    Step,
+    StepContext,
+    parse_ranks,
+)
+
+from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
+
+# Parsing -----------------------------------------------------------------------------
+
+
+def test_a_message_may_contain_colons() -> None:
+    (fault,) = FaultPlan.parse(["zentorch=OSError:libzentorch.so: undefined symbol: x"]).faults
+    assert fault == Fault(
+        target="zentorch",
+        action=FaultAction.RAISE,
+        exception="OSError",
+        args=("libzentorch.so: undefined symbol: x",),
+        ranks=None,
+    )
+    error = fault.make_exception()
+    assert type(error) is OSError
+    assert str(error) == "libzentorch.so: undefined symbol: x"
+
+
+def test_a_rank_prefix_and_a_dotted_module() -> None:
+    (fault,) = FaultPlan.parse(
+        ["3:flashinfer.comm=TypeError:type 'array.array' is not subscriptable"]
+    ).faults
+    assert fault.target == "flashinfer.comm"
+    assert fault.ranks == frozenset({3})
+    error = fault.make_exception()
+    assert type(error) is TypeError
+    assert str(error) == "type 'array.array' is not subscriptable"
+
+
+def test_a_rank_range_and_a_hang_on_a_step_path() -> None:
+    (fault,) = FaultPlan.parse(["0-3:attention/FLASH_ATTN=hang"]).faults
+    assert fault.target == "attention/FLASH_ATTN"
+    assert fault.action is FaultAction.HANG
+    assert fault.exception is None
+    assert fault.ranks == frozenset({0, 1, 2, 3})
+
+
+def test_a_rank_list_and_a_crash() -> None:
+    (fault,) = FaultPlan.parse(["1,5:platform/cuda=crash"]).faults
+    assert fault.action is FaultAction.CRASH
+    assert fault.ranks == frozenset({1, 5})
+
+
+def test_an_exception_without_a_message() -> None:
+    (fault,) = FaultPlan.parse(["flash_attn=ImportError"]).faults
+    error = fault.make_exception()
+    assert type(error) is ImportError
+    assert error.name == "flash_attn"
+
+
+def test_module_not_found_without_a_message_names_the_module() -> None:
+    (fault,) = FaultPlan.parse(["zentorch=ModuleNotFoundError"]).faults
+    error = fault.make_exception()
+    assert type(error) is ModuleNotFoundError
+    assert str(error) == "No module named 'zentorch'"
+    assert error.name == "zentorch"
+
+
+@pytest.mark.parametrize(
+    ("text", "ranks"),
+    [("3", {3}), ("0-3", {0, 1, 2, 3}), ("1,5", {1, 5}), ("0-1, 6-7", {0, 1, 6, 7}), ("2-2", {2})],
+)
+def test_rank_sets(text: str, ranks: set[int]) -> None:
+    assert parse_ranks(text) == frozenset(ranks)
+
+
+def test_structured_arguments_from_json() -> None:
+    plan = FaultPlan.from_json(
+        [
+            {
+                "target": "flashinfer",
+                "exception": "PermissionError",
+                "args": [13, "Permission denied", "/root/.cache/flashinfer"],
+                "ranks": "0-3",
+            },
+            {"target": "zentorch", "exception": "ModuleNotFoundError"},
+        ]
+    )
+    permission = plan.faults[0].make_exception()
+    assert type(permission) is PermissionError
+    assert str(permission) == "[Errno 13] Permission denied: '/root/.cache/flashinfer'"
+    assert permission.errno == 13
+    assert permission.filename == "/root/.cache/flashinfer"
+    assert plan.faults[0].ranks == frozenset(range(4))
+    assert str(plan.faults[1].make_exception()) == "No module named 'zentorch'"
+
+
+def test_a_plan_survives_its_json_form() -> None:
+    plan = FaultPlan.parse(
+        [
+            "zentorch=OSError:libzentorch.so: undefined symbol: x",
+            "0-3:attention/FLASH_ATTN=hang",
+            "1,5:platform/cuda=crash",
+        ]
+    ) + FaultPlan.from_json(
+        [{"target": "flashinfer", "exception": "ImportError", "kwargs": {"name": "flashinfer"}}]
+    )
+    assert FaultPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+
+
+def test_a_fault_file_is_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "faults.json"
+    path.write_text(json.dumps({"faults": [{"target": "zentorch", "exception": "hang"}]}))
+    assert FaultPlan.load(path).faults[0].action is FaultAction.HANG
+
+
+# Malformed specs ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "part", "reason"),
+    [
+        ("zentorch", "zentorch", "expected [RANKS:]TARGET=EXCEPTION"),
+        ("zentorch=OsError:x", "OsError", "did you mean OSError"),
+        ("zentorch=PermissionErr", "PermissionErr", "did you mean PermissionError"),
+        ("zentorch=Boom", "Boom", "expected hang, crash or a builtin exception class name"),
+        ("x:zentorch=OSError", "x", "ranks are like 3, 0-3 or 1,5"),
+        ("-1:zentorch=OSError", "-1", "ranks are like"),
+        ("3-1:zentorch=OSError", "3-1", "must not run backwards"),
+        ("zentorch=hang:forever", "hang:forever", "hang takes no message"),
+        ("zentorch=crash:now", "crash:now", "crash takes no message"),
+        ("=OSError", "<empty target>", "the target is a module name"),
+        ("zen torch=OSError", "zen torch", "the target is a module name"),
+    ],
+)
+def test_malformed_specs_name_the_bad_part(spec: str, part: str, reason: str) -> None:
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.parse([spec])
+    assert raised.value.spec == spec
+    assert raised.value.part == part
+    assert reason in raised.value.reason
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("data", "part"),
+    [
+        ({"target": "x"}, "<top level>"),
+        (["zentorch=OSError"], "entry 0"),
+        ([{"target": "x", "exception": "OSError", "colour": "red"}], "entry 0: colour"),
+        ([{"exception": "OSError"}], "entry 0: target"),
+        ([{"target": "x", "exception": 3}], "entry 0: exception"),
+        ([{"target": "x", "exception": "OSError", "args": [[1]]}], "entry 0: args"),
+        ([{"target": "x", "exception": "OSError", "kwargs": {"name": "x"}}], "entry 0: kwargs"),
+        ([{"target": "x", "exception": "OSError", "ranks": [-1]}], "entry 0: ranks"),
+        ([{"target": "x", "exception": "UnicodeDecodeError", "args": ["x"]}], "entry 0: args"),
+    ],
+)
+def test_malformed_json_names_the_bad_entry_and_field(data: Any, part: str) -> None:
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.from_json(data)
+    assert raised.value.part == part
+
+
+def test_a_fault_file_that_is_not_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "faults.json"
+    path.write_text('[\n  {"target": "zentorch",, }\n]')
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.load(path)
+    assert raised.value.spec == str(path)
+    assert raised.value.part == "line 2 column 25"
+    assert "not valid JSON" in raised.value.reason
+
+
+def test_a_missing_fault_file_is_a_fault_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(FaultSpecError, match="cannot read"):
+        FaultPlan.load(tmp_path / "absent.json")
+
+
+# Ranks and the injecting importer -----------------------------------------------------
+
+
+def test_faults_apply_only_on_their_ranks() -> None:
+    plan = FaultPlan.parse(["1,5:flashinfer=OSError:rank-local", "flashinfer=ImportError:all"])
+    assert plan.for_target("flashinfer", 1) == plan.faults[0]
+    assert plan.for_target("flashinfer", 5) == plan.faults[0]
+    assert plan.for_target("flashinfer", 2) == plan.faults[1]
+    assert plan.for_target("zentorch", 1) is None
+    assert plan.targets(0) == frozenset({"flashinfer"})
+    assert FaultPlan.parse(["3:zentorch=OSError"]).targets(0) == frozenset()
+
+
+def test_the_injecting_importer_makes_faulted_modules_findable_and_failing() -> None:
+    plan = FaultPlan.parse(["3:flashinfer.comm=OSError:libnccl.so: cannot open", "zentorch=hang"])
+    importer = InjectingImporter(RealImporter(), plan, rank=3)
+
+    assert importer.find_spec("flashinfer.comm") is not None
+    assert importer.find_spec("flashinfer") is not None  # its parent package, too
+    assert importer.find_spec("zentorch") is not None
+    assert importer.find_spec("surely_not_installed_anywhere") is None
+    assert importer.find_spec("json") is not None
+    with pytest.raises(OSError, match=re.escape("libnccl.so: cannot open")):
+        importer.import_module("flashinfer.comm")
+    assert importer.import_module("json").__name__ == "json"
+
+    other_rank = InjectingImporter(RealImporter(), plan, rank=0)
+    assert other_rank.find_spec("flashinfer.comm") is None
+    with pytest.raises(ModuleNotFoundError):
+        other_rank.import_module("flashinfer.comm")
+
+
+def test_a_released_hang_raises_timeout_error() -> None:
+    importer = InjectingImporter(RealImporter(), FaultPlan.parse(["zentorch=hang"]), rank=0)
+    importer.release()
+    with pytest.raises(TimeoutError, match="injected hang on 'zentorch' was released"):
+        importer.import_module("zentorch")
+
+
+# Faults during a run -----------------------------------------------------------------
+
+
+def import_probe(module: str) -> Any:
+    def probe(ctx: StepContext) -> list[str]:
+        ctx.import_module(module)
+        return []
+
+    return probe
+
+
+def attention(first: str, second: str) -> Step:
+    """An attention step whose candidates import ``first`` and ``second``."""
+
+    async def select(ctx: StepContext) -> JsonValue:
+        candidates = [
+            Candidate(name="FLASH_ATTN", priority=0, probe=import_probe(first)),
+            Candidate(name="FLASHINFER", priority=1, probe=import_probe(second)),
+        ]
+        return (await orchestrator.select_candidate(ctx, candidates)).selected
+
+    return Step(name="attention", body=select)
+
+
+async def run(graph: Graph, log: MemoryLog, **options: Any) -> orchestrator.RunResult:
+    with anyio.fail_after(DEADLINE_S):
+        return await orchestrator.run(graph, log, **options)
+
+
+@pytest.mark.anyio
+async def test_an_import_fault_fires_in_the_probe_on_the_faulted_rank_only() -> None:
+    plan = FaultPlan.parse(["1:json=PermissionError:/root/.cache/flashinfer"])
+    graph = Graph("g", [attention("json", "os")])
+
+    rank0 = MemoryLog("run-ranks", 0)
+    rank1 = MemoryLog("run-ranks", 1)
+    identity1 = orchestrator.identity_from_environment({}, rank=1, world_size=2)
+    result0 = await run(graph, rank0, faults=plan)
+    result1 = await run(graph, rank1, faults=plan, identity=identity1)
+
+    assert result0["attention"].value == "FLASH_ATTN"
+    assert not of_type(rank0, StepUnavailable)
+    assert result1["attention"].value == "FLASHINFER"
+    assert only(rank1, StepUnavailable, "attention/FLASH_ATTN").reasons == (
+        "PermissionError: /root/.cache/flashinfer",
+    )
+    assert_log_contract(rank0)
+    assert_log_contract(rank1)
+
+
+@pytest.mark.anyio
+async def test_a_step_path_fault_fires_on_the_step() -> None:
+    plan = FaultPlan.parse(["attention/FLASH_ATTN=OSError:injected on the step"])
+    log = new_log()
+
+    with pytest.raises(ValueError, match="No valid backend"):
+        await run(
+            Graph("g", [attention("json", "surely_not_installed_anywhere")]), log, faults=plan
+        )
+
+    assert only(log, StepUnavailable, "attention/FLASH_ATTN").reasons == (
+        "OSError: injected on the step",
+    )
+    assert only(log, StepUnavailable, "attention/FLASHINFER").reasons == (
+        "ModuleNotFoundError: No module named 'surely_not_installed_anywhere'",
+    )
+
+
+@pytest.mark.anyio
+async def test_a_step_path_hang_times_out() -> None:
+    plan = FaultPlan.parse(["0-3:platform/cuda=hang"])
+
+    async def never_called(ctx: StepContext) -> JsonValue:
+        raise AssertionError("the fault replaces the body")
+
+    log = new_log()
+    result = await run(
+        Graph("g", [Step(name="platform/cuda", body=never_called, timeout=0.05)]), log, faults=plan
+    )
+
+    assert result["platform/cuda"].outcome is Outcome.TIMED_OUT
+    assert only(log, StepTimedOut, "platform/cuda").timeout_s == 0.05
+
+
+@pytest.mark.anyio
+async def test_an_injected_hang_is_released_when_the_run_ends() -> None:
+    importer = InjectingImporter(RealImporter(), FaultPlan.parse(["zentorch=hang"]), rank=0)
+    returned = threading.Event()
+    seen: list[BaseException] = []
+
+    def probe_zentorch(ctx: StepContext) -> JsonValue:
+        try:
+            ctx.import_module("zentorch")
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+        finally:
+            returned.set()
+        return None  # pragma: no cover
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(
+            Graph("g", [Step(name="zentorch", body=probe_zentorch, timeout=0.05)]),
+            log,
+            importer=importer,
+        )
+    assert result["zentorch"].outcome is Outcome.TIMED_OUT
+
+    # The abandoned worker thread is unblocked by the end of the run.
+    assert await anyio.to_thread.run_sync(returned.wait, DEADLINE_S)
+    assert len(seen) == 1
+    assert isinstance(seen[0], TimeoutError)

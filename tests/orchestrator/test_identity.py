@@ -1,0 +1,120 @@
+"""Rank identity and run id from the launcher environment."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from events import RankIdentity
+from orchestrator import (
+    RUN_ID_VARIABLE,
+    RankEnvironmentError,
+    identity_from_environment,
+    new_run_id,
+    run_id_from_environment,
+)
+
+TORCHRUN = {
+    "RANK": "5",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "16",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+}
+
+
+def test_torchrun_variables() -> None:
+    assert identity_from_environment(TORCHRUN) == RankIdentity(
+        rank=5, local_rank=1, world_size=16, local_world_size=4, node_rank=1
+    )
+
+
+def test_no_variables_is_rank_zero_of_one() -> None:
+    assert identity_from_environment({}) == RankIdentity(
+        rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0
+    )
+
+
+def test_missing_local_values_are_derived() -> None:
+    identity = identity_from_environment({"RANK": "6", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"})
+    assert (identity.local_rank, identity.node_rank) == (2, 1)
+    alone = identity_from_environment({"RANK": "3", "WORLD_SIZE": "4"})
+    assert (alone.local_rank, alone.local_world_size, alone.node_rank) == (3, 4, 0)
+
+
+def test_blank_values_count_as_unset() -> None:
+    assert identity_from_environment({"RANK": " ", "WORLD_SIZE": ""}) == RankIdentity()
+
+
+def test_values_may_be_overridden_in_code() -> None:
+    identity = identity_from_environment(TORCHRUN, rank=7, local_rank=3)
+    assert (identity.rank, identity.local_rank, identity.world_size) == (7, 3, 16)
+    assert identity_from_environment({}, rank=1, world_size=2).rank == 1
+
+
+@pytest.mark.parametrize(
+    ("environ", "overrides", "variable", "value"),
+    [
+        ({"RANK": "16", "WORLD_SIZE": "16"}, {}, "RANK", 16),
+        ({"RANK": "two"}, {}, "RANK", "two"),
+        ({"RANK": "1.0", "WORLD_SIZE": "2"}, {}, "RANK", "1.0"),
+        ({"RANK": "-1"}, {}, "RANK", "-1"),
+        ({"WORLD_SIZE": "0"}, {}, "WORLD_SIZE", 0),
+        ({"WORLD_SIZE": "eight"}, {}, "WORLD_SIZE", "eight"),
+        ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "0"}, {}, "LOCAL_WORLD_SIZE", 0),
+        ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "16"}, {}, "LOCAL_WORLD_SIZE", 16),
+        ({**TORCHRUN, "LOCAL_RANK": "4"}, {}, "LOCAL_RANK", 4),
+        ({**TORCHRUN, "GROUP_RANK": "4"}, {}, "GROUP_RANK", 4),
+        ({}, {"rank": 1}, "RANK", 1),
+        ({}, {"world_size": True}, "WORLD_SIZE", True),
+        ({}, {"local_rank": -2}, "LOCAL_RANK", -2),
+    ],
+)
+def test_inconsistent_values_are_rank_environment_errors(
+    environ: dict[str, str], overrides: dict[str, int], variable: str, value: object
+) -> None:
+    with pytest.raises(RankEnvironmentError) as raised:
+        identity_from_environment(environ, **overrides)
+    assert raised.value.variable == variable
+    assert raised.value.value == value
+    assert type(raised.value.value) is type(value)
+    assert str(raised.value).startswith(f"{variable}={value!r}: ")
+
+
+def test_the_error_says_what_is_wrong() -> None:
+    with pytest.raises(RankEnvironmentError) as raised:
+        identity_from_environment({"RANK": "16", "WORLD_SIZE": "16"})
+    assert raised.value.reason == "must be below WORLD_SIZE=16 (ranks are 0-based)"
+
+
+def test_run_id_precedence() -> None:
+    both = {RUN_ID_VARIABLE: "ours-1", "TORCHELASTIC_RUN_ID": "torchrun-1"}
+    assert run_id_from_environment(both) == "ours-1"
+    assert run_id_from_environment({"TORCHELASTIC_RUN_ID": "torchrun-1"}) == "torchrun-1"
+    assert run_id_from_environment({"TORCHELASTIC_RUN_ID": "none"}) is None
+    assert run_id_from_environment({RUN_ID_VARIABLE: " ", "TORCHELASTIC_RUN_ID": "t"}) == "t"
+    assert run_id_from_environment({}) is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        (RUN_ID_VARIABLE, "../etc"),
+        (RUN_ID_VARIABLE, "a" * 129),
+        ("TORCHELASTIC_RUN_ID", "has space"),
+        ("TORCHELASTIC_RUN_ID", "-leading-dash"),
+    ],
+)
+def test_a_run_id_that_cannot_name_a_directory_is_rejected(variable: str, value: str) -> None:
+    with pytest.raises(RankEnvironmentError) as raised:
+        run_id_from_environment({variable: value})
+    assert raised.value.variable == variable
+    assert raised.value.value == value
+
+
+def test_new_run_ids_are_valid_and_unique() -> None:
+    first, second = new_run_id(), new_run_id()
+    assert first != second
+    assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{6}", first)
+    assert run_id_from_environment({RUN_ID_VARIABLE: first}) == first

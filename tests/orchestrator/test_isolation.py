@@ -1,0 +1,201 @@
+"""Process isolation: crashes, hangs, results and exceptions as data.
+
+Each test spawns one Python process, so there are few of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+import orchestrator
+from events import (
+    MemoryLog,
+    Outcome,
+    RunFinished,
+    RunOutcome,
+    StepCrashed,
+    StepFailed,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+)
+from orchestrator import (
+    PROBE_POLICY,
+    Action,
+    FaultPlan,
+    Graph,
+    Isolation,
+    Step,
+    StepBody,
+    StepCrashedError,
+)
+
+from . import isolated_bodies
+from .harness import DEADLINE_S, assert_log_contract, new_log, only
+
+pytestmark = pytest.mark.anyio
+
+
+def isolated(body: StepBody, **options: Any) -> Graph:
+    return Graph("g", [Step(name="probe", body=body, isolation=Isolation.PROCESS, **options)])
+
+
+async def run(graph: Graph, log: MemoryLog, **options: Any) -> orchestrator.RunResult:
+    with anyio.fail_after(DEADLINE_S):
+        return await orchestrator.run(graph, log, **options)
+
+
+def isolated_children() -> list[int]:
+    """Pids of this process's children that are isolated steps."""
+    me = str(os.getpid())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = stat.rpartition(")")[2].split()[1]
+        if parent == me and b"orchestrator._isolation" in command:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_the_result_comes_back_from_the_child() -> None:
+    log = new_log()
+    result = await run(isolated(isolated_bodies.succeed), log)
+
+    value = result["probe"].value
+    assert isinstance(value, dict)
+    assert value["step"] == "probe"
+    assert value["rank"] == 0
+    assert value["pid"] != os.getpid()
+    assert only(log, StepSucceeded, "probe").result == value
+    assert_log_contract(log)
+
+
+CRASHES = [
+    (isolated_bodies.segfault, signal.SIGSEGV, None, "about to read address 0"),
+    (isolated_bodies.abort, signal.SIGABRT, None, "about to abort"),
+    (isolated_bodies.exit_three, None, 3, "leaving with code 3"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "signal_number", "exit_code", "last_line"),
+    CRASHES,
+    ids=["segfault", "abort", "exit-3"],
+)
+async def test_a_dying_child_is_recorded_crashed(
+    body: StepBody, signal_number: int | None, exit_code: int | None, last_line: str
+) -> None:
+    log = new_log()
+    result = await run(isolated(body), log)
+
+    crashed = only(log, StepCrashed, "probe")
+    assert crashed.signal == signal_number
+    assert crashed.exit_code == exit_code
+    assert crashed.stderr_tail[-1] == last_line
+    assert result["probe"].outcome is Outcome.CRASHED
+    assert only(log, RunFinished).outcome is RunOutcome.READY
+    assert_log_contract(log)
+
+
+async def test_a_crash_propagates_when_the_policy_says_so() -> None:
+    strict = attrs.evolve(PROBE_POLICY, name="strict", on_crash=Action.PROPAGATE)
+    log = new_log()
+
+    with pytest.raises(StepCrashedError) as raised:
+        await run(isolated(isolated_bodies.exit_three, policy=strict), log)
+
+    assert raised.value.step == "probe"
+    assert raised.value.exit_code == 3
+    assert raised.value.stderr_tail == ("leaving with code 3",)
+    assert only(log, StepCrashed, "probe").exit_code == 3
+    assert only(log, RunFinished).outcome is RunOutcome.FAILED
+    assert_log_contract(log)
+
+
+async def test_a_hanging_child_is_killed_at_the_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    log = new_log()
+
+    result = await run(
+        isolated(isolated_bodies.hang, timeout=1.0), log, config={"pid_file": str(pid_file)}
+    )
+
+    timed_out = only(log, StepTimedOut, "probe")
+    assert timed_out.timeout_s == 1.0
+    assert timed_out.elapsed_ns >= 1e9
+    assert result["probe"].outcome is Outcome.TIMED_OUT
+    assert isolated_children() == []
+    if pid_file.exists():  # the child got as far as the body before the timeout
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)
+    assert_log_contract(log)
+
+
+async def test_a_recorded_exception_comes_back_as_data() -> None:
+    log = new_log()
+    result = await run(isolated(isolated_bodies.permission_denied), log)
+
+    unavailable = only(log, StepUnavailable, "probe")
+    reason = "PermissionError: [Errno 13] Permission denied: '/root/.cache/flashinfer'"
+    assert unavailable.reasons == (reason,)
+    assert unavailable.cause is not None
+    assert unavailable.cause.errno == 13
+    assert unavailable.cause.filename == "/root/.cache/flashinfer"
+    assert any(f.name == "permission_denied" for f in unavailable.cause.frames)
+    assert result["probe"].outcome is Outcome.UNAVAILABLE
+
+
+async def test_a_propagating_exception_comes_back_with_its_type() -> None:
+    log = new_log()
+    with pytest.raises(RuntimeError) as raised:
+        await run(isolated(isolated_bodies.kernel_image_missing), log)
+
+    assert type(raised.value) is RuntimeError
+    assert str(raised.value) == "CUDA error: no kernel image is available"
+    failed = only(log, StepFailed, "probe")
+    assert failed.cause.type == "RuntimeError"
+    assert only(log, RunFinished).cause == failed.cause
+    assert_log_contract(log)
+
+
+async def test_an_injected_import_fault_reaches_the_child() -> None:
+    plan = FaultPlan.from_json(
+        [
+            {
+                "target": "flashinfer",
+                "exception": "PermissionError",
+                "args": [13, "Permission denied", "/root/.cache/flashinfer"],
+            }
+        ]
+    )
+    log = new_log()
+    result = await run(isolated(isolated_bodies.import_flashinfer), log, faults=plan)
+
+    assert result["probe"].reasons == (
+        "PermissionError: [Errno 13] Permission denied: '/root/.cache/flashinfer'",
+    )
+    assert_log_contract(log)
+
+
+def test_an_isolated_body_must_be_importable_by_name() -> None:
+    from orchestrator._isolation import _import_path
+
+    def local(ctx: Any) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="module-level function"):
+        _import_path(local)
+    assert _import_path(isolated_bodies.hang) == "tests.orchestrator.isolated_bodies:hang"

@@ -1,0 +1,279 @@
+"""The runner's guarantees: the log contract, cancellation from outside,
+flushing before an error leaves, trace ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import orchestrator
+from events import (
+    DecisionMade,
+    Event,
+    JsonlLog,
+    JsonValue,
+    MemoryLog,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    StepCancelled,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    read_log,
+)
+from orchestrator import (
+    Attempt,
+    Candidate,
+    Graph,
+    Step,
+    StepContext,
+    derive_trace_id,
+    run_fallback_chain,
+    select_candidate,
+)
+
+from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
+
+pytestmark = pytest.mark.anyio
+
+
+def nested_graph() -> Graph:
+    """Top-level steps with candidate, attempt and plain child steps under them."""
+
+    async def attention(ctx: StepContext) -> JsonValue:
+        def fits(ctx: StepContext) -> list[str]:
+            return []
+
+        def broken(ctx: StepContext) -> list[str]:
+            raise ImportError("flashinfer is not installed")
+
+        candidates = [
+            Candidate(name="FLASH_ATTN", priority=1, probe=fits),
+            Candidate(name="FLASHINFER", priority=0, probe=broken),
+        ]
+        return (await select_candidate(ctx, candidates)).selected
+
+    async def allreduce(ctx: StepContext) -> JsonValue:
+        def unavailable(ctx: StepContext) -> JsonValue:
+            raise OSError("no NVLink")
+
+        def works(ctx: StepContext) -> JsonValue:
+            return {"workspace": 1}
+
+        chain = await run_fallback_chain(
+            ctx, [Attempt(name="custom", body=unavailable), Attempt(name="nccl", body=works)]
+        )
+        return chain.backend
+
+    async def platform(ctx: StepContext) -> JsonValue:
+        async def cuda(ctx: StepContext) -> JsonValue:
+            return "cuda"
+
+        child = await ctx.run_child("cuda", cuda)
+        return child.value
+
+    return Graph(
+        "nested",
+        [
+            Step(name="platform", body=platform),
+            Step(name="attention", body=attention, depends_on=["platform"]),
+            Step(name="allreduce", body=allreduce, depends_on=["platform"]),
+        ],
+    )
+
+
+async def test_the_log_of_a_nested_run_keeps_the_contract() -> None:
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(nested_graph(), log)
+
+    assert result.outcome is RunOutcome.READY
+    assert result["attention"].value == "FLASH_ATTN"
+    assert result["allreduce"].value == "nccl"
+    assert result["platform"].value == "cuda"
+    assert result.trace_id == derive_trace_id("run-test")
+    assert_log_contract(log)
+    root = only(log, RunStarted).span_id
+    spans = {e.step: e for e in of_type(log, StepStarted)}
+    assert spans["platform"].parent_span_id == root
+    assert spans["platform/cuda"].parent_span_id == spans["platform"].span_id
+    assert spans["attention/FLASHINFER"].parent_span_id == spans["attention"].span_id
+    assert spans["attention/FLASHINFER"].kind is StepKind.CANDIDATE
+    assert spans["allreduce/nccl"].parent_span_id == spans["allreduce"].span_id
+    assert spans["allreduce/nccl"].kind is StepKind.ATTEMPT
+    assert only(log, RunFinished).parent_span_id is None
+
+
+async def test_a_given_trace_id_and_launcher_span_are_used() -> None:
+    log = new_log()
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(
+            nested_graph(), log, trace_id=trace_id, parent_span_id="00f067aa0ba902b7"
+        )
+
+    assert_log_contract(log, trace_id=trace_id)
+    assert only(log, RunStarted).parent_span_id == "00f067aa0ba902b7"
+    assert only(log, RunFinished).parent_span_id == "00f067aa0ba902b7"
+
+
+def test_the_derived_trace_id_is_stable_hex_and_per_run() -> None:
+    trace_id = derive_trace_id("20261129T083704-1a2b3c")
+    assert len(trace_id) == 32
+    assert set(trace_id) <= set("0123456789abcdef")
+    assert trace_id == derive_trace_id("20261129T083704-1a2b3c")
+    assert trace_id != derive_trace_id("20261129T083704-1a2b3d")
+
+
+async def test_a_fixed_clock_stamps_every_event() -> None:
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(nested_graph(), log, clock=lambda: (1_000, 2_000))
+    assert {(e.wall_ns, e.mono_ns) for e in log.read()} == {(1_000, 2_000)}
+
+
+async def test_cancelling_the_run_from_outside_records_interrupted_and_reraises() -> None:
+    running = {name: anyio.Event() for name in ("platform", "attention/FLASH_ATTN", "comm")}
+    log = new_log()
+    reraised: list[BaseException] = []
+
+    async def park(ctx: StepContext) -> JsonValue:
+        running[ctx.step].set()
+        await anyio.sleep_forever()
+        return None  # pragma: no cover
+
+    async def parked_probe(ctx: StepContext) -> list[str]:
+        await park(ctx)
+        return []  # pragma: no cover
+
+    async def attention(ctx: StepContext) -> JsonValue:
+        selection = await select_candidate(
+            ctx, [Candidate(name="FLASH_ATTN", priority=0, probe=parked_probe)]
+        )
+        return selection.selected  # pragma: no cover
+
+    graph = Graph(
+        "g",
+        [
+            Step(name="platform", body=park),
+            Step(name="attention", body=attention),
+            Step(name="comm", body=park),
+            Step(name="fusion", body=park, depends_on=["comm"]),
+        ],
+    )
+
+    async def run_and_watch() -> None:
+        try:
+            await orchestrator.run(graph, log)
+        except anyio.get_cancelled_exc_class() as cancelled:
+            reraised.append(cancelled)
+            raise
+
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_and_watch)
+            for event in running.values():
+                await event.wait()
+            group.cancel_scope.cancel()
+
+    assert len(reraised) == 1
+    cancelled = {e.step: e for e in of_type(log, StepCancelled)}
+    assert set(cancelled) == {"platform", "attention", "attention/FLASH_ATTN", "comm"}
+    assert {e.reason for e in cancelled.values()} == {"the run was cancelled"}
+    assert "fusion" not in {e.step for e in of_type(log, StepStarted)}
+    finished = only(log, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert finished.cause is None
+    assert list(log.read())[-1] == finished
+    assert_log_contract(log)
+
+
+class FlushWatchingLog(MemoryLog):
+    """Remembers how many events the log held at each flush."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id, 0)
+        self.flushed_at: list[int] = []
+
+    def flush(self) -> None:
+        self.flushed_at.append(self.next_seq)
+
+
+async def test_the_failure_and_the_final_event_are_flushed_before_the_error_leaves() -> None:
+    sibling_running = anyio.Event()
+
+    async def sibling(ctx: StepContext) -> JsonValue:
+        sibling_running.set()
+        await anyio.sleep_forever()
+        return None  # pragma: no cover
+
+    async def broken(ctx: StepContext) -> JsonValue:
+        await sibling_running.wait()
+        raise AttributeError("module has no attribute 'get_builder_cls'")
+
+    graph = Graph("g", [Step(name="sibling", body=sibling), Step(name="broken", body=broken)])
+    log = FlushWatchingLog("run-flush")
+
+    with pytest.raises(AttributeError), anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(graph, log)
+
+    failed = only(log, StepFailed, "broken")
+    finished = only(log, RunFinished)
+    # Flushed right after the failure was recorded (before siblings were
+    # cancelled), and again after the final event.
+    assert failed.seq + 1 in log.flushed_at
+    assert log.flushed_at[-1] == finished.seq + 1
+    assert_log_contract(log)
+
+
+async def test_a_failed_run_leaves_a_complete_replayable_file(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+
+    async def broken(ctx: StepContext) -> JsonValue:
+        raise RuntimeError("CUDA error: no kernel image is available")
+
+    graph = Graph(
+        "g",
+        [
+            Step(name="attention", body=nested_graph()["attention"].body),
+            Step(name="b", body=broken),
+        ],
+    )
+    with JsonlLog(path, run_id="run-file", durability="always") as log:
+        with pytest.raises(RuntimeError), anyio.fail_after(DEADLINE_S):
+            await orchestrator.run(graph, log)
+        contents = read_log(path)  # read before close: what a crash would leave
+
+    events: list[Event] = list(contents.events)
+    assert contents.torn_tail is None
+    assert isinstance(events[-1], RunFinished)
+    assert events[-1].outcome is RunOutcome.FAILED
+    assert events[-1].cause is not None
+    assert events[-1].cause.message == "CUDA error: no kernel image is available"
+    assert len(events) == len(list(log.read()))
+    assert orchestrator.check_decisions(events) == []
+
+
+async def test_a_decision_needs_a_registered_decider() -> None:
+    async def decides(ctx: StepContext) -> JsonValue:
+        with pytest.raises(KeyError, match="no decider named 'nope'"):
+            ctx.decide("nope")
+        return ctx.decide("count", {"of": "steps"})
+
+    def count(events: Any, inputs: Any) -> JsonValue:
+        return sum(isinstance(e, StepStarted) for e in events)
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(
+            Graph("g", [Step(name="d", body=decides)]), log, deciders={"count": count}
+        )
+
+    assert result["d"].value == 1
+    decision = only(log, DecisionMade)
+    assert (decision.name, decision.value, decision.inputs) == ("count", 1, {"of": "steps"})
+    assert orchestrator.check_decisions(log.read(), {"count": count}) == []
