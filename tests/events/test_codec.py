@@ -1,0 +1,464 @@
+"""The codec: records, upcasting, strict field checks, no imports."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import events
+from events import (
+    DecodeError,
+    ExceptionInfo,
+    FrameInfo,
+    Outcome,
+    RunOutcome,
+    StepKind,
+    UnknownEventTypeError,
+    UnsupportedVersionError,
+)
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+V0_LOG = FIXTURES / "v0-rank0.jsonl"
+
+
+def base(**fields: Any) -> dict[str, Any]:
+    """A minimal valid ``step.succeeded`` record, with ``fields`` changed."""
+    record: dict[str, Any] = {
+        "v": 1,
+        "type": "step.succeeded",
+        "run_id": "r",
+        "rank": 0,
+        "seq": 0,
+        "wall_ns": 10,
+        "mono_ns": 20,
+        "step": "s",
+    }
+    record.update(fields)
+    return record
+
+
+def failed_record() -> dict[str, Any]:
+    cause = ExceptionInfo(
+        type="RuntimeError",
+        message="boom",
+        reason="RuntimeError: boom",
+        frames=(FrameInfo(filename="f.py", lineno=3, name="probe", line="boom()"),),
+        cause=ExceptionInfo(type="OSError", message="x", reason="OSError: x", errno=5),
+    )
+    event = events.StepFailed(run_id="r", rank=0, seq=0, wall_ns=1, mono_ns=2, cause=cause)
+    record: dict[str, Any] = orjson.loads(events.encode(event))
+    return record
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+def test_record_layout_and_defaults_omitted() -> None:
+    event = events.StepStarted(run_id="r", rank=2, seq=5, wall_ns=10, mono_ns=20, step="a/b")
+    assert events.encode_record(event) == {
+        "v": 1,
+        "type": "step.started",
+        "run_id": "r",
+        "rank": 2,
+        "seq": 5,
+        "wall_ns": 10,
+        "mono_ns": 20,
+        "step": "a/b",
+    }
+    assert events.encode(event) == (
+        b'{"v":1,"type":"step.started","run_id":"r","rank":2,"seq":5,'
+        b'"wall_ns":10,"mono_ns":20,"step":"a/b"}'
+    )
+
+
+def test_enums_nested_records_and_tuples_encode_as_json() -> None:
+    event = events.StepUnavailable(
+        run_id="r",
+        rank=0,
+        seq=1,
+        wall_ns=1,
+        mono_ns=1,
+        outcome=Outcome.INVALID,
+        reasons=("too old", "wrong dtype"),
+        cause=ExceptionInfo(type="ValueError", message="m", reason="ValueError: m"),
+    )
+    record = events.encode_record(event)
+    assert record["outcome"] == "invalid"
+    assert record["reasons"] == ["too old", "wrong dtype"]
+    assert record["cause"] == {"type": "ValueError", "message": "m", "reason": "ValueError: m"}
+    started = events.RunStarted(
+        run_id="r",
+        rank=0,
+        wall_ns=1,
+        mono_ns=1,
+        identity=events.RankIdentity(rank=0, world_size=8),
+        host="h",
+        pid=1,
+    )
+    assert events.encode_record(started)["identity"] == {"world_size": 8}
+
+
+def test_every_type_tag_is_known() -> None:
+    assert sorted(events.EVENT_TYPES) == [
+        "decision.made",
+        "run.finished",
+        "run.started",
+        "step.cancelled",
+        "step.crashed",
+        "step.failed",
+        "step.started",
+        "step.succeeded",
+        "step.timed_out",
+        "step.unavailable",
+    ]
+    for tag, cls in events.EVENT_TYPES.items():
+        assert tag == cls.TYPE
+
+
+# --- decoding ------------------------------------------------------------------------
+
+
+def test_decode_builds_the_event() -> None:
+    event = events.decode(orjson.dumps(base(result={"x": [1, 2.5, None]})))
+    assert event == events.StepSucceeded(
+        run_id="r", rank=0, seq=0, wall_ns=10, mono_ns=20, step="s", result={"x": [1, 2.5, None]}
+    )
+    assert event.schema_version == events.SCHEMA_VERSION
+
+
+def test_decode_record_leaves_its_input_alone_and_can_repeat() -> None:
+    record = failed_record()
+    snapshot = copy.deepcopy(record)
+    first = events.decode_record(record)
+    assert record == snapshot
+    second = events.decode_record(record)
+    assert second == first
+
+
+def test_decode_accepts_str_lines() -> None:
+    line = events.encode(events.StepCancelled(run_id="r", rank=0, wall_ns=1, mono_ns=1))
+    assert events.decode(line.decode()) == events.decode(line)
+
+
+def test_unknown_type() -> None:
+    with pytest.raises(UnknownEventTypeError) as caught:
+        events.decode_record(base(type="step.exploded"))
+    assert caught.value.type_tag == "step.exploded"
+    assert caught.value.known == tuple(events.EVENT_TYPES)
+    assert "unknown event type 'step.exploded'" in str(caught.value)
+    assert isinstance(caught.value, DecodeError)
+
+
+@pytest.mark.parametrize("tag", [None, 3, ["step.started"]])
+def test_type_that_is_not_a_string(tag: object) -> None:
+    with pytest.raises(UnknownEventTypeError) as caught:
+        events.decode_record(base(type=tag))
+    assert caught.value.type_tag == tag
+
+
+def test_newer_version() -> None:
+    with pytest.raises(UnsupportedVersionError) as caught:
+        events.decode_record(base(v=2))
+    assert caught.value.version == 2
+    assert caught.value.supported == 1
+    assert str(caught.value) == (
+        "unsupported schema version 2; upgrade startup-orchestrator to read it"
+    )
+
+
+@pytest.mark.parametrize("version", [None, -1, "1", 1.0, True])
+def test_unreadable_version(version: object) -> None:
+    record = base(v=version)
+    if version is None:
+        del record["v"]
+    with pytest.raises(UnsupportedVersionError) as caught:
+        events.decode_record(record)
+    assert caught.value.version == version
+    assert "versions 0..1 are readable" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("wall_ns", "10", "field 'wall_ns': expected an integer, got string '10'"),
+        ("rank", True, "field 'rank': expected an integer, got boolean True"),
+        ("seq", 1.0, "field 'seq': expected an integer, got number 1.0"),
+        ("run_id", 7, "field 'run_id': expected a string, got integer 7"),
+        ("step", None, "field 'step': expected a string, got null None"),
+        ("parent_span_id", 5, "field 'parent_span_id': expected a string, got integer 5"),
+    ],
+)
+def test_wrong_envelope_field_types(field: str, value: object, expected: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(base(**{field: value}))
+    assert caught.value.reason == expected
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (
+            base(type="step.started", kind="phase"),
+            "field 'kind': expected one of ['attempt', 'candidate', 'step'], got string 'phase'",
+        ),
+        (
+            base(type="step.started", depends_on="a"),
+            "field 'depends_on': expected an array, got string 'a'",
+        ),
+        (
+            base(type="step.started", depends_on=["a", 2]),
+            "field 'depends_on[1]': expected a string, got integer 2",
+        ),
+        (
+            base(type="step.started", attributes=[]),
+            "field 'attributes': expected an object, got array []",
+        ),
+        (
+            base(type="step.timed_out", timeout_s="5", elapsed_ns=1),
+            "field 'timeout_s': expected a number, got string '5'",
+        ),
+        (
+            base(
+                type="step.failed", propagated=1, cause={"type": "E", "message": "", "reason": ""}
+            ),
+            "field 'propagated': expected true or false, got integer 1",
+        ),
+        (
+            base(type="step.failed", cause="RuntimeError"),
+            "field 'cause': expected an object, got string 'RuntimeError'",
+        ),
+        (
+            base(
+                type="step.failed",
+                cause={"type": "E", "message": "", "reason": "", "frames": [{"filename": 1}]},
+            ),
+            "field 'cause.frames[0].filename': expected a string, got integer 1",
+        ),
+        (
+            base(
+                type="run.started",
+                identity={"rank": "0"},
+                host="h",
+                pid=1,
+            ),
+            "field 'identity.rank': expected an integer, got string '0'",
+        ),
+        (
+            base(
+                type="run.started",
+                identity={},
+                host="h",
+                pid=1,
+                versions={"torch": 2.4},
+            ),
+            "field \"versions['torch']\": expected a string, got number 2.4",
+        ),
+    ],
+)
+def test_wrong_payload_field_types_name_the_field(record: dict[str, Any], expected: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(record)
+    assert caught.value.reason == expected
+
+
+def test_unknown_and_missing_fields() -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(base(surprise=1))
+    assert caught.value.reason == "field 'surprise' is not a field of StepSucceeded"
+    nested = failed_record()
+    nested["cause"]["evil"] = True
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(nested)
+    assert caught.value.reason == "field 'cause.evil' is not a field of ExceptionInfo"
+    record = base()
+    del record["wall_ns"], record["run_id"]
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(record)
+    assert caught.value.reason == "StepSucceeded is missing field(s) 'run_id', 'wall_ns'"
+    # The envelope's schema version travels as "v" only.
+    with pytest.raises(DecodeError):
+        events.decode_record(base(schema_version=1))
+
+
+def test_payload_invariants_are_checked() -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(base(type="step.unavailable", outcome="ok"))
+    assert "outcome must be absent, unavailable or invalid" in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"", "not valid JSON"),
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "a record must be a JSON object, not array"),
+        (b'"run.started"', "a record must be a JSON object, not string"),
+        (b"null", "a record must be a JSON object, not null"),
+    ],
+)
+def test_not_a_record(line: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode(line)
+    assert caught.value.reason.startswith(reason)
+
+
+# --- nothing is imported or evaluated ----------------------------------------------------
+
+MADE_UP_MODULE = "startup_orchestrator_made_up_module"
+
+
+def test_a_type_naming_code_is_rejected_without_importing() -> None:
+    before = set(sys.modules)
+    for tag in ("os.system", f"{MADE_UP_MODULE}.Evil", "__import__", "builtins.eval"):
+        with pytest.raises(UnknownEventTypeError):
+            events.decode_record(base(type=tag))
+    assert MADE_UP_MODULE not in sys.modules
+    assert set(sys.modules) == before
+
+
+def test_values_naming_code_stay_plain_data() -> None:
+    before = set(sys.modules)
+    hostile = {
+        "__import__": MADE_UP_MODULE,
+        "py/object": f"{MADE_UP_MODULE}.Evil",
+        "__reduce__": ["os.system", ["echo pwned"]],
+        "!!python/object/apply:os.system": ["true"],
+    }
+    event = events.decode_record(
+        base(
+            step=f"__import__('{MADE_UP_MODULE}')",
+            result=hostile,
+        )
+    )
+    assert isinstance(event, events.StepSucceeded)
+    assert event.result == hostile
+    assert event.step == f"__import__('{MADE_UP_MODULE}')"
+    info = events.decode_record(
+        base(
+            type="step.failed",
+            cause={"type": f"{MADE_UP_MODULE}.Error", "message": "", "reason": ""},
+        )
+    )
+    assert isinstance(info, events.StepFailed)
+    assert info.cause.type == f"{MADE_UP_MODULE}.Error"
+    assert MADE_UP_MODULE not in sys.modules
+    assert set(sys.modules) == before
+
+
+# --- upcasting ---------------------------------------------------------------------------
+
+
+def test_v0_fixture_is_upcast() -> None:
+    records = [orjson.loads(line) for line in V0_LOG.read_bytes().splitlines()]
+    assert {record["v"] for record in records} == {0}
+    decoded = [events.decode_record(record) for record in records]
+    assert [event.schema_version for event in decoded] == [1] * 7
+    started, platform, platform_ok, flash, flash_unavailable, xformers, finished = decoded
+    assert started == events.RunStarted(
+        run_id="legacy-run",
+        rank=0,
+        seq=0,
+        wall_ns=1_700_000_000_000_000_000,
+        mono_ns=1_700_000_000_000_000_000,
+        identity=events.RankIdentity(rank=0, world_size=2, local_world_size=2),
+        host="node-a",
+        pid=4242,
+        versions={"python": "3.11.7"},
+    )
+    assert platform == events.StepStarted(
+        run_id="legacy-run",
+        rank=0,
+        seq=1,
+        wall_ns=1_700_000_000_500_000_000,
+        mono_ns=1_700_000_000_500_000_000,
+        step="platform",
+    )
+    assert platform_ok == events.StepSucceeded(
+        run_id="legacy-run",
+        rank=0,
+        seq=2,
+        wall_ns=1_700_000_001_000_000_000,
+        mono_ns=1_700_000_001_000_000_000,
+        step="platform",
+        result={"device": "cpu", "count": 1},
+    )
+    assert isinstance(flash, events.StepStarted)
+    assert flash.kind is StepKind.CANDIDATE
+    assert flash_unavailable == events.StepUnavailable(
+        run_id="legacy-run",
+        rank=0,
+        seq=4,
+        wall_ns=1_700_000_002_500_000_000,
+        mono_ns=1_700_000_002_500_000_000,
+        step="attention/flashinfer",
+        outcome=Outcome.UNAVAILABLE,
+        reasons=("PermissionError: [Errno 13] Permission denied: '/root/.cache/flashinfer'",),
+    )
+    assert isinstance(xformers, events.StepUnavailable)
+    assert xformers.outcome is Outcome.ABSENT
+    assert xformers.reasons == ()
+    assert isinstance(finished, events.RunFinished)
+    assert finished.outcome is RunOutcome.READY
+    # Re-encoded, they are version 1 records with integer nanoseconds.
+    reencoded = orjson.loads(events.encode(flash_unavailable))
+    assert reencoded["v"] == 1
+    assert "time" not in reencoded
+    assert reencoded["reasons"] == [flash_unavailable.reasons[0]]
+    assert events.decode_record(reencoded) == flash_unavailable
+
+
+def test_v0_fixture_reads_validates_and_folds() -> None:
+    contents = events.read_log(V0_LOG)
+    assert contents.torn_tail is None
+    assert len(contents.events) == 7
+    assert events.validate(V0_LOG) == []
+    state = events.fold(events.Timeline(), contents.events)
+    rank = state.ranks[0]
+    assert rank.outcome is RunOutcome.READY
+    assert rank.duration_ns == 3_500_000_000
+    assert rank.steps["platform"].duration_ns == 500_000_000
+    assert rank.steps["attention/flashinfer"].outcome is Outcome.UNAVAILABLE
+    assert rank.steps["attention/flashinfer"].duration_ns == 1_000_000_000
+
+
+def test_v0_record_with_bad_time() -> None:
+    record = {"v": 0, "type": "step.started", "run_id": "r", "rank": 0, "time": "noon"}
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(record)
+    assert caught.value.reason == "v0 field 'time' must be a number, not 'noon'"
+
+
+def test_custom_upcaster_registry() -> None:
+    registry = events.Upcasters()
+
+    @registry.register("step.succeeded", 0)
+    def rename_value(record: dict[str, Any]) -> dict[str, Any]:
+        record["result"] = record.pop("value")
+        return record
+
+    old = base(v=0, value=42)
+    event = events.decode_record(old, registry)
+    assert isinstance(event, events.StepSucceeded)
+    assert event.result == 42
+    assert old["value"] == 42  # the caller's record is untouched
+    assert old["v"] == 0
+    # No upcaster for another type in this registry.
+    with pytest.raises(UnsupportedVersionError) as caught:
+        events.decode_record(base(v=0, type="step.cancelled"), registry)
+    assert "for type 'step.cancelled' (no upcaster)" in str(caught.value)
+    with pytest.raises(ValueError, match="exists already"):
+        registry.register("step.succeeded", 0)(rename_value)
+
+
+def test_shipped_registry_is_the_default() -> None:
+    assert isinstance(events.UPCASTERS, events.Upcasters)
+    record = base(v=0, time=1.5)
+    del record["wall_ns"], record["mono_ns"]
+    event = events.decode_record(record)
+    assert event.wall_ns == 1_500_000_000
+    assert event.mono_ns == 1_500_000_000

@@ -1,0 +1,312 @@
+"""Reading logs back: torn tails, typed errors with line numbers, validate()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import orjson
+import pytest
+
+import events
+from events import (
+    DecodeError,
+    ForeignEventError,
+    LogCorruptError,
+    LogError,
+    LogProblem,
+    ProblemKind,
+    SequenceGapError,
+    TornTail,
+    UnknownEventTypeError,
+    UnsupportedVersionError,
+)
+
+from .samples import rank_stream
+
+
+def lines_of(stream: list[events.Event]) -> list[bytes]:
+    return [events.encode(event) for event in stream]
+
+
+def write(path: Path, lines: list[bytes], tail: bytes = b"") -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines) + tail)
+    return path
+
+
+def with_field(line: bytes, **changes: object) -> bytes:
+    record = orjson.loads(line)
+    record.update(changes)
+    return orjson.dumps(record)
+
+
+# --- torn tail ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [7, 5], ids=["ends-with-run-finished", "ends-with-cause"])
+def test_torn_tail_at_every_offset_of_the_last_line(tmp_path: Path, length: int) -> None:
+    stream = rank_stream()[:length]
+    data = b"".join(line + b"\n" for line in lines_of(stream))
+    last_start = data.rindex(b"\n", 0, len(data) - 1) + 1
+    path = tmp_path / "rank-0.jsonl"
+    for cut in range(last_start, len(data) + 1):
+        path.write_bytes(data[:cut])
+        contents = events.read_log(path)
+        assert contents.path == path
+        if cut == len(data):
+            assert contents.events == tuple(stream)
+            assert contents.torn_tail is None
+            assert contents.warnings == ()
+        elif cut == last_start:
+            assert contents.events == tuple(stream[:-1])
+            assert contents.torn_tail is None
+        else:
+            assert contents.events == tuple(stream[:-1]), cut
+            assert contents.torn_tail == TornTail(
+                path=path, line=length, offset=last_start, length=cut - last_start
+            )
+            assert contents.warnings == (
+                f"{path}:{length}: torn last line ({cut - last_start} bytes without a newline, "
+                "from a writer that stopped mid-write) was ignored",
+            )
+            assert [(p.line, p.kind, p.fatal) for p in events.validate(path)] == [
+                (length, ProblemKind.TORN_TAIL, False),
+                (0, ProblemKind.NOT_FINISHED, False),
+            ]
+
+
+def test_a_whole_record_without_its_newline_is_still_torn(tmp_path: Path) -> None:
+    # The writer puts the newline in the same write: without it the write
+    # did not finish, however valid the bytes look.
+    stream = rank_stream()
+    lines = lines_of(stream)
+    path = write(tmp_path / "r.jsonl", lines[:-1], tail=lines[-1])
+    contents = events.read_log(path)
+    assert contents.events == tuple(stream[:-1])
+    assert contents.torn_tail is not None
+    assert contents.torn_tail.length == len(lines[-1])
+
+
+def test_empty_file_reads_as_no_events(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    contents = events.read_log(path)
+    assert contents.events == ()
+    assert contents.torn_tail is None
+
+
+# --- typed errors naming file and line ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"#not json", b"", b'{"v":1,"type":"step.sta', b"[]", b"\xff\xfe"],
+    ids=["text", "blank", "cut-record", "array", "binary"],
+)
+def test_garbage_mid_file(tmp_path: Path, garbage: bytes) -> None:
+    lines = lines_of(rank_stream())
+    lines[2] = garbage
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(path)
+    error = caught.value
+    assert type(error) is LogCorruptError
+    assert error.path == path
+    assert error.line == 3
+    assert isinstance(error.__cause__, DecodeError)
+    assert error.reason == error.__cause__.reason
+    assert str(error) == f"{path}:3: {error.reason}"
+
+
+def test_garbage_on_the_last_complete_line_is_not_a_torn_tail(tmp_path: Path) -> None:
+    lines = lines_of(rank_stream())
+    lines[-1] = b"oops"
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(path)
+    assert caught.value.line == 7
+
+
+def test_sequence_gap(tmp_path: Path) -> None:
+    lines = lines_of(rank_stream())
+    del lines[2]
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(SequenceGapError) as caught:
+        events.read_log(path)
+    error = caught.value
+    assert (error.path, error.line, error.expected, error.found) == (path, 3, 2, 3)
+    assert str(error) == (
+        f"{path}:3: sequence gap: expected seq 2, found 3 (the log skips events; "
+        "it was edited or two writers shared the file)"
+    )
+
+
+def test_sequence_repeat(tmp_path: Path) -> None:
+    lines = lines_of(rank_stream())
+    lines.insert(3, lines[2])
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(SequenceGapError) as caught:
+        events.read_log(path)
+    assert (caught.value.line, caught.value.expected, caught.value.found) == (4, 3, 2)
+    assert "repeats" in caught.value.reason
+
+
+def test_log_not_starting_at_zero(tmp_path: Path) -> None:
+    path = write(tmp_path / "r.jsonl", lines_of(rank_stream())[1:])
+    with pytest.raises(SequenceGapError) as caught:
+        events.read_log(path)
+    assert (caught.value.line, caught.value.expected, caught.value.found) == (1, 0, 1)
+
+
+@pytest.mark.parametrize(("run_id", "rank"), [("run-2", 0), ("run-1", 2)])
+def test_foreign_event(tmp_path: Path, run_id: str, rank: int) -> None:
+    lines = lines_of(rank_stream("run-1", 0))
+    lines[3] = events.encode(rank_stream(run_id, rank)[3])
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(ForeignEventError) as caught:
+        events.read_log(path)
+    error = caught.value
+    assert (error.path, error.line) == (path, 4)
+    assert error.expected == ("run-1", 0)
+    assert error.found == (run_id, rank)
+    assert error.reason == (
+        f"record of run {run_id!r} rank {rank} in the log of run 'run-1' rank 0"
+    )
+
+
+def test_unknown_version(tmp_path: Path) -> None:
+    lines = lines_of(rank_stream())
+    lines[1] = with_field(lines[1], v=7)
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(path)
+    error = caught.value
+    assert type(error) is LogCorruptError
+    assert error.line == 2
+    assert isinstance(error.__cause__, UnsupportedVersionError)
+    assert error.__cause__.version == 7
+    assert str(error) == (
+        f"{path}:2: unsupported schema version 7; upgrade startup-orchestrator to read it"
+    )
+
+
+def test_unknown_type(tmp_path: Path) -> None:
+    lines = lines_of(rank_stream())
+    lines[4] = with_field(lines[4], type="step.vanished")
+    path = write(tmp_path / "r.jsonl", lines)
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(path)
+    assert caught.value.line == 5
+    assert isinstance(caught.value.__cause__, UnknownEventTypeError)
+
+
+def test_unreadable_paths(tmp_path: Path) -> None:
+    with pytest.raises(LogError) as caught:
+        events.read_log(tmp_path / "missing.jsonl")
+    assert not isinstance(caught.value, LogCorruptError)
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    with pytest.raises(LogCorruptError) as directory:
+        events.read_log(tmp_path)
+    assert directory.value.line == 0
+
+
+# --- validate ----------------------------------------------------------------------------
+
+
+def test_validate_lists_every_problem(tmp_path: Path) -> None:
+    stream = rank_stream("run-1", 0)
+    lines = lines_of(stream)
+    foreign = attrs.evolve(stream[1], run_id="run-2", seq=7, step="s7")
+    damaged = [
+        lines[0],
+        b"#not json",  # line 2: stood where seq 1 was
+        lines[2],
+        with_field(lines[3], v=9),  # line 4
+        with_field(lines[4], type="step.exploded"),  # line 5
+        lines[6],  # line 6: seq 5 is missing
+        events.encode(foreign),  # line 7
+    ]
+    path = write(tmp_path / "r.jsonl", damaged, tail=b'{"v":1,"ty')
+    problems = events.validate(path)
+    assert [(p.line, p.kind, p.fatal) for p in problems] == [
+        (2, ProblemKind.BAD_RECORD, True),
+        (4, ProblemKind.UNSUPPORTED_VERSION, True),
+        (5, ProblemKind.UNKNOWN_TYPE, True),
+        (6, ProblemKind.SEQUENCE_GAP, True),
+        (7, ProblemKind.FOREIGN_EVENT, True),
+        (8, ProblemKind.TORN_TAIL, False),
+        (0, ProblemKind.NOT_FINISHED, False),
+    ]
+    assert all(problem.path == path for problem in problems)
+    by_line = {problem.line: problem for problem in problems}
+    assert by_line[6].message == (
+        "sequence gap: expected seq 5, found 6 (the log skips events; "
+        "it was edited or two writers shared the file)"
+    )
+    assert by_line[7].message == "record of run 'run-2' rank 0 in the log of run 'run-1' rank 0"
+    assert by_line[8].message == "torn last line (10 bytes without a newline)"
+    assert by_line[0].message == (
+        "no run.finished event: the rank stopped after seq 7 (step.started s7)"
+    )
+    assert str(by_line[4]) == (
+        f"{path}:4: unsupported schema version 9; upgrade startup-orchestrator to read it"
+    )
+    # read_log stops at the first fatal problem.
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(path)
+    assert caught.value.line == 2
+
+
+def test_validate_a_clean_log(tmp_path: Path) -> None:
+    path = write(tmp_path / "r.jsonl", lines_of(rank_stream()))
+    assert events.validate(path) == []
+
+
+def test_validate_an_unfinished_log(tmp_path: Path) -> None:
+    path = write(tmp_path / "r.jsonl", lines_of(rank_stream()[:4]))
+    assert events.validate(path) == [
+        LogProblem(
+            path=path,
+            line=0,
+            kind=ProblemKind.NOT_FINISHED,
+            message="no run.finished event: the rank stopped after seq 3 (step.succeeded platform)",
+            fatal=False,
+        )
+    ]
+    events.read_log(path)  # readable, as not fatal
+
+
+def test_validate_a_log_that_does_not_start_with_run_started(tmp_path: Path) -> None:
+    stream = rank_stream()[1:]
+    renumbered = [attrs.evolve(event, seq=seq) for seq, event in enumerate(stream)]
+    path = write(tmp_path / "r.jsonl", lines_of(renumbered))
+    assert events.validate(path) == [
+        LogProblem(
+            path=path,
+            line=1,
+            kind=ProblemKind.NOT_STARTED,
+            message="first event is step.started, not run.started",
+            fatal=False,
+        )
+    ]
+    assert len(events.read_log(path).events) == 6
+
+
+def test_validate_an_empty_log(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"")
+    assert [(p.line, p.kind, p.fatal) for p in events.validate(path)] == [
+        (1, ProblemKind.NOT_STARTED, False)
+    ]
+
+
+def test_validate_a_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.jsonl"
+    (problem,) = events.validate(path)
+    assert (problem.path, problem.line, problem.kind, problem.fatal) == (
+        path,
+        0,
+        ProblemKind.UNREADABLE,
+        True,
+    )
+    assert "cannot read log" in problem.message

@@ -1,0 +1,262 @@
+"""fold, Composite and the Timeline projection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import pytest
+
+import events
+from events import (
+    Composite,
+    FoldError,
+    Outcome,
+    RankTimeline,
+    RunOutcome,
+    StepKind,
+    StepTiming,
+    Timeline,
+    TimelineState,
+)
+
+from .samples import PERMISSION_DENIED, rank_stream
+
+
+class Count:
+    """Counts events per type: a second, trivial projection."""
+
+    def initial(self) -> dict[str, int]:
+        return {}
+
+    def apply(self, state: dict[str, int], event: events.Event) -> dict[str, int]:
+        return {**state, event.TYPE: state.get(event.TYPE, 0) + 1}
+
+
+def once(stream: list[events.Event]) -> Iterator[events.Event]:
+    """An iterator that can be consumed once, like a live stream."""
+    yield from stream
+
+
+# --- fold --------------------------------------------------------------------------------
+
+
+def test_fold_of_nothing_is_the_initial_state() -> None:
+    assert events.fold(Timeline(), []) == TimelineState()
+    assert events.fold(Count(), [], {"x": 1}) == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    ("order", "expected", "found"),
+    [
+        ([0, 1, 3], 2, 3),  # gap
+        ([0, 2, 1], 1, 2),  # reorder
+        ([0, 1, 1], 2, 1),  # repeat
+        ([1, 2], 0, 1),  # does not start at 0
+    ],
+)
+def test_fold_rejects_out_of_order_streams(order: list[int], expected: int, found: int) -> None:
+    stream = rank_stream("run-1", 2)
+    with pytest.raises(FoldError) as caught:
+        events.fold(Count(), [stream[seq] for seq in order])
+    error = caught.value
+    assert (error.run_id, error.rank, error.expected, error.found) == ("run-1", 2, expected, found)
+    assert str(error) == (
+        f"run 'run-1' rank 2: expected seq {expected}, got {found}; "
+        "fold each rank's events in log order (events.merge does)"
+    )
+
+
+def test_fold_checks_each_stream_separately() -> None:
+    a = rank_stream("run-1", 0)
+    b = rank_stream("run-1", 1)
+    interleaved = [event for pair in zip(a, b, strict=True) for event in pair]
+    assert events.fold(Count(), interleaved)["step.started"] == 4
+    with pytest.raises(FoldError) as caught:
+        events.fold(Count(), [a[0], b[0], b[2]])
+    assert (caught.value.rank, caught.value.expected, caught.value.found) == (1, 1, 2)
+
+
+def test_fold_resumes_from_a_saved_state() -> None:
+    stream = rank_stream()
+    middle = events.fold(Timeline(), stream[:3])
+    resumed = events.fold(Timeline(), stream[3:], middle, check_order=False)
+    assert resumed == events.fold(Timeline(), stream)
+    with pytest.raises(FoldError):
+        events.fold(Timeline(), stream[3:], middle)
+
+
+def test_fold_does_not_modify_earlier_states() -> None:
+    stream = rank_stream()
+    states = [events.fold(Timeline(), stream[:n]) for n in range(len(stream) + 1)]
+    again = [events.fold(Timeline(), stream[:n]) for n in range(len(stream) + 1)]
+    assert states == again
+    assert states[2].ranks[0].steps.keys() == {"platform"}
+
+
+# --- Composite ---------------------------------------------------------------------------
+
+
+def test_composite_folds_several_projections_in_one_pass() -> None:
+    stream = rank_stream()
+    both = Composite(timeline=Timeline(), count=Count())
+    assert both.names == ("timeline", "count")
+    state = events.fold(both, once(stream))
+    assert set(state) == {"timeline", "count"}
+    assert state["timeline"] == events.fold(Timeline(), stream)
+    assert state["count"] == {
+        "run.started": 1,
+        "step.started": 2,
+        "step.succeeded": 1,
+        "step.unavailable": 1,
+        "decision.made": 1,
+        "run.finished": 1,
+    }
+    assert both.initial() == {"timeline": TimelineState(), "count": {}}
+
+
+def test_composite_needs_a_projection() -> None:
+    with pytest.raises(ValueError, match="at least one projection"):
+        Composite()
+
+
+# --- Timeline ----------------------------------------------------------------------------
+
+
+def test_timeline_records_each_step() -> None:
+    stream = rank_stream("run-1", 0, wall_ns=1_000)
+    state = events.fold(Timeline(), stream)
+    rank = state.ranks[0]
+    assert rank == RankTimeline(
+        rank=0,
+        start_wall_ns=1_000,
+        start_mono_ns=0,
+        end_wall_ns=1_060,
+        duration_ns=600,
+        outcome=RunOutcome.READY,
+        steps={
+            "platform": StepTiming(
+                rank=0,
+                step="platform",
+                kind=StepKind.STEP,
+                start_wall_ns=1_010,
+                start_mono_ns=100,
+                end_wall_ns=1_030,
+                duration_ns=200,
+                outcome=Outcome.OK,
+            ),
+            "attention/flashinfer": StepTiming(
+                rank=0,
+                step="attention/flashinfer",
+                kind=StepKind.CANDIDATE,
+                start_wall_ns=1_020,
+                start_mono_ns=200,
+                depends_on=("platform",),
+                end_wall_ns=1_040,
+                duration_ns=200,
+                outcome=Outcome.UNAVAILABLE,
+            ),
+        },
+    )
+    assert [timing.step for timing in state.steps()] == ["platform", "attention/flashinfer"]
+    assert all(timing.finished for timing in state.steps())
+
+
+def test_timeline_while_running() -> None:
+    stream = rank_stream()
+    state = events.fold(Timeline(), stream[:3])
+    rank = state.ranks[0]
+    assert rank.outcome is None
+    assert rank.end_wall_ns is None
+    assert rank.duration_ns is None
+    flash = rank.steps["attention/flashinfer"]
+    assert flash.finished is False
+    assert (flash.end_wall_ns, flash.duration_ns, flash.outcome) == (None, None, None)
+
+
+def envelope(seq: int, step: str = "s", rank: int = 0) -> dict[str, object]:
+    return {
+        "run_id": "r",
+        "rank": rank,
+        "seq": seq,
+        "wall_ns": seq,
+        "mono_ns": 10 * seq,
+        "step": step,
+    }
+
+
+@pytest.mark.parametrize(
+    ("terminal", "outcome"),
+    [
+        (events.StepSucceeded(**envelope(1)), Outcome.OK),
+        (
+            events.StepUnavailable(**envelope(1), outcome=Outcome.ABSENT),
+            Outcome.ABSENT,
+        ),
+        (events.StepUnavailable(**envelope(1), outcome=Outcome.INVALID), Outcome.INVALID),
+        (events.StepFailed(**envelope(1), cause=PERMISSION_DENIED), Outcome.FAILED),
+        (events.StepTimedOut(**envelope(1), timeout_s=1.5, elapsed_ns=9), Outcome.TIMED_OUT),
+        (events.StepCancelled(**envelope(1), reason="sibling failed"), Outcome.CANCELLED),
+        (events.StepCrashed(**envelope(1), exit_code=-11, signal=11), Outcome.CRASHED),
+    ],
+)
+def test_timeline_outcome_of_every_terminal_event(terminal: events.Event, outcome: Outcome) -> None:
+    assert events.outcome_of(terminal) is outcome
+    state = events.fold(Timeline(), [events.StepStarted(**envelope(0)), terminal])
+    timing = state.ranks[0].steps["s"]
+    assert timing.outcome is outcome
+    assert timing.duration_ns == 10
+    assert timing.end_wall_ns == 1
+
+
+def test_terminal_states_are_final_and_orphans_ignored() -> None:
+    stream = [
+        events.StepStarted(**envelope(0)),
+        events.StepSucceeded(**envelope(1)),
+        events.StepFailed(**envelope(2), cause=PERMISSION_DENIED),
+        events.StepCancelled(**envelope(3, step="never-started")),
+    ]
+    state = events.fold(Timeline(), stream)
+    steps = state.ranks[0].steps
+    assert steps.keys() == {"s"}
+    assert steps["s"].outcome is Outcome.OK
+    assert steps["s"].duration_ns == 10
+
+
+def test_timeline_run_outcomes_per_rank() -> None:
+    failed = [
+        *rank_stream("run-1", 1)[:-1],
+        events.RunFinished(
+            run_id="run-1",
+            rank=1,
+            seq=6,
+            wall_ns=5_000,
+            mono_ns=900,
+            outcome=RunOutcome.FAILED,
+            cause=PERMISSION_DENIED,
+            failed_step="attention/flashinfer",
+        ),
+    ]
+    unfinished = rank_stream("run-1", 2)[:3]
+    state = events.fold(Timeline(), events.merge([rank_stream("run-1", 0), failed, unfinished]))
+    assert state.ranks[0].outcome is RunOutcome.READY
+    assert state.ranks[1].outcome is RunOutcome.FAILED
+    assert state.ranks[1].duration_ns == 900
+    assert state.ranks[1].end_wall_ns == 5_000
+    assert state.ranks[2].outcome is None
+    assert [timing.rank for timing in state.steps()] == [0, 0, 1, 1, 2, 2]
+
+
+def test_unhandled_events_share_the_state() -> None:
+    start = events.fold(Timeline(), rank_stream()[:5])
+    decision = rank_stream()[5]
+    assert Timeline().apply(start, decision) is start
+    # A rank whose first event the timeline ignores is not added.
+    lone = attrs.evolve(decision, rank=9)
+    assert Timeline().apply(start, lone) is start
+
+
+def test_outcome_of_non_terminal_events() -> None:
+    for event in rank_stream():
+        if not isinstance(event, events.TERMINAL_STEP_EVENTS):
+            assert events.outcome_of(event) is None
