@@ -23,6 +23,7 @@ This package depends on :mod:`events` and OpenTelemetry only.
 """
 
 from ._environment import OTLP_PROTOCOLS as OTLP_PROTOCOLS
+from ._environment import combine_exporters as combine_exporters
 from ._environment import console_exporter as console_exporter
 from ._environment import exporter_from_environment as exporter_from_environment
 from ._environment import otlp_exporter as otlp_exporter
@@ -78,6 +79,7 @@ __all__ = [
     "SpanProjection",
     "TraceParent",
     "blame_text",
+    "combine_exporters",
     "console_exporter",
     "context_with_span",
     "critical_path_text",

@@ -35,6 +35,7 @@ from opentelemetry.util.re import parse_env_headers
 
 __all__ = [
     "OTLP_PROTOCOLS",
+    "combine_exporters",
     "console_exporter",
     "exporter_from_environment",
     "otlp_exporter",
@@ -167,6 +168,18 @@ def exporter_from_environment(
         for name in dict.fromkeys(names)
     ]
     return exporters[0] if len(exporters) == 1 else _FanOutExporter(exporters)
+
+
+def combine_exporters(*exporters: SpanExporter) -> SpanExporter:
+    """One exporter that hands every batch to each of ``exporters`` (the one
+    itself when there is just one).
+
+    Raises:
+        ValueError: no exporter given.
+    """
+    if not exporters:
+        raise ValueError("combine_exporters needs at least one exporter")
+    return exporters[0] if len(exporters) == 1 else _FanOutExporter(list(exporters))
 
 
 def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter:

@@ -1,0 +1,380 @@
+"""The ``startup-orchestrator`` command line (also ``python -m orchestrator``).
+
+Exit codes: 0 the startup reached ``ready`` (or the command succeeded), 1 the
+startup failed or was interrupted, or a log is corrupt, 2 bad usage. Every
+error is one line naming the bad value and what would be valid — never a
+traceback.
+
+Heavy modules (OpenTelemetry exporters, torch, protobuf) are imported only by
+the commands that use them, so ``--help`` and a simulated run start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from events import EventsError, LogContents, LogError, Severity, read_log
+
+from ._errors import OrchestratorError
+
+__all__ = ["main"]
+
+PROG = "startup-orchestrator"
+DEFAULT_RUNS = Path("startup-runs")
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit 2 with one line."""
+
+
+class InputError(Exception):
+    """Unreadable or corrupt input: exit 1 with one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not usage plus a message: scripts and humans both read it.
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (> 0), got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds (> 0), got {text!r}")
+    return value
+
+
+def _severity(text: str) -> Severity:
+    try:
+        return Severity.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = _Parser(
+        prog=PROG,
+        description="Start an inference engine's probes as an event-sourced task graph; "
+        "replay and explain failed starts from their logs.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    run = commands.add_parser(
+        "run",
+        help="run the reference engine startup on this host (or a simulated one)",
+        description="Run the reference engine startup graph with real probes on this host, "
+        "or on a simulated host (--simulate). Exit 0 ready, 1 failed, 2 bad usage.",
+    )
+    run.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="start N local rank processes (default: 1, or the torchrun ranks)",
+    )
+    run.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the run directory (default: ./startup-runs/<run-id>)",
+    )
+    run.add_argument(
+        "--run-id",
+        default=None,
+        metavar="ID",
+        help="the run id (default: from the launcher, else a new one)",
+    )
+    run.add_argument(
+        "--simulate",
+        default=None,
+        metavar="PROFILE",
+        help="simulate a host: h200x8, a100x4, b200x8, zen4, xeon, or a JSON file",
+    )
+    run.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault: [RANKS:]TARGET=EXCEPTION[:MESSAGE] (repeatable)",
+    )
+    run.add_argument(
+        "--inject-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="inject the faults of a JSON file (structured exception arguments)",
+    )
+    run.add_argument(
+        "--attention-backend",
+        default=None,
+        metavar="NAME",
+        help="use this attention backend only (no fallback)",
+    )
+    run.add_argument(
+        "--allreduce-backend",
+        choices=("auto", "mnnvl", "trtllm"),
+        default="auto",
+        help="all-reduce fusion workspace backend (default: auto)",
+    )
+    run.add_argument(
+        "--tp",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="tensor-parallel size (default: the number of ranks)",
+    )
+    run.add_argument("--dtype", default="auto", help="model dtype (default: auto)")
+    run.add_argument("--head-size", type=_positive_int, default=128, metavar="N")
+    run.add_argument("--kv-cache-dtype", default="auto")
+    run.add_argument("--mla", action="store_true", help="multi-head latent attention model")
+    run.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="seconds each probe step may take",
+    )
+    run.add_argument(
+        "--durability",
+        choices=("always", "interval", "never"),
+        default="interval",
+        help="when the log is fsynced (default: interval)",
+    )
+    run.add_argument("--json", action="store_true", help="print the JSON report")
+    run.add_argument(
+        "--level",
+        type=_severity,
+        default=Severity.INFO,
+        help="lowest severity printed (debug, info, warning, error)",
+    )
+    _add_tracing_options(run)
+
+    replay = commands.add_parser(
+        "replay",
+        help="re-derive state, messages and root cause from logs",
+        description="Merge the ranks of a run directory (or log files), re-derive the state "
+        "and messages, and print a report whose first lines name the outcome and root cause.",
+    )
+    replay.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    replay.add_argument("--json", action="store_true", help="print the JSON report")
+    replay.add_argument("--rank", type=_non_negative_int, default=None, help="only this rank")
+    replay.add_argument(
+        "--until",
+        type=_non_negative_int,
+        default=None,
+        metavar="SEQ",
+        help="the state as it was after event SEQ of each rank",
+    )
+    replay.add_argument(
+        "--level",
+        type=_severity,
+        default=Severity.DEBUG,
+        help="lowest severity shown (default: debug)",
+    )
+    replay.add_argument(
+        "--export",
+        nargs="+",
+        default=None,
+        metavar="KIND",
+        help="also export the trace: otlp | console | jaeger-json FILE",
+    )
+    replay.add_argument(
+        "--html", type=Path, default=None, metavar="FILE", help="also write an HTML timeline"
+    )
+
+    for name, text in (
+        ("explain", "the fallback tree of every step, with outcomes and causes"),
+        ("blame", "steps by time spent"),
+        ("critical-path", "the chain of steps that decided the startup's wall time"),
+    ):
+        view = commands.add_parser(name, help=text, description=text)
+        view.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+        view.add_argument("--rank", type=_non_negative_int, default=None, help="only this rank")
+
+    diff = commands.add_parser(
+        "diff",
+        help="what changed between two runs",
+        description="Compare two runs (e.g. a healthy and a failed start): outcomes, "
+        "decisions, per-rank state and messages.",
+    )
+    diff.add_argument("run_a", type=Path, metavar="RUN_A")
+    diff.add_argument("run_b", type=Path, metavar="RUN_B")
+
+    validate = commands.add_parser(
+        "validate",
+        help="check logs for every integrity problem (exit 1 if any)",
+    )
+    validate.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    return parser
+
+
+def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "tracing",
+        "Spans go wherever OTEL_EXPORTER_OTLP_* say (OTEL_SDK_DISABLED=true turns them off); "
+        "these options add or override.",
+    )
+    group.add_argument(
+        "--otlp-endpoint", default=None, metavar="URL", help="send spans to this OTLP collector"
+    )
+    group.add_argument("--otlp-protocol", choices=("grpc", "http/protobuf"), default=None)
+    group.add_argument(
+        "--trace-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the trace as a Jaeger-UI JSON file (per rank: "
+        "FILE gets a -rank-N suffix when there are several ranks)",
+    )
+    group.add_argument("--console-spans", action="store_true", help="print spans to stderr")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("startup-orchestrator")
+    except PackageNotFoundError:  # pragma: no cover - running from a checkout
+        return "0"
+
+
+# --- reading runs ---------------------------------------------------------------------
+
+
+def log_files(paths: Sequence[Path]) -> list[Path]:
+    """Expand run directories into their rank logs.
+
+    Raises:
+        UsageError: a path does not exist.
+        InputError: a directory holds no rank logs.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
+            if not found:
+                raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UsageError(f"{path}: no such file or directory")
+    return files
+
+
+def _rank_key(path: Path) -> tuple[int, str]:
+    stem = path.stem.removeprefix("rank-")
+    return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
+
+
+def read_logs(paths: Sequence[Path]) -> list[LogContents]:
+    """Read every log strictly; corrupt input is an :class:`InputError`."""
+    contents: list[LogContents] = []
+    for file in log_files(paths):
+        try:
+            contents.append(read_log(file))
+        except EventsError as exc:
+            raise InputError(str(exc)) from exc
+    if not any(c.events for c in contents):
+        raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
+    return contents
+
+
+# --- entry point ----------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
+    args.argv = arguments
+    try:
+        if args.command == "run":
+            from ._cli_run import command_run
+
+            code = command_run(args)
+            exit_now_if_threads_linger(code)
+            return code
+        from ._cli_views import COMMANDS
+
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except InputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except (OrchestratorError, LogError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def exit_now_if_threads_linger(code: int) -> None:
+    """A probe thread abandoned at its timeout may still be blocked (a hung
+    driver call, an import that never returns). Python would wait for it at
+    exit forever; the log and the report are complete, so leave at once."""
+    import threading
+
+    lingering = [
+        thread
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
+    ]
+    if lingering:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def emit(text: str) -> None:
+    """Print to stdout (reports go to stdout, diagnostics to stderr)."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def to_json_text(document: Any) -> str:
+    """Stable, readable JSON."""
+    import json
+
+    return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)

@@ -1,0 +1,192 @@
+"""The read-only commands: replay, explain, blame, critical-path, diff, validate.
+
+They read logs (JSON only: nothing in a log is executed or imported) and
+print; they never change a log.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from events import Event, LogContents, merge, validate
+
+from ._cli import InputError, UsageError, emit, log_files, read_logs, to_json_text
+
+__all__ = ["COMMANDS"]
+
+
+def _events(contents: list[LogContents], *, until: int | None = None) -> list[Event]:
+    events = list(merge(contents))
+    if until is not None:
+        events = [e for e in events if e.seq <= until]
+    return events
+
+
+def _replay(contents: list[LogContents], until: int | None = None) -> Any:
+    from events import replay
+
+    if until is None:
+        return replay(contents)
+    return replay(_events(contents, until=until))
+
+
+def command_replay(args: argparse.Namespace) -> int:
+    """Report outcome and root cause first, then state, messages, divergences."""
+    from exporters import report_json, report_text
+
+    export = _parse_export(args.export) if args.export else None
+    contents = read_logs(args.paths)
+    if args.rank is not None and not any(
+        c.events and c.events[0].rank == args.rank for c in contents
+    ):
+        raise UsageError(f"--rank {args.rank}: no log of that rank in the given paths")
+    result = _replay(contents, args.until)
+    document = report_json(result)
+    if args.json:
+        emit(to_json_text(_only_rank(document, args.rank)))
+    else:
+        emit(report_text(result, min_severity=args.level, rank=args.rank))
+    if export is not None:
+        _export(export, _events(contents, until=args.until))
+    if args.html is not None:
+        from exporters import timeline_html
+
+        args.html.write_text(timeline_html(_events(contents, until=args.until)), encoding="utf-8")
+    return 0 if document["outcome"] == "ready" else 1
+
+
+def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
+    """The report document narrowed to one rank (``--rank``)."""
+    if rank is None:
+        return document
+    narrowed = dict(document)
+    narrowed["ranks"] = [r for r in document["ranks"] if r["rank"] == rank]
+    narrowed["messages"] = [
+        {**m, "ranks": [rank]} for m in document["messages"] if rank in m["ranks"]
+    ]
+    return narrowed
+
+
+def _parse_export(values: list[str]) -> tuple[str, Path | None]:
+    kind, *rest = values
+    if kind in ("otlp", "console") and not rest:
+        return kind, None
+    if kind == "jaeger-json" and len(rest) == 1:
+        return kind, Path(rest[0])
+    raise UsageError(f"--export {' '.join(values)!r}: expected otlp, console, or jaeger-json FILE")
+
+
+def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
+    import sys
+
+    from exporters import (
+        JaegerJsonExporter,
+        console_exporter,
+        export_events,
+        exporter_from_environment,
+    )
+
+    kind, path = export
+    if kind == "jaeger-json":
+        assert path is not None
+        exporter: Any = JaegerJsonExporter(path)
+    elif kind == "console":
+        exporter = console_exporter(sys.stderr)
+    else:
+        exporter = exporter_from_environment()
+        if exporter is None:
+            raise UsageError(
+                "--export otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
+            )
+    from events import step_severity_hook
+
+    try:
+        count = export_events(events, exporter, severity_of=step_severity_hook(events))
+    finally:
+        exporter.shutdown()
+    print(
+        f"exported {count} spans ({kind}{'' if path is None else ' ' + str(path)})", file=sys.stderr
+    )
+
+
+def _view(render: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
+    def command(args: argparse.Namespace) -> int:
+        contents = read_logs(args.paths)
+        emit(render(_events(contents), rank=args.rank))
+        return 0
+
+    return command
+
+
+def command_diff(args: argparse.Namespace) -> int:
+    """What changed between two runs."""
+    from exporters import decisions_of, diff_text, report_json
+
+    sides = []
+    for path in (args.run_a, args.run_b):
+        contents = read_logs([path])
+        events = _events(contents)
+        sides.append((report_json(_replay(contents)), decisions_of(events)))
+    (a, decisions_a), (b, decisions_b) = sides
+    emit(
+        diff_text(
+            a,
+            b,
+            decisions_a=decisions_a,
+            decisions_b=decisions_b,
+            label_a=str(args.run_a),
+            label_b=str(args.run_b),
+        )
+    )
+    return 0
+
+
+def command_validate(args: argparse.Namespace) -> int:
+    """Every integrity problem of every file; exit 1 if there is any."""
+    problems = 0
+    try:
+        files = log_files(args.paths)
+    except InputError:
+        raise
+    for file in files:
+        found = validate(file)
+        problems += len(found)
+        if not found:
+            emit(f"{file}: ok")
+        for problem in found:
+            kind = "error" if problem.fatal else "warning"
+            emit(f"{problem} [{problem.kind}, {kind}]")
+    emit(f"{len(files)} file(s), {problems} problem(s)")
+    return 1 if problems else 0
+
+
+def _explain(events: list[Event], rank: int | None = None) -> str:
+    from exporters import explain_text
+
+    return explain_text(events, rank=rank)
+
+
+def _blame(events: list[Event], rank: int | None = None) -> str:
+    from exporters import blame_text
+
+    return blame_text(events, rank=rank)
+
+
+def _critical(events: list[Event], rank: int | None = None) -> str:
+    from exporters import critical_path_text
+
+    return critical_path_text(events, rank=rank)
+
+
+COMMANDS: Mapping[str, Callable[[argparse.Namespace], int]] = {
+    "replay": command_replay,
+    "explain": _view(_explain),
+    "blame": _view(_blame),
+    "critical-path": _view(_critical),
+    "diff": command_diff,
+    "validate": command_validate,
+}
