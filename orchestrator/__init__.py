@@ -48,6 +48,11 @@ from ._graph import Graph as Graph
 from ._graph import Isolation as Isolation
 from ._graph import Step as Step
 from ._graph import StepBody as StepBody
+from ._group import Group as Group
+from ._group import GroupError as GroupError
+from ._group import LocalGroup as LocalGroup
+from ._group import TorchDistributedGroup as TorchDistributedGroup
+from ._group import init_torch_distributed_group as init_torch_distributed_group
 from ._identity import RUN_ID_VARIABLE as RUN_ID_VARIABLE
 from ._identity import identity_from_environment as identity_from_environment
 from ._identity import new_run_id as new_run_id
@@ -91,10 +96,13 @@ __all__ = [
     "FaultSpecError",
     "Graph",
     "GraphError",
+    "Group",
+    "GroupError",
     "Importer",
     "InjectingImporter",
     "IsolatedStepError",
     "Isolation",
+    "LocalGroup",
     "OrchestratorError",
     "RankEnvironmentError",
     "RealImporter",
@@ -109,12 +117,14 @@ __all__ = [
     "StepCrashedError",
     "StepResult",
     "StepTimeoutError",
+    "TorchDistributedGroup",
     "Unavailable",
     "UnknownDependencyError",
     "When",
     "check_decisions",
     "derive_trace_id",
     "identity_from_environment",
+    "init_torch_distributed_group",
     "new_run_id",
     "optional_module_policy",
     "parse_ranks",

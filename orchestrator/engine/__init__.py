@@ -2,6 +2,13 @@
 backends, the optional ``flashinfer.comm`` module and the all-reduce fusion
 workspace, on the real host or a simulated one."""
 
+from ._allreduce import RealWorkspaceFactory as RealWorkspaceFactory
+from ._allreduce import SimulatedWorkspace as SimulatedWorkspace
+from ._allreduce import SimulatedWorkspaceFactory as SimulatedWorkspaceFactory
+from ._allreduce import WorkspaceFactory as WorkspaceFactory
+from ._allreduce import WorkspaceHost as WorkspaceHost
+from ._allreduce import allreduce_chain as allreduce_chain
+from ._allreduce import make_allreduce_step as make_allreduce_step
 from ._attention import ATTENTION_BACKENDS as ATTENTION_BACKENDS
 from ._attention import AttentionBackend as AttentionBackend
 from ._attention import attention_candidates as attention_candidates
@@ -58,14 +65,21 @@ __all__ = [
     "Profile",
     "ProfileError",
     "RealHost",
+    "RealWorkspaceFactory",
     "SimulatedHost",
     "SimulatedImporter",
+    "SimulatedWorkspace",
+    "SimulatedWorkspaceFactory",
     "UnspecifiedPlatformError",
+    "WorkspaceFactory",
+    "WorkspaceHost",
+    "allreduce_chain",
     "attention_candidates",
     "build_engine_graph",
     "decide_platform",
     "is_amd_zen",
     "load_profile",
+    "make_allreduce_step",
     "make_attention_step",
     "make_flashinfer_comm_step",
     "make_platform_step",
