@@ -54,8 +54,9 @@ class GroupError(OrchestratorError):
         self.world_size = world_size
         self.operation = operation
         self.reason = reason
-        where = "this process" if rank is None else f"rank {rank} of {world_size}"
-        super().__init__(f"{where}: {operation} failed: {reason}")
+        # The text names no rank or address, so the same failure seen by many
+        # ranks groups into one message; both are in the fields and the cause.
+        super().__init__(f"{operation} across the process group failed: {reason}")
 
 
 @runtime_checkable
@@ -201,8 +202,8 @@ class TorchDistributedGroup:
                 self._rank,
                 self._world_size,
                 "all_gather",
-                f"{type(exc).__name__}: {exc} (a peer failed, exited, or never reached "
-                "this exchange)",
+                "a peer failed, exited, or never reached this exchange "
+                "(the transport's error is the cause; look for the rank that failed first)",
             ) from exc
         values: list[JsonValue] = []
         for rank, payload in enumerate(payloads):
