@@ -583,12 +583,18 @@ def _reason_text(info: ExceptionInfo) -> str:
 
 
 def _chain_reason(cause: ExceptionInfo) -> str:
-    """``Outer: msg, caused by Root: msg`` (the outer alone if it is the root)."""
+    """``Outer: msg, caused by RootType`` (the outer alone if it is the root).
+
+    Only the root's type is named: its message often carries per-rank details
+    (addresses, ports, pids) that would keep the same failure on many ranks
+    from grouping into one line. The whole chain is in the report's root
+    cause and in ``explain``.
+    """
     root = cause.root()
     if root is cause or (root.message and root.message in cause.message):
         # The outer message already says it (``... Reason: [PermissionError: ...]``).
         return _reason_text(cause)
-    return f"{_reason_text(cause)}, caused by {_reason_text(root)}"
+    return f"{_reason_text(cause)}, caused by {root.name}"
 
 
 #: Exception names a propagated timeout or crash arrives as on enclosing steps.
