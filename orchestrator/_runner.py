@@ -219,6 +219,7 @@ class Runner:
         self.span_activator = span_activator
         self.redactor = redactor or Redactor.from_environment()
         self.clock = clock or (lambda: (time.time_ns(), time.monotonic_ns()))
+        self._used = False
 
     async def run(self, graph: Graph) -> RunResult:
         """Run ``graph`` to completion.
@@ -231,7 +232,15 @@ class Runner:
                 its ``step.failed`` and the ``run.finished`` events were
                 written and flushed). Cancellation from outside is recorded as
                 ``interrupted`` and re-raised.
+            RuntimeError: this runner already ran (a log holds one run: make a
+                new Runner and log for the next one).
         """
+        if self._used:
+            raise RuntimeError(
+                "this Runner already ran a graph; a log holds one run, so create a new "
+                "Runner with a new log for the next run"
+            )
+        self._used = True
         return await _Run(self, graph).execute()
 
 

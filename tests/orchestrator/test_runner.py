@@ -121,6 +121,19 @@ async def test_a_given_trace_id_and_launcher_span_are_used() -> None:
     assert only(log, RunFinished).parent_span_id == "00f067aa0ba902b7"
 
 
+async def test_a_runner_runs_once_so_a_log_holds_one_run() -> None:
+    log = new_log()
+    runner = orchestrator.Runner(log)
+    with anyio.fail_after(DEADLINE_S):
+        await runner.run(nested_graph())
+        events_after_first = len(log.events)
+        with pytest.raises(RuntimeError, match="already ran"):
+            await runner.run(nested_graph())
+
+    assert len(log.events) == events_after_first
+    assert_log_contract(log)
+
+
 def test_the_derived_trace_id_is_stable_hex_and_per_run() -> None:
     trace_id = derive_trace_id("20261129T083704-1a2b3c")
     assert len(trace_id) == 32
