@@ -43,12 +43,16 @@ def command_replay(args: argparse.Namespace) -> int:
         c.events and c.events[0].rank == args.rank for c in contents
     ):
         raise UsageError(f"--rank {args.rank}: no log of that rank in the given paths")
+    events = _events(contents, until=args.until)
     result = _replay(contents, args.until)
-    document = report_json(result)
+    decisions = decision_divergences(events)
+    document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
     else:
         emit(report_text(result, min_severity=args.level, rank=args.rank))
+        if decisions:
+            emit(decision_divergences_text(decisions))
     if export is not None:
         _export(export, _events(contents, until=args.until))
     if args.html is not None:
@@ -56,6 +60,50 @@ def command_replay(args: argparse.Namespace) -> int:
 
         args.html.write_text(timeline_html(_events(contents, until=args.until)), encoding="utf-8")
     return 0 if document["outcome"] == "ready" else 1
+
+
+def decision_divergences(events: Iterable[Event]) -> list[Any]:
+    """Recorded decisions that the current deciders would make differently
+    (a changed reducer shows up here, never as a silent change)."""
+    from ._decisions import check_decisions
+    from .engine import ENGINE_DECIDERS
+
+    return check_decisions(events, ENGINE_DECIDERS)
+
+
+def with_decision_divergences(document: dict[str, Any], found: list[Any]) -> dict[str, Any]:
+    """The report document with decision divergences added to ``divergences``
+    (code ``decision.divergence``)."""
+    if not found:
+        return document
+    extended = dict(document)
+    extended["divergences"] = [
+        *document.get("divergences", []),
+        *(
+            {
+                "code": "decision.divergence",
+                "severity": "error",
+                "subject": divergence.name,
+                "rank": divergence.rank,
+                "seq": divergence.seq,
+                "step": divergence.step,
+                "recorded": divergence.recorded,
+                "recomputed": divergence.recomputed,
+                "text": divergence.describe(),
+            }
+            for divergence in found
+        ),
+    ]
+    return extended
+
+
+def decision_divergences_text(found: list[Any]) -> str:
+    """The text report's section for decision divergences ("" when none)."""
+    if not found:
+        return ""
+    lines = ["Decision divergences (the current code decides differently than the run did):"]
+    lines.extend(f"  ERROR {divergence.describe()}" for divergence in found)
+    return "\n".join(lines)
 
 
 def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
