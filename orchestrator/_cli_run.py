@@ -21,24 +21,29 @@ from typing import Any
 
 import anyio
 
-from events import Durability, JsonlLog, RankIdentity, Severity
+from events import JsonlLog, RankIdentity, Severity
 
 from ._cli import DEFAULT_RUNS, PROG, InputError, UsageError, emit, read_logs, to_json_text
 from ._errors import FaultSpecError, RankEnvironmentError
 from ._faults import FaultPlan
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
-from ._launcher import CHILD_VARIABLE, launch_local
+from ._launcher import CHILD_VARIABLE, DEFAULT_GRACE_S, GRACE_VARIABLE, launch_local
 
 __all__ = ["command_run"]
 
 
 def _faults(args: argparse.Namespace) -> FaultPlan:
+    # Errors name the option, the bad part and what would be valid.
     try:
         plan = FaultPlan.parse(args.inject)
-        if args.inject_file is not None:
-            plan = plan + FaultPlan.load(args.inject_file)
     except FaultSpecError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--inject {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
+    if args.inject_file is not None:
+        try:
+            plan = plan + FaultPlan.load(args.inject_file)
+        except FaultSpecError as exc:
+            where = "" if exc.part == exc.spec else f"{exc.part}: "
+            raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
     return plan
 
 
@@ -118,14 +123,46 @@ def _launch(args: argparse.Namespace) -> int:
         _check_run_id(args.run_id) if args.run_id else (run_id_from_environment() or new_run_id())
     )
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # Every rank would refuse it; checked here so that the report is never
+    # that of the run already stored there.
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        if path.stat().st_size > 0:
+            raise UsageError(f"{path} already holds a run; use a new --run-id or --run-dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror}") from None
     rank_arguments = _rank_arguments(args.argv)
+    grace_s = _grace(args)
     print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
-    exits = launch_local(args.nproc, rank_arguments, run_id=run_id, run_dir=run_dir)
+    exits = launch_local(
+        args.nproc,
+        rank_arguments,
+        run_id=run_id,
+        run_dir=run_dir,
+        grace_s=grace_s,
+        notify=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+    )
     for exit in exits:
         if exit.returncode not in (0, 1):
             print(f"{PROG}: {exit.describe()}", file=sys.stderr)
     return _report(args, [run_dir])
+
+
+def _grace(args: argparse.Namespace) -> float:
+    """``--grace``, else ``STARTUP_ORCHESTRATOR_GRACE_S``, else 10 s."""
+    if args.grace is not None:
+        return float(args.grace)
+    text = os.environ.get(GRACE_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_GRACE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise UsageError(f"{GRACE_VARIABLE}={text!r}: expected seconds (> 0)")
+    return value
 
 
 def _rank_arguments(argv: list[str]) -> list[str]:
@@ -138,26 +175,36 @@ def _rank_arguments(argv: list[str]) -> list[str]:
             continue
         if item in ("run",) and not out:
             continue
-        if item in ("--nproc", "--run-dir", "--run-id"):
+        if item in ("--nproc", "--run-dir", "--run-id", "--grace"):
             skip = True
             continue
-        if item.startswith(("--nproc=", "--run-dir=", "--run-id=")) or item == "--json":
+        if item.startswith(("--nproc=", "--run-dir=", "--run-id=", "--grace=")) or item == "--json":
             continue
         out.append(item)
     return out
 
 
 def _report(args: argparse.Namespace, paths: list[Path]) -> int:
-    from events import replay
+    from events import merge, replay
     from exporters import report_json, report_text
 
-    result = replay(read_logs(paths))
+    from ._cli_views import (
+        decision_divergences,
+        decision_divergences_text,
+        with_decision_divergences,
+    )
+
+    contents = read_logs(paths)
+    result = replay(contents)
+    decisions = decision_divergences(merge(contents))
+    document = with_decision_divergences(report_json(result), decisions)
     if args.json:
-        emit(to_json_text(report_json(result)))
+        emit(to_json_text(document))
     else:
         emit(report_text(result, min_severity=args.level))
-    outcome = report_json(result)["outcome"]
-    return 0 if outcome == "ready" else 1
+        if decisions:
+            emit(decision_divergences_text(decisions))
+    return 0 if document["outcome"] == "ready" else 1
 
 
 # --- one rank -------------------------------------------------------------------------
@@ -174,19 +221,17 @@ def _run_rank(
     group = _process_group(identity)
     run_id = _agree_run_id(args, group)
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
+    path = run_dir / f"rank-{identity.rank}.jsonl"
+    # Checked before the log is opened: opening an existing log resumes it
+    # (and would cut a torn tail off), and a stored run is never changed.
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > 0:
+            raise UsageError(f"{path} already holds a run; use a new --run-id or --run-dir")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        log = JsonlLog(
-            run_dir / f"rank-{identity.rank}.jsonl",
-            run_id=run_id,
-            rank=identity.rank,
-            durability=Durability(args.durability),
-        )
+        log = JsonlLog(path, run_id=run_id, rank=identity.rank, durability=args.durability)
     except OSError as exc:
         raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror}") from None
-    if log.next_seq:
-        log.close()
-        raise UsageError(f"{log.path} already holds a run; use a new --run-id or --run-dir")
     bridge = _logging_bridge(args.level)
     try:
         tracing = _Tracing(args, identity, bridge.severity_of)
@@ -215,17 +260,35 @@ def _run_rank(
             # whole timeout. The log is complete; report this rank only.
             return _report(args, [run_dir / f"rank-{identity.rank}.jsonl"])
         # Under torchrun every rank ends here; rank 0 reports the whole run
-        # once every rank has closed its log.
+        # once every rank has closed its log. The exchange is tagged: a rank
+        # that left early may meet its peers still inside the startup's own
+        # exchanges, and both sides must see that rather than misread it.
         try:
-            group.all_gather(outcome)
+            gathered = group.all_gather({"exchange": _END_OF_RUN, "outcome": outcome})
+            everyone_finished = all(
+                isinstance(entry, dict) and entry.get("exchange") == _END_OF_RUN
+                for entry in gathered
+            )
         except Exception:
-            return own_code
+            everyone_finished = False
         finally:
             with contextlib.suppress(Exception):
                 group.close()
         if identity.rank != 0:
             return own_code
+        if not everyone_finished:
+            # Ranks that reached the end have closed their logs; the others
+            # show as still running. Replay later gives the final picture.
+            print(
+                f"{PROG}: not every rank reached the end of the startup together; "
+                f"replay {run_dir} once every rank has stopped for the final report",
+                file=sys.stderr,
+            )
     return _report(args, [run_dir])
+
+
+#: Tags the ranks' last exchange (see _run_rank).
+_END_OF_RUN = "run.finished"
 
 
 def _agree_run_id(args: argparse.Namespace, group: Any) -> str:
@@ -321,8 +384,9 @@ class _Tracing:
         wanted: list[Any] = []
         try:
             if args.otlp_endpoint:
+                protocol = args.otlp_protocol or "grpc"
                 wanted.append(
-                    otlp_exporter(args.otlp_protocol or "grpc", endpoint=args.otlp_endpoint)
+                    otlp_exporter(protocol, endpoint=_otlp_endpoint(args.otlp_endpoint, protocol))
                 )
             else:
                 from_environment = exporter_from_environment()
@@ -360,6 +424,22 @@ class _Tracing:
     def close(self) -> None:
         if self.live is not None:
             self.live.shutdown(timeout_s=5.0)
+
+
+def _otlp_endpoint(url: str, protocol: str) -> str:
+    """The URL to give the OTLP exporter for ``--otlp-endpoint``.
+
+    OTLP/HTTP posts to the full traces URL; a collector address without a
+    path (``http://collector:4318``) gets ``/v1/traces``, as the generic
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` does. A URL with a path is used as given.
+    """
+    if protocol != "http/protobuf":
+        return url
+    from urllib.parse import urlsplit
+
+    if urlsplit(url).path in ("", "/"):
+        return f"{url.rstrip('/')}/v1/traces"
+    return url
 
 
 def _execute(

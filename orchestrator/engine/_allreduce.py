@@ -91,7 +91,7 @@ from events import (
 from .._context import StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
 from .._graph import Step, StepBody
-from .._group import Group
+from .._group import Group, GroupError
 from .._policy import ANY_EXCEPTION_POLICY, ErrorPolicy
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError
 
@@ -449,8 +449,13 @@ class _Setup:
             rounds = 0
             while group is not None:
                 rounds += 1
-                mine: JsonValue = {"chain": list(self.chain), "status": dict(statuses)}
+                mine: JsonValue = {
+                    "exchange": _EXCHANGE,
+                    "chain": list(self.chain),
+                    "status": dict(statuses),
+                }
                 gathered = await child.to_thread(group.all_gather, mine)
+                _check_exchange(gathered, group)
                 verdict, backend = _judge(gathered, self.chain)
                 if verdict != "try":
                     agreed = backend
@@ -515,6 +520,26 @@ class _Setup:
 
         result = await self.ctx.run_child(_QUANT, quant, policy=ANY_EXCEPTION_POLICY)
         return backend if result.ok else None
+
+
+#: Tags this rank's part of the agreement, so an exchange that a peer joined
+#: for something else (it left the startup early and is waiting at its end)
+#: is recognised instead of being read as "that rank has no backend".
+_EXCHANGE = "allreduce_workspace/agree"
+
+
+def _check_exchange(gathered: Sequence[JsonValue], group: Group) -> None:
+    for rank, entry in enumerate(gathered):
+        tag = entry.get("exchange") if isinstance(entry, dict) else None
+        if tag != _EXCHANGE:
+            seen = tag if isinstance(tag, str) else type(entry).__name__
+            raise GroupError(
+                group.rank,
+                group.world_size,
+                "all_gather",
+                f"rank {rank} is not in the all-reduce agreement (it joined {seen!r}); "
+                f"it probably left the startup early: see rank {rank}'s log",
+            )
 
 
 def _backend_of(result: StepResult) -> str:
