@@ -39,6 +39,7 @@ from ._live import LiveSpans as LiveSpans
 from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
 from ._logging import LoggingBridge as LoggingBridge
 from ._propagation import TraceParent as TraceParent
+from ._propagation import activate_span as activate_span
 from ._propagation import context_with_span as context_with_span
 from ._propagation import format_traceparent as format_traceparent
 from ._propagation import parse_traceparent as parse_traceparent
@@ -78,6 +79,7 @@ __all__ = [
     "SpanExportError",
     "SpanProjection",
     "TraceParent",
+    "activate_span",
     "blame_text",
     "combine_exporters",
     "console_exporter",

@@ -9,14 +9,19 @@ silently new trace.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+from collections.abc import Iterator
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 __all__ = [
     "TraceParent",
+    "activate_span",
     "context_with_span",
     "format_traceparent",
     "parse_traceparent",
@@ -60,6 +65,16 @@ def span_context(trace_id: str, span_id: str, *, is_remote: bool = False) -> Spa
     Raises:
         ValueError: an id is not lower-case hex of the right length, or is zero.
     """
+    return _span_context(trace_id, span_id, is_remote)
+
+
+# A step's span context is built by the activator while the step runs, again
+# for its span, and again as the parent of each of its children; checking and
+# converting the hex ids each time would be a large part of what tracing
+# costs a step. A SpanContext is an immutable tuple, so one can be shared; a failed
+# check raises and is not cached.
+@functools.lru_cache(maxsize=4096)
+def _span_context(trace_id: str, span_id: str, is_remote: bool) -> SpanContext:
     return SpanContext(
         trace_id=trace_id_to_int(trace_id),
         span_id=span_id_to_int(span_id),
@@ -83,6 +98,24 @@ def context_with_span(trace_id: str, span_id: str, context: Context | None = Non
         ValueError: an id is malformed.
     """
     return trace.set_span_in_context(NonRecordingSpan(span_context(trace_id, span_id)), context)
+
+
+@contextlib.contextmanager
+def activate_span(trace_id: str, span_id: str) -> Iterator[None]:
+    """Make the recorded span ``(trace_id, span_id)`` current for the block.
+
+    This is the runner's ``span_activator`` when tracing::
+
+        Runner(log, span_activator=activate_span, ...)
+
+    Spans that probe code creates inside a step (in its worker thread too:
+    the context is copied there) become children of the step's span.
+    """
+    token = otel_context.attach(context_with_span(trace_id, span_id))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

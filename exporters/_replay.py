@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from events import Event
+from events import Event, step_severity_hook
 
 from ._errors import SpanExportError
 from ._spans import SeverityOf, spans_from_events
@@ -33,6 +33,10 @@ def export_events(
     ``batch_size``. Spans a stopped rank left open are sent as
     ``incomplete``. The exporter is not shut down: the caller owns it.
 
+    Span status follows the severity of the messages derived from these same
+    events (:func:`events.step_severity_hook`), as it did live, unless
+    ``severity_of`` says otherwise.
+
     Returns:
         The number of spans exported.
 
@@ -43,6 +47,9 @@ def export_events(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    if severity_of is None:
+        events = list(events)
+        severity_of = step_severity_hook(events)
     spans = spans_from_events(events, severity_of=severity_of)
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]

@@ -163,9 +163,12 @@ def _resource(
     else:
         resource = Resource.create(attributes)
     # Resource.create falls back to "unknown_service[:executable]" when the
-    # environment names no service; ours is a better default, but an explicit
-    # OTEL_SERVICE_NAME or service.name in OTEL_RESOURCE_ATTRIBUTES must win.
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+    # environment names no service, and a recorded environment that named
+    # none leaves it out; ours is a better default in both cases, but an
+    # explicit OTEL_SERVICE_NAME or service.name in OTEL_RESOURCE_ATTRIBUTES
+    # must win.
+    service = resource.attributes.get(SERVICE_NAME)
+    if service is None or str(service).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     return resource
 
@@ -358,7 +361,7 @@ class SpanProjection:
             end_ns=end.wall_ns,
             attributes=attributes,
             events=events,
-            status=_status(severity, _short_reason(end)),
+            status=_status(severity, functools.partial(_short_reason, end)),
             resource=self._resource_of(state),
         )
 
@@ -452,7 +455,7 @@ class SpanProjection:
             end_ns=max(end_ns, start_ns),
             attributes=attributes,
             events=events,
-            status=_status(severity, reason),
+            status=_status(severity, lambda: reason),
             resource=self._resource_of(state),
         )
 
@@ -512,10 +515,16 @@ def _readable_span(
     )
 
 
-def _status(severity: Severity | None, reason: str) -> Status:
+#: Status objects are immutable: every span that is not red shares this one.
+_UNSET = Status(StatusCode.UNSET)
+
+
+def _status(severity: Severity | None, reason: Callable[[], str]) -> Status:
+    # The reason is worked out only for the (few) red spans: this runs for
+    # every step of a traced run.
     if severity is not None and severity >= Severity.WARNING:
-        return Status(StatusCode.ERROR, reason or None)
-    return Status(StatusCode.UNSET)
+        return Status(StatusCode.ERROR, reason() or None)
+    return _UNSET
 
 
 def _short_reason(end: Event) -> str:

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def _faults(args: argparse.Namespace) -> FaultPlan:
         try:
             plan = plan + FaultPlan.load(args.inject_file)
         except FaultSpecError as exc:
-            where = "" if exc.part == exc.spec else f"{exc.part}: "
+            where = "" if exc.part == exc.spec else f"{exc.part!r}: "
             raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
     return plan
 
@@ -235,6 +235,7 @@ def _run_rank(
     bridge = _logging_bridge(args.level)
     try:
         tracing = _Tracing(args, identity, bridge.severity_of)
+        tracing.install_tracer_provider(run_id, identity)
     except UsageError:
         log.close()
         raise
@@ -407,19 +408,32 @@ class _Tracing:
         """Makes a step's span current while it runs (only when tracing)."""
         if self.live is None:
             return None
-        from opentelemetry import context as otel_context
+        from exporters import activate_span
 
-        from exporters import context_with_span
+        return activate_span
 
-        @contextlib.contextmanager
-        def activate(trace_id: str, span_id: str) -> Iterator[None]:
-            token = otel_context.attach(context_with_span(trace_id, span_id))
-            try:
-                yield
-            finally:
-                otel_context.detach(token)
+    def install_tracer_provider(self, run_id: str, identity: RankIdentity) -> None:
+        """Route spans that probe code creates with the OpenTelemetry API
+        through the same queue as the step spans, under this rank's resource
+        (they nest under the step that was current)."""
+        if self.live is None:
+            return
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
 
-        return activate
+        resource = Resource.create(
+            {
+                "service.instance.id": f"{run_id}/rank-{identity.rank}",
+                "startup.run_id": run_id,
+                "startup.rank": identity.rank,
+                "startup.local_rank": identity.local_rank,
+                "startup.world_size": identity.world_size,
+            }
+        )
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(self.live.span_processor)
+        trace.set_tracer_provider(provider)
 
     def close(self) -> None:
         if self.live is not None:

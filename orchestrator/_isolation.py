@@ -9,6 +9,11 @@ and the last stderr lines; a child that dies without a result is a crash
 (exit code or signal), and a child still running when the step's timeout
 cancels it is killed.
 
+The child's environment names the step's span in ``TRACEPARENT``; when the
+run traces (it has a span activator), the child also makes that span the
+current OpenTelemetry context while the body runs, so spans the body creates
+nest under the step as they do in the parent's worker threads.
+
 Only objects that say how to rebuild themselves cross the boundary: an
 importer or host object may define ``isolation_spec()`` returning
 ``{"factory": "module:function", "args": <JSON>}``; the child imports that
@@ -17,11 +22,12 @@ factory (code of this process's own choosing, never from a log) and calls it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -92,6 +98,9 @@ async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: F
         "config": run.config,
         "trace_id": run.trace_id,
         "span_id": context.span_id,
+        # As in this process: the step's span is current while the body runs
+        # only when the run traces.
+        "activate_span": run.runner.span_activator is not None,
         "dependencies": {
             name: {"outcome": str(r.outcome), "value": r.value, "reasons": list(r.reasons)}
             for name, r in context._dependencies.items()
@@ -207,6 +216,28 @@ def _load_body(path: str) -> Any:
     return target
 
 
+@contextlib.contextmanager
+def _step_span(job: Mapping[str, Any]) -> Iterator[None]:
+    """Make the step's span, which the parent named in ``TRACEPARENT``, the
+    current OpenTelemetry span while the body runs, so spans the body creates
+    nest under the step as they do in the parent's threads. OpenTelemetry is
+    imported only when the run traces."""
+    traceparent = os.environ.get("TRACEPARENT")
+    if not job.get("activate_span") or not traceparent:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    # Extracted as W3C propagation does: a remote parent, in another process.
+    parent = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+    token = otel_context.attach(parent)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def _child_main() -> int:
     import threading
 
@@ -247,10 +278,11 @@ def _child_main() -> int:
         if job["step_fault"] is not None:
             fault = FaultPlan.from_json([job["step_fault"]], source="parent").faults[0]
             fault.fire(threading.Event())
-        if inspect.iscoroutinefunction(body):
-            value = anyio.run(body, context)
-        else:
-            value = body(context)
+        with _step_span(job):
+            if inspect.iscoroutinefunction(body):
+                value = anyio.run(body, context)
+            else:
+                value = body(context)
         if isinstance(value, Unavailable):
             answer(
                 {

@@ -1,0 +1,201 @@
+"""What the tracing tests share: the command line in a clean environment,
+the engine run in this process with live spans, and spans as plain values."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from events import (
+    Event,
+    JsonlLog,
+    RankIdentity,
+    RunStarted,
+    StepStarted,
+    merge,
+    read_log,
+    step_severity_hook,
+)
+from exporters import LiveSpans, LoggingBridge, context_with_span, spans_from_events
+from orchestrator import FaultPlan
+from orchestrator.engine import EngineConfig, load_profile, run_engine
+
+#: Upper bound for one in-process engine run: longer means hung.
+DEADLINE_S = 30.0
+#: Upper bound for one command-line invocation (eight ranks importing torch
+#: on two busy cores included).
+CLI_DEADLINE_S = 180.0
+
+#: Variables a launcher or a developer's shell may set that would change
+#: what a command-line run does; the tests set the ones they mean.
+_INHERITED_PREFIXES = ("OTEL_",)
+_INHERITED_NAMES = frozenset(
+    {
+        "TRACEPARENT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "STARTUP_ORCHESTRATOR_RUN_ID",
+        "STARTUP_ORCHESTRATOR_LAUNCHED",
+    }
+)
+
+
+def cli_environment(**variables: str) -> dict[str, str]:
+    """This process's environment without tracing and launcher variables,
+    plus ``variables``."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in _INHERITED_NAMES and not name.startswith(_INHERITED_PREFIXES)
+    }
+    environment.update(variables)
+    return environment
+
+
+def run_cli(
+    *arguments: str, env: Mapping[str, str], cwd: Path, timeout: float = CLI_DEADLINE_S
+) -> subprocess.CompletedProcess[str]:
+    """``python -m orchestrator ARGUMENTS`` to completion, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *arguments],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def run_events(run_dir: Path) -> list[Event]:
+    """Every event of every rank log in ``run_dir``, merged as replay merges
+    them."""
+    return list(merge(read_log(path) for path in sorted(run_dir.glob("rank-*.jsonl"))))
+
+
+def expected_span_ids(events: Iterable[Event]) -> set[str]:
+    """The span ids the log promises: one per step and one root per rank."""
+    return {event.span_id for event in events if isinstance(event, StepStarted | RunStarted)}
+
+
+@contextlib.contextmanager
+def activate_span(trace_id: str, span_id: str) -> Iterator[None]:
+    """A span activator for :class:`orchestrator.Runner`: the step's span is
+    the current OpenTelemetry span while its body runs."""
+    token = otel_context.attach(context_with_span(trace_id, span_id))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def span_fields(span: ReadableSpan) -> dict[str, Any]:
+    """Everything a span carries, as plain values, by field name (so a
+    difference names the field)."""
+    parent = span.parent
+    scope = span.instrumentation_scope
+    return {
+        "name": span.name,
+        "trace_id": span.context.trace_id,
+        "span_id": span.context.span_id,
+        "is_remote": span.context.is_remote,
+        "trace_flags": int(span.context.trace_flags),
+        "parent": None if parent is None else (parent.trace_id, parent.span_id, parent.is_remote),
+        "kind": span.kind,
+        "start": span.start_time,
+        "end": span.end_time,
+        "attributes": dict(span.attributes or {}),
+        "events": [
+            (event.name, event.timestamp, dict(event.attributes or {})) for event in span.events
+        ],
+        "links": list(span.links),
+        "status": (span.status.status_code, span.status.description),
+        "resource": (dict(span.resource.attributes), span.resource.schema_url),
+        "scope": None if scope is None else (scope.name, scope.version, scope.schema_url),
+    }
+
+
+def spans_by_id(spans: Sequence[ReadableSpan]) -> dict[str, dict[str, Any]]:
+    """:func:`span_fields` of each span, by hex span id."""
+    return {format(span.context.span_id, "016x"): span_fields(span) for span in spans}
+
+
+@attrs.frozen(kw_only=True)
+class LiveRun:
+    """An engine run in this process: the spans exported live, the events
+    read back from its stored log, and the error it raised, if any."""
+
+    live: list[ReadableSpan]
+    events: list[Event]
+    error: BaseException | None
+
+    def replayed(self) -> list[ReadableSpan]:
+        """The spans rebuilt from the stored log, as replay export builds them."""
+        return spans_from_events(self.events, severity_of=step_severity_hook(self.events))
+
+
+async def run_engine_traced(
+    directory: Path,
+    *,
+    profile: str,
+    tp: int = 1,
+    rank: int = 0,
+    inject: Sequence[str] = (),
+    **config: Any,
+) -> LiveRun:
+    """Run the engine graph for ``rank`` on a simulated host, wired as the
+    command line wires a rank: a JSON Lines log with the logging bridge
+    subscribed first and live spans (into memory) second, the span
+    activator on."""
+    log = JsonlLog(directory / f"rank-{rank}.jsonl", run_id="tracing-run", rank=rank)
+    bridge = LoggingBridge()
+    captured = InMemorySpanExporter()
+    live = LiveSpans(captured, severity_of=bridge.severity_of)
+    log.subscribe(bridge)
+    log.subscribe(live)
+    identity = RankIdentity(rank=rank, local_rank=rank, world_size=tp, local_world_size=tp)
+    error: BaseException | None = None
+    try:
+        with anyio.fail_after(DEADLINE_S):
+            await run_engine(
+                EngineConfig(tp=tp, **config),
+                log,
+                identity=identity,
+                profile=load_profile(profile),
+                faults=FaultPlan.parse(list(inject)),
+                span_activator=activate_span,
+            )
+    except Exception as exc:
+        error = exc
+    finally:
+        log.close()
+    assert live.force_flush(timeout_s=10.0), "live spans were not exported"
+    spans = list(captured.get_finished_spans())
+    live.shutdown(timeout_s=5.0)
+    return LiveRun(live=spans, events=list(read_log(log.path).events), error=error)
