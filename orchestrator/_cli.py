@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start an inference engine's probes as an event-sourced task graph; "
         "replay and explain failed starts from their logs.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument(
+        "--version", action=_VersionAction, nargs=0, help="show the version and exit"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -102,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="start N local rank processes (default: 1, or the torchrun ranks)",
+    )
+    run.add_argument(
+        "--grace",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="with --nproc: seconds the launcher waits, once a rank died or a stop was "
+        "asked, before sending SIGTERM to the ranks still running, and again before "
+        "SIGKILL (default: $STARTUP_ORCHESTRATOR_GRACE_S, else 10)",
     )
     run.add_argument(
         "--run-dir",
@@ -200,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--level",
         type=_severity,
-        default=Severity.DEBUG,
-        help="lowest severity shown (default: debug)",
+        default=Severity.INFO,
+        help="lowest severity shown: debug, info, warning, error (default: info, as run prints)",
     )
     replay.add_argument(
         "--export",
@@ -259,6 +270,21 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
         "FILE gets a -rank-N suffix when there are several ranks)",
     )
     group.add_argument("--console-spans", action="store_true", help="print spans to stderr")
+
+
+class _VersionAction(argparse.Action):
+    # The installed version is looked up only when asked for: reading the
+    # distribution's metadata on every invocation would slow every command.
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        # stdout, as argparse's own version action prints.
+        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        parser.exit(0)
 
 
 def _version() -> str:

@@ -38,6 +38,12 @@ def command_replay(args: argparse.Namespace) -> int:
     from exporters import report_json, report_text
 
     export = _parse_export(args.export) if args.export else None
+    # Output files are checked before anything is printed: a bad destination
+    # is one error line, not a report followed by an error.
+    if export is not None and export[1] is not None:
+        _check_writable(f"--export jaeger-json {export[1]}", export[1])
+    if args.html is not None:
+        _check_writable(f"--html {args.html}", args.html)
     contents = read_logs(args.paths)
     if args.rank is not None and not any(
         c.events and c.events[0].rank == args.rank for c in contents
@@ -58,7 +64,11 @@ def command_replay(args: argparse.Namespace) -> int:
     if args.html is not None:
         from exporters import timeline_html
 
-        args.html.write_text(timeline_html(_events(contents, until=args.until)), encoding="utf-8")
+        page = timeline_html(_events(contents, until=args.until))
+        try:
+            args.html.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--html {args.html}: cannot write: {exc.strerror}") from None
     return 0 if document["outcome"] == "ready" else 1
 
 
@@ -127,6 +137,16 @@ def _parse_export(values: list[str]) -> tuple[str, Path | None]:
     raise UsageError(f"--export {' '.join(values)!r}: expected otlp, console, or jaeger-json FILE")
 
 
+def _check_writable(option: str, path: Path) -> None:
+    """Raises :class:`InputError` when ``path`` cannot be written (the
+    exporters would only say that spans were "not delivered")."""
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{option}: cannot write: {exc.strerror}") from None
+
+
 def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
     import sys
 
@@ -151,9 +171,12 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
             )
     from events import step_severity_hook
+    from exporters import ExportersError
 
     try:
         count = export_events(events, exporter, severity_of=step_severity_hook(events))
+    except ExportersError as exc:
+        raise InputError(f"--export {kind}: {exc}") from None
     finally:
         exporter.shutdown()
     print(

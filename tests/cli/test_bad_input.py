@@ -1,0 +1,250 @@
+"""Bad input: one line on stderr naming the bad value (and, where there is a
+short list, what would be valid), exit 2 for usage and 1 for unreadable or
+corrupt input — never a traceback (the harness checks stderr for one)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import StoredRun
+from .harness import Completed, environment, run_cli
+
+PROG = "startup-orchestrator: error: "
+
+
+def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
+    assert completed.returncode == code, completed.describe()
+    assert completed.stdout == "", completed.describe()
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 1, completed.describe()
+    assert lines[0].startswith(PROG), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragments"),
+    [
+        (
+            ["run", "--simulate", "h100x8"],
+            ["'h100x8'", "unknown profile", "a100x4, b200x8, h200x8, xeon, zen4"],
+        ),
+        (["run", "--inject", "zentorch"], ["'zentorch'", "[RANKS:]TARGET=EXCEPTION[:MESSAGE]"]),
+        (["run", "--inject", "zentorch=NoSuchError"], ["'NoSuchError'", "builtin exception"]),
+        (["run", "--inject", "zentorch="], ["<empty exception>", "hang, crash"]),
+        (["run", "--inject", "=OSError"], ["<empty target>", "attention/FLASH_ATTN"]),
+        (["run", "--inject", "x-y:zentorch=OSError"], ["'x-y'", "3, 0-3 or 1,5"]),
+        (["run", "--inject", "3-1:zentorch=OSError"], ["'3-1'", "backwards"]),
+        (["run", "--inject-file", "missing.json"], ["--inject-file missing.json", "cannot read"]),
+        (
+            ["run", "--attention-backend", "FLASH_ATTENTION"],
+            ["'FLASH_ATTENTION'", "unknown backend", "FLASH_ATTN, FLASHINFER, TRITON_ATTN"],
+        ),
+        (
+            ["run", "--allreduce-backend", "nccl"],
+            ["'nccl'", "'auto', 'mnnvl', 'trtllm'"],
+        ),
+        (["run", "--tp", "0"], ["--tp", "'0'", "positive integer"]),
+        (["run", "--tp", "two"], ["--tp", "'two'", "positive integer"]),
+        (["run", "--nproc", "-2"], ["--nproc", "'-2'", "positive integer"]),
+        (["run", "--timeout", "0"], ["--timeout", "'0'", "seconds (> 0)"]),
+        (["run", "--timeout", "soon"], ["--timeout", "'soon'", "seconds (> 0)"]),
+        (["run", "--grace", "0"], ["--grace", "'0'", "seconds (> 0)"]),
+        (["launch"], ["'launch'", "'run', 'replay'"]),
+        (["replay"], ["PATH"]),
+        (["replay", "missing-run"], ["missing-run: no such file or directory"]),
+        (["replay", "--level", "loud", "x"], ["'loud'", "debug, info, warning, error"]),
+        (["replay", "--until", "-1", "x"], ["--until", "'-1'"]),
+        (["explain", "missing-run"], ["missing-run: no such file or directory"]),
+        (["validate", "missing-run"], ["missing-run: no such file or directory"]),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]) -> None:
+    _one_line_error(run_cli(*arguments, cwd=tmp_path), 2, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ("{not json", ["--inject-file faults.json", "not valid JSON"]),
+        ('{"target": "zentorch"}', ["expected a list of fault objects"]),
+        ('[{"target": "zentorch", "exception": "Nope"}]', ["'Nope'"]),
+        ('[{"target": "flashinfer", "exception": "OSError", "args": [{}]}]', ["entry 0: args"]),
+    ],
+)
+def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
+    (tmp_path / "faults.json").write_text(content, encoding="utf-8")
+
+    completed = run_cli("run", "--inject-file", "faults.json", cwd=tmp_path)
+
+    _one_line_error(completed, 2, "faults.json", *fragments)
+    assert not (tmp_path / "startup-runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ('{"name": "mine", "gpus": [', ["'profile.json'", "not valid JSON"]),
+        ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "valid fields: name"]),
+        ("[]", ["'profile.json'", "expected an object"]),
+    ],
+)
+def test_malformed_profile_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
+    (tmp_path / "profile.json").write_text(content, encoding="utf-8")
+
+    completed = run_cli("run", "--simulate", "profile.json", cwd=tmp_path)
+
+    _one_line_error(completed, 2, *fragments)
+
+
+def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
+    completed = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "2",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+        env=environment(STARTUP_ORCHESTRATOR_GRACE_S="soon"),
+    )
+
+    _one_line_error(completed, 2, "STARTUP_ORCHESTRATOR_GRACE_S='soon'", "seconds (> 0)")
+    assert list((tmp_path / "run").glob("*.jsonl")) == []
+
+
+def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path: Path) -> None:
+    before = (healthy.directory / "rank-0.jsonl").read_bytes()
+
+    single = run_cli(
+        "run", "--simulate", "h200x8", "--run-dir", str(healthy.directory), cwd=tmp_path
+    )
+    launched = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "2",
+        "--run-dir",
+        str(healthy.directory),
+        cwd=tmp_path,
+    )
+
+    for completed in (single, launched):
+        _one_line_error(completed, 2, "rank-0.jsonl already holds a run", "--run-dir")
+    assert (healthy.directory / "rank-0.jsonl").read_bytes() == before
+
+
+def test_directory_without_logs(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+
+    for command in ("replay", "explain", "blame", "critical-path", "validate"):
+        _one_line_error(run_cli(command, "empty", cwd=tmp_path), 1, "empty: no rank-*.jsonl logs")
+
+
+def _copy(run: StoredRun, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run.directory, copy)
+    return copy / "rank-0.jsonl"
+
+
+def test_garbage_in_the_middle_of_a_log(healthy: StoredRun, tmp_path: Path) -> None:
+    log = _copy(healthy, tmp_path)
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines.insert(5, "this is not an event\n")
+    log.write_text("".join(lines), encoding="utf-8")
+
+    for command in (
+        ["replay"],
+        ["replay", "--json"],
+        ["explain"],
+        ["diff", str(healthy.directory)],
+    ):
+        line = _one_line_error(run_cli(*command, "run", cwd=tmp_path), 1)
+        assert "run/rank-0.jsonl:6: not valid JSON" in line, line
+
+
+def test_validate_lists_every_problem(healthy: StoredRun, tmp_path: Path) -> None:
+    log = _copy(healthy, tmp_path)
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    foreign = json.loads(lines[3])
+    foreign["run_id"] = "another-run"
+    damaged = [
+        *lines[:3],
+        json.dumps(foreign) + "\n",  # line 4: another run's event
+        *lines[4:6],
+        "garbage\n",  # line 7
+        *lines[6:10],
+        lines[9],  # line 12: an event repeated
+        *lines[10:-1],  # the run never finishes
+    ]
+    log.write_text("".join(damaged), encoding="utf-8")
+
+    checked = run_cli("validate", "run", cwd=tmp_path)
+
+    assert checked.returncode == 1, checked.describe()
+    out = checked.lines()
+    assert any(line.startswith("run/rank-0.jsonl:4: ") for line in out), out
+    assert any(line.startswith("run/rank-0.jsonl:7: not valid JSON") for line in out), out
+    assert any(line.startswith("run/rank-0.jsonl:12: sequence gap") for line in out), out
+    assert any("[not_finished" in line for line in out), out
+    problems = [line for line in out if line.startswith("run/rank-0.jsonl:")]
+    assert len(problems) >= 4
+    assert out[-1] == f"1 file(s), {len(problems)} problem(s)"
+
+
+def test_torn_last_line_is_tolerated_and_reported(healthy: StoredRun, tmp_path: Path) -> None:
+    log = _copy(healthy, tmp_path)
+    whole = log.read_bytes()
+    log.write_bytes(whole + b'{"v":1,"type":"step.sta')
+    lines = whole.count(b"\n")
+
+    text = run_cli("replay", "run", cwd=tmp_path)
+    document = run_cli("replay", "--json", "run", cwd=tmp_path)
+    checked = run_cli("validate", "run", cwd=tmp_path)
+
+    assert text.returncode == 0, text.describe()
+    assert text.lines()[0].startswith("Startup ready: 1 ready")
+    assert "Log warnings:" in text.lines()
+    assert f"run/rank-0.jsonl:{lines + 1}: torn last line" in text.stdout
+    assert document.returncode == 0
+    assert len(document.json()["warnings"]) == 1
+    assert document.json()["outcome"] == "ready"
+    assert f"run/rank-0.jsonl:{lines + 1}: torn last line" in checked.stdout
+    assert "[torn_tail, warning]" in checked.stdout
+    # Reading never repairs: the torn bytes are still there.
+    assert log.read_bytes().endswith(b'"step.sta')
+
+
+def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> None:
+    run = str(healthy.directory)
+    missing = tmp_path / "no" / "such" / "dir"
+
+    _one_line_error(
+        run_cli("replay", run, "--export", "jaeger-json", str(missing / "t.json"), cwd=tmp_path),
+        1,
+        "--export jaeger-json",
+        "cannot write",
+    )
+    _one_line_error(
+        run_cli("replay", run, "--html", str(missing / "t.html"), cwd=tmp_path),
+        1,
+        "--html",
+        "cannot write",
+    )
+    _one_line_error(
+        run_cli("replay", run, "--export", "zipkin", cwd=tmp_path),
+        2,
+        "'zipkin'",
+        "otlp, console, or jaeger-json FILE",
+    )
+    _one_line_error(
+        run_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "no log of that rank"
+    )

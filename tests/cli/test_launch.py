@@ -1,0 +1,177 @@
+"""Multi-rank starts: the local launcher (``run --nproc N``) and torchrun."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import StoredRun
+from .harness import (
+    LAUNCH_TIMEOUT_S,
+    environment,
+    message,
+    only_run_directory,
+    rank_logs,
+    read_events,
+    run_cli,
+)
+
+pytestmark = pytest.mark.slow
+
+TORCH_MISSING = importlib.util.find_spec("torch") is None
+
+
+def _agreed(log: Path) -> list[object]:
+    return [
+        event["value"]
+        for event in read_events(log)
+        if event["type"] == "decision.made" and event["name"] == "allreduce.agreed"
+    ]
+
+
+def test_eight_simulated_ranks_replay_ready(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    logs = rank_logs(eight_ranks.directory)
+    assert [p.name for p in logs] == [f"rank-{r}.jsonl" for r in range(8)]
+    assert f"starting 8 ranks in startup-runs/{eight_ranks.directory.name}" in (
+        eight_ranks.completed.stderr
+    )
+
+    replayed = run_cli("replay", str(eight_ranks.directory), cwd=tmp_path)
+
+    assert replayed.returncode == 0, replayed.describe()
+    lines = replayed.lines()
+    assert lines[0].startswith("Startup ready: 8 ready (run "), lines[0]
+    assert lines[0].endswith(", 8 of 8 ranks)")
+    assert lines[1] == "Root cause: none (every rank is ready)"
+    table = next(line for line in lines if line.lstrip().startswith("0-7 "))
+    assert table.split() == [
+        "0-7",
+        "ready",
+        "cuda",
+        "CudaPlatform",
+        "FLASH_ATTN",
+        "trtllm",
+        "on",
+        "allreduce_workspace",
+    ]
+    assert any(
+        line.strip().startswith(
+            "WARNING [ranks 0-7] FlashInfer allreduce workspace with backend=mnnvl unavailable"
+        )
+        for line in lines
+    ), replayed.stdout
+    ready = "INFO [ranks 0-7] Initialized FlashInfer allreduce fusion workspace with backend=trtllm"
+    assert ready in replayed.stdout
+    # Live, every rank prints its messages (honouring scope): the local-scope
+    # WARNING once, on local rank 0.
+    live = eight_ranks.completed.stderr.splitlines()
+    assert sum("backend=mnnvl unavailable" in line for line in live) == 1
+    document = eight_ranks.completed.json()
+    assert [r["allreduce_backend"] for r in document["ranks"]] == ["trtllm"] * 8
+    if not TORCH_MISSING:
+        # The ranks agreed through gloo, each recording the same choice.
+        assert [_agreed(log) for log in logs] == [["trtllm"]] * 8
+
+
+def test_run_json_equals_replay_json(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    replayed = run_cli("replay", "--json", str(eight_ranks.directory), cwd=tmp_path)
+
+    assert replayed.returncode == 0, replayed.describe()
+    assert replayed.json() == eight_ranks.completed.json()
+    document = replayed.json()
+    assert document["run_id"] == eight_ranks.directory.name
+    assert document["world_size"] == 8
+    assert document["outcome"] == "ready"
+    assert [r["rank"] for r in document["ranks"]] == list(range(8))
+    assert document["root_cause"] is None
+    assert document["divergences"] == []
+    warning = message(document, "allreduce.attempt_failed")
+    assert (warning["severity"], warning["ranks"]) == ("warning", list(range(8)))
+
+
+def test_explicit_mnnvl_without_multicast_disables_fusion(tmp_path: Path) -> None:
+    ran = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "2",
+        "--allreduce-backend",
+        "mnnvl",
+        "--json",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
+
+    # An explicit backend has no fallback; fusion is off, the start goes on.
+    assert ran.returncode == 0, ran.describe()
+    document = ran.json()
+    assert document["outcome"] == "ready"
+    assert [r["fusion_enabled"] for r in document["ranks"]] == [False, False]
+    assert [r["allreduce_backend"] for r in document["ranks"]] == [None, None]
+    failed = message(document, "allreduce.workspace_failed")
+    assert (failed["severity"], failed["ranks"]) == ("error", [0, 1])
+    assert failed["text"].startswith(
+        "Failed to initialize FlashInfer allreduce fusion workspace with backend=mnnvl"
+    )
+    text = run_cli("replay", "run", cwd=tmp_path)
+    assert "ERROR [ranks 0-1] Failed to initialize FlashInfer allreduce fusion workspace" in (
+        text.stdout
+    )
+
+
+@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: torchrun is not available")
+def test_torchrun_four_ranks_share_one_run_and_one_trace(tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    assert torchrun.exists(), f"torch is installed but {torchrun} is missing"
+    process = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node",
+            "4",
+            "-m",
+            "orchestrator",
+            "run",
+            "--simulate",
+            "h200x8",
+            "--tp",
+            "4",
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+        check=False,
+    )
+
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "Traceback" not in process.stderr, process.stderr
+    run_dir = only_run_directory(tmp_path / "startup-runs")
+    logs = rank_logs(run_dir)
+    assert [p.name for p in logs] == [f"rank-{r}.jsonl" for r in range(4)]
+    events = [read_events(log) for log in logs]
+    assert {e["trace_id"] for rank_events in events for e in rank_events} == {
+        events[0][0]["trace_id"]
+    }
+    assert {e["run_id"] for rank_events in events for e in rank_events} == {run_dir.name}
+    assert [rank_events[-1]["outcome"] for rank_events in events] == ["ready"] * 4
+    agreed = [
+        [e for e in rank_events if e["type"] == "decision.made" and e["name"] == "allreduce.agreed"]
+        for rank_events in events
+    ]
+    assert [[e["value"] for e in found] for found in agreed] == [["trtllm"]] * 4
+    assert [found[0]["inputs"]["ranks"] for found in agreed] == [4] * 4
+    # Rank 0 prints the report of the whole run once every rank is done.
+    document = json.loads(process.stdout)
+    assert (document["outcome"], document["world_size"]) == ("ready", 4)
+    assert [r["allreduce_backend"] for r in document["ranks"]] == ["trtllm"] * 4

@@ -1,0 +1,170 @@
+"""The read-only views on stored runs: replay's options, explain, blame,
+critical-path, diff and validate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from .conftest import StoredRun
+from .harness import rank_logs, read_events, run_cli
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)(us|ms|s) (\S+) \(rank (\d+)\)$")
+_UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+@pytest.mark.slow
+def test_explain_shows_the_fallback_tree(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    explained = run_cli("explain", str(eight_ranks.directory), "--rank", "3", cwd=tmp_path)
+
+    assert explained.returncode == 0, explained.describe()
+    lines = explained.lines()
+    assert lines[0] == "== rank 3 =="
+    assert lines[1] == "run: ready"
+    parent = next(i for i, line in enumerate(lines) if "─ allreduce_workspace: ok" in line)
+    child = next(
+        i for i, line in enumerate(lines) if "─ allreduce_workspace/mnnvl: unavailable: " in line
+    )
+    assert child > parent
+    # Drawn under its parent: indented one level deeper.
+    assert lines[child].index("─") > lines[parent].index("─")
+    assert "RuntimeError: mnnvl all-reduce workspace needs NVSwitch multicast" in lines[child]
+    assert any("─ allreduce_workspace/trtllm: ok" in line for line in lines[child:])
+    assert "decision allreduce.agreed = 'trtllm' (allreduce_workspace)" in lines
+
+
+@pytest.mark.slow
+def test_blame_lists_steps_slowest_first(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    blamed = run_cli("blame", str(eight_ranks.directory), cwd=tmp_path)
+
+    assert blamed.returncode == 0, blamed.describe()
+    rows = [_DURATION.match(line) for line in blamed.lines()]
+    assert all(rows), blamed.stdout
+    durations = [float(m[1]) * _UNIT_NS[m[2]] for m in rows if m]
+    assert durations == sorted(durations, reverse=True)
+    steps = [m[3] for m in rows if m]
+    assert len(steps) == len(set(steps))
+    assert {"platform", "attention", "allreduce_workspace", "attention/FLASH_ATTN"} <= set(steps)
+    assert {int(m[4]) for m in rows if m} <= set(range(8))
+
+
+@pytest.mark.slow
+def test_critical_path_prints_start_and_duration(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    path = run_cli("critical-path", str(eight_ranks.directory), cwd=tmp_path)
+
+    assert path.returncode == 0, path.describe()
+    lines = path.lines()
+    assert lines[0].startswith("run ready +")
+    chain = [line for line in lines[1:] if "@" in line]
+    assert chain, path.stdout
+    assert all(re.search(r"@\d+(\.\d+)?(us|ms|s) \+\d+(\.\d+)?(us|ms|s)$", line) for line in chain)
+
+
+def test_diff_names_outcome_and_message_changes(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    diffed = run_cli("diff", str(healthy.directory), str(attention_failure.directory), cwd=tmp_path)
+
+    assert diffed.returncode == 0, diffed.describe()
+    lines = diffed.lines()
+    assert lines[:2] == [f"--- {healthy.directory}", f"+++ {attention_failure.directory}"]
+    assert "outcome: ready -> failed" in lines
+    assert (
+        "root cause: none -> rank 0 step attention/FLASH_ATTN: RuntimeError: CUDA error: "
+        "no kernel image is available" in lines
+    )
+    assert "rank 0: attention_backend 'FLASH_ATTN' -> None" in lines
+    assert "- INFO [rank 0] Startup ready." in lines
+    assert any(
+        line.startswith("+ ERROR [rank 0] Step attention/FLASH_ATTN failed: RuntimeError")
+        for line in lines
+    )
+
+
+@pytest.mark.slow
+def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    first = read_events(eight_ranks.directory / "rank-0.jsonl")
+    platform_done = next(
+        e["seq"] for e in first if e["type"] == "step.succeeded" and e["step"] == "platform"
+    )
+    before = run_cli(
+        "replay",
+        "--json",
+        "--until",
+        str(platform_done - 1),
+        str(eight_ranks.directory),
+        cwd=tmp_path,
+    )
+    after = run_cli(
+        "replay", "--json", "--until", str(platform_done), str(eight_ranks.directory), cwd=tmp_path
+    )
+    text = run_cli("replay", "--until", "3", str(eight_ranks.directory), cwd=tmp_path)
+
+    # Not finished at that point: incomplete, exit 1.
+    assert (before.returncode, after.returncode, text.returncode) == (1, 1, 1)
+    assert before.json()["outcome"] == after.json()["outcome"] == "incomplete"
+    assert before.json()["ranks"][0]["platform_class"] is None
+    assert after.json()["ranks"][0]["platform_class"] == "CudaPlatform"
+    assert after.json()["ranks"][0]["attention_backend"] is None
+    assert text.lines()[0].startswith("Startup incomplete: 8 incomplete")
+    assert "Startup ready." not in text.stdout
+
+
+@pytest.mark.slow
+def test_replay_one_rank(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    text = run_cli("replay", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path)
+    document = run_cli(
+        "replay", "--json", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path
+    ).json()
+
+    assert text.returncode == 0, text.describe()
+    assert "Rank 5:" in text.lines()
+    tagged = re.findall(r"\[ranks? [^\]]*\]", text.stdout)
+    assert tagged, text.stdout
+    assert set(tagged) == {"[rank 5]"}
+    assert [r["rank"] for r in document["ranks"]] == [5]
+    assert {tuple(m["ranks"]) for m in document["messages"]} == {(5,)}
+
+
+@pytest.mark.slow
+def test_replay_exports_every_span_to_a_jaeger_file(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    target = tmp_path / "trace.json"
+    page = tmp_path / "timeline.html"
+    exported = run_cli(
+        "replay",
+        str(eight_ranks.directory),
+        "--export",
+        "jaeger-json",
+        str(target),
+        "--html",
+        str(page),
+        cwd=tmp_path,
+    )
+
+    assert exported.returncode == 0, exported.describe()
+    events = [e for log in rank_logs(eight_ranks.directory) for e in read_events(log)]
+    expected = sum(e["type"] in ("run.started", "step.started") for e in events)
+    assert f"exported {expected} spans (jaeger-json {target})" in exported.stderr
+    document = json.loads(target.read_text(encoding="utf-8"))
+    [trace] = document["data"]
+    assert trace["traceID"] == events[0]["trace_id"]
+    assert len(trace["spans"]) == expected
+    assert {s["spanID"] for s in trace["spans"]} == {
+        e["span_id"] for e in events if e["type"] in ("run.started", "step.started")
+    }
+    html = page.read_text(encoding="utf-8")
+    assert html.lstrip().lower().startswith("<!doctype html")
+    assert "allreduce_workspace" in html
+
+
+def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
+    checked = run_cli("validate", str(healthy.directory), cwd=tmp_path)
+
+    assert checked.returncode == 0, checked.describe()
+    assert checked.lines() == [
+        f"{healthy.directory / 'rank-0.jsonl'}: ok",
+        "1 file(s), 0 problem(s)",
+    ]
