@@ -49,11 +49,23 @@ def test_all_matches_the_public_names(name: str) -> None:
         return
     exported = list(exported)
     assert all(isinstance(item, str) for item in exported)
+    # Packages load their public names lazily: resolve every one first (each
+    # must resolve), then nothing public may be bound beyond them.
+    for item in exported:
+        getattr(module, item)
     assert exported == sorted(exported, key=isort_style), "__all__ is not sorted"
     assert len(exported) == len(set(exported)), "__all__ has duplicates"
     assert set(exported) == public_names(module)
     for item in exported:
         assert item in vars(module)
+    assert set(dir(module)) >= set(exported)
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_an_unknown_name_is_an_attribute_error(name: str) -> None:
+    module = importlib.import_module(name)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        getattr(module, "no_such_name")
 
 
 @pytest.mark.parametrize("name", PACKAGES)
