@@ -22,46 +22,109 @@ live and when a stored log is replayed::
 This package depends on :mod:`events` and OpenTelemetry only.
 """
 
-from ._environment import OTLP_PROTOCOLS as OTLP_PROTOCOLS
-from ._environment import combine_exporters as combine_exporters
-from ._environment import console_exporter as console_exporter
-from ._environment import exporter_from_environment as exporter_from_environment
-from ._environment import otlp_exporter as otlp_exporter
-from ._environment import otlp_grpc_exporter as otlp_grpc_exporter
-from ._environment import otlp_http_exporter as otlp_http_exporter
-from ._errors import ExportersError as ExportersError
-from ._errors import SpanExportError as SpanExportError
-from ._html import timeline_html as timeline_html
-from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
-from ._jaeger import jaeger_document as jaeger_document
-from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME
-from ._live import LiveSpans as LiveSpans
-from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
-from ._logging import LoggingBridge as LoggingBridge
-from ._propagation import TraceParent as TraceParent
-from ._propagation import activate_span as activate_span
-from ._propagation import context_with_span as context_with_span
-from ._propagation import format_traceparent as format_traceparent
-from ._propagation import parse_traceparent as parse_traceparent
-from ._replay import export_events as export_events
-from ._report import REPORT_VERSION as REPORT_VERSION
-from ._report import report_json as report_json
-from ._report import report_text as report_text
-from ._spans import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
-from ._spans import ROOT_SPAN_NAME as ROOT_SPAN_NAME
-from ._spans import SCOPE_NAME as SCOPE_NAME
-from ._spans import SeverityOf as SeverityOf
-from ._spans import SpanProjection as SpanProjection
-from ._spans import default_severity as default_severity
-from ._spans import instrumentation_scope as instrumentation_scope
-from ._spans import rank_resource as rank_resource
-from ._spans import spans_from_events as spans_from_events
-from ._views import blame_text as blame_text
-from ._views import critical_path_text as critical_path_text
-from ._views import decisions_of as decisions_of
-from ._views import diff_text as diff_text
-from ._views import explain_text as explain_text
-from ._views import rank_ranges as rank_ranges
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from ._environment import OTLP_PROTOCOLS as OTLP_PROTOCOLS
+    from ._environment import combine_exporters as combine_exporters
+    from ._environment import console_exporter as console_exporter
+    from ._environment import exporter_from_environment as exporter_from_environment
+    from ._environment import otlp_exporter as otlp_exporter
+    from ._environment import otlp_grpc_exporter as otlp_grpc_exporter
+    from ._environment import otlp_http_exporter as otlp_http_exporter
+    from ._errors import ExportersError as ExportersError
+    from ._errors import SpanExportError as SpanExportError
+    from ._html import timeline_html as timeline_html
+    from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
+    from ._jaeger import jaeger_document as jaeger_document
+    from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME
+    from ._live import LiveSpans as LiveSpans
+    from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
+    from ._logging import LoggingBridge as LoggingBridge
+    from ._propagation import TraceParent as TraceParent
+    from ._propagation import activate_span as activate_span
+    from ._propagation import context_with_span as context_with_span
+    from ._propagation import format_traceparent as format_traceparent
+    from ._propagation import parse_traceparent as parse_traceparent
+    from ._replay import export_events as export_events
+    from ._report import REPORT_VERSION as REPORT_VERSION
+    from ._report import report_json as report_json
+    from ._report import report_text as report_text
+    from ._spans import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
+    from ._spans import ROOT_SPAN_NAME as ROOT_SPAN_NAME
+    from ._spans import SCOPE_NAME as SCOPE_NAME
+    from ._spans import SeverityOf as SeverityOf
+    from ._spans import SpanProjection as SpanProjection
+    from ._spans import default_severity as default_severity
+    from ._spans import instrumentation_scope as instrumentation_scope
+    from ._spans import rank_resource as rank_resource
+    from ._spans import spans_from_events as spans_from_events
+    from ._views import blame_text as blame_text
+    from ._views import critical_path_text as critical_path_text
+    from ._views import decisions_of as decisions_of
+    from ._views import diff_text as diff_text
+    from ._views import explain_text as explain_text
+    from ._views import rank_ranges as rank_ranges
+
+# Public names load on first use (PEP 562), so importing the package for one
+# thing (the command line's --help) does not import everything.
+_LAZY = {
+    "OTLP_PROTOCOLS": "._environment",
+    "combine_exporters": "._environment",
+    "console_exporter": "._environment",
+    "exporter_from_environment": "._environment",
+    "otlp_exporter": "._environment",
+    "otlp_grpc_exporter": "._environment",
+    "otlp_http_exporter": "._environment",
+    "ExportersError": "._errors",
+    "SpanExportError": "._errors",
+    "timeline_html": "._html",
+    "JaegerJsonExporter": "._jaeger",
+    "jaeger_document": "._jaeger",
+    "TRACING_LOGGER_NAME": "._live",
+    "LiveSpans": "._live",
+    "MESSAGE_LOGGER_PREFIX": "._logging",
+    "LoggingBridge": "._logging",
+    "TraceParent": "._propagation",
+    "activate_span": "._propagation",
+    "context_with_span": "._propagation",
+    "format_traceparent": "._propagation",
+    "parse_traceparent": "._propagation",
+    "export_events": "._replay",
+    "REPORT_VERSION": "._report",
+    "report_json": "._report",
+    "report_text": "._report",
+    "DEFAULT_SERVICE_NAME": "._spans",
+    "ROOT_SPAN_NAME": "._spans",
+    "SCOPE_NAME": "._spans",
+    "SeverityOf": "._spans",
+    "SpanProjection": "._spans",
+    "default_severity": "._spans",
+    "instrumentation_scope": "._spans",
+    "rank_resource": "._spans",
+    "spans_from_events": "._spans",
+    "blame_text": "._views",
+    "critical_path_text": "._views",
+    "decisions_of": "._views",
+    "diff_text": "._views",
+    "explain_text": "._views",
+    "rank_ranges": "._views",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
