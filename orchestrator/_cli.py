@@ -16,9 +16,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from events import EventsError, LogContents, LogError, Severity, read_log
+from events import EventsError, LogError, Severity
+
+if TYPE_CHECKING:
+    from events import LogContents
 
 from ._errors import OrchestratorError
 
@@ -327,6 +330,8 @@ def _rank_key(path: Path) -> tuple[int, str]:
 
 def read_logs(paths: Sequence[Path]) -> list[LogContents]:
     """Read every log strictly; corrupt input is an :class:`InputError`."""
+    from events import read_log
+
     contents: list[LogContents] = []
     for file in log_files(paths):
         try:
