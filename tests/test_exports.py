@@ -64,8 +64,9 @@ def test_all_matches_the_public_names(name: str) -> None:
 @pytest.mark.parametrize("name", PACKAGES)
 def test_an_unknown_name_is_an_attribute_error(name: str) -> None:
     module = importlib.import_module(name)
-    with pytest.raises(AttributeError, match="no_such_name"):
-        getattr(module, "no_such_name")
+    missing = "no_such_name"
+    with pytest.raises(AttributeError, match=missing):
+        getattr(module, missing)
 
 
 @pytest.mark.parametrize("name", PACKAGES)
