@@ -17,7 +17,9 @@ It prints, side by side in one run:
 Targets (issue 2): append(never) within 2x of the bare loop; replay within 3x
 of bare parsing. Timings are the best of ``--repeat`` runs, each with the
 cyclic garbage collector paused, so one-off scheduler noise and collection
-pauses do not count against either side. By default runs without an fsync per
+pauses do not count against either side; the runs are interleaved, a round of
+every measurement after another, so a busy spell on a shared machine weighs
+on both sides of each ratio alike. By default runs without an fsync per
 event are timed in this process's CPU time (user + system, so ``write``
 calls count), which other processes on a shared machine cannot inflate; that
 leaves out the wait of the few fsyncs ``interval`` makes (one per 200 ms).
@@ -41,6 +43,7 @@ import orjson
 
 import events
 from events import ExceptionInfo, Outcome, Redactor
+from events._log import _with_seq as with_seq
 
 RUN_ID = "bench-run"
 
@@ -113,23 +116,30 @@ def realistic_events(count: int) -> list[events.Event]:
     return out[:count]
 
 
-def best_of(repeat: int, run: Callable[[], object], clock: Callable[[], float]) -> float:
-    """The fastest of ``repeat`` runs, in seconds of ``clock``.
+def best_of(
+    repeat: int, runs: dict[str, Callable[[], object]], clock: Callable[[], float]
+) -> dict[str, float]:
+    """The fastest of ``repeat`` runs of each of ``runs``, in seconds of
+    ``clock``, by name.
 
-    As :mod:`timeit` does, the cyclic garbage collector is paused while a run
-    is timed (and a collection done before it), so a collection triggered by
-    one side's allocations is not billed to whichever run it lands in.
+    The runs are interleaved, one round of all of them after another, so a
+    busy spell on a shared machine falls on every side of a comparison alike
+    rather than on whichever was being timed just then. As :mod:`timeit`
+    does, the cyclic garbage collector is paused while a run is timed (and a
+    collection done before it), so a collection triggered by one side's
+    allocations is not billed to whichever run it lands in.
     """
-    best = float("inf")
+    best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeat):
-        gc.collect()
-        gc.disable()
-        try:
-            started = clock()
-            run()
-            best = min(best, clock() - started)
-        finally:
-            gc.enable()
+        for name, run in runs.items():
+            gc.collect()
+            gc.disable()
+            try:
+                started = clock()
+                run()
+                best[name] = min(best[name], clock() - started)
+            finally:
+                gc.enable()
     return best
 
 
@@ -192,15 +202,6 @@ def main(argv: list[str] | None = None) -> None:
             return run
 
         n, nf = args.events, min(args.fsync_events, args.events)
-        bare = best_of(args.repeat, bare_append(False, n), cpu) / n
-        bare_sync = best_of(args.repeat, bare_append(True, nf), wall) / nf
-        appends = {
-            "never": best_of(args.repeat, log_append("never", n), cpu) / n,
-            "interval": best_of(args.repeat, log_append("interval", n), cpu) / n,
-            "always": best_of(args.repeat, log_append("always", nf), wall) / nf,
-        }
-        memory = best_of(args.repeat, lambda: _memory_append(sample), cpu) / n
-
         # Replay: one file written by the log, read by both sides.
         replay_path = root / "replay.jsonl"
         with events.JsonlLog(replay_path, run_id=RUN_ID, durability="never") as log:
@@ -223,10 +224,6 @@ def main(argv: list[str] | None = None) -> None:
         def replay() -> None:
             events.fold(timeline, events.read_log(replay_path).events)
 
-        parse = best_of(args.repeat, bare_parse, cpu) / n
-        read = best_of(args.repeat, read_only, cpu) / n
-        fold = best_of(args.repeat, fold_only, cpu) / n
-        full = best_of(args.repeat, replay, cpu) / n
         line_bytes = replay_path.stat().st_size / n
 
         # Where the time goes, on the same events.
@@ -241,7 +238,12 @@ def main(argv: list[str] | None = None) -> None:
         # Each part loops and drops its results, as the bare loops do, so no
         # side pays for keeping 20,000 objects alive.
         parts: dict[str, Callable[[], None]] = {
-            "attrs.evolve(event, seq=...) (append assigns seq)": lambda: _each(
+            # The copy append makes to assign seq (a private helper of the
+            # log), and what attrs.evolve would cost for the same copy.
+            "event copied with its seq (as append does)": lambda: _each(
+                lambda pair: with_seq(pair[1], pair[0]), seqs
+            ),
+            "attrs.evolve(event, seq=...) (for comparison)": lambda: _each(
                 lambda pair: attrs.evolve(pair[1], seq=pair[0]), seqs
             ),
             "events.encode(event) (record + orjson.dumps)": lambda: _each(events.encode, stored),
@@ -252,7 +254,28 @@ def main(argv: list[str] | None = None) -> None:
                 lambda pair: pair[0](**pair[1]), init_kwargs
             ),
         }
-        breakdown = {name: best_of(args.repeat, run, cpu) / n for name, run in parts.items()}
+        timed: dict[str, Callable[[], object]] = {
+            "bare": bare_append(False, n),
+            "never": log_append("never", n),
+            "interval": log_append("interval", n),
+            "memory": lambda: _memory_append(sample),
+            "parse": bare_parse,
+            "read": read_only,
+            "fold": fold_only,
+            "full": replay,
+            **parts,
+        }
+        per_event = {
+            name: seconds / n for name, seconds in best_of(args.repeat, timed, cpu).items()
+        }
+        synced = best_of(
+            args.repeat, {"bare": bare_append(True, nf), "always": log_append("always", nf)}, wall
+        )
+        bare, memory = per_event["bare"], per_event["memory"]
+        appends = {"never": per_event["never"], "interval": per_event["interval"]}
+        bare_sync, appends["always"] = synced["bare"] / nf, synced["always"] / nf
+        parse, read, fold, full = (per_event[name] for name in ("parse", "read", "fold", "full"))
+        breakdown = {name: per_event[name] for name in parts}
 
     mix = ", ".join(f"{tag} {count}" for tag, count in sorted(counts.items()))
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")

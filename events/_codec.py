@@ -10,9 +10,12 @@ or evaluated. Every field is type-checked strictly (``"1"`` is not an int).
 Records of older schema versions are upgraded by the upcasters registered in
 an :class:`Upcasters` registry before they are checked.
 
-The field plans below are built once from the attrs classes themselves, so a
-field added to the model is encoded and decoded without touching this module
-(its type must be one the plans know; an unknown type fails at import).
+Each class gets an encoder and a decoder generated once, at import, from its
+attrs field definitions, so a field added to the model is encoded and
+decoded without touching this module (its type must be one the codec knows;
+an unknown type fails at import). The generated decoder only recognises
+well-formed records; for anything else the field-by-field checks below
+decide, and they name the field that is wrong.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
 from ._exception_info import ExceptionInfo, FrameInfo
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity
@@ -118,10 +122,15 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-# --- field plans --------------------------------------------------------------------
+# --- precise checks -----------------------------------------------------------------
+#
+# The rules every field obeys, written out one check per type. A well-formed
+# record never gets here: the generated decoders below take it. They run when
+# a generated decoder finds a record irregular, to say what is wrong (the
+# field, its path and what was expected) or, for a record that is unusual but
+# valid, to build the event after all.
 
 _Check = Callable[[Any, str], Any]
-_Dump = Callable[[Any], Any] | None
 
 
 def _fail(path: str, expected: str, value: Any) -> DecodeError:
@@ -194,13 +203,6 @@ def _optional(check: _Check) -> _Check:
     return check_optional
 
 
-def _optional_dump(dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def dump_optional(value: Any) -> Any:
-        return None if value is None else dump(value)
-
-    return dump_optional
-
-
 def _tuple_of(check: _Check) -> _Check:
     def check_tuple(value: Any, path: str) -> tuple[Any, ...]:
         if type(value) is not list:
@@ -222,57 +224,83 @@ def _enum(cls: type[enum.Enum]) -> _Check:
     return check_enum
 
 
-class _Plan:
-    """How one attrs class is encoded and decoded."""
+def _nested(cls: type[Any]) -> _Check:
+    def check_nested(value: Any, path: str) -> Any:
+        if type(value) is not dict:
+            raise _fail(path, "an object", value)
+        # load() writes checked values back into the dict it is given: give
+        # it a copy, so the caller's record is left as it was.
+        return _CHECKS[cls].load(dict(value), path + ".")
 
-    __slots__ = ("checks", "cls", "defaults", "dumps", "names", "required", "scalars")
+    return check_nested
+
+
+def _check_for(tp: Any) -> _Check:
+    """The check for one annotated type."""
+    shape = _shape(tp)
+    match shape:
+        case ("scalar", scalar):
+            return {str: _check_str, int: _check_int, float: _check_float, bool: _check_bool}[
+                scalar
+            ]
+        case ("any",):
+            return _check_json
+        case ("optional", inner):
+            return _optional(_check_for(inner))
+        case ("enum", enum_cls):
+            return _enum(enum_cls)
+        case ("tuple", item):
+            return _tuple_of(_check_for(item))
+        case ("str_mapping",):
+            return _check_str_mapping
+        case ("json_mapping",):
+            return _check_json_object
+        case ("record", record_cls):
+            return _nested(record_cls)
+    raise AssertionError(shape)  # pragma: no cover - _shape covers every case
+
+
+def _shape(tp: Any) -> tuple[Any, ...]:
+    """What kind of value a field of annotated type ``tp`` holds; the one
+    place that decides which types the codec knows."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return ("any",)
+    if origin in (types.UnionType, typing.Union) and type(None) in args and len(args) == 2:
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return ("optional", inner)
+    if tp in (str, int, float, bool):
+        return ("scalar", tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return ("enum", tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return ("tuple", args[0])
+    if origin is Mapping and args[0] is str and args[1] in (str, Any):
+        return ("str_mapping",) if args[1] is str else ("json_mapping",)
+    if isinstance(tp, type) and attrs.has(tp):
+        return ("record", tp)
+    raise TypeError(f"the codec has no rule for field type {tp!r}")
+
+
+class _Checks:
+    """The precise checks of one attrs class's fields."""
+
+    __slots__ = ("checks", "cls", "required")
 
     def __init__(self, cls: type[Any], skip: frozenset[str] = frozenset()) -> None:
         self.cls = cls
         hints = typing.get_type_hints(cls)
         fields = [field for field in attrs.fields(cls) if field.name not in skip]
-        self.names = tuple(field.name for field in fields)
-        self.checks: dict[str, _Check] = {}
-        self.dumps: dict[str, _Dump] = {}
-        self.defaults: dict[str, Any] = {}
+        self.checks = {field.name: _check_for(hints[field.name]) for field in fields}
         self.required = frozenset(f.name for f in fields if f.default is attrs.NOTHING)
-        self.scalars: dict[str, tuple[type[Any], object]] = {}
-        for field in fields:
-            tp = hints[field.name]
-            if tp in (str, int, bool):
-                self.scalars[field.name] = (tp, False)
-            elif tp in (str | None, int | None):
-                self.scalars[field.name] = (typing.get_args(tp)[0], None)
-            check, dump = _plan_for(tp)
-            self.checks[field.name] = check
-            self.dumps[field.name] = dump
-            default = field.default
-            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()
-            self.defaults[field.name] = default
-
-    def dump(self, obj: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        defaults = self.defaults
-        for name in self.names:
-            value = getattr(obj, name)
-            if name in defaults and value == defaults[name] and name not in self.required:
-                continue
-            dump = self.dumps[name]
-            out[name] = value if dump is None else dump(value)
-        return out
 
     def load(self, record: dict[str, Any], path: str) -> Any:
-        # Plain scalar fields (most of every record) are checked inline; the
-        # rest go through their checker.
-        scalars = self.scalars
+        """Check ``record`` (a private copy, checked values are written back
+        into it) and build the instance, or raise the :class:`DecodeError`
+        naming the first field at fault."""
         checks = self.checks
         for name, value in record.items():
-            expected = scalars.get(name)
-            if expected is not None and (
-                type(value) is expected[0] or value is None is expected[1]
-            ):
-                continue
             check = checks.get(name)
             if check is None:
                 raise DecodeError(f"field {path + name!r} is not a field of {self.cls.__name__}")
@@ -289,63 +317,292 @@ class _Plan:
             raise DecodeError(f"{self.cls.__name__}: {exc}") from None
 
 
-_PLANS: dict[type[Any], _Plan] = {}
+# --- generated encoders and decoders ------------------------------------------------
+#
+# As attrs does for ``__init__``, each class's encoder and decoder are written
+# out as Python source and compiled once, at import. The source is made only
+# from the class definitions of this package: their field names (checked to
+# be identifiers) and the shapes of their annotated types. Values (type tags,
+# defaults, enum tables) and the other functions are reached through one
+# private namespace dictionary, never spelled into the source. Nothing from a
+# record ever reaches the source: a record is only ever data the compiled
+# functions look at.
 
 
-def _nested(cls: type[Any]) -> tuple[_Check, _Dump]:
-    def check_nested(value: Any, path: str) -> Any:
-        if type(value) is not dict:
-            raise _fail(path, "an object", value)
-        # load() writes checked values back into the dict it is given: give
-        # it a copy, so the caller's record is left as it was.
-        return _PLANS[cls].load(dict(value), path + ".")
-
-    def dump_nested(value: Any) -> Any:
-        return _PLANS[cls].dump(value)
-
-    return check_nested, dump_nested
+class _Irregular(Exception):
+    """A generated decoder met something other than a well-formed record."""
 
 
-def _plan_for(tp: Any) -> tuple[_Check, _Dump]:
-    """Checker and dumper for one annotated type."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return _check_json, None
-    if origin in (types.UnionType, typing.Union) and type(None) in args:
-        (inner,) = (arg for arg in args if arg is not type(None))
-        check, dump = _plan_for(inner)
-        return _optional(check), (None if dump is None else _optional_dump(dump))
-    if tp is str:
-        return _check_str, None
-    if tp is bool:
-        return _check_bool, None
-    if tp is int:
-        return _check_int, None
-    if tp is float:
-        return _check_float, None
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _enum(tp), _enum_value
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        check, dump = _plan_for(args[0])
-        return _tuple_of(check), (list if dump is None else (lambda v: [dump(x) for x in v]))
-    if origin is Mapping and args[0] is str:
-        return (_check_str_mapping if args[1] is str else _check_json_object), dict
-    if isinstance(tp, type) and attrs.has(tp):
-        return _nested(tp)
-    raise TypeError(f"the codec has no plan for field type {tp!r}")
+#: Stands for a field missing from a record (``None`` is a JSON value).
+_MISSING: Any = object()
 
 
-def _enum_value(value: enum.Enum) -> Any:
-    return value.value
+class _Generated:
+    """Encoders and decoders for a closed set of classes, compiled into one
+    namespace so that nested (and self-nesting) classes call each other."""
+
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {
+            "_Irregular": _Irregular,
+            "_MISSING": _MISSING,
+            "new": object.__new__,
+        }
+        self.ids: dict[type[Any], int] = {}
+        self.source: list[str] = []
+
+    def add(self, cls: type[Any], *, tag: str | None = None) -> None:
+        """Generate ``cls``'s functions; with ``tag`` its records carry ``v``
+        and ``type`` and its ``schema_version`` field is not a record field."""
+        ident = self.ids.setdefault(cls, len(self.ids))
+        self.namespace[f"cls_{ident}"] = cls
+        # Decoders build the instance as its twin (see events._builders).
+        self.namespace[f"twin_{ident}"] = twin(cls)
+        hints = typing.get_type_hints(cls)
+        fields = attrs.fields(cls)
+        skipped = {"schema_version"} if tag is not None else set()
+        encoded = [field for field in fields if field.name not in skipped]
+        self.source += self._encoder(ident, tag, encoded, hints)
+        self.source += self._decoder(ident, tag, fields, skipped, hints)
+
+    def compile(self) -> None:
+        """Compile everything added so far."""
+        missing = [cls for cls, ident in self.ids.items() if f"cls_{ident}" not in self.namespace]
+        if missing:
+            raise TypeError(f"the codec has no functions for nested {missing}")
+        code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
+        exec(code, self.namespace)
+        self.source = []
+
+    def encoder(self, cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+        """The compiled encoder of ``cls``."""
+        function: Callable[[Any], dict[str, Any]] = self.namespace[f"encode_{self.ids[cls]}"]
+        return function
+
+    def decoder(self, cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
+        """The compiled decoder of ``cls``: the instance, or :class:`_Irregular`
+        (or the ``ValueError``/``TypeError`` of ``__attrs_post_init__``)."""
+        function: Callable[[dict[str, Any]], Any] = self.namespace[f"decode_{self.ids[cls]}"]
+        return function
+
+    def _constant(self, name: str, value: Any) -> str:
+        if name in self.namespace:
+            raise AssertionError(f"generated name {name!r} used twice")
+        self.namespace[name] = value
+        return name
+
+    # Encoding ---------------------------------------------------------------------------
+
+    def _encoder(
+        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
+    ) -> list[str]:
+        # record = {"v": ..., "type": ...} plus the leading required fields as
+        # one literal; then each field in order, defaults left out.
+        literal = []
+        if tag is not None:
+            literal += ['"v": obj.schema_version', f'"type": {self._constant(f"tag_{ident}", tag)}']
+        lines: list[str] = []
+        for field in fields:
+            name = field.name
+            shape = _shape(hints[name])
+            if field.default is None and shape[0] == "optional":
+                # Emitted only when not None: no need to test for None again.
+                dump = self._dump(shape[1], "value", 0)
+            else:
+                dump = self._dump(hints[name], "value", 0)
+            if field.default is attrs.NOTHING and not lines and dump == "value":
+                literal.append(f"{name!r}: obj.{name}")
+                continue
+            lines.append(f"value = obj.{name}")
+            if field.default is attrs.NOTHING:
+                lines.append(f"record[{name!r}] = {dump}")
+                continue
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            if default is None:
+                lines.append("if value is not None:")
+            else:
+                constant = self._constant(f"omitted_{ident}_{name}", default)
+                lines.append(f"if value != {constant}:")
+            lines.append(f"    record[{name!r}] = {dump}")
+        head = [f"def encode_{ident}(obj):", f"    record = {{{', '.join(literal)}}}"]
+        return [*head, *(f"    {line}" for line in lines), "    return record", ""]
+
+    def _dump(self, tp: Any, var: str, depth: int) -> str:
+        """An expression turning the value in variable ``var`` into JSON."""
+        match _shape(tp):
+            case ("optional", inner):
+                dump = self._dump(inner, var, depth)
+                return var if dump == var else f"(None if {var} is None else {dump})"
+            case ("enum", _):
+                return f"{var}.value"
+            case ("tuple", item):
+                name = f"item{depth}"
+                dump = self._dump(item, name, depth + 1)
+                return f"list({var})" if dump == name else f"[{dump} for {name} in {var}]"
+            case ("str_mapping",) | ("json_mapping",):
+                return f"dict({var})"
+            case ("record", record_cls):
+                return f"encode_{self.ids.setdefault(record_cls, len(self.ids))}({var})"
+            case _:
+                return var
+
+    # Decoding ---------------------------------------------------------------------------
+
+    def _decoder(
+        self,
+        ident: int,
+        tag: str | None,
+        fields: tuple[Any, ...],
+        skipped: set[str],
+        hints: dict[str, Any],
+    ) -> list[str]:
+        cls = self.namespace[f"cls_{ident}"]
+        known = {field.name for field in fields if field.name not in skipped}
+        if tag is not None:
+            known |= {"v", "type"}
+        self._constant(f"known_{ident}", frozenset(known))
+        lines: list[str] = []
+        fixed: list[str] = []
+        for field in fields:
+            name = field.name
+            if name in skipped:
+                constant = self._constant(f"default_{ident}_{name}", field.default)
+                fixed.append(f"obj.{name} = {constant}")
+                continue
+            check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}")
+            default = field.default
+            if default is attrs.NOTHING:
+                # A missing field is a KeyError, turned into _Irregular below.
+                lines += [f"value = record[{name!r}]", *check]
+            elif _accepts(hints[name], default):
+                constant = self._constant(f"default_{ident}_{name}", default)
+                lines += [f"value = record.get({name!r}, {constant})", *check]
+            else:
+                if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                    missing = self._constant(f"factory_{ident}_{name}", default.factory) + "()"
+                else:
+                    missing = self._constant(f"default_{ident}_{name}", default)
+                lines += [
+                    f"value = record.get({name!r}, _MISSING)",
+                    "if value is _MISSING:",
+                    f"    value = {missing}",
+                ]
+                if check:
+                    lines += ["else:", *(f"    {line}" for line in check)]
+            lines.append(f"obj.{name} = value")
+        post_init = getattr(cls, "__attrs_post_init__", None) is not None
+        return [
+            f"def decode_{ident}(record):",
+            f"    if type(record) is not dict or not known_{ident}.issuperset(record):",
+            "        raise _Irregular",
+            f"    obj = new(twin_{ident})",
+            "    try:",
+            *(f"        {line}" for line in lines),
+            # A missing required field, or an enum value that is not one.
+            "    except (KeyError, TypeError):",
+            "        raise _Irregular from None",
+            *(f"    {line}" for line in fixed),
+            f"    obj.__class__ = cls_{ident}",
+            *(["    obj.__attrs_post_init__()"] if post_init else []),
+            "    return obj",
+            "",
+        ]
+
+    def _check(self, tp: Any, var: str, depth: int, key: str) -> tuple[list[str], bool]:
+        """Statements that check the value in ``var`` (raising _Irregular),
+        converting it in place where the field's value differs from JSON;
+        and whether they convert it."""
+        fail = ["    raise _Irregular"]
+        match _shape(tp):
+            case ("scalar", scalar) if scalar is float:
+                return [
+                    f"if type({var}) is not float:",
+                    f"    if type({var}) is not int:",
+                    "        raise _Irregular",
+                    f"    {var} = float({var})",
+                ], True
+            case ("scalar", scalar):
+                return [f"if type({var}) is not {scalar.__name__}:", *fail], False
+            case ("any",):
+                return [], False
+            case ("optional", inner):
+                check, converts = self._check(inner, var, depth, key)
+                if not check:
+                    return [], False
+                return [f"if {var} is not None:", *(f"    {line}" for line in check)], converts
+            case ("enum", enum_cls):
+                members = {member.value: member for member in enum_cls}
+                table = self._constant(f"members_{key}_{depth}", members)
+                return [f"{var} = {table}[{var}]"], True
+            case ("tuple", item_type):
+                item, items = f"item{depth}", f"items{depth}"
+                check, converts = self._check(item_type, item, depth + 1, key)
+                lines = [f"if type({var}) is not list:", *fail]
+                if not converts:
+                    if check:
+                        lines += [f"for {item} in {var}:", *(f"    {line}" for line in check)]
+                    return [*lines, f"{var} = tuple({var})"], True
+                return [
+                    *lines,
+                    f"{items} = []",
+                    f"for {item} in {var}:",
+                    *(f"    {line}" for line in check),
+                    f"    {items}.append({item})",
+                    f"{var} = tuple({items})",
+                ], True
+            case ("str_mapping",):
+                item = f"item{depth}"
+                return [
+                    f"if type({var}) is not dict:",
+                    *fail,
+                    f"for {item} in {var}.values():",
+                    f"    if type({item}) is not str:",
+                    "        raise _Irregular",
+                ], False
+            case ("json_mapping",):
+                return [f"if type({var}) is not dict:", *fail], False
+            case ("record", record_cls):
+                ident = self.ids.setdefault(record_cls, len(self.ids))
+                return [f"{var} = decode_{ident}({var})"], True
+        raise AssertionError(tp)  # pragma: no cover - _shape covers every case
 
 
-# Nested plans are looked up when a record is read, so ExceptionInfo may
+def _accepts(tp: Any, default: Any) -> bool:
+    """Whether a scalar field's default passes its own check unchanged, so a
+    missing field can simply read as the default."""
+    shape = _shape(tp)
+    if shape[0] == "optional":
+        if default is None:
+            return True
+        shape = _shape(shape[1])
+    return shape[0] == "scalar" and shape[1] is not float and type(default) is shape[1]
+
+
+_NESTED = (RankIdentity, FrameInfo, ExceptionInfo)
+
+# Nested checks are looked up when a record is read, so ExceptionInfo may
 # refer to itself.
-_PLANS.update({cls: _Plan(cls) for cls in (RankIdentity, FrameInfo, ExceptionInfo)})
-_EVENT_PLANS: dict[str, _Plan] = {
-    tag: _Plan(cls, skip=frozenset({"schema_version"})) for tag, cls in EVENT_TYPES.items()
+_CHECKS: dict[type[Any], _Checks] = {cls: _Checks(cls) for cls in _NESTED}
+_EVENT_CHECKS: dict[str, _Checks] = {
+    tag: _Checks(cls, skip=frozenset({"schema_version"})) for tag, cls in EVENT_TYPES.items()
 }
+
+_GENERATED = _Generated()
+for _cls in _NESTED:
+    _GENERATED.add(_cls)
+for _tag, _event_cls in EVENT_TYPES.items():
+    _GENERATED.add(_event_cls, tag=_tag)
+_GENERATED.compile()
+
+_EVENT_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    tag: _GENERATED.encoder(cls) for tag, cls in EVENT_TYPES.items()
+}
+_EVENT_DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    tag: _GENERATED.decoder(cls) for tag, cls in EVENT_TYPES.items()
+}
+_encode_exception_info = _GENERATED.encoder(ExceptionInfo)
+_decode_exception_info = _GENERATED.decoder(ExceptionInfo)
 
 
 # --- public functions ---------------------------------------------------------------
@@ -353,14 +610,17 @@ _EVENT_PLANS: dict[str, _Plan] = {
 
 def encode_record(event: Event) -> dict[str, Any]:
     """The JSON object for ``event`` (``v`` and ``type`` first)."""
-    record: dict[str, Any] = {"v": event.schema_version, "type": event.TYPE}
-    record.update(_EVENT_PLANS[event.TYPE].dump(event))
-    return record
+    return _EVENT_ENCODERS[event.TYPE](event)
 
 
 def encode(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON, without the trailing newline."""
-    return orjson.dumps(encode_record(event))
+    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event))
+
+
+def encode_line(event: Event) -> bytes:
+    """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
+    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
@@ -375,22 +635,29 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
     """
     if type(record) is not dict:
         raise DecodeError(f"a record must be a JSON object, not {_json_type(record)}")
-    if record.get("v") != SCHEMA_VERSION or type(record.get("v")) is not int:
+    version = record.get("v")
+    if version != SCHEMA_VERSION or type(version) is not int:
         record = upcasters.upcast(record)
-    type_tag = record.get("type")
-    plan = _EVENT_PLANS.get(type_tag) if type(type_tag) is str else None
-    if plan is None:
+    type_tag: Any = record.get("type")
+    decoder = _EVENT_DECODERS.get(type_tag) if type(type_tag) is str else None
+    if decoder is None:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
+    try:
+        event: Event = decoder(record)
+        return event
+    except (_Irregular, TypeError, ValueError):
+        pass
+    # Outside the except block, so the error raised carries no context.
     fields = dict(record)
     del fields["v"], fields["type"]
     # load() writes checked values back into ``fields``, a private copy.
-    event: Event = plan.load(fields, "")
-    return event
+    checked: Event = _EVENT_CHECKS[type_tag].load(fields, "")
+    return checked
 
 
 def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
     """``info`` as a JSON object (the form events embed)."""
-    return _PLANS[ExceptionInfo].dump(info)
+    return _encode_exception_info(info)
 
 
 def decode_exception(record: object) -> ExceptionInfo:
@@ -401,7 +668,12 @@ def decode_exception(record: object) -> ExceptionInfo:
     """
     if type(record) is not dict:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
-    info: ExceptionInfo = _PLANS[ExceptionInfo].load(dict(record), "")
+    try:
+        decoded: ExceptionInfo = _decode_exception_info(record)
+        return decoded
+    except (_Irregular, TypeError, ValueError):
+        pass
+    info: ExceptionInfo = _CHECKS[ExceptionInfo].load(dict(record), "")
     return info
 
 

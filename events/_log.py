@@ -22,7 +22,8 @@ from typing import Protocol, Self, runtime_checkable
 
 import attrs
 
-from ._codec import encode
+from ._builders import replacer
+from ._codec import encode_line
 from ._errors import LogClosedError, StreamMismatchError
 from ._model import Event
 
@@ -91,7 +92,9 @@ class _LogBase:
         self._rank = rank
         self._lock = threading.RLock()
         self._events: list[Event] = []
-        self._subscribers: list[Subscriber] = []
+        # Replaced, never changed in place: an append delivers to the tuple
+        # it finds, whoever subscribes or unsubscribes meanwhile.
+        self._subscribers: tuple[Subscriber, ...] = ()
         self._closed = False
 
     @property
@@ -132,17 +135,11 @@ class _LogBase:
                 raise LogClosedError(self._path())
             seq = len(self._events)
             if event.seq != seq:
-                event = attrs.evolve(event, seq=seq)
+                event = _with_seq(event, seq)
             self._store(event)
             self._events.append(event)
-            first_error: BaseException | None = None
-            for callback in tuple(self._subscribers):
-                try:
-                    callback(event)
-                except Exception as exc:  # one broken consumer must not starve the others
-                    first_error = first_error or exc
-            if first_error is not None:
-                raise first_error
+            if self._subscribers:
+                _deliver(self._subscribers, event)
             return seq
 
     def read(self, from_seq: int = 0) -> Iterator[Event]:
@@ -161,12 +158,14 @@ class _LogBase:
             if from_seq is not None:
                 for event in self._events[max(from_seq, 0) :]:
                     callback(event)
-            self._subscribers.append(callback)
+            self._subscribers = (*self._subscribers, callback)
 
         def unsubscribe() -> None:
             with self._lock:
                 if callback in self._subscribers:
-                    self._subscribers.remove(callback)
+                    remaining = list(self._subscribers)
+                    remaining.remove(callback)
+                    self._subscribers = tuple(remaining)
 
         return Subscription(unsubscribe)
 
@@ -260,6 +259,8 @@ class JsonlLog(_LogBase):
         super().__init__(run_id, rank)
         self._file = Path(path)
         self._durability = Durability(durability)
+        self._sync_always = self._durability is Durability.ALWAYS
+        self._sync_interval = self._durability is Durability.INTERVAL
         if interval_ms < 0:
             raise ValueError(f"interval_ms must be >= 0, not {interval_ms}")
         self._interval_ns = int(interval_ms * 1_000_000)
@@ -298,15 +299,15 @@ class JsonlLog(_LogBase):
         self._events.extend(contents.events)
 
     def _store(self, event: Event) -> None:
-        line = encode(event) + b"\n"
-        view = memoryview(line)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        line = encode_line(event)
+        written = os.write(self._fd, line)
+        if written != len(line):
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(self._fd, view) :]
         self._dirty = True
-        if self._durability is Durability.ALWAYS or (
-            self._durability is Durability.INTERVAL
-            and time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
+        if self._sync_always or (
+            self._sync_interval and time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
         ):
             self._sync()
 
@@ -330,6 +331,39 @@ class JsonlLog(_LogBase):
 
     def _path(self) -> Path | None:
         return self._file
+
+
+def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
+    first_error: BaseException | None = None
+    for callback in subscribers:
+        try:
+            callback(event)
+        except Exception as exc:  # one broken consumer must not starve the others
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+
+
+#: Per event class, how to copy an event with another ``seq``.
+_SEQ_REPLACERS: dict[type[Event], Callable[[Event, int], Event]] = {}
+
+
+def _with_seq(event: Event, seq: int) -> Event:
+    """``attrs.evolve(event, seq=seq)``, without its keyword round trip for
+    the classes that allow it (all of this package's)."""
+    cls = type(event)
+    replace = _SEQ_REPLACERS.get(cls)
+    if replace is None:
+        try:
+            replace = replacer(cls, "seq")
+        except TypeError:  # a class of the user's own making
+            replace = _evolve_seq
+        _SEQ_REPLACERS[cls] = replace
+    return replace(event, seq)
+
+
+def _evolve_seq(event: Event, seq: int) -> Event:
+    return attrs.evolve(event, seq=seq)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -313,8 +313,26 @@ TERMINAL_STEP_EVENTS: tuple[type[Event], ...] = (
 )
 
 
+#: The outcome each event class of this module stands for; a replayed
+#: fold asks once per event, so the common case is one lookup.
+_OUTCOMES: Mapping[type[Event], Outcome | None] = {
+    RunStarted: None,
+    StepStarted: None,
+    StepSucceeded: Outcome.OK,
+    StepFailed: Outcome.FAILED,
+    StepTimedOut: Outcome.TIMED_OUT,
+    StepCancelled: Outcome.CANCELLED,
+    StepCrashed: Outcome.CRASHED,
+    DecisionMade: None,
+    RunFinished: None,
+}
+
+
 def outcome_of(event: Event) -> Outcome | None:
     """The :class:`Outcome` a terminal step event stands for, else ``None``."""
+    cls = type(event)
+    if cls in _OUTCOMES:
+        return _OUTCOMES[cls]
     match event:
         case StepSucceeded():
             return Outcome.OK

@@ -155,24 +155,30 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     """
     file = Path(path)
     data = _read_bytes(file)
+    lines = data.split(b"\n")
+    # What follows the last newline: nothing, or a line the writer never
+    # finished.
+    tail = lines.pop()
     events: list[Event] = []
-    torn: TornTail | None = None
-    stream: tuple[str, int] | None = None
-    for number, offset, content, terminated in _lines(data):
-        if not terminated:
-            torn = TornTail(path=file, line=number, offset=offset, length=len(content))
-            break
+    run_id: str | None = None
+    rank = 0
+    for number, content in enumerate(lines, 1):
         try:
             event = decode(content, upcasters)
         except DecodeError as exc:
             raise LogCorruptError(file, number, exc.reason) from exc
-        if stream is None:
-            stream = (event.run_id, event.rank)
-        elif (event.run_id, event.rank) != stream:
-            raise ForeignEventError(file, number, stream, (event.run_id, event.rank))
+        if event.run_id != run_id or event.rank != rank:
+            if run_id is not None:
+                raise ForeignEventError(file, number, (run_id, rank), (event.run_id, event.rank))
+            run_id, rank = event.run_id, event.rank
         if event.seq != len(events):
             raise SequenceGapError(file, number, len(events), event.seq)
         events.append(event)
+    torn = None
+    if tail:
+        torn = TornTail(
+            path=file, line=len(lines) + 1, offset=len(data) - len(tail), length=len(tail)
+        )
     return LogContents(path=file, events=tuple(events), torn_tail=torn)
 
 

@@ -260,3 +260,50 @@ def test_outcome_of_non_terminal_events() -> None:
     for event in rank_stream():
         if not isinstance(event, events.TERMINAL_STEP_EVENTS):
             assert events.outcome_of(event) is None
+
+
+def test_timeline_of_many_steps_keeps_every_earlier_state() -> None:
+    # Past a hundred or so steps a rank's steps leave the copied dict for a
+    # shared journal; every state must still see exactly its own steps.
+    count = 400
+    stream: list[events.Event] = [
+        events.StepStarted(**envelope(seq, step=f"s{seq}")) for seq in range(count)
+    ]
+    stream += [
+        events.StepSucceeded(**envelope(count + position, step=f"s{index}"))
+        for position, index in enumerate(range(0, count, 2))
+    ]
+    timeline = Timeline()
+    states = [timeline.initial()]
+    for event in stream:
+        states.append(timeline.apply(states[-1], event))
+    for seen, state in enumerate(states):
+        steps = state.ranks[0].steps if seen else {}
+        started = min(seen, count)
+        ended = max(seen - count, 0)
+        assert list(steps) == [f"s{index}" for index in range(started)]
+        assert sum(timing.finished for timing in steps.values()) == ended
+    final = states[-1].ranks[0].steps
+    assert final["s2"].outcome is Outcome.OK
+    assert final["s2"].duration_ns == 10 * (count + 1) - 10 * 2
+    assert final["s3"].outcome is None
+    # A branch from an early state leaves the later ones as they were.
+    branch = timeline.apply(states[10], events.StepSucceeded(**envelope(10, step="s3")))
+    assert branch.ranks[0].steps["s3"].finished
+    assert not states[11].ranks[0].steps["s3"].finished
+    assert not states[-1].ranks[0].steps["s3"].finished
+
+
+def test_apply_leaves_a_state_of_plain_dicts_alone() -> None:
+    started = StepTiming(rank=0, step="a", kind=StepKind.STEP, start_wall_ns=0, start_mono_ns=0)
+    steps = {"a": started}
+    ranks = {0: RankTimeline(rank=0, steps=steps)}
+    state = TimelineState(ranks=ranks)
+    timeline = Timeline()
+    after = timeline.apply(state, events.StepSucceeded(**envelope(1, step="a")))
+    after = timeline.apply(after, events.StepStarted(**envelope(2, step="b")))
+    assert steps == {"a": started}
+    assert ranks == {0: RankTimeline(rank=0, steps={"a": started})}
+    assert after.ranks[0].steps.keys() == {"a", "b"}
+    assert after.ranks[0].steps["a"].outcome is Outcome.OK
+    assert after == TimelineState(ranks={0: RankTimeline(rank=0, steps=dict(after.ranks[0].steps))})

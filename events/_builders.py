@@ -1,0 +1,154 @@
+"""Building frozen attrs instances without keyword parsing.
+
+attrs gives every class of this package a keyword-only ``__init__`` that
+stores each field through the frozen class's guarded ``__setattr__``. On the
+hot paths (the codec after its checks, a log assigning ``seq``, the timeline
+projection) the caller already holds every field value, and that keyword
+parsing and those guarded stores would cost more than the rest of the work.
+
+So an instance is built as its class's *twin*: a subclass that adds nothing
+to the class but plain attribute assignment (the ``__setattr__`` and
+``__delattr__`` of :class:`object`). The twin has exactly the class's memory
+layout, so once every field is stored the instance's ``__class__`` is set to
+the frozen class itself, and only then is ``__attrs_post_init__`` run, so
+the class's invariants still hold. What comes out is an ordinary instance
+of the frozen class, equal to what ``__init__`` builds; a twin instance
+never leaves the function that builds it.
+
+Only classes the plain ``__init__`` would build the same way qualify: every
+field an ``__init__`` argument under its own name, no validator, converter
+or ``__attrs_pre_init__``, and no slot besides the fields. For any other
+class the functions here raise :class:`TypeError`, and the caller uses
+attrs.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+__all__ = ["builder", "field_names", "replacer", "twin"]
+
+T = TypeVar("T")
+
+
+def builder(cls: type[T], names: Sequence[str] | None = None) -> Callable[..., T]:
+    """A function taking every field of ``cls`` positionally and returning
+    the instance. The arguments come in the order of ``names`` (which must
+    name every field once), by default in attrs field order.
+
+    Raises:
+        TypeError: ``cls`` does not qualify, or ``names`` are not its fields.
+    """
+    fields = field_names(cls)
+    order = list(fields if names is None else names)
+    if sorted(order) != sorted(fields):
+        raise TypeError(f"{cls.__qualname__} has the fields {list(fields)}, not {order}")
+    arguments = [f"value{index}" for index in range(len(order))]
+    body = [f"def build({', '.join(arguments)}):", "    obj = new(mutable)"]
+    body += [
+        f"    obj.{name} = {argument}" for name, argument in zip(order, arguments, strict=True)
+    ]
+    built: Callable[..., T] = _compile(cls, "build", body)
+    return built
+
+
+def replacer(cls: type[T], name: str) -> Callable[[T, Any], T]:
+    """A function ``(instance, value)`` returning a copy of ``instance`` with
+    the field ``name`` set to ``value``, as ``attrs.evolve`` would.
+
+    Raises:
+        TypeError: ``cls`` does not qualify or has no field ``name``.
+    """
+    fields = field_names(cls)
+    if name not in fields:
+        raise TypeError(f"{cls.__qualname__} has no field {name!r}")
+    body = ["def replace(source, value):", "    obj = new(mutable)"]
+    body += [
+        f"    obj.{field} = value" if field == name else f"    obj.{field} = source.{field}"
+        for field in fields
+    ]
+    replaced: Callable[[T, Any], T] = _compile(cls, "replace", body)
+    return replaced
+
+
+def twin(cls: type[Any]) -> type[Any]:
+    """The mutable twin of ``cls`` (see the module docstring). Code that
+    builds an instance of it must set the instance's ``__class__`` to
+    ``cls`` and then call ``__attrs_post_init__``, if ``cls`` has one,
+    before anyone else sees it.
+
+    Raises:
+        TypeError: ``cls`` does not qualify.
+    """
+    made = _TWINS.get(cls)
+    if made is not None:
+        return made
+    field_names(cls)
+    namespace = {
+        "__slots__": (),
+        "__setattr__": object.__setattr__,
+        # Both, or the interpreter keeps dispatching stores to Python code.
+        "__delattr__": object.__delattr__,
+        "__module__": cls.__module__,
+        "__qualname__": f"{cls.__qualname__}.<mutable twin>",
+    }
+    made = _TWINS[cls] = type(f"{cls.__name__}Twin", (cls,), namespace)
+    return made
+
+
+_TWINS: dict[type[Any], type[Any]] = {}
+
+
+def field_names(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of ``cls``, in attrs order, once ``cls`` qualifies.
+
+    Raises:
+        TypeError: building ``cls`` without ``__init__`` would differ from it.
+    """
+    refusal = TypeError(f"{cls.__qualname__} cannot be built without its __init__")
+    if not attrs.has(cls) or getattr(cls, "__attrs_pre_init__", None) is not None:
+        raise refusal
+    fields = attrs.fields(cls)
+    for field in fields:
+        if (
+            not field.init
+            or field.alias != field.name
+            or field.validator is not None
+            or field.converter is not None
+            or not field.name.isidentifier()
+            or keyword.iskeyword(field.name)
+        ):
+            raise refusal
+    slots: set[str] = set()
+    for klass in cls.__mro__:
+        declared = vars(klass).get("__slots__", ())
+        slots.update((declared,) if isinstance(declared, str) else declared)
+    names = tuple(field.name for field in fields)
+    if "__dict__" in slots or slots - {"__weakref__"} != set(names):
+        # An instance dict, or an extra slot (attrs' cached hash, a
+        # hand-written one) that would be left unset.
+        raise refusal
+    if any("__slots__" not in vars(klass) for klass in cls.__mro__[:-1]):
+        raise refusal  # a base without __slots__ gives instances a dict
+    return names
+
+
+def _compile(cls: type[T], function: str, body: list[str]) -> Any:
+    # As attrs does for __init__: the source is built from the class
+    # definition alone (field names, which field_names() checked are
+    # identifiers) and compiled into a private namespace holding only the
+    # class, its twin and object.__new__.
+    body.append("    obj.__class__ = cls")
+    if getattr(cls, "__attrs_post_init__", None) is not None:
+        body.append("    obj.__attrs_post_init__()")
+    body.append("    return obj")
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls, "mutable": twin(cls)}
+    filename = f"<events generated {function} {cls.__module__}.{cls.__qualname__}>"
+    exec(compile("\n".join(body) + "\n", filename, "exec"), namespace)
+    made: Any = namespace[function]
+    made.__qualname__ = f"{cls.__qualname__}.<{function}>"
+    return made
