@@ -64,9 +64,10 @@ def captured_cause() -> ExceptionInfo:
     raise AssertionError("unreachable")
 
 
-def realistic_events(count: int) -> list[events.Event]:
+def realistic_events(count: int, paths: int = 40) -> list[events.Event]:
     """``count`` events of one rank: mostly step.started/step.succeeded pairs,
-    every tenth step unavailable with a captured cause, over 40 step paths.
+    every tenth step unavailable with a captured cause, over ``paths`` step
+    paths.
     ``seq`` is left for the log to assign, as a producer leaves it."""
     cause = captured_cause()
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -75,7 +76,7 @@ def realistic_events(count: int) -> list[events.Event]:
     mono = time.monotonic_ns()
     step_index = 0
     while len(out) < count:
-        step = f"attention/candidate-{step_index % 40}"
+        step = f"attention/candidate-{step_index % paths}"
         span_id = f"{step_index:016x}"
         common: dict[str, Any] = {
             "run_id": RUN_ID,
@@ -221,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
         def fold_only() -> None:
             events.fold(timeline, contents.events)
 
+        # The same fold over as many events spread over 10,000 step paths:
+        # the cost per event must not grow with the steps a rank has.
+        spread = [attrs.evolve(e, seq=seq) for seq, e in enumerate(realistic_events(n, 10_000))]
+
+        def fold_spread() -> None:
+            events.fold(timeline, spread)
+
         def replay() -> None:
             events.fold(timeline, events.read_log(replay_path).events)
 
@@ -262,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             "parse": bare_parse,
             "read": read_only,
             "fold": fold_only,
+            "fold_spread": fold_spread,
             "full": replay,
             **parts,
         }
@@ -296,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  bare read + splitlines + orjson.loads  {parse * 1e6:8.2f}     1.00x")
     print(f"  read_log (decode + checks)             {read * 1e6:8.2f}  {read / parse:8.2f}x")
     print(f"  fold(Timeline()) of decoded events     {fold * 1e6:8.2f}  {fold / parse:8.2f}x")
+    wide = per_event["fold_spread"]
+    print(f"    the same over 10,000 step paths      {wide * 1e6:8.2f}  {wide / parse:8.2f}x")
     print(f"  read_log + fold(Timeline())            {full * 1e6:8.2f}  {full / parse:8.2f}x")
     print("\nwhere the time goes, per event                       us/event")
     for name, seconds in breakdown.items():
