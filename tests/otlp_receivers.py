@@ -15,6 +15,7 @@ Waiting uses a condition variable signalled on every request, never sleeps.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import gzip
 import threading
@@ -104,7 +105,7 @@ class ReceivedSpan:
         return self.span.status.message
 
 
-class OtlpReceiver:
+class OtlpReceiver(abc.ABC):
     """What both receivers share: the requests received, their headers, and
     waiting for a number of spans."""
 
@@ -114,9 +115,9 @@ class OtlpReceiver:
         self._headers: list[dict[str, str]] = []
 
     @property
+    @abc.abstractmethod
     def endpoint(self) -> str:
         """The base URL to give an exporter (``http://127.0.0.1:PORT``)."""
-        raise NotImplementedError
 
     @property
     def requests(self) -> list[trace_service_pb2.ExportTraceServiceRequest]:
@@ -175,11 +176,13 @@ class OtlpReceiver:
             self._headers.append(headers)
             self._condition.notify_all()
 
+    @abc.abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start serving."""
 
+    @abc.abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop serving and release the port."""
 
     def __enter__(self) -> OtlpReceiver:
         self.start()
