@@ -14,7 +14,9 @@ _ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/accel", "/dev/dri/rend
 
 @pytest.mark.slow
 def test_run_on_this_host(tmp_path: Path) -> None:
-    ran = run_cli("run", "--json", "--run-dir", "run", cwd=tmp_path)
+    # On an AMD Zen host a zentorch that fails to import is a WARNING that
+    # carries its traceback by design (SPEC §3.2).
+    ran = run_cli("run", "--json", "--run-dir", "run", cwd=tmp_path, traceback_expected=_amd_zen())
 
     assert ran.returncode == 0, ran.describe()
     document = ran.json()
