@@ -19,18 +19,26 @@ TARGET is a module a probe imports or a step path. EXCEPTION is the name of
 a builtin exception class, ``hang`` (never returns until the run releases it)
 or ``crash`` (the process dies with SIGSEGV). Exception classes are looked up
 among the builtins only; nothing named in a spec is imported or evaluated.
+
+RANKS are kept as inclusive ranges (:class:`RankRanges`), never expanded, so
+``0-999999999`` costs what ``3`` costs. Parsing checks the syntax and that
+the exception can be built from its arguments; what a plan may name on a
+given launch (its world size, the targets its graph has) is checked by
+:meth:`FaultPlan.check`.
 """
 
 from __future__ import annotations
 
+import bisect
 import builtins
+import difflib
 import enum
 import json
 import os
 import re
 import signal
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,7 @@ import attrs
 
 from ._errors import FaultSpecError
 
-__all__ = ["Fault", "FaultAction", "FaultPlan", "parse_ranks"]
+__all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges", "parse_ranks"]
 
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RANKS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -63,25 +71,109 @@ class FaultAction(enum.StrEnum):
     CRASH = "crash"
 
 
+@attrs.frozen
+class RankRanges(Collection[int]):
+    """A set of ranks held as sorted, disjoint, non-adjacent inclusive ranges.
+
+    Membership is a binary search over the ranges and iteration is lazy, so
+    a range of a billion ranks takes the memory of one. Equal sets are equal
+    however they were written (``"0-1,2-3"`` == ``"0-3"``); ``str()`` is the
+    spec syntax :meth:`parse` reads.
+    """
+
+    spans: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def parse(cls, text: str, *, spec: str | None = None) -> RankRanges:
+        """``"3"``, ``"0-3"``, ``"1,5"``, ``"0-1, 6-7"`` to ranges.
+
+        Raises:
+            FaultSpecError: malformed, or a range that runs backwards.
+        """
+        cleaned = text.replace(" ", "")
+        if not _RANKS.match(cleaned):
+            raise FaultSpecError(
+                spec or text, text, "ranks are like 3, 0-3 or 1,5 (non-negative integers)"
+            )
+        spans: list[tuple[int, int]] = []
+        for part in cleaned.split(","):
+            low, _, high = part.partition("-")
+            start, end = int(low), int(high or low)
+            if end < start:
+                raise FaultSpecError(spec or text, part, "a rank range must not run backwards")
+            spans.append((start, end))
+        return cls._merged(spans)
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> RankRanges:
+        """The ranges covering exactly ``ranks``.
+
+        Raises:
+            ValueError: a rank is negative.
+        """
+        spans: list[tuple[int, int]] = []
+        for rank in ranks:
+            if rank < 0:
+                raise ValueError(f"ranks are non-negative; got {rank}")
+            spans.append((rank, rank))
+        return cls._merged(spans)
+
+    @classmethod
+    def _merged(cls, spans: list[tuple[int, int]]) -> RankRanges:
+        spans.sort()
+        merged: list[tuple[int, int]] = []
+        for start, end in spans:
+            if merged and start <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return cls(tuple(merged))
+
+    def __contains__(self, rank: object) -> bool:
+        if not isinstance(rank, int):
+            return False
+        # The last range starting at or before ``rank`` is the only candidate.
+        index = bisect.bisect_right(self.spans, rank, key=lambda span: span[0]) - 1
+        return index >= 0 and rank <= self.spans[index][1]
+
+    def __iter__(self) -> Iterator[int]:
+        for start, end in self.spans:
+            yield from range(start, end + 1)
+
+    def __len__(self) -> int:
+        return sum(end - start + 1 for start, end in self.spans)
+
+    def __str__(self) -> str:
+        return ",".join(str(s) if s == e else f"{s}-{e}" for s, e in self.spans)
+
+    def first_outside(self, world_size: int) -> int | None:
+        """The smallest rank that is ``>= world_size``, if any."""
+        if not self.spans or self.spans[-1][1] < world_size:
+            return None
+        for start, end in self.spans:
+            if end >= world_size:
+                return max(start, world_size)
+        return None  # pragma: no cover - the last range reaches past the world
+
+
 def parse_ranks(text: str, *, spec: str | None = None) -> frozenset[int]:
     """``"3"``, ``"0-3"``, ``"1,5"``, ``"0-1,6-7"`` to a set of ranks.
+
+    Every rank is materialised: use :meth:`RankRanges.parse` for text that
+    is not bounded by a known world size (fault specs use it).
 
     Raises:
         FaultSpecError: malformed, or a range that runs backwards.
     """
-    cleaned = text.replace(" ", "")
-    if not _RANKS.match(cleaned):
-        raise FaultSpecError(
-            spec or text, text, "ranks are like 3, 0-3 or 1,5 (non-negative integers)"
-        )
-    ranks: set[int] = set()
-    for part in cleaned.split(","):
-        low, _, high = part.partition("-")
-        start, end = int(low), int(high or low)
-        if end < start:
-            raise FaultSpecError(spec or text, part, "a rank range must not run backwards")
-        ranks.update(range(start, end + 1))
-    return frozenset(ranks)
+    return frozenset(RankRanges.parse(text, spec=spec))
+
+
+def _rank_ranges(value: RankRanges | str | Iterable[int] | None) -> RankRanges | None:
+    if value is None or isinstance(value, RankRanges):
+        return value
+    if isinstance(value, str):
+        return RankRanges.parse(value)
+    return RankRanges.of(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -94,7 +186,9 @@ class Fault:
         exception: builtin exception class name, for :attr:`FaultAction.RAISE`.
         args: constructor arguments (JSON scalars).
         kwargs: keyword arguments (only ``name``/``path`` for ImportError types).
-        ranks: ranks it applies to; ``None`` for every rank.
+        ranks: ranks it applies to; ``None`` for every rank. Given as
+            :class:`RankRanges`, spec text (``"0-3"``) or any iterable of
+            ranks, and kept as ranges.
     """
 
     target: str
@@ -102,7 +196,7 @@ class Fault:
     exception: str | None = None
     args: tuple[str | int | float | bool | None, ...] = ()
     kwargs: Mapping[str, str] = attrs.field(factory=dict)
-    ranks: frozenset[int] | None = None
+    ranks: RankRanges | None = attrs.field(default=None, converter=_rank_ranges)
 
     def applies_to(self, rank: int) -> bool:
         """Whether the fault fires on ``rank``."""
@@ -126,6 +220,39 @@ class Fault:
                 args = (f"No module named {self.target!r}",)
         return cls(*args, **kwargs)
 
+    def describe(self) -> str:
+        """The fault as one canonical spec line, as a report header shows it::
+
+            1:zentorch=RuntimeError:unknown zentorch failure
+            0-3:flashinfer=PermissionError(13, 'Permission denied', '/root/.cache/flashinfer')
+            attention/FLASH_ATTN=hang
+
+        A single printable message keeps the ``--inject`` form (which parses
+        back to the same fault); other arguments are written as a call.
+        """
+        prefix = "" if self.ranks is None else f"{self.ranks}:"
+        if self.action is not FaultAction.RAISE:
+            return f"{prefix}{self.target}={self.action}"
+        return f"{prefix}{self.target}={self._exception_text()}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def _exception_text(self) -> str:
+        name = self.exception or "<no exception>"
+        if not self.args and not self.kwargs:
+            return name
+        message = self.args[0] if len(self.args) == 1 else None
+        if isinstance(message, str) and not self.kwargs and message.isprintable():
+            return f"{name}:{message}"
+        return self._call_text()
+
+    def _call_text(self) -> str:
+        """``Name(arg, ..., key='value')``: how the exception is built."""
+        parts = [repr(arg) for arg in self.args]
+        parts.extend(f"{key}={value!r}" for key, value in self.kwargs.items())
+        return f"{self.exception}({', '.join(parts)})"
+
     def fire(self, release: threading.Event) -> None:
         """Do what the fault says: raise, block until ``release`` is set (then
         raise TimeoutError, as the result is no longer wanted), or crash."""
@@ -147,7 +274,7 @@ class Fault:
         if self.kwargs:
             data["kwargs"] = dict(self.kwargs)
         if self.ranks is not None:
-            data["ranks"] = sorted(self.ranks)
+            data["ranks"] = str(self.ranks)
         return data
 
 
@@ -170,6 +297,45 @@ class FaultPlan:
     def targets(self, rank: int) -> frozenset[str]:
         """Every target with a fault on ``rank``."""
         return frozenset(f.target for f in self.faults if f.applies_to(rank))
+
+    def check(self, *, world_size: int, targets: Collection[str]) -> None:
+        """Check the plan against a launch: every rank a fault names exists
+        and every target is one the graph has, so that no fault is silently
+        never fired.
+
+        A target is valid when it is in ``targets`` or is a package of a
+        dotted module in ``targets`` (a fault on ``flashinfer`` breaks the
+        import of ``flashinfer.comm``, see :class:`~orchestrator.InjectingImporter`).
+
+        Args:
+            world_size: how many ranks the launch has.
+            targets: the modules probes import and the step paths the graph
+                can have (for the reference engine,
+                ``orchestrator.engine._targets.injection_targets()``).
+
+        Raises:
+            FaultSpecError: the first fault with a rank ``>= world_size``
+                (``rank 5 is outside the world of 2 ranks (0-1)``) or an
+                unknown target (the valid ones listed, a close one
+                suggested).
+            ValueError: ``world_size`` is not positive.
+        """
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1; got {world_size}")
+        known = frozenset(targets)
+        for fault in self.faults:
+            if fault.ranks is not None:
+                outside = fault.ranks.first_outside(world_size)
+                if outside is not None:
+                    raise FaultSpecError(
+                        fault.describe(),
+                        str(fault.ranks),
+                        f"rank {outside} is outside the world of {_world_text(world_size)}",
+                    )
+            if not _is_target(fault.target, known):
+                raise FaultSpecError(
+                    fault.describe(), fault.target, _unknown_target(fault.target, known)
+                )
 
     def __add__(self, other: FaultPlan) -> FaultPlan:
         return FaultPlan(faults=self.faults + other.faults)
@@ -220,6 +386,43 @@ class FaultPlan:
         return [fault.to_json() for fault in self.faults]
 
 
+def _world_text(world_size: int) -> str:
+    if world_size == 1:
+        return "1 rank (0)"
+    return f"{world_size} ranks (0-{world_size - 1})"
+
+
+def _is_target(target: str, known: frozenset[str]) -> bool:
+    if target in known:
+        return True
+    # A package of a module a probe imports: importing ``a.b`` imports ``a``
+    # first, so a fault on ``a`` fires. A submodule of a known module does
+    # not: nothing imports it through the importer, so the fault never fires.
+    return "/" not in target and any(name.startswith(target + ".") for name in known)
+
+
+def _unknown_target(target: str, known: frozenset[str]) -> str:
+    # Matched case-insensitively: attention/flash_attn means FLASH_ATTN.
+    by_folded: dict[str, str] = {}
+    for name in sorted(known):
+        by_folded.setdefault(name.casefold(), name)
+    close = difflib.get_close_matches(target.casefold(), list(by_folded), n=1, cutoff=0.6)
+    hint = f" (did you mean {by_folded[close[0]]}?)" if close else ""
+    valid = ", ".join(sorted(known)) or "none"
+    return f"unknown target {target!r}{hint}; valid targets: {valid}"
+
+
+def _checked(fault: Fault, spec: str, part: str) -> Fault:
+    """``fault``, once its exception is known to be constructible (a fault
+    that cannot be raised would otherwise fail in the middle of a run)."""
+    if fault.action is FaultAction.RAISE:
+        try:
+            fault.make_exception()
+        except (TypeError, ValueError) as exc:
+            raise FaultSpecError(spec, part, f"{fault._call_text()}: {exc}") from exc
+    return fault
+
+
 def _check_target(spec: str, target: str) -> str:
     if not _TARGET.match(target):
         raise FaultSpecError(
@@ -250,17 +453,18 @@ def _parse_spec(spec: str) -> Fault:
     left, equals, right = spec.partition("=")
     if not equals:
         raise FaultSpecError(spec, spec, "expected [RANKS:]TARGET=EXCEPTION[:MESSAGE]")
-    ranks: frozenset[int] | None = None
+    ranks: RankRanges | None = None
     if ":" in left:
         rank_text, _, left = left.partition(":")
-        ranks = parse_ranks(rank_text, spec=spec)
+        ranks = RankRanges.parse(rank_text, spec=spec)
     target = _check_target(spec, left.strip())
     name, colon, message = right.partition(":")
     action, exception = _action_for(spec, name.strip())
     if action is not FaultAction.RAISE and colon:
         raise FaultSpecError(spec, right, f"{action} takes no message")
     args: tuple[str, ...] = (message,) if colon else ()
-    return Fault(target=target, action=action, exception=exception, args=args, ranks=ranks)
+    fault = Fault(target=target, action=action, exception=exception, args=args, ranks=ranks)
+    return _checked(fault, spec, right)
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -298,29 +502,24 @@ def _fault_from_json(item: object, source: str, index: int) -> Fault:
     if kwargs and (exception is None or not issubclass(_EXCEPTIONS[exception], ImportError)):
         raise FaultSpecError(source, f"{where}: kwargs", "only ImportError types take kwargs")
     ranks_value = item.get("ranks")
-    ranks: frozenset[int] | None
+    ranks: RankRanges | None
     if ranks_value is None:
         ranks = None
     elif isinstance(ranks_value, str):
-        ranks = parse_ranks(ranks_value, spec=source)
+        ranks = RankRanges.parse(ranks_value, spec=source)
     elif isinstance(ranks_value, list) and all(type(r) is int and r >= 0 for r in ranks_value):
-        ranks = frozenset(ranks_value)
+        ranks = RankRanges.of(ranks_value)
     else:
         raise FaultSpecError(source, f"{where}: ranks", 'a string like "0-3" or a list of ranks')
-    try:
-        fault = Fault(
-            target=target,
-            action=action,
-            exception=exception,
-            args=tuple(args),
-            kwargs=kwargs,
-            ranks=ranks,
-        )
-        if action is FaultAction.RAISE:
-            fault.make_exception()
-    except TypeError as exc:
-        raise FaultSpecError(source, f"{where}: args", f"{name}{tuple(args)!r}: {exc}") from exc
-    return fault
+    fault = Fault(
+        target=target,
+        action=action,
+        exception=exception,
+        args=tuple(args),
+        kwargs=kwargs,
+        ranks=ranks,
+    )
+    return _checked(fault, source, f"{where}: args")
 
 
 def describe_exceptions() -> Sequence[str]:

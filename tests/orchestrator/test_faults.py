@@ -28,6 +28,7 @@ from orchestrator import (
     StepContext,
     parse_ranks,
 )
+from orchestrator._faults import RankRanges
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
@@ -53,7 +54,8 @@ def test_a_rank_prefix_and_a_dotted_module() -> None:
         ["3:flashinfer.comm=TypeError:type 'array.array' is not subscriptable"]
     ).faults
     assert fault.target == "flashinfer.comm"
-    assert fault.ranks == frozenset({3})
+    assert fault.ranks == RankRanges.parse("3")
+    assert set(fault.ranks) == {3}
     error = fault.make_exception()
     assert type(error) is TypeError
     assert str(error) == "type 'array.array' is not subscriptable"
@@ -64,13 +66,13 @@ def test_a_rank_range_and_a_hang_on_a_step_path() -> None:
     assert fault.target == "attention/FLASH_ATTN"
     assert fault.action is FaultAction.HANG
     assert fault.exception is None
-    assert fault.ranks == frozenset({0, 1, 2, 3})
+    assert fault.ranks == RankRanges(((0, 3),))
 
 
 def test_a_rank_list_and_a_crash() -> None:
     (fault,) = FaultPlan.parse(["1,5:platform/cuda=crash"]).faults
     assert fault.action is FaultAction.CRASH
-    assert fault.ranks == frozenset({1, 5})
+    assert fault.ranks == RankRanges(((1, 1), (5, 5)))
 
 
 def test_an_exception_without_a_message() -> None:
@@ -113,7 +115,7 @@ def test_structured_arguments_from_json() -> None:
     assert str(permission) == "[Errno 13] Permission denied: '/root/.cache/flashinfer'"
     assert permission.errno == 13
     assert permission.filename == "/root/.cache/flashinfer"
-    assert plan.faults[0].ranks == frozenset(range(4))
+    assert plan.faults[0].ranks == RankRanges.of(range(4))
     assert str(plan.faults[1].make_exception()) == "No module named 'zentorch'"
 
 
@@ -197,6 +199,266 @@ def test_a_fault_file_that_is_not_json_names_line_and_column(tmp_path: Path) -> 
 def test_a_missing_fault_file_is_a_fault_spec_error(tmp_path: Path) -> None:
     with pytest.raises(FaultSpecError, match="cannot read"):
         FaultPlan.load(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize(
+    ("spec", "part", "reason"),
+    [
+        (
+            "zentorch=UnicodeDecodeError:typo",
+            "UnicodeDecodeError:typo",
+            "UnicodeDecodeError('typo'): function takes exactly 5 arguments (1 given)",
+        ),
+        (
+            "2:flashinfer=UnicodeEncodeError",
+            "UnicodeEncodeError",
+            "UnicodeEncodeError(): function takes exactly 5 arguments (0 given)",
+        ),
+    ],
+)
+def test_an_exception_that_cannot_be_built_is_refused_when_parsed(
+    spec: str, part: str, reason: str
+) -> None:
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.parse([spec])
+    assert raised.value.spec == spec
+    assert raised.value.part == part
+    assert raised.value.reason == reason
+    assert isinstance(raised.value.__cause__, TypeError)
+
+
+def test_json_and_command_line_refuse_the_same_construction_error() -> None:
+    with pytest.raises(FaultSpecError) as from_json:
+        FaultPlan.from_json(
+            [{"target": "zentorch", "exception": "UnicodeDecodeError", "args": ["typo"]}]
+        )
+    with pytest.raises(FaultSpecError) as from_spec:
+        FaultPlan.parse(["zentorch=UnicodeDecodeError:typo"])
+    assert from_json.value.part == "entry 0: args"
+    assert from_json.value.reason == from_spec.value.reason
+
+
+# Rank ranges ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "spans", "canonical"),
+    [
+        ("3", ((3, 3),), "3"),
+        ("0-3", ((0, 3),), "0-3"),
+        ("1,5", ((1, 1), (5, 5)), "1,5"),
+        ("0-1, 6-7", ((0, 1), (6, 7)), "0-1,6-7"),
+        ("0-1,2-3", ((0, 3),), "0-3"),
+        ("5,0-2,1,3", ((0, 3), (5, 5)), "0-3,5"),
+        ("4-9,2-6", ((2, 9),), "2-9"),
+    ],
+)
+def test_rank_ranges_are_merged_and_print_as_spec_text(
+    text: str, spans: tuple[tuple[int, int], ...], canonical: str
+) -> None:
+    ranks = RankRanges.parse(text)
+    assert ranks.spans == spans
+    assert str(ranks) == canonical
+    assert RankRanges.parse(canonical) == ranks
+    assert frozenset(ranks) == parse_ranks(text)
+    assert len(ranks) == len(parse_ranks(text))
+
+
+def test_membership_is_answered_by_range() -> None:
+    ranks = RankRanges.parse("2-4,8,10-11")
+    inside = {r for r in range(-2, 15) if r in ranks}
+    assert inside == {2, 3, 4, 8, 10, 11}
+    assert "3" not in ranks
+    assert list(ranks) == [2, 3, 4, 8, 10, 11]
+
+
+def test_a_huge_rank_range_stays_one_range() -> None:
+    (fault,) = FaultPlan.parse(["0-999999999:zentorch=RuntimeError:x"]).faults
+    assert fault.ranks is not None
+    assert fault.ranks.spans == ((0, 999_999_999),)
+    assert fault.applies_to(999_999_999)
+    assert not fault.applies_to(1_000_000_000)
+    assert len(fault.ranks) == 1_000_000_000
+    assert fault.to_json()["ranks"] == "0-999999999"
+    assert FaultPlan.from_json([fault.to_json()]).faults[0] == fault
+
+
+def test_a_fault_takes_ranks_as_text_ranges_or_any_iterable() -> None:
+    expected = RankRanges(((0, 1), (5, 5)))
+    assert Fault(target="t", exception="OSError", ranks="0-1,5").ranks == expected
+    assert Fault(target="t", exception="OSError", ranks=frozenset({5, 1, 0})).ranks == expected
+    assert Fault(target="t", exception="OSError", ranks=[0, 1, 5, 5]).ranks == expected
+    assert Fault(target="t", exception="OSError", ranks=expected).ranks is expected
+    assert Fault(target="t", exception="OSError").ranks is None
+    with pytest.raises(ValueError, match="non-negative"):
+        RankRanges.of([-1])
+
+
+def test_json_rank_lists_become_ranges() -> None:
+    (fault,) = FaultPlan.from_json(
+        [{"target": "zentorch", "exception": "OSError", "ranks": [7, 0, 1, 2]}]
+    ).faults
+    assert fault.ranks == RankRanges(((0, 2), (7, 7)))
+
+
+# Describing a fault ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "1:zentorch=RuntimeError:unknown zentorch failure",
+        "attention/FLASH_ATTN=hang",
+        "0-3,7:platform/cuda=crash",
+        "zentorch=OSError:libzentorch.so: undefined symbol: x",
+        "flash_attn=ImportError",
+        "zentorch=OSError:",
+    ],
+)
+def test_a_command_line_fault_describes_itself_as_its_spec(spec: str) -> None:
+    (fault,) = FaultPlan.parse([spec]).faults
+    assert fault.describe() == spec
+    assert str(fault) == spec
+    assert FaultPlan.parse([fault.describe()]).faults == (fault,)
+
+
+def test_the_description_is_canonical() -> None:
+    (fault,) = FaultPlan.parse(["5, 0-1,2-3:zentorch=OSError:x"]).faults
+    assert fault.describe() == "0-3,5:zentorch=OSError:x"
+
+
+@pytest.mark.parametrize(
+    ("entry", "described"),
+    [
+        (
+            {
+                "target": "flashinfer",
+                "exception": "PermissionError",
+                "args": [13, "Permission denied", "/root/.cache/flashinfer"],
+                "ranks": "0-3",
+            },
+            "0-3:flashinfer=PermissionError(13, 'Permission denied', '/root/.cache/flashinfer')",
+        ),
+        (
+            {"target": "flashinfer", "exception": "ImportError", "kwargs": {"name": "flashinfer"}},
+            "flashinfer=ImportError(name='flashinfer')",
+        ),
+        (
+            {"target": "zentorch", "exception": "OSError", "args": ["two\nlines"]},
+            "zentorch=OSError('two\\nlines')",
+        ),
+        ({"target": "zentorch", "exception": "SystemExit", "args": [3]}, "zentorch=SystemExit(3)"),
+    ],
+)
+def test_structured_arguments_are_described_as_a_call(
+    entry: dict[str, Any], described: str
+) -> None:
+    (fault,) = FaultPlan.from_json([entry]).faults
+    assert fault.describe() == described
+    assert "\n" not in fault.describe()
+
+
+# Checking a plan against a launch --------------------------------------------------------
+
+TARGETS = (
+    "zentorch",
+    "flashinfer.comm",
+    "torch",
+    "platform",
+    "platform/cpu",
+    "attention/FLASH_ATTN",
+    "allreduce_workspace/quant",
+)
+
+
+def check(specs: list[str], *, world_size: int = 2) -> FaultSpecError:
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.parse(specs).check(world_size=world_size, targets=TARGETS)
+    return raised.value
+
+
+def test_a_plan_within_the_world_and_the_graph_passes() -> None:
+    FaultPlan.parse(
+        [
+            "1:zentorch=RuntimeError:x",
+            "0-1:attention/FLASH_ATTN=hang",
+            "flashinfer.comm=TypeError:y",
+            "platform/cpu=crash",
+        ]
+    ).check(world_size=2, targets=TARGETS)
+    FaultPlan().check(world_size=1, targets=())
+
+
+@pytest.mark.parametrize(
+    ("spec", "world_size", "part", "reason"),
+    [
+        ("5:zentorch=RuntimeError:x", 2, "5", "rank 5 is outside the world of 2 ranks (0-1)"),
+        ("0-3:zentorch=hang", 2, "0-3", "rank 2 is outside the world of 2 ranks (0-1)"),
+        ("0,4-6:zentorch=hang", 4, "0,4-6", "rank 4 is outside the world of 4 ranks (0-3)"),
+        ("1:zentorch=hang", 1, "1", "rank 1 is outside the world of 1 rank (0)"),
+        (
+            "0-999999999:zentorch=hang",
+            8,
+            "0-999999999",
+            "rank 8 is outside the world of 8 ranks (0-7)",
+        ),
+    ],
+)
+def test_a_rank_outside_the_world_is_refused(
+    spec: str, world_size: int, part: str, reason: str
+) -> None:
+    error = check([spec], world_size=world_size)
+    assert error.spec == spec
+    assert error.part == part
+    assert error.reason == reason
+
+
+def test_an_unknown_target_names_the_valid_ones_and_a_close_match() -> None:
+    error = check(["zentorhc=RuntimeError:typo"])
+    assert error.spec == "zentorhc=RuntimeError:typo"
+    assert error.part == "zentorhc"
+    assert error.reason == (
+        "unknown target 'zentorhc' (did you mean zentorch?); valid targets: "
+        + ", ".join(sorted(TARGETS))
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "suggestion"),
+    [
+        ("attention/flash_attn", "attention/FLASH_ATTN"),
+        ("attention/FLASH_ATN", "attention/FLASH_ATTN"),
+        ("allreduce_workspace/qaunt", "allreduce_workspace/quant"),
+        ("flashinfer.com", "flashinfer.comm"),
+    ],
+)
+def test_close_matches_ignore_case(target: str, suggestion: str) -> None:
+    assert f"(did you mean {suggestion}?)" in check([f"{target}=OSError"]).reason
+
+
+def test_an_unknown_target_with_nothing_close_has_no_suggestion() -> None:
+    reason = check(["numpy=OSError"]).reason
+    assert reason.startswith("unknown target 'numpy'; valid targets: ")
+
+
+def test_a_package_of_a_known_module_is_a_target_but_a_submodule_is_not() -> None:
+    # A fault on flashinfer breaks the import of flashinfer.comm ...
+    FaultPlan.parse(["flashinfer=OSError"]).check(world_size=1, targets=TARGETS)
+    # ... but nothing imports torch.cuda, so a fault on it would never fire.
+    assert check(["torch.cuda=OSError"]).part == "torch.cuda"
+    # Step paths are matched whole: a prefix names no step.
+    assert check(["attention=hang"]).part == "attention"
+    assert check(["platform/cp=hang"]).part == "platform/cp"
+
+
+def test_the_first_bad_fault_is_reported() -> None:
+    error = check(["zentorch=OSError", "7:torch=OSError", "nothing=OSError"])
+    assert error.spec == "7:torch=OSError"
+
+
+def test_a_world_must_have_a_rank() -> None:
+    with pytest.raises(ValueError, match="world_size must be at least 1"):
+        FaultPlan().check(world_size=0, targets=TARGETS)
 
 
 # Ranks and the injecting importer -----------------------------------------------------
