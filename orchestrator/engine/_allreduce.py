@@ -96,6 +96,7 @@ from .._policy import ANY_EXCEPTION_POLICY, ErrorPolicy
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError
 
 __all__ = [
+    "WORKSPACE_MODULES",
     "RealWorkspaceFactory",
     "SimulatedWorkspace",
     "SimulatedWorkspaceFactory",
@@ -107,6 +108,11 @@ __all__ = [
 
 MNNVL = AllreduceBackend.MNNVL.value
 TRTLLM = AllreduceBackend.TRTLLM.value
+
+#: What :class:`RealWorkspaceFactory` imports to create a workspace.
+_COMM_MODULE = "flashinfer.comm"
+_TORCH_MODULE = "torch"
+WORKSPACE_MODULES = (_COMM_MODULE, _TORCH_MODULE)
 
 #: The step itself records nothing: a configuration error or a failed
 #: exchange ends the run. Workspace attempts use ANY_EXCEPTION_POLICY.
@@ -250,8 +256,8 @@ class RealWorkspaceFactory:
     ) -> object | None:
         """The flashinfer workspace; whatever flashinfer raises propagates to
         the attempt (and is recorded there)."""
-        comm: Any = import_module("flashinfer.comm")
-        torch = import_module("torch")
+        comm: Any = import_module(_COMM_MODULE)
+        torch = import_module(_TORCH_MODULE)
         workspace: object | None = comm.create_allreduce_fusion_workspace(
             backend=backend,
             world_size=world_size,

@@ -1,0 +1,157 @@
+"""What a fault may target in the reference engine: the modules its probes
+import and the step paths its graph can have.
+
+A fault whose target the run never reaches is never fired, and an injected
+failure that silently does nothing reads as a healthy host. The launcher
+checks a fault plan against this table before the run starts
+(:meth:`orchestrator.FaultPlan.check`).
+
+Modules (a package of one is a valid target too, see ``FaultPlan.check``)::
+
+    attention backends    ATTENTION_BACKENDS[*].module (flash_attn, flashinfer, triton...)
+    platform/cpu          zentorch
+    platform plugins      pynvml (cuda), amdsmi (rocm), libtpu (tpu), torch (xpu)
+    flashinfer_comm       flashinfer (looked up), flashinfer.comm
+    allreduce_workspace   flashinfer.comm, torch (the real workspace factory)
+    process_group         torch (torch.distributed)
+
+Step paths::
+
+    platform, platform/<built-in plugin>, platform/cpu/zentorch,
+    platform/<third-party plugin> (entry points of PLATFORM_PLUGIN_GROUP)
+    attention, attention/<every name in ATTENTION_BACKENDS>
+    flashinfer_comm
+    allreduce_workspace, allreduce_workspace/<every backend a chain can try>,
+    allreduce_workspace/agree, allreduce_workspace/quant
+    process_group
+
+Every attention backend is listed, not only the candidates of this host:
+which ones are probed depends on the platform the run detects, and an
+explicit selection may probe any of them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Collection, Iterable, Iterator
+
+import attrs
+
+from events import (
+    ALLREDUCE_AGREE_STEP,
+    ALLREDUCE_QUANT_STEP,
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
+)
+
+from ._allreduce import WORKSPACE_MODULES, allreduce_chain
+from ._attention import ATTENTION_BACKENDS
+from ._config import AllreduceBackend, EngineConfigError
+from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP
+
+__all__ = ["PROCESS_GROUP_STEP", "InjectionTargets", "injection_targets"]
+
+#: The set-up step in which a rank imports torch and joins its
+#: torch.distributed group, before the engine graph.
+PROCESS_GROUP_STEP = "process_group"
+
+#: Modules the platform probes import or look up, besides the attention
+#: backends': the optional zentorch (platform/cpu) and the device libraries
+#: of the host facts (cuda: pynvml, rocm: amdsmi, tpu: libtpu, xpu: torch).
+_PLATFORM_MODULES = ("zentorch", "pynvml", "amdsmi", "libtpu", "torch")
+
+#: flashinfer_comm looks ``flashinfer`` up, then imports ``flashinfer.comm``.
+_FLASHINFER_COMM_MODULES = ("flashinfer", "flashinfer.comm")
+
+#: The process-group set-up imports torch for torch.distributed.
+_PROCESS_GROUP_MODULES = ("torch",)
+
+
+@attrs.frozen(kw_only=True)
+class InjectionTargets(Collection[str]):
+    """The valid fault targets of one engine graph.
+
+    A collection of every target (modules, then step paths), so it can be
+    handed to :meth:`orchestrator.FaultPlan.check` as it is.
+
+    Attributes:
+        modules: module names probes import or look up, with their parent
+            packages, sorted.
+        steps: step paths the graph can have, sorted.
+    """
+
+    modules: tuple[str, ...]
+    steps: tuple[str, ...]
+
+    def __contains__(self, target: object) -> bool:
+        return target in self.modules or target in self.steps
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.modules
+        yield from self.steps
+
+    def __len__(self) -> int:
+        return len(self.modules) + len(self.steps)
+
+
+def injection_targets(
+    *, plugins: Iterable[str] = (), discover_plugins: bool = True
+) -> InjectionTargets:
+    """The modules and step paths a fault may target in the engine graph.
+
+    Args:
+        plugins: names of third-party platform plugins handed to the engine
+            directly (``build_engine_graph(plugins=...)``); each adds
+            ``platform/<name>``.
+        discover_plugins: whether to add ``platform/<name>`` for every entry
+            point registered under ``PLATFORM_PLUGIN_GROUP``. Entry points are
+            listed, never loaded: a plugin's code does not run here. What a
+            third-party plugin runs beneath its own step is unknown and not
+            listed.
+
+    Returns:
+        :class:`InjectionTargets` with ``modules`` and ``steps``.
+    """
+    modules = {backend.module for backend in ATTENTION_BACKENDS.values()}
+    modules.update(_PLATFORM_MODULES, _FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
+    modules.update(_PROCESS_GROUP_MODULES)
+    # A fault on a package breaks the import of its submodules.
+    for module in list(modules):
+        parts = module.split(".")
+        modules.update(".".join(parts[:end]) for end in range(1, len(parts)))
+
+    third_party = set(plugins)
+    if discover_plugins:
+        third_party.update(
+            entry_point.name
+            for entry_point in importlib.metadata.entry_points(group=PLATFORM_PLUGIN_GROUP)
+        )
+    # Names the platform step would refuse (empty, nested, or shadowing a
+    # built-in) never become steps.
+    third_party = {
+        name
+        for name in third_party
+        if name and "/" not in name and name not in BUILTIN_PLATFORM_PLUGINS
+    }
+
+    steps = {PLATFORM_STEP, ZENTORCH_STEP, ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP}
+    steps.update(f"{PLATFORM_STEP}/{name}" for name in (*BUILTIN_PLATFORM_PLUGINS, *third_party))
+    steps.update(f"{ATTENTION_STEP}/{name}" for name in ATTENTION_BACKENDS)
+    steps.update(f"{ALLREDUCE_STEP}/{backend}" for backend in _chain_backends())
+    steps.update((ALLREDUCE_AGREE_STEP, ALLREDUCE_QUANT_STEP, PROCESS_GROUP_STEP))
+    return InjectionTargets(modules=tuple(sorted(modules)), steps=tuple(sorted(steps)))
+
+
+def _chain_backends() -> set[str]:
+    """Every backend some all-reduce chain attempts, on one node or several."""
+    backends: set[str] = set()
+    for requested in AllreduceBackend:
+        for nodes in (1, 2):
+            try:
+                backends.update(allreduce_chain(requested, nodes))
+            except EngineConfigError:
+                continue
+    return backends
