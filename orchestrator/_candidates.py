@@ -144,9 +144,10 @@ async def select_candidate(
         ValueError: ``candidates`` is empty or repeats a name; no candidate
             is valid (the message lists every candidate's reasons); the
             explicit candidate is unknown (the message lists the valid
-            names) or not valid (``Selected backend X
-            is not valid for this configuration. Reason: [...]``, raised from
-            the original exception when one caused it).
+            names) or not valid (``Selected backend X is not valid for this
+            configuration. Reason: ...``: ``[Type: message]``, raised from
+            the original exception, when probing failed; the list of reasons
+            when the candidate does not fit).
         BaseException: whatever a probe raised that ``policy`` propagates.
     """
     ordered = sorted(candidates, key=lambda c: c.priority)
@@ -191,9 +192,14 @@ async def _select_explicit(
     result = await _probe(context, candidate, policy, timeout)
     report = _report(candidate, result)
     if not result.ok:
+        # As the seed has it: validation reasons print as the list they are;
+        # an environment failure (or a timeout) prints as ``[Type: message]``.
+        if result.outcome is Outcome.INVALID:
+            reason = repr(list(result.reasons))
+        else:
+            reason = f"[{'; '.join(result.reasons)}]"
         error = ValueError(
-            f"Selected {what} {name} is not valid for this configuration. "
-            f"Reason: {list(result.reasons)}"
+            f"Selected {what} {name} is not valid for this configuration. Reason: {reason}"
         )
         if result.error is not None:
             raise error from result.error

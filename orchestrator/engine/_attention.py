@@ -302,8 +302,10 @@ def make_attention_step(config: EngineConfig) -> Step:
     priority order)}``. Raises ValueError when no candidate is valid, or when
     the explicit backend is unknown (listing the valid names) or not valid
     (``Selected backend X is not valid for this configuration. Reason:
-    [...]``, raised from the original exception). A platform without known
-    backends (a third-party one) ends the step ``absent``.
+    [OSError: ...]``, raised from the original exception, when it cannot be
+    loaded; ``Reason: ['head_size 80 not supported']``, the reasons list,
+    when it does not fit). A platform without known backends (a third-party
+    one) ends the step ``absent``.
     """
     explicit = config.attention_backend
 

@@ -304,7 +304,7 @@ async def test_explicit_selection_failing_with_os_error_raises_value_error_from_
 
     assert str(raised.value) == (
         "Selected backend FLASHINFER is not valid for this configuration. "
-        "Reason: ['OSError: libcuda.so.1: cannot open shared object file']"
+        "Reason: [OSError: libcuda.so.1: cannot open shared object file]"
     )
     assert raised.value.__cause__ is error
     assert only(log, StepUnavailable, "attention/FLASHINFER").reasons == (

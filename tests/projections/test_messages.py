@@ -340,7 +340,7 @@ def explicit_rank(outcome: str) -> list[Event]:
     error = exception(
         "ValueError",
         "Selected backend FLASHINFER is not valid for this configuration. "
-        f"Reason: ['{FLASHINFER_PERMISSION.reason}']",
+        f"Reason: [{FLASHINFER_PERMISSION.reason}]",
         cause=FLASHINFER_PERMISSION,
     )
     builder.failed(ATTENTION_STEP, error)
