@@ -9,6 +9,7 @@ live exception, its frames or their locals.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import traceback
@@ -30,9 +31,10 @@ MAX_FRAMES = 64
 MAX_TEXT = 8192
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
-_URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@:]+(?::[^/\s@]*)?)@"
-)
+#: What may stand between ``://`` and the ``@`` that ends a URL's user
+#: information (``user`` or ``user:password``), anchored right after ``://``.
+_USERINFO = re.compile(r"[^/\s@:][^/\s@]*@")
+_SCHEME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _REDACTED = "[REDACTED]"
 _CAUSE_HEADER = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT_HEADER = "\nDuring handling of the above exception, another exception occurred:\n\n"
@@ -71,9 +73,47 @@ class Redactor:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, _REDACTED)
-        if "@" in text:
-            text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{_REDACTED}@", text)
+        if "@" in text and "://" in text:
+            text = _hide_url_credentials(text)
         return text
+
+
+def _hide_url_credentials(text: str) -> str:
+    """Replace the user information of every ``scheme://user:pass@host``.
+
+    A regular expression searching for the scheme would restart at every
+    letter of a long run of letters and take quadratic time on a hostile
+    message; this scan starts from each ``://`` instead, and every scan it
+    makes ends at the next ``/``, so the whole text is read a bounded number
+    of times however it is built.
+    """
+    parts: list[str] = []
+    done = 0
+    found = text.find("://")
+    while found >= 0:
+        after = found + 3
+        userinfo = _USERINFO.match(text, after) if _has_scheme(text, found, done) else None
+        if userinfo is None:
+            found = text.find("://", found + 1)
+            continue
+        parts += [text[done:after], _REDACTED, "@"]
+        done = userinfo.end()
+        found = text.find("://", done)
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _has_scheme(text: str, end: int, start: int) -> bool:
+    """Whether ``text[:end]`` ends in a URL scheme: scheme characters back to
+    a letter, without crossing ``start`` (the end of the last replacement)."""
+    index = end - 1
+    while index >= start and text[index] in _SCHEME_CHARACTERS:
+        if text[index].isascii() and text[index].isalpha():
+            return True
+        index -= 1
+    return False
 
 
 @attrs.frozen(kw_only=True)
@@ -86,9 +126,18 @@ class FrameInfo:
     line: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+# Equality, hashing and repr are written by hand: the ones attrs generates
+# recurse into ``cause``, ``context`` and ``exceptions``, and a log written
+# by another program may hold a chain thousands of links deep. Every
+# operation of this class walks its links with an explicit stack instead.
+@attrs.frozen(kw_only=True, eq=False, repr=False)
 class ExceptionInfo:
     """An exception as data.
+
+    Records compare equal when every field is equal, links included, and
+    equal records hash equally. Comparing, hashing, printing, rendering and
+    walking a record never recurse along its links, so a record of any depth
+    (one read from a log this package did not write, say) is safe to use.
 
     Attributes:
         type: qualified type name; builtins are bare (``PermissionError``),
@@ -139,7 +188,8 @@ class ExceptionInfo:
         ``__notes__`` or chain. At most ``max_chain`` linked exceptions are
         recorded; a record whose links were cut has ``truncated=True``.
         Secrets are redacted with ``redactor`` (default: from the current
-        environment).
+        environment) in the whole of each text, before it is cut to
+        :data:`MAX_TEXT` characters.
         """
         capture = _Capture(redactor or Redactor.from_environment(), max_chain)
         try:
@@ -159,18 +209,49 @@ class ExceptionInfo:
 
     def root(self) -> ExceptionInfo:
         """The innermost cause: the exception that started it all."""
-        return self.chain()[-1]
+        node = self
+        while (below := node.cause or node.context) is not None:
+            node = below
+        return node
 
-    def format(self) -> str:
-        """Render like :func:`traceback.format_exception`, causes first."""
+    def format(self, *, chain: bool = True, max_links: int | None = None) -> str:
+        """Render like :func:`traceback.format_exception`, causes first.
+
+        Args:
+            chain: render the causes too (as ``traceback`` does); ``False``
+                renders this record alone (with the members of a group).
+            max_links: render at most this many links of the chain (this
+                record and the causes nearest to it); one line first says how
+                many further down were left out. ``None``: every link.
+
+        Groups nested more than ten deep (``traceback``'s default
+        ``max_group_depth``) are summarised in one line, so the text grows
+        linearly with the record whatever its shape.
+        """
+        if not chain:
+            return self._format_one(max_links, 0)
+        return self._format(max_links, 0)
+
+    def _format(self, max_links: int | None, depth: int) -> str:
+        shown: list[ExceptionInfo] = []
+        node: ExceptionInfo | None = self
+        while node is not None and (max_links is None or len(shown) < max_links):
+            shown.append(node)
+            node = node.cause or node.context
         parts: list[str] = []
-        for node in reversed(self.chain()):
+        if node is not None:
+            hidden = 0
+            while node is not None:
+                hidden += 1
+                node = node.cause or node.context
+            parts.append(f"... ({_count(hidden, 'more linked exception')} not shown)\n")
+        for link in reversed(shown):
             if parts:
-                parts.append(_CAUSE_HEADER if node.cause is not None else _CONTEXT_HEADER)
-            parts.append(node._format_one())
+                parts.append(_CAUSE_HEADER if link.cause is not None else _CONTEXT_HEADER)
+            parts.append(link._format_one(max_links, depth))
         return "".join(parts)
 
-    def _format_one(self) -> str:
+    def _format_one(self, max_links: int | None, depth: int) -> str:
         lines: list[str] = []
         if self.frames:
             lines.append("Traceback (most recent call last):\n")
@@ -180,24 +261,110 @@ class ExceptionInfo:
                     lines.append(f"    {frame.line}\n")
         lines.append(f"{self.type}: {self.message}\n" if self.message else f"{self.type}\n")
         lines.extend(f"{note}\n" for note in self.notes)
-        for index, member in enumerate(self.exceptions, 1):
-            body = member.format().rstrip("\n").replace("\n", "\n  | ")
-            lines.append(f"  +---------------- {index} ----------------\n  | {body}\n")
+        if self.exceptions and depth >= _MAX_GROUP_DEPTH:
+            lines.append(
+                f"  +---------------- ... ----------------\n"
+                f"  | ... ({_count(len(self.exceptions), 'member exception')} of a group nested "
+                f"more than {_MAX_GROUP_DEPTH} deep not shown)\n"
+            )
+        else:
+            for index, member in enumerate(self.exceptions, 1):
+                rendered = member._format(max_links, depth + 1)
+                body = rendered.rstrip("\n").replace("\n", "\n  | ")
+                lines.append(f"  +---------------- {index} ----------------\n  | {body}\n")
         if self.truncated:
             lines.append("  ... (exception chain truncated)\n")
         return "".join(lines)
 
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        pairs: list[tuple[ExceptionInfo | None, ExceptionInfo | None]] = [(self, other)]
+        while pairs:
+            left, right = pairs.pop()
+            if left is right:
+                continue
+            if (
+                left is None
+                or right is None
+                or left.__class__ is not right.__class__
+                or _fields_of(left) != _fields_of(right)
+                or len(left.exceptions) != len(right.exceptions)
+            ):
+                return False
+            pairs.append((left.cause, right.cause))
+            pairs.append((left.context, right.context))
+            pairs.extend(zip(left.exceptions, right.exceptions, strict=True))
+        return True
 
-def _safe_text(value: object, limit: int = MAX_TEXT) -> str:
+    def __hash__(self) -> int:
+        # The records of the tree in a fixed order, each with how many links
+        # it has, describe the tree exactly: equal trees give equal lists.
+        items: list[object] = []
+        pending: list[ExceptionInfo] = [self]
+        while pending:
+            node = pending.pop()
+            items.append(_fields_of(node))
+            items.append((node.cause is None, node.context is None, len(node.exceptions)))
+            pending.extend(reversed(node.exceptions))
+            if node.context is not None:
+                pending.append(node.context)
+            if node.cause is not None:
+                pending.append(node.cause)
+        return hash(tuple(items))
+
+    def __repr__(self) -> str:
+        out: list[str] = []
+        pending: list[str | ExceptionInfo] = [self]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            pieces: list[str | ExceptionInfo] = [f"{item.__class__.__name__}("]
+            for index, field in enumerate(_FIELD_NAMES):
+                value = getattr(item, field)
+                label = f"{', ' if index else ''}{field}="
+                if field in _LINKS and isinstance(value, ExceptionInfo):
+                    pieces += [label, value]
+                elif field == "exceptions" and value:
+                    pieces.append(label + "(")
+                    for position, member in enumerate(value):
+                        pieces += [", " if position else "", member]
+                    pieces.append(",)" if len(value) == 1 else ")")
+                else:
+                    pieces.append(label + repr(value))
+            pieces.append(")")
+            pending.extend(reversed(pieces))
+        return "".join(out)
+
+
+#: The fields that link one record to others.
+_LINKS = frozenset({"cause", "context", "exceptions"})
+_FIELD_NAMES = tuple(field.name for field in attrs.fields(ExceptionInfo))
+_fields_of = operator.attrgetter(*(name for name in _FIELD_NAMES if name not in _LINKS))
+#: Exception groups nested deeper than this are summarised by format().
+_MAX_GROUP_DEPTH = 10
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+def _plain_text(value: object) -> str:
+    """``str(value)`` whole, as valid UTF-8; never raises."""
     try:
         text = value if isinstance(value, str) else str(value)
     except Exception:
         return f"<unprintable {_type_name(type(value))}>"
     # Lone surrogates (from bytes decoded with surrogateescape) are not valid
     # UTF-8; replace them so the record always encodes.
-    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _truncated(text: str, limit: int = MAX_TEXT) -> str:
     if len(text) > limit:
-        text = text[:limit] + f"... [{len(text) - limit} more characters]"
+        return text[:limit] + f"... [{len(text) - limit} more characters]"
     return text
 
 
@@ -218,6 +385,12 @@ class _Capture:
         self._redact = redactor
         self._budget = max_chain
         self._seen: set[int] = set()
+
+    def _text(self, value: object) -> str:
+        # Redact the whole text, then cut it: cutting first could split a
+        # secret or a URL's credentials at the limit, and a split secret no
+        # longer matches while its first part stays readable in the record.
+        return _truncated(self._redact(_plain_text(value)))
 
     def run(self, exc: BaseException) -> ExceptionInfo:
         # Iterative over the cause/context spine, so a 10,000-deep chain never
@@ -267,31 +440,28 @@ class _Capture:
         return None, None
 
     def _fields(self, exc: BaseException) -> dict[str, Any]:
-        name = _type_name(type(exc))
-        message = self._redact(_safe_text(exc))
+        message = self._text(exc)
         fields: dict[str, Any] = {
-            "type": name,
+            "type": self._text(_type_name(type(exc))),
             "message": message,
-            "reason": f"{type(exc).__name__}: {message}",
+            "reason": f"{self._text(type(exc).__name__)}: {message}",
             "frames": self._frames(_safe_getattr(exc, "__traceback__")),
         }
         if isinstance(exc, OSError):
             errno_value = _safe_getattr(exc, "errno")
             fields["errno"] = errno_value if isinstance(errno_value, int) else None
             strerror = _safe_getattr(exc, "strerror")
-            fields["strerror"] = None if strerror is None else self._redact(_safe_text(strerror))
+            fields["strerror"] = None if strerror is None else self._text(strerror)
             filename = _safe_getattr(exc, "filename")
-            fields["filename"] = None if filename is None else self._redact(_safe_text(filename))
+            fields["filename"] = None if filename is None else self._text(filename)
         if isinstance(exc, ImportError):
             module_name = _safe_getattr(exc, "name")
             module_path = _safe_getattr(exc, "path")
-            fields["module_name"] = None if module_name is None else _safe_text(module_name)
-            fields["module_path"] = (
-                None if module_path is None else self._redact(_safe_text(module_path))
-            )
+            fields["module_name"] = None if module_name is None else self._text(module_name)
+            fields["module_path"] = None if module_path is None else self._text(module_path)
         notes = _safe_getattr(exc, "__notes__")
         if isinstance(notes, list | tuple):
-            fields["notes"] = tuple(self._redact(_safe_text(note)) for note in notes[:MAX_FRAMES])
+            fields["notes"] = tuple(self._text(note) for note in notes[:MAX_FRAMES])
         if isinstance(exc, BaseExceptionGroup):
             members: list[ExceptionInfo] = []
             truncated = False
@@ -313,10 +483,10 @@ class _Capture:
             return ()
         frames = [
             FrameInfo(
-                filename=self._redact(_safe_text(frame.filename)),
+                filename=self._text(frame.filename),
                 lineno=frame.lineno,
-                name=_safe_text(frame.name),
-                line=self._redact(_safe_text(frame.line)) if frame.line else None,
+                name=self._text(frame.name),
+                line=self._text(frame.line) if frame.line else None,
             )
             for frame in summary[-MAX_FRAMES:]
         ]
