@@ -28,6 +28,8 @@ candidate's ``plugin``/``candidate``/``backend`` attribute)::
                                                        when the parent step ends
     allreduce_workspace ok, enabled                     allreduce.workspace_ready
     allreduce_workspace ok, disabled, attempts ran      allreduce.workspace_failed
+    allreduce_workspace/quant ends unavailable,         allreduce.quant_workspace_failed
+      timed out or crashed (quantization fusion off)
     an error that reached the graph, not covered above  step.failed (its deepest step only)
     step.timed_out | step.crashed not covered above     step.timed_out | step.crashed
     run.finished ready | failed | interrupted           run.ready | run.failed | run.interrupted
@@ -133,7 +135,7 @@ Rule = tuple[Severity, Scope]
 _DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
 _PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
 
-#: SPEC §3.6, row by row.
+#: SPEC §3.6, row by row, then the codes this release adds to it.
 _TABLE: dict[str, Rule] = {
     "platform.plugin_failed": (_DEBUG, _PROCESS),
     "platform.detected": (_INFO, _LOCAL),
@@ -154,6 +156,8 @@ _TABLE: dict[str, Rule] = {
     "allreduce.workspace_ready": (_INFO, _LOCAL),
     "allreduce.workspace_failed": (_ERROR, _PROCESS),
     "allreduce.divergence": (_ERROR, _GLOBAL),
+    # Added: a terminal failure, ERROR once per rank as its plain sibling.
+    "allreduce.quant_workspace_failed": (_ERROR, _PROCESS),
     "step.failed": (_ERROR, _PROCESS),
     "step.timed_out": (_ERROR, _PROCESS),
     "step.crashed": (_ERROR, _PROCESS),
@@ -849,14 +853,16 @@ class _Derivation:
         )
         if step == ALLREDUCE_STEP:
             self.flush_attempt()
-        # A timeout or crash of an all-reduce attempt is covered by the
-        # allreduce codes; any other is reported where it happened.
-        reported = isinstance(event, StepTimedOut | StepCrashed) and not is_attempt
+        # A timeout or crash of an all-reduce attempt or of the quantization
+        # workspace is covered by the allreduce codes; any other is reported
+        # where it happened.
+        covered = is_attempt or step == ALLREDUCE_QUANT_STEP
+        reported = isinstance(event, StepTimedOut | StepCrashed) and not covered
         tracked = _track(
             tracking.failures,
             event,
             top_level=_top_level(event, tracking.root_span_id),
-            reported=reported or is_attempt,
+            reported=reported or covered,
         )
         self.track(failures=tracked.pending)
         if isinstance(event, StepFailed) and tracked.originated:
@@ -883,6 +889,8 @@ class _Derivation:
             self.allreduce(event)
         elif is_attempt:
             self.allreduce_attempt(event, started, name)
+        elif step == ALLREDUCE_QUANT_STEP:
+            self.quant_workspace(event, started)
 
     def step_stopped(self, event: Event) -> None:
         if isinstance(event, StepTimedOut):
@@ -1161,6 +1169,26 @@ class _Derivation:
             step=event.step,
             args=(last_backend, reason),
             seqs=[seq for _b, _r, seq in attempts],
+        )
+
+    def quant_workspace(self, event: Event, started: StepStarted | None) -> None:
+        # A propagating failure (StepFailed) is a step.failed; a cancelled one
+        # is part of a run that stopped for another reason.
+        if not isinstance(event, StepUnavailable | StepTimedOut | StepCrashed):
+            return
+        plain = [backend for backend, reason, _seq in self.tracking.attempts if reason is None]
+        backend = _attribute(started, "backend", plain[-1] if plain else "unknown")
+        reason = _reason_of(event)
+        self.emit(
+            "allreduce.quant_workspace_failed",
+            f"Failed to initialize FlashInfer allreduce quantization fusion workspace with "
+            f"backend={backend} ({reason}); quantization fusion is disabled and startup "
+            f"continues with the plain allreduce fusion on backend={backend}. Fix what stopped "
+            "the workspace from being created, or turn quantization fusion off in the engine "
+            "configuration.",
+            step=event.step,
+            args=(backend, reason),
+            detail=_detail(_cause_of(event)),
         )
 
 

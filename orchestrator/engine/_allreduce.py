@@ -64,9 +64,12 @@ nothing its peers wait for. A factory whose creation is itself collective
 must fail on every rank together, or the step's peers wait for the group's
 timeout.
 
-The quantization-fusion workspace (``allreduce_workspace/quant``) always
-uses the agreed backend, so it reuses the plain workspace instead of
-creating a second one.
+The quantization-fusion workspace (``allreduce_workspace/quant``, attribute
+``backend``) always uses the agreed backend, so it reuses the plain
+workspace instead of creating a second one. When it fails anyway (any
+``Exception``, or a timeout: recorded, never a crash of the engine), the
+quantization fusion is disabled on this rank and the plain fusion stays on:
+the result has ``quant_backend`` null and ``quant_reason`` saying why.
 """
 
 from __future__ import annotations
@@ -337,7 +340,9 @@ def make_allreduce_step(config: EngineConfig) -> Step:
     """The ``allreduce_workspace`` step for ``config`` (see the module docs).
 
     Its result is ``{"enabled", "backend", "quant_backend", "reason",
-    "nodes"}``. It raises :class:`~orchestrator.engine.EngineConfigError`
+    "quant_reason", "nodes"}``: ``reason`` says why the fusion is off,
+    ``quant_reason`` why the quantization fusion is while the fusion is on
+    (null otherwise). It raises :class:`~orchestrator.engine.EngineConfigError`
     (the run fails) for trtllm on several nodes, and
     :class:`~orchestrator.GroupError` when the ranks cannot exchange results.
     """
@@ -367,13 +372,20 @@ class _Setup:
         self.chain: tuple[str, ...] = ()
 
     def finish(
-        self, backend: str | None, reason: str | None, quant: str | None = None
+        self,
+        backend: str | None,
+        reason: str | None,
+        quant: str | None = None,
+        quant_reason: str | None = None,
     ) -> JsonValue:
+        if backend is not None and quant is None and quant_reason is None:
+            quant_reason = "quantization fusion is off in the configuration"
         return {
             "enabled": backend is not None,
             "backend": backend,
             "quant_backend": quant,
             "reason": reason,
+            "quant_reason": quant_reason,
             "nodes": self.nodes,
         }
 
@@ -395,10 +407,10 @@ class _Setup:
         for result in chain.attempts:
             statuses[_backend_of(result)] = _OK if result.ok else _FAILED
         agreed, reason = await self.agree(chain.backend, statuses, chain.attempts)
-        quant: str | None = None
-        if agreed is not None and self.config.quant_fusion:
-            quant = await self.quant(agreed)
-        return self.finish(agreed, reason, quant)
+        if agreed is None or not self.config.quant_fusion:
+            return self.finish(agreed, reason)
+        quant, quant_reason = await self.quant(agreed)
+        return self.finish(agreed, reason, quant, quant_reason)
 
     async def join_without_flashinfer(self) -> None:
         # Peers with flashinfer.comm are about to exchange their results; take
@@ -518,14 +530,25 @@ class _Setup:
         )
         return _OK if result.ok else _FAILED
 
-    async def quant(self, backend: str) -> str | None:
+    async def quant(self, backend: str) -> tuple[str | None, str | None]:
+        """The quantization workspace's backend, or ``None`` and why not."""
+
         # After agreement the quantization workspace wants the same backend as
         # the plain one, which this rank holds: reuse it, never build a second.
         async def quant(child: StepContext) -> JsonValue:
             return {"backend": backend, "reused": True}
 
-        result = await self.ctx.run_child(_QUANT, quant, policy=ANY_EXCEPTION_POLICY)
-        return backend if result.ok else None
+        result = await self.ctx.run_child(
+            _QUANT,
+            quant,
+            policy=ANY_EXCEPTION_POLICY,
+            timeout=self.config.step_timeout,
+            attributes={"backend": backend},
+        )
+        if result.ok:
+            return backend, None
+        why = "; ".join(result.reasons) or str(result.outcome)
+        return None, f"the quantization fusion workspace failed ({why})"
 
 
 #: Tags this rank's part of the agreement, so an exchange that a peer joined

@@ -34,6 +34,7 @@ from events import (
     StepStarted,
     StepSucceeded,
     StepUnavailable,
+    outcome_of,
     read_log,
 )
 from orchestrator import (
@@ -156,6 +157,7 @@ async def test_auto_on_one_node_without_multicast_falls_back_to_trtllm() -> None
         "backend": "trtllm",
         "quant_backend": "trtllm",
         "reason": None,
+        "quant_reason": None,
         "nodes": 1,
     }
     mnnvl, trtllm = rank.attempts()
@@ -255,6 +257,7 @@ async def test_disabled_without_any_attempt(
         "backend": None,
         "quant_backend": None,
         "reason": reason,
+        "quant_reason": None,
         "nodes": 1,
     }
     assert rank.attempts() == []
@@ -268,7 +271,9 @@ async def test_the_quantization_workspace_reuses_the_plain_one() -> None:
 
     assert rank.factory.created == ["mnnvl"]
     assert rank.step_result(ALLREDUCE_QUANT_STEP) == {"backend": "mnnvl", "reused": True}
+    assert only(rank.log, StepStarted, ALLREDUCE_QUANT_STEP).attributes == {"backend": "mnnvl"}
     assert rank.result["quant_backend"] == "mnnvl"
+    assert rank.result["quant_reason"] is None
     assert rank.factory.released == []
 
 
@@ -277,7 +282,47 @@ async def test_without_quantization_fusion_there_is_no_quant_workspace() -> None
 
     assert rank.result["backend"] == "mnnvl"
     assert rank.result["quant_backend"] is None
+    assert rank.result["quant_reason"] == "quantization fusion is off in the configuration"
     assert not rank.started(ALLREDUCE_QUANT_STEP)
+
+
+async def test_a_failed_quantization_workspace_disables_only_the_quantization_fusion() -> None:
+    rank = await run_rank(
+        EngineConfig(tp=8),
+        host=FakeHost(multicast=True),
+        faults=["allreduce_workspace/quant=RuntimeError:quant workspace creation failed"],
+    )
+
+    failed = terminal(rank.log, ALLREDUCE_QUANT_STEP)
+    assert isinstance(failed, StepUnavailable)
+    assert failed.reasons == ("RuntimeError: quant workspace creation failed",)
+    assert rank.result == {
+        "enabled": True,
+        "backend": "mnnvl",
+        "quant_backend": None,
+        "reason": None,
+        "quant_reason": "the quantization fusion workspace failed "
+        "(RuntimeError: quant workspace creation failed)",
+        "nodes": 1,
+    }
+    assert rank.factory.created == ["mnnvl"]
+    assert rank.factory.released == [], "the plain workspace stays in use"
+    assert rank.error is None
+    assert rank.finished().outcome is RunOutcome.READY
+
+
+async def test_a_quantization_workspace_that_times_out_is_recorded_and_startup_goes_on() -> None:
+    rank = await run_rank(
+        EngineConfig(tp=8, step_timeout=0.05),
+        host=FakeHost(multicast=True),
+        faults=["allreduce_workspace/quant=hang"],
+    )
+
+    assert outcome_of(terminal(rank.log, ALLREDUCE_QUANT_STEP)) is Outcome.TIMED_OUT
+    assert rank.result["backend"] == "mnnvl"
+    assert rank.result["quant_backend"] is None
+    assert rank.result["quant_reason"].startswith("the quantization fusion workspace failed (")
+    assert rank.finished().outcome is RunOutcome.READY
 
 
 async def test_a_programming_error_of_the_factory_is_a_failed_attempt_not_a_crash() -> None:
@@ -614,6 +659,7 @@ async def test_ranks_agree_that_no_backend_works_when_rank_2_cannot_build_trtllm
             "backend": None,
             "quant_backend": None,
             "reason": expected_reason,
+            "quant_reason": None,
             "nodes": 1,
         }, f"rank {index}"
         assert rank.decisions()["allreduce.agreed"] is None

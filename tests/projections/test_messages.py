@@ -73,6 +73,11 @@ SPEC_TABLE = {
     "run.interrupted": ("ERROR", "process"),
 }
 
+#: Codes this release adds to the table (adding is allowed, changing is not).
+ADDED_CODES = {
+    "allreduce.quant_workspace_failed": ("ERROR", "process"),
+}
+
 
 def derive(events: list[Event], policy: SeverityPolicy = DEFAULT_POLICY) -> MessagesState:
     return fold_events(Messages(policy), events)
@@ -85,7 +90,7 @@ def only(state: MessagesState, code: str, rank: int = 0) -> Message:
 
 
 def assert_rule(message: Message) -> None:
-    severity, scope = SPEC_TABLE[message.code]
+    severity, scope = {**SPEC_TABLE, **ADDED_CODES}[message.code]
     assert message.severity is Severity[severity]
     assert message.scope is Scope(scope)
 
@@ -97,12 +102,13 @@ def codes_of(state: MessagesState, rank: int = 0) -> list[str]:
 # -- the policy ----------------------------------------------------------------
 
 
-def test_default_policy_is_the_spec_table() -> None:
+def test_default_policy_is_the_spec_table_plus_added_codes() -> None:
     table = {
         code: (severity.name, scope.value)
         for code, (severity, scope) in DEFAULT_POLICY.rules.items()
     }
-    assert table == SPEC_TABLE
+    assert table == {**SPEC_TABLE, **ADDED_CODES}
+    assert not set(ADDED_CODES) & set(SPEC_TABLE)
 
 
 def test_policy_json_round_trip() -> None:
@@ -562,6 +568,131 @@ def test_without_a_next_attempt_the_warning_says_the_next_backend() -> None:
     assert only(state, "allreduce.attempt_failed").text.endswith(
         "falling back to the next backend."
     )
+
+
+QUANT_STEP = "allreduce_workspace/quant"
+QUANT_FAILED = exception("RuntimeError", "quant workspace creation failed", frame="create")
+QUANT_TEXT = (
+    "Failed to initialize FlashInfer allreduce quantization fusion workspace with "
+    "backend=trtllm (RuntimeError: quant workspace creation failed); quantization fusion is "
+    "disabled and startup continues with the plain allreduce fusion on backend=trtllm. Fix what "
+    "stopped the workspace from being created, or turn quantization fusion off in the engine "
+    "configuration."
+)
+
+
+def quant_rank(rank: int, outcome: str, *, attributes: bool = True) -> list[Event]:
+    """A rank whose plain workspace is trtllm and whose quantization
+    workspace ends ``outcome`` (ok, unavailable, timed_out, crashed,
+    cancelled), as the engine writes it."""
+    builder = RankBuilder(rank, world_size=2).run_started()
+    builder.start(ALLREDUCE_STEP, attributes={"requested": "trtllm", "tp": 2})
+    builder.start(
+        "allreduce_workspace/trtllm",
+        kind=StepKind.ATTEMPT,
+        attributes={"backend": "trtllm", "attempt": 0, "attempts": 1, "fallback_left": False},
+    )
+    builder.ok("allreduce_workspace/trtllm", {"backend": "trtllm"})
+    builder.start(QUANT_STEP, attributes={"backend": "trtllm"} if attributes else None)
+    if outcome == "ok":
+        builder.ok(QUANT_STEP, {"backend": "trtllm", "reused": True})
+    elif outcome == "unavailable":
+        builder.unavailable(QUANT_STEP, cause=QUANT_FAILED)
+    elif outcome == "timed_out":
+        builder.timed_out(QUANT_STEP, 30)
+    elif outcome == "crashed":
+        builder.crashed(QUANT_STEP, signal=11)
+    else:
+        builder.cancelled(QUANT_STEP, "the run was interrupted")
+        builder.cancelled(ALLREDUCE_STEP, "the run was interrupted")
+        return builder.finish(RunOutcome.INTERRUPTED)
+    failed = outcome != "ok"
+    builder.ok(
+        ALLREDUCE_STEP,
+        {
+            "enabled": True,
+            "backend": "trtllm",
+            "quant_backend": None if failed else "trtllm",
+            "reason": None,
+            "quant_reason": "the quantization fusion workspace failed" if failed else None,
+            "nodes": 1,
+        },
+    )
+    return builder.finish()
+
+
+def test_a_failed_quantization_workspace_is_one_error_and_the_fusion_stays_ready() -> None:
+    state = derive(quant_rank(0, "unavailable"))
+
+    assert codes_of(state) == [
+        "allreduce.quant_workspace_failed",
+        "allreduce.workspace_ready",
+        "run.ready",
+    ]
+    error = only(state, "allreduce.quant_workspace_failed")
+    assert_rule(error)
+    assert error.severity is Severity.ERROR
+    assert error.scope is Scope.PROCESS
+    assert error.text == QUANT_TEXT
+    assert error.step == QUANT_STEP
+    assert error.args == ("trtllm", "RuntimeError: quant workspace creation failed")
+    assert error.printed
+    assert error.detail is not None
+    assert "quant workspace creation failed" in error.detail
+    # Red on the quantization workspace's span; its parent is not.
+    assert step_severity(state, 0, QUANT_STEP) is Severity.ERROR
+    parent = step_severity(state, 0, ALLREDUCE_STEP)
+    assert parent is not None
+    assert parent <= Severity.INFO
+
+
+def test_the_quantization_error_is_derived_when_its_step_ends() -> None:
+    events = quant_rank(0, "unavailable")
+    end = next(i for i, e in enumerate(events) if e.step == QUANT_STEP and e.TYPE != "step.started")
+    partial = derive(events[: end + 1])
+    assert codes_of(partial) == ["allreduce.quant_workspace_failed"]
+    assert step_severity(partial, 0, QUANT_STEP) is Severity.ERROR
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [("timed_out", "timed out after 30 s"), ("crashed", "its process was killed by signal 11")],
+)
+def test_a_quantization_workspace_that_stopped_is_the_same_one_error(
+    outcome: str, reason: str
+) -> None:
+    state = derive(quant_rank(0, outcome))
+
+    errors = [m for m in state.messages(0) if m.severity is Severity.ERROR]
+    assert [m.code for m in errors] == ["allreduce.quant_workspace_failed"]
+    assert f"backend=trtllm ({reason}" in errors[0].text
+    assert errors[0].detail is None
+    assert codes_of(state)[-1] == "run.ready"
+
+
+@pytest.mark.parametrize("outcome", ["ok", "cancelled"])
+def test_a_quantization_workspace_that_worked_or_was_cancelled_says_nothing(outcome: str) -> None:
+    state = derive(quant_rank(0, outcome))
+    assert "allreduce.quant_workspace_failed" not in codes_of(state)
+    assert step_severity(state, 0, QUANT_STEP) is None
+
+
+def test_every_rank_prints_its_quantization_error_and_a_report_groups_them() -> None:
+    state = derive([*quant_rank(0, "unavailable"), *quant_rank(1, "unavailable")])
+
+    for rank in (0, 1):
+        assert codes_of(state, rank).count("allreduce.quant_workspace_failed") == 1
+        assert only(state, "allreduce.quant_workspace_failed", rank).printed
+    [group] = [
+        g for g in group_messages(state.messages()) if g.code == "allreduce.quant_workspace_failed"
+    ]
+    assert group.ranks == (0, 1)
+    assert group.describe() == f"ERROR [ranks 0-1] {QUANT_TEXT}"
+
+
+def test_an_older_log_without_the_backend_attribute_names_the_plain_backend() -> None:
+    state = derive(quant_rank(0, "unavailable", attributes=False))
+    assert only(state, "allreduce.quant_workspace_failed").text == QUANT_TEXT
 
 
 # -- generic step and run codes ------------------------------------------------
