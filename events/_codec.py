@@ -16,11 +16,22 @@ decoded without touching this module (its type must be one the codec knows;
 an unknown type fails at import). The generated decoder only recognises
 well-formed records; for anything else the field-by-field checks below
 decide, and they name the field that is wrong.
+
+A class whose fields hold records of the class itself (an
+:class:`ExceptionInfo` and its ``cause``, ``context`` and group members) is
+encoded, decoded and checked from the leaves up with an explicit stack, one
+record at a time, never by recursion: a log written by another program may
+nest such records thousands deep. JSON nested deeper than orjson goes (it
+writes 254 levels and reads 1,024) is written in pieces orjson splices
+together, and read by a small iterative parser of this module that leaves
+every string and number to orjson, so such a line reads as any other.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -135,8 +146,19 @@ _Check = Callable[[Any, str], Any]
 
 def _fail(path: str, expected: str, value: Any) -> DecodeError:
     return DecodeError(
-        f"field {path!r}: expected {expected}, got {_json_type(value)} {value!r:.60}"
+        f"field {path!r}: expected {expected}, got {_json_type(value)} {_preview(value):.60}"
     )
+
+
+_PREVIEW = reprlib.Repr()
+_PREVIEW.maxlevel = 2
+_PREVIEW.maxstring = _PREVIEW.maxother = 60
+
+
+def _preview(value: Any) -> str:
+    # repr() of a container recurses through it, and a record may nest
+    # arbitrarily deep: show containers a few levels down only.
+    return _PREVIEW.repr(value) if type(value) in (dict, list) else repr(value)
 
 
 def _json_type(value: Any) -> str:
@@ -228,15 +250,25 @@ def _nested(cls: type[Any]) -> _Check:
     def check_nested(value: Any, path: str) -> Any:
         if type(value) is not dict:
             raise _fail(path, "an object", value)
-        # load() writes checked values back into the dict it is given: give
-        # it a copy, so the caller's record is left as it was.
-        return _CHECKS[cls].load(dict(value), path + ".")
+        return _load(cls, value, path + ".")
 
     return check_nested
 
 
-def _check_for(tp: Any) -> _Check:
-    """The check for one annotated type."""
+def _built(cls: type[Any]) -> _Check:
+    """The check of a field holding a record of its own class: the tree walk
+    (:func:`_load`) has built that record already and put it in place."""
+
+    def check_built(value: Any, path: str) -> Any:
+        if type(value) is not cls:
+            raise _fail(path, "an object", value)
+        return value
+
+    return check_built
+
+
+def _check_for(tp: Any, own: type[Any] | None = None) -> _Check:
+    """The check for one annotated type, in a field of class ``own``."""
     shape = _shape(tp)
     match shape:
         case ("scalar", scalar):
@@ -246,18 +278,200 @@ def _check_for(tp: Any) -> _Check:
         case ("any",):
             return _check_json
         case ("optional", inner):
-            return _optional(_check_for(inner))
+            return _optional(_check_for(inner, own))
         case ("enum", enum_cls):
             return _enum(enum_cls)
         case ("tuple", item):
-            return _tuple_of(_check_for(item))
+            return _tuple_of(_check_for(item, own))
         case ("str_mapping",):
             return _check_str_mapping
         case ("json_mapping",):
             return _check_json_object
         case ("record", record_cls):
+            if own is not None and record_cls is own:
+                return _built(own)
             return _nested(record_cls)
     raise AssertionError(shape)  # pragma: no cover - _shape covers every case
+
+
+#: For each field of a class that holds records of that same class: its name
+#: and whether it holds a tuple of them (else one record or None).
+_Links = tuple[tuple[str, bool], ...]
+
+
+def _self_links(cls: type[Any]) -> _Links:
+    """The fields of ``cls`` through which its records nest."""
+    hints = typing.get_type_hints(cls)
+    links: list[tuple[str, bool]] = []
+    for field in attrs.fields(cls):
+        shape = _shape(hints[field.name])
+        if shape[0] == "optional":
+            shape = _shape(shape[1])
+        if shape == ("record", cls):
+            links.append((field.name, False))
+        elif shape[0] == "tuple" and _shape(shape[1]) == ("record", cls):
+            links.append((field.name, True))
+    return tuple(links)
+
+
+def _post_order(
+    root: Any, children: Callable[[Any], list[Any]], build: Callable[[Any, dict[int, Any]], Any]
+) -> Any:
+    """What ``build`` makes of ``root``, built from the leaves up with an
+    explicit stack instead of recursion.
+
+    ``build(node, built)`` is called once per distinct node (by identity),
+    after every node of ``children(node)``; ``built`` maps ``id(child)`` to
+    what was made of it. Returns what was made of ``root``.
+
+    Raises:
+        ValueError: the nodes link back to one of their ancestors.
+    """
+    built: dict[int, Any] = {}
+    expanded: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        key = id(node)
+        if key in built:
+            stack.pop()
+            continue
+        waiting = [child for child in children(node) if id(child) not in built]
+        if waiting:
+            # Everything pushed above a node is built before the node is
+            # looked at again, unless a descendant leads back to it.
+            if key in expanded:
+                raise ValueError("the records link back to one of their ancestors")
+            expanded.add(key)
+            stack += waiting
+            continue
+        stack.pop()
+        built[key] = build(node, built)
+    return built[id(root)]
+
+
+def _record_children(links: _Links) -> Callable[[Any], list[Any]]:
+    """The nested records (dicts) of a record of a class with ``links``."""
+
+    def children(record: Any) -> list[Any]:
+        found: list[Any] = []
+        if type(record) is not dict:
+            return found
+        for name, many in links:
+            value = record.get(name)
+            if many:
+                if type(value) is list:
+                    found += [item for item in value if type(item) is dict]
+            elif type(value) is dict:
+                found.append(value)
+        return found
+
+    return children
+
+
+class _ReadyMade(Exception):
+    """A link of a record holds a ready-made instance instead of JSON (a
+    record from a caller rather than a log): refused like any wrong value.
+
+    Attributes:
+        segment: the field (and index) holding it, as a path segment.
+        value: the instance.
+    """
+
+    def __init__(self, segment: str, value: Any) -> None:
+        self.segment = segment
+        self.value = value
+
+
+def _with_built_links(
+    cls: type[Any], links: _Links, record: dict[str, Any], built: dict[int, Any]
+) -> dict[str, Any]:
+    """A copy of ``record`` whose nested records are replaced by what was
+    built of them, or ``record`` itself if it has none.
+
+    Raises:
+        _ReadyMade: a link holds an instance of ``cls`` already.
+    """
+    copy: dict[str, Any] | None = None
+    for name, many in links:
+        value = record.get(name)
+        if many:
+            if type(value) is not list or not value:
+                continue
+            for index, item in enumerate(value):
+                if type(item) is cls:
+                    raise _ReadyMade(f"{name}[{index}]", item)
+            if any(type(item) is dict for item in value):
+                copy = copy or dict(record)
+                copy[name] = [built[id(item)] if type(item) is dict else item for item in value]
+        elif type(value) is dict:
+            copy = copy or dict(record)
+            copy[name] = built[id(value)]
+        elif type(value) is cls:
+            raise _ReadyMade(name, value)
+    return record if copy is None else copy
+
+
+def _load(cls: type[Any], record: dict[str, Any], prefix: str) -> Any:
+    """Check ``record`` precisely and build the instance of ``cls``, or raise
+    the :class:`DecodeError` naming the field at fault (its path starting
+    with ``prefix``). The caller's dict is left as it was."""
+    checks = _CHECKS[cls]
+    links = checks.links
+    if not links:
+        # load() writes checked values back into the dict it is given.
+        return checks.load(dict(record), prefix)
+    parents: dict[int, tuple[Any, str]] = {}
+    nested = _record_children(links)
+
+    def children(node: Any) -> list[Any]:
+        for name, many in links:
+            value = node.get(name)
+            if many and type(value) is list:
+                for index, item in enumerate(value):
+                    if type(item) is dict:
+                        parents.setdefault(id(item), (node, f"{name}[{index}]"))
+            elif not many and type(value) is dict:
+                parents.setdefault(id(value), (node, name))
+        return nested(node)
+
+    def build(node: dict[str, Any], built: dict[int, Any]) -> Any:
+        try:
+            ready = _with_built_links(cls, links, node, built)
+            # load() writes checked values back: never into the caller's dict.
+            return checks.load(dict(ready) if ready is node else ready, "")
+        except _ReadyMade as refused:
+            where = _path(node, parents, prefix)
+            raise _fail(where + refused.segment, "an object", refused.value) from None
+        except DecodeError:
+            pass
+        # Fail again with the whole path, which only now is worth making.
+        return checks.load(
+            dict(_with_built_links(cls, links, node, built)), _path(node, parents, prefix)
+        )
+
+    return _post_order(record, children, build)
+
+
+def _path(node: Any, parents: dict[int, tuple[Any, str]], prefix: str) -> str:
+    """The path of ``node`` below the record at ``prefix``, with runs of one
+    link written once with a count (``cause(x9999).``) so that a record
+    nested thousands deep still gets a readable message."""
+    segments: list[str] = []
+    while id(node) in parents:
+        node, segment = parents[id(node)]
+        segments.append(segment)
+    segments.reverse()
+    out: list[str] = []
+    index = 0
+    while index < len(segments):
+        run = index
+        while run < len(segments) and segments[run] == segments[index]:
+            run += 1
+        count = run - index
+        out.append(f"{segments[index]}(x{count})." if count > 3 else f"{segments[index]}." * count)
+        index = run
+    return prefix + "".join(out)
 
 
 def _shape(tp: Any) -> tuple[Any, ...]:
@@ -284,15 +498,22 @@ def _shape(tp: Any) -> tuple[Any, ...]:
 
 
 class _Checks:
-    """The precise checks of one attrs class's fields."""
+    """The precise checks of one attrs class's fields.
 
-    __slots__ = ("checks", "cls", "required")
+    Fields holding records of the class itself (``links``) are checked by
+    :func:`_load`, which builds those records first: here they must hold the
+    built instances.
+    """
+
+    __slots__ = ("checks", "cls", "links", "required")
 
     def __init__(self, cls: type[Any], skip: frozenset[str] = frozenset()) -> None:
         self.cls = cls
+        self.links = _self_links(cls)
         hints = typing.get_type_hints(cls)
         fields = [field for field in attrs.fields(cls) if field.name not in skip]
-        self.checks = {field.name: _check_for(hints[field.name]) for field in fields}
+        own = cls if self.links else None
+        self.checks = {field.name: _check_for(hints[field.name], own) for field in fields}
         self.required = frozenset(f.name for f in fields if f.default is attrs.NOTHING)
 
     def load(self, record: dict[str, Any], path: str) -> Any:
@@ -349,6 +570,11 @@ class _Generated:
         }
         self.ids: dict[type[Any], int] = {}
         self.source: list[str] = []
+        # Classes nesting their own records: (ident, class, links).
+        self.trees: list[tuple[int, type[Any], _Links]] = []
+        # The class being generated, while its links are generated as
+        # already-built instances.
+        self._own: type[Any] | None = None
 
     def add(self, cls: type[Any], *, tag: str | None = None) -> None:
         """Generate ``cls``'s functions; with ``tag`` its records carry ``v``
@@ -361,8 +587,19 @@ class _Generated:
         fields = attrs.fields(cls)
         skipped = {"schema_version"} if tag is not None else set()
         encoded = [field for field in fields if field.name not in skipped]
-        self.source += self._encoder(ident, tag, encoded, hints)
-        self.source += self._decoder(ident, tag, fields, skipped, hints)
+        # A class nesting its own records gets functions for one record
+        # (``encode_N_node``), which leave the nested ones as they are;
+        # compile() puts walks over the whole tree in front of them.
+        links = _self_links(cls)
+        suffix = "_node" if links else ""
+        if links:
+            self.trees.append((ident, cls, links))
+        self._own = cls if links else None
+        try:
+            self.source += self._encoder(ident, tag, encoded, hints, suffix)
+            self.source += self._decoder(ident, tag, fields, skipped, hints, suffix)
+        finally:
+            self._own = None
 
     def compile(self) -> None:
         """Compile everything added so far."""
@@ -372,6 +609,12 @@ class _Generated:
         code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
         exec(code, self.namespace)
         self.source = []
+        for ident, cls, links in self.trees:
+            namespace = self.namespace
+            namespace[f"encode_{ident}"] = _tree_encoder(namespace[f"encode_{ident}_node"], links)
+            namespace[f"decode_{ident}"] = _tree_decoder(
+                cls, namespace[f"decode_{ident}_node"], links
+            )
 
     def encoder(self, cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
         """The compiled encoder of ``cls``."""
@@ -393,7 +636,7 @@ class _Generated:
     # Encoding ---------------------------------------------------------------------------
 
     def _encoder(
-        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
+        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any], suffix: str
     ) -> list[str]:
         # record = {"v": ..., "type": ...} plus the leading required fields as
         # one literal; then each field in order, defaults left out.
@@ -425,7 +668,7 @@ class _Generated:
                 constant = self._constant(f"omitted_{ident}_{name}", default)
                 lines.append(f"if value != {constant}:")
             lines.append(f"    record[{name!r}] = {dump}")
-        head = [f"def encode_{ident}(obj):", f"    record = {{{', '.join(literal)}}}"]
+        head = [f"def encode_{ident}{suffix}(obj):", f"    record = {{{', '.join(literal)}}}"]
         return [*head, *(f"    {line}" for line in lines), "    return record", ""]
 
     def _dump(self, tp: Any, var: str, depth: int) -> str:
@@ -442,6 +685,8 @@ class _Generated:
                 return f"list({var})" if dump == name else f"[{dump} for {name} in {var}]"
             case ("str_mapping",) | ("json_mapping",):
                 return f"dict({var})"
+            case ("record", record_cls) if record_cls is self._own:
+                return var  # the tree walk encodes it
             case ("record", record_cls):
                 return f"encode_{self.ids.setdefault(record_cls, len(self.ids))}({var})"
             case _:
@@ -456,6 +701,7 @@ class _Generated:
         fields: tuple[Any, ...],
         skipped: set[str],
         hints: dict[str, Any],
+        suffix: str,
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
         known = {field.name for field in fields if field.name not in skipped}
@@ -493,7 +739,7 @@ class _Generated:
             lines.append(f"obj.{name} = value")
         post_init = getattr(cls, "__attrs_post_init__", None) is not None
         return [
-            f"def decode_{ident}(record):",
+            f"def decode_{ident}{suffix}(record):",
             f"    if type(record) is not dict or not known_{ident}.issuperset(record):",
             "        raise _Irregular",
             f"    obj = new(twin_{ident})",
@@ -562,10 +808,71 @@ class _Generated:
                 ], False
             case ("json_mapping",):
                 return [f"if type({var}) is not dict:", *fail], False
+            case ("record", record_cls) if self._own is not None and record_cls is self._own:
+                # Built already by the tree walk, which put it in place.
+                ident = self.ids[self._own]
+                return [f"if type({var}) is not cls_{ident}:", *fail], False
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 return [f"{var} = decode_{ident}({var})"], True
         raise AssertionError(tp)  # pragma: no cover - _shape covers every case
+
+
+def _tree_encoder(
+    encode_node: Callable[[Any], dict[str, Any]], links: _Links
+) -> Callable[[Any], dict[str, Any]]:
+    """The encoder of a class nesting its own records, from the encoder of
+    one record (which leaves the nested instances in its result)."""
+
+    def children(obj: Any) -> list[Any]:
+        found: list[Any] = []
+        for name, many in links:
+            value = getattr(obj, name)
+            if many:
+                found += value
+            elif value is not None:
+                found.append(value)
+        return found
+
+    def build(obj: Any, built: dict[int, Any]) -> dict[str, Any]:
+        record = encode_node(obj)
+        for name, many in links:
+            value = record.get(name)
+            if value is not None:
+                record[name] = [built[id(item)] for item in value] if many else built[id(value)]
+        return record
+
+    def encode_tree(obj: Any) -> dict[str, Any]:
+        if not children(obj):
+            return encode_node(obj)
+        encoded: dict[str, Any] = _post_order(obj, children, build)
+        return encoded
+
+    return encode_tree
+
+
+def _tree_decoder(
+    cls: type[Any], decode_node: Callable[[dict[str, Any]], Any], links: _Links
+) -> Callable[[Any], Any]:
+    """The generated-style decoder of a class nesting its own records, from
+    the decoder of one record (which takes the nested ones built): raises
+    :class:`_Irregular` for anything but a well-formed record."""
+    children = _record_children(links)
+
+    def build(record: dict[str, Any], built: dict[int, Any]) -> Any:
+        try:
+            return decode_node(_with_built_links(cls, links, record, built))
+        except _ReadyMade:
+            raise _Irregular from None
+
+    def decode_tree(record: Any) -> Any:
+        if type(record) is not dict:
+            raise _Irregular
+        if not children(record):
+            return build(record, {})
+        return _post_order(record, children, build)
+
+    return decode_tree
 
 
 def _accepts(tp: Any, default: Any) -> bool:
@@ -605,6 +912,181 @@ _encode_exception_info = _GENERATED.encoder(ExceptionInfo)
 _decode_exception_info = _GENERATED.decoder(ExceptionInfo)
 
 
+# --- JSON nested deeper than orjson goes --------------------------------------------
+#
+# orjson refuses to write objects nested 255 levels deep and to read more
+# than 1,024. Only a log written by another program, or a record built by
+# hand, nests that deep (capture keeps 64 links), so the usual path is
+# orjson's alone and these run only when it refuses.
+
+#: Containers this deep are written by a separate orjson call and spliced in.
+_SPLICE_DEPTH = 128
+_CONTAINERS = (dict, list, tuple)
+
+
+def _dumps(record: Any, option: int = 0) -> bytes:
+    """``orjson.dumps``, also for records nested deeper than it writes."""
+    try:
+        return orjson.dumps(record, option=option)
+    except orjson.JSONEncodeError as refused:
+        try:
+            spliced = _spliced(record)
+        except ValueError:  # a container holds itself: orjson's error says it
+            raise refused from None
+        # A value orjson cannot write at all fails again here, and says so.
+        return orjson.dumps(spliced, option=option)
+
+
+def _spliced(value: Any) -> Any:
+    """``value`` with every container :data:`_SPLICE_DEPTH` levels above its
+    deepest leaf replaced by its own JSON text (an ``orjson.Fragment``), so
+    that no part handed to orjson nests deeper than it writes."""
+    if type(value) not in _CONTAINERS:
+        return value
+
+    def children(node: Any) -> list[Any]:
+        items = node.values() if type(node) is dict else node
+        return [item for item in items if type(item) in _CONTAINERS]
+
+    def build(node: Any, built: dict[int, Any]) -> tuple[Any, int]:
+        height = 0
+
+        def part(item: Any) -> Any:
+            nonlocal height
+            if type(item) not in _CONTAINERS:
+                return item
+            replacement, below = built[id(item)]
+            height = max(height, below)
+            return replacement
+
+        copy: Any
+        if type(node) is dict:
+            copy = {key: part(item) for key, item in node.items()}
+        else:
+            copy = [part(item) for item in node]
+        if height + 1 >= _SPLICE_DEPTH:
+            return orjson.Fragment(orjson.dumps(copy)), 0
+        return copy, height + 1
+
+    spliced, _height = _post_order(value, children, build)
+    return spliced
+
+
+def _loads(line: bytes | str) -> Any:
+    """``orjson.loads``, also for lines nested deeper than it reads.
+
+    Raises:
+        DecodeError: the line is not JSON (with orjson's explanation).
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        refusal = str(exc)
+    try:
+        return _parse_deep(line)
+    except ValueError:
+        pass
+    raise DecodeError(f"not valid JSON: {refusal}")
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]+")
+# A string token up to its closing quote; orjson then reads it, escapes,
+# surrogates and control characters included.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_JSON_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+def _parse_deep(line: bytes | str) -> Any:
+    """Parse one JSON text of any nesting depth, without recursion.
+
+    Only the structure (objects, arrays, commas, colons) is parsed here;
+    every string and number is handed to orjson, so values read exactly as
+    orjson reads them.
+
+    Raises:
+        ValueError: the text is not one JSON value (or not UTF-8).
+    """
+    text = line if isinstance(line, str) else bytes(line).decode("utf-8")
+    containers: list[Any] = []
+    keys: list[str] = []
+    position = _skip_space(text, 0)
+    while True:
+        char = text[position : position + 1]
+        value: Any
+        if char in ("{", "["):
+            position = _skip_space(text, position + 1)
+            if text.startswith("}" if char == "{" else "]", position):
+                value = {} if char == "{" else []
+                position += 1
+            elif char == "{":
+                key, position = _json_key(text, position)
+                containers.append({})
+                keys.append(key)
+                continue
+            else:
+                containers.append([])
+                keys.append("")
+                continue
+        else:
+            value, position = _json_scalar(text, position)
+        # The value completes as many containers as are closed after it.
+        while True:
+            position = _skip_space(text, position)
+            if not containers:
+                if position != len(text):
+                    raise ValueError(f"unexpected data at character {position}")
+                return value
+            container = containers[-1]
+            is_object = type(container) is dict
+            if is_object:
+                container[keys[-1]] = value
+            else:
+                container.append(value)
+            char = text[position : position + 1]
+            position += 1
+            if char == ",":
+                position = _skip_space(text, position)
+                if is_object:
+                    keys[-1], position = _json_key(text, position)
+                break
+            if char != ("}" if is_object else "]"):
+                raise ValueError(f"expected ',' or a closing bracket at character {position - 1}")
+            value = containers.pop()
+            keys.pop()
+
+
+def _skip_space(text: str, position: int) -> int:
+    space = _JSON_SPACE.match(text, position)
+    return position if space is None else space.end()
+
+
+def _json_scalar(text: str, position: int) -> tuple[Any, int]:
+    if text.startswith('"', position):
+        token = _JSON_STRING.match(text, position)
+    else:
+        for literal, literal_value in _JSON_LITERALS:
+            if text.startswith(literal, position):
+                return literal_value, position + len(literal)
+        token = _JSON_NUMBER.match(text, position)
+    if token is None:
+        raise ValueError(f"expected a JSON value at character {position}")
+    try:
+        return orjson.loads(token.group()), token.end()
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{exc} at character {position}") from None
+
+
+def _json_key(text: str, position: int) -> tuple[str, int]:
+    if not text.startswith('"', position):
+        raise ValueError(f"expected a string key at character {position}")
+    key, position = _json_scalar(text, position)
+    position = _skip_space(text, position)
+    if not text.startswith(":", position):
+        raise ValueError(f"expected ':' at character {position}")
+    return key, _skip_space(text, position + 1)
+
+
 # --- public functions ---------------------------------------------------------------
 
 
@@ -615,12 +1097,12 @@ def encode_record(event: Event) -> dict[str, Any]:
 
 def encode(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON, without the trailing newline."""
-    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event))
+    return _dumps(_EVENT_ENCODERS[event.TYPE](event))
 
 
 def encode_line(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
-    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event), option=orjson.OPT_APPEND_NEWLINE)
+    return _dumps(_EVENT_ENCODERS[event.TYPE](event), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
@@ -673,7 +1155,7 @@ def decode_exception(record: object) -> ExceptionInfo:
         return decoded
     except (_Irregular, TypeError, ValueError):
         pass
-    info: ExceptionInfo = _CHECKS[ExceptionInfo].load(dict(record), "")
+    info: ExceptionInfo = _load(ExceptionInfo, record, "")
     return info
 
 
@@ -684,8 +1166,4 @@ def decode(line: bytes | str, upcasters: Upcasters = UPCASTERS) -> Event:
         DecodeError: the line is not JSON or not a valid event (see
             :func:`decode_record`).
     """
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
-    return decode_record(record, upcasters)
+    return decode_record(_loads(line), upcasters)
