@@ -71,17 +71,36 @@ class FaultAction(enum.StrEnum):
     CRASH = "crash"
 
 
+def _merged_spans(spans: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, with overlapping and adjacent ranges joined: one form per set."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if start < 0 or end < start:
+            raise ValueError(
+                f"rank range {start}-{end} is negative or runs backwards; ranks are non-negative"
+            )
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
 @attrs.frozen
 class RankRanges(Collection[int]):
     """A set of ranks held as sorted, disjoint, non-adjacent inclusive ranges.
 
     Membership is a binary search over the ranges and iteration is lazy, so
-    a range of a billion ranks takes the memory of one. Equal sets are equal
-    however they were written (``"0-1,2-3"`` == ``"0-3"``); ``str()`` is the
-    spec syntax :meth:`parse` reads.
+    a range of a billion ranks takes the memory of one. Any inclusive
+    ``(low, high)`` ranges may be given; they are sorted and joined, so equal
+    sets are equal however they were written (``"0-1,2-3"`` == ``"0-3"``).
+    ``str()`` is the spec syntax :meth:`parse` reads.
+
+    Raises:
+        ValueError: a range is negative or runs backwards.
     """
 
-    spans: tuple[tuple[int, int], ...]
+    spans: tuple[tuple[int, int], ...] = attrs.field(converter=_merged_spans)
 
     @classmethod
     def parse(cls, text: str, *, spec: str | None = None) -> RankRanges:
@@ -102,7 +121,7 @@ class RankRanges(Collection[int]):
             if end < start:
                 raise FaultSpecError(spec or text, part, "a rank range must not run backwards")
             spans.append((start, end))
-        return cls._merged(spans)
+        return cls(tuple(spans))
 
     @classmethod
     def of(cls, ranks: Iterable[int]) -> RankRanges:
@@ -111,23 +130,7 @@ class RankRanges(Collection[int]):
         Raises:
             ValueError: a rank is negative.
         """
-        spans: list[tuple[int, int]] = []
-        for rank in ranks:
-            if rank < 0:
-                raise ValueError(f"ranks are non-negative; got {rank}")
-            spans.append((rank, rank))
-        return cls._merged(spans)
-
-    @classmethod
-    def _merged(cls, spans: list[tuple[int, int]]) -> RankRanges:
-        spans.sort()
-        merged: list[tuple[int, int]] = []
-        for start, end in spans:
-            if merged and start <= merged[-1][1] + 1:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-            else:
-                merged.append((start, end))
-        return cls(tuple(merged))
+        return cls(tuple((rank, rank) for rank in ranks))
 
     def __contains__(self, rank: object) -> bool:
         if not isinstance(rank, int):

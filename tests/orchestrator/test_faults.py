@@ -264,6 +264,15 @@ def test_rank_ranges_are_merged_and_print_as_spec_text(
     assert len(ranks) == len(parse_ranks(text))
 
 
+def test_ranges_given_directly_are_normalised_and_checked() -> None:
+    assert RankRanges(((5, 6), (0, 1), (2, 2), (1, 1))) == RankRanges.parse("0-2,5-6")
+    assert RankRanges(()).spans == ()
+    with pytest.raises(ValueError, match="runs backwards"):
+        RankRanges(((3, 1),))
+    with pytest.raises(ValueError, match="non-negative"):
+        RankRanges(((-1, 2),))
+
+
 def test_membership_is_answered_by_range() -> None:
     ranks = RankRanges.parse("2-4,8,10-11")
     inside = {r for r in range(-2, 15) if r in ranks}
