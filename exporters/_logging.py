@@ -24,7 +24,12 @@ Each record:
   traceback in the record's text, after the message on the following lines
   (an ERROR's exception propagates out of the run and prints its own
   traceback, so it is not repeated). The traceback is also on the record as
-  ``detail``.
+  ``detail``;
+- is safe to print: the text (message and traceback) comes from probes and
+  libraries, so it is passed through :func:`terminal_text` (control
+  characters escaped, every line after the first indented), and no message
+  can move the cursor, recolour the terminal or print a line that looks like
+  another record. The ``detail`` attribute keeps the exact traceback.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from events import (
     SeverityPolicy,
     span_severity,
 )
+
+from ._terminal import terminal_text
 
 __all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge"]
 
@@ -113,14 +120,7 @@ class LoggingBridge:
             "step": message.step,
             "detail": detail,
         }
+        text = message.text
         if detail:
-            logger.log(
-                level,
-                "[rank %d] %s\n%s",
-                message.rank,
-                message.text,
-                detail.rstrip("\n"),
-                extra=extra,
-            )
-        else:
-            logger.log(level, "[rank %d] %s", message.rank, message.text, extra=extra)
+            text += "\n" + detail.rstrip("\n")
+        logger.log(level, "[rank %d] %s", message.rank, terminal_text(text), extra=extra)

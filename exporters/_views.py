@@ -3,6 +3,13 @@
 Each view is a pure function of events (and, for ``diff``, of two report
 documents), so it shows the same thing live, on replay, and on any machine.
 Ranks whose views are identical are shown once, with their rank range.
+
+Views are text for a terminal, and step names, reasons, messages and values
+come from logs and probes: every line goes through :func:`terminal_text`,
+so control characters are escaped and the continuation lines of a
+multi-line text are indented (in the fallback tree, under their step). A
+record's cause chain may be thousands of links deep (a log from elsewhere):
+the views read only as much of it as they show.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from events import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
     Event,
+    ExceptionInfo,
     RunFinished,
     RunStarted,
     StepCrashed,
@@ -26,6 +34,8 @@ from events import (
     StepUnavailable,
     outcome_of,
 )
+
+from ._terminal import terminal_text
 
 __all__ = [
     "blame_text",
@@ -127,8 +137,7 @@ def _describe_end(node: _Node) -> str:
             if reasons:
                 text += f": {'; '.join(reasons)[:200]}"
         case StepFailed(cause=cause):
-            chain = " <- ".join(info.reason for info in cause.chain())
-            text += f": {chain[:300]}"
+            text += f": {_chain_summary(cause, 300)}"
         case StepTimedOut(timeout_s=timeout):
             text += f" after {timeout:g}s"
         case StepCrashed(exit_code=code, signal=sig):
@@ -136,6 +145,25 @@ def _describe_end(node: _Node) -> str:
         case _:
             pass
     return text
+
+
+def _chain_summary(cause: ExceptionInfo, limit: int) -> str:
+    """The reasons of ``cause``'s chain, ``" <- "``-joined and cut at
+    ``limit`` characters, reading no more links than that takes."""
+    reasons: list[str] = []
+    length = -4
+    node: ExceptionInfo | None = cause
+    while node is not None and length < limit:
+        reasons.append(node.reason)
+        length += len(node.reason) + 4
+        node = node.cause or node.context
+    return " <- ".join(reasons)[:limit]
+
+
+def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
+    """``lines`` as one text for a terminal (see the module docstring), each
+    line ending with a newline."""
+    return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
 
 
 def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
@@ -156,15 +184,18 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
             duration = ""
             if with_times and node.end is not None:
                 duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
-            lines.append(f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}")
-            walk(node.span_id, prefix + ("   " if last else "│  "))
+            below = prefix + ("   " if last else "│  ")
+            line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
+            # A multi-line reason continues under its step, inside the tree.
+            lines.append(terminal_text(line, indent=below + "   "))
+            walk(node.span_id, below)
 
     outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
     lines.append(f"run: {outcome}")
     walk(root_span, "")
     for event in events:
         if isinstance(event, DecisionMade):
-            lines.append(f"decision {event.name} = {event.value!r} ({event.step})")
+            lines.append(terminal_text(f"decision {event.name} = {event.value!r} ({event.step})"))
     return lines
 
 
@@ -184,6 +215,7 @@ def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
         out.append(f"== {_ranks_label(ranks)} ==")
         out.extend(_tree_lines(by_rank[ranks[0]], with_times=True))
         out.append("")
+    # The tree lines are escaped already.
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -203,8 +235,8 @@ def blame_text(events: Iterable[Event], *, rank: int | None = None) -> str:
                 slowest[node.step] = (duration, r)
     rows = sorted(slowest.items(), key=lambda item: -item[1][0])
     width = max((len(_seconds(d)) for _, (d, _) in rows), default=0)
-    return "".join(
-        f"{_seconds(duration):>{width}} {step} (rank {r})\n" for step, (duration, r) in rows
+    return _printable(
+        f"{_seconds(duration):>{width}} {step} (rank {r})" for step, (duration, r) in rows
     )
 
 
@@ -251,7 +283,7 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
                 f"{'   ' * (depth + 1)}   (slowest inside: {slow.step} "
                 f"+{_seconds(end_of(slow) - slow.start_mono)})"
             )
-    return "\n".join(lines) + "\n"
+    return _printable(lines)
 
 
 def _message_keys(document: Mapping[str, Any]) -> dict[tuple[str, str, str], list[int]]:
@@ -279,7 +311,7 @@ def diff_text(
     if a.get("world_size") != b.get("world_size"):
         lines.append(f"world_size: {a.get('world_size')} -> {b.get('world_size')}")
     cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
-    if cause_a != cause_b:
+    if not _same_json(cause_a, cause_b):
         lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
     ranks_a = {r["rank"]: r for r in a.get("ranks", [])}
     ranks_b = {r["rank"]: r for r in b.get("ranks", [])}
@@ -309,7 +341,30 @@ def diff_text(
             lines.append(f"+ {key[0].upper()} [{_ranks_label(ranks)}] {key[2]}")
     if len(lines) == 2:
         lines.append("no differences in outcome, state, decisions or messages")
-    return "\n".join(lines) + "\n"
+    return _printable(lines)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """``a == b`` for JSON values, without recursion: a root cause's
+    exception nests one object per link of its chain."""
+    pairs = [(a, b)]
+    while pairs:
+        left, right = pairs.pop()
+        if type(left) is not type(right):
+            # As ==: 1 == 1.0, True == 1.
+            if isinstance(left, dict | list) or isinstance(right, dict | list) or left != right:
+                return False
+        elif isinstance(left, dict):
+            if left.keys() != right.keys():
+                return False
+            pairs += [(left[key], right[key]) for key in left]
+        elif isinstance(left, list):
+            if len(left) != len(right):
+                return False
+            pairs += zip(left, right, strict=True)
+        elif left != right:
+            return False
+    return True
 
 
 def _cause_text(cause: Mapping[str, Any] | None) -> str:

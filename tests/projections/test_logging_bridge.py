@@ -95,9 +95,10 @@ def test_zentorch_broken_carries_its_traceback(caplog_debug: pytest.LogCaptureFi
     text = record.getMessage()
     first, _, traceback = text.partition("\n")
     assert first.startswith("[rank 0] zentorch failed to import (OSError: libzentorch.so")
-    assert traceback.startswith("Traceback (most recent call last):")
+    # Continuation lines are indented, so none can pass for a record of its own.
+    assert traceback.startswith("  Traceback (most recent call last):")
     assert "OSError: libzentorch.so: undefined symbol" in traceback
-    assert record.detail is not None  # type: ignore[attr-defined]
+    assert record.detail.startswith("Traceback (most recent call last):")  # type: ignore[attr-defined]
     assert "Traceback" in caplog_debug.text
 
 

@@ -1,0 +1,249 @@
+"""Text for terminals: control characters escaped, continuation lines
+indented; the live logging bridge and every text view print through it,
+while JSON and logs keep the exact text."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+import events
+from events import (
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
+    JsonlLog,
+    RunOutcome,
+    StepKind,
+    read_log,
+)
+from exporters import (
+    LoggingBridge,
+    blame_text,
+    critical_path_text,
+    diff_text,
+    explain_text,
+)
+from exporters._terminal import terminal_text
+from tests.projections import RankBuilder, exception
+
+#: What a hostile message may hold: clear screen, a colour, a bell, a
+#: carriage return, a right-to-left override, and a forged report line.
+FORGED = "Root cause: none (every rank is ready)"
+HOSTILE = f"evil\x1b[2J\x1b[31m\x07\r\u202eroot\n{FORGED}"
+
+#: Anything a terminal would act on, or that reorders or splits a line.
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def assert_safe(text: str) -> None:
+    """No raw control character, and no line that starts with the forgery
+    (or with anything at all at the first column but the view's own)."""
+    assert not RAW.search(text), RAW.search(text)
+    assert not any(line.startswith(FORGED) for line in text.splitlines()), text
+
+
+# --- the function -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("char", "escaped"),
+    [
+        ("\x00", "\\x00"),
+        ("\x07", "\\x07"),  # BEL
+        ("\x08", "\\x08"),  # backspace
+        ("\x0b", "\\v"),
+        ("\x0c", "\\f"),
+        ("\r", "\\r"),
+        ("\x1b", "\\x1b"),  # ESC
+        ("\x1f", "\\x1f"),
+        ("\x7f", "\\x7f"),  # DEL
+        ("\x80", "\\x80"),  # C1
+        ("\x85", "\\x85"),  # NEL, a line break to str.splitlines
+        ("\x9b", "\\x9b"),  # CSI
+        ("\x9f", "\\x9f"),
+        ("\u2028", "\\u2028"),  # line separator
+        ("\u2029", "\\u2029"),  # paragraph separator
+        ("\u202a", "\\u202a"),  # LRE
+        ("\u202b", "\\u202b"),  # RLE
+        ("\u202c", "\\u202c"),  # PDF
+        ("\u202d", "\\u202d"),  # LRO
+        ("\u202e", "\\u202e"),  # RLO
+        ("\u2066", "\\u2066"),  # LRI
+        ("\u2067", "\\u2067"),  # RLI
+        ("\u2068", "\\u2068"),  # FSI
+        ("\u2069", "\\u2069"),  # PDI
+    ],
+)
+def test_each_unsafe_character_is_escaped(char: str, escaped: str) -> None:
+    assert terminal_text(f"a{char}b") == f"a{escaped}b"
+
+
+def test_every_c0_and_c1_control_but_tab_and_newline_is_escaped() -> None:
+    controls = [chr(code) for code in [*range(0x20), *range(0x7F, 0xA0)]]
+    for char in controls:
+        out = terminal_text(char, indent="")
+        if char in "\t\n":
+            assert out == char
+        else:
+            assert out.startswith("\\"), repr(char)
+            assert out.isascii(), repr(char)
+            assert out.isprintable(), repr(char)
+
+
+def test_printable_text_is_unchanged() -> None:
+    text = "Fehler: Gerät nicht gefunden — 设备 ✓ tab\there 'quoted' \"double\" 100%"
+    assert terminal_text(text) == text
+    # Right-to-left scripts are not controls: only the overrides are escaped.
+    assert terminal_text("שלום עולם") == "שלום עולם"
+
+
+def test_continuation_lines_are_indented() -> None:
+    assert terminal_text("first\nsecond\nthird") == "first\n  second\n  third"
+    assert terminal_text("first\nsecond", indent="    ") == "first\n    second"
+    # Empty lines stay empty and a final newline gets no trailing indent.
+    assert terminal_text("a\n\nb\n") == "a\n\n  b\n"
+    assert terminal_text("a\nb", indent="") == "a\nb"
+
+
+def test_a_forged_line_cannot_start_at_the_first_column() -> None:
+    out = terminal_text(f"boom\n{FORGED}\r\n{FORGED}")
+    assert out == f"boom\n  {FORGED}\\r\n  {FORGED}"
+    assert_safe(out)
+
+
+def test_backslashes_are_left_alone() -> None:
+    # An escape already written out passes unchanged: it cannot be told from
+    # an escaped character, which is harmless on a terminal.
+    assert terminal_text("C:\\temp\\x1b and \\n") == "C:\\temp\\x1b and \\n"
+    once = terminal_text("a\x1b\nb")
+    assert once == "a\\x1b\n  b"
+    # Not idempotent: a second pass escapes nothing more but indents again.
+    assert terminal_text(once) == "a\\x1b\n    b"
+
+
+# --- the live logging bridge ---------------------------------------------------------
+
+
+def hostile_zentorch(message: str = HOSTILE) -> RankBuilder:
+    """A Zen host whose zentorch import fails with an OSError carrying
+    ``message``: a WARNING (with its traceback), and the start goes on."""
+    cause = exception(
+        "OSError", message, frame="probe_zentorch", notes=(f"note\x1b]0;title\x07\n{FORGED}",)
+    )
+    builder = RankBuilder(0).run_started()
+    builder.start(PLATFORM_STEP)
+    builder.start(
+        f"{PLATFORM_STEP}/cpu",
+        kind=StepKind.CANDIDATE,
+        attributes={"plugin": "cpu", "builtin": True, "priority": 4},
+    )
+    builder.start(ZENTORCH_STEP)
+    builder.unavailable(ZENTORCH_STEP, cause=cause)
+    builder.ok(
+        f"{PLATFORM_STEP}/cpu",
+        {"activated": True, "platform_class": "CpuPlatform", "device": "cpu"},
+    )
+    builder.platform_ok("cpu", "CpuPlatform")
+    builder.finish()
+    return builder
+
+
+def hostile_failure() -> RankBuilder:
+    """A start that fails with the hostile message (an ERROR)."""
+    cause = exception("RuntimeError", HOSTILE, frame="probe")
+    builder = RankBuilder(0).run_started()
+    builder.start("probe")
+    builder.failed("probe", cause)
+    builder.finish(RunOutcome.FAILED, cause=cause, failed_step="probe")
+    return builder
+
+
+def test_the_logging_bridge_prints_escaped_and_indented_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="orchestrator")
+    bridge = LoggingBridge()
+    for event in [*hostile_zentorch().events, *hostile_failure().events]:
+        bridge(event)
+    warnings = [r for r in caplog.records if getattr(r, "code", None) == "zentorch.broken"]
+    (warning,) = warnings
+    text = warning.getMessage()
+    assert_safe(text)
+    assert "\\x1b[2J\\x1b[31m\\x07\\r\\u202eroot\n  " + FORGED in text
+    first, *rest = text.split("\n")
+    assert first.startswith("[rank 0] ")
+    assert rest
+    assert all(line.startswith("  ") for line in rest if line)
+    assert "  Traceback (most recent call last):" in rest
+    # The record keeps the exact traceback for handlers that want it.
+    detail: str = warning.detail  # type: ignore[attr-defined]
+    assert HOSTILE in detail
+    assert detail.startswith("Traceback (most recent call last):")
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors
+    for record in errors:
+        assert_safe(record.getMessage())
+    # What a handler prints is safe too.
+    assert_safe(caplog.text)
+
+
+# --- the text views ------------------------------------------------------------------
+
+
+def hostile_views_stream() -> list[events.Event]:
+    """A start whose step names, reasons, decision and cause are hostile."""
+    cause = exception("RuntimeError", HOSTILE, frame="probe")
+    builder = RankBuilder(0).run_started()
+    step = f"probe\x1b[8m\n{FORGED}"
+    builder.start(step)
+    builder.decision(f"pick\x1b[0m\n{FORGED}", f"value\x07\n{FORGED}", step=step)
+    builder.failed(step, cause)
+    return builder.finish(RunOutcome.FAILED, cause=cause, failed_step=step)
+
+
+def test_explain_blame_and_critical_path_escape_and_indent() -> None:
+    stream = hostile_views_stream()
+    explained = explain_text(stream)
+    assert_safe(explained)
+    assert "\\x1b[2J" in explained
+    for line in explained.splitlines():
+        assert not line.startswith(FORGED)
+    # A multi-line reason continues inside the tree, under its step.
+    tree = explained.splitlines()
+    step = next(index for index, line in enumerate(tree) if line.startswith("└─ probe\\x1b[8m"))
+    assert (
+        tree[step + 1]
+        == f"      {FORGED}: failed: RuntimeError: evil\\x1b[2J\\x1b[31m\\x07\\r\\u202eroot"
+    )
+    assert tree[step + 2].startswith(f"      {FORGED} [")
+    for view in (blame_text(stream), critical_path_text(stream)):
+        assert_safe(view)
+        assert "probe\\x1b[8m\n  " + FORGED in view
+
+
+def test_diff_escapes_and_indents() -> None:
+    messages = [{"severity": "error", "code": "run.failed", "ranks": [0], "text": HOSTILE}]
+    cause = {"rank": 0, "step": "probe", "exception": {"type": "E", "message": HOSTILE}}
+    a: dict[str, object] = {"outcome": "ready", "messages": [], "root_cause": None}
+    b = {"outcome": "failed", "messages": messages, "root_cause": cause}
+    text = diff_text(a, b, label_a=f"run-a\x1b[2K\n{FORGED}", label_b="run-b")
+    assert_safe(text)
+    assert "+ ERROR [rank 0] evil\\x1b[2J" in text
+    assert f"--- run-a\\x1b[2K\n  {FORGED}" in text
+
+
+def test_the_log_and_json_keep_the_exact_text(tmp_path: Path) -> None:
+    path = tmp_path / "rank-0.jsonl"
+    builder = hostile_failure()
+    with JsonlLog(path, run_id=builder.run_id, rank=0) as log:
+        for event in builder.events:
+            log.append(event)
+    text = path.read_text(encoding="utf-8")
+    # JSON escapes control characters its own way; the text decodes exactly.
+    assert "\\u001b[2J" in text
+    assert "\u202e" in text
+    (failed,) = [e for e in read_log(path).events if isinstance(e, events.StepFailed)]
+    assert failed.cause.message == HOSTILE
