@@ -32,7 +32,7 @@ import functools
 import importlib.metadata
 import json
 import signal
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeAlias
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -92,6 +92,9 @@ _PREFIX = "startup."
 _INCOMPLETE = RunOutcome.INCOMPLETE.value
 _ROOT_KIND = "run"
 _INT64 = range(-(2**63), 2**63)
+#: Links of a chain rendered in one exception event's stacktrace: a chain
+#: as captured (at most 64 links) is rendered whole.
+_STACKTRACE_LINKS = 64
 
 _DEFAULT_SEVERITY: Mapping[Outcome, Severity | None] = {
     Outcome.OK: Severity.INFO,
@@ -605,26 +608,43 @@ def _outcome_events(end: Event) -> list[SpanEvent]:
 def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
     """One ``exception`` event per recorded exception: the record, each link
     of its cause/context chain, and the members of any exception group,
-    depth first, outermost first."""
+    depth first, outermost first.
+
+    The first event's stacktrace is the record's whole traceback, causes
+    first, as Python prints it (at most :data:`_STACKTRACE_LINKS` links of
+    the chain, the rest counted in one line). Every later event's is its own
+    exception's alone: the links below it have events of their own, and
+    rendering each link's causes again would make a long chain's text grow
+    with the square of its length.
+    """
     return [
         SpanEvent(
             "exception",
             {
                 "exception.type": member.type,
                 "exception.message": member.message,
-                "exception.stacktrace": member.format(),
+                "exception.stacktrace": member.format(max_links=_STACKTRACE_LINKS)
+                if index == 0
+                else member.format(chain=False, max_links=_STACKTRACE_LINKS),
             },
             timestamp,
         )
-        for member in _members(info)
+        for index, member in enumerate(_members(info))
     ]
 
 
-def _members(info: ExceptionInfo) -> Iterable[ExceptionInfo]:
-    for node in info.chain():
+def _members(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
+    """``info``, its chain and the members of its groups with their chains,
+    depth first, with an explicit stack (a chain may be thousands deep)."""
+    pending = [info]
+    while pending:
+        node = pending.pop()
         yield node
-        for grouped in node.exceptions:
-            yield from _members(grouped)
+        # The next link comes after this one's group members and all of theirs.
+        below = node.cause or node.context
+        if below is not None:
+            pending.append(below)
+        pending += reversed(node.exceptions)
 
 
 def _timeout_message(end: StepTimedOut) -> str:
