@@ -450,7 +450,11 @@ def _load(cls: type[Any], record: dict[str, Any], prefix: str) -> Any:
             dict(_with_built_links(cls, links, node, built)), _path(node, parents, prefix)
         )
 
-    return _post_order(record, children, build)
+    try:
+        return _post_order(record, children, build)
+    except ValueError as exc:  # only a dict of the caller's can hold itself
+        where = f" at {prefix.rstrip('.')!r}" if prefix else ""
+        raise DecodeError(f"{cls.__name__} record{where}: {exc}") from None
 
 
 def _path(node: Any, parents: dict[int, tuple[Any, str]], prefix: str) -> str:
@@ -824,6 +828,8 @@ def _tree_encoder(
     """The encoder of a class nesting its own records, from the encoder of
     one record (which leaves the nested instances in its result)."""
 
+    names = frozenset(name for name, _many in links)
+
     def children(obj: Any) -> list[Any]:
         found: list[Any] = []
         for name, many in links:
@@ -843,10 +849,31 @@ def _tree_encoder(
         return record
 
     def encode_tree(obj: Any) -> dict[str, Any]:
-        if not children(obj):
-            return encode_node(obj)
-        encoded: dict[str, Any] = _post_order(obj, children, build)
-        return encoded
+        # Records are dicts, so the tree is encoded from the top down: each
+        # record's nested instances are replaced by their records, which are
+        # then done the same way. An instance met twice (shared, or a loop
+        # built by hand) sends the whole tree through the general walk.
+        root = encode_node(obj)
+        if names.isdisjoint(root):
+            return root
+        pending = [root]
+        seen = {id(obj)}
+        while pending:
+            record = pending.pop()
+            for name, many in links:
+                value = record.get(name)
+                if value is None:
+                    continue
+                nested = value if many else (value,)
+                for item in nested:
+                    if id(item) in seen:
+                        encoded: dict[str, Any] = _post_order(obj, children, build)
+                        return encoded
+                    seen.add(id(item))
+                done = [encode_node(item) for item in nested]
+                record[name] = done if many else done[0]
+                pending += done
+        return root
 
     return encode_tree
 
@@ -868,9 +895,40 @@ def _tree_decoder(
     def decode_tree(record: Any) -> Any:
         if type(record) is not dict:
             raise _Irregular
-        if not children(record):
-            return build(record, {})
-        return _post_order(record, children, build)
+        # The usual shape, a chain of single links without group members, is
+        # decoded from its innermost record outwards; any other shape takes
+        # the general walk.
+        spine: list[tuple[dict[str, Any], str | None]] = []
+        seen: set[int] = set()
+        node = record
+        while True:
+            below: str | None = None
+            for name, many in links:
+                value = node.get(name)
+                if value is None:
+                    continue
+                if many:
+                    if value:
+                        return _post_order(record, children, build)
+                elif type(value) is dict:
+                    if below is not None:
+                        return _post_order(record, children, build)
+                    below = name
+                elif type(value) is cls:
+                    raise _Irregular
+            spine.append((node, below))
+            if below is None:
+                break
+            seen.add(id(node))
+            node = node[below]
+            if id(node) in seen:
+                raise _Irregular  # a dict that holds itself
+        built: Any = None
+        for node, name in reversed(spine):
+            if name is not None:
+                node = {**node, name: built}
+            built = decode_node(node)
+        return built
 
     return decode_tree
 

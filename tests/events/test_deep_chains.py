@@ -407,3 +407,29 @@ def test_damage_deep_in_a_deep_line_names_file_and_line(tmp_path: Path) -> None:
     assert "not valid JSON" in caught.value.reason
     (problem,) = [p for p in validate(path) if p.fatal]
     assert problem.line == 3
+
+
+def test_a_record_shared_by_two_links_round_trips() -> None:
+    shared = chain(3)
+    group = ExceptionInfo(
+        type="ExceptionGroup",
+        message="two",
+        reason="ExceptionGroup: two",
+        exceptions=(shared, shared),
+        cause=shared,
+    )
+    record = encode_exception(group)
+    assert record["exceptions"] == [record["cause"], record["cause"]]
+    assert decode_exception(record) == group
+    assert events.decode(events.encode(failed(group))) == failed(group)
+
+
+def test_a_record_holding_itself_is_refused() -> None:
+    record: dict[str, object] = {"type": "E", "message": "m", "reason": "E: m"}
+    record["cause"] = record
+    with pytest.raises(DecodeError, match="link back"):
+        decode_exception(record)
+    grouped: dict[str, object] = {"type": "E", "message": "m", "reason": "E: m"}
+    grouped["exceptions"] = [grouped]
+    with pytest.raises(DecodeError, match="link back"):
+        decode_exception(grouped)
