@@ -52,6 +52,8 @@ if typing.TYPE_CHECKING:
     from ._exception_info import ExceptionInfo as ExceptionInfo
     from ._exception_info import FrameInfo as FrameInfo
     from ._exception_info import Redactor as Redactor
+    from ._launch import LaunchRecord as LaunchRecord
+    from ._launch import RankProcess as RankProcess
     from ._log import Durability as Durability
     from ._log import EventLog as EventLog
     from ._log import JsonlLog as JsonlLog
@@ -149,6 +151,8 @@ _LAZY = {
     "ExceptionInfo": "._exception_info",
     "FrameInfo": "._exception_info",
     "Redactor": "._exception_info",
+    "LaunchRecord": "._launch",
+    "RankProcess": "._launch",
     "Durability": "._log",
     "EventLog": "._log",
     "JsonlLog": "._log",
@@ -250,6 +254,7 @@ __all__ = [
     "GroupedMessage",
     "JsonValue",
     "JsonlLog",
+    "LaunchRecord",
     "LogClosedError",
     "LogContents",
     "LogCorruptError",
@@ -265,6 +270,7 @@ __all__ = [
     "Projection",
     "RankIdentity",
     "RankMessages",
+    "RankProcess",
     "RankTimeline",
     "Redactor",
     "Reducer",

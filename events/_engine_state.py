@@ -35,6 +35,7 @@ from ._conventions import (
 )
 from ._errors import LogError
 from ._exception_info import ExceptionInfo
+from ._launch import LaunchRecord, RankProcess
 from ._messages import (
     DEFAULT_POLICY,
     GroupedMessage,
@@ -59,6 +60,7 @@ from ._model import (
     RunFinished,
     RunOutcome,
     RunStarted,
+    StepCancelled,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -86,14 +88,21 @@ class RootCause:
 
     Attributes:
         rank: the rank.
-        step: the deepest step the failure started in (for a rank that died,
-            the step it was in); ``None`` if no step is known.
+        step: the deepest step the failure started in (for a rank that died
+            or was interrupted, the one step it was in); ``None`` if no one
+            step is known (several were in flight, or none).
         exception: the recorded exception, or ``None`` (a rank that died, or
             an interruption without one).
         outcome: the rank's outcome (``failed``, ``interrupted``,
             ``incomplete``).
-        wall_ns: when it happened (for a rank that died: its last event).
-        seq: the event that recorded it.
+        wall_ns: when it happened (for a rank that died: its last event; for
+            a rank that wrote no events: when its launcher saw it end, else 0).
+        seq: the event that recorded it (``-1``: none).
+        in_flight: for a rank that died or was interrupted, every step that
+            was running at that moment (innermost steps only).
+        no_events: why the rank has no events, when it has none
+            (``"no log"`` or ``"empty log"``).
+        process: what its launcher saw of its process, when known.
     """
 
     rank: int
@@ -102,15 +111,48 @@ class RootCause:
     outcome: RunOutcome
     wall_ns: int
     seq: int
+    in_flight: tuple[str, ...] = ()
+    no_events: str | None = None
+    process: RankProcess | None = None
 
-    def describe(self) -> str:
-        """One line: ``rank 5, step platform: RuntimeError: ...``."""
+    def describe(self, *, since_ns: int | None = None) -> str:
+        """One line: ``rank 5, step platform: RuntimeError: ...``; for a rank
+        that wrote no events, what its launcher saw (times relative to
+        ``since_ns``)."""
+        if self.no_events is not None:
+            if self.process is not None and self.process.pid is not None:
+                return f"{self.process.describe(since_ns=since_ns)}; its log is {_log_state(self)}"
+            return (
+                f"rank {self.rank} wrote no events ({self.no_events}): never started, "
+                "or killed before its first event"
+            )
         where = f"rank {self.rank}" + (f", step {self.step}" if self.step else "")
         if self.exception is not None:
             return f"{where}: {self.exception.reason}"
         if self.outcome is RunOutcome.INCOMPLETE:
-            return f"{where}: the rank stopped without finishing (its process died)"
-        return f"{where}: {self.outcome.value}, no exception recorded"
+            text = f"{where}: the process died before the rank finished (no run.finished)"
+        else:
+            text = f"{where}: {self.outcome.value}, no exception recorded"
+        if len(self.in_flight) > 1:
+            text += f"; steps in flight: {', '.join(self.in_flight)}"
+        if self.process is not None and self.process.ended:
+            text += f"; {self.process.describe(since_ns=since_ns)}"
+        return text
+
+
+def _log_state(cause: RootCause) -> str:
+    return "missing" if cause.no_events == "no log" else "empty"
+
+
+def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
+    """The steps of ``steps`` that no other step of it encloses, in order
+    (``attention`` and ``attention/FLASH_ATTN`` give ``attention/FLASH_ATTN``)."""
+    ordered = list(dict.fromkeys(steps))
+    return tuple(
+        step
+        for step in ordered
+        if not any(other.startswith(step + "/") for other in ordered if other != step)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +165,8 @@ class _EngineTracking:
     failed_step: str | None = None
     finish_wall_ns: int | None = None
     finish_seq: int | None = None
+    #: steps cancelled so far (an interrupted run cancels those in flight)
+    cancelled: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -182,6 +226,17 @@ class EngineState:
         return self.open_steps[-1] if self.open_steps else self.last_event_step
 
     @property
+    def in_flight(self) -> tuple[str, ...]:
+        """The innermost steps that were running when the rank stopped: for
+        a rank without ``run.finished``, those started and never ended; for
+        an interrupted rank, those the interruption cancelled; else none."""
+        if not self.finished:
+            return _innermost(self.open_steps)
+        if self.outcome is RunOutcome.INTERRUPTED:
+            return _innermost(self.tracking.cancelled)
+        return ()
+
+    @property
     def root_cause(self) -> RootCause | None:
         """Why this rank did not end ready; ``None`` for a ready rank."""
         if self.outcome is RunOutcome.READY:
@@ -189,6 +244,7 @@ class EngineState:
         if self.failure is not None:
             return self.failure
         tracking = self.tracking
+        in_flight = self.in_flight
         if not self.finished:
             # Died mid-propagation: the failure was on its way up.
             going_up = [f for f in tracking.failures if f.cause is not None]
@@ -196,20 +252,29 @@ class EngineState:
                 return _root_cause(self, going_up[0], None)
             return RootCause(
                 rank=self.rank,
-                step=self.last_step,
+                step=_one_step(in_flight, self.last_step),
                 exception=None,
                 outcome=self.outcome,
                 wall_ns=self.last_wall_ns,
                 seq=self.last_seq,
+                in_flight=in_flight,
             )
         return RootCause(
             rank=self.rank,
-            step=tracking.failed_step or self.last_step,
+            step=tracking.failed_step or _one_step(in_flight, self.last_step),
             exception=tracking.finish_cause,
             outcome=self.outcome,
             wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
             seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
+            in_flight=in_flight,
         )
+
+
+def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
+    """The one step a stopped rank was in: ``None`` when several were."""
+    if len(in_flight) > 1:
+        return None
+    return in_flight[0] if in_flight else last_step
 
 
 def _root_cause(state: EngineState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
@@ -258,6 +323,8 @@ def _apply_rank(state: EngineState, event: Event) -> EngineState:
     elif isinstance(event, TERMINAL_STEP_EVENTS):
         changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
         changes["last_event_step"] = event.step
+        if isinstance(event, StepCancelled):
+            tracking = attrs.evolve(tracking, cancelled=(*tracking.cancelled, event.step))
         tracked = _track(
             tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
         )
@@ -437,13 +504,14 @@ def find_divergences(
 
 @attrs.frozen(kw_only=True)
 class Replay:
-    """A whole run, re-derived from its logs.
+    """A whole run, re-derived from its logs and judged against its world.
 
     Attributes:
         run_id: the launch (``None`` for no events).
-        world_size: from the ranks' identities (else the number of ranks).
+        world_size: the expected number of ranks: the launcher's, else the
+            largest in the ranks' ``run.started``, else the highest rank + 1.
         policy: the severity policy messages were derived with.
-        states: rank -> :class:`EngineState`.
+        states: rank -> :class:`EngineState`, for the ranks that have events.
         message_state: the messages projection's state (for
             :func:`~events.step_severity`).
         messages: every rank's messages, by time.
@@ -452,6 +520,12 @@ class Replay:
         divergences: cross-rank divergences.
         timeline: when each step of each rank ran.
         warnings: about the logs themselves (torn tails, missing ranks).
+        no_events: ranks of the world that have no events, with why
+            (``"no log"`` or ``"empty log"``).
+        launch: what the launcher recorded of the run, when known.
+        until: the cutoff (``seq``) the run was replayed to, if any.
+        simulated: the simulated host the ranks ran on, if any.
+        injected: the faults injected on any rank, each once.
     """
 
     run_id: str | None
@@ -465,24 +539,48 @@ class Replay:
     divergences: tuple[Divergence, ...]
     timeline: TimelineState
     warnings: tuple[str, ...] = ()
+    no_events: Mapping[int, str] = attrs.field(factory=dict)
+    launch: LaunchRecord | None = None
+    until: int | None = None
+    simulated: str | None = None
+    injected: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> tuple[int, ...]:
-        """The ranks that have a log, ascending."""
+        """The ranks that have events, ascending."""
         return tuple(sorted(self.states))
+
+    def outcome_of(self, rank: int) -> RunOutcome:
+        """A rank's outcome (``incomplete`` for a rank without events;
+        ``running`` for an unfinished rank at a cutoff)."""
+        state = self.states.get(rank)
+        if state is None:
+            return RunOutcome.INCOMPLETE
+        if self.until is not None and not state.finished:
+            return RunOutcome.RUNNING
+        return state.outcome
 
     @property
     def outcome(self) -> RunOutcome:
-        """The run's outcome, over the ranks that have a log: ``failed`` if
-        any rank failed; else ``incomplete`` if any rank has no
-        ``run.finished`` (it died: unexplained, so it outranks an
-        interruption); else ``interrupted`` if any rank was interrupted;
-        else ``ready``. No ranks at all is ``incomplete``."""
-        outcomes = {state.outcome for state in self.states.values()}
-        for outcome in (RunOutcome.FAILED, RunOutcome.INCOMPLETE, RunOutcome.INTERRUPTED):
+        """The run's outcome, judged against its world (SPEC §6):
+        ``incomplete`` if a rank of the world has no events or no
+        ``run.finished`` (it died, was killed, or never started); else
+        ``failed`` if any rank failed; else ``interrupted`` if any rank was
+        interrupted; else ``ready``. At a cutoff (``until``), a rank that had
+        not finished yet is ``running``, and so is the run unless a rank had
+        already failed or been interrupted. No ranks at all is
+        ``incomplete``."""
+        outcomes = {self.outcome_of(rank) for rank in range(self.world_size)}
+        outcomes.update(self.outcome_of(rank) for rank in self.states)
+        for outcome in (
+            RunOutcome.INCOMPLETE,
+            RunOutcome.FAILED,
+            RunOutcome.INTERRUPTED,
+            RunOutcome.RUNNING,
+        ):
             if outcome in outcomes:
                 return outcome
-        return RunOutcome.READY if outcomes else RunOutcome.INCOMPLETE
+        return RunOutcome.READY if self.states else RunOutcome.INCOMPLETE
 
 
 #: What :func:`replay` accepts: events (one stream, or several ranks merged),
@@ -490,18 +588,35 @@ class Replay:
 ReplaySource = Iterable[Event | LogContents | Sequence[Event]]
 
 
-def replay(source: ReplaySource, *, policy: SeverityPolicy = DEFAULT_POLICY) -> Replay:
+def replay(
+    source: ReplaySource,
+    *,
+    policy: SeverityPolicy = DEFAULT_POLICY,
+    launch: LaunchRecord | None = None,
+    until: int | None = None,
+) -> Replay:
     """Re-derive a run: engine state, messages, root cause, divergences and
     timeline, folding each rank's events once through one
-    :class:`~events.Composite`.
+    :class:`~events.Composite`, and judge it against its expected ranks.
 
     ``source`` may be a stream of events (one rank's, or several ranks'
     merged in any interleaving that keeps each rank's order), the
     :class:`~events.LogContents` of each rank (their torn tails become
     warnings), or one event sequence per rank.
 
+    The world size is the launcher's (``launch``), else the largest in the
+    ranks' ``run.started``. A rank of that world with no events makes the
+    run ``incomplete`` and is named first: it is the root cause unless its
+    launcher stopped it because of something else. Otherwise the root cause
+    is the earliest failure by wall-clock time among the ranks that did not
+    end ready, preferring ranks the launcher did not stop.
+
+    With ``until``, each rank's events after ``seq`` ``until`` are left out:
+    the state at that point, where an unfinished rank is ``running``.
+
     Raises:
-        LogError: two logs of the same rank, or logs of different runs.
+        LogError: two logs of the same rank, logs of different runs, or a
+            launch record of another run.
         FoldError: a rank's events skip, repeat or reorder ``seq``.
     """
     by_rank: dict[int, list[Event]] = {}
@@ -510,6 +625,8 @@ def replay(source: ReplaySource, *, policy: SeverityPolicy = DEFAULT_POLICY) -> 
 
     def take(events: Iterable[Event], owner: str | None) -> None:
         for event in events:
+            if until is not None and event.seq > until:
+                continue
             if owner is not None:
                 previous = owners.setdefault(event.rank, owner)
                 if previous != owner:
@@ -530,6 +647,11 @@ def replay(source: ReplaySource, *, policy: SeverityPolicy = DEFAULT_POLICY) -> 
     run_ids = {events[0].run_id for events in by_rank.values()}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
+    if launch is not None and launch.run_id is not None and run_ids - {launch.run_id}:
+        raise LogError(
+            f"the launch record ({launch.source or 'manifest'}) is of run {launch.run_id}, "
+            f"the logs of run {sorted(run_ids)[0]}; pass the manifest of the same run"
+        )
 
     # Each rank is folded alone: its states stay small and a 1,024-rank run
     # never copies a 1,024-entry mapping per event.
@@ -545,31 +667,94 @@ def replay(source: ReplaySource, *, policy: SeverityPolicy = DEFAULT_POLICY) -> 
         rank_messages.update(folded["messages"].ranks)
         timelines.update(folded["timeline"].ranks)
 
-    world_size = max(
+    logged_world = max(
         (s.identity.world_size for s in states.values() if s.identity is not None),
-        default=len(states),
+        default=0,
     )
-    missing = sorted(set(range(world_size)) - set(states))
-    if missing:
+    if launch is not None and launch.world_size is not None:
+        if logged_world and logged_world != launch.world_size:
+            warnings.append(
+                f"the launcher started {launch.world_size} ranks but the logs say a world "
+                f"of {logged_world}; judged against the launcher's"
+            )
+        world_size = launch.world_size
+    else:
+        world_size = logged_world or (max(states) + 1 if states else 0)
+    empty = launch.empty_logs if launch is not None else frozenset()
+    no_events = {
+        rank: "empty log" if rank in empty else "no log"
+        for rank in range(world_size)
+        if rank not in states
+    }
+    if no_events:
         warnings.append(
-            f"no log for {format_ranks(missing)} of world size {world_size}; "
-            "the report covers only the ranks that have one"
+            f"no events from {format_ranks(no_events)} of world size {world_size}: "
+            "never started, or stopped before the first event"
         )
     message_state = MessagesState(ranks=rank_messages)
     messages = message_state.messages()
     divergences = find_divergences(states, policy=policy)
     grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
     grouped.sort(key=lambda group: -group.severity)
+    started = [event for events in by_rank.values() if isinstance(event := events[0], RunStarted)]
     return Replay(
-        run_id=next(iter(run_ids), None),
+        run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
         world_size=world_size,
         policy=policy,
         states=states,
         message_state=message_state,
         messages=messages,
         grouped=tuple(grouped),
-        root_cause=root_cause(states),
+        root_cause=_run_root_cause(states, no_events, launch, until),
         divergences=divergences,
         timeline=TimelineState(ranks=timelines),
         warnings=tuple(warnings),
+        no_events=no_events,
+        launch=launch,
+        until=until,
+        simulated=next((event.simulated for event in started if event.simulated), None),
+        injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
     )
+
+
+def _run_root_cause(
+    states: Mapping[int, EngineState],
+    no_events: Mapping[int, str],
+    launch: LaunchRecord | None,
+    until: int | None,
+) -> RootCause | None:
+    """The rank to look at first (see :func:`replay`)."""
+    processes = launch.processes if launch is not None else {}
+    stopped = {rank for rank, process in processes.items() if process.stopped_by_launcher}
+    silent = [
+        RootCause(
+            rank=rank,
+            step=None,
+            exception=None,
+            outcome=RunOutcome.INCOMPLETE,
+            wall_ns=(processes[rank].ended_wall_ns or 0) if rank in processes else 0,
+            seq=-1,
+            no_events=why,
+            process=processes.get(rank),
+        )
+        for rank, why in sorted(no_events.items())
+    ]
+    causes = []
+    for state in states.values():
+        if until is not None and not state.finished:
+            continue  # still running at the cutoff: nothing to blame yet
+        cause = state.root_cause
+        if cause is not None:
+            process = processes.get(state.rank)
+            causes.append(cause if process is None else attrs.evolve(cause, process=process))
+    for candidates in (
+        [cause for cause in silent if cause.rank not in stopped],
+        [cause for cause in causes if cause.rank not in stopped],
+        causes,
+        silent,
+    ):
+        if candidates:
+            if candidates[0].no_events is not None:
+                return candidates[0]
+            return min(candidates, key=lambda cause: (cause.wall_ns, cause.rank))
+    return None

@@ -247,11 +247,18 @@ class JsonlLog(_LogBase):
         rank: int = 0,
         durability: Durability | str = Durability.INTERVAL,
         interval_ms: float = 200.0,
+        exclusive: bool = False,
     ) -> None:
         """Open (creating if needed) the log file at ``path``.
 
+        With ``exclusive``, the file must not exist yet: it is created
+        atomically (``O_EXCL``), so of several processes opening the same
+        path exactly one gets the log and the others get
+        :class:`FileExistsError` before anything is written.
+
         Raises:
             ValueError: ``interval_ms`` is negative or ``durability`` unknown.
+            FileExistsError: ``exclusive`` and the file exists.
             events.LogCorruptError: the existing file is damaged.
             events.StreamMismatchError: the existing file is of another stream.
             OSError: the file or its directory cannot be opened.
@@ -266,11 +273,15 @@ class JsonlLog(_LogBase):
         self._interval_ns = int(interval_ms * 1_000_000)
         self._last_sync_ns = time.monotonic_ns()
         self._dirty = False
-        existing = self._file.exists() and self._file.stat().st_size > 0
-        if existing:
-            self._resume()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        created = not self._file.exists()
+        if exclusive:
+            flags |= os.O_EXCL
+            created = True
+        else:
+            existing = self._file.exists() and self._file.stat().st_size > 0
+            if existing:
+                self._resume()
+            created = not self._file.exists()
         self._fd = os.open(self._file, flags, 0o644)
         if created:
             _fsync_directory(self._file.parent)

@@ -603,8 +603,9 @@ def _chain_reason(cause: ExceptionInfo) -> str:
 
 #: Exception names a propagated timeout or crash arrives as on enclosing steps.
 _PROPAGATED_NAMES = frozenset({"StepTimeoutError", "StepCrashedError"})
-#: Exceptions that mean "stopped by someone", reported as run.interrupted.
-_INTERRUPTS = frozenset({"KeyboardInterrupt", "SystemExit"})
+#: Exceptions that mean "stopped by someone", reported as run.interrupted
+#: (a SystemExit from a probe is a failure like any other, SPEC §2).
+_INTERRUPTS = frozenset({"KeyboardInterrupt"})
 
 
 def _below(step: str, ancestor: str) -> bool:
@@ -811,7 +812,14 @@ class _Derivation:
                 detail=_detail(event.cause),
             )
         elif outcome is RunOutcome.INTERRUPTED:
-            by = f" by {_reason_text(event.cause)}" if event.cause else ""
+            cause = event.cause
+            if cause is None:
+                by = ""
+            elif cause.name == "StartupInterrupted":
+                # A stop from outside: the signal, and why it came if known.
+                by = f" ({cause.message})"
+            else:
+                by = f" by {_reason_text(cause)}"
             self.emit(
                 "run.interrupted",
                 f"Startup interrupted{by}{where} before it was ready; "

@@ -90,13 +90,21 @@ class Outcome(enum.StrEnum):
 
 
 class RunOutcome(enum.StrEnum):
-    """How a rank's run ended. ``incomplete`` is never written: readers derive
-    it for a log that has no ``run.finished`` event (the process died)."""
+    """How a rank's run ended.
+
+    ``ready``, ``failed`` and ``interrupted`` are written in ``run.finished``.
+    ``incomplete`` and ``running`` are never written: readers derive
+    ``incomplete`` for a rank whose log has no ``run.finished`` (the process
+    died, was killed, or never started), and ``running`` for a rank that had
+    not finished at a cutoff (``replay --until``), which says nothing about
+    how it ended.
+    """
 
     READY = "ready"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     INCOMPLETE = "incomplete"
+    RUNNING = "running"
 
 
 class StepKind(enum.StrEnum):
@@ -168,6 +176,13 @@ class RunStarted(Event):
     #: ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``), so a replay
     #: elsewhere rebuilds the same resource; ``None`` in logs that predate it.
     resource: Mapping[str, str] | None = None
+    #: The simulated host the probes answered from (a profile name, or a
+    #: profile file with its content hash); ``None`` on a real host. Reports
+    #: say so first, so a simulated start is never mistaken for a real one.
+    simulated: str | None = None
+    #: The faults injected on this rank's run, one canonical spec each
+    #: (``1:zentorch=RuntimeError:boom``); reports show them in their header.
+    injected: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import heapq
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -131,12 +132,44 @@ def _lines(data: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The whole file; only a regular file is read.
+
+    A FIFO, socket or device named like a log is refused without reading
+    from it: opening is non-blocking and the type is checked on the open
+    descriptor, so a FIFO with no writer can never hang a reader.
+    """
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
         raise LogCorruptError(path, 0, "is a directory, not a log file") from None
     except OSError as exc:
         raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise LogCorruptError(path, 0, "is a directory, not a log file")
+        if not stat.S_ISREG(mode):
+            raise LogCorruptError(
+                path, 0, f"is a {_file_kind(mode)}, not a regular file; it was not read"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read()
+    except OSError as exc:
+        raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
 
 
 def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> LogContents:

@@ -49,6 +49,7 @@ if typing.TYPE_CHECKING:
     from ._propagation import parse_traceparent as parse_traceparent
     from ._replay import export_events as export_events
     from ._report import REPORT_VERSION as REPORT_VERSION
+    from ._report import report_header as report_header
     from ._report import report_json as report_json
     from ._report import report_text as report_text
     from ._spans import DEFAULT_SERVICE_NAME as DEFAULT_SERVICE_NAME
@@ -60,6 +61,7 @@ if typing.TYPE_CHECKING:
     from ._spans import instrumentation_scope as instrumentation_scope
     from ._spans import rank_resource as rank_resource
     from ._spans import spans_from_events as spans_from_events
+    from ._terminal import terminal_text as terminal_text
     from ._views import blame_text as blame_text
     from ._views import critical_path_text as critical_path_text
     from ._views import decisions_of as decisions_of
@@ -93,6 +95,8 @@ _LAZY = {
     "parse_traceparent": "._propagation",
     "export_events": "._replay",
     "REPORT_VERSION": "._report",
+    "report_header": "._report",
+    "terminal_text": "._terminal",
     "report_json": "._report",
     "report_text": "._report",
     "DEFAULT_SERVICE_NAME": "._spans",
@@ -163,8 +167,10 @@ __all__ = [
     "parse_traceparent",
     "rank_ranges",
     "rank_resource",
+    "report_header",
     "report_json",
     "report_text",
     "spans_from_events",
+    "terminal_text",
     "timeline_html",
 ]

@@ -7,17 +7,27 @@ fields never change meaning; new fields may be added. Schema (version 1)::
       "report_version": 1,
       "run_id": str | null,
       "world_size": int,
-      "outcome": "ready" | "failed" | "interrupted" | "incomplete",
-      "ranks": [                               # one per rank with a log, by rank
+      "outcome": "ready" | "failed" | "interrupted" | "incomplete"
+                 | "running",                  # running: only at a cutoff (until)
+      "until": int | null,                     # the cutoff seq, when replayed to one
+      "simulated": str | null,                 # the simulated host, if any
+      "injected": [str, ...],                  # injected faults, canonical specs
+      "ranks": [                               # one per rank of the world, by rank
         {"rank": int,
-         "outcome": "ready" | "failed" | "interrupted" | "incomplete",
+         "outcome": "ready" | "failed" | "interrupted" | "incomplete" | "running",
+         "log": "complete" | "unfinished" | "empty" | "missing",
          "platform": str | null,               # the platform plugin
          "platform_class": str | null,
          "attention_backend": str | null,
          "allreduce_backend": str | null,      # null: fusion disabled or not set up
          "fusion_enabled": bool,
          "flashinfer_comm_available": bool | null,
-         "last_step": str | null}              # for a rank that died: the step it was in
+         "last_step": str | null,              # for a rank that died: the step it was in
+         "in_flight": [str, ...],              # steps running when it died or was
+                                               #   interrupted (innermost only)
+         "process": null | {"pid": int | null, "exit_code": int | null,
+                            "signal": str | null, "stopped_by_launcher": str | null,
+                            "description": str}}   # from the launcher's manifest
       ],
       "messages": [                            # grouped across ranks; severity
         {"code": str,                          #   descending, then first appearance
@@ -30,6 +40,10 @@ fields never change meaning; new fields may be added. Schema (version 1)::
         "rank": int,
         "step": str | null,
         "outcome": "failed" | "interrupted" | "incomplete",   # that rank's outcome
+        "description": str,                    # one line, as the text report says it
+        "no_events": null | "no log" | "empty log",
+        "in_flight": [str, ...],
+        "process": null | {...},               # as in "ranks"
         "exception": null | {"type": str,      # qualified type name
                              "message": str,
                              "cause": {...} | null}   # the next link: __cause__,
@@ -42,14 +56,18 @@ fields never change meaning; new fields may be added. Schema (version 1)::
       "warnings": [str, ...]                   # about the logs (torn tails, missing ranks)
     }
 
-The run's ``outcome`` (over the ranks that have a log): ``failed`` if any rank
-failed; else ``incomplete`` if any rank has no ``run.finished`` (it died);
-else ``interrupted`` if any rank was interrupted; else ``ready``.
-Divergences appear in ``divergences`` and, grouped, in ``messages``.
+The run's ``outcome`` is judged against its world (every rank of
+``world_size``): ``incomplete`` if a rank has no events or no
+``run.finished`` (it died, was killed, or never started); else ``failed`` if
+any rank failed; else ``interrupted`` if any rank was interrupted; else
+``ready``. Divergences appear in ``divergences`` and, grouped, in
+``messages``.
 
-:func:`report_text` puts the outcome and the root cause first, then the
-ranks' state (identical rows collapsed into rank ranges), the grouped
-messages, the divergences and the warnings about the logs.
+:func:`report_text` puts the outcome first, then whether the host was
+simulated and which faults were injected (so an injected failure never looks
+real), the root cause, the ranks without events, the ranks' state (identical
+rows collapsed into rank ranges), the grouped messages, the divergences and
+the warnings about the logs.
 """
 
 from __future__ import annotations
@@ -61,6 +79,7 @@ from events import (
     EngineState,
     ExceptionInfo,
     GroupedMessage,
+    RankProcess,
     Replay,
     RunOutcome,
     Severity,
@@ -68,7 +87,9 @@ from events import (
     group_messages,
 )
 
-__all__ = ["REPORT_VERSION", "report_json", "report_text"]
+from ._terminal import terminal_text
+
+__all__ = ["REPORT_VERSION", "report_header", "report_json", "report_text"]
 
 #: The version of the JSON document's schema.
 REPORT_VERSION = 1
@@ -89,10 +110,39 @@ def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
     return nested
 
 
-def _rank_json(state: EngineState) -> dict[str, Any]:
+def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any] | None:
+    if process is None:
+        return None
     return {
-        "rank": state.rank,
-        "outcome": state.outcome.value,
+        "pid": process.pid,
+        "exit_code": process.exit_code,
+        "signal": process.signal,
+        "stopped_by_launcher": process.stopped_by_launcher,
+        "description": process.describe(since_ns=_launched_ns(replay)),
+    }
+
+
+def _launched_ns(replay: Replay) -> int | None:
+    return replay.launch.started_wall_ns if replay.launch is not None else None
+
+
+def _process_of(replay: Replay, rank: int) -> RankProcess | None:
+    return replay.launch.processes.get(rank) if replay.launch is not None else None
+
+
+def _log_state(replay: Replay, rank: int) -> str:
+    why = replay.no_events.get(rank)
+    if why is not None:
+        return "missing" if why == "no log" else "empty"
+    return "complete" if replay.states[rank].finished else "unfinished"
+
+
+def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
+    state = replay.states.get(rank) or EngineState(rank=rank, run_id=replay.run_id)
+    return {
+        "rank": rank,
+        "outcome": replay.outcome_of(rank).value,
+        "log": _log_state(replay, rank),
         "platform": state.platform,
         "platform_class": state.platform_class,
         "attention_backend": state.attention_backend,
@@ -100,7 +150,14 @@ def _rank_json(state: EngineState) -> dict[str, Any]:
         "fusion_enabled": state.fusion_enabled,
         "flashinfer_comm_available": state.flashinfer_comm_available,
         "last_step": state.last_step,
+        "in_flight": list(state.in_flight),
+        "process": _process_json(_process_of(replay, rank), replay),
     }
+
+
+def _all_ranks(replay: Replay) -> list[int]:
+    """Every rank of the world, and any rank with events beyond it."""
+    return sorted(set(range(replay.world_size)) | set(replay.states))
 
 
 def report_json(replay: Replay) -> dict[str, Any]:
@@ -111,7 +168,10 @@ def report_json(replay: Replay) -> dict[str, Any]:
         "run_id": replay.run_id,
         "world_size": replay.world_size,
         "outcome": replay.outcome.value,
-        "ranks": [_rank_json(replay.states[rank]) for rank in replay.ranks],
+        "until": replay.until,
+        "simulated": replay.simulated,
+        "injected": list(replay.injected),
+        "ranks": [_rank_json(replay, rank) for rank in _all_ranks(replay)],
         "messages": [
             {
                 "code": group.code,
@@ -128,6 +188,10 @@ def report_json(replay: Replay) -> dict[str, Any]:
             "rank": cause.rank,
             "step": cause.step,
             "outcome": cause.outcome.value,
+            "description": cause.describe(since_ns=_launched_ns(replay)),
+            "no_events": cause.no_events,
+            "in_flight": list(cause.in_flight),
+            "process": _process_json(cause.process, replay),
             "exception": _exception_json(cause.exception),
         },
         "divergences": [
@@ -150,19 +214,38 @@ _OUTCOME_ORDER = (
     RunOutcome.FAILED,
     RunOutcome.INCOMPLETE,
     RunOutcome.INTERRUPTED,
+    RunOutcome.RUNNING,
     RunOutcome.READY,
 )
 
 
 def _headline(replay: Replay) -> str:
     counts = dict.fromkeys(_OUTCOME_ORDER, 0)
-    for state in replay.states.values():
-        counts[state.outcome] += 1
+    for rank in replay.states:
+        counts[replay.outcome_of(rank)] += 1
     total = len(replay.states)
     parts = [f"{count} {outcome.value}" for outcome, count in counts.items() if count]
+    if replay.no_events:
+        parts.append(f"{len(replay.no_events)} without events")
     run = f"run {replay.run_id}, " if replay.run_id else ""
     ranks = f"{total} of {replay.world_size} ranks" if total else "no ranks"
-    return f"Startup {replay.outcome.value}: {', '.join(parts) or 'no events'} ({run}{ranks})"
+    state = f"Startup {replay.outcome.value}"
+    if replay.until is not None:
+        state += f" at the cutoff seq {replay.until} (the state then, not how the run ended)"
+    return f"{state}: {', '.join(parts) or 'no events'} ({run}{ranks})"
+
+
+def _provenance_line(replay: Replay) -> list[str]:
+    """Says first when the host was simulated or faults were injected."""
+    parts = []
+    if replay.simulated:
+        parts.append(f"simulated host {replay.simulated}")
+    if replay.injected:
+        parts.append(f"injected faults: {'; '.join(replay.injected)}")
+    if not parts:
+        return []
+    text = "; ".join(parts)
+    return [terminal_text(f"Not a real start: {text}")]
 
 
 def _chain_lines(info: ExceptionInfo) -> list[str]:
@@ -176,10 +259,10 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
             lead = "  caused by "
         else:
             lead = "  while handling "
-        lines.append(lead + text)
+        lines.append(terminal_text(lead + text, indent="      "))
         if link.frames:
             frame = link.frames[-1]
-            lines.append(f"      at {frame.filename}:{frame.lineno} in {frame.name}")
+            lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
         previous = link
     return lines
 
@@ -187,18 +270,51 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
 def _root_cause_lines(replay: Replay) -> list[str]:
     cause = replay.root_cause
     if cause is None:
+        if replay.until is not None and replay.outcome is RunOutcome.RUNNING:
+            return ["Root cause: none so far (no rank had failed by the cutoff)"]
         if replay.outcome is RunOutcome.READY:
             return ["Root cause: none (every rank is ready)"]
         return ["Root cause: unknown (no rank recorded a failure)"]
+    since = _launched_ns(replay)
+    if cause.no_events is not None:
+        return [terminal_text(f"Root cause: {cause.describe(since_ns=since)}")]
     where = f"rank {cause.rank}" + (f", step {cause.step}" if cause.step else "")
+    lines: list[str]
     if cause.exception is not None:
-        return [f"Root cause: {where}", *_chain_lines(cause.exception)]
-    if cause.outcome is RunOutcome.INCOMPLETE:
-        return [
-            f"Root cause: {where}: the rank stopped without finishing "
-            "(no run.finished in its log: the process died or was killed)"
+        lines = [f"Root cause: {where}", *_chain_lines(cause.exception)]
+    elif cause.outcome is RunOutcome.INCOMPLETE:
+        lines = [
+            f"Root cause: {where}: the process died before the rank finished "
+            "(no run.finished in its log: it crashed or was killed)"
         ]
-    return [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
+    else:
+        lines = [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
+    if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):
+        lines.append(
+            terminal_text(
+                f"  {len(cause.in_flight)} steps were in flight: {', '.join(cause.in_flight)}"
+                if len(cause.in_flight) > 1
+                else f"  the step in flight: {cause.in_flight[0]}"
+            )
+        )
+    if cause.process is not None and cause.process.ended:
+        lines.append(terminal_text(f"  its launcher saw: {cause.process.describe(since_ns=since)}"))
+    return [terminal_text(lines[0]), *lines[1:]]
+
+
+def _no_events_lines(replay: Replay) -> list[str]:
+    """Every rank of the world without events, with what its launcher saw."""
+    if not replay.no_events:
+        return []
+    since = _launched_ns(replay)
+    lines = ["", "Ranks without events:"]
+    for rank, why in sorted(replay.no_events.items()):
+        process = _process_of(replay, rank)
+        if process is not None and process.pid is not None:
+            lines.append(f"  {process.describe(since_ns=since)}; {why}")
+        else:
+            lines.append(f"  rank {rank}: {why} (never started, or killed before its first event)")
+    return lines
 
 
 _COLUMNS = (
@@ -212,7 +328,11 @@ _COLUMNS = (
 )
 
 
-def _cell(state: EngineState, field: str) -> str:
+def _cell(replay: Replay, state: EngineState | None, rank: int, field: str) -> str:
+    if field == "outcome":
+        return replay.outcome_of(rank).value
+    if state is None:
+        return "(no events)" if field == "last_step" else "-"
     if field == "fusion_enabled":
         return "on" if state.fusion_enabled else "off"
     if field == "last_step":
@@ -221,11 +341,14 @@ def _cell(state: EngineState, field: str) -> str:
     return "-" if value is None else str(value)
 
 
-def _table(states: Sequence[EngineState]) -> list[str]:
+def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
     rows: dict[tuple[str, ...], list[int]] = {}
-    for state in states:
-        cells = tuple(_cell(state, field) for _title, field in _COLUMNS)
-        rows.setdefault(cells, []).append(state.rank)
+    for rank in ranks:
+        state = replay.states.get(rank)
+        cells = tuple(
+            terminal_text(_cell(replay, state, rank, field)) for _title, field in _COLUMNS
+        )
+        rows.setdefault(cells, []).append(rank)
     lines = [
         (format_ranks(ranks).partition(" ")[2], *cells)
         for cells, ranks in sorted(rows.items(), key=lambda row: row[1][0])
@@ -251,10 +374,26 @@ def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> 
             hidden.setdefault(group.code, set()).update(group.ranks)
             continue
         shown[group.code] = count + 1
-        lines.append(f"  {group.describe()}")
+        lines.append(terminal_text(f"  {group.describe()}", indent="      "))
     for code, ranks in hidden.items():
         lines.append(f"  ... and more {code} messages on {format_ranks(ranks)}")
     return lines
+
+
+def _header_lines(replay: Replay) -> list[str]:
+    return [
+        terminal_text(_headline(replay)),
+        *_provenance_line(replay),
+        *_root_cause_lines(replay),
+        *_no_events_lines(replay),
+    ]
+
+
+def report_header(replay: Replay) -> str:
+    """The first block of :func:`report_text`: the outcome, what was
+    simulated or injected, the root cause and the ranks without events (the
+    views print it above their own output)."""
+    return "\n".join(_header_lines(replay)) + "\n"
 
 
 def report_text(
@@ -267,17 +406,21 @@ def report_text(
 
     With ``rank``, the table and the messages are that rank's only (the
     outcome, root cause and divergences stay the run's).
+
+    Text that came from a log (messages, exception text, file names) is
+    shown with control characters escaped and continuation lines indented,
+    so nothing in a log can forge a report line or drive the terminal.
     """
-    lines = [_headline(replay), *_root_cause_lines(replay)]
+    lines = _header_lines(replay)
     if rank is None:
-        states = [replay.states[r] for r in replay.ranks]
+        ranks = _all_ranks(replay)
         groups: Sequence[GroupedMessage] = replay.grouped
     else:
-        states = [replay.states[rank]] if rank in replay.states else []
+        ranks = [rank] if rank in replay.states or rank in replay.no_events else []
         groups = group_messages(m for m in replay.messages if m.rank == rank)
     lines.append("")
     lines.append("Ranks:" if rank is None else f"Rank {rank}:")
-    lines.extend(_table(states) if states else ["  (no log for this rank)"])
+    lines.extend(_table(replay, ranks) if ranks else ["  (no log for this rank)"])
     level = min_severity.name.lower()
     messages = _message_lines(
         [g for g in groups if not g.code.endswith(".divergence")], min_severity
@@ -288,9 +431,9 @@ def report_text(
     if replay.divergences:
         lines.append("")
         lines.append("Divergences:")
-        lines.extend(f"  {d.grouped().describe()}" for d in replay.divergences)
+        lines.extend(terminal_text(f"  {d.grouped().describe()}") for d in replay.divergences)
     if replay.warnings:
         lines.append("")
         lines.append("Log warnings:")
-        lines.extend(f"  {warning}" for warning in replay.warnings)
+        lines.extend(terminal_text(f"  {warning}") for warning in replay.warnings)
     return "\n".join(lines) + "\n"

@@ -38,6 +38,7 @@ if typing.TYPE_CHECKING:
     from ._errors import IsolatedStepError as IsolatedStepError
     from ._errors import OrchestratorError as OrchestratorError
     from ._errors import RankEnvironmentError as RankEnvironmentError
+    from ._errors import StartupInterrupted as StartupInterrupted
     from ._errors import StepCrashedError as StepCrashedError
     from ._errors import StepTimeoutError as StepTimeoutError
     from ._errors import UnknownDependencyError as UnknownDependencyError
@@ -52,11 +53,14 @@ if typing.TYPE_CHECKING:
     from ._graph import Isolation as Isolation
     from ._graph import Step as Step
     from ._graph import StepBody as StepBody
+    from ._group import PROCESS_GROUP_STEP as PROCESS_GROUP_STEP
+    from ._group import DeferredGroup as DeferredGroup
     from ._group import Group as Group
     from ._group import GroupError as GroupError
     from ._group import LocalGroup as LocalGroup
     from ._group import TorchDistributedGroup as TorchDistributedGroup
     from ._group import init_torch_distributed_group as init_torch_distributed_group
+    from ._group import process_group_step as process_group_step
     from ._identity import RUN_ID_VARIABLE as RUN_ID_VARIABLE
     from ._identity import identity_from_environment as identity_from_environment
     from ._identity import new_run_id as new_run_id
@@ -81,6 +85,10 @@ if typing.TYPE_CHECKING:
 # Public names load on first use (PEP 562), so importing the package for one
 # thing (the command line's --help) does not import everything.
 _LAZY = {
+    "process_group_step": "._group",
+    "PROCESS_GROUP_STEP": "._group",
+    "DeferredGroup": "._group",
+    "StartupInterrupted": "._errors",
     "Candidate": "._candidates",
     "CandidateReport": "._candidates",
     "Selection": "._candidates",
@@ -158,6 +166,7 @@ __all__ = [
     "ANY_EXCEPTION_POLICY",
     "DEFAULT_DECIDERS",
     "PROBE_POLICY",
+    "PROCESS_GROUP_STEP",
     "RUN_ID_VARIABLE",
     "Action",
     "Attempt",
@@ -167,6 +176,7 @@ __all__ = [
     "Classification",
     "CycleError",
     "Decider",
+    "DeferredGroup",
     "Divergence",
     "DuplicateStepError",
     "ErrorPolicy",
@@ -191,6 +201,7 @@ __all__ = [
     "Runner",
     "Selection",
     "SpanActivator",
+    "StartupInterrupted",
     "Step",
     "StepBody",
     "StepContext",
@@ -208,6 +219,7 @@ __all__ = [
     "new_run_id",
     "optional_module_policy",
     "parse_ranks",
+    "process_group_step",
     "run",
     "run_fallback_chain",
     "run_id_from_environment",

@@ -16,12 +16,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from events import EventsError, LogError, Severity
 
 if TYPE_CHECKING:
-    from events import LogContents
+    from events import LaunchRecord, LogContents
 
 from ._errors import OrchestratorError
 
@@ -315,7 +315,7 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
             if not found:
                 raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
             files.extend(found)
-        elif path.exists():
+        elif path.exists() or path.is_symlink():
             files.append(path)
         else:
             raise UsageError(f"{path}: no such file or directory")
@@ -327,19 +327,77 @@ def _rank_key(path: Path) -> tuple[int, str]:
     return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
 
 
-def read_logs(paths: Sequence[Path]) -> list[LogContents]:
-    """Read every log strictly; corrupt input is an :class:`InputError`."""
+def rank_of_file(path: Path) -> int | None:
+    """The rank a file's name says (``rank-3.jsonl`` -> 3), if it says one."""
+    stem = path.name.removesuffix(".jsonl").removeprefix("rank-")
+    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdigit():
+        return int(stem)
+    return None
+
+
+class RunLogs(NamedTuple):
+    """A run as read from the command line's paths.
+
+    Attributes:
+        contents: every rank log read (strictly), in rank order.
+        launch: the launcher's facts (its manifest) and the ranks whose log
+            holds no event; ``None`` when there is neither.
+    """
+
+    contents: list[LogContents]
+    launch: LaunchRecord | None
+
+
+def read_run(paths: Sequence[Path]) -> RunLogs:
+    """Read run directories (their manifest too) or log files strictly.
+
+    Raises:
+        UsageError: a path does not exist.
+        InputError: a log is corrupt or unreadable, a manifest is invalid,
+            or nothing was found to report on.
+    """
     from events import read_log
 
+    from ._run_directory import RunDirectoryError, read_manifest
+
     contents: list[LogContents] = []
+    empty: list[int] = []
+    manifests = []
+    for path in paths:
+        if path.is_dir():
+            try:
+                manifest = read_manifest(path)
+            except RunDirectoryError as exc:
+                raise InputError(str(exc)) from None
+            if manifest is not None:
+                manifests.append((path, manifest))
     for file in log_files(paths):
         try:
-            contents.append(read_log(file))
+            read = read_log(file)
         except EventsError as exc:
             raise InputError(str(exc)) from exc
-    if not any(c.events for c in contents):
+        if read.events:
+            contents.append(read)
+            continue
+        rank = rank_of_file(file)
+        if rank is not None:
+            empty.append(rank)
+    if len({manifest.run_id for _path, manifest in manifests}) > 1:
+        listed = ", ".join(f"{path} ({manifest.run_id})" for path, manifest in manifests)
+        raise InputError(f"the manifests are of different runs: {listed}")
+    launch = None
+    if manifests:
+        path, manifest = manifests[0]
+        launch = manifest.to_launch_record(source=str(path / "manifest.json"))
+    if empty:
+        import attrs
+
+        from events import LaunchRecord
+
+        launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
+    if not contents and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
-    return contents
+    return RunLogs(contents=contents, launch=launch)
 
 
 # --- entry point ----------------------------------------------------------------------

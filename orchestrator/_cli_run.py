@@ -1,10 +1,18 @@
 """``startup-orchestrator run``: one rank, or a local launch of N ranks.
 
-A rank opens its JSON Lines log in the run directory, wires live tracing and
-the logging bridge to the log, runs the reference engine graph, and flushes
-everything — on success, on failure and on SIGINT/SIGTERM (the run is then
-recorded ``interrupted``). The launcher (``--nproc N``) starts the ranks,
-waits, then prints the same report ``replay`` prints for the run directory.
+A rank claims the run directory, creates its own JSON Lines log in it and
+records ``run.started`` (who it is, what it was asked, the simulated host and
+the injected faults) before anything slow: tracing set-up, ``import torch``
+and forming the process group all come after, the last two as a recorded
+step (``process_group``). From the moment the log is open, SIGINT and
+SIGTERM are caught and end the run ``interrupted``, naming the signal and
+the steps in flight, flushed to disk. Then it wires live tracing and the
+logging bridge to the log, runs the reference engine graph, and flushes
+everything on every exit path.
+
+The launcher (``--nproc N``) claims the run directory, writes its manifest,
+starts the ranks (which die with it), waits, then prints the same report
+``replay`` prints for the run directory.
 """
 
 from __future__ import annotations
@@ -15,24 +23,33 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from events import JsonlLog, RankIdentity, Severity
+from events import Event, JsonlLog, RankIdentity, RunFinished, Severity
 
-from ._cli import DEFAULT_RUNS, PROG, InputError, UsageError, emit, read_logs, to_json_text
+from ._cli import DEFAULT_RUNS, PROG, InputError, UsageError, emit, read_run, to_json_text
 from ._errors import FaultSpecError, RankEnvironmentError
 from ._faults import FaultPlan
+from ._group import DeferredGroup, process_group_step
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
 from ._launcher import CHILD_VARIABLE, DEFAULT_GRACE_S, GRACE_VARIABLE, launch_local
+from ._run_directory import (
+    Manifest,
+    RunDirectoryError,
+    claim_run_directory,
+    rank_log_path,
+)
+from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
 __all__ = ["command_run"]
 
 
-def _faults(args: argparse.Namespace) -> FaultPlan:
+def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
+    """The fault plan, checked against the launch before anything runs: every
+    target is one the engine has and every rank is in the world."""
     # Errors name the option, the bad part and what would be valid.
     try:
         plan = FaultPlan.parse(args.inject)
@@ -44,7 +61,34 @@ def _faults(args: argparse.Namespace) -> FaultPlan:
         except FaultSpecError as exc:
             where = "" if exc.part == exc.spec else f"{exc.part!r}: "
             raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
+    if plan:
+        from .engine._targets import injection_targets
+
+        targets = injection_targets()
+        try:
+            plan.check(world_size=world_size, targets=(*targets.modules, *targets.steps))
+        except FaultSpecError as exc:
+            option = "--inject-file" if args.inject_file is not None else "--inject"
+            raise UsageError(f"{option} {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
     return plan
+
+
+def _simulated(args: argparse.Namespace) -> str | None:
+    """How reports name the simulated host: a built-in profile's name, or a
+    profile file's path with the start of its content's SHA-256."""
+    if args.simulate is None:
+        return None
+    from .engine import BUILTIN_PROFILES
+
+    if args.simulate in BUILTIN_PROFILES:
+        return str(args.simulate)
+    import hashlib
+
+    try:
+        digest = hashlib.sha256(Path(args.simulate).read_bytes()).hexdigest()
+    except OSError:
+        return str(args.simulate)
+    return f"{args.simulate} (sha256 {digest[:16]})"
 
 
 def _profile(args: argparse.Namespace) -> Any:
@@ -85,6 +129,8 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
 def _check_run_id(run_id: str) -> str:
     from ._identity import RUN_ID_VARIABLE
 
+    if not run_id.strip():
+        raise UsageError(f"--run-id {run_id!r}: a run id is 1-128 letters, digits, '.', '_' or '-'")
     try:
         checked = run_id_from_environment({RUN_ID_VARIABLE: run_id})
     except RankEnvironmentError as exc:
@@ -95,22 +141,26 @@ def _check_run_id(run_id: str) -> str:
 
 def command_run(args: argparse.Namespace) -> int:
     """Validate everything up front (exit 2 on bad input), then launch."""
-    faults = _faults(args)
-    profile = _profile(args)
     launched = os.environ.get(CHILD_VARIABLE) == "1"
     under_launcher = "WORLD_SIZE" in os.environ or "RANK" in os.environ
+    if args.run_id is not None:
+        _check_run_id(args.run_id)
+    profile = _profile(args)
     if args.nproc is not None and args.nproc > 1 and not launched:
         if under_launcher:
             raise UsageError(
                 "--nproc starts local ranks itself; under torchrun leave it out "
                 "(torchrun --nproc-per-node N -m orchestrator run ...)"
             )
-        _config(args, args.nproc)  # fail fast, before any process starts
-        return _launch(args)
+        # Fail fast, before any process starts.
+        faults = _faults(args, args.nproc)
+        _config(args, args.nproc)
+        return _launch(args, faults)
     try:
         identity = identity_from_environment()
     except RankEnvironmentError as exc:
         raise UsageError(str(exc)) from None
+    faults = _faults(args, identity.world_size)
     config = _config(args, identity.world_size)
     return _run_rank(args, identity, config, profile, faults, launched)
 
@@ -118,34 +168,53 @@ def command_run(args: argparse.Namespace) -> int:
 # --- the launcher ---------------------------------------------------------------------
 
 
-def _launch(args: argparse.Namespace) -> int:
+def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
     run_id = (
-        _check_run_id(args.run_id) if args.run_id else (run_id_from_environment() or new_run_id())
+        _check_run_id(args.run_id)
+        if args.run_id is not None
+        else (run_id_from_environment() or new_run_id())
     )
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
-    # Every rank would refuse it; checked here so that the report is never
-    # that of the run already stored there.
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
-        if path.stat().st_size > 0:
-            raise UsageError(f"{path} already holds a run; use a new --run-id or --run-dir")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror}") from None
-    rank_arguments = _rank_arguments(args.argv)
     grace_s = _grace(args)
-    print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
-    exits = launch_local(
-        args.nproc,
-        rank_arguments,
+    manifest = Manifest(
         run_id=run_id,
-        run_dir=run_dir,
-        grace_s=grace_s,
-        notify=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+        command=(PROG, *args.argv),
+        world_size=args.nproc,
+        simulated=_simulated(args),
+        injected=tuple(fault.describe() for fault in faults.faults),
     )
+    # Claimed, and the manifest created exclusively, before any rank starts:
+    # a second launch into the same directory stops here, having written
+    # nothing, and can never report this run as its own.
+    try:
+        claim_run_directory(run_dir, run_id)
+        manifest.write(run_dir, exclusive=True)
+    except RunDirectoryError as exc:
+        raise UsageError(str(exc)) from None
+    rank_arguments = _rank_arguments(args.argv)
+    print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
+    try:
+        exits = launch_local(
+            args.nproc,
+            rank_arguments,
+            run_id=run_id,
+            run_dir=run_dir,
+            grace_s=grace_s,
+            notify=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+            manifest=manifest,
+        )
+    except RunDirectoryError as exc:
+        raise InputError(str(exc)) from None
     for exit in exits:
         if exit.returncode not in (0, 1):
             print(f"{PROG}: {exit.describe()}", file=sys.stderr)
+    refused = [exit for exit in exits if exit.returncode == 2]
+    if refused:
+        # A rank refused to start (its own one-line error is above): what is
+        # in the directory is not a run this launch made whole.
+        ranks = ", ".join(str(exit.rank) for exit in refused)
+        print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
+        return 2
     return _report(args, [run_dir])
 
 
@@ -194,9 +263,9 @@ def _report(args: argparse.Namespace, paths: list[Path]) -> int:
         with_decision_divergences,
     )
 
-    contents = read_logs(paths)
-    result = replay(contents)
-    decisions = decision_divergences(merge(contents))
+    run = read_run(paths)
+    result = replay(run.contents, launch=run.launch)
+    decisions = decision_divergences(merge(run.contents))
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(document))
@@ -218,48 +287,148 @@ def _run_rank(
     faults: FaultPlan,
     launched: bool,
 ) -> int:
-    group = _process_group(identity)
-    run_id = _agree_run_id(args, group)
+    launcher_pid = _launcher_pid() if launched else None
+    if launcher_pid is not None:
+        # Before anything else: a rank never outlives its launcher.
+        follow_launcher(launcher_pid)
+    stops = StopRequests(launcher_pid=launcher_pid)
+    trace_parent = _trace_parent()
+    run_id, early_group = _agree_run_id(args, identity)
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
-    path = run_dir / f"rank-{identity.rank}.jsonl"
-    # Checked before the log is opened: opening an existing log resumes it
-    # (and would cut a torn tail off), and a stored run is never changed.
-    with contextlib.suppress(OSError):
-        if path.stat().st_size > 0:
-            raise UsageError(f"{path} already holds a run; use a new --run-id or --run-dir")
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        log = JsonlLog(path, run_id=run_id, rank=identity.rank, durability=args.durability)
+        claim_run_directory(run_dir, run_id)
+    except RunDirectoryError as exc:
+        raise UsageError(str(exc)) from None
+    path = rank_log_path(run_dir, identity.rank)
+    try:
+        # Created exclusively: a stored log is never resumed or changed, and
+        # of two runs started into one directory only one writes.
+        log = JsonlLog(
+            path,
+            run_id=run_id,
+            rank=identity.rank,
+            durability=args.durability,
+            exclusive=True,
+        )
+    except FileExistsError:
+        raise UsageError(
+            f"{path} already exists: run {run_id} already has a rank {identity.rank}; "
+            "use a new --run-id or --run-dir"
+        ) from None
     except OSError as exc:
         raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror}") from None
-    bridge = _logging_bridge(args.level)
+    stops.install()
     try:
-        tracing = _Tracing(args, identity, bridge.severity_of)
-        tracing.install_tracer_provider(run_id, identity)
-    except UsageError:
-        log.close()
-        raise
+        return _run_with_log(
+            args,
+            identity,
+            config,
+            profile,
+            faults,
+            launched,
+            stops,
+            log,
+            run_dir,
+            trace_parent,
+            early_group,
+        )
+    finally:
+        stops.restore()
+
+
+def _run_with_log(
+    args: argparse.Namespace,
+    identity: RankIdentity,
+    config: Any,
+    profile: Any,
+    faults: FaultPlan,
+    launched: bool,
+    stops: StopRequests,
+    log: JsonlLog,
+    run_dir: Path,
+    trace_parent: tuple[str, str] | None,
+    early_group: Any,
+) -> int:
+    from .engine import prepare_engine
+
+    group = DeferredGroup()
+    if early_group is not None:
+        group.set(early_group)
+    forms_group = early_group is None and identity.world_size > 1 and "MASTER_ADDR" in os.environ
+    options: dict[str, Any] = {}
+    if trace_parent is not None:
+        options = {"trace_id": trace_parent[0], "parent_span_id": trace_parent[1]}
+    finish = _FinishWatch()
+    log.subscribe(finish)
     try:
-        # The bridge first: span status reads the severities it derives.
-        log.subscribe(bridge)
-        if tracing.live is not None:
-            log.subscribe(tracing.live)
-        outcome = _execute(log, identity, config, profile, faults, group, tracing)
+        runner, graph = prepare_engine(
+            config,
+            log,
+            identity=identity,
+            profile=profile,
+            faults=faults,
+            group=group,
+            # Startup probes are quick; a peer that has not answered in two
+            # minutes is gone, and the rank should say so rather than wait
+            # the default 30.
+            process_group=process_group_step(identity, group, timeout_s=120.0)
+            if forms_group
+            else None,
+            simulated=_simulated(args),
+            **options,
+        )
+        # Recorded before any slow set-up: a rank killed from here on leaves
+        # a log that says who it was and what it was doing.
+        runner.begin(graph)
+        tracing: _Tracing | None = None
+        try:
+            bridge = _logging_bridge(args.level)
+            # The bridge first: span status reads the severities it derives.
+            log.subscribe(bridge, from_seq=0)
+            tracing = _Tracing(args, identity, bridge.severity_of, trace_parent)
+            tracing.install_tracer_provider(log.run_id, identity)
+            if tracing.live is not None:
+                log.subscribe(tracing.live, from_seq=0)
+            runner.span_activator = tracing.activator()
+        except BaseException as exc:
+            if stops.requested:
+                runner.stopping(stops.cause())
+            runner.abandon(exc)
+            if tracing is not None:
+                tracing.close()
+            raise
+        try:
+            _execute(runner, graph, stops)
+        finally:
+            tracing.close()
     finally:
         log.close()
-        tracing.close()
+    outcome = finish.outcome or "failed"
+    _print_next_steps(args, run_dir, identity, launched)
+    return _finish_rank(args, identity, run_dir, group, outcome, launched)
+
+
+def _finish_rank(
+    args: argparse.Namespace,
+    identity: RankIdentity,
+    run_dir: Path,
+    group: DeferredGroup,
+    outcome: str,
+    launched: bool,
+) -> int:
     own_code = 0 if outcome == "ready" else 1
+    own_log = [rank_log_path(run_dir, identity.rank)]
     if launched:
         return own_code
     if identity.world_size > 1:
-        if group is None:
+        if group.group is None:
             # No process group: ranks cannot wait for each other, so each
             # reports only itself.
-            return _report(args, [run_dir / f"rank-{identity.rank}.jsonl"])
+            return _report(args, own_log)
         if outcome == "interrupted":
             # Peers may be gone; waiting for them could take the group's
             # whole timeout. The log is complete; report this rank only.
-            return _report(args, [run_dir / f"rank-{identity.rank}.jsonl"])
+            return _report(args, own_log)
         # Under torchrun every rank ends here; rank 0 reports the whole run
         # once every rank has closed its log. The exchange is tagged: a rank
         # that left early may meet its peers still inside the startup's own
@@ -288,29 +457,83 @@ def _run_rank(
     return _report(args, [run_dir])
 
 
+def _print_next_steps(
+    args: argparse.Namespace, run_dir: Path, identity: RankIdentity, launched: bool
+) -> None:
+    """Where the record is and what to do with it (stderr: stdout is the
+    report, or the JSON document)."""
+    if launched or identity.rank != 0:
+        return
+    print(
+        f"{PROG}: the run's logs are in {run_dir}; replay {run_dir} for the report, "
+        f"explain {run_dir} for every step",
+        file=sys.stderr,
+    )
+
+
+class _FinishWatch:
+    """Remembers the outcome ``run.finished`` recorded."""
+
+    def __init__(self) -> None:
+        self.outcome: str | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            self.outcome = event.outcome.value
+
+
+def _launcher_pid() -> int | None:
+    text = os.environ.get(LAUNCHER_PID_VARIABLE, "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _trace_parent() -> tuple[str, str] | None:
+    """The launcher's ``TRACEPARENT``, checked before the log opens."""
+    traceparent = os.environ.get("TRACEPARENT", "").strip()
+    if not traceparent:
+        return None
+    from exporters import parse_traceparent
+
+    try:
+        parsed = parse_traceparent(traceparent)
+    except ValueError as exc:
+        raise UsageError(f"TRACEPARENT={traceparent!r}: {exc}") from None
+    return parsed.trace_id, parsed.span_id
+
+
 #: Tags the ranks' last exchange (see _run_rank).
 _END_OF_RUN = "run.finished"
 
 
-def _agree_run_id(args: argparse.Namespace, group: Any) -> str:
-    if args.run_id:
-        return _check_run_id(args.run_id)
+def _agree_run_id(args: argparse.Namespace, identity: RankIdentity) -> tuple[str, Any]:
+    """The run id, and the process group when forming it was the only way to
+    agree on one.
+
+    The id comes from ``--run-id`` or the launcher's environment (our
+    launcher's variable, torchrun's ``--rdzv-id``), so the log opens before
+    anything slow. Only a torchrun launch without ``--rdzv-id`` (multi-node
+    with an explicit rendezvous) has no shared id: its ranks form the
+    process group first and take rank 0's choice.
+    """
+    if args.run_id is not None:
+        return _check_run_id(args.run_id), None
     try:
         found = run_id_from_environment()
     except RankEnvironmentError as exc:
         raise UsageError(str(exc)) from None
     if found is not None:
-        return found
+        return found, None
+    group = _process_group(identity)
     if group is not None:
         # torchrun without a run id: rank 0's choice, shared through the group.
         proposals = group.all_gather(new_run_id())
-        return str(proposals[0])
-    if "MASTER_PORT" in os.environ and "WORLD_SIZE" in os.environ:
+        return str(proposals[0]), group
+    if "MASTER_PORT" in os.environ and "WORLD_SIZE" in os.environ and identity.world_size > 1:
         raise UsageError(
             "the ranks of this launch share no run id; set TORCHELASTIC_RUN_ID "
             "(torchrun --rdzv-id) or pass --run-id"
         )
-    return new_run_id()
+    return new_run_id(), None
 
 
 def _process_group(identity: RankIdentity) -> Any:
@@ -318,8 +541,6 @@ def _process_group(identity: RankIdentity) -> Any:
         return None
     from ._group import init_torch_distributed_group
 
-    # Startup probes are quick; a peer that has not answered in two minutes
-    # is gone, and the rank should say so rather than wait the default 30.
     return init_torch_distributed_group(identity, timeout_s=120.0)
 
 
@@ -343,18 +564,15 @@ class _Tracing:
     costs nothing. The trace parent comes from the launcher's TRACEPARENT.
     """
 
-    def __init__(self, args: argparse.Namespace, identity: RankIdentity, severity_of: Any) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        identity: RankIdentity,
+        severity_of: Any,
+        parent: tuple[str, str] | None,
+    ) -> None:
         self.live: Any = None
-        self.parent: tuple[str, str] | None = None
-        traceparent = os.environ.get("TRACEPARENT", "").strip()
-        if traceparent:
-            from exporters import parse_traceparent
-
-            try:
-                parsed = parse_traceparent(traceparent)
-            except ValueError as exc:
-                raise UsageError(f"TRACEPARENT={traceparent!r}: {exc}") from None
-            self.parent = (parsed.trace_id, parsed.span_id)
+        self.parent = parent
         if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             return
         wanted = self._exporters(args, identity)
@@ -456,49 +674,45 @@ def _otlp_endpoint(url: str, protocol: str) -> str:
     return url
 
 
-def _execute(
-    log: JsonlLog,
-    identity: RankIdentity,
-    config: Any,
-    profile: Any,
-    faults: FaultPlan,
-    group: Any,
-    tracing: _Tracing,
-) -> str:
-    from .engine import run_engine
+def _execute(runner: Any, graph: Any, stops: StopRequests) -> None:
+    """Run ``graph`` in an event loop that turns SIGINT/SIGTERM into a
+    recorded interruption. Whatever ends the run (ready, a failure, a
+    BaseException from a probe, a stop) is in the log when this returns;
+    nothing is raised."""
 
-    options: Mapping[str, Any] = {
-        "identity": identity,
-        "profile": profile,
-        "faults": faults,
-        "group": group,
-        "span_activator": tracing.activator(),
-    }
-    if tracing.parent is not None:
-        options = {**options, "trace_id": tracing.parent[0], "parent_span_id": tracing.parent[1]}
-
-    async def main() -> str:
+    async def main() -> None:
         with anyio.CancelScope() as scope:
+
+            def stop(signum: int) -> None:
+                runner.stopping(stops.cause())
+                scope.cancel()
+
             async with anyio.create_task_group() as group_:
 
-                async def watch_signals() -> None:
+                async def watch_signals(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
                     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                        async for _ in signals:
-                            scope.cancel()
-                            return
+                        task_status.started()
+                        async for signum in signals:
+                            stops.record(signum)
 
-                group_.start_soon(watch_signals)
+                await group_.start(watch_signals)
+                stops.on_signal = stop
+                if stops.requested:
+                    # Asked to stop before the loop ran: the run begins
+                    # cancelled and records that at once.
+                    stop(stops.received[0])
                 try:
-                    await run_engine(config, log, **options)
-                    return "ready"
-                except Exception:
-                    return "failed"
+                    await runner.run(graph)
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except BaseException:
+                    # Recorded in the log (run.finished names it); the
+                    # report says it, never a traceback.
+                    pass
                 finally:
                     group_.cancel_scope.cancel()
-        return "interrupted"
 
-    try:
-        outcome = anyio.run(main)
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-    return outcome
+    # A KeyboardInterrupt here is a second Ctrl-C while the loop was
+    # shutting down: the log already holds the run's end.
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from events import Event, LogContents, merge, validate
+from events import Event, LogContents, LogError, merge, validate
 
-from ._cli import InputError, UsageError, emit, log_files, read_logs, to_json_text
+from ._cli import InputError, RunLogs, UsageError, emit, read_run, to_json_text
 
 __all__ = ["COMMANDS"]
 
@@ -25,12 +25,22 @@ def _events(contents: list[LogContents], *, until: int | None = None) -> list[Ev
     return events
 
 
-def _replay(contents: list[LogContents], until: int | None = None) -> Any:
+def _replay(run: RunLogs, until: int | None = None) -> Any:
     from events import replay
 
-    if until is None:
-        return replay(contents)
-    return replay(_events(contents, until=until))
+    try:
+        return replay(run.contents, launch=run.launch, until=until)
+    except LogError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _check_rank(rank: int | None, result: Any) -> None:
+    """``--rank`` must be a rank of the run."""
+    if rank is None:
+        return
+    if rank >= result.world_size and rank not in result.states:
+        ranks = "rank 0" if result.world_size == 1 else f"ranks 0-{result.world_size - 1}"
+        raise UsageError(f"--rank {rank}: the run has {ranks} (world size {result.world_size})")
 
 
 def command_replay(args: argparse.Namespace) -> int:
@@ -44,13 +54,10 @@ def command_replay(args: argparse.Namespace) -> int:
         _check_writable(f"--export jaeger-json {export[1]}", export[1])
     if args.html is not None:
         _check_writable(f"--html {args.html}", args.html)
-    contents = read_logs(args.paths)
-    if args.rank is not None and not any(
-        c.events and c.events[0].rank == args.rank for c in contents
-    ):
-        raise UsageError(f"--rank {args.rank}: no log of that rank in the given paths")
-    events = _events(contents, until=args.until)
-    result = _replay(contents, args.until)
+    run = read_run(args.paths)
+    result = _replay(run, args.until)
+    _check_rank(args.rank, result)
+    events = _events(run.contents, until=args.until)
     decisions = decision_divergences(events)
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
@@ -60,11 +67,11 @@ def command_replay(args: argparse.Namespace) -> int:
         if decisions:
             emit(decision_divergences_text(decisions))
     if export is not None:
-        _export(export, _events(contents, until=args.until))
+        _export(export, events)
     if args.html is not None:
         from exporters import timeline_html
 
-        page = timeline_html(_events(contents, until=args.until))
+        page = timeline_html(events)
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
@@ -184,10 +191,20 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
     )
 
 
-def _view(render: Callable[..., str]) -> Callable[[argparse.Namespace], int]:
+def _view(
+    render: Callable[..., str], *, header: bool = False
+) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
-        contents = read_logs(args.paths)
-        emit(render(_events(contents), rank=args.rank))
+        run = read_run(args.paths)
+        result = _replay(run)
+        _check_rank(args.rank, result)
+        if header:
+            from exporters import report_header
+
+            # The run's outcome, what was simulated or injected, and the
+            # ranks without events come first, as in the report.
+            emit(report_header(result))
+        emit(render(_events(run.contents), rank=args.rank))
         return 0
 
     return command
@@ -199,9 +216,9 @@ def command_diff(args: argparse.Namespace) -> int:
 
     sides = []
     for path in (args.run_a, args.run_b):
-        contents = read_logs([path])
-        events = _events(contents)
-        sides.append((report_json(_replay(contents)), decisions_of(events)))
+        run = read_run([path])
+        events = _events(run.contents)
+        sides.append((report_json(_replay(run)), decisions_of(events)))
     (a, decisions_a), (b, decisions_b) = sides
     emit(
         diff_text(
@@ -217,22 +234,44 @@ def command_diff(args: argparse.Namespace) -> int:
 
 
 def command_validate(args: argparse.Namespace) -> int:
-    """Every integrity problem of every file; exit 1 if there is any."""
+    """Every integrity problem of every path, a run directory checked as a
+    whole; goes on over every path and ends with a summary; exit 1 if there
+    is any problem."""
+    from ._run_directory import check_run_directory
+
+    for path in args.paths:
+        if not (path.exists() or path.is_symlink()):
+            raise UsageError(f"{path}: no such file or directory")
+    files = 0
     problems = 0
-    try:
-        files = log_files(args.paths)
-    except InputError:
-        raise
-    for file in files:
-        found = validate(file)
-        problems += len(found)
-        if not found:
-            emit(f"{file}: ok")
-        for problem in found:
-            kind = "error" if problem.fatal else "warning"
-            emit(f"{problem} [{problem.kind}, {kind}]")
-    emit(f"{len(files)} file(s), {problems} problem(s)")
+    for path in args.paths:
+        if path.is_dir():
+            logs, run_problems = check_run_directory(path)
+            for run_problem in run_problems:
+                kind = "error" if run_problem.fatal else "warning"
+                emit(terminal_line(f"{run_problem} [run, {kind}]"))
+            problems += len(run_problems)
+        else:
+            logs = [path]
+        for file in logs:
+            files += 1
+            found = validate(file)
+            problems += len(found)
+            if not found:
+                emit(terminal_line(f"{file}: ok"))
+            for problem in found:
+                kind = "error" if problem.fatal else "warning"
+                emit(terminal_line(f"{problem} [{problem.kind}, {kind}]"))
+    emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
     return 1 if problems else 0
+
+
+def terminal_line(text: str) -> str:
+    """``text`` with control characters escaped (file names and messages
+    come from outside)."""
+    from exporters import terminal_text
+
+    return terminal_text(text)
 
 
 def _explain(events: list[Event], rank: int | None = None) -> str:
@@ -255,7 +294,7 @@ def _critical(events: list[Event], rank: int | None = None) -> str:
 
 COMMANDS: Mapping[str, Callable[[argparse.Namespace], int]] = {
     "replay": command_replay,
-    "explain": _view(_explain),
+    "explain": _view(_explain, header=True),
     "blame": _view(_blame),
     "critical-path": _view(_critical),
     "diff": command_diff,

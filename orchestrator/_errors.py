@@ -11,7 +11,8 @@
     ├── FaultSpecError             a fault injection spec cannot be parsed
     ├── StepTimeoutError           a step whose policy propagates timeouts ran out of time
     ├── StepCrashedError           an isolated step's process died and the policy propagates it
-    └── IsolatedStepError          an isolated step raised a non-builtin exception
+    ├── IsolatedStepError          an isolated step raised a non-builtin exception
+    └── StartupInterrupted         recorded (never raised): why a run was stopped from outside
 
 Probe errors themselves are never wrapped: a RuntimeError raised by a probe
 leaves :func:`orchestrator.run` as that same RuntimeError object.
@@ -31,6 +32,7 @@ __all__ = [
     "IsolatedStepError",
     "OrchestratorError",
     "RankEnvironmentError",
+    "StartupInterrupted",
     "StepCrashedError",
     "StepTimeoutError",
     "UnknownDependencyError",
@@ -170,3 +172,19 @@ class IsolatedStepError(OrchestratorError):
         self.step = step
         self.info = info
         super().__init__(f"isolated step {step!r} raised {info.reason}")
+
+
+class StartupInterrupted(OrchestratorError):
+    """Why a run was stopped from outside: recorded as the cause of an
+    ``interrupted`` run (the run is cancelled, not failed by this error).
+
+    Attributes:
+        signal: the signal's name (``SIGTERM``).
+        reason: what is known of why it came (``"its launcher (pid 12)
+            exited"``), or ``None``.
+    """
+
+    def __init__(self, signal: str, reason: str | None = None) -> None:
+        self.signal = signal
+        self.reason = reason
+        super().__init__(f"received {signal}" + (f": {reason}" if reason else ""))

@@ -26,14 +26,22 @@ import orjson
 from events import JsonValue, RankIdentity
 
 from ._errors import OrchestratorError, RankEnvironmentError
+from ._graph import Step
+from ._policy import PROBE_POLICY
 
 __all__ = [
+    "PROCESS_GROUP_STEP",
+    "DeferredGroup",
     "Group",
     "GroupError",
     "LocalGroup",
     "TorchDistributedGroup",
     "init_torch_distributed_group",
+    "process_group_step",
 ]
+
+#: The name of the set-up step that forms the process group.
+PROCESS_GROUP_STEP = "process_group"
 
 
 class GroupError(OrchestratorError):
@@ -303,3 +311,81 @@ def init_torch_distributed_group(
             f"{type(exc).__name__}: {exc}",
         ) from exc
     return TorchDistributedGroup(owned=True)
+
+
+class DeferredGroup:
+    """A :class:`Group` whose process group is formed later, by a step of
+    the run (:func:`process_group_step`), so that forming it (importing
+    torch, waiting for every rank) is recorded like any other probe.
+
+    Until a group is set, and when none could be formed, it is a world of
+    one (rank 0), and ``all_gather(v)`` is ``[v]``: the ranks decide alone.
+    """
+
+    def __init__(self) -> None:
+        self._group: Group | None = None
+
+    @property
+    def group(self) -> Group | None:
+        """The formed group, if any."""
+        return self._group
+
+    def set(self, group: Group | None) -> None:
+        """Use ``group`` from now on (``None``: none could be formed)."""
+        self._group = group
+
+    @property
+    def rank(self) -> int:
+        """The formed group's rank, else 0."""
+        return 0 if self._group is None else self._group.rank
+
+    @property
+    def world_size(self) -> int:
+        """The formed group's size, else 1."""
+        return 1 if self._group is None else self._group.world_size
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        """The formed group's ``all_gather``, else ``[value]``."""
+        if self._group is None:
+            return LocalGroup().all_gather(value)
+        return self._group.all_gather(value)
+
+    def close(self) -> None:
+        """Close the formed group, if it has ``close``."""
+        close = getattr(self._group, "close", None)
+        if callable(close):
+            close()
+
+
+def process_group_step(
+    identity: RankIdentity,
+    into: DeferredGroup,
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 120.0,
+) -> Step:
+    """The ``process_group`` set-up step: import torch and form the
+    ``torch.distributed`` default group from the launcher environment
+    (:func:`init_torch_distributed_group`), handing it to ``into``.
+
+    Its result is ``{"backend": ..., "world_size": N}``; torch missing is
+    ``unavailable`` (the ranks then decide alone); a rendezvous that fails or
+    times out (a peer died or never came) is a :class:`GroupError` that
+    fails the run, after ``timeout_s`` at most.
+    """
+
+    def form(_context: object) -> JsonValue:
+        group = init_torch_distributed_group(identity, backend=backend, timeout_s=timeout_s)
+        if group is None:
+            raise ImportError(
+                "torch.distributed is not available; the ranks decide alone", name="torch"
+            )
+        into.set(group)
+        return {"backend": backend, "world_size": group.world_size}
+
+    return Step(
+        name=PROCESS_GROUP_STEP,
+        body=form,
+        policy=PROBE_POLICY,
+        attributes={"backend": backend, "world_size": identity.world_size},
+    )

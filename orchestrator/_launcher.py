@@ -6,13 +6,20 @@ torchrun environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 gloo group), a shared run id and run directory, and the launcher's own
 ``TRACEPARENT`` when it has one. It forwards SIGINT and SIGTERM to the ranks,
 waits for all of them, and reports how each ended — including a rank that
-died. When a rank dies abnormally (killed by a signal, or an exit status
-other than 0 ready / 1 failed), or the launcher is asked to stop, the ranks
-still running get a grace period, then SIGTERM (they record
-``interrupted``), then, after another grace period, SIGKILL: a rank stuck
-in a collective with a peer that is gone never keeps the launch waiting
-forever. The grace period is 10 s unless the caller says otherwise (the
-command line reads ``--grace`` or ``STARTUP_ORCHESTRATOR_GRACE_S``).
+died. When a rank ends other than ready (it failed, was interrupted, or
+died), or the launcher is asked to stop, the ranks still running get a
+grace period, then SIGTERM (they record ``interrupted``), then, after
+another grace period, SIGKILL: a rank stuck in a collective or a rendezvous
+with a peer that is gone never keeps the launch waiting forever. The grace
+period is 10 s unless the caller says otherwise (the command line reads
+``--grace`` or ``STARTUP_ORCHESTRATOR_GRACE_S``).
+
+Given a :class:`~orchestrator._run_directory.Manifest`, the launcher keeps it
+up to date in the run directory as the launch goes (each rank's pid and
+start time as it starts; its exit status or signal, and any signal the
+launcher sent it and why, as it ends), rewriting it atomically each time.
+Ranks never outlive the launcher: each learns its launcher's pid and asks
+the kernel for SIGTERM when the launcher dies (see ``_signals``).
 
 Beyond one machine, use torchrun, SLURM or Ray with the same ``run``
 command and a shared ``--run-dir``.
@@ -34,13 +41,15 @@ from pathlib import Path
 import attrs
 
 from ._identity import RUN_ID_VARIABLE
+from ._run_directory import Manifest, ManifestRank
+from ._signals import LAUNCHER_PID_VARIABLE
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
 
 #: Set in rank processes started by the launcher.
 CHILD_VARIABLE = "STARTUP_ORCHESTRATOR_LAUNCHED"
 
-#: Seconds between a rank's abnormal end (or a stop request) and SIGTERM to
+#: Seconds between a rank's end other than ready (or a stop request) and SIGTERM to
 #: the ranks still running, and again between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 10.0
 
@@ -64,16 +73,19 @@ class RankExit:
     def describe(self) -> str:
         """``"rank 3 (pid 123): killed by SIGKILL"`` and the like."""
         if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            how = f"killed by {name}"
+            how = f"killed by {_signal_name(self.signal)}"
         elif self.returncode == 0:
             how = "ready"
         else:
             how = f"exited with code {self.returncode}"
         return f"rank {self.rank} (pid {self.pid}): {how}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _free_port() -> int:
@@ -92,6 +104,7 @@ def launch_local(
     environ: Mapping[str, str] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     notify: Callable[[str], None] | None = None,
+    manifest: Manifest | None = None,
 ) -> list[RankExit]:
     """Start ``nproc`` ranks running ``python -m orchestrator run
     <rank_arguments>`` and wait for them.
@@ -103,8 +116,10 @@ def launch_local(
         run_dir: the run directory the ranks write their logs in.
         environ: the ranks' base environment (default: this process's).
         grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
-            once a rank ended abnormally or a stop was asked (> 0).
+            once a rank ended other than ready or a stop was asked (> 0).
         notify: called with one line whenever the launcher escalates.
+        manifest: the launch's manifest, already written to ``run_dir``;
+            kept up to date there as ranks start and end.
 
     Returns:
         One :class:`RankExit` per rank started, in rank order (all of them
@@ -112,55 +127,188 @@ def launch_local(
 
     Raises:
         ValueError: ``nproc`` < 1 or ``grace_s`` <= 0.
+        RunDirectoryError: the manifest could not be rewritten.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, not {nproc}")
     if not grace_s > 0:
         raise ValueError(f"grace_s must be > 0, not {grace_s}")
-    base = dict(os.environ if environ is None else environ)
-    port = _free_port()
-    processes: list[subprocess.Popen[bytes]] = []
-    received: list[int] = []  # the signals asked to stop, in order
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        for process in processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signum)
-
+    launch = _Launch(
+        base=dict(os.environ if environ is None else environ),
+        nproc=nproc,
+        rank_arguments=rank_arguments,
+        run_id=run_id,
+        run_dir=run_dir,
+        grace_s=grace_s,
+        notify=notify or (lambda _line: None),
+        manifest=manifest,
+    )
     # The handlers go in before the first rank starts: a Ctrl-C while ranks
     # are being started must reach those already running, not orphan them
     # (each rank has its own session, so the terminal's signal misses them).
     previous = {
-        sig: signal.signal(sig, forward)
+        sig: signal.signal(sig, launch.forward)
         for sig in (signal.SIGINT, signal.SIGTERM)
         if threading.current_thread() is threading.main_thread()
     }
     try:
-        for rank in range(nproc):
-            process = subprocess.Popen(
-                _rank_command(rank_arguments, run_dir),
-                env=_rank_environment(base, rank, nproc, port, run_id),
-                # Each rank in its own session: a terminal's Ctrl-C reaches
-                # the launcher once, and the launcher decides what ranks get.
-                start_new_session=True,
-            )
-            processes.append(process)
-            if received:
-                # Asked to stop while starting: this rank may have started
-                # after the signal was forwarded; the rest are not started.
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(received[-1])
-                break
-        _wait_all(processes, grace_s, received, notify or (lambda _line: None))
+        launch.start_all()
+        launch.wait_all()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return [
         RankExit(rank=rank, pid=process.pid, returncode=process.returncode)
-        for rank, process in enumerate(processes)
+        for rank, process in enumerate(launch.processes)
     ]
+
+
+class _Launch:
+    """The ranks of one launch, what was done to them, and its manifest."""
+
+    def __init__(
+        self,
+        *,
+        base: dict[str, str],
+        nproc: int,
+        rank_arguments: Sequence[str],
+        run_id: str,
+        run_dir: Path,
+        grace_s: float,
+        notify: Callable[[str], None],
+        manifest: Manifest | None,
+    ) -> None:
+        self.base = base
+        self.nproc = nproc
+        self.rank_arguments = rank_arguments
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.grace_s = grace_s
+        self.notify = notify
+        self.manifest = manifest
+        self.port = _free_port()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.received: list[int] = []  # the signals asked to stop, in order
+        #: rank -> what the launcher sent it and why
+        self.sent: dict[int, str] = {}
+        self.recorded_ends: set[int] = set()
+
+    def forward(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        name = _signal_name(signum)
+        for rank, process in enumerate(self.processes):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signum)
+                self.sent.setdefault(rank, f"{name}: the launcher was asked to stop")
+
+    def start_all(self) -> None:
+        for rank in range(self.nproc):
+            process = subprocess.Popen(
+                _rank_command(self.rank_arguments, self.run_dir),
+                env=_rank_environment(self.base, rank, self.nproc, self.port, self.run_id),
+                # Each rank in its own session: a terminal's Ctrl-C reaches
+                # the launcher once, and the launcher decides what ranks get.
+                start_new_session=True,
+            )
+            self.processes.append(process)
+            self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
+            if self.received:
+                # Asked to stop while starting: this rank may have started
+                # after the signal was forwarded; the rest are not started.
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(self.received[-1])
+                self.sent.setdefault(
+                    rank, f"{_signal_name(self.received[-1])}: the launcher was asked to stop"
+                )
+                break
+
+    def update(self, entry: ManifestRank) -> None:
+        if self.manifest is None:
+            return
+        self.manifest = self.manifest.with_rank(entry)
+        self.manifest.write(self.run_dir)
+
+    def record_ends(self) -> None:
+        """Write down, once each, how every rank that ended ended."""
+        if self.manifest is None:
+            return
+        changed = False
+        for rank, process in enumerate(self.processes):
+            if rank in self.recorded_ends or process.returncode is None:
+                continue
+            self.recorded_ends.add(rank)
+            entry = self.manifest.rank(rank) or ManifestRank(rank=rank, pid=process.pid)
+            code = process.returncode
+            self.manifest = self.manifest.with_rank(
+                attrs.evolve(
+                    entry,
+                    ended_wall_ns=time.time_ns(),
+                    exit_code=code if code >= 0 else None,
+                    signal=_signal_name(-code) if code < 0 else None,
+                    stopped_by_launcher=self.sent.get(rank),
+                )
+            )
+            changed = True
+        if changed and len(self.recorded_ends) == len(self.processes):
+            never = [rank for rank in range(self.nproc) if self.manifest.rank(rank) is None]
+            for rank in never:
+                self.manifest = self.manifest.with_rank(
+                    ManifestRank(
+                        rank=rank, stopped_by_launcher="never started: the launch was stopped"
+                    )
+                )
+            self.manifest = attrs.evolve(self.manifest, finished_wall_ns=time.time_ns())
+        if changed:
+            self.manifest.write(self.run_dir)
+
+    def wait_all(self) -> None:
+        processes = self.processes
+        deadline: float | None = None
+        escalation = 0  # 0: waiting, 1: asked to terminate, 2: killed
+        why = ""
+        while True:
+            for process in processes:
+                process.poll()
+            self.record_ends()
+            running = [p for p in processes if p.returncode is None]
+            if not running:
+                return
+            if deadline is None:
+                dead = [rank for rank, p in enumerate(processes) if _ended_unready(p)]
+                if self.received or dead:
+                    # A peer is gone (the survivors may wait on it in a
+                    # collective), or the user asked to stop: give the ranks
+                    # time to record it.
+                    deadline = time.monotonic() + self.grace_s
+                    if dead:
+                        exit = RankExit(
+                            rank=dead[0],
+                            pid=processes[dead[0]].pid,
+                            returncode=processes[dead[0]].returncode or 0,
+                        )
+                        why = f"after {exit.describe()}"
+                    else:
+                        why = "after the launcher was asked to stop"
+            if deadline is not None and time.monotonic() >= deadline and escalation < 2:
+                name = "SIGTERM" if escalation == 0 else "SIGKILL"
+                ranks = ",".join(str(processes.index(p)) for p in running)
+                label = "rank" if len(running) == 1 else "ranks"
+                self.notify(
+                    f"{label} {ranks} still running {self.grace_s:g} s later; sending {name}"
+                )
+                for process in running:
+                    rank = processes.index(process)
+                    self.sent[rank] = f"{name} {why}, {self.grace_s:g} s later"
+                    with contextlib.suppress(ProcessLookupError):
+                        if escalation == 0:
+                            process.terminate()
+                        else:
+                            process.kill()
+                escalation += 1
+                deadline = time.monotonic() + self.grace_s
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running[0].wait(timeout=0.1)
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:
@@ -182,46 +330,16 @@ def _rank_environment(
             "MASTER_PORT": str(port),
             RUN_ID_VARIABLE: run_id,
             CHILD_VARIABLE: "1",
+            LAUNCHER_PID_VARIABLE: str(os.getpid()),
         }
     )
     return env
 
 
-def _ended_abnormally(process: subprocess.Popen[bytes]) -> bool:
-    # 0 (ready) and 1 (failed or interrupted, log complete) are a rank's own
-    # verdicts; a signal or any other status means it did not finish its log
-    # and its peers may wait for it in a collective.
-    return process.returncode is not None and process.returncode not in (0, 1)
-
-
-def _wait_all(
-    processes: list[subprocess.Popen[bytes]],
-    grace_s: float,
-    received: list[int],
-    notify: Callable[[str], None],
-) -> None:
-    deadline: float | None = None
-    escalation = 0  # 0: waiting, 1: asked to terminate, 2: killed
-    while True:
-        running = [p for p in processes if p.poll() is None]
-        if not running:
-            return
-        if deadline is None and (received or any(map(_ended_abnormally, processes))):
-            # A peer is gone (the survivors may wait on it in a collective),
-            # or the user asked to stop: give the ranks time to record it.
-            deadline = time.monotonic() + grace_s
-        if deadline is not None and time.monotonic() >= deadline and escalation < 2:
-            name = "SIGTERM" if escalation == 0 else "SIGKILL"
-            ranks = ",".join(str(processes.index(p)) for p in running)
-            label = "rank" if len(running) == 1 else "ranks"
-            notify(f"{label} {ranks} still running {grace_s:g} s later; sending {name}")
-            for process in running:
-                with contextlib.suppress(ProcessLookupError):
-                    if escalation == 0:
-                        process.terminate()
-                    else:
-                        process.kill()
-            escalation += 1
-            deadline = time.monotonic() + grace_s
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            running[0].wait(timeout=0.1)
+def _ended_unready(process: subprocess.Popen[bytes]) -> bool:
+    # Once a rank has ended other than ready (failed or interrupted with its
+    # log complete, killed, or any other status), the launch cannot become
+    # ready, and its peers may wait for it in a collective or a rendezvous
+    # until their group times out: they get the grace period, then are
+    # stopped (as torchrun stops a worker group when one worker fails).
+    return process.returncode is not None and process.returncode != 0

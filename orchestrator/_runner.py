@@ -177,6 +177,9 @@ class Runner:
         redactor: hides secrets in captured exceptions (default: from the
             environment).
         clock: ``(wall_ns, mono_ns)`` source (tests may fix it).
+        simulated: the simulated host the probes answer from (a profile
+            name, or a file with its content hash), recorded in
+            ``run.started`` so no report mistakes the run for a real one.
     """
 
     def __init__(
@@ -196,6 +199,7 @@ class Runner:
         span_activator: SpanActivator | None = None,
         redactor: Redactor | None = None,
         clock: Callable[[], tuple[int, int]] | None = None,
+        simulated: str | None = None,
     ) -> None:
         self.log = log
         self.identity = identity or RankIdentity(rank=log.rank, world_size=log.rank + 1)
@@ -219,7 +223,88 @@ class Runner:
         self.span_activator = span_activator
         self.redactor = redactor or Redactor.from_environment()
         self.clock = clock or (lambda: (time.time_ns(), time.monotonic_ns()))
+        self.simulated = simulated
         self._used = False
+        self._began: tuple[Graph, str] | None = None
+        self._stop_cause: ExceptionInfo | None = None
+
+    def begin(self, graph: Graph) -> None:
+        """Write ``run.started`` for ``graph`` now, before :meth:`run`.
+
+        A rank that has slow set-up to do before its graph runs (importing
+        tracing exporters, say) calls this first, so that whatever kills it
+        during that set-up, its log already says who it was, what it was
+        asked to run, on which host and with which injected faults.
+        :meth:`run` calls it when it was not called.
+
+        Raises:
+            RuntimeError: it already began, with another graph.
+        """
+        if self._began is not None:
+            if self._began[0] is not graph:
+                raise RuntimeError("this Runner already began another graph")
+            return
+        root_span_id = _new_span_id()
+        wall_ns, mono_ns = self.clock()
+        self.log.append(
+            RunStarted(
+                run_id=self.log.run_id,
+                rank=self.identity.rank,
+                seq=self.log.next_seq,
+                wall_ns=wall_ns,
+                mono_ns=mono_ns,
+                trace_id=self.trace_id,
+                span_id=root_span_id,
+                parent_span_id=self.parent_span_id,
+                identity=self.identity,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                versions=dict(_versions()),
+                config=self.config,
+                graph=graph.name,
+                resource=_resource_attributes(os.environ, self.redactor),
+                simulated=self.simulated,
+                injected=tuple(fault.describe() for fault in self.faults.faults),
+            )
+        )
+        self._began = (graph, root_span_id)
+
+    def abandon(self, cause: BaseException) -> None:
+        """End a run that began (:meth:`begin`) but whose graph never ran,
+        because the caller's set-up failed or was stopped: ``run.finished``
+        is ``interrupted`` for a stop (:class:`KeyboardInterrupt`, or after
+        :meth:`stopping`), else ``failed``, with ``cause`` recorded.
+
+        Raises:
+            RuntimeError: the run never began, or its graph already ran.
+        """
+        if self._began is None or self._used:
+            raise RuntimeError("abandon() ends a run that began and never ran its graph")
+        self._used = True
+        interrupted = isinstance(cause, KeyboardInterrupt) or self._stop_cause is not None
+        wall_ns, mono_ns = self.clock()
+        self.log.append(
+            RunFinished(
+                run_id=self.log.run_id,
+                rank=self.identity.rank,
+                seq=self.log.next_seq,
+                wall_ns=wall_ns,
+                mono_ns=mono_ns,
+                trace_id=self.trace_id,
+                span_id=self._began[1],
+                parent_span_id=self.parent_span_id,
+                outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
+                cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
+            )
+        )
+        self.log.flush()
+
+    def stopping(self, cause: BaseException) -> None:
+        """Say why the run is about to be cancelled from outside (a signal,
+        a launcher's stop): when the cancellation reaches the run, its
+        ``run.finished`` is ``interrupted`` with ``cause`` recorded, and the
+        steps it cancels say so."""
+        self._stop_cause = ExceptionInfo.capture(cause, redactor=self.redactor)
 
     async def run(self, graph: Graph) -> RunResult:
         """Run ``graph`` to completion.
@@ -241,7 +326,9 @@ class Runner:
                 "Runner with a new log for the next run"
             )
         self._used = True
-        return await _Run(self, graph).execute()
+        self.begin(graph)
+        assert self._began is not None
+        return await _Run(self, graph, self._began[1]).execute()
 
 
 async def run(graph: Graph, log: EventLog, **options: Any) -> RunResult:
@@ -252,7 +339,7 @@ async def run(graph: Graph, log: EventLog, **options: Any) -> RunResult:
 class _Run:
     """The state of one execution of one graph."""
 
-    def __init__(self, runner: Runner, graph: Graph) -> None:
+    def __init__(self, runner: Runner, graph: Graph, root_span_id: str) -> None:
         self.runner = runner
         self.graph = graph
         self.log = runner.log
@@ -264,7 +351,7 @@ class _Run:
         self.services = runner.services
         self.trace_id = runner.trace_id
         self.limiter = anyio.CapacityLimiter(runner.max_threads)
-        self.root_span_id = _new_span_id()
+        self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}
         self.done: dict[str, anyio.Event] = {}
@@ -298,21 +385,15 @@ class _Run:
     def capture(self, exc: BaseException) -> ExceptionInfo:
         return ExceptionInfo.capture(exc, redactor=self.runner.redactor)
 
+    def stop_reason(self) -> str:
+        cause = self.runner._stop_cause
+        if cause is None:
+            return "the run was cancelled"
+        return f"the run was interrupted: {cause.message or cause.name}"
+
     # The run ---------------------------------------------------------------------------
 
     async def execute(self) -> RunResult:
-        self.emit(
-            RunStarted,
-            span_id=self.root_span_id,
-            parent=self.runner.parent_span_id,
-            identity=self.identity,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            versions=dict(_versions()),
-            config=self.config,
-            graph=self.graph.name,
-            resource=_resource_attributes(os.environ, self.runner.redactor),
-        )
         self.done = {name: anyio.Event() for name in self.graph.steps}
         failure: _Propagating | None = None
         try:
@@ -328,7 +409,7 @@ class _Run:
                 failure = single
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                self.finish(RunOutcome.INTERRUPTED, None, None)
+                self.finish(RunOutcome.INTERRUPTED, self.runner._stop_cause, None)
             raise
         except BaseException as unexpected:
             # A bug of ours or a subscriber's; still leave a complete log.
@@ -340,7 +421,9 @@ class _Run:
                 self.importer.release()
         if failure is not None:
             original = failure.original
-            interrupted = not isinstance(original, Exception)
+            # A KeyboardInterrupt is someone asking to stop; any other error,
+            # SystemExit from a probe included, failed the startup (SPEC §2).
+            interrupted = isinstance(original, KeyboardInterrupt)
             self.finish(
                 RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
                 failure.info,
@@ -469,7 +552,7 @@ class _Run:
                     timed_out = scope.cancelled_caught
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                end(StepCancelled, reason=self.cancel_reason or "the run was cancelled")
+                end(StepCancelled, reason=self.cancel_reason or self.stop_reason())
             raise
         except BaseException as exc:
             return self.handle_error(exc, name=name, policy=policy, end=end)

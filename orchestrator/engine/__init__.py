@@ -41,6 +41,7 @@ from ._profiles import Profile as Profile
 from ._profiles import SimulatedHost as SimulatedHost
 from ._profiles import SimulatedImporter as SimulatedImporter
 from ._profiles import load_profile as load_profile
+from ._run import prepare_engine as prepare_engine
 from ._run import run_engine as run_engine
 
 __all__ = [
@@ -83,5 +84,6 @@ __all__ = [
     "make_attention_step",
     "make_flashinfer_comm_step",
     "make_platform_step",
+    "prepare_engine",
     "run_engine",
 ]

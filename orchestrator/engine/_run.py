@@ -8,6 +8,7 @@ from typing import Any
 from events import EventLog, RankIdentity
 
 from .._faults import FaultPlan
+from .._graph import Graph, Step
 from .._importer import Importer, RealImporter
 from .._runner import Runner, RunResult, SpanActivator
 from ._config import EngineConfig
@@ -16,7 +17,66 @@ from ._host import HostFacts, RealHost
 from ._platform import PlatformPlugin
 from ._profiles import Profile, SimulatedHost, SimulatedImporter
 
-__all__ = ["run_engine"]
+__all__ = ["prepare_engine", "run_engine"]
+
+
+def prepare_engine(
+    config: EngineConfig,
+    log: EventLog,
+    *,
+    identity: RankIdentity | None = None,
+    profile: Profile | None = None,
+    faults: FaultPlan | None = None,
+    group: Any = None,
+    workspace_factory: Any = None,
+    trace_id: str | None = None,
+    parent_span_id: str | None = None,
+    span_activator: SpanActivator | None = None,
+    plugins: Mapping[str, PlatformPlugin] | None = None,
+    discover_plugins: bool = True,
+    host: HostFacts | None = None,
+    importer: Importer | None = None,
+    process_group: Step | None = None,
+    **runner_options: Any,
+) -> tuple[Runner, Graph]:
+    """The :class:`~orchestrator.Runner` and graph of the engine startup for
+    one rank, ready to run: ``runner.begin(graph)`` records ``run.started``
+    at once (before any slow set-up of the caller's), ``await
+    runner.run(graph)`` runs it. Takes the arguments of :func:`run_engine`.
+
+    Raises:
+        ValueError: a plugin name or a runner option is not valid.
+    """
+    if host is None:
+        host = RealHost() if profile is None else SimulatedHost(profile)
+    if importer is None:
+        importer = RealImporter() if profile is None else SimulatedImporter(profile)
+    services = {
+        name: service
+        for name, service in (("group", group), ("workspace_factory", workspace_factory))
+        if service is not None
+    }
+    if profile is not None:
+        # Reports say first that the host was simulated.
+        runner_options.setdefault("simulated", profile.name)
+    runner = Runner(
+        log,
+        identity=identity,
+        importer=importer,
+        faults=faults,
+        config=config.to_json(),
+        host=host,
+        services=services,
+        trace_id=trace_id,
+        parent_span_id=parent_span_id,
+        deciders={**ENGINE_DECIDERS, **runner_options.pop("deciders", {})},
+        span_activator=span_activator,
+        **runner_options,
+    )
+    graph = build_engine_graph(
+        config, plugins=plugins, discover_plugins=discover_plugins, process_group=process_group
+    )
+    return runner, graph
 
 
 async def run_engine(
@@ -35,6 +95,7 @@ async def run_engine(
     discover_plugins: bool = True,
     host: HostFacts | None = None,
     importer: Importer | None = None,
+    process_group: Step | None = None,
     **runner_options: Any,
 ) -> RunResult:
     """Run the engine startup graph for one rank, recording it in ``log``.
@@ -58,6 +119,10 @@ async def run_engine(
         discover_plugins: whether to look up platform plugin entry points.
         host, importer: override the host facts or the importer (a fake
             host for tests, or the real importer on simulated host facts).
+        process_group: a set-up step that forms ``group`` first
+            (:func:`orchestrator.process_group_step` with a
+            :class:`~orchestrator.DeferredGroup` as ``group``); every other
+            step waits for it.
         runner_options: passed on to :class:`~orchestrator.Runner`.
 
     Returns:
@@ -69,28 +134,22 @@ async def run_engine(
             of attention selection, a programming error in a probe...), after
             its events and the run's final event are in the log.
     """
-    if host is None:
-        host = RealHost() if profile is None else SimulatedHost(profile)
-    if importer is None:
-        importer = RealImporter() if profile is None else SimulatedImporter(profile)
-    services = {
-        name: service
-        for name, service in (("group", group), ("workspace_factory", workspace_factory))
-        if service is not None
-    }
-    runner = Runner(
+    runner, graph = prepare_engine(
+        config,
         log,
         identity=identity,
-        importer=importer,
+        profile=profile,
         faults=faults,
-        config=config.to_json(),
-        host=host,
-        services=services,
+        group=group,
+        workspace_factory=workspace_factory,
         trace_id=trace_id,
         parent_span_id=parent_span_id,
-        deciders={**ENGINE_DECIDERS, **runner_options.pop("deciders", {})},
         span_activator=span_activator,
+        plugins=plugins,
+        discover_plugins=discover_plugins,
+        host=host,
+        importer=importer,
+        process_group=process_group,
         **runner_options,
     )
-    graph = build_engine_graph(config, plugins=plugins, discover_plugins=discover_plugins)
     return await runner.run(graph)

@@ -138,15 +138,22 @@ def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path:
     )
 
     for completed in (single, launched):
-        _one_line_error(completed, 2, "rank-0.jsonl already holds a run", "--run-dir")
+        _one_line_error(completed, 2, "one run directory holds one run", "--run-dir")
     assert (healthy.directory / "rank-0.jsonl").read_bytes() == before
 
 
 def test_directory_without_logs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
 
-    for command in ("replay", "explain", "blame", "critical-path", "validate"):
+    for command in ("replay", "explain", "blame", "critical-path"):
         _one_line_error(run_cli(command, "empty", cwd=tmp_path), 1, "empty: no rank-*.jsonl logs")
+    # validate goes on over every path and summarises; the problem is one line.
+    validated = run_cli("validate", "empty", cwd=tmp_path)
+    assert validated.returncode == 1
+    assert validated.lines() == [
+        "empty: no rank-*.jsonl logs in this directory [run, error]",
+        "1 path(s), 0 file(s), 1 problem(s)",
+    ]
 
 
 def _copy(run: StoredRun, tmp_path: Path) -> Path:
@@ -197,7 +204,7 @@ def test_validate_lists_every_problem(healthy: StoredRun, tmp_path: Path) -> Non
     assert any("[not_finished" in line for line in out), out
     problems = [line for line in out if line.startswith("run/rank-0.jsonl:")]
     assert len(problems) >= 4
-    assert out[-1] == f"1 file(s), {len(problems)} problem(s)"
+    assert out[-1] == f"1 path(s), 1 file(s), {len(problems)} problem(s)"
 
 
 def test_torn_last_line_is_tolerated_and_reported(healthy: StoredRun, tmp_path: Path) -> None:
@@ -246,5 +253,5 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
         "otlp, console, or jaeger-json FILE",
     )
     _one_line_error(
-        run_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "no log of that rank"
+        run_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "the run has rank 0"
     )

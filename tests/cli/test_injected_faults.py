@@ -62,11 +62,15 @@ def test_unknown_zentorch_failure_names_the_cause_of_unspecified_platform(
     )
 
     assert ran.returncode == 1, ran.describe()
-    first = ran.lines()[:6]
+    first = ran.lines()[:7]
     assert first[0].startswith("Startup failed: 1 failed"), first
-    assert first[1] == "Root cause: rank 0, step platform", first
-    assert first[2].strip().startswith("UnspecifiedPlatformError: Failed to infer device type")
-    assert "cpu: RuntimeError: unknown zentorch failure" in first[2]
+    assert first[1] == (
+        "Not a real start: simulated host zen4; injected faults: "
+        "zentorch=RuntimeError:unknown zentorch failure"
+    ), first
+    assert first[2] == "Root cause: rank 0, step platform", first
+    assert first[3].strip().startswith("UnspecifiedPlatformError: Failed to infer device type")
+    assert "cpu: RuntimeError: unknown zentorch failure" in first[3]
     assert "caused by RuntimeError: unknown zentorch failure" in [line.strip() for line in first]
     replayed = run_cli("replay", "--json", "run", cwd=tmp_path)
     assert replayed.returncode == 1
@@ -114,8 +118,9 @@ def test_propagating_attention_failure_is_the_root_cause(attention_failure: Stor
     ran = attention_failure.completed
     lines = ran.lines()
     assert lines[0].startswith("Startup failed: 1 failed"), ran.describe()
-    assert lines[1] == "Root cause: rank 0, step attention/FLASH_ATTN"
-    assert lines[2].strip() == "RuntimeError: CUDA error: no kernel image is available"
+    assert lines[1].startswith("Not a real start: simulated host h200x8; injected faults: ")
+    assert lines[2] == "Root cause: rank 0, step attention/FLASH_ATTN"
+    assert lines[3].strip() == "RuntimeError: CUDA error: no kernel image is available"
     live = [line.split(None, 1) for line in ran.stderr.splitlines()]
     assert [
         "ERROR",

@@ -47,7 +47,8 @@ def test_eight_simulated_ranks_replay_ready(eight_ranks: StoredRun, tmp_path: Pa
     lines = replayed.lines()
     assert lines[0].startswith("Startup ready: 8 ready (run "), lines[0]
     assert lines[0].endswith(", 8 of 8 ranks)")
-    assert lines[1] == "Root cause: none (every rank is ready)"
+    assert lines[1] == "Not a real start: simulated host h200x8"
+    assert lines[2] == "Root cause: none (every rank is ready)"
     table = next(line for line in lines if line.lstrip().startswith("0-7 "))
     assert table.split() == [
         "0-7",

@@ -82,7 +82,15 @@ def test_killed_rank_is_reported_and_replayed_as_incomplete(tmp_path: Path) -> N
     replayed = run_cli("replay", "run", cwd=tmp_path)
     assert replayed.returncode == 1, replayed.describe()
     assert replayed.lines()[0].startswith("Startup incomplete: 1 incomplete, 3 ready")
-    assert replayed.lines()[1].startswith("Root cause: rank 2, step attention/FLASH_ATTN")
+    assert replayed.lines()[1] == (
+        "Not a real start: simulated host h200x8; injected faults: 2:attention/FLASH_ATTN=hang"
+    )
+    assert replayed.lines()[2].startswith("Root cause: rank 2, step attention/FLASH_ATTN")
+    # The launcher's manifest says how the rank ended.
+    assert any(
+        line.startswith("  its launcher saw: rank 2 (pid ") and "was killed by SIGKILL at +" in line
+        for line in replayed.lines()
+    ), replayed.stdout
     document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
     assert document["outcome"] == "incomplete"
     assert [(r["rank"], r["outcome"]) for r in document["ranks"]] == [

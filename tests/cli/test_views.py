@@ -22,8 +22,11 @@ def test_explain_shows_the_fallback_tree(eight_ranks: StoredRun, tmp_path: Path)
 
     assert explained.returncode == 0, explained.describe()
     lines = explained.lines()
-    assert lines[0] == "== rank 3 =="
-    assert lines[1] == "run: ready"
+    # The report's header first: the outcome, and that the host was simulated.
+    assert lines[0].startswith("Startup ready: 8 ready")
+    assert lines[1] == "Not a real start: simulated host h200x8"
+    tree = lines.index("== rank 3 ==")
+    assert lines[tree + 1] == "run: ready"
     parent = next(i for i, line in enumerate(lines) if "─ allreduce_workspace: ok" in line)
     child = next(
         i for i, line in enumerate(lines) if "─ allreduce_workspace/mnnvl: unavailable: " in line
@@ -103,13 +106,15 @@ def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: P
     )
     text = run_cli("replay", "--until", "3", str(eight_ranks.directory), cwd=tmp_path)
 
-    # Not finished at that point: incomplete, exit 1.
+    # Not finished at that point: still running at the cutoff (not crashed), exit 1.
     assert (before.returncode, after.returncode, text.returncode) == (1, 1, 1)
-    assert before.json()["outcome"] == after.json()["outcome"] == "incomplete"
+    assert before.json()["outcome"] == after.json()["outcome"] == "running"
+    assert before.json()["until"] == platform_done - 1
     assert before.json()["ranks"][0]["platform_class"] is None
     assert after.json()["ranks"][0]["platform_class"] == "CudaPlatform"
     assert after.json()["ranks"][0]["attention_backend"] is None
-    assert text.lines()[0].startswith("Startup incomplete: 8 incomplete")
+    assert text.lines()[0].startswith("Startup running at the cutoff seq 3 ")
+    assert "8 running" in text.lines()[0]
     assert "Startup ready." not in text.stdout
 
 
@@ -166,5 +171,5 @@ def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.describe()
     assert checked.lines() == [
         f"{healthy.directory / 'rank-0.jsonl'}: ok",
-        "1 file(s), 0 problem(s)",
+        "1 path(s), 1 file(s), 0 problem(s)",
     ]

@@ -348,7 +348,9 @@ async def test_a_base_exception_in_an_attempt_propagates() -> None:
 
     assert isinstance(rank.error, SystemExit)
     assert terminal(rank.log, MNNVL_STEP).TYPE == "step.failed"
-    assert rank.finished().outcome is RunOutcome.INTERRUPTED
+    # A SystemExit from a probe fails the startup (SPEC §2); only a
+    # KeyboardInterrupt is someone asking to stop.
+    assert rank.finished().outcome is RunOutcome.FAILED
 
 
 async def test_a_factory_returning_none_makes_the_attempt_unavailable() -> None:

@@ -214,12 +214,17 @@ def test_failed_start_replay_names_rank_5_and_its_exception_chain_first(tmp_path
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Startup failed: 1 failed, 7 ready (run failed-zen4-")
     assert lines[0].endswith(", 8 of 8 ranks)")
-    assert lines[1] == "Root cause: rank 5, step platform"
-    assert lines[2].startswith(
+    # An injected failure never reads as a real one.
+    assert lines[1] == (
+        "Not a real start: simulated host zen4; injected faults: "
+        "5:zentorch=RuntimeError:unknown zentorch failure"
+    )
+    assert lines[2] == "Root cause: rank 5, step platform"
+    assert lines[3].startswith(
         "  UnspecifiedPlatformError: Failed to infer device type: no platform plugin "
         "activated. Failed plugins: cpu: RuntimeError: unknown zentorch failure"
     )
-    assert "  caused by RuntimeError: unknown zentorch failure" in lines[3:6]
+    assert "  caused by RuntimeError: unknown zentorch failure" in lines[4:7]
     assert "  5        failed   -" in done.stdout
     assert "INFO [ranks 0-4,6-7] Startup ready." in done.stdout
     assert "rank 5: failed (UnspecifiedPlatformError)" in done.stderr

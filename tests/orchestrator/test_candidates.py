@@ -229,7 +229,9 @@ async def test_a_propagating_error_leaves_run_with_its_own_type(
 
     assert raised.value is error
     assert not selections
-    interrupted = not isinstance(error, Exception)
+    # A KeyboardInterrupt is a stop; any other error (SystemExit included)
+    # fails the run (SPEC §2).
+    interrupted = isinstance(error, KeyboardInterrupt)
     candidate_failed = only(log, StepFailed, "attention/FLASH_ATTN")
     assert candidate_failed.cause.type == type(error).__name__
     assert candidate_failed.cause.message == str(error)

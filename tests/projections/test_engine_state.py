@@ -130,9 +130,11 @@ def test_timed_out_step_that_failed_the_run_is_the_root_cause() -> None:
     assert cause.exception == timeout
 
 
-def dead_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:
+def dead_rank(rank: int, *, offset_ns: int = 0, world_size: int = 8) -> list[Event]:
     """Killed while probing attention candidates: no run.finished."""
-    builder = RankBuilder(rank, offset_ns=offset_ns).run_started().cuda_platform()
+    builder = (
+        RankBuilder(rank, offset_ns=offset_ns, world_size=world_size).run_started().cuda_platform()
+    )
     builder.start(ATTENTION_STEP)
     builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.start("attention/FLASHINFER", kind=StepKind.CANDIDATE)
@@ -152,7 +154,8 @@ def test_incomplete_rank_is_in_the_step_it_was_in() -> None:
     assert cause.exception is None
     assert cause.outcome is RunOutcome.INCOMPLETE
     assert cause.wall_ns == events[-1].wall_ns
-    assert "stopped without finishing" in cause.describe()
+    assert cause.in_flight == ("attention/FLASHINFER",)
+    assert "died before the rank finished" in cause.describe()
 
 
 def test_a_rank_that_died_mid_propagation_names_the_failure() -> None:
@@ -272,7 +275,9 @@ def test_replay_accepts_per_rank_streams_and_log_contents() -> None:
     assert from_streams.states == from_merged.states == from_contents.states
     assert from_streams.messages == from_merged.messages == from_contents.messages
     assert from_contents.warnings[0] == torn.describe()
-    assert "no log for ranks 3-7 of world size 8" in from_contents.warnings[1]
+    assert "no events from ranks 3-7 of world size 8" in from_contents.warnings[1]
+    assert from_contents.no_events == dict.fromkeys(range(3, 8), "no log")
+    assert from_contents.outcome is RunOutcome.INCOMPLETE
 
 
 def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
@@ -293,16 +298,24 @@ def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
 @pytest.mark.parametrize(
     ("streams", "outcome"),
     [
-        (lambda: [healthy_rank(0), failed_rank(1), dead_rank(2)], RunOutcome.FAILED),
+        # Judged against the world (SPEC §6): a rank without run.finished
+        # makes the run incomplete, whatever the others did.
+        (lambda: [healthy_rank(0), failed_rank(1), dead_rank(2)], RunOutcome.INCOMPLETE),
+        (
+            lambda: [healthy_rank(r) for r in (0, 2, 3, 4, 5, 6, 7)] + [failed_rank(1)],
+            RunOutcome.FAILED,
+        ),
         (lambda: [healthy_rank(0), dead_rank(2)], RunOutcome.INCOMPLETE),
         (
             lambda: [
-                healthy_rank(0),
-                RankBuilder(1).run_started().finish(RunOutcome.INTERRUPTED),
+                healthy_rank(0, world_size=2),
+                RankBuilder(1, world_size=2).run_started().finish(RunOutcome.INTERRUPTED),
             ],
             RunOutcome.INTERRUPTED,
         ),
-        (lambda: [healthy_rank(0), healthy_rank(1)], RunOutcome.READY),
+        (lambda: [healthy_rank(0, world_size=2), healthy_rank(1, world_size=2)], RunOutcome.READY),
+        # Ranks 2-7 of the world of 8 never wrote anything.
+        (lambda: [healthy_rank(0), healthy_rank(1)], RunOutcome.INCOMPLETE),
         (lambda: [], RunOutcome.INCOMPLETE),
     ],
 )

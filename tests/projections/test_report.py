@@ -28,6 +28,9 @@ RANK_KEYS: dict[str, type | tuple[type, ...]] = {
     "fusion_enabled": bool,
     "flashinfer_comm_available": (bool, type(None)),
     "last_step": (str, type(None)),
+    "log": str,
+    "in_flight": list,
+    "process": (dict, type(None)),
 }
 
 
@@ -161,14 +164,16 @@ def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
         LogContents(path=Path("run/rank-0.jsonl"), events=tuple(healthy_rank(0, world_size=2))),
         LogContents(
             path=Path("run/rank-1.jsonl"),
-            events=tuple(dead_rank(1, offset_ns=0)),
+            events=tuple(dead_rank(1, offset_ns=0, world_size=2)),
             torn_tail=torn,
         ),
     ]
     text = report_text(replay(contents))
     lines = text.splitlines()
     assert lines[0].startswith("Startup incomplete: 1 incomplete, 1 ready")
-    assert lines[1].startswith("Root cause: rank 1, step attention/FLASHINFER: the rank stopped")
+    assert lines[1].startswith(
+        "Root cause: rank 1, step attention/FLASHINFER: the process died before the rank finished"
+    )
     assert "Log warnings:" in lines
     assert f"  {torn.describe()}" in lines
 

@@ -23,7 +23,9 @@ EXPORTER_TIMEOUT_S = 120
 #: The run's spans are flushed for at most 5 s at its end; the rest is
 #: starting Python and the run itself.
 PROMPT_S = 60.0
-ENGINE_MESSAGE = re.compile(r"^(DEBUG|INFO|WARNING|ERROR)\s+\[rank \d+\] ")
+ENGINE_MESSAGE = re.compile(
+    r"^(DEBUG|INFO|WARNING|ERROR)\s+\[rank \d+\] |^startup-orchestrator: the run's logs are in "
+)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -1,0 +1,93 @@
+"""What is known of a run besides its logs: the launcher's view of it.
+
+A run is judged against its expected ranks (SPEC §6). The logs say most of
+it, but not what happened to a rank that wrote nothing, nor how a process
+that stopped writing ended. Whoever launched the ranks knows more: the
+world size it started, each rank's pid, when it started and how it ended.
+:class:`LaunchRecord` carries those facts into :func:`events.replay`, from a
+run manifest (the command line's local launcher writes one) or from a
+launcher environment; :class:`RankProcess` is one rank's process.
+
+These are plain data: reading a manifest file is the caller's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = ["LaunchRecord", "RankProcess"]
+
+
+@attrs.frozen(kw_only=True)
+class RankProcess:
+    """One rank's process as its launcher saw it.
+
+    Attributes:
+        rank: the global rank.
+        pid: its process id, once started.
+        started_wall_ns: when it was started (``time.time_ns()``).
+        ended_wall_ns: when the launcher saw it end; ``None`` while running
+            or when the launcher itself stopped first.
+        exit_code: its exit status, when it exited.
+        signal: the name of the signal that killed it (``SIGKILL``).
+        stopped_by_launcher: why the launcher signalled it, when it did
+            (``"SIGTERM: rank 2 died"``): such an end is a consequence of
+            something else, never a root cause.
+    """
+
+    rank: int
+    pid: int | None = None
+    started_wall_ns: int | None = None
+    ended_wall_ns: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stopped_by_launcher: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the launcher saw the process end."""
+        return self.exit_code is not None or self.signal is not None
+
+    def describe(self, *, since_ns: int | None = None) -> str:
+        """``"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s"`` and the
+        like; times are relative to ``since_ns`` (the launch) when given."""
+        who = f"rank {self.rank}" + (f" (pid {self.pid})" if self.pid is not None else "")
+        if self.pid is None:
+            return f"{who} was never started by its launcher"
+        at = ""
+        if self.ended_wall_ns is not None and since_ns is not None:
+            at = f" at +{max(0, self.ended_wall_ns - since_ns) / 1e9:.1f} s"
+        if self.signal is not None:
+            how = f"was killed by {self.signal}{at}"
+        elif self.exit_code is not None:
+            how = f"exited with code {self.exit_code}{at}"
+        else:
+            how = "had not ended when its launcher stopped"
+        if self.stopped_by_launcher:
+            how += f" (the launcher sent {self.stopped_by_launcher})"
+        return f"{who} {how}"
+
+
+@attrs.frozen(kw_only=True)
+class LaunchRecord:
+    """The launcher's facts about a run, for judging it as a whole.
+
+    Attributes:
+        run_id: the run the launcher started (checked against the logs).
+        world_size: how many ranks the launch has; ``None`` when unknown
+            (the logs' ``run.started`` events say it then).
+        started_wall_ns: when the launch began.
+        processes: rank -> :class:`RankProcess`.
+        empty_logs: ranks whose log file exists but holds no complete event
+            (the rank is known by the file's name only).
+        source: where the facts come from, for reports (a manifest path).
+    """
+
+    run_id: str | None = None
+    world_size: int | None = None
+    started_wall_ns: int | None = None
+    processes: Mapping[int, RankProcess] = attrs.field(factory=dict)
+    empty_logs: frozenset[int] = frozenset()
+    source: str | None = None

@@ -1,0 +1,615 @@
+"""The run directory: one run's logs, claimed atomically, and its manifest.
+
+Layout::
+
+    startup-runs/<run-id>/
+        .run-id            the run that owns the directory (the claim)
+        manifest.json      written by a launcher that starts the ranks itself
+        rank-0.jsonl       one JSON Lines log per rank
+        rank-1.jsonl
+        ...
+
+**One run directory holds one run.** A run claims its directory before it
+writes anything: :func:`claim_run_directory` creates ``.run-id`` atomically
+(a hard link of a complete file, so no reader ever sees it half written).
+Ranks of the same run join the claim; a run with another id is refused.
+Each rank then creates its own log exclusively (``O_EXCL``), and a launcher
+creates the manifest exclusively, so two runs started into one directory at
+the same moment cannot both write: the loser is refused before its first
+event.
+
+The **manifest** is the launcher's record of the launch: run id, command
+line, world size, simulated host, injected faults, and per rank its pid,
+start time, and how it ended (exit status or signal, and whether the
+launcher itself stopped it). It is rewritten atomically (a new file renamed
+over the old) as the launch goes, so whatever kills the launcher, the
+manifest on disk is whole. The views read it when it is there
+(:func:`read_run_directory`) to tell what the logs cannot: "rank 0 (pid
+1373) was killed by SIGKILL at +4.1 s; its log is empty".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+import stat
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from events import LaunchRecord, RankProcess
+
+from ._errors import OrchestratorError
+
+__all__ = [
+    "CLAIM_FILE",
+    "MANIFEST_FILE",
+    "Manifest",
+    "ManifestRank",
+    "RunDirectory",
+    "RunDirectoryError",
+    "RunProblem",
+    "check_run_directory",
+    "claim_run_directory",
+    "rank_log_path",
+    "read_manifest",
+    "read_run_directory",
+]
+
+#: The file whose content is the id of the run that owns the directory.
+CLAIM_FILE = ".run-id"
+#: The launcher's manifest.
+MANIFEST_FILE = "manifest.json"
+#: Version of the manifest document.
+MANIFEST_VERSION = 1
+
+_RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+
+
+class RunDirectoryError(OrchestratorError):
+    """A run directory cannot be used: held by another run, or unwritable.
+
+    Attributes:
+        path: the directory (or the file in it) concerned.
+        reason: what is wrong and what to do.
+        held_by: the run id that holds the directory, when that is the reason.
+    """
+
+    def __init__(self, path: Path, reason: str, *, held_by: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.held_by = held_by
+        super().__init__(f"{path}: {reason}")
+
+
+def rank_log_path(run_dir: Path, rank: int) -> Path:
+    """``<run_dir>/rank-<rank>.jsonl``."""
+    return run_dir / f"rank-{rank}.jsonl"
+
+
+def _link_new_file(path: Path, content: bytes) -> bool:
+    """Create ``path`` holding ``content``, atomically and only if it does not
+    exist: a complete temporary file is hard-linked to the name. Returns
+    ``False`` when ``path`` already exists."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def claim_run_directory(run_dir: Path, run_id: str) -> None:
+    """Make ``run_dir`` this run's (creating it), or join the claim of the
+    same run (another rank of the launch got there first).
+
+    Raises:
+        RunDirectoryError: the directory holds another run (``held_by``), or
+            holds rank logs of a run that left no claim, or cannot be
+            created or written.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirectoryError(
+            run_dir, f"cannot create the run directory: {exc.strerror or exc}"
+        ) from None
+    claim = run_dir / CLAIM_FILE
+    holder = _read_claim(claim)
+    if holder is None:
+        stored = _stored_logs(run_dir)
+        if stored:
+            raise RunDirectoryError(
+                run_dir,
+                f"already holds the logs of another run ({stored[0].name}); "
+                "use a new --run-id or --run-dir",
+            )
+        try:
+            created = _link_new_file(claim, f"{run_id}\n".encode())
+        except OSError as exc:
+            raise RunDirectoryError(
+                run_dir, f"cannot write the run directory: {exc.strerror or exc}"
+            ) from None
+        if created:
+            return
+        holder = _read_claim(claim)
+    if holder != run_id:
+        raise RunDirectoryError(
+            run_dir,
+            f"already holds run {holder}; one run directory holds one run: "
+            "use a new --run-id or --run-dir",
+            held_by=holder,
+        )
+
+
+def _read_claim(claim: Path) -> str | None:
+    try:
+        if not stat.S_ISREG(claim.stat().st_mode):
+            raise RunDirectoryError(claim, "is not a regular file; it was not read")
+        return claim.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunDirectoryError(claim, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _stored_logs(run_dir: Path) -> list[Path]:
+    found = []
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        with contextlib.suppress(OSError):
+            if path.stat().st_size > 0:
+                found.append(path)
+    return found
+
+
+# --- the manifest ---------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ManifestRank:
+    """One rank process of a launch (see :class:`events.RankProcess`)."""
+
+    rank: int
+    pid: int | None = None
+    started_wall_ns: int | None = None
+    ended_wall_ns: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    stopped_by_launcher: str | None = None
+
+    def to_process(self) -> RankProcess:
+        """As the kernel's :class:`~events.RankProcess`."""
+        return RankProcess(
+            rank=self.rank,
+            pid=self.pid,
+            started_wall_ns=self.started_wall_ns,
+            ended_wall_ns=self.ended_wall_ns,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            stopped_by_launcher=self.stopped_by_launcher,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Manifest:
+    """A launcher's record of one launch (``manifest.json``).
+
+    Attributes:
+        run_id: the launch.
+        command: the launcher's command line.
+        world_size: how many ranks it starts.
+        simulated: the simulated host, if any.
+        injected: the injected faults, one canonical spec each.
+        launcher_pid, host: the launcher process.
+        started_wall_ns: when the launch began.
+        finished_wall_ns: when the launcher saw the last rank end.
+        ranks: one entry per rank started so far, by rank.
+    """
+
+    run_id: str
+    command: tuple[str, ...] = ()
+    world_size: int
+    simulated: str | None = None
+    injected: tuple[str, ...] = ()
+    launcher_pid: int = attrs.field(factory=os.getpid)
+    host: str = attrs.field(factory=socket.gethostname)
+    started_wall_ns: int = attrs.field(factory=time.time_ns)
+    finished_wall_ns: int | None = None
+    ranks: tuple[ManifestRank, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest document."""
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "run_id": self.run_id,
+            "command": list(self.command),
+            "world_size": self.world_size,
+            "simulated": self.simulated,
+            "injected": list(self.injected),
+            "launcher": {
+                "pid": self.launcher_pid,
+                "host": self.host,
+                "started_wall_ns": self.started_wall_ns,
+                "finished_wall_ns": self.finished_wall_ns,
+            },
+            "ranks": [attrs.asdict(rank) for rank in self.ranks],
+        }
+
+    @classmethod
+    def from_json(cls, data: object, *, source: str = MANIFEST_FILE) -> Manifest:
+        """Read a manifest document, strictly.
+
+        Raises:
+            RunDirectoryError: not a manifest of a version this release reads.
+        """
+        try:
+            return _manifest_from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunDirectoryError(
+                Path(source), f"not a valid manifest ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def with_rank(self, entry: ManifestRank) -> Manifest:
+        """A copy with ``entry`` replacing the rank's entry (or added)."""
+        others = [rank for rank in self.ranks if rank.rank != entry.rank]
+        return attrs.evolve(self, ranks=tuple(sorted([*others, entry], key=lambda r: r.rank)))
+
+    def rank(self, rank: int) -> ManifestRank | None:
+        """The entry of ``rank``, if it was started."""
+        return next((entry for entry in self.ranks if entry.rank == rank), None)
+
+    def to_launch_record(self, source: str | None = None) -> LaunchRecord:
+        """The kernel's view of it, for :func:`events.replay`."""
+        return LaunchRecord(
+            run_id=self.run_id,
+            world_size=self.world_size,
+            started_wall_ns=self.started_wall_ns,
+            processes={entry.rank: entry.to_process() for entry in self.ranks},
+            source=source,
+        )
+
+    def write(self, run_dir: Path, *, exclusive: bool = False) -> None:
+        """Write ``manifest.json`` atomically (a complete file renamed over
+        the old one). With ``exclusive`` the manifest must not exist yet.
+
+        Raises:
+            RunDirectoryError: ``exclusive`` and another launch wrote one, or
+                the directory is not writable.
+        """
+        path = run_dir / MANIFEST_FILE
+        content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
+        try:
+            if exclusive:
+                if not _link_new_file(path, content):
+                    raise RunDirectoryError(
+                        run_dir,
+                        "another launch is already writing to this run directory "
+                        "(it has a manifest); use a new --run-id or --run-dir",
+                    )
+                return
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+            with temporary.open("wb") as file:
+                file.write(content)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except OSError as exc:
+            raise RunDirectoryError(
+                run_dir, f"cannot write the manifest: {exc.strerror or exc}"
+            ) from None
+
+
+def _optional_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise TypeError(f"expected an integer or null, got {value!r}")
+    return value
+
+
+def _optional_str(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string or null, got {value!r}")
+    return value
+
+
+def _manifest_from_json(data: object) -> Manifest:
+    if not isinstance(data, Mapping):
+        raise TypeError("expected a JSON object")
+    version = data["manifest_version"]
+    if version != MANIFEST_VERSION:
+        raise ValueError(f"manifest_version {version!r}; this release reads {MANIFEST_VERSION}")
+    launcher = data["launcher"]
+    if not isinstance(launcher, Mapping):
+        raise TypeError("launcher must be an object")
+    ranks = []
+    for entry in data["ranks"]:
+        if not isinstance(entry, Mapping):
+            raise TypeError("each rank entry must be an object")
+        rank = entry["rank"]
+        if type(rank) is not int or rank < 0:
+            raise ValueError(f"bad rank {rank!r}")
+        ranks.append(
+            ManifestRank(
+                rank=rank,
+                pid=_optional_int(entry.get("pid")),
+                started_wall_ns=_optional_int(entry.get("started_wall_ns")),
+                ended_wall_ns=_optional_int(entry.get("ended_wall_ns")),
+                exit_code=_optional_int(entry.get("exit_code")),
+                signal=_optional_str(entry.get("signal")),
+                stopped_by_launcher=_optional_str(entry.get("stopped_by_launcher")),
+            )
+        )
+    world_size = data["world_size"]
+    if type(world_size) is not int or world_size < 1:
+        raise ValueError(f"bad world_size {world_size!r}")
+    run_id = data["run_id"]
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError(f"bad run_id {run_id!r}")
+    command = data.get("command", [])
+    injected = data.get("injected", [])
+    if not all(isinstance(item, str) for item in [*command, *injected]):
+        raise TypeError("command and injected must be lists of strings")
+    return Manifest(
+        run_id=run_id,
+        command=tuple(command),
+        world_size=world_size,
+        simulated=_optional_str(data.get("simulated")),
+        injected=tuple(injected),
+        launcher_pid=_optional_int(launcher.get("pid")) or 0,
+        host=_optional_str(launcher.get("host")) or "",
+        started_wall_ns=_optional_int(launcher.get("started_wall_ns")) or 0,
+        finished_wall_ns=_optional_int(launcher.get("finished_wall_ns")),
+        ranks=tuple(ranks),
+    )
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
+    """The manifest of ``run_dir``, or ``None`` when it has none.
+
+    Raises:
+        RunDirectoryError: the manifest is not a regular file, is unreadable
+            or is not valid.
+    """
+    path = run_dir / MANIFEST_FILE
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunDirectoryError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise RunDirectoryError(path, "is not a regular file; it was not read")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunDirectoryError(path, f"cannot read: {exc}") from None
+    return Manifest.from_json(data, source=str(path))
+
+
+# --- reading a run directory ------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunDirectory:
+    """What a run directory holds, found without reading any log.
+
+    Attributes:
+        path: the directory.
+        logs: rank -> its log file (only names ``rank-<N>.jsonl``).
+        odd_logs: files named ``rank-*.jsonl`` whose name is not a rank.
+        manifest: the launcher's manifest, if any.
+        claim: the run id in ``.run-id``, if any.
+    """
+
+    path: Path
+    logs: Mapping[int, Path]
+    odd_logs: tuple[Path, ...] = ()
+    manifest: Manifest | None = None
+    claim: str | None = None
+
+    def launch_record(self, empty_logs: Sequence[int] = ()) -> LaunchRecord | None:
+        """The launch facts for :func:`events.replay`: the manifest's, and
+        the ranks whose log holds no event."""
+        if self.manifest is None and not empty_logs:
+            return None
+        base = (
+            self.manifest.to_launch_record(source=str(self.path / MANIFEST_FILE))
+            if self.manifest is not None
+            else LaunchRecord(run_id=self.claim)
+        )
+        return attrs.evolve(base, empty_logs=frozenset(empty_logs))
+
+
+def read_run_directory(run_dir: Path) -> RunDirectory:
+    """List a run directory's logs and read its manifest and claim.
+
+    Raises:
+        RunDirectoryError: the manifest is unreadable or invalid.
+    """
+    return attrs.evolve(_list_logs(run_dir), manifest=read_manifest(run_dir))
+
+
+def _list_logs(run_dir: Path) -> RunDirectory:
+    """The directory's logs and claim, without its manifest."""
+    logs: dict[int, Path] = {}
+    odd: list[Path] = []
+    for path in sorted(run_dir.glob("rank-*.jsonl")):
+        match = _RANK_LOG.match(path.name)
+        if match is None or str(int(match[1])) != match[1]:
+            odd.append(path)
+        else:
+            logs[int(match[1])] = path
+    claim = None
+    with contextlib.suppress(RunDirectoryError):
+        claim = _read_claim(run_dir / CLAIM_FILE)
+    return RunDirectory(
+        path=run_dir, logs=dict(sorted(logs.items())), odd_logs=tuple(odd), claim=claim
+    )
+
+
+# --- checking a run directory as a whole -------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunProblem:
+    """A problem of a run directory as a whole (not of one log's lines).
+
+    Attributes:
+        path: the directory or file concerned.
+        message: what is wrong.
+        fatal: whether the run cannot be read as one (a foreign or duplicate
+            rank, a run id that differs); a missing rank is not fatal: the
+            run reads, and is ``incomplete``.
+    """
+
+    path: Path
+    message: str
+    fatal: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
+    """Check a run directory as a whole: one run id (logs, claim and
+    manifest agree), no duplicate or foreign ranks, one world size, every
+    rank of it with a non-empty log; and name the log files to check line by
+    line. Files that are not regular (a FIFO named ``rank-0.jsonl``) are
+    problems and are never opened.
+
+    Returns:
+        The regular log files, in rank order, and the run's problems.
+    """
+    from events import DecodeError, RunStarted, decode
+
+    problems: list[RunProblem] = []
+    try:
+        found = read_run_directory(run_dir)
+    except RunDirectoryError as exc:
+        found = _list_logs(run_dir)
+        problems.append(RunProblem(path=exc.path, message=exc.reason))
+    for odd in found.odd_logs:
+        problems.append(
+            RunProblem(path=odd, message="not a rank log name (rank-<N>.jsonl); ignored")
+        )
+    files: list[Path] = []
+    run_ids: dict[str, list[Path]] = {}
+    worlds: dict[int, list[Path]] = {}
+    holders: dict[int, list[Path]] = {}
+    present: set[int] = set()
+    for rank, path in found.logs.items():
+        try:
+            mode = path.lstat().st_mode
+        except OSError as exc:
+            problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+            continue
+        if not stat.S_ISREG(mode):
+            problems.append(RunProblem(path=path, message="is not a regular file; it was not read"))
+            continue
+        files.append(path)
+        try:
+            with path.open("rb") as file:
+                first_line = file.readline()
+        except OSError as exc:
+            problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+            continue
+        if not first_line.endswith(b"\n"):
+            problems.append(
+                RunProblem(
+                    path=path,
+                    message=f"rank {rank} wrote no events (empty log): never started, "
+                    "or killed before its first event",
+                    fatal=False,
+                )
+            )
+            continue
+        try:
+            first = decode(first_line.rstrip(b"\n"))
+        except DecodeError:
+            continue  # the line-by-line check reports it
+        present.add(rank)
+        run_ids.setdefault(first.run_id, []).append(path)
+        holders.setdefault(first.rank, []).append(path)
+        if first.rank != rank:
+            problems.append(
+                RunProblem(
+                    path=path,
+                    message=f"holds the events of rank {first.rank}, not of rank {rank} "
+                    "(a foreign or renamed log)",
+                )
+            )
+        if isinstance(first, RunStarted):
+            worlds.setdefault(first.identity.world_size, []).append(path)
+    for rank, paths in sorted(holders.items()):
+        if len(paths) > 1:
+            problems.append(
+                RunProblem(
+                    path=run_dir,
+                    message=f"{len(paths)} logs hold rank {rank}: "
+                    f"{', '.join(p.name for p in paths)}",
+                )
+            )
+    expected_ids = {found.claim, found.manifest.run_id if found.manifest else None} - {None}
+    all_ids = set(run_ids) | expected_ids
+    if len(all_ids) > 1:
+        parts = [
+            f"{run_id} ({', '.join(p.name for p in paths)})" for run_id, paths in run_ids.items()
+        ]
+        if found.claim:
+            parts.append(f"{found.claim} ({CLAIM_FILE})")
+        if found.manifest:
+            parts.append(f"{found.manifest.run_id} ({MANIFEST_FILE})")
+        problems.append(
+            RunProblem(path=run_dir, message=f"more than one run id: {'; '.join(parts)}")
+        )
+    world_sizes = set(worlds)
+    if found.manifest is not None:
+        world_sizes.add(found.manifest.world_size)
+    if len(world_sizes) > 1:
+        parts = [f"{size} ({', '.join(p.name for p in paths)})" for size, paths in worlds.items()]
+        if found.manifest is not None:
+            parts.append(f"{found.manifest.world_size} ({MANIFEST_FILE})")
+        problems.append(
+            RunProblem(path=run_dir, message=f"the world sizes differ: {'; '.join(parts)}")
+        )
+    world = max(world_sizes, default=0)
+    for rank in range(world):
+        if rank not in found.logs:
+            problems.append(
+                RunProblem(
+                    path=run_dir,
+                    message=f"rank {rank} of world size {world} has no log "
+                    "(never started, or killed before its first event)",
+                    fatal=False,
+                )
+            )
+    for rank in found.logs:
+        if world and rank >= world:
+            problems.append(
+                RunProblem(
+                    path=found.logs[rank],
+                    message=f"rank {rank} is outside the world size {world}",
+                )
+            )
+    if not found.logs and not problems:
+        problems.append(RunProblem(path=run_dir, message="no rank-*.jsonl logs in this directory"))
+    return files, problems

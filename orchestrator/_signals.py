@@ -1,0 +1,117 @@
+"""Stop requests at any moment of a rank's life, and ranks that never outlive
+their launcher.
+
+A rank may be asked to stop (SIGINT, SIGTERM) before its event loop runs:
+while it opens its log, sets up tracing, or imports torch. Python's default
+handlers would end it then with nothing recorded (SIGTERM) or with a
+KeyboardInterrupt traceback somewhere in an import (SIGINT).
+:class:`StopRequests` catches both from the moment the log is open and
+keeps them, so the run, once it starts, is at once cancelled and recorded
+``interrupted`` with the signal as its cause; while the run is going, the
+event loop's own signal receiver feeds the same object.
+
+:func:`follow_launcher` ties a rank to the launcher that started it: on
+Linux the kernel sends the rank SIGTERM when its launcher dies (the
+parent-death signal), so a launcher killed with SIGKILL leaves no orphan
+ranks behind; they record ``interrupted``, naming their launcher's exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from ._errors import StartupInterrupted
+
+__all__ = ["LAUNCHER_PID_VARIABLE", "STOP_SIGNALS", "StopRequests", "follow_launcher"]
+
+#: The signals that ask a rank to stop.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: Set by the local launcher in every rank's environment: its own pid.
+LAUNCHER_PID_VARIABLE = "STARTUP_ORCHESTRATOR_LAUNCHER_PID"
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StopRequests:
+    """The stop signals this process received, in order.
+
+    :meth:`install` replaces the SIGINT/SIGTERM handlers with one that only
+    remembers the signal (and calls ``on_signal``, if given); :meth:`restore`
+    puts the previous handlers back. Only the main thread can install.
+
+    Args:
+        launcher_pid: the pid of the launcher that started this process,
+            when one did: a stop that arrives once the launcher is gone is
+            attributed to its exit.
+    """
+
+    def __init__(self, *, launcher_pid: int | None = None) -> None:
+        self.launcher_pid = launcher_pid
+        self.received: list[int] = []
+        self.on_signal: Callable[[int], None] | None = None
+        self._previous: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Catch SIGINT and SIGTERM from now on (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        """Put back the handlers :meth:`install` replaced."""
+        for signum, handler in self._previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.record(signum)
+
+    def record(self, signum: int) -> None:
+        """Remember ``signum`` (the event loop's receiver calls this too)."""
+        with self._lock:
+            self.received.append(signum)
+            callback = self.on_signal
+        if callback is not None:
+            callback(signum)
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was asked."""
+        return bool(self.received)
+
+    def cause(self) -> StartupInterrupted:
+        """The first stop as an exception to record as the run's cause."""
+        signum = self.received[0] if self.received else signal.SIGTERM
+        name = signal.Signals(signum).name
+        launcher_gone = self.launcher_pid is not None and os.getppid() != self.launcher_pid
+        return StartupInterrupted(
+            name,
+            f"its launcher (pid {self.launcher_pid}) exited" if launcher_gone else None,
+        )
+
+
+def follow_launcher(launcher_pid: int) -> None:
+    """Have the kernel send this process SIGTERM when its launcher dies
+    (Linux ``PR_SET_PDEATHSIG``), and act on it at once if the launcher is
+    already gone. Elsewhere, does nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    # The launcher may have died before the request was made: the signal
+    # would then never come.
+    if os.getppid() != launcher_pid:
+        os.kill(os.getpid(), signal.SIGTERM)

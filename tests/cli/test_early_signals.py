@@ -1,0 +1,184 @@
+"""Signals at any moment are recorded; ranks never outlive their launcher.
+
+A rank writes ``run.started`` before anything slow, and forming the process
+group (importing torch, meeting the other ranks) is a recorded step, so a
+stop or a kill during it leaves a log that says so. The tests hold a rank in
+that step with an injected hang on ``process_group`` and wait on its log
+before they send a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from events import RunFinished, RunOutcome, RunStarted, read_log, validate
+
+from .harness import (
+    Background,
+    environment,
+    pid_of,
+    read_events,
+    reaping,
+    run_cli,
+    start_cli,
+    step_started,
+    wait_for_event,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _launch(tmp_path: Path, inject: str) -> Background:
+    return start_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "2",
+        "--grace",
+        "0.5",
+        "--inject",
+        inject,
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+        env=environment(),
+    )
+
+
+def _ended(log: Path) -> RunFinished:
+    assert [p for p in validate(log) if p.fatal] == []
+    events = read_log(log).events
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[-1], RunFinished), events[-1]
+    return events[-1]
+
+
+def test_sigterm_while_forming_the_process_group_is_recorded(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launch = _launch(tmp_path, "1:process_group=hang")
+    with reaping(launch, run_dir):
+        for rank in range(2):
+            wait_for_event(
+                run_dir / f"rank-{rank}.jsonl",
+                step_started("process_group"),
+                alive=launch.running,
+            )
+        os.kill(pid_of(run_dir / "rank-1.jsonl"), signal.SIGTERM)
+        finished = launch.finish()
+
+    assert finished.returncode == 1, finished.describe()
+    assert "Traceback" not in finished.stderr
+    stopped = _ended(run_dir / "rank-1.jsonl")
+    assert stopped.outcome is RunOutcome.INTERRUPTED
+    assert stopped.cause is not None
+    assert stopped.cause.message == "received SIGTERM"
+    # Rank 0 waited for rank 1 at the rendezvous; the launcher stopped it
+    # once rank 1 had ended, and it recorded that too.
+    assert _ended(run_dir / "rank-0.jsonl").outcome is RunOutcome.INTERRUPTED
+    lines = finished.lines()
+    assert lines[0].startswith("Startup interrupted: 2 interrupted")
+    assert lines[2] == "Root cause: rank 1, step process_group"
+    assert lines[3] == "  StartupInterrupted: received SIGTERM"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["ranks"][0]["stopped_by_launcher"].startswith(
+        "SIGTERM after rank 1 (pid "
+    )
+    assert manifest["ranks"][1]["stopped_by_launcher"] is None
+
+
+def test_a_rank_killed_while_forming_the_group_is_named_with_its_signal(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launch = _launch(tmp_path, "1:process_group=hang")
+    with reaping(launch, run_dir):
+        for rank in range(2):
+            wait_for_event(
+                run_dir / f"rank-{rank}.jsonl",
+                step_started("process_group"),
+                alive=launch.running,
+            )
+        os.kill(pid_of(run_dir / "rank-1.jsonl"), signal.SIGKILL)
+        finished = launch.finish()
+
+    assert finished.returncode == 1, finished.describe()
+    # Killed: its log ends inside the step, and the survivor says why it stopped.
+    assert read_events(run_dir / "rank-1.jsonl")[-1]["step"] == "process_group"
+    survivor = _ended(run_dir / "rank-0.jsonl")
+    assert survivor.outcome is RunOutcome.INTERRUPTED
+    lines = finished.lines()
+    assert lines[0].startswith("Startup incomplete: 1 incomplete, 1 interrupted")
+    assert lines[2].startswith("Root cause: rank 1, step process_group: the process died")
+    assert any(
+        line.startswith("  its launcher saw: rank 1 (pid ") and "killed by SIGKILL" in line
+        for line in lines
+    ), finished.stdout
+
+
+def test_ranks_never_outlive_a_killed_launcher(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launch = _launch(tmp_path, "attention/FLASH_ATTN=hang")
+    with reaping(launch, run_dir):
+        logs = [run_dir / f"rank-{rank}.jsonl" for rank in range(2)]
+        for log in logs:
+            wait_for_event(log, step_started("attention/FLASH_ATTN"), alive=launch.running)
+        pids = [pid_of(log) for log in logs]
+        launch.kill()  # SIGKILL: the launcher can forward nothing
+        deadline = time.monotonic() + 5.0
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        orphans = [pid for pid in pids if _alive(pid)]
+
+    assert orphans == []
+    for log in logs:
+        finished = _ended(log)
+        assert finished.outcome is RunOutcome.INTERRUPTED
+        assert finished.cause is not None
+        assert finished.cause.message == (
+            f"received SIGTERM: its launcher (pid {launch.pid}) exited"
+        )
+    replayed = run_cli("replay", "run", cwd=tmp_path)
+    assert replayed.lines()[0].startswith("Startup interrupted: 2 interrupted")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_stop_before_the_event_loop_is_recorded_at_once(tmp_path: Path) -> None:
+    # In process: a SIGTERM that arrives after the log opened and before the
+    # loop runs (tracing set-up, say) is kept, and the run records it first.
+    from events import JsonlLog
+    from orchestrator._cli_run import _execute
+    from orchestrator._signals import StopRequests
+    from orchestrator.engine import EngineConfig, load_profile, prepare_engine
+
+    log = JsonlLog(tmp_path / "rank-0.jsonl", run_id="early-stop", exclusive=True)
+    runner, graph = prepare_engine(EngineConfig(), log, profile=load_profile("xeon"))
+    runner.begin(graph)
+    stops = StopRequests()
+    stops.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stops.received == [signal.SIGTERM]
+        _execute(runner, graph, stops)
+    finally:
+        stops.restore()
+        log.close()
+
+    events = read_log(tmp_path / "rank-0.jsonl").events
+    assert isinstance(events[0], RunStarted)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert finished.cause is not None and finished.cause.message == "received SIGTERM"

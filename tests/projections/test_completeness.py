@@ -1,0 +1,239 @@
+"""A run is judged as a whole, against its expected ranks (SPEC §6).
+
+A rank with no events, or with no ``run.finished``, makes the run
+``incomplete`` and is named before the symptoms its peers saw because of
+it; what a launcher recorded (its manifest) says how such a rank ended; a
+rank that died with several steps in flight is reported with all of them;
+a cutoff is a cutoff, not a crash; and a simulated host or an injected
+fault is said first.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from events import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    LaunchRecord,
+    RankProcess,
+    RunOutcome,
+    StepKind,
+    replay,
+)
+from exporters import report_json, report_text
+
+from . import BASE_NS, RankBuilder, exception, healthy_rank
+
+GROUP_LOST = exception(
+    "orchestrator._group.GroupError",
+    "all_gather across the process group failed: a peer failed, exited, or never reached "
+    "this exchange",
+    cause=exception("RuntimeError", "Connection closed by peer [127.0.0.1]:29500"),
+)
+
+
+def survivor_of_a_lost_peer(rank: int, world_size: int) -> list:
+    """Waited for a peer in the all-reduce agreement and failed with GroupError."""
+    builder = RankBuilder(rank, world_size=world_size).run_started().cuda_platform()
+    builder.start(ALLREDUCE_STEP)
+    builder.start(f"{ALLREDUCE_STEP}/agree", kind=StepKind.STEP)
+    builder.failed(f"{ALLREDUCE_STEP}/agree", GROUP_LOST)
+    builder.failed(ALLREDUCE_STEP, GROUP_LOST)
+    return builder.finish(RunOutcome.FAILED, cause=GROUP_LOST, failed_step=ALLREDUCE_STEP)
+
+
+def test_a_rank_without_a_log_makes_the_run_incomplete_and_is_named_first() -> None:
+    result = replay([healthy_rank(r, world_size=4) for r in (0, 2, 3)])
+
+    assert result.world_size == 4
+    assert result.outcome is RunOutcome.INCOMPLETE
+    assert result.no_events == {1: "no log"}
+    cause = result.root_cause
+    assert cause is not None
+    assert (cause.rank, cause.no_events, cause.step) == (1, "no log", None)
+    lines = report_text(result).splitlines()
+    assert lines[0] == (
+        "Startup incomplete: 3 ready, 1 without events (run run-7f3a, 3 of 4 ranks)"
+    )
+    assert lines[1] == (
+        "Root cause: rank 1 wrote no events (no log): never started, "
+        "or killed before its first event"
+    )
+    assert "Ranks without events:" in lines
+    document = report_json(result)
+    assert document["outcome"] == "incomplete"
+    assert [(r["rank"], r["outcome"], r["log"]) for r in document["ranks"]] == [
+        (0, "ready", "complete"),
+        (1, "incomplete", "missing"),
+        (2, "ready", "complete"),
+        (3, "ready", "complete"),
+    ]
+    assert document["root_cause"]["no_events"] == "no log"
+
+
+def test_the_lost_rank_comes_before_the_group_errors_of_its_peers() -> None:
+    # Rank 1 wrote nothing; ranks 0, 2 and 3 then failed in the collective
+    # that waited for it. Their GroupError is a consequence.
+    streams = [survivor_of_a_lost_peer(r, 4) for r in (0, 2, 3)]
+    result = replay(streams, launch=LaunchRecord(world_size=4, empty_logs=frozenset({1})))
+
+    assert result.outcome is RunOutcome.INCOMPLETE
+    cause = result.root_cause
+    assert cause is not None
+    assert (cause.rank, cause.no_events) == (1, "empty log")
+    text = report_text(result)
+    assert text.splitlines()[1].startswith("Root cause: rank 1 wrote no events (empty log)")
+    assert "[ranks 0,2-3]" in text  # the survivors' error still shows, grouped
+
+
+def test_the_manifest_says_how_a_silent_rank_ended() -> None:
+    launch = LaunchRecord(
+        run_id="run-7f3a",
+        world_size=2,
+        started_wall_ns=BASE_NS,
+        processes={
+            0: RankProcess(
+                rank=0, pid=1373, ended_wall_ns=BASE_NS + 4_100_000_000, signal="SIGKILL"
+            ),
+            1: RankProcess(rank=1, pid=1374, ended_wall_ns=BASE_NS + 9_000_000_000, exit_code=0),
+        },
+        empty_logs=frozenset({0}),
+    )
+    result = replay([healthy_rank(1, world_size=2)], launch=launch)
+
+    lines = report_text(result).splitlines()
+    assert (
+        lines[1]
+        == "Root cause: rank 0 (pid 1373) was killed by SIGKILL at +4.1 s; its log is empty"
+    )
+    document = report_json(result)
+    assert document["ranks"][0]["process"]["signal"] == "SIGKILL"
+    assert document["root_cause"]["description"].startswith("rank 0 (pid 1373) was killed")
+
+
+def test_a_manifest_of_another_run_is_refused() -> None:
+    from events import LogError
+
+    with pytest.raises(LogError, match="launch record"):
+        replay([healthy_rank(0, world_size=1)], launch=LaunchRecord(run_id="other", world_size=1))
+
+
+def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> None:
+    # Rank 1 was stuck (its last event early) and the launcher killed it after
+    # rank 0 failed; without the manifest the earliest event would blame rank 1.
+    stuck = RankBuilder(1, world_size=2).run_started()
+    stuck.start(ATTENTION_STEP)
+    failing = survivor_of_a_lost_peer(0, 2)
+    failing = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in failing]
+    streams = [failing, stuck.events]
+    assert replay(streams).root_cause.rank == 1  # type: ignore[union-attr]
+
+    launch = LaunchRecord(
+        world_size=2,
+        processes={
+            1: RankProcess(
+                rank=1,
+                pid=11,
+                signal="SIGKILL",
+                stopped_by_launcher="SIGKILL after rank 0 (pid 10): exited with code 3",
+            )
+        },
+    )
+    cause = replay(streams, launch=launch).root_cause
+    assert cause is not None
+    assert cause.rank == 0
+
+
+def test_a_rank_that_died_with_several_steps_in_flight_lists_them_all() -> None:
+    builder = RankBuilder(0, world_size=1).run_started().cuda_platform()
+    builder.start(ATTENTION_STEP)
+    for name in ("FLASH_ATTN", "TRITON_ATTN"):
+        builder.start(f"{ATTENTION_STEP}/{name}", kind=StepKind.CANDIDATE)
+    builder.start(ALLREDUCE_STEP)
+    builder.start(f"{ALLREDUCE_STEP}/mnnvl", kind=StepKind.ATTEMPT)
+    launch = LaunchRecord(
+        world_size=1,
+        started_wall_ns=BASE_NS,
+        processes={0: RankProcess(rank=0, pid=7, signal="SIGSEGV", ended_wall_ns=BASE_NS + 10**9)},
+    )
+    result = replay([builder.events], launch=launch)
+
+    cause = result.root_cause
+    assert cause is not None
+    assert cause.step is None  # several steps: none of them is "the" step
+    assert cause.in_flight == (
+        "attention/FLASH_ATTN",
+        "attention/TRITON_ATTN",
+        "allreduce_workspace/mnnvl",
+    )
+    lines = report_text(result).splitlines()
+    assert lines[1] == (
+        "Root cause: rank 0: the process died before the rank finished "
+        "(no run.finished in its log: it crashed or was killed)"
+    )
+    assert lines[2] == (
+        "  3 steps were in flight: attention/FLASH_ATTN, attention/TRITON_ATTN, "
+        "allreduce_workspace/mnnvl"
+    )
+    assert lines[3] == "  its launcher saw: rank 0 (pid 7) was killed by SIGSEGV at +1.0 s"
+    assert report_json(result)["root_cause"]["in_flight"] == list(cause.in_flight)
+
+
+def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
+    stop = exception("orchestrator._errors.StartupInterrupted", "received SIGTERM")
+    builder = RankBuilder(0, world_size=1).run_started()
+    builder.start("process_group")
+    builder.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
+    events = builder.finish(RunOutcome.INTERRUPTED, cause=stop)
+    result = replay([events])
+
+    assert result.outcome is RunOutcome.INTERRUPTED
+    cause = result.root_cause
+    assert cause is not None
+    assert (cause.step, cause.in_flight) == ("process_group", ("process_group",))
+    lines = report_text(result).splitlines()
+    assert lines[1] == "Root cause: rank 0, step process_group"
+    assert lines[2] == "  StartupInterrupted: received SIGTERM"
+    texts = [m["text"] for m in report_json(result)["messages"]]
+    assert any(t.startswith("Startup interrupted (received SIGTERM)") for t in texts)
+
+
+def test_a_cutoff_is_not_a_crash() -> None:
+    streams = [healthy_rank(r, world_size=2) for r in range(2)]
+    result = replay(streams, until=5)
+
+    assert result.outcome is RunOutcome.RUNNING
+    assert result.root_cause is None
+    lines = report_text(result).splitlines()
+    assert lines[0].startswith(
+        "Startup running at the cutoff seq 5 (the state then, not how the run ended): 2 running"
+    )
+    assert lines[1] == "Root cause: none so far (no rank had failed by the cutoff)"
+    assert "died" not in report_text(result)
+    document = report_json(result)
+    assert document["until"] == 5
+    assert {r["outcome"] for r in document["ranks"]} == {"running"}
+
+
+def test_a_simulated_host_and_injected_faults_are_said_first() -> None:
+    streams = []
+    for rank in range(2):
+        events = healthy_rank(rank, world_size=2)
+        events[0] = attrs.evolve(
+            events[0], simulated="zen4", injected=("1:zentorch=RuntimeError:boom",)
+        )
+        streams.append(events)
+    result = replay(streams)
+
+    lines = report_text(result).splitlines()
+    assert lines[1] == (
+        "Not a real start: simulated host zen4; injected faults: 1:zentorch=RuntimeError:boom"
+    )
+    assert lines[2].startswith("Root cause:")
+    document = report_json(result)
+    assert (document["simulated"], document["injected"]) == (
+        "zen4",
+        ["1:zentorch=RuntimeError:boom"],
+    )
