@@ -87,9 +87,7 @@ def test_sigterm_while_forming_the_process_group_is_recorded(tmp_path: Path) -> 
     assert lines[2] == "Root cause: rank 1, step process_group"
     assert lines[3] == "  StartupInterrupted: received SIGTERM"
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["ranks"][0]["stopped_by_launcher"].startswith(
-        "SIGTERM after rank 1 (pid "
-    )
+    assert manifest["ranks"][0]["stopped_by_launcher"].startswith("SIGTERM after rank 1 (pid ")
     assert manifest["ranks"][1]["stopped_by_launcher"] is None
 
 
@@ -181,4 +179,5 @@ def test_a_stop_before_the_event_loop_is_recorded_at_once(tmp_path: Path) -> Non
     finished = events[-1]
     assert isinstance(finished, RunFinished)
     assert finished.outcome is RunOutcome.INTERRUPTED
-    assert finished.cause is not None and finished.cause.message == "received SIGTERM"
+    assert finished.cause is not None
+    assert finished.cause.message == "received SIGTERM"
