@@ -47,7 +47,11 @@ fields never change meaning; new fields may be added. Schema (version 1)::
         "exception": null | {"type": str,      # qualified type name
                              "message": str,
                              "cause": {...} | null}   # the next link: __cause__,
-      },                                               # else __context__
+      },                                               # else __context__; at most
+                                                       # 32 links: the outermost and
+                                                       # the root, the link before
+                                                       # the root then carrying
+                                                       # "omitted_links": int
       "divergences": [
         {"code": str, "severity": str, "subject": str,
          "values": [{"value": str | null, "ranks": [int, ...]}],
@@ -99,14 +103,27 @@ REPORT_VERSION = 1
 _GROUPS_PER_CODE = 8
 
 
+#: Links of a root cause's chain nested in the JSON document: the outermost
+#: ones and the innermost (the root). A log may hold any depth; a document
+#: nested thousands deep is one no JSON reader should have to walk.
+_JSON_CHAIN_LINKS = 32
+
+
 def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
     # Iterative so a long chain cannot reach the recursion limit.
     if info is None:
         return None
-    chain = info.chain()
+    chain = list(info.chain())
+    omitted = 0
+    if len(chain) > _JSON_CHAIN_LINKS:
+        omitted = len(chain) - _JSON_CHAIN_LINKS
+        chain = [*chain[: _JSON_CHAIN_LINKS - 1], chain[-1]]
     nested: dict[str, Any] | None = None
-    for link in reversed(chain):
+    for position, link in enumerate(reversed(chain)):
         nested = {"type": link.type, "message": link.message, "cause": nested}
+        if omitted and position == 1:
+            # Between this link and its "cause" (the root), links were left out.
+            nested["omitted_links"] = omitted
     return nested
 
 

@@ -105,16 +105,21 @@ def test_diff_of_a_deep_chain_with_itself(deep_run: Path, tmp_path: Path) -> Non
     assert compared.returncode == 0, compared.describe()[:3000]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the report document nests one object per link and the command line's "
-    "json.dumps recurses through it: the report or its serialiser must cap or "
-    "flatten the chain",
-)
 def test_replay_json_of_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     replayed = run_cli("replay", str(deep_run), "--json", cwd=tmp_path)
     assert replayed.returncode == 1, replayed.describe()[:3000]
-    assert replayed.json()["root_cause"]["exception"]["message"] == "link 9999"
+    exception = replayed.json()["root_cause"]["exception"]
+    assert exception["message"] == "link 9999"
+    # The outermost links and the root, with what was left out in between.
+    depth = 0
+    link = exception
+    while link["cause"] is not None:
+        if "omitted_links" in link:
+            assert link["omitted_links"] == 10_000 - 32
+            assert link["cause"]["message"] == "link 0"
+        link = link["cause"]
+        depth += 1
+    assert depth == 31
 
 
 # --- control characters and forged lines ---------------------------------------------
