@@ -48,6 +48,7 @@ if typing.TYPE_CHECKING:
     from ._faults import Fault as Fault
     from ._faults import FaultAction as FaultAction
     from ._faults import FaultPlan as FaultPlan
+    from ._faults import RankRanges as RankRanges
     from ._faults import parse_ranks as parse_ranks
     from ._graph import Graph as Graph
     from ._graph import Isolation as Isolation
@@ -85,6 +86,7 @@ if typing.TYPE_CHECKING:
 # Public names load on first use (PEP 562), so importing the package for one
 # thing (the command line's --help) does not import everything.
 _LAZY = {
+    "RankRanges": "._faults",
     "process_group_step": "._group",
     "PROCESS_GROUP_STEP": "._group",
     "DeferredGroup": "._group",
@@ -195,6 +197,7 @@ __all__ = [
     "LocalGroup",
     "OrchestratorError",
     "RankEnvironmentError",
+    "RankRanges",
     "RealImporter",
     "Rule",
     "RunResult",

@@ -62,7 +62,7 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
             where = "" if exc.part == exc.spec else f"{exc.part!r}: "
             raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
     if plan:
-        from .engine._targets import injection_targets
+        from .engine import injection_targets
 
         targets = injection_targets()
         try:

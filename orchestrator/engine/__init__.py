@@ -43,6 +43,8 @@ from ._profiles import SimulatedImporter as SimulatedImporter
 from ._profiles import load_profile as load_profile
 from ._run import prepare_engine as prepare_engine
 from ._run import run_engine as run_engine
+from ._targets import InjectionTargets as InjectionTargets
+from ._targets import injection_targets as injection_targets
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -59,6 +61,7 @@ __all__ = [
     "GpuDevice",
     "GpuFacts",
     "HostFacts",
+    "InjectionTargets",
     "ModuleAction",
     "ModuleRule",
     "PlatformConflictError",
@@ -78,6 +81,7 @@ __all__ = [
     "attention_candidates",
     "build_engine_graph",
     "decide_platform",
+    "injection_targets",
     "is_amd_zen",
     "load_profile",
     "make_allreduce_step",

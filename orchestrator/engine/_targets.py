@@ -47,16 +47,13 @@ from events import (
     ZENTORCH_STEP,
 )
 
+from .._group import PROCESS_GROUP_STEP
 from ._allreduce import WORKSPACE_MODULES, allreduce_chain
 from ._attention import ATTENTION_BACKENDS
 from ._config import AllreduceBackend, EngineConfigError
 from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP
 
-__all__ = ["PROCESS_GROUP_STEP", "InjectionTargets", "injection_targets"]
-
-#: The set-up step in which a rank imports torch and joins its
-#: torch.distributed group, before the engine graph.
-PROCESS_GROUP_STEP = "process_group"
+__all__ = ["InjectionTargets", "injection_targets"]
 
 #: Modules the platform probes import or look up, besides the attention
 #: backends': the optional zentorch (platform/cpu) and the device libraries

@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from events import StepStarted
-from orchestrator import FaultPlan, FaultSpecError, Importer
+from orchestrator import PROCESS_GROUP_STEP, FaultPlan, FaultSpecError, Importer
 from orchestrator.engine import (
     ATTENTION_BACKENDS,
     BUILTIN_PROFILES,
@@ -28,8 +28,8 @@ from orchestrator.engine import (
     RealHost,
     RealWorkspaceFactory,
     SimulatedImporter,
+    injection_targets,
 )
-from orchestrator.engine._targets import PROCESS_GROUP_STEP, injection_targets
 
 from .harness import run
 

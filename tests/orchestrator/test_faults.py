@@ -23,12 +23,12 @@ from orchestrator import (
     FaultSpecError,
     Graph,
     InjectingImporter,
+    RankRanges,
     RealImporter,
     Step,
     StepContext,
     parse_ranks,
 )
-from orchestrator._faults import RankRanges
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
