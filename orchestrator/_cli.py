@@ -1,9 +1,9 @@
 """The ``startup-orchestrator`` command line (also ``python -m orchestrator``).
 
 Exit codes: 0 the startup reached ``ready`` (or the command succeeded), 1 the
-startup failed or was interrupted, or a log is corrupt, 2 bad usage. Every
-error is one line naming the bad value and what would be valid — never a
-traceback.
+startup failed, was interrupted or is incomplete, or a log is corrupt, 2 bad
+usage. Every error is one line naming the bad value and what would be valid
+— never a traceback.
 
 Heavy modules (OpenTelemetry exporters, torch, protobuf) are imported only by
 the commands that use them, so ``--help`` and a simulated run start fast.
@@ -60,6 +60,14 @@ def _integer_at_least(minimum: int, expected: str) -> Callable[[str], int]:
     return parse
 
 
+#: What the run-level commands' help says about their exit status.
+_OUTCOMES_EPILOG = (
+    "exit status: 0 ready; 1 failed (a probe error propagated, a SystemExit "
+    "included), interrupted (SIGINT/SIGTERM, or a KeyboardInterrupt from a probe) or "
+    "incomplete (a rank of the world has no log, an empty log, or no run.finished: it "
+    "died, was killed, or never started); 2 bad usage, with nothing written."
+)
+
 _positive_int = _integer_at_least(1, "a positive integer")
 _non_negative_int = _integer_at_least(0, "an integer >= 0")
 
@@ -98,7 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run the reference engine startup on this host (or a simulated one)",
         description="Run the reference engine startup graph with real probes on this host, "
-        "or on a simulated host (--simulate). Exit 0 ready, 1 failed, 2 bad usage.",
+        "or on a simulated host (--simulate). Each rank claims the run directory, writes "
+        "run.started before anything slow, and records SIGINT/SIGTERM at any moment as "
+        "interrupted; with --nproc the launcher also writes manifest.json (pids, exit "
+        "statuses, signals) and its ranks never outlive it.",
+        epilog=_OUTCOMES_EPILOG,
     )
     run.add_argument(
         "--nproc",
@@ -198,7 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         help="re-derive state, messages and root cause from logs",
         description="Merge the ranks of a run directory (or log files), re-derive the state "
-        "and messages, and print a report whose first lines name the outcome and root cause.",
+        "and messages, and print a report whose first lines name the outcome, whether the "
+        "host was simulated or faults injected, and the root cause. The run is judged "
+        "against every rank of its world (from manifest.json when the directory has one).",
+        epilog=_OUTCOMES_EPILOG,
     )
     replay.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     replay.add_argument("--json", action="store_true", help="print the JSON report")
@@ -208,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         default=None,
         metavar="SEQ",
-        help="the state as it was after event SEQ of each rank",
+        help="the state as it was after event SEQ of each rank (ranks not finished by then "
+        "are 'running', not crashed)",
     )
     replay.add_argument(
         "--level",
@@ -248,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser(
         "validate",
         help="check logs for every integrity problem (exit 1 if any)",
+        description="Check every path: a run directory as a whole (one run id in its logs, "
+        ".run-id and manifest.json; no duplicate or foreign ranks; one world size; every rank "
+        "with a log that has events) and each log line by line (bad records, sequence gaps, "
+        "torn tails, a missing run.started or run.finished). Files that are not regular files "
+        "are reported, never read. Goes on over every path and ends with a summary line. "
+        "Exit 0 when nothing is wrong, 1 when anything is, 2 when a path does not exist.",
     )
     validate.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     return parser
