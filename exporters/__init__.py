@@ -42,6 +42,7 @@ if typing.TYPE_CHECKING:
     from ._live import LiveSpans as LiveSpans
     from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
     from ._logging import LoggingBridge as LoggingBridge
+    from ._logging import scope_hidden_warnings as scope_hidden_warnings
     from ._propagation import TraceParent as TraceParent
     from ._propagation import activate_span as activate_span
     from ._propagation import context_with_span as context_with_span
@@ -88,6 +89,7 @@ _LAZY = {
     "LiveSpans": "._live",
     "MESSAGE_LOGGER_PREFIX": "._logging",
     "LoggingBridge": "._logging",
+    "scope_hidden_warnings": "._logging",
     "TraceParent": "._propagation",
     "activate_span": "._propagation",
     "context_with_span": "._propagation",
@@ -170,6 +172,7 @@ __all__ = [
     "report_header",
     "report_json",
     "report_text",
+    "scope_hidden_warnings",
     "spans_from_events",
     "terminal_text",
     "timeline_html",

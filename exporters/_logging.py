@@ -30,12 +30,25 @@ Each record:
   characters escaped, every line after the first indented), and no message
   can move the cursor, recolour the terminal or print a line that looks like
   another record. The ``detail`` attribute keeps the exact traceback.
+
+**Scope never hides a WARNING.** Scope keeps eight copies of one node-wide
+condition off the terminal: a WARNING of scope ``local`` prints on local rank
+0 of each node, one of scope ``global`` on global rank 0. But a condition
+that only another rank saw must still be seen. With ``hold_warnings``, the
+bridge keeps the WARNINGs scope did not print on this rank; once the ranks
+know what the others derived (the end-of-startup exchange, or the launcher
+reading the logs), :meth:`LoggingBridge.release` prints those that neither
+the printing rank nor a lower rank of the node (of the world, for
+``global``) derived: each condition once, none hidden.
+:func:`scope_hidden_warnings` answers the same question from every rank's
+messages at once (a launcher's view).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from events import (
     DEFAULT_POLICY,
@@ -43,6 +56,8 @@ from events import (
     Message,
     Messages,
     MessagesState,
+    RankIdentity,
+    Scope,
     Severity,
     SeverityPolicy,
     span_severity,
@@ -50,7 +65,7 @@ from events import (
 
 from ._terminal import terminal_text
 
-__all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge"]
+__all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge", "scope_hidden_warnings"]
 
 #: Every message logger's name starts with this (``orchestrator.zentorch``).
 MESSAGE_LOGGER_PREFIX = "orchestrator"
@@ -66,6 +81,8 @@ class LoggingBridge:
         policy: severities and scopes (default :data:`events.DEFAULT_POLICY`).
         logger_prefix: the parent logger's name.
         tracebacks: attach recorded tracebacks to messages below ERROR.
+        hold_warnings: keep the WARNINGs scope does not print on this rank
+            for :meth:`release`, instead of dropping them.
     """
 
     def __init__(
@@ -74,12 +91,15 @@ class LoggingBridge:
         policy: SeverityPolicy = DEFAULT_POLICY,
         logger_prefix: str = MESSAGE_LOGGER_PREFIX,
         tracebacks: bool = True,
+        hold_warnings: bool = False,
     ) -> None:
         self._policy = policy
         self._projection = Messages(policy)
         self._state = self._projection.initial()
         self._prefix = logger_prefix
         self._tracebacks = tracebacks
+        self._hold = hold_warnings
+        self._held: list[Message] = []
         self._lock = threading.Lock()
 
     @property
@@ -106,6 +126,29 @@ class LoggingBridge:
             for message in after.messages[known:]:
                 if message.printed:
                     self._emit(message, after.identity.local_rank if after.identity else None)
+                elif self._hold and message.severity is Severity.WARNING:
+                    self._held.append(message)
+
+    @property
+    def held(self) -> tuple[Message, ...]:
+        """The WARNINGs held back so far (``hold_warnings``)."""
+        with self._lock:
+            return tuple(self._held)
+
+    def release(self, skip: Callable[[Message], bool] = lambda _message: False) -> list[Message]:
+        """Print the held WARNINGs, but those ``skip`` says the printing rank
+        already printed; forget them all. Returns those printed."""
+        with self._lock:
+            held, self._held = self._held, []
+        printed = [message for message in held if not skip(message)]
+        for message in printed:
+            self.log(message)
+        return printed
+
+    def log(self, message: Message, *, local_rank: int | None = None) -> None:
+        """Print ``message`` as the live stream does, whatever its scope
+        (the launcher prints what a rank held back this way)."""
+        self._emit(message, local_rank)
 
     def _emit(self, message: Message, local_rank: int | None) -> None:
         logger = logging.getLogger(f"{self._prefix}.{message.code.partition('.')[0]}")
@@ -124,3 +167,42 @@ class LoggingBridge:
         if detail:
             text += "\n" + detail.rstrip("\n")
         logger.log(level, "[rank %d] %s", message.rank, terminal_text(text), extra=extra)
+
+
+def scope_hidden_warnings(state: MessagesState) -> list[Message]:
+    """The WARNINGs that scope kept every rank from printing live, once
+    each: a message the rank printing for its scope (local rank 0 of the
+    node, or global rank 0) did not derive, from the lowest rank of the node
+    (or of the world) that derived it, in time order. What a launcher that
+    saw every rank's messages prints so that no condition stays unseen and
+    none is printed twice."""
+    identities = {rank: found.identity for rank, found in state.ranks.items()}
+    derived = {
+        rank: {(message.code, message.text) for message in found.messages}
+        for rank, found in state.ranks.items()
+    }
+    hidden = []
+    for message in state.messages():
+        if message.printed or message.severity is not Severity.WARNING:
+            continue
+        key = (message.code, message.text)
+        peers = _scope_peers(message.scope, message.rank, identities)
+        if any(key in derived.get(rank, set()) for rank in peers if rank < message.rank):
+            continue  # the printing rank, or a lower one, has it
+        hidden.append(message)
+    return hidden
+
+
+def _scope_peers(scope: Scope, rank: int, identities: dict[int, RankIdentity | None]) -> list[int]:
+    """The ranks a message of ``scope`` on ``rank`` is printed once for: the
+    world (``global``) or the ranks of the same node (``local``)."""
+    if scope is Scope.GLOBAL:
+        return list(identities)
+    identity = identities.get(rank)
+    if identity is None:
+        return [rank]
+    return [
+        other_rank
+        for other_rank, other in identities.items()
+        if other is not None and other.node_rank == identity.node_rank
+    ]

@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from events import Event, JsonlLog, RankIdentity, RunFinished, Severity
+from events import Event, JsonlLog, JsonValue, RankIdentity, RunFinished, Severity
 
 from ._cli import DEFAULT_RUNS, PROG, InputError, UsageError, emit, read_run, to_json_text
 from ._errors import FaultSpecError, RankEnvironmentError
@@ -215,7 +215,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         ranks = ", ".join(str(exit.rank) for exit in refused)
         print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
         return 2
-    return _report(args, [run_dir])
+    return _report(args, [run_dir], hidden_warnings=True)
 
 
 def _grace(args: argparse.Namespace) -> float:
@@ -253,7 +253,18 @@ def _rank_arguments(argv: list[str]) -> list[str]:
     return out
 
 
-def _report(args: argparse.Namespace, paths: list[Path]) -> int:
+def _report(
+    args: argparse.Namespace,
+    paths: list[Path],
+    *,
+    own_rank: int | None = None,
+    hidden_warnings: bool = False,
+) -> int:
+    """Print the run's report (or the JSON document); with ``own_rank``, the
+    view of one rank that cannot wait for its peers: its own state and
+    messages, the exit status its own outcome. With ``hidden_warnings`` (the
+    launcher), first print on stderr, as the live stream would have, the
+    WARNINGs scope kept off the terminal that no printing rank saw."""
     from events import merge, replay
     from exporters import report_json, report_text
 
@@ -265,14 +276,29 @@ def _report(args: argparse.Namespace, paths: list[Path]) -> int:
 
     run = read_run(paths)
     result = replay(run.contents, launch=run.launch)
+    if hidden_warnings:
+        from exporters import scope_hidden_warnings
+
+        bridge = _logging_bridge(args.level)
+        for message in scope_hidden_warnings(result.message_state):
+            bridge.log(message)
     decisions = decision_divergences(merge(run.contents))
     document = with_decision_divergences(report_json(result), decisions)
+    if own_rank is not None:
+        print(
+            f"{PROG}: rank {own_rank} reports only itself (its peers may still be running); "
+            f"replay {paths[0]} once every rank has stopped for the whole run",
+            file=sys.stderr,
+        )
+        document = {**document, "ranks": [r for r in document["ranks"] if r["rank"] == own_rank]}
     if args.json:
         emit(to_json_text(document))
     else:
-        emit(report_text(result, min_severity=args.level))
+        emit(report_text(result, min_severity=args.level, rank=own_rank))
         if decisions:
             emit(decision_divergences_text(decisions))
+    if own_rank is not None:
+        return 0 if result.outcome_of(own_rank).value == "ready" else 1
     return 0 if document["outcome"] == "ready" else 1
 
 
@@ -381,8 +407,8 @@ def _run_with_log(
         # a log that says who it was and what it was doing.
         runner.begin(graph)
         tracing: _Tracing | None = None
+        bridge = _logging_bridge(args.level)
         try:
-            bridge = _logging_bridge(args.level)
             # The bridge first: span status reads the severities it derives.
             log.subscribe(bridge, from_seq=0)
             tracing = _Tracing(args, identity, bridge.severity_of, trace_parent)
@@ -404,8 +430,9 @@ def _run_with_log(
     finally:
         log.close()
     outcome = finish.outcome or "failed"
+    code = _finish_rank(args, identity, run_dir, group, outcome, launched, bridge)
     _print_next_steps(args, run_dir, identity, launched)
-    return _finish_rank(args, identity, run_dir, group, outcome, launched)
+    return code
 
 
 def _finish_rank(
@@ -415,46 +442,90 @@ def _finish_rank(
     group: DeferredGroup,
     outcome: str,
     launched: bool,
+    bridge: Any,
 ) -> int:
     own_code = 0 if outcome == "ready" else 1
-    own_log = [rank_log_path(run_dir, identity.rank)]
     if launched:
+        # The launcher reads every rank's log when they have all stopped and
+        # prints the WARNINGs scope kept off the terminal that the printing
+        # rank did not see itself.
         return own_code
-    if identity.world_size > 1:
-        if group.group is None:
-            # No process group: ranks cannot wait for each other, so each
-            # reports only itself.
-            return _report(args, own_log)
-        if outcome == "interrupted":
-            # Peers may be gone; waiting for them could take the group's
-            # whole timeout. The log is complete; report this rank only.
-            return _report(args, own_log)
-        # Under torchrun every rank ends here; rank 0 reports the whole run
-        # once every rank has closed its log. The exchange is tagged: a rank
-        # that left early may meet its peers still inside the startup's own
-        # exchanges, and both sides must see that rather than misread it.
-        try:
-            gathered = group.all_gather({"exchange": _END_OF_RUN, "outcome": outcome})
-            everyone_finished = all(
-                isinstance(entry, dict) and entry.get("exchange") == _END_OF_RUN
-                for entry in gathered
-            )
-        except Exception:
-            everyone_finished = False
-        finally:
-            with contextlib.suppress(Exception):
-                group.close()
-        if identity.rank != 0:
-            return own_code
-        if not everyone_finished:
-            # Ranks that reached the end have closed their logs; the others
-            # show as still running. Replay later gives the final picture.
-            print(
-                f"{PROG}: not every rank reached the end of the startup together; "
-                f"replay {run_dir} once every rank has stopped for the final report",
-                file=sys.stderr,
-            )
+    if identity.world_size == 1 or group.group is None or outcome == "interrupted":
+        # Nothing to agree with: print what this rank held back. (With no
+        # process group the ranks cannot wait for each other, so each
+        # reports only itself; an interrupted rank's peers may be gone, and
+        # waiting for them could take the group's whole timeout.)
+        bridge.release()
+        if identity.world_size == 1:
+            return _report(args, [run_dir])
+        return _report(args, [run_dir], own_rank=identity.rank)
+    # Under torchrun every rank ends here; rank 0 reports the whole run
+    # once every rank has closed its log. The exchange is tagged: a rank
+    # that left early may meet its peers still inside the startup's own
+    # exchanges, and both sides must see that rather than misread it. It
+    # also tells each rank which WARNINGs the rank printing for their
+    # scope derived, so a rank prints the ones only it saw.
+    derived: list[JsonValue] = [
+        [message.code, message.text]
+        for message in bridge.state.messages(identity.rank)
+        if message.severity is Severity.WARNING
+    ]
+    try:
+        gathered = group.all_gather(
+            {
+                "exchange": _END_OF_RUN,
+                "outcome": outcome,
+                "node_rank": identity.node_rank,
+                "local_rank": identity.local_rank,
+                "warnings": derived,
+            }
+        )
+        everyone_finished = all(
+            isinstance(entry, dict) and entry.get("exchange") == _END_OF_RUN for entry in gathered
+        )
+    except Exception:
+        gathered, everyone_finished = [], False
+    finally:
+        with contextlib.suppress(Exception):
+            group.close()
+    if everyone_finished:
+        printed_by = _printed_warnings(gathered, identity)
+        bridge.release(
+            lambda message: (message.code, message.text) in printed_by.get(message.scope, set())
+        )
+    else:
+        bridge.release()
+    if identity.rank != 0:
+        return own_code
+    if not everyone_finished:
+        # Ranks that reached the end have closed their logs; the others
+        # show as still running. Replay later gives the final picture.
+        print(
+            f"{PROG}: not every rank reached the end of the startup together; "
+            f"replay {run_dir} once every rank has stopped for the final report",
+            file=sys.stderr,
+        )
     return _report(args, [run_dir])
+
+
+def _printed_warnings(
+    gathered: list[Any], identity: RankIdentity
+) -> dict[Any, set[tuple[str, str]]]:
+    """The WARNINGs a lower rank derived, by scope: of this node (scope
+    ``local``: local rank 0 printed them, or a lower rank releases them) or of
+    the world (scope ``global``). This rank prints only the others."""
+    from events import Scope
+
+    local: set[tuple[str, str]] = set()
+    world: set[tuple[str, str]] = set()
+    for rank, entry in enumerate(gathered):
+        if rank >= identity.rank or not isinstance(entry, dict):
+            continue
+        keys = {(str(code), str(text)) for code, text in entry.get("warnings", [])}
+        world |= keys
+        if entry.get("node_rank") == identity.node_rank:
+            local |= keys
+    return {Scope.LOCAL: local, Scope.GLOBAL: world}
 
 
 def _print_next_steps(
@@ -553,7 +624,7 @@ def _logging_bridge(level: Severity) -> Any:
     logger.addHandler(handler)
     logger.setLevel(int(level))
     logger.propagate = False
-    return LoggingBridge()
+    return LoggingBridge(hold_warnings=True)
 
 
 class _Tracing:

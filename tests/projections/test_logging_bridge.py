@@ -9,7 +9,7 @@ import pytest
 
 from events import DEFAULT_POLICY, MemoryLog, Severity
 
-from . import RUN_ID, healthy_rank
+from . import RUN_ID, RankBuilder, healthy_rank
 from .test_messages import eight_ranks_two_nodes, zentorch_rank
 
 
@@ -162,3 +162,42 @@ def test_the_bridge_gives_live_spans_their_status() -> None:
     assert status[(1, "allreduce_workspace/mnnvl")] is StatusCode.ERROR
     assert status[(1, "allreduce_workspace")] is StatusCode.UNSET
     assert status[(0, "attention/FLASHINFER")] is StatusCode.UNSET
+
+
+def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
+    from exporters import LoggingBridge, scope_hidden_warnings
+
+    from . import ZENTORCH_ABI
+
+    # Ranks 0 and 1 share a node (local world 4): zentorch.broken is scope
+    # local, so only local rank 0 prints it live.
+    streams = {}
+    for rank, broken in ((0, False), (1, True), (2, True)):
+        builder = RankBuilder(rank, world_size=3, local_world_size=4).run_started()
+        builder.start("platform")
+        builder.start("platform/cpu")
+        builder.start("platform/cpu/zentorch")
+        if broken:
+            builder.unavailable("platform/cpu/zentorch", cause=ZENTORCH_ABI)
+        else:
+            builder.ok("platform/cpu/zentorch")
+        streams[rank] = builder.events
+
+    bridges = {rank: LoggingBridge(hold_warnings=True) for rank in streams}
+    for rank, events in streams.items():
+        for event in events:
+            bridges[rank](event)
+    assert bridges[0].held == ()
+    assert [m.code for m in bridges[1].held] == ["zentorch.broken"]
+
+    # Rank 0 did not derive it: rank 1 prints it; rank 2 leaves it to rank 1.
+    released = bridges[1].release(lambda message: False)
+    assert [m.rank for m in released] == [1]
+    assert bridges[1].held == ()
+    assert bridges[2].release(lambda message: True) == []
+
+    from events import Messages, fold
+
+    state = fold(Messages(), [e for events in streams.values() for e in events])
+    # A launcher that sees every rank prints it once, from the lowest rank.
+    assert [(m.rank, m.code) for m in scope_hidden_warnings(state)] == [(1, "zentorch.broken")]
