@@ -124,9 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=None,
         metavar="S",
-        help="with --nproc: seconds the launcher waits, once a rank died or a stop was "
-        "asked, before sending SIGTERM to the ranks still running, and again before "
-        "SIGKILL (default: $STARTUP_ORCHESTRATOR_GRACE_S, else 10)",
+        help="with --nproc: seconds the launcher waits, once a rank ended other than ready "
+        "or a stop was asked, before sending SIGTERM to the ranks still running, and again "
+        "before SIGKILL (default: $STARTUP_ORCHESTRATOR_GRACE_S, else 10)",
     )
     run.add_argument(
         "--run-dir",
