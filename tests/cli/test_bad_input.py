@@ -55,6 +55,25 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
         (["run", "--timeout", "0"], ["--timeout", "'0'", "seconds (> 0)"]),
         (["run", "--timeout", "soon"], ["--timeout", "'soon'", "seconds (> 0)"]),
         (["run", "--grace", "0"], ["--grace", "'0'", "seconds (> 0)"]),
+        # Fault specs are checked against the launch before anything starts.
+        (
+            ["run", "--inject", "zentorhc=RuntimeError:typo"],
+            ["'zentorhc'", "did you mean zentorch?", "valid targets:", "attention/FLASH_ATTN"],
+        ),
+        (
+            ["run", "--nproc", "2", "--inject", "5:zentorch=RuntimeError:x"],
+            ["'5'", "rank 5 is outside the world of 2 ranks (0-1)"],
+        ),
+        (
+            ["run", "--inject", "0-999999999:zentorch=RuntimeError:x"],
+            ["'0-999999999'", "outside the world of 1 rank"],
+        ),
+        (
+            ["run", "--inject", "zentorch=UnicodeDecodeError:typo"],
+            ["UnicodeDecodeError('typo')", "5 arguments"],
+        ),
+        (["run", "--run-id", ""], ["--run-id ''", "1-128 letters"]),
+        (["run", "--nproc", "2", "--run-id", ""], ["--run-id ''", "1-128 letters"]),
         (["launch"], ["'launch'", "'run', 'replay'"]),
         (["replay"], ["PATH"]),
         (["replay", "missing-run"], ["missing-run: no such file or directory"]),
