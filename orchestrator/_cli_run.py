@@ -314,9 +314,6 @@ def _run_rank(
     launched: bool,
 ) -> int:
     launcher_pid = _launcher_pid() if launched else None
-    if launcher_pid is not None:
-        # Before anything else: a rank never outlives its launcher.
-        follow_launcher(launcher_pid)
     stops = StopRequests(launcher_pid=launcher_pid)
     trace_parent = _trace_parent()
     run_id, early_group = _agree_run_id(args, identity)
@@ -344,6 +341,10 @@ def _run_rank(
     except OSError as exc:
         raise InputError(f"{run_dir}: cannot write the run directory: {exc.strerror}") from None
     stops.install()
+    if launcher_pid is not None:
+        # A rank never outlives its launcher. Asked once the log is open and
+        # stops are caught, so a launcher that is already gone is recorded.
+        follow_launcher(launcher_pid)
     try:
         return _run_with_log(
             args,
