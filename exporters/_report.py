@@ -265,23 +265,37 @@ def _provenance_line(replay: Replay) -> list[str]:
     return [terminal_text(f"Not a real start: {text}")]
 
 
+#: Links of a root cause's chain the text report shows: the outermost ones
+#: and the root, with a count of those in between.
+_TEXT_CHAIN_LINKS = 12
+
+
 def _chain_lines(info: ExceptionInfo) -> list[str]:
     lines: list[str] = []
     previous: ExceptionInfo | None = None
-    for link in info.chain():
-        text = f"{link.name}: {link.message}" if link.message else link.name
+    chain = info.chain()
+    omitted = max(0, len(chain) - _TEXT_CHAIN_LINKS)
+    shown = [*chain[: _TEXT_CHAIN_LINKS - 1], chain[-1]] if omitted else list(chain)
+    for link in shown:
         if previous is None:
             lead = "  "
+        elif omitted and link is chain[-1]:
+            lines.append(f"  ... {omitted:,} more linked exceptions ...")
+            lead = "  at the root: "
         elif previous.cause is link:
             lead = "  caused by "
         else:
             lead = "  while handling "
-        lines.append(terminal_text(lead + text, indent="      "))
+        lines.append(terminal_text(lead + _link_text(link), indent="      "))
         if link.frames:
             frame = link.frames[-1]
             lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
         previous = link
     return lines
+
+
+def _link_text(link: ExceptionInfo) -> str:
+    return f"{link.name}: {link.message}" if link.message else link.name
 
 
 def _root_cause_lines(replay: Replay) -> list[str]:

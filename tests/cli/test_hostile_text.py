@@ -75,6 +75,10 @@ def test_replay_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     assert replayed.returncode == 1, replayed.describe()[:3000]
     assert replayed.lines()[0].startswith("Startup failed: 1 failed")
     assert "RuntimeError: link 9999" in replayed.stdout
+    # The outermost links and the root, not 10,000 lines.
+    assert "  ... 9,988 more linked exceptions ..." in replayed.lines()
+    assert "  at the root: RuntimeError: link 0" in replayed.lines()
+    assert len(replayed.lines()) < 100
 
 
 def test_explain_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
