@@ -63,6 +63,7 @@ if typing.TYPE_CHECKING:
     from ._spans import rank_resource as rank_resource
     from ._spans import spans_from_events as spans_from_events
     from ._terminal import terminal_text as terminal_text
+    from ._tracing import Tracing as Tracing
     from ._views import blame_text as blame_text
     from ._views import critical_path_text as critical_path_text
     from ._views import decisions_of as decisions_of
@@ -99,6 +100,7 @@ _LAZY = {
     "REPORT_VERSION": "._report",
     "report_header": "._report",
     "terminal_text": "._terminal",
+    "Tracing": "._tracing",
     "report_json": "._report",
     "report_text": "._report",
     "DEFAULT_SERVICE_NAME": "._spans",
@@ -148,6 +150,7 @@ __all__ = [
     "SpanExportError",
     "SpanProjection",
     "TraceParent",
+    "Tracing",
     "activate_span",
     "blame_text",
     "combine_exporters",

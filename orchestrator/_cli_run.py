@@ -395,15 +395,14 @@ def _run_with_log(
             profile=profile,
             faults=faults,
             group=group,
-            # Startup probes are quick; a peer that has not answered in two
-            # minutes is gone, and the rank should say so rather than wait
-            # the default 30.
-            process_group=process_group_step(identity, group, timeout_s=120.0)
-            if forms_group
-            else None,
             simulated=_simulated(args),
             **options,
         )
+        if forms_group:
+            # Startup probes are quick; a peer that has not answered in two
+            # minutes is gone, and the rank should say so rather than wait
+            # the default 30.
+            graph = graph.after(process_group_step(identity, group, timeout_s=120.0))
         # Recorded before any slow set-up: a rank killed from here on leaves
         # a log that says who it was and what it was doing.
         runner.begin(graph)

@@ -12,7 +12,7 @@
     ├── StepTimeoutError           a step whose policy propagates timeouts ran out of time
     ├── StepCrashedError           an isolated step's process died and the policy propagates it
     ├── IsolatedStepError          an isolated step raised a non-builtin exception
-    └── StartupInterrupted         recorded (never raised): why a run was stopped from outside
+    └── StartupInterrupted         a run was stopped from outside (recorded, then raised)
 
 Probe errors themselves are never wrapped: a RuntimeError raised by a probe
 leaves :func:`orchestrator.run` as that same RuntimeError object.
@@ -175,16 +175,19 @@ class IsolatedStepError(OrchestratorError):
 
 
 class StartupInterrupted(OrchestratorError):
-    """Why a run was stopped from outside: recorded as the cause of an
-    ``interrupted`` run (the run is cancelled, not failed by this error).
+    """A run was stopped from outside. Recorded as the cause of an
+    ``interrupted`` run (the run is cancelled, not failed by it), and raised
+    by :meth:`orchestrator.Startup.run` once everything is flushed.
 
     Attributes:
-        signal: the signal's name (``SIGTERM``).
+        signal: the signal's name (``SIGTERM``), or ``None`` for a stop that
+            was not a signal.
         reason: what is known of why it came (``"its launcher (pid 12)
             exited"``), or ``None``.
     """
 
-    def __init__(self, signal: str, reason: str | None = None) -> None:
+    def __init__(self, signal: str | None = None, reason: str | None = None) -> None:
         self.signal = signal
         self.reason = reason
-        super().__init__(f"received {signal}" + (f": {reason}" if reason else ""))
+        head = f"received {signal}" if signal else "stopped"
+        super().__init__(head + (f": {reason}" if reason else ""))

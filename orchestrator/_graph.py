@@ -129,6 +129,23 @@ class Graph:
     def __len__(self) -> int:
         return len(self._steps)
 
+    def after(self, setup: Step) -> Graph:
+        """A copy of this graph that runs ``setup`` first: every step that
+        depended on nothing now waits for it (a process group every probe
+        needs, say).
+
+        Raises:
+            DuplicateStepError: the graph already has a step of that name.
+            ValueError: ``setup`` itself depends on steps.
+        """
+        if setup.depends_on:
+            raise ValueError(f"set-up step {setup.name!r} cannot depend on other steps")
+        steps = [
+            step if step.depends_on else attrs.evolve(step, depends_on=(setup.name,))
+            for step in self._steps.values()
+        ]
+        return Graph(self.name, [setup, *steps])
+
     def dependents(self, name: str) -> tuple[str, ...]:
         """Steps that depend on ``name`` directly."""
         return tuple(s.name for s in self._steps.values() if name in s.depends_on)

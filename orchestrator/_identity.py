@@ -1,9 +1,23 @@
 """Where this process sits in the launch: rank identity and run id.
 
-The launcher environment follows torchrun's conventions (``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``); every
-value can be overridden in code. A process started without them is rank 0 of
-a world of 1.
+Three launcher conventions are read, the first one present wins:
+
+* torchrun (and our own launcher): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+  ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``;
+* SLURM (``srun``): ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``,
+  ``SLURM_NODEID``, and the tasks per node from ``SLURM_NTASKS_PER_NODE`` or
+  ``SLURM_TASKS_PER_NODE``;
+* Open MPI (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
+  ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``,
+  ``OMPI_COMM_WORLD_NODE_RANK``.
+
+Every value can be overridden in code. A process started under none of them
+is rank 0 of a world of 1.
+
+The run id every rank of a launch shares comes from the environment too
+(:func:`run_id_from_environment`): ours, torchrun's rendezvous id (with its
+restart count, so a restarted worker group is a new run), the SLURM job and
+step, or the Open MPI job.
 """
 
 from __future__ import annotations
@@ -18,7 +32,13 @@ from events import RankIdentity
 
 from ._errors import RankEnvironmentError
 
-__all__ = ["RUN_ID_VARIABLE", "identity_from_environment", "new_run_id", "run_id_from_environment"]
+__all__ = [
+    "RUN_ID_VARIABLE",
+    "identity_from_environment",
+    "launcher_convention",
+    "new_run_id",
+    "run_id_from_environment",
+]
 
 #: Set by our own launcher; takes precedence over torchrun's run id.
 RUN_ID_VARIABLE = "STARTUP_ORCHESTRATOR_RUN_ID"
@@ -46,6 +66,48 @@ def _int(env: Mapping[str, str], name: str, default: int, override: int | None) 
     return number
 
 
+#: The variables of each launcher convention, in the order of
+#: :class:`RankIdentity`'s fields: rank, local rank, world size, local world
+#: size, node rank.
+_CONVENTIONS: tuple[tuple[str, tuple[str, str, str, str, str]], ...] = (
+    ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
+    (
+        "SLURM",
+        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"),
+    ),
+    (
+        "Open MPI",
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "OMPI_COMM_WORLD_NODE_RANK",
+        ),
+    ),
+)
+
+
+def launcher_convention(environ: Mapping[str, str] | None = None) -> str | None:
+    """Which launcher's variables describe this process: ``"torchrun"``,
+    ``"SLURM"``, ``"Open MPI"``, or ``None`` when none is set."""
+    env = os.environ if environ is None else environ
+    for name, variables in _CONVENTIONS:
+        if any(env.get(variable, "").strip() for variable in (variables[0], variables[2])):
+            return name
+    return None
+
+
+def _slurm_tasks_per_node(env: Mapping[str, str]) -> dict[str, str]:
+    """``SLURM_NTASKS_PER_NODE``, else the first count of
+    ``SLURM_TASKS_PER_NODE`` (``"4(x2)"`` or ``"4,4"``) as that variable."""
+    if env.get("SLURM_NTASKS_PER_NODE", "").strip():
+        return {}
+    text = env.get("SLURM_TASKS_PER_NODE", "").strip()
+    match = re.match(r"^(\d+)", text)
+    return {"SLURM_NTASKS_PER_NODE": match[1]} if match else {}
+
+
 def identity_from_environment(
     environ: Mapping[str, str] | None = None,
     *,
@@ -55,8 +117,9 @@ def identity_from_environment(
     local_world_size: int | None = None,
     node_rank: int | None = None,
 ) -> RankIdentity:
-    """Read the rank identity from torchrun-style variables (``os.environ`` by
-    default); keyword arguments override single values.
+    """Read the rank identity from the launcher's variables (``os.environ``
+    by default: torchrun's, else SLURM's, else Open MPI's; see the module
+    documentation); keyword arguments override single values.
 
     Defaults: rank and local rank 0, world size 1, local world size = world
     size, local rank = rank % local world size, node rank = rank // local
@@ -64,38 +127,43 @@ def identity_from_environment(
 
     Raises:
         RankEnvironmentError: a value is not a non-negative integer, a size is
-            0, or a rank is not below its size.
+            0, or a rank is not below its size (the error names the variable).
     """
     env = os.environ if environ is None else environ
-    the_rank = _int(env, "RANK", 0, rank)
-    the_world = _int(env, "WORLD_SIZE", 1, world_size)
-    the_local_world = _int(env, "LOCAL_WORLD_SIZE", the_world, local_world_size)
+    convention = launcher_convention(env)
+    names = dict(_CONVENTIONS)[convention or "torchrun"]
+    if convention == "SLURM":
+        env = {**env, **_slurm_tasks_per_node(env)}
+    rank_name, local_rank_name, world_name, local_world_name, node_name = names
+    the_rank = _int(env, rank_name, 0, rank)
+    the_world = _int(env, world_name, 1, world_size)
+    the_local_world = _int(env, local_world_name, the_world, local_world_size)
     if the_world == 0:
-        raise RankEnvironmentError("WORLD_SIZE", the_world, "must be at least 1")
+        raise RankEnvironmentError(world_name, the_world, "must be at least 1")
     if the_local_world == 0:
-        raise RankEnvironmentError("LOCAL_WORLD_SIZE", the_local_world, "must be at least 1")
+        raise RankEnvironmentError(local_world_name, the_local_world, "must be at least 1")
     if the_rank >= the_world:
         raise RankEnvironmentError(
-            "RANK", the_rank, f"must be below WORLD_SIZE={the_world} (ranks are 0-based)"
+            rank_name, the_rank, f"must be below {world_name}={the_world} (ranks are 0-based)"
         )
     if the_local_world > the_world:
         raise RankEnvironmentError(
-            "LOCAL_WORLD_SIZE", the_local_world, f"cannot exceed WORLD_SIZE={the_world}"
+            local_world_name, the_local_world, f"cannot exceed {world_name}={the_world}"
         )
-    the_local_rank = _int(env, "LOCAL_RANK", the_rank % the_local_world, local_rank)
+    the_local_rank = _int(env, local_rank_name, the_rank % the_local_world, local_rank)
     if the_local_rank >= the_local_world:
         raise RankEnvironmentError(
-            "LOCAL_RANK",
+            local_rank_name,
             the_local_rank,
-            f"must be below LOCAL_WORLD_SIZE={the_local_world} (local ranks are 0-based)",
+            f"must be below {local_world_name}={the_local_world} (local ranks are 0-based)",
         )
     nodes = -(-the_world // the_local_world)
-    the_node = _int(env, "GROUP_RANK", the_rank // the_local_world, node_rank)
+    the_node = _int(env, node_name, the_rank // the_local_world, node_rank)
     if the_node >= nodes:
         raise RankEnvironmentError(
-            "GROUP_RANK",
+            node_name,
             the_node,
-            f"must be below the node count {nodes} (WORLD_SIZE / LOCAL_WORLD_SIZE)",
+            f"must be below the node count {nodes} ({world_name} / {local_world_name})",
         )
     return RankIdentity(
         rank=the_rank,
@@ -112,22 +180,48 @@ def new_run_id() -> str:
 
 
 def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
-    """The launch's run id shared by every rank: ``STARTUP_ORCHESTRATOR_RUN_ID``,
-    else torchrun's ``TORCHELASTIC_RUN_ID`` (unless it is torchrun's default
-    ``none``), else ``None`` (the caller makes one).
+    """The launch's run id, the same on every rank, from what the launcher
+    set: ``STARTUP_ORCHESTRATOR_RUN_ID``; else torchrun's
+    ``TORCHELASTIC_RUN_ID`` (unless it is torchrun's default ``none``), with
+    ``-restart-N`` when ``TORCHELASTIC_RESTART_COUNT`` is N > 0 (a restarted
+    worker group is a new run in a new directory); else SLURM's
+    ``slurm-<SLURM_JOB_ID>-<SLURM_STEP_ID>``; else Open MPI's job
+    (``ompi-<PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid>``); else ``None``
+    (the caller makes one, or agrees on one over the process group).
 
     Raises:
         RankEnvironmentError: the id is not 1-128 characters of letters,
             digits, ``.``, ``_`` and ``-`` (it names a directory).
     """
     env = os.environ if environ is None else environ
-    for name in (RUN_ID_VARIABLE, "TORCHELASTIC_RUN_ID"):
+    ours = env.get(RUN_ID_VARIABLE, "").strip()
+    if ours:
+        return _checked(RUN_ID_VARIABLE, ours)
+    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if elastic and elastic != "none":
+        checked = _checked("TORCHELASTIC_RUN_ID", elastic)
+        restarts = _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None)
+        return (
+            checked
+            if restarts == 0
+            else _checked("TORCHELASTIC_RUN_ID", f"{checked}-restart-{restarts}")
+        )
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if job and env.get("SLURM_PROCID", "").strip():
+        step = env.get("SLURM_STEP_ID", "").strip() or "0"
+        return _checked("SLURM_JOB_ID", f"slurm-{job}-{step}")
+    for name in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"):
         value = env.get(name, "").strip()
-        if not value or (name == "TORCHELASTIC_RUN_ID" and value == "none"):
-            continue
-        if not _RUN_ID.match(value):
-            raise RankEnvironmentError(
-                name, value, "a run id is 1-128 letters, digits, '.', '_' or '-'"
-            )
-        return value
+        if value and env.get("OMPI_COMM_WORLD_RANK", "").strip():
+            # Namespaces look like "prterun-host-1234@1": keep what names a
+            # directory.
+            return _checked(name, "ompi-" + re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-"))
     return None
+
+
+def _checked(name: str, value: str) -> str:
+    if not _RUN_ID.match(value):
+        raise RankEnvironmentError(
+            name, value, "a run id is 1-128 letters, digits, '.', '_' or '-'"
+        )
+    return value

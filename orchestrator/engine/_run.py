@@ -8,7 +8,7 @@ from typing import Any
 from events import EventLog, RankIdentity
 
 from .._faults import FaultPlan
-from .._graph import Graph, Step
+from .._graph import Graph
 from .._importer import Importer, RealImporter
 from .._runner import Runner, RunResult, SpanActivator
 from ._config import EngineConfig
@@ -36,7 +36,6 @@ def prepare_engine(
     discover_plugins: bool = True,
     host: HostFacts | None = None,
     importer: Importer | None = None,
-    process_group: Step | None = None,
     **runner_options: Any,
 ) -> tuple[Runner, Graph]:
     """The :class:`~orchestrator.Runner` and graph of the engine startup for
@@ -73,9 +72,7 @@ def prepare_engine(
         span_activator=span_activator,
         **runner_options,
     )
-    graph = build_engine_graph(
-        config, plugins=plugins, discover_plugins=discover_plugins, process_group=process_group
-    )
+    graph = build_engine_graph(config, plugins=plugins, discover_plugins=discover_plugins)
     return runner, graph
 
 
@@ -95,7 +92,6 @@ async def run_engine(
     discover_plugins: bool = True,
     host: HostFacts | None = None,
     importer: Importer | None = None,
-    process_group: Step | None = None,
     **runner_options: Any,
 ) -> RunResult:
     """Run the engine startup graph for one rank, recording it in ``log``.
@@ -119,10 +115,6 @@ async def run_engine(
         discover_plugins: whether to look up platform plugin entry points.
         host, importer: override the host facts or the importer (a fake
             host for tests, or the real importer on simulated host facts).
-        process_group: a set-up step that forms ``group`` first
-            (:func:`orchestrator.process_group_step` with a
-            :class:`~orchestrator.DeferredGroup` as ``group``); every other
-            step waits for it.
         runner_options: passed on to :class:`~orchestrator.Runner`.
 
     Returns:
@@ -149,7 +141,6 @@ async def run_engine(
         discover_plugins=discover_plugins,
         host=host,
         importer=importer,
-        process_group=process_group,
         **runner_options,
     )
     return await runner.run(graph)

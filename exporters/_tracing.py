@@ -1,0 +1,197 @@
+"""A rank's tracing, set up once: exporters, live spans, the SDK provider.
+
+:class:`Tracing` gathers what the command line and an embedding launcher
+both need. It chooses the exporters from explicit options and the standard
+``OTEL_*`` variables (:func:`exporter_from_environment`), follows a rank's
+log from its first event with :class:`LiveSpans`, makes each step's span
+current while the step runs (so spans probe code creates nest under it), and
+routes those spans through the same queue under the rank's resource, which
+is built from the rank's ``run.started`` exactly as replay builds it
+(:func:`rank_resource`)::
+
+    tracing = Tracing.from_environment()        # None-cost when nothing asks for spans
+    tracing.attach(log, severity_of=bridge.severity_of)
+    runner.span_activator = tracing.span_activator
+    ...
+    tracing.close()
+
+Nothing here is imported by the orchestrator runtime; the embedding API
+loads it only when tracing is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from events import Event, EventLog, RunStarted, Severity
+
+__all__ = ["Tracing"]
+
+SeverityOf = Callable[[int, str, Event], Severity | None]
+
+
+class Tracing:
+    """Which spans a rank exports and where, and the machinery that does it.
+
+    Args:
+        otlp_endpoint: send spans to this OTLP collector (overrides the
+            ``OTEL_EXPORTER_OTLP_*`` endpoint variables).
+        otlp_protocol: ``grpc`` (default) or ``http/protobuf`` for
+            ``otlp_endpoint``.
+        trace_file: also write the trace as a Jaeger-UI JSON file; in a world
+            of several ranks each rank writes ``<stem>-rank-<N><suffix>``.
+        console: also print spans to this stream.
+        environ: the variables to read (default :data:`os.environ`);
+            ``OTEL_SDK_DISABLED=true`` turns every exporter off.
+
+    Creating one is cheap and imports nothing of the SDK: exporters are made
+    in :meth:`attach`.
+    """
+
+    def __init__(
+        self,
+        *,
+        otlp_endpoint: str | None = None,
+        otlp_protocol: str | None = None,
+        trace_file: str | os.PathLike[str] | None = None,
+        console: TextIO | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._env = os.environ if environ is None else environ
+        self._disabled = self._env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+        self._otlp_endpoint = otlp_endpoint
+        self._otlp_protocol = otlp_protocol
+        self._trace_file = None if trace_file is None else Path(trace_file)
+        self._console = console
+        self._live: Any = None
+
+    def _otlp_exporter(self) -> Any:
+        """The OTLP exporter asked for, or ``None``; the SDK is imported only
+        when one is (creating it is the first heavy step of tracing, so it
+        happens in :meth:`attach`, after the rank's log has its first
+        event)."""
+        env = self._env
+        asks = self._otlp_endpoint or any(
+            env.get(name)
+            for name in (
+                "OTEL_TRACES_EXPORTER",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            )
+        )
+        if not asks:
+            return None
+        from ._environment import exporter_from_environment, otlp_exporter
+
+        if self._otlp_endpoint:
+            protocol = self._otlp_protocol or "grpc"
+            return otlp_exporter(protocol, endpoint=_otlp_url(self._otlp_endpoint, protocol))
+        return exporter_from_environment(env)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Tracing:
+        """Tracing as the standard variables ask for it (off when they ask
+        for nothing)."""
+        return cls(environ=environ)
+
+    @property
+    def wanted(self) -> bool:
+        """Whether anything asks for spans (an option, or the variables);
+        ``OTEL_SDK_DISABLED=true`` turns every exporter off."""
+        if self._disabled:
+            return False
+        env = self._env
+        return bool(
+            self._otlp_endpoint
+            or self._trace_file is not None
+            or self._console is not None
+            or env.get("OTEL_TRACES_EXPORTER")
+            or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        )
+
+    def attach(self, log: EventLog, *, severity_of: SeverityOf | None = None) -> None:
+        """Turn ``log``'s events into spans from its first event on, and make
+        this rank's SDK tracer provider export the spans probe code creates.
+        Call it once the log holds ``run.started``; does nothing when
+        tracing is off.
+
+        Raises:
+            ValueError: an option or a variable holds a value this release
+                does not support; the message names it and the valid values.
+            RuntimeError: it is already attached, or the log has no
+                ``run.started`` yet.
+        """
+        if not self.wanted:
+            return
+        if self._live is not None:
+            raise RuntimeError("this Tracing is already attached to a log")
+        started = next(iter(log.read()), None)
+        if not isinstance(started, RunStarted):
+            raise RuntimeError("attach tracing once the log holds run.started")
+        from ._environment import combine_exporters, console_exporter
+        from ._jaeger import JaegerJsonExporter
+        from ._live import LiveSpans
+
+        otlp = self._otlp_exporter()
+        exporters = [] if otlp is None else [otlp]
+        if self._trace_file is not None:
+            path = self._trace_file
+            if started.identity.world_size > 1:
+                path = path.with_name(f"{path.stem}-rank-{started.identity.rank}{path.suffix}")
+            exporters.append(JaegerJsonExporter(path))
+        if self._console is not None:
+            exporters.append(console_exporter(self._console))
+        if not exporters:
+            return  # the variables asked for "none"
+        self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
+        log.subscribe(self._live, from_seq=0)
+        self._install_provider(started)
+
+    def _install_provider(self, started: RunStarted) -> None:
+        # Spans that probe code creates with the OpenTelemetry API go through
+        # the same queue as the step spans, under the same resource replay
+        # rebuilds, and nest under the step that was current.
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from ._spans import rank_resource
+
+        provider = TracerProvider(resource=rank_resource(started))
+        provider.add_span_processor(self._live.span_processor)
+        trace.set_tracer_provider(provider)
+
+    @property
+    def span_activator(self) -> Any:
+        """The runner's ``span_activator`` (``None`` when tracing is off)."""
+        if self._live is None:
+            return None
+        from ._propagation import activate_span
+
+        return activate_span
+
+    def close(self, *, timeout_s: float = 5.0) -> None:
+        """Export what is queued (for at most ``timeout_s``) and release the
+        exporters. Closing twice, or a tracing never attached, is harmless."""
+        if self._live is not None:
+            self._live.shutdown(timeout_s=timeout_s)
+            self._live = None
+
+
+def _otlp_url(url: str, protocol: str) -> str:
+    """The URL to give the OTLP exporter for an explicit endpoint.
+
+    OTLP/HTTP posts to the full traces URL; a collector address without a
+    path (``http://collector:4318``) gets ``/v1/traces``, as the generic
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` does. A URL with a path is used as given.
+    """
+    if protocol != "http/protobuf":
+        return url
+    from urllib.parse import urlsplit
+
+    if urlsplit(url).path in ("", "/"):
+        return f"{url.rstrip('/')}/v1/traces"
+    return url
