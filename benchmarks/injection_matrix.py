@@ -361,6 +361,7 @@ class Reach:
     group: str = "unreached"
     healthy_candidates: tuple[str, ...] = ()  # attention candidates valid when healthy
     healthy_plugin: str | None = None  # the plugin that activates when healthy
+    healthy_ready: bool = True  # False: the start fails on every rank anyway
 
 
 @dataclass
@@ -369,6 +370,7 @@ class Healthy:
 
     candidates: tuple[str, ...]
     plugin: str | None
+    ready: bool = True
 
 
 def healthy_start(config: Configuration, workdir: Path) -> Healthy:
@@ -387,7 +389,11 @@ def healthy_start(config: Configuration, workdir: Path) -> Healthy:
         sorted(s for s, o in outcomes.items() if s.startswith("attention/") and o == "ok")
     )
     shutil.rmtree(case_dir, ignore_errors=True)
-    return Healthy(candidates=candidates, plugin=document["ranks"][0].get("platform"))
+    return Healthy(
+        candidates=candidates,
+        plugin=document["ranks"][0].get("platform"),
+        ready=document.get("outcome") == "ready",
+    )
 
 
 def step_kind(step: str, config: Configuration) -> str:
@@ -444,6 +450,7 @@ def find_reach(
             group=kinds.pop() if len(kinds) == 1 else "shared module",
             healthy_candidates=base.candidates,
             healthy_plugin=base.plugin,
+            healthy_ready=base.ready,
         )
     return Reach(target=target, target_kind=target_kind, config=None)
 
@@ -618,6 +625,7 @@ class Case:
     expected_steps: dict[str, list[str]] = field(default_factory=dict)
     expected_messages: list[list[str]] = field(default_factory=list)
     unwanted_messages: list[str] = field(default_factory=list)
+    fails_without_fault: bool = False
     exit: int | None = None
     hung: bool = False
     outcome: str | None = None
@@ -662,6 +670,7 @@ def run_case(reach: Reach, exception: str, placement: str, workdir: Path) -> Cas
     expectation = expect(reach, steps, exception, placement=placement)
     case.expected_outcome, case.expected_steps = expectation.outcome, expectation.steps
     case.expected_messages = expectation.messages
+    case.fails_without_fault = not reach.healthy_ready
     case.unwanted_messages = expectation.absent_messages
     case_dir = Path(tempfile.mkdtemp(prefix="case-", dir=workdir))
     run_dir = case_dir / "run"
@@ -701,7 +710,9 @@ def _judge(case: Case, document: dict[str, Any] | None, run_dir: Path, nproc: in
     if not case.hung and case.exit not in expected_exit:
         mismatches.append(f"exit {case.exit}, expected {sorted(expected_exit)[0]}")
     if case.outcome not in (None, "ready"):
-        if case.root_cause_rank not in case.injected_ranks:
+        # Where the start fails on every rank anyway (an explicit backend
+        # this host lacks), any rank's failure is a true root cause.
+        if case.root_cause_rank not in case.injected_ranks and not case.fails_without_fault:
             mismatches.append(f"root cause on rank {case.root_cause_rank}, not an injected rank")
         if case.root_cause_names == "no":
             mismatches.append(f"root cause names none of {case.reached_steps}: {case.root_cause}")
