@@ -541,6 +541,11 @@ def expect(
     if "die" in kinds:
         result.outcome = "incomplete"
         return result
+    if placement == "one-of-4" and not reach.healthy_ready:
+        # The other ranks fail without the fault (an explicit backend this
+        # host lacks): whatever rank 1 does, the start has failed.
+        result.outcome = "failed"
+        return result
     if "interrupt" in kinds:
         result.outcome = "interrupted"
         result.messages.append(["run.interrupted"])
