@@ -32,7 +32,8 @@ every backend (an explicit selection probes any backend), and last a two-rank ``
 first configuration whose log carries the marker is the target's. The
 steps whose events carry it are the steps the fault reaches (for a module,
 the steps that import it; the deepest ones are kept). Targets no
-configuration reaches are listed and skipped.
+configuration reaches are listed and skipped, with the first configuration
+where the fault, though it never fired, still changed how the start ended.
 
 **What should happen** (SPEC §2, §3), per kind of step the fault reaches:
 
@@ -362,6 +363,7 @@ class Reach:
     healthy_candidates: tuple[str, ...] = ()  # attention candidates valid when healthy
     healthy_plugin: str | None = None  # the plugin that activates when healthy
     healthy_ready: bool = True  # False: the start fails on every rank anyway
+    side_effect: str | None = None  # never fires, yet changed the start here
 
 
 @dataclass
@@ -418,7 +420,11 @@ def step_kind(step: str, config: Configuration) -> str:
 def find_reach(
     target: str, target_kind: str, workdir: Path, healthy: dict[Configuration, Healthy]
 ) -> Reach:
-    """The first configuration under which a fault on ``target`` fires."""
+    """The first configuration under which a fault on ``target`` fires.
+    For a target whose fault never fires, ``side_effect`` tells where the
+    fault still changed how the start ended (a fault that makes a module
+    findable changes what the host appears to have)."""
+    side_effect: str | None = None
     for config in CONFIGURATIONS:
         case_dir = Path(tempfile.mkdtemp(prefix="reach-", dir=workdir))
         run_dir = case_dir / "run"
@@ -433,6 +439,15 @@ def find_reach(
                 file=sys.stderr,
             )
         steps = marked_steps(run_dir)
+        if not steps and side_effect is None and not config.explicit and config.nproc == 1:
+            document, _ = report_of(ran, run_dir)
+            if config not in healthy:
+                healthy[config] = healthy_start(config, workdir)
+            if document is not None and (document.get("outcome") == "ready") != (
+                healthy[config].ready
+            ):
+                cause = (document.get("root_cause") or {}).get("description")
+                side_effect = f"{config.describe()}: {document.get('outcome')}: {cause}"
         shutil.rmtree(case_dir, ignore_errors=True)
         if not steps:
             continue
@@ -452,7 +467,7 @@ def find_reach(
             healthy_plugin=base.plugin,
             healthy_ready=base.ready,
         )
-    return Reach(target=target, target_kind=target_kind, config=None)
+    return Reach(target=target, target_kind=target_kind, config=None, side_effect=side_effect)
 
 
 # --- expectations ---------------------------------------------------------------------
@@ -835,6 +850,12 @@ def summarise(cases: Sequence[Case], unreached: Sequence[Reach]) -> str:
         lines.append(
             "not reached by any configuration (skipped): " + ", ".join(r.target for r in unreached)
         )
+        for reach in unreached:
+            if reach.side_effect:
+                lines.append(
+                    f"  {reach.target}: the fault never fires, yet changes the start: "
+                    f"{reach.side_effect}"
+                )
     return "\n".join(lines)
 
 
@@ -965,6 +986,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "group": r.group,
                             "configuration": r.config.describe() if r.config else None,
                             "steps": list(r.steps),
+                            "side_effect": r.side_effect,
                         }
                         for r in reaches
                     ],
