@@ -19,6 +19,10 @@ the process, which the other work of a shared machine disturbs less.
     to ``run.finished``) — the part of the wall time that is the startup
     itself rather than the tool.
 
+    The embedding entry point is measured the same way: ``from orchestrator
+    import Startup`` alone, and that import plus its first call,
+    ``Startup(profile="h200x8").run()``, in a fresh run directory.
+
 (b) ``python -X importtime``: the imports with the largest cumulative time
     for ``import orchestrator._cli`` (all that ``--help`` loads) and for the
     simulated run, and a check that heavy modules (OpenTelemetry exporters,
@@ -219,12 +223,28 @@ def main() -> None:
 
         run = timed(args.repeat, simulated, cwd)
         probes, probe_s, run_span_s = probe_figures(cwd / f"run-{args.repeat - 1}" / "rank-0.jsonl")
+        embed_import = timed(
+            args.repeat, lambda _i: [sys.executable, "-c", "from orchestrator import Startup"], cwd
+        )
+
+        def embedded(i: int) -> list[str]:
+            run_dir = cwd / f"embed-{i}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            code = (
+                "from orchestrator import Startup\n"
+                f"Startup(profile='h200x8', run_dir={str(run_dir)!r}).run()"
+            )
+            return [sys.executable, "-c", code]
+
+        embed_run = timed(args.repeat, embedded, cwd)
 
         print("(a) wall time")
         rows = [
             ("python -c pass", baseline),
             ("startup-orchestrator --help", help_),
             ("startup-orchestrator run --simulate h200x8", run),
+            ("from orchestrator import Startup", embed_import),
+            ("  + Startup(profile='h200x8').run()", embed_run),
         ]
         print(f"  {'':<44} {'wall, best (median)':>21} {'ratio':>6}  {'cpu':>8} {'ratio':>6}")
         for label, timing in rows:

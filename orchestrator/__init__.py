@@ -1,7 +1,15 @@
 """Run engine startup as an anyio task graph whose steps emit events.
 
-Declare steps, run them on asyncio or trio, and get a complete, replayable
-log whose outcomes follow the steps' error policies::
+In a launcher, one :class:`Startup` per rank process does it all (identity,
+run id, run directory, log, logging, tracing, signals, process group)::
+
+    from orchestrator import Startup
+
+    with Startup() as startup:
+        result = startup.run()
+
+For your own probes, declare steps, run them on asyncio or trio, and get a
+complete, replayable log whose outcomes follow the steps' error policies::
 
     import anyio
     from events import MemoryLog
@@ -77,15 +85,21 @@ if typing.TYPE_CHECKING:
     from ._policy import Rule as Rule
     from ._policy import When as When
     from ._policy import optional_module_policy as optional_module_policy
+    from ._run_directory import RunDirectoryError as RunDirectoryError
     from ._runner import Runner as Runner
     from ._runner import RunResult as RunResult
     from ._runner import SpanActivator as SpanActivator
     from ._runner import derive_trace_id as derive_trace_id
     from ._runner import run as run
+    from ._startup import Startup as Startup
+    from ._startup import StartupResult as StartupResult
 
 # Public names load on first use (PEP 562), so importing the package for one
 # thing (the command line's --help) does not import everything.
 _LAZY = {
+    "RunDirectoryError": "._run_directory",
+    "StartupResult": "._startup",
+    "Startup": "._startup",
     "RankRanges": "._faults",
     "process_group_step": "._group",
     "PROCESS_GROUP_STEP": "._group",
@@ -200,11 +214,14 @@ __all__ = [
     "RankRanges",
     "RealImporter",
     "Rule",
+    "RunDirectoryError",
     "RunResult",
     "Runner",
     "Selection",
     "SpanActivator",
+    "Startup",
     "StartupInterrupted",
+    "StartupResult",
     "Step",
     "StepBody",
     "StepContext",

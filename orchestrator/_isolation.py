@@ -10,9 +10,10 @@ and the last stderr lines; a child that dies without a result is a crash
 cancels it is killed.
 
 The child's environment names the step's span in ``TRACEPARENT``; when the
-run traces (it has a span activator), the child also makes that span the
-current OpenTelemetry context while the body runs, so spans the body creates
-nest under the step as they do in the parent's worker threads.
+run traces (it has a span activator), the child makes that span current with
+the same activator (loaded by name, as the body is) while the body runs, so
+spans the body creates nest under the step as they do in the parent's worker
+threads. The runtime itself never imports OpenTelemetry.
 
 Only objects that say how to rebuild themselves cross the boundary: an
 importer or host object may define ``isolation_spec()`` returning
@@ -99,8 +100,9 @@ async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: F
         "trace_id": run.trace_id,
         "span_id": context.span_id,
         # As in this process: the step's span is current while the body runs
-        # only when the run traces.
-        "activate_span": run.runner.span_activator is not None,
+        # only when the run traces, made current by the same activator
+        # (named, so the child loads it as it loads the body).
+        "span_activator": _importable_name(run.runner.span_activator),
         "dependencies": {
             name: {"outcome": str(r.outcome), "value": r.value, "reasons": list(r.reasons)}
             for name, r in context._dependencies.items()
@@ -216,26 +218,30 @@ def _load_body(path: str) -> Any:
     return target
 
 
+def _importable_name(function: Any) -> str | None:
+    """``module:qualname`` of a module-level function, else ``None``."""
+    if function is None:
+        return None
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", "")
+    if not isinstance(module, str) or not qualname or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
 @contextlib.contextmanager
 def _step_span(job: Mapping[str, Any]) -> Iterator[None]:
-    """Make the step's span, which the parent named in ``TRACEPARENT``, the
-    current OpenTelemetry span while the body runs, so spans the body creates
-    nest under the step as they do in the parent's threads. OpenTelemetry is
-    imported only when the run traces."""
-    traceparent = os.environ.get("TRACEPARENT")
-    if not job.get("activate_span") or not traceparent:
+    """Make the step's span the current span while the body runs, with the
+    activator the parent used (loaded by name), so spans the body creates
+    nest under the step as they do in the parent's threads. Nothing is
+    imported when the run does not trace."""
+    name = job.get("span_activator")
+    if not name:
         yield
         return
-    from opentelemetry import context as otel_context
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    # Extracted as W3C propagation does: a remote parent, in another process.
-    parent = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
-    token = otel_context.attach(parent)
-    try:
+    activator = _load_body(name)
+    with activator(job["trace_id"], job["span_id"]):
         yield
-    finally:
-        otel_context.detach(token)
 
 
 def _child_main() -> int:

@@ -48,7 +48,14 @@ _LAUNCHER_VARIABLES = frozenset(
         "TRACESTATE",
     }
 )
-_INHERITED_PREFIXES = ("OTEL_", "STARTUP_ORCHESTRATOR_", "TORCHELASTIC_")
+_INHERITED_PREFIXES = (
+    "OTEL_",
+    "STARTUP_ORCHESTRATOR_",
+    "TORCHELASTIC_",
+    "SLURM_",
+    "OMPI_",
+    "PMIX_",
+)
 
 
 def environment(**extra: str) -> dict[str, str]:

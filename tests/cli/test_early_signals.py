@@ -154,30 +154,32 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_stop_before_the_event_loop_is_recorded_at_once(tmp_path: Path) -> None:
-    # In process: a SIGTERM that arrives after the log opened and before the
-    # loop runs (tracing set-up, say) is kept, and the run records it first.
-    from events import JsonlLog
-    from orchestrator._cli_run import _execute
-    from orchestrator._signals import StopRequests
-    from orchestrator.engine import EngineConfig, load_profile, prepare_engine
+    # In process: a SIGTERM that arrives once the log is open and before the
+    # loop runs (while tracing is set up, say) is kept, and the run records
+    # it first thing.
+    from orchestrator import Startup, StartupInterrupted
+    from orchestrator.engine import EngineConfig
 
-    log = JsonlLog(tmp_path / "rank-0.jsonl", run_id="early-stop", exclusive=True)
-    runner, graph = prepare_engine(EngineConfig(), log, profile=load_profile("xeon"))
-    runner.begin(graph)
-    stops = StopRequests()
-    stops.install()
-    try:
+    startup = Startup(
+        EngineConfig(),
+        run_dir=tmp_path / "run",
+        profile="xeon",
+        tracing=None,
+        configure_logging=False,
+        environ={},
+    )
+    with startup:
         os.kill(os.getpid(), signal.SIGTERM)
-        assert stops.received == [signal.SIGTERM]
-        _execute(runner, graph, stops)
-    finally:
-        stops.restore()
-        log.close()
+        with pytest.raises(StartupInterrupted) as raised:
+            startup.run()
 
-    events = read_log(tmp_path / "rank-0.jsonl").events
+    assert raised.value.signal == "SIGTERM"
+    events = read_log(tmp_path / "run" / "rank-0.jsonl").events
     assert isinstance(events[0], RunStarted)
     finished = events[-1]
     assert isinstance(finished, RunFinished)
     assert finished.outcome is RunOutcome.INTERRUPTED
     assert finished.cause is not None
     assert finished.cause.message == "received SIGTERM"
+    assert startup.result is not None
+    assert startup.result.outcome is RunOutcome.INTERRUPTED

@@ -165,7 +165,9 @@ def test_a_crash_with_several_steps_in_flight_names_them_and_the_signal(tmp_path
     assert lines[3].startswith("  ")
     assert "steps were in flight:" in lines[3]
     assert "allreduce_workspace/mnnvl" in lines[3]
-    assert "attention/" in lines[3]
+    # Which other steps were still running when mnnvl crashed depends on
+    # timing; the attention step always is (its probes outlast the crash).
+    assert "attention" in lines[3]
     assert "was killed by SIGSEGV at +" in lines[4]
     document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
     cause = document["root_cause"]

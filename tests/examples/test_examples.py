@@ -37,7 +37,8 @@ def clean_environment(**extra: str) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name not in _LAUNCH_VARIABLES and not name.startswith("OTEL_")
+        if name not in _LAUNCH_VARIABLES
+        and not name.startswith(("OTEL_", "SLURM_", "OMPI_", "PMIX_", "TORCHELASTIC_"))
     }
     env.update(extra)
     return env
@@ -150,7 +151,7 @@ def test_launcher_under_torchrun_shares_one_run_and_agrees_over_gloo(tmp_path: P
 
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = only_run_dir(tmp_path)
-    assert sorted(p.name for p in run_dir.iterdir()) == ["rank-0.jsonl", "rank-1.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".run-id", "rank-0.jsonl", "rank-1.jsonl"]
     logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in (0, 1)]
     assert {contents.events[0].run_id for contents in logs} == {run_dir.name}
     for rank in (0, 1):
@@ -334,6 +335,7 @@ def test_readme_shows_a_command_for_every_example() -> None:
         "custom_probe_graph.py",
         "export_jaeger.py",
         "failed_start_and_replay.py",
+        "launcher_spawn.py",
         "launcher_torchrun.py",
     ]
     for script in scripts:

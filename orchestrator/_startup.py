@@ -1,0 +1,758 @@
+"""The embedding API: one rank's startup in a few lines of a launcher.
+
+:class:`Startup` is what an engine's entry point calls once per rank process
+(under torchrun, SLURM ``srun``, Open MPI ``mpirun``, Ray or its own
+spawner)::
+
+    from orchestrator import Startup
+    from orchestrator.engine import EngineConfig
+
+    with Startup(EngineConfig(tp=2)) as startup:
+        result = startup.run()
+    print(result.platform_class, result.attention_backend, result.log_path)
+
+Constructed with nothing, it reads everything from the environment:
+
+* **who this rank is** — torchrun's, SLURM's or Open MPI's variables
+  (:func:`~orchestrator.identity_from_environment`);
+* **the run id** every rank of the launch shares — the launcher's
+  (:func:`~orchestrator.run_id_from_environment`), else agreed over the
+  process group (rank 0's choice), never one per rank;
+* **the run directory** — ``startup-runs/<run-id>``, claimed atomically and
+  shared by the ranks of the launch; a directory that holds another run is
+  refused (:class:`~orchestrator.RunDirectoryError`) before anything is
+  written;
+* **the process group** — formed by the recorded ``process_group`` step when
+  the launcher set ``MASTER_ADDR`` (every probe waits for it);
+* **tracing** — from the standard ``OTEL_*`` variables
+  (:class:`exporters.Tracing`), with the launcher's ``TRACEPARENT``;
+* **logging** — derived messages go to stdlib :mod:`logging`
+  (``orchestrator.*``); a stderr handler is added unless the process already
+  configured logging;
+* **signals** — SIGINT and SIGTERM are recorded as ``interrupted`` whenever
+  they arrive (a launcher that owns its signals passes
+  ``handle_signals=False`` and calls :meth:`Startup.stop`).
+
+Lifecycle: :meth:`Startup.open` (or entering the ``with`` block) claims the
+directory, creates this rank's log and records ``run.started`` before
+anything slow; :meth:`Startup.run` (or ``await`` :meth:`Startup.arun`) runs
+the graph; :meth:`Startup.close` (or leaving the block) flushes and closes
+the log, the spans and the process group — on every exit path. ``run`` opens
+and closes by itself when used without ``with``.
+
+``run`` returns a :class:`StartupResult` when the rank reached ready. When a
+probe's error failed the startup it raises that **original exception**
+(SPEC §2) after everything is flushed; when the startup was stopped it
+raises :class:`~orchestrator.StartupInterrupted`. Either way
+:attr:`Startup.result` then holds the outcome and the messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from events import (
+    Durability,
+    Event,
+    JsonlLog,
+    JsonValue,
+    Message,
+    RankIdentity,
+    RunFinished,
+    RunOutcome,
+    Scope,
+    Severity,
+)
+
+from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
+from ._faults import FaultPlan
+from ._graph import Graph
+from ._group import DeferredGroup, Group, process_group_step
+from ._identity import identity_from_environment, new_run_id, run_id_from_environment
+from ._run_directory import RunDirectoryError, claim_run_directory, rank_log_path
+from ._runner import Runner
+from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
+
+if TYPE_CHECKING:
+    from exporters import LoggingBridge, Tracing
+
+    from .engine import EngineConfig, Profile
+
+__all__ = ["DEFAULT_RUNS_ROOT", "Startup", "StartupResult"]
+
+#: Where run directories go unless one is given: ``./startup-runs``.
+DEFAULT_RUNS_ROOT = Path("startup-runs")
+
+#: Tags the ranks' last exchange (see :meth:`Startup.arun`).
+_END_OF_RUN = "run.finished"
+
+
+@attrs.frozen(kw_only=True)
+class StartupResult:
+    """What one rank's startup decided.
+
+    Attributes:
+        run_id, rank: the stream.
+        world_size: how many ranks the launch has.
+        outcome: ``ready``, ``failed`` or ``interrupted``.
+        platform: the platform plugin that won (reference engine), or ``None``.
+        platform_class: its platform class (``CudaPlatform``), or ``None``.
+        attention_backend: the selected attention backend, or ``None``.
+        allreduce_backend: the all-reduce fusion backend, or ``None`` (off).
+        fusion_enabled: whether the all-reduce fusion workspace is usable.
+        messages: every message derived on this rank, in order (printed or
+            not).
+        log_path: this rank's log.
+        run_dir: the run directory every rank of the launch writes to.
+        peers_finished: whether every rank reached the end of its startup
+            (the last exchange); ``None`` when there was no exchange.
+    """
+
+    run_id: str
+    rank: int
+    world_size: int
+    outcome: RunOutcome
+    platform: str | None = None
+    platform_class: str | None = None
+    attention_backend: str | None = None
+    allreduce_backend: str | None = None
+    fusion_enabled: bool = False
+    messages: tuple[Message, ...] = ()
+    log_path: Path
+    run_dir: Path
+    peers_finished: bool | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether this rank reached ready."""
+        return self.outcome is RunOutcome.READY
+
+
+class Startup:
+    """One rank's startup: identity, run id, run directory, log, logging,
+    tracing, signals and process group, set up from the environment.
+
+    Args:
+        config: what the reference engine is asked to start (default
+            ``EngineConfig(tp=world size)``). Ignored when ``graph`` is given.
+        graph: run this graph of your own probes instead of the reference
+            engine's.
+        identity: this rank (default: from the launcher environment).
+        run_id: the launch's id (default: the launcher's, else agreed over the
+            process group).
+        run_dir: the run directory (default ``<runs_root>/<run-id>``).
+        runs_root: where run directories go by default.
+        durability: when this rank's log is fsynced.
+        profile: simulate this host (a built-in profile name, a profile file,
+            or a :class:`~orchestrator.engine.Profile`) instead of probing
+            the real one (reference engine only).
+        simulated: how reports name the simulated host (default: the
+            profile's name).
+        faults: faults to inject (a plan, or ``[RANKS:]TARGET=EXCEPTION``
+            specs), checked against the world size.
+        group: ``"auto"`` forms a torch.distributed (gloo) group in the
+            ``process_group`` step when the launcher set ``MASTER_ADDR``; a
+            :class:`~orchestrator.Group` to use one you formed; ``None`` for
+            none (each rank decides alone).
+        group_timeout_s: how long forming the group and each exchange may
+            wait for the other ranks.
+        tracing: ``"auto"`` reads the ``OTEL_*`` variables; a
+            :class:`exporters.Tracing`; ``None`` for none.
+        configure_logging: add a stderr handler to the ``orchestrator``
+            logger; ``None`` does so unless logging is already configured.
+        level: the lowest severity printed live.
+        handle_signals: record SIGINT/SIGTERM as ``interrupted`` (main thread
+            only); with ``False`` the caller owns the signals and stops the
+            run with :meth:`stop`.
+        wait_for_peers: at the end, exchange with the other ranks (who
+            finished; which WARNINGs each printed, so one that only this
+            rank saw is printed here). A launcher that reads every rank's
+            log afterwards passes ``False``.
+        environ: the environment to read (default :data:`os.environ`).
+        engine_options: passed on to
+            :func:`~orchestrator.engine.prepare_engine` (``plugins``,
+            ``host``, ``importer``, ``workspace_factory``...).
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        graph: Graph | None = None,
+        identity: RankIdentity | None = None,
+        run_id: str | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        runs_root: str | os.PathLike[str] = DEFAULT_RUNS_ROOT,
+        durability: Durability | str = Durability.INTERVAL,
+        profile: Profile | str | os.PathLike[str] | None = None,
+        simulated: str | None = None,
+        faults: FaultPlan | Sequence[str] | None = None,
+        group: Group | Literal["auto"] | None = "auto",
+        group_timeout_s: float = 120.0,
+        tracing: Tracing | Literal["auto"] | None = "auto",
+        configure_logging: bool | None = None,
+        level: Severity = Severity.INFO,
+        handle_signals: bool = True,
+        wait_for_peers: bool = True,
+        environ: Mapping[str, str] | None = None,
+        **engine_options: Any,
+    ) -> None:
+        self._env = os.environ if environ is None else environ
+        self._config = config
+        self._graph = graph
+        self._identity = identity
+        self._run_id = run_id
+        self._run_dir = None if run_dir is None else Path(run_dir)
+        self._runs_root = Path(runs_root)
+        self._durability = Durability(durability)
+        self._profile = profile
+        self._simulated = simulated
+        self._faults = faults
+        self._group_choice = group
+        self._group_timeout_s = group_timeout_s
+        self._tracing_choice = tracing
+        self._configure_logging = configure_logging
+        self._level = level
+        self._handle_signals = handle_signals
+        self._wait_for_peers = wait_for_peers
+        self._engine_options = engine_options
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._stops: StopRequests | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._log: JsonlLog | None = None
+        self._runner: Runner | None = None
+        self._graph_to_run: Graph | None = None
+        self._group: DeferredGroup = DeferredGroup()
+        self._bridge: LoggingBridge | None = None
+        self._tracing: Tracing | None = None
+        self._finished: RunFinished | None = None
+        self._error: BaseException | None = None
+        self._peers_finished: bool | None = None
+        self._ran = False
+        self.identity: RankIdentity | None = None
+        self.run_id: str | None = None
+        self.run_dir: Path | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        # Entering an already opened startup (opened to catch its errors
+        # apart from the run's) keeps it open; closing happens on leaving.
+        return self if self._state == "open" else self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def log_path(self) -> Path | None:
+        """This rank's log, once open."""
+        return None if self._log is None else self._log.path
+
+    @property
+    def log(self) -> JsonlLog | None:
+        """This rank's log, once open (subscribe to follow its events)."""
+        return self._log
+
+    def open(self) -> Self:
+        """Claim the run directory, create this rank's log and record
+        ``run.started`` (before anything slow), then set up logging,
+        tracing and signals.
+
+        Raises:
+            RankEnvironmentError: the launcher's variables are inconsistent,
+                or the ranks share no run id.
+            RunDirectoryError: the run directory holds another run (or this
+                rank's log exists), or cannot be written.
+            FaultSpecError: an injected fault names a rank outside the world.
+            ValueError: ``TRACEPARENT`` is malformed (nothing is written), or a
+                tracing variable holds an unsupported value (the log then
+                records the start as failed).
+            RuntimeError: opened twice.
+        """
+        if self._state != "new":
+            raise RuntimeError("a Startup opens once; make a new one for the next run")
+        identity = self._identity or identity_from_environment(self._env)
+        faults = self._fault_plan(identity)
+        parent = _trace_parent(self._env)
+        run_id, early_group = self._agree_run_id(identity)
+        run_dir = self._run_dir or self._runs_root / run_id
+        claim_run_directory(run_dir, run_id)
+        path = rank_log_path(run_dir, identity.rank)
+        try:
+            # Created exclusively: a stored log is never resumed or changed,
+            # and of two runs started into one directory only one writes.
+            log = JsonlLog(
+                path,
+                run_id=run_id,
+                rank=identity.rank,
+                durability=self._durability,
+                exclusive=True,
+            )
+        except FileExistsError:
+            raise RunDirectoryError(
+                path,
+                f"already exists: run {run_id} already has a rank {identity.rank}; "
+                "use a new run id or run directory",
+            ) from None
+        except OSError as exc:
+            raise RunDirectoryError(
+                run_dir, f"cannot write the run directory: {exc.strerror or exc}"
+            ) from None
+        self._log = log
+        self._state = "open"
+        self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
+        launcher_pid = _launcher_pid(self._env)
+        self._stops = StopRequests(launcher_pid=launcher_pid)
+        if self._handle_signals:
+            self._stops.install()
+            if launcher_pid is not None:
+                # A rank never outlives its launcher; asked once stops are
+                # caught, so a launcher that is already gone is recorded.
+                follow_launcher(launcher_pid)
+        try:
+            self._prepare(identity, faults, early_group, parent)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _prepare(
+        self,
+        identity: RankIdentity,
+        faults: FaultPlan,
+        early_group: Group | None,
+        parent: tuple[str, str] | None,
+    ) -> None:
+        assert self._log is not None
+        assert self._stops is not None
+        log = self._log
+        if early_group is not None:
+            self._group.set(early_group)
+        elif isinstance(self._group_choice, Group):
+            self._group.set(self._group_choice)
+        setup = None
+        if (
+            self._group_choice == "auto"
+            and early_group is None
+            and identity.world_size > 1
+            and self._env.get("MASTER_ADDR", "").strip()
+        ):
+            setup = process_group_step(identity, self._group, timeout_s=self._group_timeout_s)
+        runner, graph = self._runner_and_graph(identity, faults, parent)
+        if setup is not None:
+            graph = graph.after(setup)
+        self._runner, self._graph_to_run = runner, graph
+        # Recorded before any slow set-up: a rank killed from here on leaves
+        # a log that says who it was and what it was doing.
+        runner.begin(graph)
+        log.subscribe(self._watch_finish)
+        try:
+            from exporters import LoggingBridge
+
+            self._bridge = LoggingBridge(hold_warnings=True)
+            self._set_up_logging()
+            # The bridge first: span status reads the severities it derives.
+            log.subscribe(self._bridge, from_seq=0)
+            self._tracing = self._make_tracing()
+            if self._tracing is not None:
+                self._tracing.attach(log, severity_of=self._bridge.severity_of)
+                runner.span_activator = self._tracing.span_activator
+        except BaseException as exc:
+            if self._stops.requested:
+                runner.stopping(self._stops.cause())
+            runner.abandon(exc)
+            raise
+
+    def _runner_and_graph(
+        self, identity: RankIdentity, faults: FaultPlan, parent: tuple[str, str] | None
+    ) -> tuple[Runner, Graph]:
+        assert self._log is not None
+        options: dict[str, Any] = dict(self._engine_options)
+        if parent is not None:
+            options.update(trace_id=parent[0], parent_span_id=parent[1])
+        if self._graph is not None:
+            runner = Runner(
+                self._log,
+                identity=identity,
+                faults=faults,
+                services={"group": self._group},
+                simulated=self._simulated,
+                **options,
+            )
+            return runner, self._graph
+        from .engine import EngineConfig, load_profile, prepare_engine
+
+        profile = self._profile
+        if profile is not None and not hasattr(profile, "modules"):
+            profile = load_profile(os.fspath(profile))
+        if self._simulated is not None:
+            options["simulated"] = self._simulated
+        config = self._config or EngineConfig(tp=identity.world_size)
+        return prepare_engine(
+            config,
+            self._log,
+            identity=identity,
+            profile=profile,  # type: ignore[arg-type]
+            faults=faults,
+            group=self._group,
+            **options,
+        )
+
+    def _fault_plan(self, identity: RankIdentity) -> FaultPlan:
+        faults = self._faults
+        if faults is None:
+            return FaultPlan()
+        plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults)
+        if plan:
+            targets: Collection[str] = ()
+            if self._graph is None:
+                from .engine import injection_targets
+
+                targets = injection_targets()
+            else:
+                targets = [*self._graph.steps, *_modules_any(plan)]
+            plan.check(world_size=identity.world_size, targets=targets)
+        return plan
+
+    def _agree_run_id(self, identity: RankIdentity) -> tuple[str, Group | None]:
+        """The run id, and the process group when forming it was the only
+        way to agree on one."""
+        if self._run_id is not None:
+            from ._identity import RUN_ID_VARIABLE
+
+            checked = run_id_from_environment({RUN_ID_VARIABLE: self._run_id})
+            if checked is None:
+                raise RankEnvironmentError(
+                    "run_id", self._run_id, "a run id is 1-128 letters, digits, '.', '_' or '-'"
+                )
+            return checked, None
+        found = run_id_from_environment(self._env)
+        if found is not None:
+            return found, None
+        if identity.world_size == 1:
+            return new_run_id(), None
+        group: Group | None = None
+        if isinstance(self._group_choice, Group):
+            group = self._group_choice
+        elif self._group_choice == "auto" and self._env.get("MASTER_ADDR", "").strip():
+            from ._group import init_torch_distributed_group
+
+            group = init_torch_distributed_group(identity, timeout_s=self._group_timeout_s)
+        if group is None:
+            raise RankEnvironmentError(
+                "STARTUP_ORCHESTRATOR_RUN_ID",
+                None,
+                "the ranks of this launch share no run id and have no process group to agree "
+                "on one: set it (or torchrun --rdzv-id), or pass run_id",
+            )
+        # Rank 0's choice, shared through the group.
+        proposals = group.all_gather(new_run_id())
+        return str(proposals[0]), group
+
+    def _set_up_logging(self) -> None:
+        from exporters import MESSAGE_LOGGER_PREFIX
+
+        logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
+        configure = self._configure_logging
+        if configure is None:
+            configure = not logger.handlers and not logging.getLogger().handlers
+        if not configure:
+            return
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(int(self._level))
+        logger.propagate = False
+
+    def _make_tracing(self) -> Tracing | None:
+        choice = self._tracing_choice
+        if choice is None:
+            return None
+        if choice == "auto":
+            from exporters import Tracing
+
+            return Tracing.from_environment(self._env)
+        return choice
+
+    def _watch_finish(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            self._finished = event
+
+    def close(self) -> None:
+        """Flush and close the log, export the spans left, close the process
+        group and put the signal handlers back. Closing twice is harmless."""
+        if self._state != "open":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        try:
+            if self._tracing is not None:
+                self._tracing.close()
+        finally:
+            if self._log is not None:
+                self._log.close()
+            with contextlib.suppress(Exception):
+                self._group.close()
+            if self._stops is not None:
+                self._stops.restore()
+
+    # --- running -----------------------------------------------------------------------
+
+    def run(self) -> StartupResult:
+        """Run the startup to its end in a new event loop (opening and
+        closing around it when not inside ``with``).
+
+        Returns:
+            The result, when this rank reached ready.
+
+        Raises:
+            BaseException: the original error that failed the startup, after
+                its events and the run's end are flushed.
+            StartupInterrupted: a stop was asked (a signal, or :meth:`stop`).
+        """
+        return anyio.run(self.arun)
+
+    async def arun(self) -> StartupResult:
+        """:meth:`run` for a caller already in an event loop (asyncio or
+        trio); signals are watched only when it runs in the main thread."""
+        opened_here = self._state == "new"
+        if opened_here:
+            self.open()
+        if self._state != "open" or self._ran:
+            raise RuntimeError("a Startup runs once, while open")
+        self._ran = True
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                await self._run_watching_signals()
+            if self._outcome() is not RunOutcome.INTERRUPTED:
+                await self._exchange_with_peers()
+            elif self._bridge is not None:
+                self._bridge.release()
+        finally:
+            self._scope = None
+            if opened_here:
+                self.close()
+        return self._returned()
+
+    async def _run_watching_signals(self) -> None:
+        assert self._runner is not None
+        assert self._graph_to_run is not None
+        assert self._stops is not None
+        stops = self._stops
+        watch = self._handle_signals and threading.current_thread() is threading.main_thread()
+        async with anyio.create_task_group() as group:
+            if watch:
+
+                async def watch_signals(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                        task_status.started()
+                        async for signum in signals:
+                            stops.record(signum)
+
+                await group.start(watch_signals)
+                stops.on_signal = lambda _signum: self.stop()
+                if stops.requested:
+                    # Asked to stop before the loop ran: the run begins
+                    # cancelled and records that at once.
+                    self.stop()
+            try:
+                await self._runner.run(self._graph_to_run)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:
+                # Recorded in the log (run.finished names it); raised to the
+                # caller once everything is flushed.
+                self._error = exc
+            finally:
+                stops.on_signal = None
+                group.cancel_scope.cancel()
+
+    def stop(self, reason: BaseException | None = None) -> None:
+        """Stop the running startup: it ends ``interrupted`` with ``reason``
+        (default: the signal received, or "stopped by its launcher")
+        recorded. Call it from the thread that runs the startup (a signal
+        handler, or a task in its event loop)."""
+        if self._runner is None:
+            return
+        if reason is None:
+            stops = self._stops
+            reason = (
+                stops.cause()
+                if stops is not None and stops.requested
+                else StartupInterrupted(None, "asked by its launcher")
+            )
+        self._runner.stopping(reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _exchange_with_peers(self) -> None:
+        """The ranks' last exchange: who finished, and which WARNINGs each
+        derived; then print the held WARNINGs no lower rank printed."""
+        bridge = self._bridge
+        identity = self.identity
+        group = self._group.group
+        if bridge is None or identity is None:
+            return
+        if not self._wait_for_peers:
+            return
+        if group is None or identity.world_size == 1:
+            bridge.release()
+            return
+        derived: list[JsonValue] = [
+            [message.code, message.text]
+            for message in bridge.state.messages(identity.rank)
+            if message.severity is Severity.WARNING
+        ]
+        payload: JsonValue = {
+            "exchange": _END_OF_RUN,
+            "outcome": self._outcome().value,
+            "node_rank": identity.node_rank,
+            "local_rank": identity.local_rank,
+            "warnings": derived,
+        }
+        gathered: list[JsonValue] = []
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                gathered = await anyio.to_thread.run_sync(
+                    group.all_gather, payload, abandon_on_cancel=True
+                )
+        except Exception:
+            gathered = []
+        # The exchange is tagged: a rank that left early may meet its peers
+        # still inside the startup's own exchanges, and both sides must see
+        # that rather than misread it.
+        self._peers_finished = bool(gathered) and all(
+            isinstance(entry, dict) and entry.get("exchange") == _END_OF_RUN for entry in gathered
+        )
+        if self._peers_finished:
+            printed = _printed_below(gathered, identity)
+            bridge.release(lambda m: (m.code, m.text) in printed.get(m.scope, set()))
+        else:
+            bridge.release()
+
+    # --- results -----------------------------------------------------------------------
+
+    def _outcome(self) -> RunOutcome:
+        return RunOutcome.FAILED if self._finished is None else self._finished.outcome
+
+    @property
+    def result(self) -> StartupResult | None:
+        """What the startup decided, once it ran (whatever its outcome)."""
+        if not self._ran or self._log is None or self.run_dir is None:
+            return None
+        from events import replay
+
+        assert self.identity is not None
+        assert self.run_id is not None
+        rank = self.identity.rank
+        state = replay(list(self._log.read())).states.get(rank)
+        messages = () if self._bridge is None else self._bridge.state.messages(rank)
+        return StartupResult(
+            run_id=self.run_id,
+            rank=rank,
+            world_size=self.identity.world_size,
+            outcome=self._outcome(),
+            platform=None if state is None else state.platform,
+            platform_class=None if state is None else state.platform_class,
+            attention_backend=None if state is None else state.attention_backend,
+            allreduce_backend=None if state is None else state.allreduce_backend,
+            fusion_enabled=False if state is None else state.fusion_enabled,
+            messages=messages,
+            log_path=self._log.path,
+            run_dir=self.run_dir,
+            peers_finished=self._peers_finished,
+        )
+
+    def _returned(self) -> StartupResult:
+        result = self.result
+        assert result is not None
+        if result.outcome is RunOutcome.READY:
+            return result
+        if self._error is not None:
+            raise self._error
+        cause = self._finished.cause if self._finished is not None else None
+        if cause is not None and cause.name == "StartupInterrupted":
+            raise StartupInterrupted(*_interruption(cause.message))
+        if result.outcome is RunOutcome.INTERRUPTED:
+            raise StartupInterrupted(None, "the run was cancelled")
+        raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
+
+
+def _interruption(message: str) -> tuple[str | None, str | None]:
+    """``("SIGTERM", "its launcher (pid 12) exited")`` from the recorded
+    ``"received SIGTERM: its launcher (pid 12) exited"``."""
+    head, _, reason = message.partition(": ")
+    signal = head.removeprefix("received ") if head.startswith("received ") else None
+    return signal, reason or None
+
+
+def _printed_below(
+    gathered: list[JsonValue], identity: RankIdentity
+) -> dict[Scope, set[tuple[str, str]]]:
+    """The WARNINGs a lower rank derived, by scope: of this node (scope
+    ``local``: local rank 0 printed them, or a lower rank releases them) or
+    of the world (scope ``global``). This rank prints only the others."""
+    local: set[tuple[str, str]] = set()
+    world: set[tuple[str, str]] = set()
+    for rank, entry in enumerate(gathered):
+        if rank >= identity.rank or not isinstance(entry, dict):
+            continue
+        warnings = entry.get("warnings")
+        keys = {
+            (str(item[0]), str(item[1]))
+            for item in (warnings if isinstance(warnings, list) else [])
+            if isinstance(item, list) and len(item) == 2
+        }
+        world |= keys
+        if entry.get("node_rank") == identity.node_rank:
+            local |= keys
+    return {Scope.LOCAL: local, Scope.GLOBAL: world, Scope.PROCESS: set()}
+
+
+def _launcher_pid(env: Mapping[str, str]) -> int | None:
+    text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The launcher's ``TRACEPARENT``, checked before the log opens.
+
+    Raises:
+        ValueError: it is malformed.
+    """
+    traceparent = env.get("TRACEPARENT", "").strip()
+    if not traceparent:
+        return None
+    from exporters import parse_traceparent
+
+    try:
+        parsed = parse_traceparent(traceparent)
+    except ValueError as exc:
+        raise ValueError(f"TRACEPARENT={traceparent!r}: {exc}") from None
+    return parsed.trace_id, parsed.span_id
+
+
+def _modules_any(plan: FaultPlan) -> list[str]:
+    """For a graph of the caller's own: the modules a plan names are taken
+    as given (its probes' imports are not known in advance)."""
+    return [fault.target for fault in plan.faults if "/" not in fault.target]
