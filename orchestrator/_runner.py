@@ -245,29 +245,37 @@ class Runner:
                 raise RuntimeError("this Runner already began another graph")
             return
         root_span_id = _new_span_id()
+        self._append_run_event(
+            RunStarted,
+            root_span_id,
+            identity=self.identity,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            versions=dict(_versions()),
+            config=self.config,
+            graph=graph.name,
+            resource=_resource_attributes(os.environ, self.redactor),
+            simulated=self.simulated,
+            injected=tuple(fault.describe() for fault in self.faults.faults),
+        )
+        self._began = (graph, root_span_id)
+
+    def _append_run_event(self, cls: type[Event], span_id: str, **payload: Any) -> None:
+        """Append a run-level event (on the rank's root span)."""
         wall_ns, mono_ns = self.clock()
         self.log.append(
-            RunStarted(
+            cls(
                 run_id=self.log.run_id,
                 rank=self.identity.rank,
                 seq=self.log.next_seq,
                 wall_ns=wall_ns,
                 mono_ns=mono_ns,
                 trace_id=self.trace_id,
-                span_id=root_span_id,
+                span_id=span_id,
                 parent_span_id=self.parent_span_id,
-                identity=self.identity,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                versions=dict(_versions()),
-                config=self.config,
-                graph=graph.name,
-                resource=_resource_attributes(os.environ, self.redactor),
-                simulated=self.simulated,
-                injected=tuple(fault.describe() for fault in self.faults.faults),
+                **payload,
             )
         )
-        self._began = (graph, root_span_id)
 
     def abandon(self, cause: BaseException) -> None:
         """End a run that began (:meth:`begin`) but whose graph never ran,
@@ -282,20 +290,11 @@ class Runner:
             raise RuntimeError("abandon() ends a run that began and never ran its graph")
         self._used = True
         interrupted = isinstance(cause, KeyboardInterrupt) or self._stop_cause is not None
-        wall_ns, mono_ns = self.clock()
-        self.log.append(
-            RunFinished(
-                run_id=self.log.run_id,
-                rank=self.identity.rank,
-                seq=self.log.next_seq,
-                wall_ns=wall_ns,
-                mono_ns=mono_ns,
-                trace_id=self.trace_id,
-                span_id=self._began[1],
-                parent_span_id=self.parent_span_id,
-                outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
-                cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
-            )
+        self._append_run_event(
+            RunFinished,
+            self._began[1],
+            outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
+            cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
         )
         self.log.flush()
 

@@ -27,15 +27,21 @@ def python_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
 
 
-def _replay(cwd: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "replay", "--json", str(only_run_dir(cwd))],
+def _run(command: list[str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command,
         cwd=cwd,
         env=clean_environment(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
+    )
+
+
+def _replay(cwd: Path) -> dict[str, object]:
+    done = _run(
+        [sys.executable, "-m", "orchestrator", "replay", "--json", str(only_run_dir(cwd))], cwd
     )
     document: dict[str, object] = json.loads(done.stdout)
     return document
@@ -58,15 +64,7 @@ def test_the_readme_has_the_embedding_snippet() -> None:
 def test_every_readme_python_block_runs_as_written(tmp_path: Path, index: int) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(python_blocks()[index], encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _run([sys.executable, str(script)], tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     document = _replay(tmp_path)
@@ -81,15 +79,7 @@ def test_the_readme_snippet_under_torchrun(tmp_path: Path) -> None:
     [snippet] = [block for block in python_blocks() if "Startup" in block]
     script = tmp_path / "snippet.py"
     script.write_text(snippet, encoding="utf-8")
-    done = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)],
-        cwd=tmp_path,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = _run([str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)], tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     document = _replay(tmp_path)
@@ -99,15 +89,7 @@ def test_the_readme_snippet_under_torchrun(tmp_path: Path) -> None:
 
 
 def test_a_launcher_that_spawns_its_ranks(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "launcher_spawn.py"), "--nproc", "2"],
-        cwd=tmp_path,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = _run([sys.executable, str(EXAMPLES / "launcher_spawn.py"), "--nproc", "2"], tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("Startup ready: 2 ready")
