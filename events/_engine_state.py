@@ -120,7 +120,7 @@ class RootCause:
         that wrote no events, what its launcher saw (times relative to
         ``since_ns``)."""
         if self.no_events is not None:
-            if self.process is not None and self.process.pid is not None:
+            if self.process is not None:
                 return f"{self.process.describe(since_ns=since_ns)}; its log is {_log_state(self)}"
             return (
                 f"rank {self.rank} wrote no events ({self.no_events}): never started, "
@@ -686,6 +686,16 @@ def replay(
         for rank in range(world_size)
         if rank not in states
     }
+    if launch is not None and launch.source is not None:
+        # A launcher's record lists every rank it started: one it does not
+        # list was never started (the launch was stopped first).
+        never = {
+            rank: RankProcess(rank=rank, stopped_by_launcher="never started")
+            for rank in no_events
+            if rank not in launch.processes
+        }
+        if never:
+            launch = attrs.evolve(launch, processes={**launch.processes, **never})
     if no_events:
         warnings.append(
             f"no events from {format_ranks(no_events)} of world size {world_size}: "

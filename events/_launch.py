@@ -55,7 +55,7 @@ class RankProcess:
         like; times are relative to ``since_ns`` (the launch) when given."""
         who = f"rank {self.rank}" + (f" (pid {self.pid})" if self.pid is not None else "")
         if self.pid is None:
-            return f"{who} was never started by its launcher"
+            return f"{who} was never started: its launcher stopped first"
         at = ""
         if self.ended_wall_ns is not None and since_ns is not None:
             at = f" at +{max(0, self.ended_wall_ns - since_ns) / 1e9:.1f} s"

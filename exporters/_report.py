@@ -245,7 +245,7 @@ def _headline(replay: Replay) -> str:
     if replay.no_events:
         parts.append(f"{len(replay.no_events)} without events")
     run = f"run {replay.run_id}, " if replay.run_id else ""
-    ranks = f"{total} of {replay.world_size} ranks" if total else "no ranks"
+    ranks = f"{total} of {replay.world_size} ranks" if total or replay.world_size else "no ranks"
     state = f"Startup {replay.outcome.value}"
     if replay.until is not None:
         state += f" at the cutoff seq {replay.until} (the state then, not how the run ended)"
@@ -341,7 +341,7 @@ def _no_events_lines(replay: Replay) -> list[str]:
     lines = ["", "Ranks without events:"]
     for rank, why in sorted(replay.no_events.items()):
         process = _process_of(replay, rank)
-        if process is not None and process.pid is not None:
+        if process is not None:
             lines.append(f"  {process.describe(since_ns=since)}; {why}")
         else:
             lines.append(f"  rank {rank}: {why} (never started, or killed before its first event)")

@@ -1,5 +1,14 @@
 """``python -m orchestrator``: the ``startup-orchestrator`` command line."""
 
-from ._cli import main
+import sys
 
-raise SystemExit(main())
+try:
+    # A Ctrl-C (or a launcher forwarding one) that lands while the command
+    # line is still importing is a stop like any other: one line, exit 1.
+    from ._cli import main
+
+    code = main()
+except KeyboardInterrupt:
+    sys.stderr.write("startup-orchestrator: interrupted\n")
+    code = 1
+raise SystemExit(code)

@@ -334,7 +334,8 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
-            if not found:
+            if not found and not (path / "manifest.json").exists():
+                # With a manifest it is a launch whose ranks wrote nothing.
                 raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
             files.extend(found)
         elif path.exists() or path.is_symlink():

@@ -237,3 +237,32 @@ def test_a_simulated_host_and_injected_faults_are_said_first() -> None:
         "zen4",
         ["1:zentorch=RuntimeError:boom"],
     )
+
+
+def test_a_launch_whose_ranks_wrote_nothing_is_reported_from_its_manifest() -> None:
+    # The launcher was stopped while it started the ranks: rank 0 started
+    # and got the forwarded SIGINT before its log opened; rank 1 never started.
+    launch = LaunchRecord(
+        run_id="run-7f3a",
+        world_size=2,
+        started_wall_ns=BASE_NS,
+        processes={
+            0: RankProcess(
+                rank=0,
+                pid=5,
+                ended_wall_ns=BASE_NS + 200_000_000,
+                signal="SIGINT",
+                stopped_by_launcher="SIGINT: the launcher was asked to stop",
+            )
+        },
+        source="run/manifest.json",
+    )
+    result = replay([], launch=launch)
+
+    assert result.outcome is RunOutcome.INCOMPLETE
+    assert result.run_id == "run-7f3a"
+    lines = report_text(result).splitlines()
+    assert lines[0] == "Startup incomplete: 2 without events (run run-7f3a, 0 of 2 ranks)"
+    assert lines[1].startswith("Root cause: rank 0 (pid 5) was killed by SIGINT at +0.2 s")
+    assert "  rank 1 was never started: its launcher stopped first; no log" in lines
+    assert report_json(result)["ranks"][1]["process"]["pid"] is None
