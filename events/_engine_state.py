@@ -564,23 +564,24 @@ class Replay:
     def outcome(self) -> RunOutcome:
         """The run's outcome, judged against its world (SPEC §6):
         ``incomplete`` if a rank of the world has no events or no
-        ``run.finished`` (it died, was killed, or never started); else
-        ``failed`` if any rank failed; else ``interrupted`` if any rank was
-        interrupted; else ``ready``. At a cutoff (``until``), a rank that had
-        not finished yet is ``running``, and so is the run unless a rank had
-        already failed or been interrupted. No ranks at all is
-        ``incomplete``."""
+        ``run.finished`` (it died, was killed, or never started); else the
+        root cause's own outcome, ``failed`` or ``interrupted`` (a stop that
+        made the other ranks fail in their exchanges is an interrupted run;
+        a failure that the others were then stopped for is a failed one);
+        else ``ready``. At a cutoff (``until``), a rank that had not finished
+        yet is ``running``, and so is the run unless a rank had already
+        failed or been interrupted. No ranks at all is ``incomplete``."""
         outcomes = {self.outcome_of(rank) for rank in range(self.world_size)}
         outcomes.update(self.outcome_of(rank) for rank in self.states)
-        for outcome in (
-            RunOutcome.INCOMPLETE,
-            RunOutcome.FAILED,
-            RunOutcome.INTERRUPTED,
-            RunOutcome.RUNNING,
-        ):
+        if RunOutcome.INCOMPLETE in outcomes or not self.states:
+            return RunOutcome.INCOMPLETE
+        cause = self.root_cause
+        if cause is not None and cause.outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED):
+            return cause.outcome
+        for outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED, RunOutcome.RUNNING):
             if outcome in outcomes:
                 return outcome
-        return RunOutcome.READY if self.states else RunOutcome.INCOMPLETE
+        return RunOutcome.READY
 
 
 #: What :func:`replay` accepts: events (one stream, or several ranks merged),

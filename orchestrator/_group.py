@@ -21,13 +21,14 @@ import importlib
 import os
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
 import orjson
 
 from events import JsonValue, RankIdentity
 
 from ._errors import OrchestratorError, RankEnvironmentError
 from ._graph import Step
-from ._policy import PROBE_POLICY
+from ._policy import PROBE_POLICY, Action
 
 __all__ = [
     "PROCESS_GROUP_STEP",
@@ -368,10 +369,13 @@ def process_group_step(
     ``torch.distributed`` default group from the launcher environment
     (:func:`init_torch_distributed_group`), handing it to ``into``.
 
-    Its result is ``{"backend": ..., "world_size": N}``; torch missing is
-    ``unavailable`` (the ranks then decide alone); a rendezvous that fails or
-    times out (a peer died or never came) is a :class:`GroupError` that
-    fails the run, after ``timeout_s`` at most.
+    Its result is ``{"backend": ..., "world_size": N}``. torch is imported
+    for real, not through the run's importer: the group is real even when
+    the host is simulated (inject a fault on ``process_group`` itself to fail
+    it). torch missing is ``unavailable`` (the ranks then decide alone); a
+    rendezvous that fails or times out (a peer died or never came) is a
+    :class:`GroupError` that fails the run. The step itself is bounded a
+    little beyond ``timeout_s`` (a hang in it fails the run too).
     """
 
     def form(_context: object) -> JsonValue:
@@ -386,6 +390,14 @@ def process_group_step(
     return Step(
         name=PROCESS_GROUP_STEP,
         body=form,
-        policy=PROBE_POLICY,
+        policy=_PROCESS_GROUP_POLICY,
+        timeout=timeout_s + 30.0,
         attributes={"backend": backend, "world_size": identity.world_size},
     )
+
+
+#: torch missing (ImportError) or unloadable (OSError) is recorded; any other
+#: error, and running out of time, fails the run.
+_PROCESS_GROUP_POLICY = attrs.evolve(
+    PROBE_POLICY, name="process group", on_timeout=Action.PROPAGATE
+)

@@ -210,6 +210,13 @@ class _Launch:
                 # Each rank in its own session: a terminal's Ctrl-C reaches
                 # the launcher once, and the launcher decides what ranks get.
                 start_new_session=True,
+                # A SIGINT forwarded while the rank's interpreter is still
+                # starting would end it with a traceback from deep in an
+                # import; ignored until the rank catches stops itself (from
+                # the moment its log is open), it arrives as a SIGTERM later
+                # if the launch is still stopping. The launcher starts no
+                # threads, so this runs safely between fork and exec.
+                preexec_fn=_ignore_sigint,
             )
             self.processes.append(process)
             self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
@@ -309,6 +316,10 @@ class _Launch:
                 deadline = time.monotonic() + self.grace_s
             with contextlib.suppress(subprocess.TimeoutExpired):
                 running[0].wait(timeout=0.1)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:

@@ -15,9 +15,13 @@ Each backend is an attempt child (``allreduce_workspace/<backend>``) run by
 factory raises an ``Exception`` (recorded, never a crash of the engine) or
 returns ``None``. Exhausting the chain disables the fusion; the run is still
 ready. ``EngineConfig.step_timeout`` bounds each attempt (a timed-out attempt
-counts as failed); exchanges between ranks are bounded by the group's own
-timeout, and a failed exchange (:class:`~orchestrator.GroupError`) ends the
-run, since ranks that cannot agree must not go on.
+counts as failed) and the quantization workspace; the agreement may take
+three times as long (two exchanges and a catch-up attempt) and the whole step
+seven times, so the innermost step that hangs is the one that times out.
+Exchanges between ranks are also bounded by the group's own timeout; a
+failed exchange (:class:`~orchestrator.GroupError`) or an agreement or step
+that runs out of time ends the run, since ranks that cannot agree must not
+go on.
 
 Cross-rank agreement (``allreduce_workspace/agree``)
 ----------------------------------------------------
@@ -95,7 +99,7 @@ from .._context import StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
 from .._graph import Step, StepBody
 from .._group import Group, GroupError
-from .._policy import ANY_EXCEPTION_POLICY, ErrorPolicy
+from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError
 
 __all__ = [
@@ -119,7 +123,9 @@ WORKSPACE_MODULES = (_COMM_MODULE, _TORCH_MODULE)
 
 #: The step itself records nothing: a configuration error or a failed
 #: exchange ends the run. Workspace attempts use ANY_EXCEPTION_POLICY.
-_STEP_POLICY = ErrorPolicy(name="allreduce workspace")
+#: A step or exchange of the set-up that runs out of time fails the start:
+#: the ranks' collectives are out of step from then on.
+_STEP_POLICY = ErrorPolicy(name="allreduce workspace", on_timeout=Action.PROPAGATE)
 
 _AGREE = ALLREDUCE_AGREE_STEP.rpartition("/")[2]
 _QUANT = ALLREDUCE_QUANT_STEP.rpartition("/")[2]
@@ -355,6 +361,10 @@ def make_allreduce_step(config: EngineConfig) -> Step:
         body=allreduce_workspace,
         depends_on=(PLATFORM_STEP, FLASHINFER_COMM_STEP),
         policy=_STEP_POLICY,
+        # The attempts, the agreement (with its catch-up) and the
+        # quantization workspace run one after another, each bounded: they
+        # time out before it does.
+        timeout=config.bound(7),
         attributes={"requested": str(config.allreduce_backend), "tp": config.tp},
     )
 
@@ -496,7 +506,8 @@ class _Setup:
                 "released": released,
             }
 
-        await self.ctx.run_child(_AGREE, agree, policy=_STEP_POLICY)
+        # Two exchanges with a catch-up attempt between them, at most.
+        await self.ctx.run_child(_AGREE, agree, policy=_STEP_POLICY, timeout=self.config.bound(3))
         self.ctx.record_decision(
             "allreduce.agreed",
             agreed,

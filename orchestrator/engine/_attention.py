@@ -336,7 +336,12 @@ def make_attention_step(config: EngineConfig) -> Step:
             for priority, name in enumerate(names)
         ]
         selection = await select_candidate(
-            ctx, candidates, explicit=explicit, what="backend", policy=PROBE_POLICY
+            ctx,
+            candidates,
+            explicit=explicit,
+            what="backend",
+            policy=PROBE_POLICY,
+            timeout=config.bound(1),
         )
         return {
             "backend": selection.selected,
@@ -349,6 +354,7 @@ def make_attention_step(config: EngineConfig) -> Step:
         body=select_attention_backend,
         depends_on=(PLATFORM_STEP,),
         policy=ATTENTION_POLICY,
-        timeout=config.step_timeout,
+        # Its candidates time out first, each recorded as timed out.
+        timeout=config.bound(2),
         attributes={"explicit": explicit},
     )

@@ -140,7 +140,11 @@ class EngineConfig:
         use_mla: multi-head latent attention (changes the candidate lists).
         block_size: KV-cache block size.
         quant_fusion: also set up the quantization-fusion workspace.
-        step_timeout: seconds each probe step may take, or ``None``.
+        step_timeout: seconds each probe may take (a plugin's check, an
+            import, a candidate, an attempt, an exchange), or ``None``. A
+            step that waits for probes may take that long per level of
+            probes below it, plus once for itself (:meth:`bound`), so a probe
+            that hangs times out before the step that runs it.
     """
 
     tp: int = attrs.field(default=1, validator=_positive("tp"))
@@ -157,6 +161,11 @@ class EngineConfig:
     block_size: int = attrs.field(default=16, validator=_positive("block_size"))
     quant_fusion: bool = True
     step_timeout: float | None = None
+
+    def bound(self, levels: int = 1) -> float | None:
+        """The timeout of a step with ``levels - 1`` levels of probes below
+        it: ``step_timeout * levels`` (``None`` when there is no timeout)."""
+        return None if self.step_timeout is None else self.step_timeout * levels
 
     @property
     def resolved_dtype(self) -> str:

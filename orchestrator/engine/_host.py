@@ -122,8 +122,14 @@ def is_amd_zen(cpuinfo: str | None) -> bool:
 
 
 def tpu_present(importer: Importer) -> bool:
-    """Whether ``libtpu`` is findable through ``importer``."""
-    return importer.find_spec("libtpu") is not None
+    """Whether ``libtpu`` imports through ``importer`` (as vLLM's TPU plugin
+    decides: installed means a TPU host). Not findable is ``False``; an
+    import that raises propagates, so a broken or injected ``libtpu`` is a
+    failed plugin, never a TPU."""
+    if importer.find_spec("libtpu") is None:
+        return False
+    importer.import_module("libtpu")
+    return True
 
 
 def _library_reports_no_driver(exc: Exception, library: str) -> bool:
@@ -293,7 +299,7 @@ class RealHost:
         return tuple(found)
 
     def tpu_present(self, importer: Importer) -> bool:
-        """Whether ``libtpu`` is findable."""
+        """Whether ``libtpu`` imports (see :func:`tpu_present`)."""
         return tpu_present(importer)
 
     def xpu_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:

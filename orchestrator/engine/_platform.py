@@ -146,11 +146,20 @@ async def _probe_cpu(ctx: StepContext) -> JsonValue:
     platform_class = "CpuPlatform"
     if is_amd_zen(cpuinfo):
         zentorch = await ctx.run_child(
-            "zentorch", _import_zentorch, policy=optional_module_policy("zentorch")
+            "zentorch",
+            _import_zentorch,
+            policy=optional_module_policy("zentorch"),
+            timeout=_probe_timeout(ctx, 1),
         )
         if zentorch.ok:
             platform_class = "ZenCpuPlatform"
     return _activation(platform_class, "cpu")
+
+
+def _probe_timeout(ctx: StepContext, levels: int) -> float | None:
+    """:meth:`EngineConfig.bound` from the run's recorded configuration."""
+    seconds = ctx.config.get("step_timeout")
+    return float(seconds) * levels if isinstance(seconds, int | float) else None
 
 
 _BUILTIN_BODIES: Mapping[str, StepBody] = {
@@ -387,6 +396,9 @@ def make_platform_step(
                 spec.body,
                 kind=StepKind.CANDIDATE,
                 policy=ANY_EXCEPTION_POLICY,
+                # A plugin's own check, then (the cpu plugin) its zentorch
+                # import below it.
+                timeout=config.bound(2),
                 attributes={
                     "plugin": spec.name,
                     "builtin": spec.builtin,
@@ -430,5 +442,7 @@ def make_platform_step(
         name=PLATFORM_STEP,
         body=detect_platform,
         policy=PLATFORM_POLICY,
-        timeout=config.step_timeout,
+        # Plugin, then the cpu plugin's zentorch import: each level times out
+        # before the one above it.
+        timeout=config.bound(3),
     )

@@ -537,7 +537,8 @@ class SimulatedHost:
         return self.profile.devices("amd") if devices is None else devices
 
     def tpu_present(self, importer: Any) -> bool:
-        """Whether ``libtpu`` is findable through the importer."""
+        """Whether ``libtpu`` imports through the importer (see
+        :func:`~orchestrator.engine._host.tpu_present`)."""
         return tpu_present(importer)
 
     def xpu_devices(self, importer: Any) -> tuple[GpuDevice, ...]:

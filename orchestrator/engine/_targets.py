@@ -13,7 +13,9 @@ Modules (a package of one is a valid target too, see ``FaultPlan.check``)::
     platform plugins      pynvml (cuda), amdsmi (rocm), libtpu (tpu), torch (xpu)
     flashinfer_comm       flashinfer (looked up), flashinfer.comm
     allreduce_workspace   flashinfer.comm, torch (the real workspace factory)
-    process_group         torch (torch.distributed)
+
+(``process_group`` imports torch for real, never through the run's importer:
+a fault on ``torch`` does not reach it; target ``process_group`` itself.)
 
 Step paths::
 
@@ -63,8 +65,6 @@ _PLATFORM_MODULES = ("zentorch", "pynvml", "amdsmi", "libtpu", "torch")
 #: flashinfer_comm looks ``flashinfer`` up, then imports ``flashinfer.comm``.
 _FLASHINFER_COMM_MODULES = ("flashinfer", "flashinfer.comm")
 
-#: The process-group set-up imports torch for torch.distributed.
-_PROCESS_GROUP_MODULES = ("torch",)
 
 
 @attrs.frozen(kw_only=True)
@@ -114,7 +114,6 @@ def injection_targets(
     """
     modules = {backend.module for backend in ATTENTION_BACKENDS.values()}
     modules.update(_PLATFORM_MODULES, _FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
-    modules.update(_PROCESS_GROUP_MODULES)
     # A fault on a package breaks the import of its submodules.
     for module in list(modules):
         parts = module.split(".")

@@ -276,14 +276,25 @@ async def test_no_valid_candidate_is_a_terminal_value_error_listing_every_reason
     assert engine.finished.failed_step == ATTENTION_STEP
 
 
-async def test_a_hanging_candidate_times_the_attention_step_out() -> None:
-    from orchestrator import StepTimeoutError
-
+async def test_a_hanging_candidate_times_out_and_the_others_are_selected() -> None:
+    # The candidate's bound is the step timeout; the attention step's is
+    # twice that, so the probe that hangs is the one that times out.
     engine = await run(
         "h200x8",
         config=EngineConfig(step_timeout=0.2),
         faults=["attention/FLEX_ATTENTION=hang"],
     )
+
+    assert engine.error is None
+    assert engine.outcome("attention/FLEX_ATTENTION") is Outcome.TIMED_OUT
+    assert engine.outcome(ATTENTION_STEP) is Outcome.OK
+    assert engine.finished.outcome is RunOutcome.READY
+
+
+async def test_an_attention_step_that_hangs_itself_times_out() -> None:
+    from orchestrator import StepTimeoutError
+
+    engine = await run("h200x8", config=EngineConfig(step_timeout=0.2), faults=["attention=hang"])
 
     assert isinstance(engine.error, StepTimeoutError)
     assert engine.outcome(ATTENTION_STEP) is Outcome.TIMED_OUT

@@ -461,8 +461,21 @@ async def test_a_plugin_interrupted_by_a_base_exception_propagates() -> None:
     assert engine.finished.outcome is RunOutcome.INTERRUPTED
 
 
-async def test_a_hanging_plugin_times_the_platform_step_out() -> None:
+async def test_hanging_plugins_time_out_and_are_named() -> None:
+    # NVML hangs: the cuda plugin, and the cpu plugin that asks NVML whether
+    # accelerators are usable, each time out at their own bound, before the
+    # platform step's; no platform is left, and the error names both.
     engine = await run("h200x8", config=EngineConfig(step_timeout=0.2), faults=["pynvml=hang"])
+
+    assert isinstance(engine.error, UnspecifiedPlatformError)
+    assert engine.outcome("platform/cuda") is Outcome.TIMED_OUT
+    assert engine.outcome("platform/cpu") is Outcome.TIMED_OUT
+    assert "cuda: timed out after 0.4 s" in str(engine.error)
+    assert engine.finished.outcome is RunOutcome.FAILED
+
+
+async def test_a_platform_step_that_hangs_itself_times_out() -> None:
+    engine = await run("h200x8", config=EngineConfig(step_timeout=0.2), faults=["platform=hang"])
 
     assert isinstance(engine.error, StepTimeoutError)
     assert engine.outcome(PLATFORM_STEP) is Outcome.TIMED_OUT
