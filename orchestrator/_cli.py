@@ -65,7 +65,8 @@ _OUTCOMES_EPILOG = (
     "exit status: 0 ready; 1 failed (a probe error propagated, a SystemExit "
     "included), interrupted (SIGINT/SIGTERM, or a KeyboardInterrupt from a probe) or "
     "incomplete (a rank of the world has no log, an empty log, or no run.finished: it "
-    "died, was killed, or never started); 2 bad usage, with nothing written."
+    "died, was killed, or never started; this outranks the others, and between failed and "
+    "interrupted the root cause decides); 2 bad usage, with nothing written."
 )
 
 _positive_int = _integer_at_least(1, "a positive integer")
@@ -189,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=None,
         metavar="S",
-        help="seconds each probe step may take",
+        help="seconds each probe may take (a plugin's check, an import, a candidate, an "
+        "attempt); a step that waits for probes may take that long per level below it plus "
+        "once for itself, so the probe that hangs is the one that times out (default: none)",
     )
     run.add_argument(
         "--durability",
