@@ -66,7 +66,6 @@ _PLATFORM_MODULES = ("zentorch", "pynvml", "amdsmi", "libtpu", "torch")
 _FLASHINFER_COMM_MODULES = ("flashinfer", "flashinfer.comm")
 
 
-
 @attrs.frozen(kw_only=True)
 class InjectionTargets(Collection[str]):
     """The valid fault targets of one engine graph.
