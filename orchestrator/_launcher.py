@@ -212,11 +212,11 @@ class _Launch:
                 start_new_session=True,
                 # A SIGINT forwarded while the rank's interpreter is still
                 # starting would end it with a traceback from deep in an
-                # import; ignored until the rank catches stops itself (from
-                # the moment its log is open), it arrives as a SIGTERM later
-                # if the launch is still stopping. The launcher starts no
-                # threads, so this runs safely between fork and exec.
-                preexec_fn=_ignore_sigint,
+                # import: it is blocked (held, not lost) until the rank
+                # catches stops itself, from the moment its log is open,
+                # and is then recorded. The launcher starts no threads, so
+                # this runs safely between fork and exec.
+                preexec_fn=_hold_sigint,
             )
             self.processes.append(process)
             self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
@@ -318,8 +318,8 @@ class _Launch:
                 running[0].wait(timeout=0.1)
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _hold_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:

@@ -105,7 +105,11 @@ class StopRequests:
 def follow_launcher(launcher_pid: int) -> None:
     """Have the kernel send this process SIGTERM when its launcher dies
     (Linux ``PR_SET_PDEATHSIG``), and act on it at once if the launcher is
-    already gone. Elsewhere, does nothing."""
+    already gone. Call it once stops are caught: it also lets through a
+    SIGINT the launcher held back while this process started (see
+    ``_launcher``), which is then recorded like any other stop."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):
