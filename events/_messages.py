@@ -862,9 +862,10 @@ class _Derivation:
         if step == ALLREDUCE_STEP:
             self.flush_attempt()
         # A timeout or crash of an all-reduce attempt or of the quantization
-        # workspace is covered by the allreduce codes; any other is reported
-        # where it happened.
-        covered = is_attempt or step == ALLREDUCE_QUANT_STEP
+        # workspace is covered by the allreduce codes, one of a platform
+        # plugin by the platform codes (a failed plugin); any other is
+        # reported where it happened.
+        covered = is_attempt or step == ALLREDUCE_QUANT_STEP or parent == PLATFORM_STEP
         reported = isinstance(event, StepTimedOut | StepCrashed) and not covered
         tracked = _track(
             tracking.failures,
@@ -938,8 +939,11 @@ class _Derivation:
     # -- platform ----------------------------------------------------------
 
     def plugin(self, event: Event, started: StepStarted | None, name: str) -> None:
+        # A plugin that raised, timed out or crashed failed: not activated,
+        # and worth a WARNING if the run goes on on another platform.
         cause = _cause_of(event)
-        if cause is None or not isinstance(event, StepUnavailable | StepFailed):
+        stopped = isinstance(event, StepTimedOut | StepCrashed)
+        if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
             return
         plugin = _attribute(started, "plugin", name)
         reason = _reason_of(event)
@@ -948,7 +952,7 @@ class _Derivation:
             f"Platform plugin {plugin} failed: {reason}",
             step=event.step,
             args=(plugin, reason),
-            detail=cause.format(),
+            detail=_detail(cause),
         )
         self.track(failed_plugins=(*self.tracking.failed_plugins, (plugin, reason, event.seq)))
 

@@ -933,3 +933,30 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
         assert span_severity(state, 0, step, ends[step]) is expected
         assert hook(0, step, ends[step]) is expected
     assert step_severity(state, 0, ATTENTION_STEP) is None
+
+
+def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
+    from events import Messages, fold
+
+    builder = RankBuilder(0, world_size=1).run_started()
+    builder.start(PLATFORM_STEP)
+    builder.start(
+        f"{PLATFORM_STEP}/tpu",
+        kind=StepKind.CANDIDATE,
+        attributes={"plugin": "tpu", "builtin": True, "priority": 0},
+    )
+    builder.timed_out(f"{PLATFORM_STEP}/tpu", timeout_s=2.0)
+    builder.plugin("cpu", activated="CpuPlatform", priority=4)
+    builder.platform_ok("cpu", "CpuPlatform")
+    messages = fold(Messages(), builder.finish()).messages()
+
+    by_code = {message.code: message for message in messages}
+    assert "step.timed_out" not in by_code
+    assert by_code["platform.plugin_failed"].text == (
+        "Platform plugin tpu failed: timed out after 2 s"
+    )
+    fallback = by_code["platform.fallback"]
+    assert fallback.severity is Severity.WARNING
+    assert fallback.text.startswith(
+        "Platform plugin tpu failed (timed out after 2 s); continuing on CpuPlatform."
+    )
