@@ -5,7 +5,7 @@ shaped as the runner writes them. :class:`EventStream` writes them one call
 per event, and keeps the envelope right so the test states only what it is
 about::
 
-    from events import Outcome, RunOutcome
+    from events import RunOutcome, StepKind
     from events.testing import EventStream, exception_info
 
     stream = EventStream(run_id="run-1", rank=0, world_size=2).run_started()
