@@ -1,12 +1,13 @@
 """Tests of the engine projections (messages, engine state, replay) and of
 the logging bridge and report built on them.
 
-The builder here writes engine-shaped event streams by hand, following the
-step names and payload conventions of ``events._conventions`` exactly as the
-runner writes them: ``step.started`` then one terminal event per step, a
-propagating error recorded on the deepest step first and then on each
-enclosing step, a parent that absorbs a child's failure ending
-``unavailable`` with the same cause, and ``run.finished`` last.
+The builder here writes engine-shaped event streams by hand on top of
+``events.testing.EventStream``, following the step names and payload
+conventions of ``events._conventions`` exactly as the runner writes them:
+``step.started`` then one terminal event per step, a propagating error
+recorded on the deepest step first and then on each enclosing step, a parent
+that absorbs a child's failure ending ``unavailable`` with the same cause,
+and ``run.finished`` last.
 """
 
 from __future__ import annotations
