@@ -134,9 +134,13 @@ class EventStream:
         mono_ns: monotonic clock of the first event.
         tick_ns: how far both clocks move after each event (default 1 ms).
 
+    The arguments stay readable as attributes (``identity`` holds the rank
+    layout); ``wall_ns`` and ``mono_ns`` are the clock the next event takes,
+    and ``root_span_id`` is the span of the run events.
+
     Raises:
-        ValueError: ``rank`` is outside ``world_size``, or ``tick_ns`` is
-            negative.
+        ValueError: ``rank`` is outside ``world_size``, ``local_world_size``
+            is not positive, or ``tick_ns`` is negative.
     """
 
     def __init__(
@@ -154,6 +158,8 @@ class EventStream:
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside a world of {world_size}")
+        if local_world_size is not None and local_world_size < 1:
+            raise ValueError(f"local_world_size must be positive, not {local_world_size}")
         if tick_ns < 0:
             raise ValueError(f"tick_ns must not be negative, not {tick_ns}")
         local = world_size if local_world_size is None else local_world_size
