@@ -12,8 +12,9 @@
         assert captured.outcomes()["kernels"] == "unavailable"
 
 A fake host answers the probes' imports (and, through ``ctx.host``, their
-questions about the machine) the way a simulated host profile does, so a
-graph can be tested against a machine the test machine is not::
+questions about the machine) the way a simulated host profile answers the
+reference engine's, so a graph can be tested against a machine the test
+machine is not::
 
     import types
     from orchestrator.testing import fake_host, run_captured
@@ -27,8 +28,18 @@ graph can be tested against a machine the test machine is not::
         captured = await run_captured(my_graph, host=host)
         assert captured.outcomes()["kernels"] == "absent"
 
-    # On top of a host profile (a built-in name, a profile file, a Profile):
-    host = fake_host({"zentorch": OSError("undefined symbol")}, profile="zen4")
+    # On top of another importer: this interpreter's, or a host profile's.
+    from orchestrator import RealImporter
+    from orchestrator.engine import SimulatedHost, SimulatedImporter, load_profile
+
+    host = fake_host({"my_kernels": None}, base=RealImporter())
+    zen4 = load_profile("zen4")
+    host = fake_host(
+        {"zentorch": OSError("undefined symbol")},
+        base=SimulatedImporter(zen4),
+        facts=SimulatedHost(zen4),
+        name="zen4",
+    )
 
 Everything here goes through the same importer and fault plans as
 production runs; nothing patches ``builtins``.
@@ -38,10 +49,9 @@ from __future__ import annotations
 
 import copy
 import importlib.machinery
-import os
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -51,9 +61,6 @@ from ._faults import Fault, FaultAction, FaultPlan, parse_ranks
 from ._graph import Graph
 from ._importer import Importer, RealImporter
 from ._runner import Runner, RunResult
-
-if TYPE_CHECKING:
-    from .engine import Profile
 
 __all__ = ["Captured", "FakeHost", "crash", "fake_host", "faults", "hang", "raise_", "run_captured"]
 
@@ -190,8 +197,9 @@ class FakeHost:
         name: how ``run.started`` names the simulated host.
         importer: answers the probes' imports (``ctx.import_module``,
             ``ctx.find_spec``).
-        facts: what steps see as ``ctx.host`` (a profile's
-            :class:`~orchestrator.engine.SimulatedHost`, or your own object).
+        facts: what steps see as ``ctx.host`` (any object your probes ask
+            about the machine, such as the reference engine's
+            :class:`~orchestrator.engine.SimulatedHost`).
     """
 
     name: str
@@ -202,10 +210,9 @@ class FakeHost:
 def fake_host(
     modules: Mapping[str, ModuleType | BaseException | None] | None = None,
     *,
-    profile: str | os.PathLike[str] | Profile | None = None,
+    base: Importer | None = None,
     facts: Any = None,
-    hermetic: bool = True,
-    name: str | None = None,
+    name: str = "fake",
 ) -> FakeHost:
     """A fake host whose imports answer from ``modules``.
 
@@ -217,25 +224,20 @@ def fake_host(
     raises or is missing breaks ``pkg.sub`` too, and a ``pkg`` not listed is
     an empty package.
 
-    Modules not listed answer from ``profile`` when one is given (a
-    built-in profile name such as ``zen4``, a profile file, or an
-    :class:`~orchestrator.engine.Profile`: its device facts and modules,
-    through the same simulated importer ``--simulate`` uses); otherwise
-    they are not installed (``hermetic``), or import from this interpreter
-    with ``hermetic=False``.
-
-    ``facts`` is what steps see as ``ctx.host``; by default the profile's
-    :class:`~orchestrator.engine.SimulatedHost`, else ``None``. ``name``
-    defaults to the profile's name, else ``"fake"``.
+    Modules not listed are not installed, unless ``base`` answers them: an
+    :class:`~orchestrator.Importer` such as :class:`~orchestrator.RealImporter`
+    (this interpreter's modules) or the reference engine's
+    ``SimulatedImporter`` of a host profile (its device facts and modules,
+    as ``--simulate`` serves them). ``facts`` is what steps see as
+    ``ctx.host``; ``name`` is how ``run.started`` names the simulated host.
 
     Faults given to :func:`run_captured` fire in front of this importer as
-    in front of a real one. A process-isolated step gets the profile in its
-    process, but not ``modules`` (module objects do not cross processes):
-    with ``modules`` given, such a step fails with :class:`TypeError`.
+    in front of a real one. A process-isolated step imports through
+    ``base`` in its process (when ``base`` can be rebuilt there), never
+    through ``modules``, which do not cross processes: with ``modules``
+    given, such a step fails with :class:`TypeError`.
 
     Raises:
-        orchestrator.engine.ProfileError: ``profile`` names no profile, or
-            its file is not a valid profile.
         TypeError: a ``modules`` value is none of the three answers.
     """
     answers = dict(modules or {})
@@ -245,16 +247,7 @@ def fake_host(
                 f"fake_host() module {module!r}: expected a module, an exception or None, "
                 f"not {type(answer).__name__}"
             )
-    base: Importer | None = None if hermetic else RealImporter()
-    host_name = name or "fake"
-    if profile is not None:
-        from .engine import Profile, SimulatedHost, SimulatedImporter, load_profile
-
-        loaded = profile if isinstance(profile, Profile) else load_profile(profile)
-        base = SimulatedImporter(loaded)
-        facts = SimulatedHost(loaded) if facts is None else facts
-        host_name = name or loaded.name
-    return FakeHost(name=host_name, importer=_FakeImporter(answers, base), facts=facts)
+    return FakeHost(name=name, importer=_FakeImporter(answers, base), facts=facts)
 
 
 class _FakeImporter:
@@ -322,14 +315,14 @@ class _FakeImporter:
     def isolation_spec(self) -> dict[str, Any] | None:
         """How a process-isolated step rebuilds this importer: possible only
         when nothing but the base answers."""
-        if self._modules:
+        if self._modules or self._base is None:
             raise TypeError(
                 "a fake host's modules do not cross into a process-isolated step; "
-                "give the host a profile instead"
+                "give the step's host a base importer that does"
             )
         spec = getattr(self._base, "isolation_spec", None)
-        if self._base is None or (spec is None and not isinstance(self._base, RealImporter)):
-            raise TypeError("this fake host cannot be rebuilt in a process-isolated step")
+        if spec is None and not isinstance(self._base, RealImporter):
+            raise TypeError(f"{self._base!r} cannot be rebuilt in a process-isolated step")
         return None if spec is None else dict(spec())
 
 

@@ -20,8 +20,8 @@ from events import (
     StepUnavailable,
 )
 from events.testing import EventStream
-from orchestrator import Graph, Step, StepContext, optional_module_policy
-from orchestrator.engine import SimulatedHost
+from orchestrator import Graph, RealImporter, Step, StepContext, optional_module_policy
+from orchestrator.engine import SimulatedHost, SimulatedImporter, load_profile
 from orchestrator.testing import FakeHost, fake_host, faults, raise_, run_captured
 
 from .harness import assert_log_contract, only
@@ -133,9 +133,14 @@ async def test_faults_fire_in_front_of_a_fake_host() -> None:
     assert injected.startswith("my_kernels=PermissionError")
 
 
-async def test_a_profile_answers_what_the_modules_do_not() -> None:
-    host = fake_host({"my_runtime": runtime_module(2)}, profile="zen4")
-    assert isinstance(host.facts, SimulatedHost)
+async def test_a_host_profile_answers_what_the_modules_do_not() -> None:
+    zen4 = load_profile("zen4")
+    host = fake_host(
+        {"my_runtime": runtime_module(2)},
+        base=SimulatedImporter(zen4),
+        facts=SimulatedHost(zen4),
+        name=zen4.name,
+    )
 
     def facts(ctx: StepContext) -> JsonValue:
         cpuinfo = ctx.host.read_cpuinfo()
@@ -190,21 +195,26 @@ def test_imports_follow_importlib() -> None:
     assert caught.value.name == "json"
 
 
-def test_a_host_that_is_not_hermetic_imports_the_rest_for_real() -> None:
-    import json
+def test_a_host_on_the_real_importer_imports_the_rest_for_real() -> None:
+    import email
 
-    host = fake_host({"json": None, "my_runtime": runtime_module()}, hermetic=False)
-    assert host.importer.import_module("email") is __import__("email")
+    host = fake_host({"json": None, "my_runtime": runtime_module()}, base=RealImporter())
+    assert host.importer.import_module("email") is email
+    assert host.importer.find_spec("email") is not None
     assert host.importer.find_spec("json") is None
-    assert json is not None
+    with pytest.raises(ModuleNotFoundError):
+        host.importer.import_module("json")
 
 
 def test_a_fake_hosts_modules_do_not_cross_into_another_process() -> None:
     spec = getattr(fake_host({"x": None}).importer, "isolation_spec")  # noqa: B009
     with pytest.raises(TypeError, match="process-isolated"):
         spec()
-    profiled = fake_host(profile="zen4").importer
+    with pytest.raises(TypeError, match="process-isolated"):
+        fake_host().importer.isolation_spec()  # type: ignore[attr-defined]
+    profiled = fake_host(base=SimulatedImporter(load_profile("zen4"))).importer
     assert profiled.isolation_spec()["factory"].endswith(":rebuild_simulated_importer")  # type: ignore[attr-defined]
+    assert fake_host(base=RealImporter()).importer.isolation_spec() is None  # type: ignore[attr-defined]
 
 
 def test_bad_arguments_are_refused() -> None:
