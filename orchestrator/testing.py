@@ -11,13 +11,46 @@
         assert captured.error is None
         assert captured.outcomes()["kernels"] == "unavailable"
 
+A fake host answers the probes' imports (and, through ``ctx.host``, their
+questions about the machine) the way a simulated host profile answers the
+reference engine's, so a graph can be tested against a machine the test
+machine is not::
+
+    import types
+    from orchestrator.testing import fake_host, run_captured
+
+    async def test_my_probe_on_a_host_without_kernels():
+        host = fake_host({
+            "my_kernels": None,                                   # not installed
+            "my_kernels_v2": OSError("libkernels.so: cannot open shared object"),
+            "my_runtime": types.ModuleType("my_runtime"),         # imports this
+        })
+        captured = await run_captured(my_graph, host=host)
+        assert captured.outcomes()["kernels"] == "absent"
+
+    # On top of another importer: this interpreter's, or a host profile's.
+    from orchestrator import RealImporter
+    from orchestrator.engine import SimulatedHost, SimulatedImporter, load_profile
+
+    host = fake_host({"my_kernels": None}, base=RealImporter())
+    zen4 = load_profile("zen4")
+    host = fake_host(
+        {"zentorch": OSError("undefined symbol")},
+        base=SimulatedImporter(zen4),
+        facts=SimulatedHost(zen4),
+        name="zen4",
+    )
+
 Everything here goes through the same importer and fault plans as
 production runs; nothing patches ``builtins``.
 """
 
 from __future__ import annotations
 
+import copy
+import importlib.machinery
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 import attrs
@@ -26,9 +59,10 @@ from events import Event, MemoryLog, Outcome, RunFinished, outcome_of
 
 from ._faults import Fault, FaultAction, FaultPlan, parse_ranks
 from ._graph import Graph
+from ._importer import Importer, RealImporter
 from ._runner import Runner, RunResult
 
-__all__ = ["Captured", "crash", "faults", "hang", "raise_", "run_captured"]
+__all__ = ["Captured", "FakeHost", "crash", "fake_host", "faults", "hang", "raise_", "run_captured"]
 
 E = TypeVar("E", bound=Event)
 
@@ -122,7 +156,23 @@ async def run_captured(
 ) -> Captured:
     """Run ``graph`` into a fresh in-memory log and capture the outcome;
     never raises what the run raised (it is in ``Captured.error``), except
-    cancellation, which always propagates."""
+    cancellation, which always propagates.
+
+    ``options`` go to :class:`~orchestrator.Runner` (``faults``,
+    ``identity``, ``deciders``...). ``host`` may be a :class:`FakeHost`:
+    its importer answers the probes' imports, its facts are ``ctx.host``,
+    and ``run.started`` records the run as simulated on it.
+
+    Raises:
+        TypeError: ``host`` is a :class:`FakeHost` and ``importer`` is given
+            too (the fake host is the importer).
+    """
+    host = options.get("host")
+    if isinstance(host, FakeHost):
+        if options.get("importer") is not None:
+            raise TypeError("run_captured() takes a FakeHost or an importer, not both")
+        options.update(importer=host.importer, host=host.facts)
+        options.setdefault("simulated", host.name)
     log = MemoryLog(run_id, rank)
     result: RunResult | None = None
     error: BaseException | None = None
@@ -133,3 +183,160 @@ async def run_captured(
     except (KeyboardInterrupt, SystemExit) as exc:
         error = exc
     return Captured(result=result, error=error, events=log.events)
+
+
+# --- a fake host ---------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class FakeHost:
+    """A simulated machine for :func:`run_captured` (build one with
+    :func:`fake_host`).
+
+    Attributes:
+        name: how ``run.started`` names the simulated host.
+        importer: answers the probes' imports (``ctx.import_module``,
+            ``ctx.find_spec``).
+        facts: what steps see as ``ctx.host`` (any object your probes ask
+            about the machine, such as the reference engine's
+            :class:`~orchestrator.engine.SimulatedHost`).
+    """
+
+    name: str
+    importer: Importer
+    facts: Any = None
+
+
+def fake_host(
+    modules: Mapping[str, ModuleType | BaseException | None] | None = None,
+    *,
+    base: Importer | None = None,
+    facts: Any = None,
+    name: str = "fake",
+) -> FakeHost:
+    """A fake host whose imports answer from ``modules``.
+
+    ``modules`` maps a module name (``my_kernels``, ``pkg.sub``) to the
+    module an import returns, the exception an import raises (a copy of it,
+    each time) or ``None`` for a module that is not installed
+    (``ModuleNotFoundError``, and ``find_spec`` returns ``None``). As with
+    importlib, importing ``pkg.sub`` imports ``pkg`` first: a ``pkg`` that
+    raises or is missing breaks ``pkg.sub`` too, and a ``pkg`` not listed is
+    an empty package.
+
+    Modules not listed are not installed, unless ``base`` answers them: an
+    :class:`~orchestrator.Importer` such as :class:`~orchestrator.RealImporter`
+    (this interpreter's modules) or the reference engine's
+    ``SimulatedImporter`` of a host profile (its device facts and modules,
+    as ``--simulate`` serves them). ``facts`` is what steps see as
+    ``ctx.host``; ``name`` is how ``run.started`` names the simulated host.
+
+    Faults given to :func:`run_captured` fire in front of this importer as
+    in front of a real one. A process-isolated step imports through
+    ``base`` in its process (when ``base`` can be rebuilt there), never
+    through ``modules``, which do not cross processes: with ``modules``
+    given, such a step fails with :class:`TypeError`.
+
+    Raises:
+        TypeError: a ``modules`` value is none of the three answers.
+    """
+    answers = dict(modules or {})
+    for module, answer in answers.items():
+        if not (answer is None or isinstance(answer, ModuleType | BaseException)):
+            raise TypeError(
+                f"fake_host() module {module!r}: expected a module, an exception or None, "
+                f"not {type(answer).__name__}"
+            )
+    return FakeHost(name=name, importer=_FakeImporter(answers, base), facts=facts)
+
+
+class _FakeImporter:
+    """The importer of a :class:`FakeHost` (see :func:`fake_host`)."""
+
+    def __init__(
+        self, modules: Mapping[str, ModuleType | BaseException | None], base: Importer | None
+    ) -> None:
+        self._modules = dict(modules)
+        self._base = base
+        self._packages: dict[str, ModuleType] = {}
+
+    def __repr__(self) -> str:
+        return f"FakeImporter({sorted(self._modules)!r}, base={self._base!r})"
+
+    def _is_parent(self, name: str) -> bool:
+        return any(listed.startswith(name + ".") for listed in self._modules)
+
+    def _answer(self, name: str) -> ModuleType | None:
+        """The module ``name`` itself imports as (its parents done), or
+        ``None`` when neither ``modules`` nor a listed child names it.
+        Raises what importing it raises."""
+        if name in self._modules:
+            answer = self._modules[name]
+            if answer is None:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            if isinstance(answer, BaseException):
+                raise _fresh(answer)
+            return answer
+        if self._is_parent(name):
+            return self._packages.setdefault(name, _package(name))
+        return None
+
+    def import_module(self, name: str) -> ModuleType:
+        """Import ``name`` (its parent packages first) from the fake host."""
+        parts = name.split(".")
+        module: ModuleType | None = None
+        for end in range(1, len(parts) + 1):
+            module = self._answer(".".join(parts[:end]))
+            if module is None:
+                # Nothing below an unlisted module is listed: the rest is the base's.
+                if self._base is None:
+                    missing = ".".join(parts[:end])
+                    raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+                return self._base.import_module(name)
+        assert module is not None
+        return module
+
+    def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
+        """A spec if ``name`` would import or raise on import; ``None`` if it
+        or a parent package is not installed. As with importlib, a parent
+        package that raises on import raises here."""
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if prefix not in self._modules and not self._is_parent(prefix):
+                return None if self._base is None else self._base.find_spec(name)
+            answer = self._modules.get(prefix)
+            if prefix in self._modules and answer is None:
+                return None
+            if isinstance(answer, BaseException) and end < len(parts):
+                raise _fresh(answer)
+        return importlib.machinery.ModuleSpec(name, loader=None, origin="fake host")
+
+    def isolation_spec(self) -> dict[str, Any] | None:
+        """How a process-isolated step rebuilds this importer: possible only
+        when nothing but the base answers."""
+        if self._modules or self._base is None:
+            raise TypeError(
+                "a fake host's modules do not cross into a process-isolated step; "
+                "give the step's host a base importer that does"
+            )
+        spec = getattr(self._base, "isolation_spec", None)
+        if spec is None and not isinstance(self._base, RealImporter):
+            raise TypeError(f"{self._base!r} cannot be rebuilt in a process-isolated step")
+        return None if spec is None else dict(spec())
+
+
+def _fresh(exception: BaseException) -> BaseException:
+    # A copy per import, so one import's traceback and context never show
+    # up on the next; an exception that cannot be copied is raised as is.
+    try:
+        return copy.copy(exception)
+    except Exception:
+        return exception
+
+
+def _package(name: str) -> ModuleType:
+    package = ModuleType(name, f"Fake package {name} (a parent of a fake host's module).")
+    package.__path__ = []
+    package.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin="fake host")
+    return package

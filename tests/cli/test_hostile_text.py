@@ -48,9 +48,9 @@ def deep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory.mkdir()
     cause = deep_chain()
     builder = RankBuilder(0, world_size=1).run_started()
-    builder.start("probe")
+    builder.started("probe")
     builder.failed("probe", cause)
-    builder.finish(RunOutcome.FAILED, cause=cause, failed_step="probe")
+    builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="probe")
     with JsonlLog(directory / "rank-0.jsonl", run_id=builder.run_id, rank=0) as log:
         for event in builder.events:
             log.append(event)

@@ -370,9 +370,9 @@ def test_a_line_neither_reads_keeps_orjsons_explanation() -> None:
 
 def deep_failure(info: ExceptionInfo) -> RankBuilder:
     builder = RankBuilder(0, world_size=1).run_started()
-    builder.start("probe")
+    builder.started("probe")
     builder.failed("probe", info)
-    builder.finish(RunOutcome.FAILED, cause=info, failed_step="probe")
+    builder.run_finished(RunOutcome.FAILED, cause=info, failed_step="probe")
     return builder
 
 

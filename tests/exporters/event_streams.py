@@ -16,28 +16,17 @@ launcher's span)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from events import (
-    DecisionMade,
     Event,
     ExceptionInfo,
     FrameInfo,
-    JsonValue,
     Outcome,
-    RankIdentity,
-    RunFinished,
-    RunOutcome,
-    RunStarted,
     Severity,
     StepKind,
-    StepStarted,
-    StepSucceeded,
-    StepUnavailable,
     merge,
     outcome_of,
 )
+from events.testing import BASE_WALL_NS, EventStream
 from exporters import default_severity
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -46,7 +35,7 @@ RUN_ID = "run-7f3a"
 WORLD_SIZE = 8
 #: Every timestamp is a whole number of microseconds, so Jaeger's µs
 #: resolution round-trips exactly.
-BASE_NS = 1_767_225_600_000_000_000
+BASE_NS = BASE_WALL_NS
 
 ZENTORCH_CAUSE = ExceptionInfo(
     type="OSError",
@@ -80,172 +69,56 @@ MNNVL_CAUSE = ExceptionInfo(
 )
 
 
-class RankEvents:
-    """Builds one rank's events: gapless seq, deterministic ids and times."""
-
-    def __init__(
-        self,
-        rank: int,
-        *,
-        world_size: int = WORLD_SIZE,
-        run_id: str = RUN_ID,
-        trace_id: str = TRACE_ID,
-        launcher_span_id: str | None = LAUNCHER_SPAN_ID,
-    ) -> None:
-        self.rank = rank
-        self.world_size = world_size
-        self.run_id = run_id
-        self.trace_id = trace_id
-        self.launcher_span_id = launcher_span_id
-        self.events: list[Event] = []
-        self._spans = 0
-        self._open: dict[str, tuple[str, str | None]] = {}
-        self.root_span_id = self._new_span_id()
-
-    def _new_span_id(self) -> str:
-        self._spans += 1
-        return f"{self.rank + 1:04x}{self._spans:012x}"
-
-    def time_ns(self, index: int | None = None) -> int:
-        """Wall time of the event at ``index`` (default: the next one)."""
-        position = len(self.events) if index is None else index
-        return BASE_NS + self.rank * 1_000_000 + position * 10_000_000
-
-    def _envelope(self, step: str, span_id: str, parent: str | None) -> dict[str, Any]:
-        wall = self.time_ns()
-        return {
-            "run_id": self.run_id,
-            "rank": self.rank,
-            "seq": len(self.events),
-            "wall_ns": wall,
-            "mono_ns": wall - BASE_NS,
-            "step": step,
-            "trace_id": self.trace_id,
-            "span_id": span_id,
-            "parent_span_id": parent,
-        }
-
-    def run_started(self, *, graph: str = "engine") -> RankEvents:
-        self.events.append(
-            RunStarted(
-                **self._envelope("", self.root_span_id, self.launcher_span_id),
-                identity=RankIdentity(
-                    rank=self.rank,
-                    local_rank=self.rank % 4,
-                    world_size=self.world_size,
-                    local_world_size=4,
-                    node_rank=self.rank // 4,
-                ),
-                host=f"node-{self.rank // 4}",
-                pid=4000 + self.rank,
-                versions={"torch": "2.6.0"},
-                graph=graph,
-            )
-        )
-        return self
-
-    def start(
-        self,
-        step: str,
-        *,
-        parent: str | None = None,
-        kind: StepKind = StepKind.STEP,
-        attributes: Mapping[str, JsonValue] | None = None,
-        depends_on: tuple[str, ...] = (),
-    ) -> str:
-        """Open ``step`` under ``parent`` (a step path; default the root)."""
-        parent_span = self.root_span_id if parent is None else self._open[parent][0]
-        span_id = self._new_span_id()
-        self._open[step] = (span_id, parent_span)
-        self.events.append(
-            StepStarted(
-                **self._envelope(step, span_id, parent_span),
-                kind=kind,
-                depends_on=depends_on,
-                attributes=dict(attributes or {}),
-            )
-        )
-        return span_id
-
-    def end(self, event_type: type[Event], step: str, **payload: Any) -> None:
-        """Close ``step`` with a terminal event of ``event_type``."""
-        span_id, parent = self._open.pop(step)
-        self.events.append(event_type(**self._envelope(step, span_id, parent), **payload))
-
-    def decision(self, name: str, value: JsonValue, *, step: str | None = None) -> None:
-        span_id, parent = (
-            (self.root_span_id, self.launcher_span_id) if step is None else self._open[step]
-        )
-        self.events.append(
-            DecisionMade(**self._envelope(step or "", span_id, parent), name=name, value=value)
-        )
-
-    def run_finished(
-        self,
-        outcome: RunOutcome = RunOutcome.READY,
-        *,
-        cause: ExceptionInfo | None = None,
-        failed_step: str | None = None,
-    ) -> list[Event]:
-        self.events.append(
-            RunFinished(
-                **self._envelope("", self.root_span_id, self.launcher_span_id),
-                outcome=outcome,
-                cause=cause,
-                failed_step=failed_step,
-            )
-        )
-        return self.events
+def started_rank(rank: int, *, world_size: int = WORLD_SIZE) -> EventStream:
+    """One rank of the reference run (four ranks a node, roots under the
+    launcher's span), ``run.started`` written. Each event comes 10 ms after
+    the one before; rank ``r`` starts ``r`` ms after ``BASE_NS``, at
+    monotonic ``r`` ms."""
+    return EventStream(
+        run_id=RUN_ID,
+        rank=rank,
+        world_size=world_size,
+        local_world_size=4,
+        trace_id=TRACE_ID,
+        launcher_span_id=LAUNCHER_SPAN_ID,
+        wall_ns=BASE_NS + rank * 1_000_000,
+        mono_ns=rank * 1_000_000,
+        tick_ns=10_000_000,
+    ).run_started(versions={"torch": "2.6.0"}, graph="engine")
 
 
-def reference_rank(rank: int, *, world_size: int = WORLD_SIZE) -> RankEvents:
+def reference_rank(rank: int, *, world_size: int = WORLD_SIZE) -> EventStream:
     """The reference scenario of the module docstring for one rank."""
-    builder = RankEvents(rank, world_size=world_size).run_started()
-    builder.start("platform")
-    builder.start(
+    builder = started_rank(rank, world_size=world_size)
+    builder.started("platform")
+    builder.started(
         "platform/cpu",
-        parent="platform",
         kind=StepKind.CANDIDATE,
         attributes={"candidate": "cpu", "priority": 4},
     )
-    builder.start(
+    builder.started(
         "platform/cpu/zentorch",
-        parent="platform/cpu",
         kind=StepKind.ATTEMPT,
         attributes={"module": "zentorch"},
     )
-    builder.end(
-        StepUnavailable,
-        "platform/cpu/zentorch",
-        outcome=Outcome.UNAVAILABLE,
-        reasons=(ZENTORCH_CAUSE.reason,),
-        cause=ZENTORCH_CAUSE,
-    )
-    builder.end(StepSucceeded, "platform/cpu", result={"activated": True, "class": "CpuPlatform"})
-    builder.end(StepSucceeded, "platform", result="cpu")
-    builder.start("allreduce/workspace", attributes={"backend": "auto"}, depends_on=("platform",))
-    builder.start(
+    builder.unavailable("platform/cpu/zentorch", cause=ZENTORCH_CAUSE)
+    builder.succeeded("platform/cpu", {"activated": True, "class": "CpuPlatform"})
+    builder.succeeded("platform", "cpu")
+    builder.started("allreduce/workspace", attributes={"backend": "auto"}, depends_on=("platform",))
+    builder.started(
         "allreduce/workspace/mnnvl",
-        parent="allreduce/workspace",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "mnnvl", "priority": 0},
     )
-    builder.end(
-        StepUnavailable,
-        "allreduce/workspace/mnnvl",
-        outcome=Outcome.UNAVAILABLE,
-        reasons=(MNNVL_CAUSE.reason,),
-        cause=MNNVL_CAUSE,
-    )
-    builder.start(
+    builder.unavailable("allreduce/workspace/mnnvl", cause=MNNVL_CAUSE)
+    builder.started(
         "allreduce/workspace/trtllm",
-        parent="allreduce/workspace",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "trtllm", "priority": 1},
     )
-    builder.end(StepSucceeded, "allreduce/workspace/trtllm", result={"backend": "trtllm"})
+    builder.succeeded("allreduce/workspace/trtllm", {"backend": "trtllm"})
     builder.decision("allreduce.backend", "trtllm", step="allreduce/workspace")
-    builder.end(StepSucceeded, "allreduce/workspace", result="trtllm")
+    builder.succeeded("allreduce/workspace", "trtllm")
     builder.decision("run.ready", True)
     builder.run_finished()
     return builder

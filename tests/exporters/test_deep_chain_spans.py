@@ -35,9 +35,9 @@ def leaf(name: str, cause: ExceptionInfo | None = None) -> ExceptionInfo:
 
 def failed_run(info: ExceptionInfo) -> RankBuilder:
     builder = RankBuilder(0, world_size=1).run_started()
-    builder.start("probe")
+    builder.started("probe")
     builder.failed("probe", info)
-    builder.finish(RunOutcome.FAILED, cause=info, failed_step="probe")
+    builder.run_finished(RunOutcome.FAILED, cause=info, failed_step="probe")
     return builder
 
 

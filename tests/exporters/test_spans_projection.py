@@ -24,6 +24,7 @@ from events import (
     StepTimedOut,
     StepUnavailable,
 )
+from events.testing import EventStream
 from exporters import (
     DEFAULT_SERVICE_NAME,
     ROOT_SPAN_NAME,
@@ -41,10 +42,10 @@ from tests.exporters.event_streams import (
     TRACE_ID,
     WORLD_SIZE,
     ZENTORCH_CAUSE,
-    RankEvents,
     reference_rank,
     reference_stream,
     severity_with_warning_attempts,
+    started_rank,
 )
 
 
@@ -151,8 +152,8 @@ def test_attributes_carry_rank_identity_step_kind_outcome_severity_and_step_fact
 
 
 def test_recorded_facts_win_over_step_attributes_of_the_same_name() -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("probe", attributes={"rank": 99, "outcome": "fake", "note": "kept"})
+    builder = started_rank(0)
+    builder.started("probe", attributes={"rank": 99, "outcome": "fake", "note": "kept"})
     builder.end(StepSucceeded, "probe")
     (span,) = fed(builder.events)
 
@@ -163,8 +164,8 @@ def test_recorded_facts_win_over_step_attributes_of_the_same_name() -> None:
 
 
 def test_step_attribute_values_become_valid_opentelemetry_values() -> None:
-    builder = RankEvents(0).run_started()
-    builder.start(
+    builder = started_rank(0)
+    builder.started(
         "probe",
         attributes={
             "names": ["a", "b"],
@@ -230,8 +231,8 @@ def test_group_members_and_their_causes_are_exception_events_too() -> None:
         reason="ExceptionGroup: probes failed (2 sub-exceptions)",
         exceptions=(first, second),
     )
-    builder = RankEvents(0).run_started()
-    builder.start("probe")
+    builder = started_rank(0)
+    builder.started("probe")
     builder.end(StepFailed, "probe", cause=group)
     (span,) = fed(builder.events)
 
@@ -280,8 +281,8 @@ def test_without_a_hook_unavailable_attempts_stay_unset() -> None:
     ],
 )
 def test_default_severity(outcome: Outcome, expected: Severity | None) -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("probe")
+    builder = started_rank(0)
+    builder.started("probe")
     cause = ExceptionInfo(type="RuntimeError", message="x", reason="RuntimeError: x")
     match outcome:
         case Outcome.OK:
@@ -307,8 +308,8 @@ def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
         reason="RuntimeError: unknown zentorch failure",
         context=ExceptionInfo(type="OSError", message="boom", reason="OSError: boom"),
     )
-    builder = RankEvents(0).run_started()
-    builder.start("platform")
+    builder = started_rank(0)
+    builder.started("platform")
     builder.end(StepFailed, "platform", cause=cause, propagated=True)
     builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="platform")
     step, root = spans_from_events(builder.events)
@@ -332,8 +333,8 @@ def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
 
 
 def test_timeout_is_a_timeout_error_event() -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder = started_rank(0)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.end(StepTimedOut, "attention/FLASH_ATTN", timeout_s=2.5, elapsed_ns=2_500_000_000)
     (span,) = fed(builder.events)
 
@@ -360,8 +361,8 @@ def test_timeout_is_a_timeout_error_event() -> None:
 def test_crash_is_a_process_crashed_event_with_the_stderr_tail(
     fields: dict[str, int], expected: str
 ) -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("platform/cuda")
+    builder = started_rank(0)
+    builder.started("platform/cuda")
     builder.end(
         StepCrashed, "platform/cuda", stderr_tail=("Fatal Python error", "Segmentation"), **fields
     )
@@ -378,8 +379,8 @@ def test_crash_is_a_process_crashed_event_with_the_stderr_tail(
 
 
 def test_cancelled_step_has_no_severity_and_stays_unset() -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
+    builder = started_rank(0)
+    builder.started("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
     builder.end(StepCancelled, "attention/TRITON_ATTN", reason="sibling FLASH_ATTN failed")
     (span,) = fed(builder.events)
 
@@ -408,10 +409,10 @@ def test_severity_hook_gets_rank_step_and_outcome_event() -> None:
 
 
 def test_a_rank_that_stopped_closes_its_open_spans_as_incomplete() -> None:
-    builder = RankEvents(1).run_started()
-    builder.start("platform")
-    builder.start("platform/cuda", parent="platform")
-    builder.start("platform/cuda/probe", parent="platform/cuda")
+    builder = started_rank(1)
+    builder.started("platform")
+    builder.started("platform/cuda")
+    builder.started("platform/cuda/probe")
     builder.end(StepSucceeded, "platform/cuda/probe")
     last = builder.events[-1].wall_ns
     projection = SpanProjection()
@@ -527,8 +528,8 @@ def test_a_stream_joined_late_still_gives_spans() -> None:
 
 
 def test_a_terminal_event_without_its_start_still_gives_a_span() -> None:
-    builder = RankEvents(0).run_started()
-    builder.start("probe")
+    builder = started_rank(0)
+    builder.started("probe")
     events = [event for event in builder.events if not isinstance(event, StepStarted)]
     builder.end(StepSucceeded, "probe")
     (span,) = fed([*events, builder.events[-1]])
@@ -538,8 +539,8 @@ def test_a_terminal_event_without_its_start_still_gives_a_span() -> None:
 
 
 def test_malformed_ids_are_a_clear_error() -> None:
-    builder = RankEvents(0, trace_id="not-a-trace-id" + "0" * 18).run_started()
-    builder.start("probe")
+    builder = EventStream(trace_id="not-a-trace-id" + "0" * 18).run_started()
+    builder.started("probe")
     builder.end(StepSucceeded, "probe")
 
     with pytest.raises(ValueError, match=r"step\.succeeded \(rank 0, seq 2, step 'probe'\)"):

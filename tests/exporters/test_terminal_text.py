@@ -134,20 +134,20 @@ def hostile_zentorch(message: str = HOSTILE) -> RankBuilder:
         "OSError", message, frame="probe_zentorch", notes=(f"note\x1b]0;title\x07\n{FORGED}",)
     )
     builder = RankBuilder(0).run_started()
-    builder.start(PLATFORM_STEP)
-    builder.start(
+    builder.started(PLATFORM_STEP)
+    builder.started(
         f"{PLATFORM_STEP}/cpu",
         kind=StepKind.CANDIDATE,
         attributes={"plugin": "cpu", "builtin": True, "priority": 4},
     )
-    builder.start(ZENTORCH_STEP)
+    builder.started(ZENTORCH_STEP)
     builder.unavailable(ZENTORCH_STEP, cause=cause)
-    builder.ok(
+    builder.succeeded(
         f"{PLATFORM_STEP}/cpu",
         {"activated": True, "platform_class": "CpuPlatform", "device": "cpu"},
     )
     builder.platform_ok("cpu", "CpuPlatform")
-    builder.finish()
+    builder.run_finished()
     return builder
 
 
@@ -155,9 +155,9 @@ def hostile_failure() -> RankBuilder:
     """A start that fails with the hostile message (an ERROR)."""
     cause = exception("RuntimeError", HOSTILE, frame="probe")
     builder = RankBuilder(0).run_started()
-    builder.start("probe")
+    builder.started("probe")
     builder.failed("probe", cause)
-    builder.finish(RunOutcome.FAILED, cause=cause, failed_step="probe")
+    builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="probe")
     return builder
 
 
@@ -198,10 +198,10 @@ def hostile_views_stream() -> list[events.Event]:
     cause = exception("RuntimeError", HOSTILE, frame="probe")
     builder = RankBuilder(0).run_started()
     step = f"probe\x1b[8m\n{FORGED}"
-    builder.start(step)
+    builder.started(step)
     builder.decision(f"pick\x1b[0m\n{FORGED}", f"value\x07\n{FORGED}", step=step)
     builder.failed(step, cause)
-    return builder.finish(RunOutcome.FAILED, cause=cause, failed_step=step)
+    return builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step=step)
 
 
 def test_explain_blame_and_critical_path_escape_and_indent() -> None:

@@ -37,11 +37,11 @@ GROUP_LOST = exception(
 def survivor_of_a_lost_peer(rank: int, world_size: int) -> list:
     """Waited for a peer in the all-reduce agreement and failed with GroupError."""
     builder = RankBuilder(rank, world_size=world_size).run_started().cuda_platform()
-    builder.start(ALLREDUCE_STEP)
-    builder.start(f"{ALLREDUCE_STEP}/agree", kind=StepKind.STEP)
+    builder.started(ALLREDUCE_STEP)
+    builder.started(f"{ALLREDUCE_STEP}/agree", kind=StepKind.STEP)
     builder.failed(f"{ALLREDUCE_STEP}/agree", GROUP_LOST)
     builder.failed(ALLREDUCE_STEP, GROUP_LOST)
-    return builder.finish(RunOutcome.FAILED, cause=GROUP_LOST, failed_step=ALLREDUCE_STEP)
+    return builder.run_finished(RunOutcome.FAILED, cause=GROUP_LOST, failed_step=ALLREDUCE_STEP)
 
 
 def test_a_rank_without_a_log_makes_the_run_incomplete_and_is_named_first() -> None:
@@ -124,7 +124,7 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
     # Rank 1 was stuck (its last event early) and the launcher killed it after
     # rank 0 failed; without the manifest the earliest event would blame rank 1.
     stuck = RankBuilder(1, world_size=2).run_started()
-    stuck.start(ATTENTION_STEP)
+    stuck.started(ATTENTION_STEP)
     failing = survivor_of_a_lost_peer(0, 2)
     failing = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in failing]
     streams = [failing, stuck.events]
@@ -148,11 +148,11 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
 
 def test_a_rank_that_died_with_several_steps_in_flight_lists_them_all() -> None:
     builder = RankBuilder(0, world_size=1).run_started().cuda_platform()
-    builder.start(ATTENTION_STEP)
+    builder.started(ATTENTION_STEP)
     for name in ("FLASH_ATTN", "TRITON_ATTN"):
-        builder.start(f"{ATTENTION_STEP}/{name}", kind=StepKind.CANDIDATE)
-    builder.start(ALLREDUCE_STEP)
-    builder.start(f"{ALLREDUCE_STEP}/mnnvl", kind=StepKind.ATTEMPT)
+        builder.started(f"{ATTENTION_STEP}/{name}", kind=StepKind.CANDIDATE)
+    builder.started(ALLREDUCE_STEP)
+    builder.started(f"{ALLREDUCE_STEP}/mnnvl", kind=StepKind.ATTEMPT)
     launch = LaunchRecord(
         world_size=1,
         started_wall_ns=BASE_NS,
@@ -184,9 +184,9 @@ def test_a_rank_that_died_with_several_steps_in_flight_lists_them_all() -> None:
 def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
     stop = exception("orchestrator._errors.StartupInterrupted", "received SIGTERM")
     builder = RankBuilder(0, world_size=1).run_started()
-    builder.start("process_group")
+    builder.started("process_group")
     builder.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
-    events = builder.finish(RunOutcome.INTERRUPTED, cause=stop)
+    events = builder.run_finished(RunOutcome.INTERRUPTED, cause=stop)
     result = replay([events])
 
     assert result.outcome is RunOutcome.INTERRUPTED

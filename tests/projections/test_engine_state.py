@@ -59,7 +59,7 @@ def test_ready_rank() -> None:
 def test_fusion_disabled_when_the_chain_is_exhausted() -> None:
     builder = RankBuilder(0).run_started().cuda_platform().flashinfer_comm("broken")
     builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", TRTLLM_FAILED)])
-    state = state_of(builder.finish())
+    state = state_of(builder.run_finished())
     assert state.outcome is RunOutcome.READY
     assert state.flashinfer_comm_available is False
     assert state.fusion_enabled is False
@@ -69,7 +69,7 @@ def test_fusion_disabled_when_the_chain_is_exhausted() -> None:
 def test_agreed_backend_wins_over_the_local_chain() -> None:
     builder = RankBuilder(0).run_started()
     builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)], agreed=None)
-    state = state_of(builder.finish())
+    state = state_of(builder.run_finished())
     assert state.fusion_enabled is False
     assert state.allreduce_backend is None
 
@@ -84,10 +84,10 @@ def failed_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:
         cause=ZENTORCH_RUNTIME,
     )
     builder = RankBuilder(rank, offset_ns=offset_ns).run_started()
-    builder.start(PLATFORM_STEP)
+    builder.started(PLATFORM_STEP)
     builder.cpu_plugin("failed")
     builder.failed(PLATFORM_STEP, unspecified)
-    return builder.finish(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
+    return builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
 
 
 def test_failed_rank_root_cause_is_the_failure_that_reached_the_graph() -> None:
@@ -107,11 +107,11 @@ def test_failed_rank_root_cause_is_the_failure_that_reached_the_graph() -> None:
 def test_failed_rank_root_cause_is_the_deepest_step() -> None:
     boom = exception("AttributeError", "module 'flash_attn' has no attribute 'flash_attn_func'")
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.failed("attention/FLASH_ATTN", boom)
     builder.failed(ATTENTION_STEP, boom)
-    events = builder.finish(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+    events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
     cause = state_of(events).root_cause
     assert cause is not None
     assert (cause.step, cause.exception) == ("attention/FLASH_ATTN", boom)
@@ -121,9 +121,9 @@ def test_failed_rank_root_cause_is_the_deepest_step() -> None:
 def test_timed_out_step_that_failed_the_run_is_the_root_cause() -> None:
     timeout = exception("orchestrator._errors.StepTimeoutError", "step 'custom' timed out")
     builder = RankBuilder(0).run_started()
-    builder.start("custom")
+    builder.started("custom")
     builder.timed_out("custom", 1)
-    events = builder.finish(RunOutcome.FAILED, cause=timeout, failed_step="custom")
+    events = builder.run_finished(RunOutcome.FAILED, cause=timeout, failed_step="custom")
     cause = state_of(events).root_cause
     assert cause is not None
     assert cause.step == "custom"
@@ -135,10 +135,10 @@ def dead_rank(rank: int, *, offset_ns: int = 0, world_size: int = 8) -> list[Eve
     builder = (
         RankBuilder(rank, offset_ns=offset_ns, world_size=world_size).run_started().cuda_platform()
     )
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.start("attention/FLASHINFER", kind=StepKind.CANDIDATE)
-    builder.ok("attention/FLASH_ATTN")
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started("attention/FLASHINFER", kind=StepKind.CANDIDATE)
+    builder.succeeded("attention/FLASH_ATTN")
     return builder.events
 
 
@@ -161,8 +161,8 @@ def test_incomplete_rank_is_in_the_step_it_was_in() -> None:
 def test_a_rank_that_died_mid_propagation_names_the_failure() -> None:
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.failed("attention/FLASH_ATTN", boom)
     cause = state_of(builder.events).root_cause
     assert cause is not None
@@ -199,7 +199,7 @@ def test_divergent_allreduce_backends_are_an_error() -> None:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", TRTLLM_FAILED)])
         else:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)])
-        streams.append(builder.finish())
+        streams.append(builder.run_finished())
     divergences = find_divergences(fold(EngineStates(), merge(streams)))
     assert len(divergences) == 1
     (divergence,) = divergences
@@ -222,7 +222,7 @@ def test_platform_and_attention_divergences() -> None:
     streams = []
     for rank in range(4):
         builder = RankBuilder(rank).run_started()
-        builder.start(PLATFORM_STEP)
+        builder.started(PLATFORM_STEP)
         if rank == 3:
             builder.platform_ok("cpu", "CpuPlatform")
         else:
@@ -230,7 +230,7 @@ def test_platform_and_attention_divergences() -> None:
         builder.attention_auto(
             {"FLASH_ATTN": None}, selected="FLASH_ATTN" if rank < 2 else "TRITON_ATTN"
         )
-        streams.append(builder.finish())
+        streams.append(builder.run_finished())
     found = {d.code: d for d in find_divergences(fold(EngineStates(), merge(streams)))}
     assert set(found) == {"platform.divergence", "attention.divergence"}
     assert found["platform.divergence"].severity is Severity.ERROR
@@ -290,7 +290,7 @@ def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
         replay(twice)
     with pytest.raises(FoldError):
         replay([stream[0], stream[2]])
-    other_run = RankBuilder(1, run_id="another").run_started().finish()
+    other_run = RankBuilder(1, run_id="another").run_started().run_finished()
     with pytest.raises(LogError, match="different runs"):
         replay([stream, other_run])
 
@@ -309,7 +309,7 @@ def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
         (
             lambda: [
                 healthy_rank(0, world_size=2),
-                RankBuilder(1, world_size=2).run_started().finish(RunOutcome.INTERRUPTED),
+                RankBuilder(1, world_size=2).run_started().run_finished(RunOutcome.INTERRUPTED),
             ],
             RunOutcome.INTERRUPTED,
         ),

@@ -174,13 +174,13 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     streams = {}
     for rank, broken in ((0, False), (1, True), (2, True)):
         builder = RankBuilder(rank, world_size=3, local_world_size=4).run_started()
-        builder.start("platform")
-        builder.start("platform/cpu")
-        builder.start("platform/cpu/zentorch")
+        builder.started("platform")
+        builder.started("platform/cpu")
+        builder.started("platform/cpu/zentorch")
         if broken:
             builder.unavailable("platform/cpu/zentorch", cause=ZENTORCH_ABI)
         else:
-            builder.ok("platform/cpu/zentorch")
+            builder.succeeded("platform/cpu/zentorch")
         streams[rank] = builder.events
 
     bridges = {rank: LoggingBridge(hold_warnings=True) for rank in streams}

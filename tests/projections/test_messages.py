@@ -155,7 +155,7 @@ def test_unknown_code_has_no_rule() -> None:
 def test_platform_detected_and_a_failed_plugin_is_debug_then_a_fallback_warning() -> None:
     broken = exception("RuntimeError", "libtpu.so: cannot open shared object file")
     builder = RankBuilder(0).run_started().cuda_platform(broken_plugin=broken)
-    state = derive(builder.finish())
+    state = derive(builder.run_finished())
 
     failed = only(state, "platform.plugin_failed")
     assert_rule(failed)
@@ -187,7 +187,7 @@ def test_platform_detected_and_a_failed_plugin_is_debug_then_a_fallback_warning(
 
 
 def test_no_fallback_warning_when_every_plugin_answered() -> None:
-    state = derive(RankBuilder(0).run_started().cuda_platform().finish())
+    state = derive(RankBuilder(0).run_started().cuda_platform().run_finished())
     assert "platform.fallback" not in codes_of(state)
     assert "platform.plugin_failed" not in codes_of(state)
 
@@ -218,10 +218,10 @@ def test_terminal_platform_errors(error: object, code: str) -> None:
 
     assert isinstance(error, ExceptionInfo)
     builder = RankBuilder(0).run_started()
-    builder.start(PLATFORM_STEP)
+    builder.started(PLATFORM_STEP)
     builder.plugin("cuda", activated="CudaPlatform")
     builder.failed(PLATFORM_STEP, error)
-    state = derive(builder.finish(RunOutcome.FAILED, cause=error, failed_step=PLATFORM_STEP))
+    state = derive(builder.run_finished(RunOutcome.FAILED, cause=error, failed_step=PLATFORM_STEP))
 
     message = only(state, code)
     assert_rule(message)
@@ -236,7 +236,7 @@ def test_terminal_platform_errors(error: object, code: str) -> None:
 
 def zentorch_rank(zentorch: str, rank: int = 0, **options: object) -> RankBuilder:
     builder = RankBuilder(rank, **options).run_started()  # type: ignore[arg-type]
-    builder.start(PLATFORM_STEP)
+    builder.started(PLATFORM_STEP)
     builder.cpu_plugin(zentorch)
     if zentorch == "failed":
         unspecified = exception(
@@ -246,11 +246,11 @@ def zentorch_rank(zentorch: str, rank: int = 0, **options: object) -> RankBuilde
             cause=ZENTORCH_RUNTIME,
         )
         builder.failed(PLATFORM_STEP, unspecified)
-        builder.finish(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
+        builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
         return builder
     platform_class = "ZenCpuPlatform" if zentorch == "loaded" else "CpuPlatform"
     builder.platform_ok("cpu", platform_class)
-    builder.finish()
+    builder.run_finished()
     return builder
 
 
@@ -329,19 +329,19 @@ def test_attention_candidates_and_automatic_selection() -> None:
 
 def explicit_rank(outcome: str) -> list[Event]:
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP, attributes={"explicit": "FLASHINFER", "candidates": []})
-    builder.start(
+    builder.started(ATTENTION_STEP, attributes={"explicit": "FLASHINFER", "candidates": []})
+    builder.started(
         "attention/FLASHINFER",
         kind=StepKind.CANDIDATE,
         attributes={"candidate": "FLASHINFER", "priority": 1},
     )
     if outcome == "ok":
-        builder.ok("attention/FLASHINFER", {"candidate": "FLASHINFER", "priority": 1})
-        builder.ok(
+        builder.succeeded("attention/FLASHINFER", {"candidate": "FLASHINFER", "priority": 1})
+        builder.succeeded(
             ATTENTION_STEP,
             {"backend": "FLASHINFER", "explicit": "FLASHINFER", "considered": ["FLASHINFER"]},
         )
-        return builder.finish()
+        return builder.run_finished()
     builder.unavailable("attention/FLASHINFER", cause=FLASHINFER_PERMISSION)
     error = exception(
         "ValueError",
@@ -350,7 +350,7 @@ def explicit_rank(outcome: str) -> list[Event]:
         cause=FLASHINFER_PERMISSION,
     )
     builder.failed(ATTENTION_STEP, error)
-    return builder.finish(RunOutcome.FAILED, cause=error, failed_step=ATTENTION_STEP)
+    return builder.run_finished(RunOutcome.FAILED, cause=error, failed_step=ATTENTION_STEP)
 
 
 def test_explicit_selection() -> None:
@@ -373,15 +373,15 @@ def test_explicit_selection_invalid_is_one_error_with_the_message() -> None:
 
 def test_no_valid_backend() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP, attributes={"explicit": None, "candidates": ["FLASH_ATTN"]})
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP, attributes={"explicit": None, "candidates": ["FLASH_ATTN"]})
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.unavailable("attention/FLASH_ATTN", Outcome.INVALID, reasons=["fp8 kv cache"])
     error = exception(
         "ValueError",
         "No valid backend found for this configuration. Reasons: {FLASH_ATTN: ['fp8 kv cache']}",
     )
     builder.failed(ATTENTION_STEP, error)
-    state = derive(builder.finish(RunOutcome.FAILED, cause=error, failed_step=ATTENTION_STEP))
+    state = derive(builder.run_finished(RunOutcome.FAILED, cause=error, failed_step=ATTENTION_STEP))
     message = only(state, "attention.none_valid")
     assert_rule(message)
     assert message.text == error.message
@@ -391,13 +391,13 @@ def test_no_valid_backend() -> None:
 def test_a_propagating_candidate_error_is_one_step_failed_on_the_candidate() -> None:
     boom = exception("RuntimeError", "CUDA driver version is insufficient")
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.start("attention/FLASHINFER", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started("attention/FLASHINFER", kind=StepKind.CANDIDATE)
     builder.failed("attention/FLASH_ATTN", boom)
     builder.cancelled("attention/FLASHINFER")
     builder.failed(ATTENTION_STEP, boom)
-    events = builder.finish(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+    events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
     state = derive(events)
 
     assert codes_of(state) == ["step.failed", "run.failed"]
@@ -423,7 +423,7 @@ def test_a_propagating_candidate_error_is_one_step_failed_on_the_candidate() -> 
 
 def test_flashinfer_comm_import_failure_is_debug_with_the_message() -> None:
     builder = RankBuilder(0).run_started().flashinfer_comm("broken")
-    message = only(derive(builder.finish()), "flashinfer_comm.unavailable")
+    message = only(derive(builder.run_finished()), "flashinfer_comm.unavailable")
     assert_rule(message)
     assert message.text == "flashinfer.comm import failed: type 'array.array' is not subscriptable"
     assert message.step == FLASHINFER_COMM_STEP
@@ -433,16 +433,16 @@ def test_flashinfer_comm_import_failure_is_debug_with_the_message() -> None:
 
 def test_flashinfer_comm_missing_symbol_and_absent() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(FLASHINFER_COMM_STEP)
+    builder.started(FLASHINFER_COMM_STEP)
     builder.unavailable(
         FLASHINFER_COMM_STEP, reasons=["flashinfer.comm has no create_allreduce_fusion_workspace"]
     )
-    message = only(derive(builder.finish()), "flashinfer_comm.unavailable")
+    message = only(derive(builder.run_finished()), "flashinfer_comm.unavailable")
     assert message.text == (
         "flashinfer.comm is unavailable: flashinfer.comm has no create_allreduce_fusion_workspace"
     )
     # flashinfer not installed at all is the expected case: no message.
-    absent = RankBuilder(0).run_started().flashinfer_comm("absent").finish()
+    absent = RankBuilder(0).run_started().flashinfer_comm("absent").run_finished()
     assert codes_of(derive(absent)) == ["run.ready"]
 
 
@@ -491,7 +491,7 @@ def test_step_severity_marks_the_failed_attempt_not_its_parent() -> None:
 def test_exhausted_chain_is_an_error_and_fusion_is_disabled() -> None:
     builder = RankBuilder(0).run_started()
     builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED)], requested="mnnvl")
-    state = derive(builder.finish())
+    state = derive(builder.run_finished())
     failed = only(state, "allreduce.workspace_failed")
     assert_rule(failed)
     assert failed.text.startswith(
@@ -506,7 +506,7 @@ def test_exhausted_chain_is_an_error_and_fusion_is_disabled() -> None:
 def test_two_failed_attempts_warn_then_error_on_the_last_backend() -> None:
     builder = RankBuilder(0).run_started()
     builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", TRTLLM_FAILED)])
-    state = derive(builder.finish())
+    state = derive(builder.run_finished())
     assert codes_of(state) == [
         "allreduce.attempt_failed",
         "allreduce.workspace_failed",
@@ -520,28 +520,28 @@ def test_two_failed_attempts_warn_then_error_on_the_last_backend() -> None:
 
 def test_no_attempt_no_workspace_message() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(ALLREDUCE_STEP)
-    builder.ok(ALLREDUCE_STEP, {"enabled": False, "backend": None, "reason": "tp == 1"})
-    assert codes_of(derive(builder.finish())) == ["run.ready"]
+    builder.started(ALLREDUCE_STEP)
+    builder.succeeded(ALLREDUCE_STEP, {"enabled": False, "backend": None, "reason": "tp == 1"})
+    assert codes_of(derive(builder.run_finished())) == ["run.ready"]
 
 
 def test_a_timed_out_attempt_with_fallback_is_a_warning_not_an_error() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(ALLREDUCE_STEP)
-    builder.start(
+    builder.started(ALLREDUCE_STEP)
+    builder.started(
         "allreduce_workspace/mnnvl",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "mnnvl", "fallback_left": True},
     )
     builder.timed_out("allreduce_workspace/mnnvl", 30)
-    builder.start(
+    builder.started(
         "allreduce_workspace/trtllm",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "trtllm", "fallback_left": False},
     )
-    builder.ok("allreduce_workspace/trtllm")
-    builder.ok(ALLREDUCE_STEP, {"enabled": True, "backend": "trtllm"})
-    state = derive(builder.finish())
+    builder.succeeded("allreduce_workspace/trtllm")
+    builder.succeeded(ALLREDUCE_STEP, {"enabled": True, "backend": "trtllm"})
+    state = derive(builder.run_finished())
     assert codes_of(state) == [
         "allreduce.attempt_failed",
         "allreduce.workspace_ready",
@@ -556,15 +556,15 @@ def test_a_timed_out_attempt_with_fallback_is_a_warning_not_an_error() -> None:
 
 def test_without_a_next_attempt_the_warning_says_the_next_backend() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(ALLREDUCE_STEP)
-    builder.start(
+    builder.started(ALLREDUCE_STEP)
+    builder.started(
         "allreduce_workspace/mnnvl",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "mnnvl", "fallback_left": True},
     )
     builder.unavailable("allreduce_workspace/mnnvl", cause=MNNVL_UNSUPPORTED)
     builder.cancelled(ALLREDUCE_STEP, "the run was interrupted")
-    state = derive(builder.finish(RunOutcome.INTERRUPTED))
+    state = derive(builder.run_finished(RunOutcome.INTERRUPTED))
     assert only(state, "allreduce.attempt_failed").text.endswith(
         "falling back to the next backend."
     )
@@ -586,28 +586,28 @@ def quant_rank(rank: int, outcome: str, *, attributes: bool = True) -> list[Even
     workspace ends ``outcome`` (ok, unavailable, timed_out, crashed,
     cancelled), as the engine writes it."""
     builder = RankBuilder(rank, world_size=2).run_started()
-    builder.start(ALLREDUCE_STEP, attributes={"requested": "trtllm", "tp": 2})
-    builder.start(
+    builder.started(ALLREDUCE_STEP, attributes={"requested": "trtllm", "tp": 2})
+    builder.started(
         "allreduce_workspace/trtllm",
         kind=StepKind.ATTEMPT,
         attributes={"backend": "trtllm", "attempt": 0, "attempts": 1, "fallback_left": False},
     )
-    builder.ok("allreduce_workspace/trtllm", {"backend": "trtllm"})
-    builder.start(QUANT_STEP, attributes={"backend": "trtllm"} if attributes else None)
+    builder.succeeded("allreduce_workspace/trtllm", {"backend": "trtllm"})
+    builder.started(QUANT_STEP, attributes={"backend": "trtllm"} if attributes else None)
     if outcome == "ok":
-        builder.ok(QUANT_STEP, {"backend": "trtllm", "reused": True})
+        builder.succeeded(QUANT_STEP, {"backend": "trtllm", "reused": True})
     elif outcome == "unavailable":
         builder.unavailable(QUANT_STEP, cause=QUANT_FAILED)
     elif outcome == "timed_out":
         builder.timed_out(QUANT_STEP, 30)
     elif outcome == "crashed":
-        builder.crashed(QUANT_STEP, signal=11)
+        builder.crashed(QUANT_STEP, signal=11, stderr_tail=("Killed",))
     else:
         builder.cancelled(QUANT_STEP, "the run was interrupted")
         builder.cancelled(ALLREDUCE_STEP, "the run was interrupted")
-        return builder.finish(RunOutcome.INTERRUPTED)
+        return builder.run_finished(RunOutcome.INTERRUPTED)
     failed = outcome != "ok"
-    builder.ok(
+    builder.succeeded(
         ALLREDUCE_STEP,
         {
             "enabled": True,
@@ -618,7 +618,7 @@ def quant_rank(rank: int, outcome: str, *, attributes: bool = True) -> list[Even
             "nodes": 1,
         },
     )
-    return builder.finish()
+    return builder.run_finished()
 
 
 def test_a_failed_quantization_workspace_is_one_error_and_the_fusion_stays_ready() -> None:
@@ -700,11 +700,11 @@ def test_an_older_log_without_the_backend_attribute_names_the_plain_backend() ->
 
 def test_timed_out_and_crashed_steps() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start("custom/probe")
+    builder.started("custom/probe")
     builder.timed_out("custom/probe", 2.5)
-    builder.start("custom/isolated")
-    builder.crashed("custom/isolated", signal=9)
-    state = derive(builder.finish())
+    builder.started("custom/isolated")
+    builder.crashed("custom/isolated", signal=9, stderr_tail=("Killed",))
+    state = derive(builder.run_finished())
     timed_out = only(state, "step.timed_out")
     assert_rule(timed_out)
     assert timed_out.text.startswith("Step custom/probe timed out after 2.5 s")
@@ -721,11 +721,13 @@ def test_a_propagated_timeout_is_not_reported_twice() -> None:
         "orchestrator._errors.StepTimeoutError", "step 'custom/probe' timed out after 2.5 s"
     )
     builder = RankBuilder(0).run_started()
-    builder.start("custom")
-    builder.start("custom/probe")
+    builder.started("custom")
+    builder.started("custom/probe")
     builder.timed_out("custom/probe", 2.5)
     builder.failed("custom", timeout)
-    state = derive(builder.finish(RunOutcome.FAILED, cause=timeout, failed_step="custom/probe"))
+    state = derive(
+        builder.run_finished(RunOutcome.FAILED, cause=timeout, failed_step="custom/probe")
+    )
     assert codes_of(state) == ["step.timed_out", "run.failed"]
 
 
@@ -737,10 +739,12 @@ def test_run_outcomes() -> None:
     assert message.step == ""
 
     builder = RankBuilder(0).run_started()
-    builder.start(PLATFORM_STEP)
+    builder.started(PLATFORM_STEP)
     interrupt = exception("KeyboardInterrupt", "")
     builder.failed(PLATFORM_STEP, interrupt)
-    state = derive(builder.finish(RunOutcome.INTERRUPTED, cause=interrupt, failed_step="platform"))
+    state = derive(
+        builder.run_finished(RunOutcome.INTERRUPTED, cause=interrupt, failed_step="platform")
+    )
     # An interruption is not a failed step.
     assert codes_of(state) == ["run.interrupted"]
     message = only(state, "run.interrupted")
@@ -755,24 +759,24 @@ def test_the_same_message_twice_on_a_rank_appears_once() -> None:
     builder = RankBuilder(0).run_started()
     builder.flashinfer_comm("broken")
     builder.flashinfer_comm("broken")
-    state = derive(builder.finish())
+    state = derive(builder.run_finished())
     assert codes_of(state).count("flashinfer_comm.unavailable") == 1
     # On another rank it is that rank's own first time.
-    other = RankBuilder(1).run_started().flashinfer_comm("broken").finish()
+    other = RankBuilder(1).run_started().flashinfer_comm("broken").run_finished()
     both = derive([*builder.events, *other])
     assert [m.rank for m in both.messages() if m.code == "flashinfer_comm.unavailable"] == [0, 1]
 
 
 def test_two_hundred_distinct_messages_never_evict_each_other() -> None:
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP)
+    builder.started(ATTENTION_STEP)
     names = [f"BACKEND_{i:03d}" for i in range(200)]
     for name in names:
-        builder.start(f"attention/{name}", kind=StepKind.CANDIDATE)
+        builder.started(f"attention/{name}", kind=StepKind.CANDIDATE)
         builder.unavailable(f"attention/{name}", Outcome.INVALID, reasons=["no"])
     # ... and again: none of the 200 is derived a second time.
     for name in names:
-        builder.start(f"attention/{name}", kind=StepKind.CANDIDATE)
+        builder.started(f"attention/{name}", kind=StepKind.CANDIDATE)
         builder.unavailable(f"attention/{name}", Outcome.INVALID, reasons=["no"])
     state = derive(builder.events)
     invalid = [m for m in state.messages(0) if m.code == "attention.backend_invalid"]
@@ -805,9 +809,9 @@ def test_an_error_on_rank_five_prints_on_rank_five() -> None:
     # A generic failure (process scope) ...
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(5).run_started()
-    builder.start("custom")
+    builder.started("custom")
     builder.failed("custom", boom)
-    state = derive(builder.finish(RunOutcome.FAILED, cause=boom, failed_step="custom"))
+    state = derive(builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="custom"))
     assert all(m.printed for m in state.messages(5))
     # ... and an ERROR whose scope would hide it on rank 5 (local rank 1).
     policy = DEFAULT_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
@@ -915,13 +919,13 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
 
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(0).run_started()
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.start("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
     builder.failed("attention/FLASH_ATTN", boom)
     builder.cancelled("attention/TRITON_ATTN")
     builder.failed(ATTENTION_STEP, boom)
-    events = builder.finish(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+    events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
     state = derive(events)
     ends = {e.step: e for e in events if e.TYPE in {"step.failed", "step.cancelled"}}
     hook = step_severity_hook(events)
@@ -939,8 +943,8 @@ def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     from events import Messages, fold
 
     builder = RankBuilder(0, world_size=1).run_started()
-    builder.start(PLATFORM_STEP)
-    builder.start(
+    builder.started(PLATFORM_STEP)
+    builder.started(
         f"{PLATFORM_STEP}/tpu",
         kind=StepKind.CANDIDATE,
         attributes={"plugin": "tpu", "builtin": True, "priority": 0},
@@ -948,7 +952,7 @@ def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     builder.timed_out(f"{PLATFORM_STEP}/tpu", timeout_s=2.0)
     builder.plugin("cpu", activated="CpuPlatform", priority=4)
     builder.platform_ok("cpu", "CpuPlatform")
-    messages = fold(Messages(), builder.finish()).messages()
+    messages = fold(Messages(), builder.run_finished()).messages()
 
     by_code = {message.code: message for message in messages}
     assert "step.timed_out" not in by_code

@@ -97,7 +97,7 @@ def test_report_json_of_a_ready_run_and_divergences() -> None:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", TRTLLM_FAILED)])
         else:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)])
-        streams.append(builder.finish())
+        streams.append(builder.run_finished())
     document = report_json(replay(streams))
     assert document["outcome"] == "ready"
     assert document["root_cause"] is None
@@ -195,11 +195,13 @@ def test_report_text_collapses_1024_ranks() -> None:
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(1024 - 1, world_size=1024, offset_ns=1)
     builder.run_started()
-    builder.start(ATTENTION_STEP)
-    builder.start("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
     builder.failed("attention/FLASH_ATTN", boom)
     builder.failed(ATTENTION_STEP, boom)
-    streams[-1] = builder.finish(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+    streams[-1] = builder.run_finished(
+        RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN"
+    )
     text = report_text(replay(streams))
     lines = text.splitlines()
     assert lines[1] == "Root cause: rank 1023, step attention/FLASH_ATTN"
