@@ -22,18 +22,18 @@ class CommandLineError(OrchestratorError):
     """Base class of the command line's own errors; the message is the whole
     error line, without the program's name."""
 
+    __module__ = "orchestrator.cli"
+
 
 class UsageError(CommandLineError):
     """Bad command-line input (a value, a path that does not exist): exit 2
     with one line, nothing written."""
+
+    __module__ = "orchestrator.cli"
 
 
 class InputError(CommandLineError):
     """Unreadable or corrupt input (a damaged log, an invalid manifest): exit
     1 with one line."""
 
-
-# The public names, as they appear in tracebacks and documentation.
-for _error in (CommandLineError, UsageError, InputError):
-    _error.__module__ = "orchestrator.cli"
-del _error
+    __module__ = "orchestrator.cli"
