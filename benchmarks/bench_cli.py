@@ -24,7 +24,7 @@ the process, which the other work of a shared machine disturbs less.
     ``Startup(profile="h200x8").run()``, in a fresh run directory.
 
 (b) ``python -X importtime``: the imports with the largest cumulative time
-    for ``import orchestrator._cli`` (all that ``--help`` loads) and for the
+    for ``import orchestrator.cli`` (all that ``--help`` loads) and for the
     simulated run, and a check that heavy modules (OpenTelemetry exporters,
     grpc, protobuf, torch) are not imported by either; tracing is off
     (no ``OTEL_*`` variables), as in a plain ``run``.
@@ -266,8 +266,8 @@ def main() -> None:
 
         print("(b) import time (python -X importtime), top cumulative")
         print_profile(
-            "import orchestrator._cli (what --help loads)",
-            import_profile([sys.executable, "-c", "import orchestrator._cli"], cwd),
+            "import orchestrator.cli (what --help loads)",
+            import_profile([sys.executable, "-c", "import orchestrator.cli"], cwd),
             args.top,
         )
         print_profile(

@@ -44,6 +44,7 @@ from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
 from ._exception_info import ExceptionInfo, FrameInfo
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity
+from ._type_names import public_type_names
 
 __all__ = [
     "UPCASTERS",
@@ -131,6 +132,10 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
         reason = record.pop("reason")
         record["reasons"] = [] if reason in (None, "") else [reason]
     return record
+
+
+# Version 2 records exception types by their public path (see _type_names).
+UPCASTERS.register("*", 1)(public_type_names)
 
 
 # --- precise checks -----------------------------------------------------------------

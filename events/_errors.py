@@ -12,10 +12,12 @@
     │   └── LogCorruptError        a file is damaged at ``path:line``
     │       ├── SequenceGapError   ``seq`` jumps or repeats
     │       └── ForeignEventError  a record of another run or rank
-    └── FoldError                  a stream given to a fold is out of order
+    ├── FoldError                  a stream given to a fold is out of order
+    └── PolicyError                a message policy is not valid (``_messages``; also ValueError)
 
 Every error carries its facts as attributes and builds its message from them,
-ending with what to do about it where there is something to do.
+ending with what to do about it where there is something to do. Each class's
+``__module__`` is ``events``, the public path logs and reports record.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ __all__ = [
 class EventsError(Exception):
     """Base class of every error raised by :mod:`events`."""
 
+    __module__ = "events"
+
 
 class DecodeError(EventsError):
     """A JSON record does not describe a valid event.
@@ -47,6 +51,8 @@ class DecodeError(EventsError):
     Attributes:
         reason: what is wrong with the record.
     """
+
+    __module__ = "events"
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -60,6 +66,8 @@ class UnknownEventTypeError(DecodeError):
         type_tag: the tag found in the record.
         known: the tags this release reads.
     """
+
+    __module__ = "events"
 
     def __init__(self, type_tag: object, known: tuple[str, ...]) -> None:
         self.type_tag = type_tag
@@ -79,6 +87,8 @@ class UnsupportedVersionError(DecodeError):
         supported: the newest version this release writes.
     """
 
+    __module__ = "events"
+
     def __init__(self, version: object, supported: int, detail: str = "") -> None:
         self.version = version
         self.supported = supported
@@ -93,9 +103,13 @@ class UnsupportedVersionError(DecodeError):
 class LogError(EventsError):
     """A log cannot be used as asked."""
 
+    __module__ = "events"
+
 
 class LogClosedError(LogError):
     """An append to a log that was closed."""
+
+    __module__ = "events"
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
@@ -110,6 +124,8 @@ class StreamMismatchError(LogError):
         expected: ``(run_id, rank)`` of the log.
         found: ``(run_id, rank)`` of the event.
     """
+
+    __module__ = "events"
 
     def __init__(self, expected: tuple[str, int], found: tuple[str, int]) -> None:
         self.expected = expected
@@ -129,6 +145,8 @@ class LogCorruptError(LogError):
         reason: what is wrong with it.
     """
 
+    __module__ = "events"
+
     def __init__(self, path: Path | str, line: int, reason: str) -> None:
         self.path = Path(path)
         self.line = line
@@ -143,6 +161,8 @@ class SequenceGapError(LogCorruptError):
         expected: the sequence number that should have come.
         found: the one that did.
     """
+
+    __module__ = "events"
 
     def __init__(self, path: Path | str, line: int, expected: int, found: int) -> None:
         self.expected = expected
@@ -163,6 +183,8 @@ class ForeignEventError(LogCorruptError):
         expected: ``(run_id, rank)`` of the file.
         found: ``(run_id, rank)`` of the record.
     """
+
+    __module__ = "events"
 
     def __init__(
         self, path: Path | str, line: int, expected: tuple[str, int], found: tuple[str, int]
@@ -185,6 +207,8 @@ class FoldError(EventsError):
         expected: the next ``seq`` the fold expected.
         found: the ``seq`` it got.
     """
+
+    __module__ = "events"
 
     def __init__(self, run_id: str, rank: int, expected: int, found: int) -> None:
         self.run_id = run_id

@@ -56,7 +56,8 @@ __all__ = [
 ]
 
 #: The version written on every record by this release of the codec.
-SCHEMA_VERSION = 1
+#: 0: pre-release; 1: integer nanoseconds; 2: exception types by public path.
+SCHEMA_VERSION = 2
 
 if TYPE_CHECKING:
     JsonValue: TypeAlias = (

@@ -4,6 +4,8 @@
 
     ExportersError          base of everything this package raises on purpose
     └── SpanExportError     an exporter refused a batch of replayed spans
+
+Each class's ``__module__`` is ``exporters``, its public path.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ __all__ = ["ExportersError", "SpanExportError"]
 class ExportersError(Exception):
     """Base class of the errors this package raises on purpose."""
 
+    __module__ = "exporters"
+
 
 class SpanExportError(ExportersError):
     """An exporter reported failure while replayed spans were sent.
@@ -23,6 +27,8 @@ class SpanExportError(ExportersError):
         exported: spans delivered before the failing batch.
         total: spans that were to be delivered.
     """
+
+    __module__ = "exporters"
 
     def __init__(self, *, exporter: str, exported: int, total: int) -> None:
         self.exporter = exporter

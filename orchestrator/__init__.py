@@ -32,6 +32,7 @@ if typing.TYPE_CHECKING:
     from ._candidates import CandidateReport as CandidateReport
     from ._candidates import Selection as Selection
     from ._candidates import select_candidate as select_candidate
+    from ._context import StepBody as StepBody
     from ._context import StepContext as StepContext
     from ._context import StepResult as StepResult
     from ._context import Unavailable as Unavailable
@@ -61,7 +62,6 @@ if typing.TYPE_CHECKING:
     from ._graph import Graph as Graph
     from ._graph import Isolation as Isolation
     from ._graph import Step as Step
-    from ._graph import StepBody as StepBody
     from ._group import PROCESS_GROUP_STEP as PROCESS_GROUP_STEP
     from ._group import DeferredGroup as DeferredGroup
     from ._group import Group as Group
@@ -136,7 +136,7 @@ _LAZY = {
     "Graph": "._graph",
     "Isolation": "._graph",
     "Step": "._graph",
-    "StepBody": "._graph",
+    "StepBody": "._context",
     "Group": "._group",
     "GroupError": "._group",
     "LocalGroup": "._group",

@@ -5,7 +5,7 @@ import sys
 try:
     # A Ctrl-C (or a launcher forwarding one) that lands while the command
     # line is still importing is a stop like any other: one line, exit 1.
-    from ._cli import main
+    from .cli import main
 
     code = main()
 except KeyboardInterrupt:

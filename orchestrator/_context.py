@@ -1,24 +1,31 @@
-"""What a running step sees: its identity, its dependencies, the importer."""
+"""What a running step sees: its identity, its dependencies, the importer;
+and what it needs of the run it belongs to.
+
+:class:`StepContext` talks to its run only through the narrow
+:class:`StepRun` protocol. The runner's live run implements it in the
+parent process; an isolated step's child process implements it with the
+facts the parent sent (and refuses what only the parent can do: run child
+steps, record decisions). Neither side imports the other: both depend on
+this module.
+"""
 
 from __future__ import annotations
 
 import importlib.machinery
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+import anyio
 import anyio.to_thread
 import attrs
 
 from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
 
+from ._importer import Importer
 from ._policy import ErrorPolicy
 
-if TYPE_CHECKING:
-    from ._graph import StepBody
-    from ._runner import _Run
-
-__all__ = ["StepContext", "StepResult", "Unavailable"]
+__all__ = ["StepBody", "StepContext", "StepResult", "StepRun", "Unavailable"]
 
 T = TypeVar("T")
 
@@ -66,6 +73,85 @@ class Unavailable:
             raise ValueError(f"Unavailable.outcome must not be {self.outcome}")
 
 
+class StepRun(Protocol):
+    """What a :class:`StepContext` needs of the run its step belongs to.
+
+    Properties are read-only facts of the run. The methods act on the run's
+    log and graph; a run that cannot (an isolated step's child process,
+    whose events the parent writes) raises :class:`RuntimeError` from them,
+    naming what the step should do instead.
+    """
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
+    @property
+    def identity(self) -> RankIdentity:
+        """This process's rank identity."""
+        ...
+
+    @property
+    def config(self) -> Mapping[str, JsonValue]:
+        """The run configuration."""
+        ...
+
+    @property
+    def host(self) -> Any:
+        """The host-facts object, real or simulated (``None`` for none)."""
+        ...
+
+    @property
+    def services(self) -> Mapping[str, Any]:
+        """Objects handed to the run for steps to use, by name."""
+        ...
+
+    @property
+    def trace_id(self) -> str:
+        """The run's trace id."""
+        ...
+
+    @property
+    def importer(self) -> Importer:
+        """The importer every probe imports through."""
+        ...
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter | None:
+        """The capacity limiter of worker threads (``None``: anyio's default)."""
+        ...
+
+    async def run_child(
+        self,
+        *,
+        parent: StepContext,
+        name: str,
+        body: StepBody,
+        kind: StepKind,
+        policy: ErrorPolicy | None,
+        timeout: float | None,
+        attributes: Mapping[str, JsonValue],
+    ) -> StepResult:
+        """Run ``body`` as child step ``<parent>/<name>``; see
+        :meth:`StepContext.run_child`."""
+        ...
+
+    def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
+        """Derive and record decision ``name``; see :meth:`StepContext.decide`."""
+        ...
+
+    def record_decision(
+        self, context: StepContext, name: str, value: JsonValue, inputs: dict[str, JsonValue]
+    ) -> None:
+        """Record a decision made outside any decider."""
+        ...
+
+    def children_of(self, step: str) -> Sequence[StepResult]:
+        """The results of ``step``'s children so far, in the order they ended."""
+        ...
+
+
 class StepContext:
     """Handed to every step body.
 
@@ -78,7 +164,7 @@ class StepContext:
 
     def __init__(
         self,
-        run: _Run,
+        run: StepRun,
         *,
         step: str,
         span_id: str,
@@ -224,3 +310,13 @@ class StepContext:
     def child_results(self) -> Sequence[StepResult]:
         """The results of this step's children so far, in the order they ended."""
         return self._run.children_of(self._step)
+
+
+#: A step body takes the step's context and returns a JSON value (or an
+#: :class:`~orchestrator.Unavailable` to end absent, unavailable or invalid).
+#: An ``async def`` body runs on the event loop; a plain function runs in a
+#: worker thread (or a subprocess, with process isolation).
+StepBody = (
+    Callable[[StepContext], Awaitable[JsonValue | Unavailable]]
+    | Callable[[StepContext], JsonValue | Unavailable]
+)

@@ -12,7 +12,25 @@
     ├── StepTimeoutError           a step whose policy propagates timeouts ran out of time
     ├── StepCrashedError           an isolated step's process died and the policy propagates it
     ├── IsolatedStepError          an isolated step raised a non-builtin exception
-    └── StartupInterrupted         a run was stopped from outside (recorded, then raised)
+    ├── StartupInterrupted         a run was stopped from outside (recorded, then raised)
+    ├── GroupError                 a collective across the process group failed (``_group``)
+    ├── RunDirectoryError          a run directory is held or unwritable (``_run_directory``)
+    ├── orchestrator.engine:       the reference engine's errors (``engine/_config``)
+    │   ├── EngineConfigError        (also ValueError)
+    │   ├── ProfileError             (also ValueError)
+    │   ├── PlatformConflictError    (also RuntimeError)
+    │   └── UnspecifiedPlatformError (also RuntimeError)
+    └── orchestrator.cli:          the command line's (``cli/_errors``)
+        └── CommandLineError
+            ├── UsageError
+            └── InputError
+
+Every error the orchestrator raises on purpose is under
+:class:`OrchestratorError`; where a builtin base was promised
+(``FaultSpecError`` is a ``ValueError``, ``StepTimeoutError`` a
+``TimeoutError``), it is kept as a second base, so ``except ValueError`` still
+catches it. Each class's ``__module__`` is the public package that exports it
+(``orchestrator.StepTimeoutError``), the name logs, reports and spans record.
 
 Probe errors themselves are never wrapped: a RuntimeError raised by a probe
 leaves :func:`orchestrator.run` as that same RuntimeError object.
@@ -42,9 +60,13 @@ __all__ = [
 class OrchestratorError(Exception):
     """Base class of the orchestrator's own errors."""
 
+    __module__ = "orchestrator"
+
 
 class GraphError(OrchestratorError):
     """The graph cannot run; raised when it is built, before any step runs."""
+
+    __module__ = "orchestrator"
 
 
 class DuplicateStepError(GraphError):
@@ -53,6 +75,8 @@ class DuplicateStepError(GraphError):
     Attributes:
         step: the repeated name.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(self, step: str) -> None:
         self.step = step
@@ -67,6 +91,8 @@ class UnknownDependencyError(GraphError):
         dependency: the missing name.
         known: the steps the graph has.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(self, step: str, dependency: str, known: Sequence[str]) -> None:
         self.step = step
@@ -85,6 +111,8 @@ class CycleError(GraphError):
         cycle: the steps of the cycle, the first repeated at the end.
     """
 
+    __module__ = "orchestrator"
+
     def __init__(self, cycle: Sequence[str]) -> None:
         self.cycle = tuple(cycle)
         super().__init__(
@@ -100,6 +128,8 @@ class RankEnvironmentError(OrchestratorError):
         value: its value.
         reason: what is wrong.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(self, variable: str, value: object, reason: str) -> None:
         self.variable = variable
@@ -117,6 +147,8 @@ class FaultSpecError(OrchestratorError, ValueError):
         reason: what would be valid.
     """
 
+    __module__ = "orchestrator"
+
     def __init__(self, spec: str, part: str, reason: str) -> None:
         self.spec = spec
         self.part = part
@@ -131,6 +163,8 @@ class StepTimeoutError(OrchestratorError, TimeoutError):
         step: the step.
         timeout_s: its timeout.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(self, step: str, timeout_s: float) -> None:
         self.step = step
@@ -147,6 +181,8 @@ class StepCrashedError(OrchestratorError):
         signal: the signal that killed it, if one did.
         stderr_tail: the last lines it wrote to stderr.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(
         self, step: str, exit_code: int | None, signal: int | None, stderr_tail: Sequence[str]
@@ -168,6 +204,8 @@ class IsolatedStepError(OrchestratorError):
         info: the exception as recorded in the child.
     """
 
+    __module__ = "orchestrator"
+
     def __init__(self, step: str, info: ExceptionInfo) -> None:
         self.step = step
         self.info = info
@@ -185,6 +223,8 @@ class StartupInterrupted(OrchestratorError):
         reason: what is known of why it came (``"its launcher (pid 12)
             exited"``), or ``None``.
     """
+
+    __module__ = "orchestrator"
 
     def __init__(self, signal: str | None = None, reason: str | None = None) -> None:
         self.signal = signal

@@ -16,8 +16,7 @@ import attrs
 
 from events import JsonValue, StepKind
 
-from ._context import StepContext, StepResult
-from ._graph import StepBody
+from ._context import StepBody, StepContext, StepResult
 from ._policy import ErrorPolicy
 
 __all__ = ["Attempt", "ChainResult", "run_fallback_chain"]

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
 from events import JsonValue
 
+from ._context import StepBody
 from ._errors import CycleError, DuplicateStepError, UnknownDependencyError
 from ._policy import PROBE_POLICY, ErrorPolicy
 
-if TYPE_CHECKING:
-    from ._context import StepContext, Unavailable
-
-__all__ = ["Graph", "Isolation", "Step", "StepBody"]
-
-#: A step body takes the step's context and returns a JSON value (or an
-#: :class:`~orchestrator.Unavailable` to end absent, unavailable or invalid).
-#: An ``async def`` body runs on the event loop; a plain function runs in a
-#: worker thread (or a subprocess, with process isolation).
-StepBody = (
-    Callable[["StepContext"], Awaitable["JsonValue | Unavailable"]]
-    | Callable[["StepContext"], "JsonValue | Unavailable"]
-)
+__all__ = ["Graph", "Isolation", "Step"]
 
 
 class Isolation(enum.StrEnum):

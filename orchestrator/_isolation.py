@@ -28,23 +28,30 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import anyio
+import attrs
 import orjson
 
-from events import decode_exception, encode_exception
+from events import (
+    ExceptionInfo,
+    JsonValue,
+    RankIdentity,
+    StepKind,
+    decode_exception,
+    encode_exception,
+)
 
-from ._context import StepContext, StepResult, Unavailable
+from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable
+from ._errors import IsolatedStepError
 from ._faults import Fault, FaultPlan
-from ._policy import qualified_name
+from ._importer import Importer, InjectingImporter, RealImporter
+from ._policy import ErrorPolicy, qualified_name
 
-if TYPE_CHECKING:
-    from ._graph import StepBody
-    from ._runner import _Run
-
-__all__ = ["run_isolated"]
+__all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
 
 #: Lines of the child's stderr kept for the crash record.
 STDERR_TAIL_LINES = 20
@@ -74,12 +81,23 @@ def _portable(obj: Any) -> dict[str, Any] | None:
     return spec() if callable(spec) else None
 
 
-async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: Fault | None) -> Any:
-    """Run ``body`` for ``context`` in a subprocess; return its value, an
-    :class:`Unavailable`, or a crash record; raise a rebuilt error."""
-    from ._importer import InjectingImporter
-    from ._runner import _Crash, _IsolatedError
+async def run_isolated(
+    run: StepRun,
+    body: StepBody,
+    context: StepContext,
+    fault: Fault | None,
+    *,
+    span_activator: Callable[[str, str], AbstractContextManager[object]] | None,
+) -> Any:
+    """Run ``body`` for ``context`` in a subprocess.
 
+    Returns:
+        The body's JSON value, an :class:`Unavailable`, or an
+        :class:`IsolatedCrash` when the process died without a result.
+
+    Raises:
+        IsolatedError: the body raised; the exception as data.
+    """
     importer = run.importer
     plan = FaultPlan()
     if isinstance(importer, InjectingImporter):
@@ -102,7 +120,7 @@ async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: F
         # As in this process: the step's span is current while the body runs
         # only when the run traces, made current by the same activator
         # (named, so the child loads it as it loads the body).
-        "span_activator": _importable_name(run.runner.span_activator),
+        "span_activator": _importable_name(span_activator),
         "dependencies": {
             name: {"outcome": str(r.outcome), "value": r.value, "reasons": list(r.reasons)}
             for name, r in context._dependencies.items()
@@ -150,15 +168,15 @@ async def run_isolated(run: _Run, body: StepBody, context: StepContext, fault: F
     result = _parse_result(bytes(stdout))
     if result is None:
         if returncode < 0:
-            return _Crash(exit_code=None, signal=-returncode, stderr_tail=tail)
-        return _Crash(exit_code=returncode, signal=None, stderr_tail=tail)
+            return IsolatedCrash(exit_code=None, signal=-returncode, stderr_tail=tail)
+        return IsolatedCrash(exit_code=returncode, signal=None, stderr_tail=tail)
     status = result.get("status")
     if status == "ok":
         return result.get("value")
     if status == "unavailable":
         return Unavailable(outcome=result["outcome"], reasons=tuple(result.get("reasons", ())))
     info = decode_exception(result["exception"])
-    raise _IsolatedError(info, result.get("mro", ()), result.get("module_name"))
+    raise IsolatedError(info, result.get("mro", ()), result.get("module_name"))
 
 
 def _parse_result(data: bytes) -> dict[str, Any] | None:
@@ -172,27 +190,97 @@ def _parse_result(data: bytes) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
+@attrs.frozen(kw_only=True)
+class IsolatedCrash:
+    """An isolated step's process died (returned by the isolation layer)."""
+
+    exit_code: int | None
+    signal: int | None
+    stderr_tail: tuple[str, ...]
+
+    def describe(self) -> str:
+        how = (
+            f"killed by signal {self.signal}"
+            if self.signal is not None
+            else (f"exited with code {self.exit_code}")
+        )
+        return f"process {how}"
+
+
+class IsolatedError(Exception):
+    """An exception that came back as data from an isolated step."""
+
+    def __init__(self, info: ExceptionInfo, mro: Sequence[str], module_name: str | None) -> None:
+        super().__init__(info.reason)
+        self.info = info
+        self.mro = tuple(mro)
+        self.module_name = module_name
+
+    def rebuild(self, step: str) -> BaseException:
+        """The same exception type when it is a builtin, else a typed wrapper."""
+        import builtins
+
+        cls = getattr(builtins, self.info.type, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            try:
+                return cls(self.info.message)
+            except Exception:  # pragma: no cover - builtins take a message
+                pass
+        return IsolatedStepError(step, self.info)
+
+
 # --- the child side ------------------------------------------------------------------
 
 
 class _ChildRun:
-    """What a :class:`StepContext` needs, rebuilt in the child."""
+    """The :class:`StepRun` of an isolated step's child process: the facts
+    the parent sent. The parent writes every event, so what would append to
+    the log (child steps, decisions) is refused here."""
 
     def __init__(self, job: Mapping[str, Any]) -> None:
-        from events import RankIdentity
-
-        from ._importer import InjectingImporter, RealImporter
-
-        self.run_id = job["run_id"]
+        self.run_id: str = job["run_id"]
         self.identity = RankIdentity(**job["identity"])
-        self.config = job["config"]
-        self.trace_id = job["trace_id"]
-        self.services: dict[str, Any] = {}
-        self.limiter = None
+        self.config: Mapping[str, JsonValue] = job["config"]
+        self.trace_id: str = job["trace_id"]
+        self.services: Mapping[str, Any] = {}
+        self.limiter: anyio.CapacityLimiter | None = None
         base = _rebuild(job["importer"]) if job["importer"] else RealImporter()
         plan = FaultPlan.from_json(job["faults"], source="parent")
-        self.importer = InjectingImporter(base, plan, self.identity.rank) if plan else base
-        self.host = _rebuild(job["host"]) if job["host"] else None
+        self.importer: Importer = (
+            InjectingImporter(base, plan, self.identity.rank) if plan else base
+        )
+        self.host: Any = _rebuild(job["host"]) if job["host"] else None
+
+    async def run_child(
+        self,
+        *,
+        parent: StepContext,
+        name: str,
+        body: StepBody,
+        kind: StepKind,
+        policy: ErrorPolicy | None,
+        timeout: float | None,
+        attributes: Mapping[str, JsonValue],
+    ) -> StepResult:
+        raise _refused(f"run child step {name!r}")
+
+    def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
+        raise _refused(f"decide {name!r}")
+
+    def record_decision(
+        self, context: StepContext, name: str, value: JsonValue, inputs: dict[str, JsonValue]
+    ) -> None:
+        raise _refused(f"record decision {name!r}")
+
+    def children_of(self, step: str) -> Sequence[StepResult]:
+        raise _refused("read its children's results")
+
+
+def _refused(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"an isolated step cannot {what}: its events are written by the parent process; "
+        "give that work a step of its own without process isolation"
+    )
 
 
 def _rebuild(spec: Mapping[str, Any]) -> Any:
@@ -247,7 +335,7 @@ def _step_span(job: Mapping[str, Any]) -> Iterator[None]:
 def _child_main() -> int:
     import threading
 
-    from events import ExceptionInfo, Outcome
+    from events import Outcome
 
     # Results go to the original stdout; everything the body prints goes to stderr.
     result_fd = os.dup(1)
@@ -272,7 +360,7 @@ def _child_main() -> int:
             for name, d in job["dependencies"].items()
         }
         context = StepContext(
-            run,  # type: ignore[arg-type]
+            run,
             step=job["step"],
             span_id=job["span_id"],
             dependencies=dependencies,

@@ -55,12 +55,13 @@ from events import (
     StepUnavailable,
 )
 
-from ._context import StepContext, StepResult, Unavailable
+from ._context import StepBody, StepContext, StepResult, Unavailable
 from ._decisions import DEFAULT_DECIDERS, Decider
 from ._errors import StepCrashedError, StepTimeoutError
 from ._faults import FaultPlan
-from ._graph import Graph, Isolation, Step, StepBody
+from ._graph import Graph, Isolation, Step
 from ._importer import Importer, InjectingImporter, RealImporter
+from ._isolation import IsolatedCrash, IsolatedError, run_isolated
 from ._policy import Action, ErrorPolicy
 
 __all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
@@ -566,7 +567,7 @@ class _Run:
             return StepResult(
                 step=name, outcome=Outcome.TIMED_OUT, reasons=(f"timed out after {timeout:g} s",)
             )
-        if isinstance(value, _Crash):
+        if isinstance(value, IsolatedCrash):
             end(
                 StepCrashed,
                 exit_code=value.exit_code,
@@ -626,7 +627,7 @@ class _Run:
                 )
             end(StepFailed, cause=carried.info, propagated=True)
             raise _Propagating(carried.original, carried.info, carried.step)
-        if isinstance(exc, _IsolatedError):
+        if isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
             info = exc.info
             original: BaseException = exc.rebuild(name)
@@ -668,9 +669,9 @@ class _Run:
     ) -> Any:
         fault = self.runner.faults.for_target(name, self.identity.rank)
         if isolation is Isolation.PROCESS:
-            from ._isolation import run_isolated
-
-            return await run_isolated(self, body, context, fault)
+            return await run_isolated(
+                self, body, context, fault, span_activator=self.runner.span_activator
+            )
         if fault is not None:
             return await anyio.to_thread.run_sync(
                 fault.fire, self.release, limiter=self.limiter, abandon_on_cancel=True
@@ -705,44 +706,3 @@ class _Run:
             value=value,
             inputs=inputs,
         )
-
-
-@attrs.frozen(kw_only=True)
-class _Crash:
-    """An isolated step's process died (returned by the isolation layer)."""
-
-    exit_code: int | None
-    signal: int | None
-    stderr_tail: tuple[str, ...]
-
-    def describe(self) -> str:
-        how = (
-            f"killed by signal {self.signal}"
-            if self.signal is not None
-            else (f"exited with code {self.exit_code}")
-        )
-        return f"process {how}"
-
-
-class _IsolatedError(Exception):
-    """An exception that came back as data from an isolated step."""
-
-    def __init__(self, info: ExceptionInfo, mro: Sequence[str], module_name: str | None) -> None:
-        super().__init__(info.reason)
-        self.info = info
-        self.mro = tuple(mro)
-        self.module_name = module_name
-
-    def rebuild(self, step: str) -> BaseException:
-        """The same exception type when it is a builtin, else a typed wrapper."""
-        import builtins
-
-        from ._errors import IsolatedStepError
-
-        cls = getattr(builtins, self.info.type, None)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            try:
-                return cls(self.info.message)
-            except Exception:  # pragma: no cover - builtins take a message
-                pass
-        return IsolatedStepError(step, self.info)

@@ -9,7 +9,10 @@ import types
 
 import pytest
 
-PACKAGES = ["events", "orchestrator", "exporters"]
+#: The distribution's top-level packages (each ships ``py.typed``).
+TOP_LEVEL = ["events", "orchestrator", "exporters"]
+#: Every package with a curated public surface.
+PACKAGES = [*TOP_LEVEL, "orchestrator.cli"]
 #: What ``from __future__ import annotations`` binds in a module's namespace.
 FUTURE_FEATURE = type(importlib.import_module("__future__").annotations)
 
@@ -69,7 +72,7 @@ def test_an_unknown_name_is_an_attribute_error(name: str) -> None:
         getattr(module, missing)
 
 
-@pytest.mark.parametrize("name", PACKAGES)
+@pytest.mark.parametrize("name", TOP_LEVEL)
 def test_package_is_typed(name: str) -> None:
     module = importlib.import_module(name)
     assert module.__file__ is not None

@@ -95,9 +95,9 @@ from events import (
     StepKind,
 )
 
-from .._context import StepContext, StepResult, Unavailable
+from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
-from .._graph import Step, StepBody
+from .._graph import Step
 from .._group import Group, GroupError
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError

@@ -29,6 +29,8 @@ class EngineConfigError(OrchestratorError, ValueError):
         reason: what would be valid.
     """
 
+    __module__ = "orchestrator.engine"
+
     def __init__(self, field: str, value: object, reason: str) -> None:
         self.field = field
         self.value = value
@@ -44,6 +46,8 @@ class ProfileError(OrchestratorError, ValueError):
         reason: what is wrong and what would be valid.
     """
 
+    __module__ = "orchestrator.engine"
+
     def __init__(self, source: str, reason: str) -> None:
         self.source = source
         self.reason = reason
@@ -56,6 +60,8 @@ class PlatformConflictError(OrchestratorError, RuntimeError):
     Attributes:
         plugins: the activated plugins.
     """
+
+    __module__ = "orchestrator.engine"
 
     def __init__(self, plugins: list[str]) -> None:
         self.plugins = list(plugins)
@@ -72,6 +78,8 @@ class UnspecifiedPlatformError(OrchestratorError, RuntimeError):
     Attributes:
         failures: plugin name -> the reason it failed.
     """
+
+    __module__ = "orchestrator.engine"
 
     def __init__(self, failures: Mapping[str, str]) -> None:
         self.failures = dict(failures)

@@ -45,8 +45,8 @@ from events import (
     outcome_of,
 )
 
-from .._context import StepContext, StepResult
-from .._graph import Step, StepBody
+from .._context import StepBody, StepContext, StepResult
+from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy, optional_module_policy
 from ._config import EngineConfig, PlatformConflictError, UnspecifiedPlatformError
 from ._host import is_amd_zen

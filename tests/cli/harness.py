@@ -1,14 +1,22 @@
-"""Running the command line in real subprocesses, and reading what it wrote.
+"""Running the command line, and reading what it wrote.
 
-Every command runs as ``python -m orchestrator ...`` with this interpreter, in
-a directory of the test's own, with an environment cleared of launcher,
-collector and orchestrator variables, and under a timeout: a command that
-runs past it is hung, and failing beats blocking the suite.
+:func:`run_cli` runs a command as ``python -m orchestrator ...`` with this
+interpreter, in a directory of the test's own, with an environment cleared
+of launcher, collector and orchestrator variables, and under a timeout: a
+command that runs past it is hung, and failing beats blocking the suite.
+
+:func:`call_cli` calls :func:`orchestrator.cli.main` in this process, in the
+same directory and environment, with stdout and stderr captured: for
+commands that end before a startup runs (bad usage, bad input, the
+read-only commands), where a process of their own adds a second of start-up
+and nothing else. A command that runs a startup, signals, launched ranks or
+the interpreter's own exit status need :func:`run_cli`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -131,6 +139,48 @@ def run_cli(
     if not traceback_expected:
         assert "Traceback" not in completed.stderr, completed.describe()
     return completed
+
+
+def call_cli(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -> Completed:
+    """Call ``orchestrator.cli.main(args)`` in this process, in ``cwd`` and
+    with the environment :func:`environment` gives (or ``env``), both
+    restored afterwards; stdout and stderr are captured.
+
+    For commands that end before a startup runs: a run would install signal
+    handlers and logging in the test process. As with :func:`run_cli`,
+    stderr must hold no Python traceback, and an exception that leaves
+    ``main`` fails the test.
+    """
+    from orchestrator.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        _replaced_environment(environment() if env is None else env),
+        contextlib.chdir(cwd),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        returncode = main(list(args))
+    completed = Completed(
+        args=tuple(args),
+        returncode=returncode,
+        stdout=stdout.getvalue(),
+        stderr=stderr.getvalue(),
+    )
+    assert "Traceback" not in completed.stderr, completed.describe()
+    return completed
+
+
+@contextlib.contextmanager
+def _replaced_environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class Background:

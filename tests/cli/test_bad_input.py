@@ -1,6 +1,10 @@
 """Bad input: one line on stderr naming the bad value (and, where there is a
 short list, what would be valid), exit 2 for usage and 1 for unreadable or
-corrupt input — never a traceback (the harness checks stderr for one)."""
+corrupt input — never a traceback (the harness checks stderr for one).
+
+Each command ends before a startup runs, so it is called in this process
+(:func:`call_cli`); the one that reaches the embedding API runs as its own
+process."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import StoredRun
-from .harness import Completed, environment, run_cli
+from .harness import Completed, call_cli, environment, run_cli
 
 PROG = "startup-orchestrator: error: "
 
@@ -85,7 +89,7 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
 def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]) -> None:
-    _one_line_error(run_cli(*arguments, cwd=tmp_path), 2, *fragments)
+    _one_line_error(call_cli(*arguments, cwd=tmp_path), 2, *fragments)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +104,7 @@ def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]
 def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
     (tmp_path / "faults.json").write_text(content, encoding="utf-8")
 
-    completed = run_cli("run", "--inject-file", "faults.json", cwd=tmp_path)
+    completed = call_cli("run", "--inject-file", "faults.json", cwd=tmp_path)
 
     _one_line_error(completed, 2, "faults.json", *fragments)
     assert not (tmp_path / "startup-runs").exists()
@@ -117,13 +121,13 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
 def test_malformed_profile_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
     (tmp_path / "profile.json").write_text(content, encoding="utf-8")
 
-    completed = run_cli("run", "--simulate", "profile.json", cwd=tmp_path)
+    completed = call_cli("run", "--simulate", "profile.json", cwd=tmp_path)
 
     _one_line_error(completed, 2, *fragments)
 
 
 def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
-    completed = run_cli(
+    completed = call_cli(
         "run",
         "--simulate",
         "h200x8",
@@ -140,6 +144,8 @@ def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
 
 
 def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path: Path) -> None:
+    # A single rank finds out when the embedding API claims the directory
+    # (after it has set up signals and logging): a process of its own.
     before = (healthy.directory / "rank-0.jsonl").read_bytes()
 
     single = run_cli(
@@ -165,9 +171,9 @@ def test_directory_without_logs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
 
     for command in ("replay", "explain", "blame", "critical-path"):
-        _one_line_error(run_cli(command, "empty", cwd=tmp_path), 1, "empty: no rank-*.jsonl logs")
+        _one_line_error(call_cli(command, "empty", cwd=tmp_path), 1, "empty: no rank-*.jsonl logs")
     # validate goes on over every path and summarises; the problem is one line.
-    validated = run_cli("validate", "empty", cwd=tmp_path)
+    validated = call_cli("validate", "empty", cwd=tmp_path)
     assert validated.returncode == 1
     assert validated.lines() == [
         "empty: no rank-*.jsonl logs in this directory [run, error]",
@@ -193,7 +199,7 @@ def test_garbage_in_the_middle_of_a_log(healthy: StoredRun, tmp_path: Path) -> N
         ["explain"],
         ["diff", str(healthy.directory)],
     ):
-        line = _one_line_error(run_cli(*command, "run", cwd=tmp_path), 1)
+        line = _one_line_error(call_cli(*command, "run", cwd=tmp_path), 1)
         assert "run/rank-0.jsonl:6: not valid JSON" in line, line
 
 
@@ -213,7 +219,7 @@ def test_validate_lists_every_problem(healthy: StoredRun, tmp_path: Path) -> Non
     ]
     log.write_text("".join(damaged), encoding="utf-8")
 
-    checked = run_cli("validate", "run", cwd=tmp_path)
+    checked = call_cli("validate", "run", cwd=tmp_path)
 
     assert checked.returncode == 1, checked.describe()
     out = checked.lines()
@@ -232,9 +238,9 @@ def test_torn_last_line_is_tolerated_and_reported(healthy: StoredRun, tmp_path: 
     log.write_bytes(whole + b'{"v":1,"type":"step.sta')
     lines = whole.count(b"\n")
 
-    text = run_cli("replay", "run", cwd=tmp_path)
-    document = run_cli("replay", "--json", "run", cwd=tmp_path)
-    checked = run_cli("validate", "run", cwd=tmp_path)
+    text = call_cli("replay", "run", cwd=tmp_path)
+    document = call_cli("replay", "--json", "run", cwd=tmp_path)
+    checked = call_cli("validate", "run", cwd=tmp_path)
 
     assert text.returncode == 0, text.describe()
     assert text.lines()[0].startswith("Startup ready: 1 ready")
@@ -254,23 +260,23 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
     missing = tmp_path / "no" / "such" / "dir"
 
     _one_line_error(
-        run_cli("replay", run, "--export", "jaeger-json", str(missing / "t.json"), cwd=tmp_path),
+        call_cli("replay", run, "--export", "jaeger-json", str(missing / "t.json"), cwd=tmp_path),
         1,
         "--export jaeger-json",
         "cannot write",
     )
     _one_line_error(
-        run_cli("replay", run, "--html", str(missing / "t.html"), cwd=tmp_path),
+        call_cli("replay", run, "--html", str(missing / "t.html"), cwd=tmp_path),
         1,
         "--html",
         "cannot write",
     )
     _one_line_error(
-        run_cli("replay", run, "--export", "zipkin", cwd=tmp_path),
+        call_cli("replay", run, "--export", "zipkin", cwd=tmp_path),
         2,
         "'zipkin'",
         "otlp, console, or jaeger-json FILE",
     )
     _one_line_error(
-        run_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "the run has rank 0"
+        call_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "the run has rank 0"
     )

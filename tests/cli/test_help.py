@@ -1,4 +1,4 @@
-"""``--help`` and ``--version``."""
+"""``--help`` and ``--version``, called in this process."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from .harness import run_cli
+from .harness import call_cli
 
 
 def test_version(tmp_path: Path) -> None:
-    shown = run_cli("--version", cwd=tmp_path)
+    shown = call_cli("--version", cwd=tmp_path)
 
     assert shown.returncode == 0, shown.describe()
     assert shown.stdout == f"startup-orchestrator {version('startup-orchestrator')}\n"
@@ -26,7 +26,7 @@ def test_version(tmp_path: Path) -> None:
     ],
 )
 def test_help(tmp_path: Path, arguments: list[str], expected: list[str]) -> None:
-    shown = run_cli(*arguments, "--help", cwd=tmp_path)
+    shown = call_cli(*arguments, "--help", cwd=tmp_path)
 
     assert shown.returncode == 0, shown.describe()
     assert shown.stdout.startswith("usage: startup-orchestrator")

@@ -1,5 +1,9 @@
 """The read-only views on stored runs: replay's options, explain, blame,
-critical-path, diff and validate."""
+critical-path, diff and validate.
+
+The runs are made by real launches (``conftest``); the views of them are
+called in this process (:func:`call_cli`), except the trace export, which
+sets up OpenTelemetry exporters and runs as its own process."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import StoredRun
-from .harness import rank_logs, read_events, run_cli
+from .harness import call_cli, rank_logs, read_events, run_cli
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)(us|ms|s) (\S+) \(rank (\d+)\)$")
 _UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9}
@@ -18,7 +22,7 @@ _UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9}
 
 @pytest.mark.slow
 def test_explain_shows_the_fallback_tree(eight_ranks: StoredRun, tmp_path: Path) -> None:
-    explained = run_cli("explain", str(eight_ranks.directory), "--rank", "3", cwd=tmp_path)
+    explained = call_cli("explain", str(eight_ranks.directory), "--rank", "3", cwd=tmp_path)
 
     assert explained.returncode == 0, explained.describe()
     lines = explained.lines()
@@ -41,7 +45,7 @@ def test_explain_shows_the_fallback_tree(eight_ranks: StoredRun, tmp_path: Path)
 
 @pytest.mark.slow
 def test_blame_lists_steps_slowest_first(eight_ranks: StoredRun, tmp_path: Path) -> None:
-    blamed = run_cli("blame", str(eight_ranks.directory), cwd=tmp_path)
+    blamed = call_cli("blame", str(eight_ranks.directory), cwd=tmp_path)
 
     assert blamed.returncode == 0, blamed.describe()
     rows = [_DURATION.match(line) for line in blamed.lines()]
@@ -56,7 +60,7 @@ def test_blame_lists_steps_slowest_first(eight_ranks: StoredRun, tmp_path: Path)
 
 @pytest.mark.slow
 def test_critical_path_prints_start_and_duration(eight_ranks: StoredRun, tmp_path: Path) -> None:
-    path = run_cli("critical-path", str(eight_ranks.directory), cwd=tmp_path)
+    path = call_cli("critical-path", str(eight_ranks.directory), cwd=tmp_path)
 
     assert path.returncode == 0, path.describe()
     lines = path.lines()
@@ -69,7 +73,9 @@ def test_critical_path_prints_start_and_duration(eight_ranks: StoredRun, tmp_pat
 def test_diff_names_outcome_and_message_changes(
     healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
 ) -> None:
-    diffed = run_cli("diff", str(healthy.directory), str(attention_failure.directory), cwd=tmp_path)
+    diffed = call_cli(
+        "diff", str(healthy.directory), str(attention_failure.directory), cwd=tmp_path
+    )
 
     assert diffed.returncode == 0, diffed.describe()
     lines = diffed.lines()
@@ -93,7 +99,7 @@ def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: P
     platform_done = next(
         e["seq"] for e in first if e["type"] == "step.succeeded" and e["step"] == "platform"
     )
-    before = run_cli(
+    before = call_cli(
         "replay",
         "--json",
         "--until",
@@ -101,10 +107,10 @@ def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: P
         str(eight_ranks.directory),
         cwd=tmp_path,
     )
-    after = run_cli(
+    after = call_cli(
         "replay", "--json", "--until", str(platform_done), str(eight_ranks.directory), cwd=tmp_path
     )
-    text = run_cli("replay", "--until", "3", str(eight_ranks.directory), cwd=tmp_path)
+    text = call_cli("replay", "--until", "3", str(eight_ranks.directory), cwd=tmp_path)
 
     # Not finished at that point: still running at the cutoff (not crashed), exit 1.
     assert (before.returncode, after.returncode, text.returncode) == (1, 1, 1)
@@ -120,8 +126,8 @@ def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: P
 
 @pytest.mark.slow
 def test_replay_one_rank(eight_ranks: StoredRun, tmp_path: Path) -> None:
-    text = run_cli("replay", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path)
-    document = run_cli(
+    text = call_cli("replay", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path)
+    document = call_cli(
         "replay", "--json", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path
     ).json()
 
@@ -166,7 +172,7 @@ def test_replay_exports_every_span_to_a_jaeger_file(eight_ranks: StoredRun, tmp_
 
 
 def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
-    checked = run_cli("validate", str(healthy.directory), cwd=tmp_path)
+    checked = call_cli("validate", str(healthy.directory), cwd=tmp_path)
 
     assert checked.returncode == 0, checked.describe()
     assert checked.lines() == [

@@ -29,7 +29,7 @@ V0_LOG = FIXTURES / "v0-rank0.jsonl"
 def base(**fields: Any) -> dict[str, Any]:
     """A minimal valid ``step.succeeded`` record, with ``fields`` changed."""
     record: dict[str, Any] = {
-        "v": 1,
+        "v": events.SCHEMA_VERSION,
         "type": "step.succeeded",
         "run_id": "r",
         "rank": 0,
@@ -61,7 +61,7 @@ def failed_record() -> dict[str, Any]:
 def test_record_layout_and_defaults_omitted() -> None:
     event = events.StepStarted(run_id="r", rank=2, seq=5, wall_ns=10, mono_ns=20, step="a/b")
     assert events.encode_record(event) == {
-        "v": 1,
+        "v": events.SCHEMA_VERSION,
         "type": "step.started",
         "run_id": "r",
         "rank": 2,
@@ -71,7 +71,7 @@ def test_record_layout_and_defaults_omitted() -> None:
         "step": "a/b",
     }
     assert events.encode(event) == (
-        b'{"v":1,"type":"step.started","run_id":"r","rank":2,"seq":5,'
+        b'{"v":2,"type":"step.started","run_id":"r","rank":2,"seq":5,'
         b'"wall_ns":10,"mono_ns":20,"step":"a/b"}'
     )
 
@@ -163,11 +163,11 @@ def test_type_that_is_not_a_string(tag: object) -> None:
 
 def test_newer_version() -> None:
     with pytest.raises(UnsupportedVersionError) as caught:
-        events.decode_record(base(v=2))
-    assert caught.value.version == 2
-    assert caught.value.supported == 1
+        events.decode_record(base(v=3))
+    assert caught.value.version == 3
+    assert caught.value.supported == 2
     assert str(caught.value) == (
-        "unsupported schema version 2; upgrade startup-orchestrator to read it"
+        "unsupported schema version 3; upgrade startup-orchestrator to read it"
     )
 
 
@@ -179,7 +179,7 @@ def test_unreadable_version(version: object) -> None:
     with pytest.raises(UnsupportedVersionError) as caught:
         events.decode_record(record)
     assert caught.value.version == version
-    assert "versions 0..1 are readable" in str(caught.value)
+    assert "versions 0..2 are readable" in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -357,7 +357,7 @@ def test_v0_fixture_is_upcast() -> None:
     records = [orjson.loads(line) for line in V0_LOG.read_bytes().splitlines()]
     assert {record["v"] for record in records} == {0}
     decoded = [events.decode_record(record) for record in records]
-    assert [event.schema_version for event in decoded] == [1] * 7
+    assert [event.schema_version for event in decoded] == [events.SCHEMA_VERSION] * 7
     started, platform, platform_ok, flash, flash_unavailable, xformers, finished = decoded
     assert started == events.RunStarted(
         run_id="legacy-run",
@@ -404,9 +404,9 @@ def test_v0_fixture_is_upcast() -> None:
     assert xformers.reasons == ()
     assert isinstance(finished, events.RunFinished)
     assert finished.outcome is RunOutcome.READY
-    # Re-encoded, they are version 1 records with integer nanoseconds.
+    # Re-encoded, they are current records with integer nanoseconds.
     reencoded = orjson.loads(events.encode(flash_unavailable))
-    assert reencoded["v"] == 1
+    assert reencoded["v"] == events.SCHEMA_VERSION
     assert "time" not in reencoded
     assert reencoded["reasons"] == [flash_unavailable.reasons[0]]
     assert events.decode_record(reencoded) == flash_unavailable
@@ -440,6 +440,10 @@ def test_custom_upcaster_registry() -> None:
     def rename_value(record: dict[str, Any]) -> dict[str, Any]:
         record["result"] = record.pop("value")
         return record
+
+    # Every version needs its step: this registry's records change no
+    # further on their way from 1 to 2.
+    registry.register("*", 1)(lambda record: record)
 
     old = base(v=0, value=42)
     event = events.decode_record(old, registry)

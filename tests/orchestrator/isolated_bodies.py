@@ -61,3 +61,8 @@ def import_flashinfer(ctx: StepContext) -> JsonValue:
     """Import through the run's importer, where a fault may be injected."""
     ctx.import_module("flashinfer")
     return "imported"
+
+
+def read_child_results(ctx: StepContext) -> JsonValue:
+    """Ask for what only the parent process has: the step's children."""
+    return len(ctx.child_results())

@@ -171,6 +171,19 @@ async def test_a_propagating_exception_comes_back_with_its_type() -> None:
     assert_log_contract(log)
 
 
+async def test_the_child_refuses_what_only_the_parent_can_do() -> None:
+    log = new_log()
+    with pytest.raises(RuntimeError) as raised:
+        await run(isolated(isolated_bodies.read_child_results), log)
+
+    assert str(raised.value) == (
+        "an isolated step cannot read its children's results: its events are written by the "
+        "parent process; give that work a step of its own without process isolation"
+    )
+    assert only(log, StepFailed, "probe").cause.type == "RuntimeError"
+    assert_log_contract(log)
+
+
 async def test_an_injected_import_fault_reaches_the_child() -> None:
     plan = FaultPlan.from_json(
         [

@@ -1,42 +1,19 @@
-"""The ``startup-orchestrator`` command line (also ``python -m orchestrator``).
-
-Exit codes: 0 the startup reached ``ready`` (or the command succeeded), 1 the
-startup failed, was interrupted or is incomplete, or a log is corrupt, 2 bad
-usage. Every error is one line naming the bad value and what would be valid
-— never a traceback.
-
-Heavy modules (OpenTelemetry exporters, torch, protobuf) are imported only by
-the commands that use them, so ``--help`` and a simulated run start fast.
-"""
+"""The command line's arguments: every subcommand, its options and their
+checks (a bad value is one error line and exit 2, before anything runs)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
-from events import EventsError, LogError, Severity
+from events import Severity
 
-if TYPE_CHECKING:
-    from events import LaunchRecord, LogContents
+from ._output import PROG
 
-from ._errors import OrchestratorError
-
-__all__ = ["main"]
-
-PROG = "startup-orchestrator"
-DEFAULT_RUNS = Path("startup-runs")
-
-
-class UsageError(Exception):
-    """Bad command-line input: exit 2 with one line."""
-
-
-class InputError(Exception):
-    """Unreadable or corrupt input: exit 1 with one line."""
+__all__ = ["build_parser"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -321,174 +298,3 @@ def _version() -> str:
         return version("startup-orchestrator")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout
         return "0"
-
-
-# --- reading runs ---------------------------------------------------------------------
-
-
-def log_files(paths: Sequence[Path]) -> list[Path]:
-    """Expand run directories into their rank logs.
-
-    Raises:
-        UsageError: a path does not exist.
-        InputError: a directory holds no rank logs.
-    """
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
-            if not found and not (path / "manifest.json").exists():
-                # With a manifest it is a launch whose ranks wrote nothing.
-                raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
-            files.extend(found)
-        elif path.exists() or path.is_symlink():
-            files.append(path)
-        else:
-            raise UsageError(f"{path}: no such file or directory")
-    return files
-
-
-def _rank_key(path: Path) -> tuple[int, str]:
-    stem = path.stem.removeprefix("rank-")
-    return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
-
-
-def rank_of_file(path: Path) -> int | None:
-    """The rank a file's name says (``rank-3.jsonl`` -> 3), if it says one."""
-    stem = path.name.removesuffix(".jsonl").removeprefix("rank-")
-    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdigit():
-        return int(stem)
-    return None
-
-
-class RunLogs(NamedTuple):
-    """A run as read from the command line's paths.
-
-    Attributes:
-        contents: every rank log read (strictly), in rank order.
-        launch: the launcher's facts (its manifest) and the ranks whose log
-            holds no event; ``None`` when there is neither.
-    """
-
-    contents: list[LogContents]
-    launch: LaunchRecord | None
-
-
-def read_run(paths: Sequence[Path]) -> RunLogs:
-    """Read run directories (their manifest too) or log files strictly.
-
-    Raises:
-        UsageError: a path does not exist.
-        InputError: a log is corrupt or unreadable, a manifest is invalid,
-            or nothing was found to report on.
-    """
-    from events import read_log
-
-    from ._run_directory import RunDirectoryError, read_manifest
-
-    contents: list[LogContents] = []
-    empty: list[int] = []
-    manifests = []
-    for path in paths:
-        if path.is_dir():
-            try:
-                manifest = read_manifest(path)
-            except RunDirectoryError as exc:
-                raise InputError(str(exc)) from None
-            if manifest is not None:
-                manifests.append((path, manifest))
-    for file in log_files(paths):
-        try:
-            read = read_log(file)
-        except EventsError as exc:
-            raise InputError(str(exc)) from exc
-        if read.events:
-            contents.append(read)
-            continue
-        rank = rank_of_file(file)
-        if rank is not None:
-            empty.append(rank)
-    if len({manifest.run_id for _path, manifest in manifests}) > 1:
-        listed = ", ".join(f"{path} ({manifest.run_id})" for path, manifest in manifests)
-        raise InputError(f"the manifests are of different runs: {listed}")
-    launch = None
-    if manifests:
-        path, manifest = manifests[0]
-        launch = manifest.to_launch_record(source=str(path / "manifest.json"))
-    if empty:
-        import attrs
-
-        from events import LaunchRecord
-
-        launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
-    if not contents and (launch is None or launch.world_size is None):
-        raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
-    return RunLogs(contents=contents, launch=launch)
-
-
-# --- entry point ----------------------------------------------------------------------
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
-    parser = build_parser()
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(arguments)
-    args.argv = arguments
-    try:
-        if args.command == "run":
-            from ._cli_run import command_run
-
-            code = command_run(args)
-            exit_now_if_threads_linger(code)
-            return code
-        from ._cli_views import COMMANDS
-
-        return COMMANDS[args.command](args)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except InputError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except (OrchestratorError, LogError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-
-
-def exit_now_if_threads_linger(code: int) -> None:
-    """A probe thread abandoned at its timeout may still be blocked (a hung
-    driver call, an import that never returns). Python would wait for it at
-    exit forever; the log and the report are complete, so leave at once."""
-    import threading
-
-    lingering = [
-        thread
-        for thread in threading.enumerate()
-        if thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
-    ]
-    if lingering:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def emit(text: str) -> None:
-    """Print to stdout (reports go to stdout, diagnostics to stderr)."""
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
-
-
-def to_json_text(document: Any) -> str:
-    """Stable, readable JSON."""
-    import json
-
-    return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)

@@ -24,18 +24,20 @@ from typing import Any
 
 from events import RankIdentity, Severity
 
-from ._cli import DEFAULT_RUNS, PROG, InputError, UsageError, emit, read_run, to_json_text
-from ._errors import FaultSpecError, RankEnvironmentError
-from ._faults import FaultPlan
-from ._identity import (
+from .._errors import FaultSpecError, RankEnvironmentError
+from .._faults import FaultPlan
+from .._identity import (
     identity_from_environment,
     launcher_convention,
     new_run_id,
     run_id_from_environment,
 )
+from .._run_directory import Manifest, RunDirectoryError, claim_run_directory
+from .._startup import Startup
+from ._errors import InputError, UsageError
 from ._launcher import CHILD_VARIABLE, DEFAULT_GRACE_S, GRACE_VARIABLE, launch_local
-from ._run_directory import Manifest, RunDirectoryError, claim_run_directory
-from ._startup import Startup
+from ._output import PROG, emit, to_json_text
+from ._run_logs import DEFAULT_RUNS, read_run
 
 __all__ = ["command_run"]
 
@@ -55,7 +57,7 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
             where = "" if exc.part == exc.spec else f"{exc.part!r}: "
             raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
     if plan:
-        from .engine import injection_targets
+        from ..engine import injection_targets
 
         targets = injection_targets()
         try:
@@ -71,7 +73,7 @@ def _simulated(args: argparse.Namespace) -> str | None:
     profile file's path with the start of its content's SHA-256."""
     if args.simulate is None:
         return None
-    from .engine import BUILTIN_PROFILES
+    from ..engine import BUILTIN_PROFILES
 
     if args.simulate in BUILTIN_PROFILES:
         return str(args.simulate)
@@ -87,7 +89,7 @@ def _simulated(args: argparse.Namespace) -> str | None:
 def _profile(args: argparse.Namespace) -> Any:
     if args.simulate is None:
         return None
-    from .engine import ProfileError, load_profile
+    from ..engine import ProfileError, load_profile
 
     try:
         return load_profile(args.simulate)
@@ -96,7 +98,7 @@ def _profile(args: argparse.Namespace) -> Any:
 
 
 def _config(args: argparse.Namespace, world_size: int) -> Any:
-    from .engine import ATTENTION_BACKENDS, EngineConfig, EngineConfigError
+    from ..engine import ATTENTION_BACKENDS, EngineConfig, EngineConfigError
 
     if args.attention_backend is not None and args.attention_backend not in ATTENTION_BACKENDS:
         raise UsageError(
@@ -120,7 +122,7 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
 
 
 def _check_run_id(run_id: str) -> str:
-    from ._identity import RUN_ID_VARIABLE
+    from .._identity import RUN_ID_VARIABLE
 
     if not run_id.strip():
         raise UsageError(f"--run-id {run_id!r}: a run id is 1-128 letters, digits, '.', '_' or '-'")
@@ -262,7 +264,7 @@ def _report(
     from events import merge, replay
     from exporters import report_json, report_text
 
-    from ._cli_views import (
+    from ._views import (
         decision_divergences,
         decision_divergences_text,
         with_decision_divergences,

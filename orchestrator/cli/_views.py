@@ -13,7 +13,9 @@ from typing import Any
 
 from events import Event, LogContents, LogError, merge, validate
 
-from ._cli import InputError, RunLogs, UsageError, emit, read_run, to_json_text
+from ._errors import InputError, UsageError
+from ._output import emit, to_json_text
+from ._run_logs import RunLogs, read_run
 
 __all__ = ["COMMANDS"]
 
@@ -82,8 +84,8 @@ def command_replay(args: argparse.Namespace) -> int:
 def decision_divergences(events: Iterable[Event]) -> list[Any]:
     """Recorded decisions that the current deciders would make differently
     (a changed reducer shows up here, never as a silent change)."""
-    from ._decisions import check_decisions
-    from .engine import ENGINE_DECIDERS
+    from .._decisions import check_decisions
+    from ..engine import ENGINE_DECIDERS
 
     return check_decisions(events, ENGINE_DECIDERS)
 
@@ -237,7 +239,7 @@ def command_validate(args: argparse.Namespace) -> int:
     """Every integrity problem of every path, a run directory checked as a
     whole; goes on over every path and ends with a summary; exit 1 if there
     is any problem."""
-    from ._run_directory import check_run_directory
+    from .._run_directory import check_run_directory
 
     for path in args.paths:
         if not (path.exists() or path.is_symlink()):

@@ -40,9 +40,9 @@ from pathlib import Path
 
 import attrs
 
-from ._identity import RUN_ID_VARIABLE
-from ._run_directory import Manifest, ManifestRank
-from ._signals import LAUNCHER_PID_VARIABLE
+from .._identity import RUN_ID_VARIABLE
+from .._run_directory import Manifest, ManifestRank
+from .._signals import LAUNCHER_PID_VARIABLE
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
 

@@ -1,0 +1,82 @@
+"""Exception type names as logs record them, and the upgrade of older logs.
+
+From schema version 2 on, an exception of this distribution's packages is
+recorded by its public path, ``orchestrator.engine.UnspecifiedPlatformError``:
+every exception class a package exports sets its ``__module__`` to that
+package, so :class:`~events.ExceptionInfo` writes the public path and code can
+move between private modules without changing what logs, reports and spans
+say. Version 1 logs recorded the private module the class lived in
+(``orchestrator.engine._config.UnspecifiedPlatformError``);
+:func:`public_type_names` upgrades their records.
+
+The upgrade is a rule, not a table of old names: a dotted name under one of
+this distribution's top-level packages loses its private (``_``-prefixed)
+module components. It holds for every exception class these packages had
+when version 1 was written (a test checks each one), and it needs no list
+here of the classes of packages layered above this one. Names of other
+packages (a probe's ``mylib._impl.Error``), builtins (``RuntimeError``) and
+private classes are left as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DISTRIBUTION_PACKAGES", "public_type_name", "public_type_names"]
+
+#: The top-level packages of this distribution: the only names rewritten.
+DISTRIBUTION_PACKAGES = frozenset({"events", "orchestrator", "exporters"})
+
+
+def public_type_name(name: str) -> str:
+    """The public path of a version-1 exception type name.
+
+    ``orchestrator._errors.StepTimeoutError`` -> ``orchestrator.StepTimeoutError``;
+    a name outside :data:`DISTRIBUTION_PACKAGES`, a builtin's bare name or a
+    name already public is returned unchanged. The last component (the class)
+    is kept even when it is private.
+    """
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] not in DISTRIBUTION_PACKAGES:
+        return name
+    *modules, qualname = parts
+    public = [part for part in modules if not part.startswith("_")]
+    if len(public) == len(modules):
+        return name
+    return ".".join([*public, qualname])
+
+
+def public_type_names(record: dict[str, Any]) -> dict[str, Any]:
+    """Upcaster from schema version 1 to 2: rename the exception types of
+    ``record``'s ``cause`` (and the causes, contexts and group members nested
+    in it) to their public paths.
+
+    Exception records can nest thousands deep in a log written by another
+    program, so they are walked with an explicit stack. Anything that is not
+    a JSON object where an exception record belongs is left for the codec's
+    checks to reject.
+    """
+    cause = record.get("cause")
+    if not isinstance(cause, dict):
+        return record
+    # ``record`` is the upcaster's own copy, but nested objects are shared
+    # with the caller's parsed JSON: copy each exception record before
+    # changing it.
+    record["cause"] = top = dict(cause)
+    stack = [top]
+    while stack:
+        info = stack.pop()
+        name = info.get("type")
+        if isinstance(name, str):
+            info["type"] = public_type_name(name)
+        for field in ("cause", "context"):
+            nested = info.get(field)
+            if isinstance(nested, dict):
+                info[field] = copied = dict(nested)
+                stack.append(copied)
+        members = info.get("exceptions")
+        if isinstance(members, list):
+            copies = [dict(member) if isinstance(member, dict) else member for member in members]
+            info["exceptions"] = copies
+            stack.extend(member for member in copies if isinstance(member, dict))
+    return record

@@ -1,0 +1,39 @@
+"""Errors the command line raises and turns into one line and an exit status.
+
+::
+
+    orchestrator.OrchestratorError
+    └── CommandLineError      the command cannot do what it was asked
+        ├── UsageError        bad command-line input: exit 2
+        └── InputError        unreadable or corrupt input: exit 1
+
+Both are caught by :func:`orchestrator.cli.main`; callers of ``main`` see an
+exit status, never these.
+"""
+
+from __future__ import annotations
+
+from .._errors import OrchestratorError
+
+__all__ = ["CommandLineError", "InputError", "UsageError"]
+
+
+class CommandLineError(OrchestratorError):
+    """Base class of the command line's own errors; the message is the whole
+    error line, without the program's name."""
+
+    __module__ = "orchestrator.cli"
+
+
+class UsageError(CommandLineError):
+    """Bad command-line input (a value, a path that does not exist): exit 2
+    with one line, nothing written."""
+
+    __module__ = "orchestrator.cli"
+
+
+class InputError(CommandLineError):
+    """Unreadable or corrupt input (a damaged log, an invalid manifest): exit
+    1 with one line."""
+
+    __module__ = "orchestrator.cli"

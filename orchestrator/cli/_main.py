@@ -1,0 +1,65 @@
+"""The entry point: parse, dispatch to a command, turn errors into one line
+and an exit status."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from events import LogError
+
+from .._errors import OrchestratorError
+from ._errors import InputError, UsageError
+from ._output import PROG, exit_now_if_threads_linger
+from ._parser import build_parser
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 success (the startup is ``ready``), 1 failure, 2
+        bad usage. ``--help`` and ``--version`` print and return 0.
+
+    Never raises for bad input: every error is one line on stderr. A run
+    whose probe threads linger past their timeouts ends the process at once
+    (``os._exit``) once its report is printed.
+    """
+    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(arguments)
+    except SystemExit as exc:
+        # argparse has printed its help, version or error line already.
+        return exc.code if isinstance(exc.code, int) else 2
+    args.argv = arguments
+    try:
+        if args.command == "run":
+            from ._run import command_run
+
+            code = command_run(args)
+            exit_now_if_threads_linger(code)
+            return code
+        from ._views import COMMANDS
+
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except InputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except (OrchestratorError, LogError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

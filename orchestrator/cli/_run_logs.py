@@ -1,0 +1,120 @@
+"""Reading the runs the command line is given: run directories (with their
+manifest) and log files, read strictly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from events import EventsError
+
+from ._errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from events import LaunchRecord, LogContents
+
+__all__ = ["DEFAULT_RUNS", "RunLogs", "log_files", "rank_of_file", "read_run"]
+
+#: Where ``run`` puts its run directories unless told otherwise.
+DEFAULT_RUNS = Path("startup-runs")
+
+
+def log_files(paths: Sequence[Path]) -> list[Path]:
+    """Expand run directories into their rank logs.
+
+    Raises:
+        UsageError: a path does not exist.
+        InputError: a directory holds no rank logs.
+    """
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
+            if not found and not (path / "manifest.json").exists():
+                # With a manifest it is a launch whose ranks wrote nothing.
+                raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
+            files.extend(found)
+        elif path.exists() or path.is_symlink():
+            files.append(path)
+        else:
+            raise UsageError(f"{path}: no such file or directory")
+    return files
+
+
+def _rank_key(path: Path) -> tuple[int, str]:
+    stem = path.stem.removeprefix("rank-")
+    return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
+
+
+def rank_of_file(path: Path) -> int | None:
+    """The rank a file's name says (``rank-3.jsonl`` -> 3), if it says one."""
+    stem = path.name.removesuffix(".jsonl").removeprefix("rank-")
+    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdigit():
+        return int(stem)
+    return None
+
+
+class RunLogs(NamedTuple):
+    """A run as read from the command line's paths.
+
+    Attributes:
+        contents: every rank log read (strictly), in rank order.
+        launch: the launcher's facts (its manifest) and the ranks whose log
+            holds no event; ``None`` when there is neither.
+    """
+
+    contents: list[LogContents]
+    launch: LaunchRecord | None
+
+
+def read_run(paths: Sequence[Path]) -> RunLogs:
+    """Read run directories (their manifest too) or log files strictly.
+
+    Raises:
+        UsageError: a path does not exist.
+        InputError: a log is corrupt or unreadable, a manifest is invalid,
+            or nothing was found to report on.
+    """
+    from events import read_log
+
+    from .._run_directory import RunDirectoryError, read_manifest
+
+    contents: list[LogContents] = []
+    empty: list[int] = []
+    manifests = []
+    for path in paths:
+        if path.is_dir():
+            try:
+                manifest = read_manifest(path)
+            except RunDirectoryError as exc:
+                raise InputError(str(exc)) from None
+            if manifest is not None:
+                manifests.append((path, manifest))
+    for file in log_files(paths):
+        try:
+            read = read_log(file)
+        except EventsError as exc:
+            raise InputError(str(exc)) from exc
+        if read.events:
+            contents.append(read)
+            continue
+        rank = rank_of_file(file)
+        if rank is not None:
+            empty.append(rank)
+    if len({manifest.run_id for _path, manifest in manifests}) > 1:
+        listed = ", ".join(f"{path} ({manifest.run_id})" for path, manifest in manifests)
+        raise InputError(f"the manifests are of different runs: {listed}")
+    launch = None
+    if manifests:
+        path, manifest = manifests[0]
+        launch = manifest.to_launch_record(source=str(path / "manifest.json"))
+    if empty:
+        import attrs
+
+        from events import LaunchRecord
+
+        launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
+    if not contents and (launch is None or launch.world_size is None):
+        raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
+    return RunLogs(contents=contents, launch=launch)
