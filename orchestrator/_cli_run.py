@@ -259,7 +259,7 @@ def _report(
     messages, the exit status its own outcome. With ``hidden_warnings`` (the
     launcher), first print on stderr, as the live stream would have, the
     WARNINGs scope kept off the terminal that no printing rank saw."""
-    from events import merge, replay
+    from events import merge
     from exporters import report_json, report_text
 
     from ._cli_views import (
@@ -267,6 +267,7 @@ def _report(
         decision_divergences_text,
         with_decision_divergences,
     )
+    from .engine import replay
 
     run = read_run(paths)
     result = replay(run.contents, launch=run.launch)

@@ -15,11 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from events import (
-    ALLREDUCE_STEP,
-    ATTENTION_STEP,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-    ZENTORCH_STEP,
     DecisionMade,
     Event,
     ExceptionInfo,
@@ -38,6 +33,13 @@ from events import (
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+)
+from orchestrator.engine import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
 )
 
 RUN_ID = "run-7f3a"
@@ -414,6 +416,7 @@ def healthy_rank(rank: int, *, world_size: int = 8, **options: Any) -> list[Even
 
 def codes(events: Iterable[Event]) -> list[str]:
     """The message codes a stream derives, in order."""
-    from events import Messages, fold
+    from events import fold
+    from orchestrator.engine import EngineMessages as Messages
 
     return [m.code for m in fold(Messages(), events).messages()]

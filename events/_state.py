@@ -1,16 +1,12 @@
-"""The engine's derived state per rank, the root cause across ranks, and
-cross-rank divergences; :func:`replay` folds a whole run in one pass.
+"""The derived state per rank, the root cause across ranks, and cross-rank
+divergences; :func:`replay` folds a whole run in one pass.
 
-:class:`EngineStates` is a projection (``initial``/``apply``) whose state is a
-mapping from rank to :class:`EngineState`, read from the events the engine
-writes (:mod:`events._conventions`)::
-
-    platform ok                 platform (plugin), platform_class
-    attention ok                attention_backend
-    flashinfer_comm ok|other    flashinfer_comm_available
-    allreduce_workspace ok      fusion_enabled, allreduce_backend
-    decision allreduce.agreed   allreduce_backend (what every rank uses)
-    run.finished                outcome (no run.finished: ``incomplete``)
+:class:`RankStates` is a projection (``initial``/``apply``) whose state is a
+mapping from rank to :class:`RankState`: what every graph has (outcome,
+failure, open steps, last event) plus the *facts* the slices declare, kept by
+the slices' ``derive_facts`` hooks and result columns
+(:class:`~events.Slice`). A slice may give the state a class of its own
+(``state_type``) with typed views of its facts.
 
 The root cause of a rank is its earliest failure that reached the graph (the
 deepest step of that propagation; a failure a parent absorbed does not
@@ -27,23 +23,15 @@ from typing import Any
 
 import attrs
 
-from ._conventions import (
-    ALLREDUCE_STEP,
-    ATTENTION_STEP,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-)
 from ._errors import LogError
 from ._exception_info import ExceptionInfo
 from ._launch import LaunchRecord, RankProcess
 from ._messages import (
-    DEFAULT_POLICY,
     GroupedMessage,
     Message,
     Messages,
     MessagesState,
     RankMessages,
-    Scope,
     SeverityPolicy,
     _Failure,
     _top_level,
@@ -61,19 +49,19 @@ from ._model import (
     RunOutcome,
     RunStarted,
     StepCancelled,
-    StepFailed,
     StepStarted,
     StepSucceeded,
 )
 from ._reader import LogContents
 from ._reducers import Composite, fold
-from ._severity import Severity
+from ._severity import Scope, Severity
+from ._slices import Slice
 from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
     "Divergence",
-    "EngineState",
-    "EngineStates",
+    "RankState",
+    "RankStates",
     "Replay",
     "RootCause",
     "find_divergences",
@@ -116,7 +104,7 @@ class RootCause:
     process: RankProcess | None = None
 
     def describe(self, *, since_ns: int | None = None) -> str:
-        """One line: ``rank 5, step platform: RuntimeError: ...``; for a rank
+        """One line: ``rank 5, step cache_dir: RuntimeError: ...``; for a rank
         that wrote no events, what its launcher saw (times relative to
         ``since_ns``)."""
         if self.no_events is not None:
@@ -146,7 +134,7 @@ def _log_state(cause: RootCause) -> str:
 
 def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
     """The steps of ``steps`` that no other step of it encloses, in order
-    (``attention`` and ``attention/FLASH_ATTN`` give ``attention/FLASH_ATTN``)."""
+    (``kernels`` and ``kernels/triton`` give ``kernels/triton``)."""
     ordered = list(dict.fromkeys(steps))
     return tuple(
         step
@@ -156,7 +144,7 @@ def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class _EngineTracking:
+class _StateTracking:
     """Bookkeeping between events. Internal."""
 
     root_span_id: str | None = None
@@ -170,7 +158,7 @@ class _EngineTracking:
 
 
 @attrs.frozen(kw_only=True)
-class EngineState:
+class RankState:
     """What one rank's startup derived.
 
     Attributes:
@@ -179,16 +167,8 @@ class EngineState:
         identity: from ``run.started``.
         outcome: ``ready | failed | interrupted``, or ``incomplete`` while
             (or because) the log has no ``run.finished``.
-        platform: the platform plugin that won, or ``None``.
-        platform_class: its platform class (``CudaPlatform``), or ``None``.
-        attention_backend: the selected attention backend, or ``None``.
-        allreduce_backend: the all-reduce backend this rank uses (the agreed
-            one when ranks agreed), or ``None`` when fusion is off.
-        fusion_enabled: whether the all-reduce fusion workspace is usable.
-        flashinfer_comm_available: whether ``flashinfer.comm`` is usable;
-            ``None`` when that step never ended.
-        allreduce_settled: the all-reduce step ended ok (so its backend is
-            a decision to compare across ranks).
+        facts: what the slices derived (fact name -> JSON value), starting
+            from their declared initial values.
         failure: the earliest failure that reached the graph.
         open_steps: steps started and not ended, in start order.
         last_event_step: the step of the latest step event.
@@ -200,19 +180,13 @@ class EngineState:
     run_id: str | None = None
     identity: RankIdentity | None = None
     outcome: RunOutcome = RunOutcome.INCOMPLETE
-    platform: str | None = None
-    platform_class: str | None = None
-    attention_backend: str | None = None
-    allreduce_backend: str | None = None
-    fusion_enabled: bool = False
-    flashinfer_comm_available: bool | None = None
-    allreduce_settled: bool = False
+    facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
     failure: RootCause | None = None
     open_steps: tuple[str, ...] = ()
     last_event_step: str | None = None
     last_wall_ns: int = 0
     last_seq: int = -1
-    tracking: _EngineTracking = attrs.field(factory=_EngineTracking)
+    tracking: _StateTracking = attrs.field(factory=_StateTracking)
 
     @property
     def finished(self) -> bool:
@@ -277,7 +251,7 @@ def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
     return in_flight[0] if in_flight else last_step
 
 
-def _root_cause(state: EngineState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+def _root_cause(state: RankState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
     return RootCause(
         rank=state.rank,
         step=failure.step,
@@ -288,104 +262,133 @@ def _root_cause(state: EngineState, failure: _Failure, fallback: ExceptionInfo |
     )
 
 
-def _field(value: JsonValue, key: str) -> JsonValue:
-    return value.get(key) if isinstance(value, dict) else None
+class RankStates:
+    """Projection: rank -> :class:`RankState` from any stream of events.
 
+    Args:
+        slices: whose facts to keep (their initial values, result columns
+            and ``derive_facts`` hooks) and whose ``state_type`` to build
+            (the first slice that names one).
+    """
 
-def _text(value: JsonValue) -> str | None:
-    return value if isinstance(value, str) and value else None
+    def __init__(self, slices: Sequence[Slice] = ()) -> None:
+        self._slices = tuple(slices)
+        facts: dict[str, JsonValue] = {}
+        results: dict[str, list[tuple[str, str | None]]] = {}
+        for part in self._slices:
+            facts.update(part.facts)
+            for column in part.columns:
+                if column.step is not None:
+                    facts.setdefault(column.fact, None)
+                    results.setdefault(column.step, []).append((column.fact, column.key))
+        self._facts = facts
+        self._results = {step: tuple(found) for step, found in results.items()}
+        self._hooks = tuple(
+            part.derive_facts for part in self._slices if part.derive_facts is not None
+        )
+        self._type: type[RankState] = next(
+            (part.state_type for part in self._slices if part.state_type is not None), RankState
+        )
 
+    @property
+    def slices(self) -> tuple[Slice, ...]:
+        """The slices the states are derived with."""
+        return self._slices
 
-class EngineStates:
-    """Projection: rank -> :class:`EngineState` from any stream of events."""
+    def new(self, rank: int, run_id: str | None) -> RankState:
+        """A rank's state before its first event."""
+        return self._type(rank=rank, run_id=run_id, facts=self._facts)
 
-    def initial(self) -> Mapping[int, EngineState]:
+    def initial(self) -> Mapping[int, RankState]:
         """No ranks yet."""
         return {}
 
-    def apply(self, state: Mapping[int, EngineState], event: Event) -> Mapping[int, EngineState]:
+    def apply(self, state: Mapping[int, RankState], event: Event) -> Mapping[int, RankState]:
         """The state after ``event``; unchanged ranks are shared."""
-        rank = state.get(event.rank) or EngineState(rank=event.rank, run_id=event.run_id)
-        updated = _apply_rank(rank, event)
+        rank = state.get(event.rank) or self.new(event.rank, event.run_id)
+        updated = self.apply_rank(rank, event)
         if updated is rank:
             return state
         ranks = dict(state)
         ranks[event.rank] = updated
         return ranks
 
-
-def _apply_rank(state: EngineState, event: Event) -> EngineState:
-    changes: dict[str, Any] = {"last_wall_ns": event.wall_ns, "last_seq": event.seq}
-    tracking = state.tracking
-    if isinstance(event, StepStarted):
-        changes["open_steps"] = (*state.open_steps, event.step)
-        changes["last_event_step"] = event.step
-    elif isinstance(event, TERMINAL_STEP_EVENTS):
-        changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
-        changes["last_event_step"] = event.step
-        if isinstance(event, StepCancelled):
-            tracking = attrs.evolve(tracking, cancelled=(*tracking.cancelled, event.step))
-        tracked = _track(
-            tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
-        )
-        tracking = attrs.evolve(tracking, failures=tracked.pending)
-        if tracked.settled is not None and state.failure is None:
-            changes["failure"] = _root_cause(state, tracked.settled, None)
-        changes.update(_derived(state, event))
-    elif isinstance(event, DecisionMade):
-        if event.name == "allreduce.agreed":
-            changes["allreduce_backend"] = _text(event.value)
-    elif isinstance(event, RunStarted):
-        changes["identity"] = event.identity
-        changes["run_id"] = event.run_id
-        tracking = attrs.evolve(tracking, root_span_id=event.span_id)
-    elif isinstance(event, RunFinished):
-        tracked = _track(tracking.failures, event, top_level=True)
-        tracking = attrs.evolve(
-            tracking,
-            failures=(),
-            finish_cause=event.cause,
-            failed_step=event.failed_step,
-            finish_wall_ns=event.wall_ns,
-            finish_seq=event.seq,
-        )
-        changes["outcome"] = event.outcome
-        if tracked.settled is not None and state.failure is None:
-            changes["failure"] = attrs.evolve(
-                _root_cause(state, tracked.settled, event.cause), outcome=event.outcome
+    def apply_rank(self, state: RankState, event: Event) -> RankState:
+        """One rank's state after ``event``."""
+        changes: dict[str, Any] = {"last_wall_ns": event.wall_ns, "last_seq": event.seq}
+        tracking = state.tracking
+        settles = False
+        if isinstance(event, StepStarted):
+            changes["open_steps"] = (*state.open_steps, event.step)
+            changes["last_event_step"] = event.step
+        elif isinstance(event, TERMINAL_STEP_EVENTS):
+            changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
+            changes["last_event_step"] = event.step
+            if isinstance(event, StepCancelled):
+                tracking = attrs.evolve(tracking, cancelled=(*tracking.cancelled, event.step))
+            tracked = _track(
+                tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
             )
-        elif state.failure is not None:
-            changes["failure"] = attrs.evolve(state.failure, outcome=event.outcome)
-    changes["tracking"] = tracking
-    return attrs.evolve(state, **changes)
+            tracking = attrs.evolve(tracking, failures=tracked.pending)
+            if tracked.settled is not None and state.failure is None:
+                changes["failure"] = _root_cause(state, tracked.settled, None)
+            settles = True
+        elif isinstance(event, DecisionMade):
+            settles = True
+        elif isinstance(event, RunStarted):
+            changes["identity"] = event.identity
+            changes["run_id"] = event.run_id
+            tracking = attrs.evolve(tracking, root_span_id=event.span_id)
+        elif isinstance(event, RunFinished):
+            tracked = _track(tracking.failures, event, top_level=True)
+            tracking = attrs.evolve(
+                tracking,
+                failures=(),
+                finish_cause=event.cause,
+                failed_step=event.failed_step,
+                finish_wall_ns=event.wall_ns,
+                finish_seq=event.seq,
+            )
+            changes["outcome"] = event.outcome
+            if tracked.settled is not None and state.failure is None:
+                changes["failure"] = attrs.evolve(
+                    _root_cause(state, tracked.settled, event.cause), outcome=event.outcome
+                )
+            elif state.failure is not None:
+                changes["failure"] = attrs.evolve(state.failure, outcome=event.outcome)
+        if settles:
+            facts = self._settled_facts(state.facts, event)
+            if facts is not None:
+                changes["facts"] = facts
+        changes["tracking"] = tracking
+        return attrs.evolve(state, **changes)
+
+    def _settled_facts(
+        self, facts: Mapping[str, JsonValue], event: Event
+    ) -> Mapping[str, JsonValue] | None:
+        """The facts after ``event``, or ``None`` when it settles none."""
+        found: dict[str, JsonValue] | None = None
+        if isinstance(event, StepSucceeded):
+            for fact, key in self._results.get(event.step, ()):
+                result = event.result
+                value = result if key is None else _field(result, key)
+                found = {} if found is None else found
+                found[fact] = value
+        for hook in self._hooks:
+            changed = hook(facts if found is None else {**facts, **found}, event)
+            if changed:
+                found = {} if found is None else found
+                found.update(changed)
+        if found is None:
+            return None
+        return {**facts, **found}
 
 
-def _derived(state: EngineState, event: Event) -> dict[str, Any]:
-    """The engine facts a terminal step event settles."""
-    step = event.step
-    ok = isinstance(event, StepSucceeded)
-    result: JsonValue = event.result if isinstance(event, StepSucceeded) else None
-    if step == PLATFORM_STEP and ok:
-        return {
-            "platform": _text(_field(result, "plugin")),
-            "platform_class": _text(_field(result, "platform_class")),
-        }
-    if step == ATTENTION_STEP and ok:
-        return {"attention_backend": _text(_field(result, "backend"))}
-    if step == FLASHINFER_COMM_STEP:
-        return {"flashinfer_comm_available": ok and _field(result, "available") is not False}
-    if step == ALLREDUCE_STEP:
-        if not ok:
-            return {"fusion_enabled": False, "allreduce_backend": None}
-        enabled = _field(result, "enabled") is True
-        backend = _text(_field(result, "backend")) if enabled else None
-        return {"fusion_enabled": enabled, "allreduce_backend": backend, "allreduce_settled": True}
-    if step == PLATFORM_STEP and isinstance(event, StepFailed):
-        return {"platform": None, "platform_class": None}
-    return {}
+def _field(value: JsonValue, key: str) -> JsonValue:
+    return value.get(key) if isinstance(value, dict) else None
 
 
-def root_cause(states: Mapping[int, EngineState] | Iterable[EngineState]) -> RootCause | None:
+def root_cause(states: Mapping[int, RankState] | Iterable[RankState]) -> RootCause | None:
     """The run's root cause: the earliest (by wall-clock time, then rank) of
     the ranks' root causes. A rank that died counts, at its last event."""
     values = states.values() if isinstance(states, Mapping) else states
@@ -397,16 +400,16 @@ def root_cause(states: Mapping[int, EngineState] | Iterable[EngineState]) -> Roo
 
 @attrs.frozen(kw_only=True)
 class Divergence:
-    """Ranks that decided differently where they must agree.
+    """Ranks that decided differently where they must agree (a slice's
+    :class:`~events.Agreement`).
 
     Attributes:
-        code: ``allreduce.divergence`` (ERROR: divergent backends hang
-            collectives), ``platform.divergence`` (ERROR: one launch, mixed
-            devices), ``attention.divergence`` (WARNING: kernels differ).
+        code: the agreement's code (for the reference engine
+            ``allreduce.divergence`` ...).
         severity, scope: from the policy.
-        subject: the :class:`EngineState` field compared.
-        values: each value (``None``: fusion disabled) with its ranks, ordered
-            by lowest rank.
+        subject: the fact compared.
+        values: each value (``None``: the agreement's ``none_text``) with its
+            ranks, ordered by lowest rank.
         text: what differs and what to do.
     """
 
@@ -433,51 +436,32 @@ class Divergence:
         )
 
 
-_DIVERGENCES: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "allreduce.divergence",
-        "allreduce_backend",
-        "Ranks disagree on the allreduce fusion backend",
-        "collectives hang when ranks use different backends; let the ranks agree through a "
-        "process group (torch.distributed) or configure one backend that works on every rank.",
-    ),
-    (
-        "platform.divergence",
-        "platform_class",
-        "Ranks run on different platforms",
-        "one launch needs the same platform on every rank; check the platform messages of "
-        "the ranks that differ.",
-    ),
-    (
-        "attention.divergence",
-        "attention_backend",
-        "Ranks selected different attention backends",
-        "outputs and speed may differ between ranks; name one attention backend that works "
-        "on every rank.",
-    ),
-)
-
-
 def find_divergences(
-    states: Mapping[int, EngineState] | Iterable[EngineState],
+    states: Mapping[int, RankState] | Iterable[RankState],
     *,
-    policy: SeverityPolicy = DEFAULT_POLICY,
+    slices: Sequence[Slice] = (),
+    policy: SeverityPolicy | None = None,
 ) -> tuple[Divergence, ...]:
-    """Compare the ranks' decisions: all-reduce backend (among ranks whose
-    all-reduce step ended ok; a rank with fusion disabled differs from one
-    using a backend), platform class and attention backend (among ranks that
-    decided one)."""
+    """Compare the ranks' facts that ``slices`` say must agree
+    (:class:`~events.Agreement`), in the slices' order; severities and
+    scopes from ``policy``, else the slices' defaults."""
     values = list(states.values() if isinstance(states, Mapping) else states)
+    agreements = [agreement for part in slices for agreement in part.agreements]
+    if not agreements:
+        return ()
+    rule = Messages(policy, slices=slices).rule
     found: list[Divergence] = []
-    for code, subject, what, advice in _DIVERGENCES:
+    for agreement in agreements:
+        subject = agreement.fact
         by_value: dict[str | None, list[int]] = {}
         for state in values:
-            if subject == "allreduce_backend":
-                if not state.allreduce_settled:
+            if agreement.among is not None:
+                if not state.facts.get(agreement.among):
                     continue
-            elif getattr(state, subject) is None:
+            elif state.facts.get(subject) is None:
                 continue
-            by_value.setdefault(getattr(state, subject), []).append(state.rank)
+            value = state.facts.get(subject)
+            by_value.setdefault(None if value is None else str(value), []).append(state.rank)
         if len(by_value) < 2:
             continue
         ordered = sorted(
@@ -485,18 +469,19 @@ def find_divergences(
             key=lambda item: item[1][0],
         )
         listing = "; ".join(
-            f"{'disabled' if value is None else value} on {format_ranks(ranks)}"
+            f"{agreement.none_text if value is None else value} on {format_ranks(ranks)}"
             for value, ranks in ordered
         )
-        severity, scope = policy.rule(code)
+        severity, scope = rule(agreement.code)
+        advice = agreement.advice
         found.append(
             Divergence(
-                code=code,
+                code=agreement.code,
                 severity=severity,
                 scope=scope,
                 subject=subject,
                 values=tuple(ordered),
-                text=f"{what}: {listing}. {advice[0].upper()}{advice[1:]}",
+                text=f"{agreement.what}: {listing}. {advice[0].upper()}{advice[1:]}",
             )
         )
     return tuple(found)
@@ -511,7 +496,10 @@ class Replay:
         world_size: the expected number of ranks: the launcher's, else the
             largest in the ranks' ``run.started``, else the highest rank + 1.
         policy: the severity policy messages were derived with.
-        states: rank -> :class:`EngineState`, for the ranks that have events.
+        slices: the slices the run was derived with (their columns make the
+            report's table).
+        states: rank -> :class:`RankState` (or the slices' state type), for
+            the ranks that have events.
         message_state: the messages projection's state (for
             :func:`~events.step_severity`).
         messages: every rank's messages, by time.
@@ -531,7 +519,7 @@ class Replay:
     run_id: str | None
     world_size: int
     policy: SeverityPolicy
-    states: Mapping[int, EngineState]
+    states: Mapping[int, RankState]
     message_state: MessagesState
     messages: tuple[Message, ...]
     grouped: tuple[GroupedMessage, ...]
@@ -544,6 +532,7 @@ class Replay:
     until: int | None = None
     simulated: str | None = None
     injected: tuple[str, ...] = ()
+    slices: tuple[Slice, ...] = ()
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -592,13 +581,19 @@ ReplaySource = Iterable[Event | LogContents | Sequence[Event]]
 def replay(
     source: ReplaySource,
     *,
-    policy: SeverityPolicy = DEFAULT_POLICY,
+    slices: Sequence[Slice] = (),
+    policy: SeverityPolicy | None = None,
     launch: LaunchRecord | None = None,
     until: int | None = None,
 ) -> Replay:
-    """Re-derive a run: engine state, messages, root cause, divergences and
+    """Re-derive a run: rank state, messages, root cause, divergences and
     timeline, folding each rank's events once through one
     :class:`~events.Composite`, and judge it against its expected ranks.
+
+    ``slices`` say what the run's steps mean (their facts, message rules,
+    agreements and report columns); without them the run gets the kernel's
+    generic state and messages. ``policy`` overrides severities and scopes
+    (default: the kernel's, with each slice's defaults for its codes).
 
     ``source`` may be a stream of events (one rank's, or several ranks'
     merged in any interleaving that keeps each rank's order), the
@@ -656,15 +651,16 @@ def replay(
 
     # Each rank is folded alone: its states stay small and a 1,024-rank run
     # never copies a 1,024-entry mapping per event.
+    messages_projection = Messages(policy, slices=slices)
     composite: Composite[Any] = Composite(
-        engine=EngineStates(), messages=Messages(policy), timeline=Timeline()
+        states=RankStates(slices), messages=messages_projection, timeline=Timeline()
     )
-    states: dict[int, EngineState] = {}
+    states: dict[int, RankState] = {}
     rank_messages: dict[int, RankMessages] = {}
     timelines: dict[int, RankTimeline] = {}
     for rank in sorted(by_rank):
         folded = fold(composite, by_rank[rank])
-        states.update(folded["engine"])
+        states.update(folded["states"])
         rank_messages.update(folded["messages"].ranks)
         timelines.update(folded["timeline"].ranks)
 
@@ -704,14 +700,14 @@ def replay(
         )
     message_state = MessagesState(ranks=rank_messages)
     messages = message_state.messages()
-    divergences = find_divergences(states, policy=policy)
+    divergences = find_divergences(states, slices=slices, policy=policy)
     grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
     grouped.sort(key=lambda group: -group.severity)
     started = [event for events in by_rank.values() if isinstance(event := events[0], RunStarted)]
     return Replay(
         run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
         world_size=world_size,
-        policy=policy,
+        policy=messages_projection.policy,
         states=states,
         message_state=message_state,
         messages=messages,
@@ -725,11 +721,12 @@ def replay(
         until=until,
         simulated=next((event.simulated for event in started if event.simulated), None),
         injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
+        slices=tuple(slices),
     )
 
 
 def _run_root_cause(
-    states: Mapping[int, EngineState],
+    states: Mapping[int, RankState],
     no_events: Mapping[int, str],
     launch: LaunchRecord | None,
     until: int | None,
