@@ -173,7 +173,7 @@ class SeverityPolicy:
     def to_json(self) -> str:
         """The policy as a JSON document::
 
-        {"version": 1, "rules": {"zentorch.broken": {"severity": "warning",
+        {"version": 1, "rules": {"step.timed_out": {"severity": "warning",
                                                      "scope": "local"}, ...}}
         """
         document = {

@@ -42,7 +42,7 @@ class Severity(enum.IntEnum):
 
 
 class Scope(enum.StrEnum):
-    """Which ranks print a message live (as vLLM's ``*_once`` helpers).
+    """Which ranks print a message live (as an engine's ``*_once`` logging helpers).
 
     ``process`` every rank; ``local`` only local rank 0 of each node;
     ``global`` only global rank 0. An ERROR ignores scope.

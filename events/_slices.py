@@ -81,6 +81,10 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in value)
 
 
+def _code_rules(value: Mapping[str, tuple[Any, Any]]) -> dict[str, Rule]:
+    return {code: (Severity(rule[0]), Scope(rule[1])) for code, rule in value.items()}
+
+
 def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
@@ -402,7 +406,7 @@ class Slice:
     name: str
     steps: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     rules: tuple[MessageRule, ...] = attrs.field(default=(), converter=_tuple)
-    severities: Mapping[str, Rule] = attrs.field(factory=dict)
+    severities: Mapping[str, Rule] = attrs.field(factory=dict, converter=_code_rules)
     facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
     report_facts: tuple[str, ...] | None = None
     columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple)

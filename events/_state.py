@@ -404,8 +404,7 @@ class Divergence:
     :class:`~events.Agreement`).
 
     Attributes:
-        code: the agreement's code (for the reference engine
-            ``allreduce.divergence`` ...).
+        code: the agreement's code (``my_engine.backend_divergence``).
         severity, scope: from the policy.
         subject: the fact compared.
         values: each value (``None``: the agreement's ``none_text``) with its

@@ -13,7 +13,7 @@ message the fold newly derives to a stdlib logger::
 Each record:
 
 - goes to the logger ``orchestrator.<area>`` where ``<area>`` is the code's
-  first part (``attention.selected`` -> ``orchestrator.attention``);
+  first part (``step.failed`` -> ``orchestrator.step``);
 - has the message's severity as its level;
 - is emitted only where :attr:`events.Message.printed` is true: scope is
   honoured with the rank identity from ``run.started``, and an ERROR is

@@ -17,11 +17,9 @@ fields never change meaning; new fields may be added. Schema (version 1)::
          "outcome": "ready" | "failed" | "interrupted" | "incomplete" | "running",
          "log": "complete" | "unfinished" | "empty" | "missing",
          <fact>: JSON value, ...               # the facts the replay's slices report,
-                                               #   in their declared order (for the
-                                               #   reference engine: platform,
-                                               #   platform_class, attention_backend,
-                                               #   allreduce_backend, fusion_enabled,
-                                               #   flashinfer_comm_available)
+                                               #   in their declared order (the
+                                               #   reference engine's are listed in
+                                               #   orchestrator.engine)
          "last_step": str | null,              # for a rank that died: the step it was in
          "in_flight": [str, ...],              # steps running when it died or was
                                                #   interrupted (innermost only)
