@@ -61,7 +61,7 @@ from ._model import (
     outcome_of,
 )
 from ._severity import Scope, Severity
-from ._slices import MessageRule, Slice, cause_of, crash_text, reason_of
+from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text, reason_of
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -679,9 +679,12 @@ class _Derivation:
         if terminal:
             self.started = self._tracking.open.get(event.step)
         hooks = self.setup.hooks
-        memories = self._memories() if hooks else []
-        for index, hook in enumerate(hooks):
-            memories[index] = hook.before(self, memories[index])
+        kept = self._tracking.slices
+        memories = kept
+        if hooks:
+            if memories is None:
+                memories = tuple(hook.initial() for hook in hooks)
+            memories = self._call(hooks, memories, before=True)
         if isinstance(event, StepStarted):
             self.step_started(event)
         elif terminal:
@@ -690,20 +693,26 @@ class _Derivation:
             self.run_started(event)
         elif isinstance(event, RunFinished):
             self.run_finished(event)
-        for index, hook in enumerate(hooks):
-            memories[index] = hook.after(self, memories[index])
-        if hooks and tuple(memories) != self._tracking.slices:
-            self.track(slices=tuple(memories))
+        if hooks and memories is not None:
+            memories = self._call(hooks, memories, before=False)
+            if memories is not kept:
+                self.track(slices=memories)
         tracking = self.tracking
         if tracking is not self.state.tracking:
             self.state = attrs.evolve(self.state, tracking=tracking)
         return self.state
 
-    def _memories(self) -> list[Any]:
-        kept = self._tracking.slices
-        if kept is None:
-            return [hook.initial() for hook in self.setup.hooks]
-        return list(kept)
+    def _call(
+        self, hooks: tuple[MessageHook, ...], memories: tuple[Any, ...], *, before: bool
+    ) -> tuple[Any, ...]:
+        """Run each hook's phase; the memories are copied only on change (a
+        1,024-rank replay calls this twice per event)."""
+        for index, hook in enumerate(hooks):
+            old = memories[index]
+            new = hook.before(self, old) if before else hook.after(self, old)
+            if new is not old:
+                memories = (*memories[:index], new, *memories[index + 1 :])
+        return memories
 
     # -- bookkeeping -------------------------------------------------------
 
