@@ -55,6 +55,7 @@ from ._severity import Scope, Severity
 
 if TYPE_CHECKING:
     from ._messages import SeverityPolicy
+    from ._state import RankState
 
 __all__ = [
     "Agreement",
@@ -413,7 +414,7 @@ class Slice:
     agreements: tuple[Agreement, ...] = attrs.field(default=(), converter=_tuple)
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
-    state_type: type[Any] | None = None
+    state_type: type[RankState] | None = None
 
     def claims(self, step: str) -> bool:
         """Whether ``step`` is one of this slice's."""

@@ -262,3 +262,35 @@ def test_events_and_exporters_name_no_engine_step_code_or_message() -> None:
         found.extend(f"{path.name}: text {t!r}" for t in sentences if t in text)
         found.extend(f"{path.name}: name {n!r}" for n in names if n in text.lower())
     assert found == []
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
+    return found
+
+
+def test_the_engine_slice_modules_import_only_events_and_each_other() -> None:
+    pure = {"._conventions", "._messages", "._slice"}
+    allowed_third_party = {"attrs", "events"}
+    for name in sorted(pure):
+        path = ROOT / "orchestrator" / "engine" / f"{name[1:]}.py"
+        for module in _imports(path):
+            top = module.split(".")[0]
+            assert (
+                module in pure
+                or top in allowed_third_party
+                or top in sys.stdlib_module_names
+                or module == "__future__"
+            ), f"{path.name} imports {module}"
+
+
+def test_events_and_exporters_never_import_the_orchestrator() -> None:
+    for package in ("events", "exporters"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            tops = {module.split(".")[0] for module in _imports(path)}
+            assert "orchestrator" not in tops, f"{package}/{path.name}"
