@@ -8,6 +8,11 @@ write, read, validate, merge and fold startup logs::
 
     contents = read_log("startup-runs/RUN/rank-0.jsonl")
     timeline = fold(Timeline(), contents.events)
+
+It is the generic kernel: it names no step of any particular graph. Whoever
+owns a set of steps says what they mean in a :class:`Slice` (message rules,
+facts, report columns, agreements) and passes it to :func:`replay` and the
+projections; without one, every graph gets the generic messages and state.
 """
 
 import importlib

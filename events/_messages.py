@@ -955,7 +955,7 @@ class _Derivation:
 def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) -> bool:
     if severity >= Severity.ERROR or scope is Scope.PROCESS or identity is None:
         # Before a rank knows who it is, it prints (as an engine does until
-        # torch.distributed is up); an ERROR is printed where it happened.
+        # its process group is up); an ERROR is printed where it happened.
         return True
     if scope is Scope.LOCAL:
         return identity.local_rank == 0
