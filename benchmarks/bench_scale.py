@@ -40,8 +40,8 @@ from events import (
     fold,
     merge,
     read_log,
-    replay,
 )
+from orchestrator.engine import replay
 
 
 def best(repeat: int, run: Callable[[], object]) -> float:

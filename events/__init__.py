@@ -8,6 +8,11 @@ write, read, validate, merge and fold startup logs::
 
     contents = read_log("startup-runs/RUN/rank-0.jsonl")
     timeline = fold(Timeline(), contents.events)
+
+It is the generic kernel: it names no step of any particular graph. Whoever
+owns a set of steps says what they mean in a :class:`Slice` (message rules,
+facts, report columns, agreements) and passes it to :func:`replay` and the
+projections; without one, every graph gets the generic messages and state.
 """
 
 import importlib
@@ -23,21 +28,6 @@ if typing.TYPE_CHECKING:
     from ._codec import encode as encode
     from ._codec import encode_exception as encode_exception
     from ._codec import encode_record as encode_record
-    from ._conventions import ALLREDUCE_AGREE_STEP as ALLREDUCE_AGREE_STEP
-    from ._conventions import ALLREDUCE_QUANT_STEP as ALLREDUCE_QUANT_STEP
-    from ._conventions import ALLREDUCE_STEP as ALLREDUCE_STEP
-    from ._conventions import ATTENTION_STEP as ATTENTION_STEP
-    from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
-    from ._conventions import PLATFORM_STEP as PLATFORM_STEP
-    from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
-    from ._engine_state import Divergence as Divergence
-    from ._engine_state import EngineState as EngineState
-    from ._engine_state import EngineStates as EngineStates
-    from ._engine_state import Replay as Replay
-    from ._engine_state import RootCause as RootCause
-    from ._engine_state import find_divergences as find_divergences
-    from ._engine_state import replay as replay
-    from ._engine_state import root_cause as root_cause
     from ._errors import DecodeError as DecodeError
     from ._errors import EventsError as EventsError
     from ._errors import FoldError as FoldError
@@ -59,15 +49,11 @@ if typing.TYPE_CHECKING:
     from ._log import JsonlLog as JsonlLog
     from ._log import MemoryLog as MemoryLog
     from ._log import Subscription as Subscription
-    from ._messages import DEFAULT_POLICY as DEFAULT_POLICY
     from ._messages import GroupedMessage as GroupedMessage
     from ._messages import Message as Message
     from ._messages import Messages as Messages
     from ._messages import MessagesState as MessagesState
-    from ._messages import PolicyError as PolicyError
     from ._messages import RankMessages as RankMessages
-    from ._messages import Scope as Scope
-    from ._messages import SeverityPolicy as SeverityPolicy
     from ._messages import format_ranks as format_ranks
     from ._messages import group_messages as group_messages
     from ._messages import span_severity as span_severity
@@ -93,6 +79,11 @@ if typing.TYPE_CHECKING:
     from ._model import StepTimedOut as StepTimedOut
     from ._model import StepUnavailable as StepUnavailable
     from ._model import outcome_of as outcome_of
+    from ._policy import DEFAULT_POLICY as DEFAULT_POLICY
+    from ._policy import PolicyError as PolicyError
+    from ._policy import SeverityPolicy as SeverityPolicy
+    from ._rank_state import RankState as RankState
+    from ._rank_state import RootCause as RootCause
     from ._reader import LogContents as LogContents
     from ._reader import LogProblem as LogProblem
     from ._reader import ProblemKind as ProblemKind
@@ -104,7 +95,20 @@ if typing.TYPE_CHECKING:
     from ._reducers import Projection as Projection
     from ._reducers import Reducer as Reducer
     from ._reducers import fold as fold
+    from ._severity import Scope as Scope
     from ._severity import Severity as Severity
+    from ._slices import Agreement as Agreement
+    from ._slices import Column as Column
+    from ._slices import MessageContext as MessageContext
+    from ._slices import MessageHook as MessageHook
+    from ._slices import MessageRule as MessageRule
+    from ._slices import Slice as Slice
+    from ._state import Divergence as Divergence
+    from ._state import RankStates as RankStates
+    from ._state import Replay as Replay
+    from ._state import find_divergences as find_divergences
+    from ._state import replay as replay
+    from ._state import root_cause as root_cause
     from ._timeline import RankTimeline as RankTimeline
     from ._timeline import StepTiming as StepTiming
     from ._timeline import Timeline as Timeline
@@ -122,21 +126,14 @@ _LAZY = {
     "encode": "._codec",
     "encode_exception": "._codec",
     "encode_record": "._codec",
-    "ALLREDUCE_AGREE_STEP": "._conventions",
-    "ALLREDUCE_QUANT_STEP": "._conventions",
-    "ALLREDUCE_STEP": "._conventions",
-    "ATTENTION_STEP": "._conventions",
-    "FLASHINFER_COMM_STEP": "._conventions",
-    "PLATFORM_STEP": "._conventions",
-    "ZENTORCH_STEP": "._conventions",
-    "Divergence": "._engine_state",
-    "EngineState": "._engine_state",
-    "EngineStates": "._engine_state",
-    "Replay": "._engine_state",
-    "RootCause": "._engine_state",
-    "find_divergences": "._engine_state",
-    "replay": "._engine_state",
-    "root_cause": "._engine_state",
+    "Divergence": "._state",
+    "RankState": "._rank_state",
+    "RankStates": "._state",
+    "Replay": "._state",
+    "RootCause": "._rank_state",
+    "find_divergences": "._state",
+    "replay": "._state",
+    "root_cause": "._state",
     "DecodeError": "._errors",
     "EventsError": "._errors",
     "FoldError": "._errors",
@@ -158,15 +155,14 @@ _LAZY = {
     "JsonlLog": "._log",
     "MemoryLog": "._log",
     "Subscription": "._log",
-    "DEFAULT_POLICY": "._messages",
+    "DEFAULT_POLICY": "._policy",
     "GroupedMessage": "._messages",
     "Message": "._messages",
     "Messages": "._messages",
     "MessagesState": "._messages",
-    "PolicyError": "._messages",
+    "PolicyError": "._policy",
     "RankMessages": "._messages",
-    "Scope": "._messages",
-    "SeverityPolicy": "._messages",
+    "SeverityPolicy": "._policy",
     "format_ranks": "._messages",
     "group_messages": "._messages",
     "span_severity": "._messages",
@@ -203,7 +199,14 @@ _LAZY = {
     "Projection": "._reducers",
     "Reducer": "._reducers",
     "fold": "._reducers",
+    "Scope": "._severity",
     "Severity": "._severity",
+    "Agreement": "._slices",
+    "Column": "._slices",
+    "MessageContext": "._slices",
+    "MessageHook": "._slices",
+    "MessageRule": "._slices",
+    "Slice": "._slices",
     "RankTimeline": "._timeline",
     "StepTiming": "._timeline",
     "Timeline": "._timeline",
@@ -225,25 +228,18 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ALLREDUCE_AGREE_STEP",
-    "ALLREDUCE_QUANT_STEP",
-    "ALLREDUCE_STEP",
-    "ATTENTION_STEP",
     "DEFAULT_POLICY",
     "EVENT_TYPES",
-    "FLASHINFER_COMM_STEP",
-    "PLATFORM_STEP",
     "SCHEMA_VERSION",
     "TERMINAL_STEP_EVENTS",
     "UPCASTERS",
-    "ZENTORCH_STEP",
+    "Agreement",
+    "Column",
     "Composite",
     "DecisionMade",
     "DecodeError",
     "Divergence",
     "Durability",
-    "EngineState",
-    "EngineStates",
     "Event",
     "EventLog",
     "EventsError",
@@ -262,6 +258,9 @@ __all__ = [
     "LogProblem",
     "MemoryLog",
     "Message",
+    "MessageContext",
+    "MessageHook",
+    "MessageRule",
     "Messages",
     "MessagesState",
     "Outcome",
@@ -271,6 +270,8 @@ __all__ = [
     "RankIdentity",
     "RankMessages",
     "RankProcess",
+    "RankState",
+    "RankStates",
     "RankTimeline",
     "Redactor",
     "Reducer",
@@ -283,6 +284,7 @@ __all__ = [
     "SequenceGapError",
     "Severity",
     "SeverityPolicy",
+    "Slice",
     "StepCancelled",
     "StepCrashed",
     "StepFailed",

@@ -141,7 +141,7 @@ class ExceptionInfo:
 
     Attributes:
         type: qualified type name; builtins are bare (``PermissionError``),
-            others carry their module (``zentorch._C.AbiError``).
+            others carry their module (``mylib._C.AbiError``).
         message: ``str(exc)``; ``"<unprintable X>"`` if that raised.
         reason: ``f"{type(exc).__name__}: {exc}"``, the form probes report.
         errno, strerror, filename: from :class:`OSError`.

@@ -140,7 +140,7 @@ class Event:
             assigns it on append.
         wall_ns: ``time.time_ns()`` when the event happened.
         mono_ns: ``time.monotonic_ns()`` when the event happened.
-        step: step path (``platform/cpu/zentorch``); ``""`` for run events.
+        step: step path (``kernels/triton``); ``""`` for run events.
         trace_id: 32 lower-case hex digits.
         span_id: 16 lower-case hex digits; the span of the step (or the rank's
             root span for run events).
@@ -182,7 +182,7 @@ class RunStarted(Event):
     #: say so first, so a simulated start is never mistaken for a real one.
     simulated: str | None = None
     #: The faults injected on this rank's run, one canonical spec each
-    #: (``1:zentorch=RuntimeError:boom``); reports show them in their header.
+    #: (``1:tokenizers=RuntimeError:boom``); reports show them in their header.
     injected: tuple[str, ...] = ()
 
 

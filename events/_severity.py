@@ -1,11 +1,12 @@
-"""Severity of derived messages and of span status."""
+"""Severity of derived messages and of span status, and the scope a message
+is printed in."""
 
 from __future__ import annotations
 
 import enum
 import logging
 
-__all__ = ["Severity"]
+__all__ = ["Scope", "Severity"]
 
 
 class Severity(enum.IntEnum):
@@ -38,3 +39,15 @@ class Severity(enum.IntEnum):
         except KeyError:
             valid = ", ".join(member.name.lower() for member in cls)
             raise ValueError(f"unknown severity {text!r}; valid: {valid}") from None
+
+
+class Scope(enum.StrEnum):
+    """Which ranks print a message live (as an engine's ``*_once`` logging helpers).
+
+    ``process`` every rank; ``local`` only local rank 0 of each node;
+    ``global`` only global rank 0. An ERROR ignores scope.
+    """
+
+    PROCESS = "process"
+    LOCAL = "local"
+    GLOBAL = "global"

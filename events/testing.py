@@ -9,10 +9,10 @@ about::
     from events.testing import EventStream, exception_info
 
     stream = EventStream(run_id="run-1", rank=0, world_size=2).run_started()
-    stream.started("platform")
-    stream.started("platform/cpu", kind=StepKind.CANDIDATE)
-    stream.unavailable("platform/cpu", cause=exception_info("OSError", "no libcpu.so"))
-    stream.succeeded("platform", result="cuda")
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE)
+    stream.unavailable("kernels/fast", cause=exception_info("OSError", "no libfast.so"))
+    stream.succeeded("kernels", result="slow")
     events = stream.run_finished(RunOutcome.READY)
 
 What the stream keeps for you, as the runner does:
@@ -25,7 +25,7 @@ What the stream keeps for you, as the runner does:
   run id as the runner derives it); run events sit on the rank's root span
   (:attr:`EventStream.root_span_id`), whose parent is the launcher's span;
   each step gets a fresh span whose parent is the span of its nearest open
-  ancestor path (``platform/cpu`` under an open ``platform``), else the root
+  ancestor path (``kernels/fast`` under an open ``kernels``), else the root
   span; a step's terminal event repeats its span and parent; a decision sits
   on its step's span with no parent, as the runner records it. Span ids are
   deterministic: the same calls build the same stream.
@@ -88,14 +88,14 @@ def exception_info(
 ) -> ExceptionInfo:
     """An :class:`ExceptionInfo` as :meth:`ExceptionInfo.capture` would
     record an exception of ``type_name`` (qualified for non-builtins, as
-    ``zentorch._C.AbiError``) with ``str(exc) == message``.
+    ``mykernels._C.AbiError``) with ``str(exc) == message``.
 
     ``reason`` is built as capture builds it (``"OSError: message"``).
     Chains nest: the ``cause`` (``raise
     ... from``) and ``context`` of a record are records themselves::
 
         exception_info(
-            "RuntimeError", "no platform",
+            "RuntimeError", "no kernels",
             cause=exception_info("OSError", "libfoo.so: cannot open", errno=2),
         )
     """

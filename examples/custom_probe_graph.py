@@ -17,6 +17,12 @@ step ends ``unavailable`` with its reason, ``kernels`` falls back, and the
 run is still ready); and with a fault that raises RuntimeError in the
 tokenizer's import, which the run records and then raises, unchanged.
 
+After each run the events are replayed into the report a user reads. The
+graph declares what its steps mean in a few lines of data (``MY_ENGINE``, a
+slice): two message rules and a report column. Everything else (a step that
+failed, a candidate that was unavailable, the run's outcome) gets the
+kernel's generic messages, as any graph does.
+
     python examples/custom_probe_graph.py
     python examples/custom_probe_graph.py --cache-dir /var/cache/my-engine
 """
@@ -31,16 +37,22 @@ from pathlib import Path
 import anyio
 
 from events import (
+    Column,
     JsonValue,
     MemoryLog,
+    MessageRule,
     RunFinished,
+    Severity,
+    Slice,
     StepCancelled,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
     Timeline,
     fold,
+    replay,
 )
+from exporters import report_text
 from orchestrator import (
     Candidate,
     Fault,
@@ -110,6 +122,30 @@ GRAPH = Graph(
 )
 
 
+# What the steps mean, as data: messages for the two outcomes a user must know
+# about, and the selected kernels as a column of the report.
+MY_ENGINE = Slice(
+    name="my-engine",
+    rules=[
+        MessageRule(
+            code="my_engine.cache_unwritable",
+            step="cache_dir",
+            outcomes="unavailable",
+            exception="PermissionError",
+            severity=Severity.WARNING,
+            text="Kernel cache is not writable ({error}); compiled kernels are off.",
+        ),
+        MessageRule(
+            code="my_engine.kernels",
+            step="kernels",
+            outcomes="ok",
+            text="Using the {result[selected]} kernels.",
+        ),
+    ],
+    columns=[Column(title="KERNELS", fact="kernels", step="kernels", key="selected")],
+)
+
+
 # --- running it and reading the events -----------------------------------------------
 
 
@@ -138,6 +174,14 @@ def describe(log: MemoryLog) -> None:
     print(f"  run: {finished.outcome}")
 
 
+def report(log: MemoryLog) -> None:
+    """Replay the events with the graph's slice and print the report."""
+    print("  report:")
+    for line in report_text(replay(log.events, slices=[MY_ENGINE])).splitlines():
+        if line:
+            print(f"    {line}")
+
+
 async def start(title: str, config: dict[str, JsonValue], faults: FaultPlan) -> None:
     print(f"{title}:")
     # A MemoryLog keeps the events in memory; a JsonlLog(path, run_id=...)
@@ -152,6 +196,7 @@ async def start(title: str, config: dict[str, JsonValue], faults: FaultPlan) -> 
     else:
         print(f"  selected kernels: {result['kernels'].value}")
     describe(log)
+    report(log)
     print()
 
 

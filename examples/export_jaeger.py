@@ -24,10 +24,10 @@ from pathlib import Path
 
 import anyio
 
-from events import JsonlLog, RankIdentity, merge, read_log, step_severity_hook
+from events import JsonlLog, RankIdentity, merge, read_log
 from exporters import JaegerJsonExporter, export_events
 from orchestrator import new_run_id
-from orchestrator.engine import EngineConfig, Profile, load_profile, run_engine
+from orchestrator.engine import EngineConfig, Profile, load_profile, run_engine, step_severity_hook
 
 
 async def start_rank(

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import anyio
 
-from events import JsonlLog, RankIdentity, read_log, replay
+from events import JsonlLog, RankIdentity, read_log
 from exporters import report_text
 from orchestrator import FaultPlan
-from orchestrator.engine import EngineConfig, load_profile, run_engine
+from orchestrator.engine import EngineConfig, load_profile, replay, run_engine
 
 WORLD_SIZE = 8
 

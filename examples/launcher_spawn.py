@@ -24,9 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from events import replay
 from exporters import report_text
 from orchestrator import RUN_ID_VARIABLE, OrchestratorError, Startup, new_run_id
+from orchestrator.engine import replay
 
 
 def run_rank(profile: str, inject: list[str]) -> int:

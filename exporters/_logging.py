@@ -13,7 +13,7 @@ message the fold newly derives to a stdlib logger::
 Each record:
 
 - goes to the logger ``orchestrator.<area>`` where ``<area>`` is the code's
-  first part (``attention.selected`` -> ``orchestrator.attention``);
+  first part (``step.failed`` -> ``orchestrator.step``);
 - has the message's severity as its level;
 - is emitted only where :attr:`events.Message.printed` is true: scope is
   honoured with the rank identity from ``run.started``, and an ERROR is
@@ -48,10 +48,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from events import (
-    DEFAULT_POLICY,
     Event,
     Message,
     Messages,
@@ -60,6 +59,7 @@ from events import (
     Scope,
     Severity,
     SeverityPolicy,
+    Slice,
     span_severity,
 )
 
@@ -67,7 +67,7 @@ from ._terminal import terminal_text
 
 __all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge", "scope_hidden_warnings"]
 
-#: Every message logger's name starts with this (``orchestrator.zentorch``).
+#: Every message logger's name starts with this (``orchestrator.step``).
 MESSAGE_LOGGER_PREFIX = "orchestrator"
 
 
@@ -78,7 +78,10 @@ class LoggingBridge:
     time, and records are emitted in derivation order.
 
     Args:
-        policy: severities and scopes (default :data:`events.DEFAULT_POLICY`).
+        policy: severities and scopes (default :data:`events.DEFAULT_POLICY`,
+            and each slice's defaults for its codes).
+        slices: what the owners of the steps declared (message rules and
+            hooks); none gives the kernel's generic messages.
         logger_prefix: the parent logger's name.
         tracebacks: attach recorded tracebacks to messages below ERROR.
         hold_warnings: keep the WARNINGs scope does not print on this rank
@@ -88,13 +91,14 @@ class LoggingBridge:
     def __init__(
         self,
         *,
-        policy: SeverityPolicy = DEFAULT_POLICY,
+        policy: SeverityPolicy | None = None,
+        slices: Sequence[Slice] = (),
         logger_prefix: str = MESSAGE_LOGGER_PREFIX,
         tracebacks: bool = True,
         hold_warnings: bool = False,
     ) -> None:
-        self._policy = policy
-        self._projection = Messages(policy)
+        self._projection = Messages(policy, slices=slices)
+        self._policy = self._projection.policy
         self._state = self._projection.initial()
         self._prefix = logger_prefix
         self._tracebacks = tracebacks

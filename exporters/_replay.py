@@ -9,11 +9,11 @@ later from the logs alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from events import Event, step_severity_hook
+from events import Event, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
 from ._spans import SeverityOf, spans_from_events
@@ -26,6 +26,8 @@ def export_events(
     exporter: SpanExporter,
     *,
     severity_of: SeverityOf | None = None,
+    slices: Sequence[Slice] = (),
+    policy: SeverityPolicy | None = None,
     batch_size: int = 512,
 ) -> int:
     """Rebuild the spans of ``events`` (one rank, or several ranks merged with
@@ -34,8 +36,8 @@ def export_events(
     ``incomplete``. The exporter is not shut down: the caller owns it.
 
     Span status follows the severity of the messages derived from these same
-    events (:func:`events.step_severity_hook`), as it did live, unless
-    ``severity_of`` says otherwise.
+    events with ``slices`` and ``policy`` (:func:`events.step_severity_hook`),
+    as it did live, unless ``severity_of`` says otherwise.
 
     Returns:
         The number of spans exported.
@@ -49,7 +51,7 @@ def export_events(
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if severity_of is None:
         events = list(events)
-        severity_of = step_severity_hook(events)
+        severity_of = step_severity_hook(events, slices=slices, policy=policy)
     spans = spans_from_events(events, severity_of=severity_of)
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]

@@ -16,12 +16,10 @@ fields never change meaning; new fields may be added. Schema (version 1)::
         {"rank": int,
          "outcome": "ready" | "failed" | "interrupted" | "incomplete" | "running",
          "log": "complete" | "unfinished" | "empty" | "missing",
-         "platform": str | null,               # the platform plugin
-         "platform_class": str | null,
-         "attention_backend": str | null,
-         "allreduce_backend": str | null,      # null: fusion disabled or not set up
-         "fusion_enabled": bool,
-         "flashinfer_comm_available": bool | null,
+         <fact>: JSON value, ...               # the facts the replay's slices report,
+                                               #   in their declared order (the
+                                               #   reference engine's are listed in
+                                               #   orchestrator.engine)
          "last_step": str | null,              # for a rank that died: the step it was in
          "in_flight": [str, ...],              # steps running when it died or was
                                                #   interrupted (innermost only)
@@ -71,7 +69,8 @@ any rank failed; else ``interrupted`` if any rank was interrupted; else
 simulated and which faults were injected (so an injected failure never looks
 real), the root cause, the ranks without events, the ranks' state (identical
 rows collapsed into rank ranges), the grouped messages, the divergences and
-the warnings about the logs.
+the warnings about the logs. The state table's columns are OUTCOME, the
+columns the replay's slices declare (:class:`events.Column`), then LAST STEP.
 """
 
 from __future__ import annotations
@@ -80,10 +79,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from events import (
-    EngineState,
+    Column,
     ExceptionInfo,
     GroupedMessage,
+    JsonValue,
     RankProcess,
+    RankState,
+    RankStates,
     Replay,
     RunOutcome,
     Severity,
@@ -155,21 +157,26 @@ def _log_state(replay: Replay, rank: int) -> str:
 
 
 def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
-    state = replay.states.get(rank) or EngineState(rank=rank, run_id=replay.run_id)
-    return {
+    state = replay.states.get(rank) or RankStates(replay.slices).new(rank, replay.run_id)
+    entry: dict[str, Any] = {
         "rank": rank,
         "outcome": replay.outcome_of(rank).value,
         "log": _log_state(replay, rank),
-        "platform": state.platform,
-        "platform_class": state.platform_class,
-        "attention_backend": state.attention_backend,
-        "allreduce_backend": state.allreduce_backend,
-        "fusion_enabled": state.fusion_enabled,
-        "flashinfer_comm_available": state.flashinfer_comm_available,
-        "last_step": state.last_step,
-        "in_flight": list(state.in_flight),
-        "process": _process_json(_process_of(replay, rank), replay),
     }
+    for fact in _reported_facts(replay):
+        entry[fact] = state.facts.get(fact)
+    entry["last_step"] = state.last_step
+    entry["in_flight"] = list(state.in_flight)
+    entry["process"] = _process_json(_process_of(replay, rank), replay)
+    return entry
+
+
+def _reported_facts(replay: Replay) -> tuple[str, ...]:
+    """The facts each rank's JSON entry carries, in the slices' order."""
+    names: dict[str, None] = {}
+    for part in replay.slices:
+        names.update(dict.fromkeys(part.reported_facts()))
+    return tuple(names)
 
 
 def _all_ranks(replay: Replay) -> list[int]:
@@ -348,43 +355,43 @@ def _no_events_lines(replay: Replay) -> list[str]:
     return lines
 
 
-_COLUMNS = (
-    ("OUTCOME", "outcome"),
-    ("PLATFORM", "platform"),
-    ("CLASS", "platform_class"),
-    ("ATTENTION", "attention_backend"),
-    ("ALLREDUCE", "allreduce_backend"),
-    ("FUSION", "fusion_enabled"),
-    ("LAST STEP", "last_step"),
-)
+def _columns(replay: Replay) -> tuple[Column, ...]:
+    """The slices' columns, each fact once."""
+    columns: dict[str, Column] = {}
+    for part in replay.slices:
+        for column in part.columns:
+            columns.setdefault(column.fact, column)
+    return tuple(columns.values())
 
 
-def _cell(replay: Replay, state: EngineState | None, rank: int, field: str) -> str:
-    if field == "outcome":
-        return replay.outcome_of(rank).value
+def _cells(
+    replay: Replay, state: RankState | None, rank: int, columns: Sequence[Column]
+) -> tuple[str, ...]:
+    """OUTCOME, the slices' columns, LAST STEP."""
+    outcome = replay.outcome_of(rank).value
     if state is None:
-        return "(no events)" if field == "last_step" else "-"
-    if field == "fusion_enabled":
-        return "on" if state.fusion_enabled else "off"
-    if field == "last_step":
-        return state.last_step or "-"
-    value = getattr(state, field)
-    return "-" if value is None else str(value)
+        return (outcome, *("-" for _column in columns), "(no events)")
+    facts = state.facts
+    values: list[JsonValue] = [facts.get(column.fact) for column in columns]
+    return (
+        outcome,
+        *(column.cell(value) for column, value in zip(columns, values, strict=True)),
+        state.last_step or "-",
+    )
 
 
 def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
+    columns = _columns(replay)
     rows: dict[tuple[str, ...], list[int]] = {}
     for rank in ranks:
         state = replay.states.get(rank)
-        cells = tuple(
-            terminal_text(_cell(replay, state, rank, field)) for _title, field in _COLUMNS
-        )
+        cells = tuple(terminal_text(cell) for cell in _cells(replay, state, rank, columns))
         rows.setdefault(cells, []).append(rank)
     lines = [
         (format_ranks(ranks).partition(" ")[2], *cells)
         for cells, ranks in sorted(rows.items(), key=lambda row: row[1][0])
     ]
-    header = ("RANKS", *(title for title, _field in _COLUMNS))
+    header = ("RANKS", "OUTCOME", *(column.title for column in columns), "LAST STEP")
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return [
         "  "

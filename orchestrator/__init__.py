@@ -30,6 +30,8 @@ import typing
 if typing.TYPE_CHECKING:
     from ._candidates import Candidate as Candidate
     from ._candidates import CandidateReport as CandidateReport
+    from ._candidates import ExplicitCandidateInvalidError as ExplicitCandidateInvalidError
+    from ._candidates import NoValidCandidateError as NoValidCandidateError
     from ._candidates import Selection as Selection
     from ._candidates import select_candidate as select_candidate
     from ._context import StepBody as StepBody
@@ -107,6 +109,8 @@ _LAZY = {
     "StartupInterrupted": "._errors",
     "Candidate": "._candidates",
     "CandidateReport": "._candidates",
+    "ExplicitCandidateInvalidError": "._candidates",
+    "NoValidCandidateError": "._candidates",
     "Selection": "._candidates",
     "select_candidate": "._candidates",
     "StepContext": "._context",
@@ -196,6 +200,7 @@ __all__ = [
     "Divergence",
     "DuplicateStepError",
     "ErrorPolicy",
+    "ExplicitCandidateInvalidError",
     "Fault",
     "FaultAction",
     "FaultPlan",
@@ -209,6 +214,7 @@ __all__ = [
     "IsolatedStepError",
     "Isolation",
     "LocalGroup",
+    "NoValidCandidateError",
     "OrchestratorError",
     "RankEnvironmentError",
     "RankRanges",

@@ -24,9 +24,69 @@ import attrs
 from events import JsonValue, Outcome, StepKind
 
 from ._context import StepContext, StepResult, Unavailable
+from ._errors import OrchestratorError
 from ._policy import ErrorPolicy
 
-__all__ = ["Candidate", "CandidateReport", "Selection", "select_candidate"]
+__all__ = [
+    "Candidate",
+    "CandidateReport",
+    "ExplicitCandidateInvalidError",
+    "NoValidCandidateError",
+    "Selection",
+    "select_candidate",
+]
+
+
+class NoValidCandidateError(OrchestratorError, ValueError):
+    """No candidate of a set is valid here (a :class:`ValueError`, as before
+    it had a type of its own).
+
+    Logs record it as ``orchestrator.NoValidCandidateError``, so message
+    rules match its type, never its text.
+
+    Attributes:
+        what: what was being chosen (``backend``).
+        reasons: each candidate's reasons, by name, in priority order.
+    """
+
+    __module__ = "orchestrator"
+
+    def __init__(self, what: str, reasons: Mapping[str, Sequence[str]]) -> None:
+        self.what = what
+        self.reasons = {name: tuple(found) for name, found in reasons.items()}
+        details = "; ".join(f"{name}: {list(found)}" for name, found in self.reasons.items())
+        super().__init__(f"No valid {what} found for this configuration. Reasons: {{{details}}}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.what, self.reasons)
+
+
+class ExplicitCandidateInvalidError(OrchestratorError, ValueError):
+    """The explicitly selected candidate is not valid here: it does not fit
+    the configuration, or probing it failed (then raised from the original
+    exception). A :class:`ValueError`, as before it had a type of its own.
+
+    Logs record it as ``orchestrator.ExplicitCandidateInvalidError``.
+
+    Attributes:
+        what: what was being chosen (``backend``).
+        candidate: the selected candidate's name.
+        reason: why, as printed (``['reason', ...]`` or ``[Type: message]``).
+    """
+
+    __module__ = "orchestrator"
+
+    def __init__(self, what: str, candidate: str, reason: str) -> None:
+        self.what = what
+        self.candidate = candidate
+        self.reason = reason
+        super().__init__(
+            f"Selected {what} {candidate} is not valid for this configuration. Reason: {reason}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.what, self.candidate, self.reason)
+
 
 #: A probe: load the candidate, validate the configuration, return the
 #: reasons it does not fit (empty: it fits). Blocking or async.
@@ -141,13 +201,15 @@ async def select_candidate(
     Explicit: only the named candidate is probed, with no fallback.
 
     Raises:
-        ValueError: ``candidates`` is empty or repeats a name; no candidate
-            is valid (the message lists every candidate's reasons); the
-            explicit candidate is unknown (the message lists the valid
-            names) or not valid (``Selected backend X is not valid for this
-            configuration. Reason: ...``: ``[Type: message]``, raised from
-            the original exception, when probing failed; the list of reasons
-            when the candidate does not fit).
+        NoValidCandidateError: no candidate is valid (the message lists
+            every candidate's reasons).
+        ExplicitCandidateInvalidError: the explicit candidate is not valid
+            (``Selected backend X is not valid for this configuration.
+            Reason: ...``: ``[Type: message]``, raised from the original
+            exception, when probing failed; the list of reasons when the
+            candidate does not fit).
+        ValueError: ``candidates`` is empty or repeats a name; the explicit
+            candidate is unknown (the message lists the valid names).
         BaseException: whatever a probe raised that ``policy`` propagates.
     """
     ordered = sorted(candidates, key=lambda c: c.priority)
@@ -172,8 +234,7 @@ async def select_candidate(
     reports = tuple(_report(c, results[c.name]) for c in ordered)
     selected = context.decide("candidates.select", {"parent": context.step})
     if selected is None:
-        details = "; ".join(f"{r.name}: {list(r.reasons)}" for r in reports)
-        raise ValueError(f"No valid {what} found for this configuration. Reasons: {{{details}}}")
+        raise NoValidCandidateError(what, {r.name: r.reasons for r in reports})
     return Selection(selected=str(selected), explicit=False, reports=reports)
 
 
@@ -198,9 +259,7 @@ async def _select_explicit(
             reason = repr(list(result.reasons))
         else:
             reason = f"[{'; '.join(result.reasons)}]"
-        error = ValueError(
-            f"Selected {what} {name} is not valid for this configuration. Reason: {reason}"
-        )
+        error = ExplicitCandidateInvalidError(what, name, reason)
         if result.error is not None:
             raise error from result.error
         raise error

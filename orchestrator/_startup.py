@@ -367,7 +367,9 @@ class Startup:
         try:
             from exporters import LoggingBridge
 
-            self._bridge = LoggingBridge(hold_warnings=True)
+            from .engine import ENGINE, ENGINE_POLICY
+
+            self._bridge = LoggingBridge(hold_warnings=True, slices=(ENGINE,), policy=ENGINE_POLICY)
             self._set_up_logging()
             # The bridge first: span status reads the severities it derives.
             log.subscribe(self._bridge, from_seq=0)
@@ -660,12 +662,13 @@ class Startup:
         """What the startup decided, once it ran (whatever its outcome)."""
         if not self._ran or self._log is None or self.run_dir is None:
             return None
-        from events import replay
+        from .engine import EngineState, replay
 
         assert self.identity is not None
         assert self.run_id is not None
         rank = self.identity.rank
-        state = replay(list(self._log.read())).states.get(rank)
+        found = replay(list(self._log.read())).states.get(rank)
+        state = found if isinstance(found, EngineState) else None
         messages = () if self._bridge is None else self._bridge.state.messages(rank)
         return StartupResult(
             run_id=self.run_id,

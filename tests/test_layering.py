@@ -46,7 +46,12 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "errors": ("orchestrator._errors",),
     "embedding": ("orchestrator.__init__", "orchestrator._startup"),
     "engine": ("orchestrator.engine",),
-    "engine-pure": ("orchestrator.engine._config",),
+    "engine-pure": (
+        "orchestrator.engine._config",
+        "orchestrator.engine._conventions",
+        "orchestrator.engine._messages",
+        "orchestrator.engine._slice",
+    ),
     "cli": ("orchestrator.cli", "orchestrator.__main__"),
 }
 

@@ -29,9 +29,6 @@ ROOTS: dict[str, type[Exception]] = {
 
 #: Exceptions whose defining module another change is rewriting; each must
 #: get its public ``__module__`` there (remove the entry when it has).
-PENDING: frozenset[str] = frozenset({"events.PolicyError"})
-
-
 def exported_exceptions() -> list[tuple[str, str, type[BaseException]]]:
     """``(package, defining module, class)`` for every exception class a
     package of :data:`ROOTS` exports, found where its ``class`` statement is
@@ -72,8 +69,6 @@ def test_an_exported_error_has_its_public_name(
     package: str, module: str, cls: type[BaseException]
 ) -> None:
     public = f"{package}.{cls.__qualname__}"
-    if public in PENDING:
-        pytest.skip(f"{public} is defined in {module}, rewritten by another change")
     assert cls.__module__ == package
     assert events.ExceptionInfo.capture(_instance(cls)).type == public
     # A version 1 log recorded the defining module's path; reading it back

@@ -261,9 +261,10 @@ def _report(
     messages, the exit status its own outcome. With ``hidden_warnings`` (the
     launcher), first print on stderr, as the live stream would have, the
     WARNINGs scope kept off the terminal that no printing rank saw."""
-    from events import merge, replay
+    from events import merge
     from exporters import report_json, report_text
 
+    from ..engine import replay
     from ._views import (
         decision_divergences,
         decision_divergences_text,

@@ -28,7 +28,7 @@ def _events(contents: list[LogContents], *, until: int | None = None) -> list[Ev
 
 
 def _replay(run: RunLogs, until: int | None = None) -> Any:
-    from events import replay
+    from ..engine import replay
 
     try:
         return replay(run.contents, launch=run.launch, until=until)
@@ -179,8 +179,9 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
                 "--export otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
             )
-    from events import step_severity_hook
     from exporters import ExportersError
+
+    from ..engine import step_severity_hook
 
     try:
         count = export_events(events, exporter, severity_of=step_severity_hook(events))

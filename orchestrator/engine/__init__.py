@@ -1,63 +1,181 @@
 """The reference engine startup graph: platform (with zentorch), attention
 backends, the optional ``flashinfer.comm`` module and the all-reduce fusion
-workspace, on the real host or a simulated one."""
+workspace, on the real host or a simulated one; and the engine as one slice of
+the generic kernel (:data:`ENGINE`): its step names, rank state, message rules
+and report columns, in pure modules that import only ``events``.
 
-from ._allreduce import RealWorkspaceFactory as RealWorkspaceFactory
-from ._allreduce import SimulatedWorkspace as SimulatedWorkspace
-from ._allreduce import SimulatedWorkspaceFactory as SimulatedWorkspaceFactory
-from ._allreduce import WorkspaceFactory as WorkspaceFactory
-from ._allreduce import WorkspaceHost as WorkspaceHost
-from ._allreduce import allreduce_chain as allreduce_chain
-from ._allreduce import make_allreduce_step as make_allreduce_step
-from ._attention import ATTENTION_BACKENDS as ATTENTION_BACKENDS
-from ._attention import AttentionBackend as AttentionBackend
-from ._attention import attention_candidates as attention_candidates
-from ._attention import make_attention_step as make_attention_step
-from ._config import AllreduceBackend as AllreduceBackend
-from ._config import EngineConfig as EngineConfig
-from ._config import EngineConfigError as EngineConfigError
-from ._config import PlatformConflictError as PlatformConflictError
-from ._config import ProfileError as ProfileError
-from ._config import UnspecifiedPlatformError as UnspecifiedPlatformError
-from ._flashinfer_comm import FLASHINFER_COMM_SYMBOLS as FLASHINFER_COMM_SYMBOLS
-from ._flashinfer_comm import make_flashinfer_comm_step as make_flashinfer_comm_step
-from ._graph import ENGINE_DECIDERS as ENGINE_DECIDERS
-from ._graph import build_engine_graph as build_engine_graph
-from ._host import GpuDevice as GpuDevice
-from ._host import HostFacts as HostFacts
-from ._host import RealHost as RealHost
-from ._host import is_amd_zen as is_amd_zen
-from ._platform import BUILTIN_PLATFORM_PLUGINS as BUILTIN_PLATFORM_PLUGINS
-from ._platform import PLATFORM_PLUGIN_GROUP as PLATFORM_PLUGIN_GROUP
-from ._platform import PlatformPlugin as PlatformPlugin
-from ._platform import decide_platform as decide_platform
-from ._platform import make_platform_step as make_platform_step
-from ._profiles import BUILTIN_PROFILES as BUILTIN_PROFILES
-from ._profiles import CpuFacts as CpuFacts
-from ._profiles import GpuFacts as GpuFacts
-from ._profiles import ModuleAction as ModuleAction
-from ._profiles import ModuleRule as ModuleRule
-from ._profiles import Profile as Profile
-from ._profiles import SimulatedHost as SimulatedHost
-from ._profiles import SimulatedImporter as SimulatedImporter
-from ._profiles import load_profile as load_profile
-from ._run import prepare_engine as prepare_engine
-from ._run import run_engine as run_engine
-from ._targets import InjectionTargets as InjectionTargets
-from ._targets import injection_targets as injection_targets
+Replay an engine run with :func:`replay` (``events.replay`` with
+:data:`ENGINE`). Names load on first use, so replaying a log imports neither
+the runtime, anyio nor torch.
+"""
+
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from ._allreduce import RealWorkspaceFactory as RealWorkspaceFactory
+    from ._allreduce import SimulatedWorkspace as SimulatedWorkspace
+    from ._allreduce import SimulatedWorkspaceFactory as SimulatedWorkspaceFactory
+    from ._allreduce import WorkspaceFactory as WorkspaceFactory
+    from ._allreduce import WorkspaceHost as WorkspaceHost
+    from ._allreduce import allreduce_chain as allreduce_chain
+    from ._allreduce import make_allreduce_step as make_allreduce_step
+    from ._attention import ATTENTION_BACKENDS as ATTENTION_BACKENDS
+    from ._attention import AttentionBackend as AttentionBackend
+    from ._attention import attention_candidates as attention_candidates
+    from ._attention import make_attention_step as make_attention_step
+    from ._config import AllreduceBackend as AllreduceBackend
+    from ._config import EngineConfig as EngineConfig
+    from ._config import EngineConfigError as EngineConfigError
+    from ._config import PlatformConflictError as PlatformConflictError
+    from ._config import ProfileError as ProfileError
+    from ._config import UnspecifiedPlatformError as UnspecifiedPlatformError
+    from ._conventions import ALLREDUCE_AGREE_STEP as ALLREDUCE_AGREE_STEP
+    from ._conventions import ALLREDUCE_QUANT_STEP as ALLREDUCE_QUANT_STEP
+    from ._conventions import ALLREDUCE_STEP as ALLREDUCE_STEP
+    from ._conventions import ATTENTION_STEP as ATTENTION_STEP
+    from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
+    from ._conventions import PLATFORM_STEP as PLATFORM_STEP
+    from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
+    from ._flashinfer_comm import FLASHINFER_COMM_SYMBOLS as FLASHINFER_COMM_SYMBOLS
+    from ._flashinfer_comm import make_flashinfer_comm_step as make_flashinfer_comm_step
+    from ._graph import ENGINE_DECIDERS as ENGINE_DECIDERS
+    from ._graph import build_engine_graph as build_engine_graph
+    from ._host import GpuDevice as GpuDevice
+    from ._host import HostFacts as HostFacts
+    from ._host import RealHost as RealHost
+    from ._host import is_amd_zen as is_amd_zen
+    from ._messages import ENGINE_POLICY as ENGINE_POLICY
+    from ._messages import ENGINE_RULES as ENGINE_RULES
+    from ._platform import BUILTIN_PLATFORM_PLUGINS as BUILTIN_PLATFORM_PLUGINS
+    from ._platform import PLATFORM_PLUGIN_GROUP as PLATFORM_PLUGIN_GROUP
+    from ._platform import PlatformPlugin as PlatformPlugin
+    from ._platform import decide_platform as decide_platform
+    from ._platform import make_platform_step as make_platform_step
+    from ._profiles import BUILTIN_PROFILES as BUILTIN_PROFILES
+    from ._profiles import CpuFacts as CpuFacts
+    from ._profiles import GpuFacts as GpuFacts
+    from ._profiles import ModuleAction as ModuleAction
+    from ._profiles import ModuleRule as ModuleRule
+    from ._profiles import Profile as Profile
+    from ._profiles import SimulatedHost as SimulatedHost
+    from ._profiles import SimulatedImporter as SimulatedImporter
+    from ._profiles import load_profile as load_profile
+    from ._run import prepare_engine as prepare_engine
+    from ._run import run_engine as run_engine
+    from ._slice import ENGINE as ENGINE
+    from ._slice import EngineMessages as EngineMessages
+    from ._slice import EngineState as EngineState
+    from ._slice import EngineStates as EngineStates
+    from ._slice import find_divergences as find_divergences
+    from ._slice import replay as replay
+    from ._slice import step_severity_hook as step_severity_hook
+    from ._targets import InjectionTargets as InjectionTargets
+    from ._targets import injection_targets as injection_targets
+
+# Public names load on first use (PEP 562): the slice's pure modules must not
+# pull in the runtime modules of the graph.
+_LAZY = {
+    "RealWorkspaceFactory": "._allreduce",
+    "SimulatedWorkspace": "._allreduce",
+    "SimulatedWorkspaceFactory": "._allreduce",
+    "WorkspaceFactory": "._allreduce",
+    "WorkspaceHost": "._allreduce",
+    "allreduce_chain": "._allreduce",
+    "make_allreduce_step": "._allreduce",
+    "ATTENTION_BACKENDS": "._attention",
+    "AttentionBackend": "._attention",
+    "attention_candidates": "._attention",
+    "make_attention_step": "._attention",
+    "AllreduceBackend": "._config",
+    "EngineConfig": "._config",
+    "EngineConfigError": "._config",
+    "PlatformConflictError": "._config",
+    "ProfileError": "._config",
+    "UnspecifiedPlatformError": "._config",
+    "ALLREDUCE_AGREE_STEP": "._conventions",
+    "ALLREDUCE_QUANT_STEP": "._conventions",
+    "ALLREDUCE_STEP": "._conventions",
+    "ATTENTION_STEP": "._conventions",
+    "FLASHINFER_COMM_STEP": "._conventions",
+    "PLATFORM_STEP": "._conventions",
+    "ZENTORCH_STEP": "._conventions",
+    "FLASHINFER_COMM_SYMBOLS": "._flashinfer_comm",
+    "make_flashinfer_comm_step": "._flashinfer_comm",
+    "ENGINE_DECIDERS": "._graph",
+    "build_engine_graph": "._graph",
+    "GpuDevice": "._host",
+    "HostFacts": "._host",
+    "RealHost": "._host",
+    "is_amd_zen": "._host",
+    "ENGINE_POLICY": "._messages",
+    "ENGINE_RULES": "._messages",
+    "BUILTIN_PLATFORM_PLUGINS": "._platform",
+    "PLATFORM_PLUGIN_GROUP": "._platform",
+    "PlatformPlugin": "._platform",
+    "decide_platform": "._platform",
+    "make_platform_step": "._platform",
+    "BUILTIN_PROFILES": "._profiles",
+    "CpuFacts": "._profiles",
+    "GpuFacts": "._profiles",
+    "ModuleAction": "._profiles",
+    "ModuleRule": "._profiles",
+    "Profile": "._profiles",
+    "SimulatedHost": "._profiles",
+    "SimulatedImporter": "._profiles",
+    "load_profile": "._profiles",
+    "prepare_engine": "._run",
+    "run_engine": "._run",
+    "ENGINE": "._slice",
+    "EngineMessages": "._slice",
+    "EngineState": "._slice",
+    "EngineStates": "._slice",
+    "find_divergences": "._slice",
+    "replay": "._slice",
+    "step_severity_hook": "._slice",
+    "InjectionTargets": "._targets",
+    "injection_targets": "._targets",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
+    "ALLREDUCE_AGREE_STEP",
+    "ALLREDUCE_QUANT_STEP",
+    "ALLREDUCE_STEP",
     "ATTENTION_BACKENDS",
+    "ATTENTION_STEP",
     "BUILTIN_PLATFORM_PLUGINS",
     "BUILTIN_PROFILES",
+    "ENGINE",
     "ENGINE_DECIDERS",
+    "ENGINE_POLICY",
+    "ENGINE_RULES",
+    "FLASHINFER_COMM_STEP",
     "FLASHINFER_COMM_SYMBOLS",
     "PLATFORM_PLUGIN_GROUP",
+    "PLATFORM_STEP",
+    "ZENTORCH_STEP",
     "AllreduceBackend",
     "AttentionBackend",
     "CpuFacts",
     "EngineConfig",
     "EngineConfigError",
+    "EngineMessages",
+    "EngineState",
+    "EngineStates",
     "GpuDevice",
     "GpuFacts",
     "HostFacts",
@@ -81,6 +199,7 @@ __all__ = [
     "attention_candidates",
     "build_engine_graph",
     "decide_platform",
+    "find_divergences",
     "injection_targets",
     "is_amd_zen",
     "load_profile",
@@ -89,5 +208,7 @@ __all__ = [
     "make_flashinfer_comm_step",
     "make_platform_step",
     "prepare_engine",
+    "replay",
     "run_engine",
+    "step_severity_hook",
 ]

@@ -85,15 +85,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from events import (
-    ALLREDUCE_AGREE_STEP,
-    ALLREDUCE_QUANT_STEP,
-    ALLREDUCE_STEP,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-    JsonValue,
-    StepKind,
-)
+from events import JsonValue, StepKind
 
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
@@ -101,6 +93,13 @@ from .._graph import Step
 from .._group import Group, GroupError
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError
+from ._conventions import (
+    ALLREDUCE_AGREE_STEP,
+    ALLREDUCE_QUANT_STEP,
+    ALLREDUCE_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+)
 
 __all__ = [
     "WORKSPACE_MODULES",

@@ -22,13 +22,14 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from events import ATTENTION_STEP, PLATFORM_STEP, JsonValue, Outcome
+from events import JsonValue, Outcome
 
 from .._candidates import Candidate, select_candidate
 from .._context import StepContext, Unavailable
 from .._graph import Step
 from .._policy import PROBE_POLICY, Action, ErrorPolicy
 from ._config import EngineConfig
+from ._conventions import ATTENTION_STEP, PLATFORM_STEP
 
 __all__ = [
     "ATTENTION_BACKENDS",

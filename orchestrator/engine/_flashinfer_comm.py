@@ -9,12 +9,13 @@ BaseExceptions still propagate. Both fusion entry points must be present.
 
 from __future__ import annotations
 
-from events import FLASHINFER_COMM_STEP, PLATFORM_STEP, JsonValue, Outcome
+from events import JsonValue, Outcome
 
 from .._context import StepContext, Unavailable
 from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY
 from ._config import EngineConfig
+from ._conventions import FLASHINFER_COMM_STEP, PLATFORM_STEP
 
 __all__ = ["FLASHINFER_COMM_SYMBOLS", "make_flashinfer_comm_step"]
 

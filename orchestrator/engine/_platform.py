@@ -34,7 +34,6 @@ import anyio
 import attrs
 
 from events import (
-    PLATFORM_STEP,
     TERMINAL_STEP_EVENTS,
     Event,
     JsonValue,
@@ -49,6 +48,7 @@ from .._context import StepBody, StepContext, StepResult
 from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy, optional_module_policy
 from ._config import EngineConfig, PlatformConflictError, UnspecifiedPlatformError
+from ._conventions import PLATFORM_STEP
 from ._host import is_amd_zen
 
 __all__ = [

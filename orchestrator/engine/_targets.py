@@ -39,7 +39,11 @@ from collections.abc import Collection, Iterable, Iterator
 
 import attrs
 
-from events import (
+from .._group import PROCESS_GROUP_STEP
+from ._allreduce import WORKSPACE_MODULES, allreduce_chain
+from ._attention import ATTENTION_BACKENDS
+from ._config import AllreduceBackend, EngineConfigError
+from ._conventions import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
     ALLREDUCE_STEP,
@@ -48,11 +52,6 @@ from events import (
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
-
-from .._group import PROCESS_GROUP_STEP
-from ._allreduce import WORKSPACE_MODULES, allreduce_chain
-from ._attention import ATTENTION_BACKENDS
-from ._config import AllreduceBackend, EngineConfigError
 from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP
 
 __all__ = ["InjectionTargets", "injection_targets"]

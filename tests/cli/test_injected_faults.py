@@ -176,7 +176,7 @@ def test_explicit_backend_environment_failure_keeps_its_cause(tmp_path: Path) ->
     reason = "PermissionError: [Errno 13] Permission denied: '/root/.cache/flashinfer'"
     cause = ran.json()["root_cause"]
     assert cause["step"] == "attention"
-    assert cause["exception"]["type"] == "ValueError"
+    assert cause["exception"]["type"] == "orchestrator.ExplicitCandidateInvalidError"
     assert cause["exception"]["message"].startswith(
         "Selected backend FLASHINFER is not valid for this configuration. Reason: "
     )

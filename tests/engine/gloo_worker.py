@@ -23,14 +23,7 @@ import anyio
 import attrs
 import orjson
 
-from events import (
-    ALLREDUCE_STEP,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-    JsonlLog,
-    JsonValue,
-    Outcome,
-)
+from events import JsonlLog, JsonValue, Outcome
 from orchestrator import (
     FaultPlan,
     Graph,
@@ -42,7 +35,7 @@ from orchestrator import (
     run_id_from_environment,
 )
 from orchestrator._group import init_torch_distributed_group
-from orchestrator.engine import EngineConfig
+from orchestrator.engine import ALLREDUCE_STEP, FLASHINFER_COMM_STEP, PLATFORM_STEP, EngineConfig
 from orchestrator.engine._allreduce import SimulatedWorkspaceFactory, make_allreduce_step
 
 #: Only rank 2 fails to build the trtllm workspace.

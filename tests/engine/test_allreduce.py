@@ -20,9 +20,6 @@ import orjson
 import pytest
 
 from events import (
-    ALLREDUCE_AGREE_STEP,
-    ALLREDUCE_QUANT_STEP,
-    ALLREDUCE_STEP,
     DecisionMade,
     JsonValue,
     MemoryLog,
@@ -51,7 +48,14 @@ from orchestrator._group import (
     TorchDistributedGroup,
     init_torch_distributed_group,
 )
-from orchestrator.engine import AllreduceBackend, EngineConfig, EngineConfigError
+from orchestrator.engine import (
+    ALLREDUCE_AGREE_STEP,
+    ALLREDUCE_QUANT_STEP,
+    ALLREDUCE_STEP,
+    AllreduceBackend,
+    EngineConfig,
+    EngineConfigError,
+)
 from orchestrator.engine._allreduce import (
     SimulatedWorkspace,
     SimulatedWorkspaceFactory,

@@ -6,16 +6,9 @@ from typing import Any
 
 import pytest
 
-from events import (
-    ATTENTION_STEP,
-    Outcome,
-    RunOutcome,
-    StepCancelled,
-    StepFailed,
-    StepUnavailable,
-)
+from events import Outcome, RunOutcome, StepCancelled, StepFailed, StepUnavailable
 from orchestrator import FaultPlan, check_decisions
-from orchestrator.engine import ATTENTION_BACKENDS, ENGINE_DECIDERS, EngineConfig
+from orchestrator.engine import ATTENTION_BACKENDS, ATTENTION_STEP, ENGINE_DECIDERS, EngineConfig
 
 from .harness import run
 

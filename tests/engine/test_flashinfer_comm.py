@@ -8,8 +8,8 @@ from types import ModuleType
 
 import pytest
 
-from events import FLASHINFER_COMM_STEP, Outcome, RunOutcome, StepFailed, StepUnavailable
-from orchestrator.engine import Profile, SimulatedImporter, load_profile
+from events import Outcome, RunOutcome, StepFailed, StepUnavailable
+from orchestrator.engine import FLASHINFER_COMM_STEP, Profile, SimulatedImporter, load_profile
 
 from .harness import run
 

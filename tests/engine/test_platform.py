@@ -10,22 +10,15 @@ from typing import Any
 
 import pytest
 
-from events import (
-    ATTENTION_STEP,
-    PLATFORM_STEP,
-    ZENTORCH_STEP,
-    Outcome,
-    RunOutcome,
-    StepFailed,
-    StepKind,
-    StepSucceeded,
-    StepUnavailable,
-)
+from events import Outcome, RunOutcome, StepFailed, StepKind, StepSucceeded, StepUnavailable
 from orchestrator import FaultPlan, StepContext, StepTimeoutError, check_decisions
 from orchestrator.engine import (
+    ATTENTION_STEP,
     BUILTIN_PROFILES,
     ENGINE_DECIDERS,
     PLATFORM_PLUGIN_GROUP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
     EngineConfig,
     PlatformConflictError,
     Profile,

@@ -11,11 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
-from events import PLATFORM_STEP, ZENTORCH_STEP, Outcome
+from events import Outcome
 from orchestrator import Graph, Isolation, Step, StepContext
 from orchestrator.engine import (
     BUILTIN_PROFILES,
     ENGINE_DECIDERS,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
     EngineConfig,
     GpuDevice,
     HostFacts,

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from events import PLATFORM_STEP, ZENTORCH_STEP, Outcome, RunOutcome, StepUnavailable
+from events import Outcome, RunOutcome, StepUnavailable
 from orchestrator import RealImporter
 from orchestrator.engine import (
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
     GpuDevice,
     HostFacts,
     Profile,

@@ -205,6 +205,43 @@ def test_custom_probe_graph_records_a_fault_instead_of_raising_it(tmp_path: Path
     assert "run: failed" in broken
 
 
+def table_row(block: str, rank: str) -> list[str]:
+    """The cells of the report table's row for ``rank`` in ``block``."""
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["RANKS", "OUTCOME"])
+    header = lines[start].split()
+    assert header[2] == "KERNELS", lines[start]
+    return next(line.split() for line in lines[start + 1 :] if line.split()[:1] == [rank])
+
+
+def test_custom_probe_graph_declares_its_messages_and_column(tmp_path: Path) -> None:
+    done = run_example(tmp_path, "custom_probe_graph.py")
+
+    assert done.returncode == 0, done.stderr
+    healthy = section(done.stdout, "This machine")
+    outcome, kernels = table_row(healthy, "0")[1:3]
+    assert (outcome, kernels in ("reference", "triton")) == ("ready", True)
+    assert f"INFO [rank 0] Using the {kernels} kernels." in healthy
+    assert "my_engine" not in healthy, "the report shows texts, not codes"
+
+    denied = section(done.stdout, "Cache directory not writable (recorded)")
+    assert table_row(denied, "0")[1:3] == ["ready", "reference"]
+    assert (
+        "WARNING [rank 0] Kernel cache is not writable (PermissionError: [Errno 13] "
+        "Permission denied: 'my-engine-cache'); compiled kernels are off."
+    ) in denied
+    assert "INFO [rank 0] Using the reference kernels." in denied
+
+    # No rule speaks for the tokenizer: the kernel's generic messages do.
+    broken = section(done.stdout, "Tokenizer raises RuntimeError (recorded, then raised)")
+    assert table_row(broken, "0")[1:3] == ["failed", "-"]
+    assert (
+        "ERROR [rank 0] Step tokenizer failed: RuntimeError: tokenizer extension failed to "
+        "initialise; the error propagated and stopped the startup."
+    ) in broken
+    assert "Kernel cache is not writable" not in broken
+
+
 # --- failed_start_and_replay.py -----------------------------------------------------
 
 

@@ -11,14 +11,7 @@ from pathlib import Path
 import pytest
 
 import events
-from events import (
-    PLATFORM_STEP,
-    ZENTORCH_STEP,
-    JsonlLog,
-    RunOutcome,
-    StepKind,
-    read_log,
-)
+from events import JsonlLog, RunOutcome, StepKind, read_log
 from exporters import (
     LoggingBridge,
     blame_text,
@@ -27,6 +20,7 @@ from exporters import (
     explain_text,
 )
 from exporters._terminal import terminal_text
+from orchestrator.engine import ENGINE, PLATFORM_STEP, ZENTORCH_STEP
 from tests.projections import RankBuilder, exception
 
 #: What a hostile message may hold: clear screen, a colour, a bell, a
@@ -165,7 +159,7 @@ def test_the_logging_bridge_prints_escaped_and_indented_text(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="orchestrator")
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     for event in [*hostile_zentorch().events, *hostile_failure().events]:
         bridge(event)
     warnings = [r for r in caplog.records if getattr(r, "code", None) == "zentorch.broken"]

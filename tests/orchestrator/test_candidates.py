@@ -116,13 +116,13 @@ async def test_environment_failures_are_recorded_and_nothing_valid_raises_value_
     for name, error in errors.items():
         assert f"{name}: {[f'{type(error).__name__}: {error}']}" in message
     step_failed = only(log, StepFailed, "attention")
-    assert step_failed.cause.type == "ValueError"
+    assert step_failed.cause.type == "orchestrator.NoValidCandidateError"
     assert step_failed.cause.message == message
     finished = only(log, RunFinished)
     assert finished.outcome is RunOutcome.FAILED
     assert finished.failed_step == "attention"
     assert finished.cause is not None
-    assert finished.cause.type == "ValueError"
+    assert finished.cause.type == "orchestrator.NoValidCandidateError"
     assert of_type(log, DecisionMade)[0].value is None
     assert not of_type(log, StepFailed, "attention/FLASH_ATTN")
     assert_log_contract(log)

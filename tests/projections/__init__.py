@@ -3,7 +3,7 @@ the logging bridge and report built on them.
 
 The builder here writes engine-shaped event streams by hand on top of
 ``events.testing.EventStream``, following the step names and payload
-conventions of ``events._conventions`` exactly as the runner writes them:
+conventions of ``orchestrator.engine._conventions`` exactly as the runner writes them:
 ``step.started`` then one terminal event per step, a propagating error
 recorded on the deepest step first and then on each enclosing step, a parent
 that absorbs a child's failure ending ``unavailable`` with the same cause,
@@ -16,11 +16,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from events import (
-    ALLREDUCE_STEP,
-    ATTENTION_STEP,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-    ZENTORCH_STEP,
     Event,
     ExceptionInfo,
     FrameInfo,
@@ -29,6 +24,13 @@ from events import (
     StepKind,
 )
 from events.testing import BASE_WALL_NS, EventStream, exception_info
+from orchestrator.engine import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
+)
 
 RUN_ID = "run-7f3a"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -285,6 +287,7 @@ def healthy_rank(rank: int, *, world_size: int = 8, **options: Any) -> list[Even
 
 def codes(events: Iterable[Event]) -> list[str]:
     """The message codes a stream derives, in order."""
-    from events import Messages, fold
+    from events import fold
+    from orchestrator.engine import EngineMessages as Messages
 
     return [m.code for m in fold(Messages(), events).messages()]

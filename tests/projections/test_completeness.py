@@ -13,16 +13,9 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from events import (
-    ALLREDUCE_STEP,
-    ATTENTION_STEP,
-    LaunchRecord,
-    RankProcess,
-    RunOutcome,
-    StepKind,
-    replay,
-)
+from events import LaunchRecord, RankProcess, RunOutcome, StepKind
 from exporters import report_json, report_text
+from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, replay
 
 from . import BASE_NS, RankBuilder, exception, healthy_rank
 

@@ -7,10 +7,6 @@ from pathlib import Path
 import pytest
 
 from events import (
-    ATTENTION_STEP,
-    PLATFORM_STEP,
-    EngineState,
-    EngineStates,
     Event,
     FoldError,
     LogContents,
@@ -19,12 +15,18 @@ from events import (
     Severity,
     StepKind,
     TornTail,
-    find_divergences,
     fold,
     merge,
-    replay,
     root_cause,
     step_severity,
+)
+from orchestrator.engine import (
+    ATTENTION_STEP,
+    PLATFORM_STEP,
+    EngineState,
+    EngineStates,
+    find_divergences,
+    replay,
 )
 
 from . import (
@@ -325,7 +327,7 @@ def test_run_outcome_rule(streams: object, outcome: RunOutcome) -> None:
 
 
 def test_replay_with_a_newer_policy() -> None:
-    from events import DEFAULT_POLICY
+    from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 
     newer = DEFAULT_POLICY.with_rule("allreduce.attempt_failed", severity=Severity.INFO)
     result = replay([healthy_rank(0)], policy=newer)

@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
-from events import DEFAULT_POLICY, MemoryLog, Severity
+from events import MemoryLog, Severity
+from orchestrator.engine import ENGINE
+from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 
 from . import RUN_ID, RankBuilder, healthy_rank
 from .test_messages import eight_ranks_two_nodes, zentorch_rank
@@ -27,7 +29,7 @@ def test_messages_are_logged_as_they_are_derived(caplog_debug: pytest.LogCapture
     from exporters import LoggingBridge
 
     log = MemoryLog(RUN_ID, 0)
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     events = healthy_rank(0)
     with log.subscribe(bridge):
         for event in events[:-1]:
@@ -54,7 +56,7 @@ def test_messages_are_logged_as_they_are_derived(caplog_debug: pytest.LogCapture
 def test_scope_is_honoured_per_rank(caplog_debug: pytest.LogCaptureFixture) -> None:
     from exporters import LoggingBridge
 
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     for event in eight_ranks_two_nodes():
         bridge(event)
     broken = records_of(caplog_debug, "zentorch.broken")
@@ -73,7 +75,7 @@ def test_an_error_is_printed_on_its_rank_whatever_the_scope(
     from exporters import LoggingBridge
 
     policy = DEFAULT_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
-    bridge = LoggingBridge(policy=policy)
+    bridge = LoggingBridge(slices=(ENGINE,), policy=policy)
     for event in zentorch_rank("broken", rank=5).events:
         bridge(event)
     (record,) = records_of(caplog_debug, "zentorch.broken")
@@ -86,7 +88,7 @@ def test_an_error_is_printed_on_its_rank_whatever_the_scope(
 def test_zentorch_broken_carries_its_traceback(caplog_debug: pytest.LogCaptureFixture) -> None:
     from exporters import LoggingBridge
 
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     for event in zentorch_rank("broken", rank=0).events:
         bridge(event)
     (record,) = records_of(caplog_debug, "zentorch.broken")
@@ -105,7 +107,7 @@ def test_zentorch_broken_carries_its_traceback(caplog_debug: pytest.LogCaptureFi
 def test_tracebacks_can_be_left_out(caplog_debug: pytest.LogCaptureFixture) -> None:
     from exporters import LoggingBridge
 
-    bridge = LoggingBridge(tracebacks=False)
+    bridge = LoggingBridge(slices=(ENGINE,), tracebacks=False)
     for event in zentorch_rank("broken", rank=0).events:
         bridge(event)
     (record,) = records_of(caplog_debug, "zentorch.broken")
@@ -118,7 +120,7 @@ def test_logger_levels_filter_and_prefix_is_configurable(
     from exporters import LoggingBridge
 
     caplog.set_level(logging.WARNING, logger="engine")
-    bridge = LoggingBridge(logger_prefix="engine")
+    bridge = LoggingBridge(slices=(ENGINE,), logger_prefix="engine")
     for event in healthy_rank(0):
         bridge(event)
     assert {r.name for r in caplog.records} == {"engine.allreduce"}
@@ -128,7 +130,7 @@ def test_logger_levels_filter_and_prefix_is_configurable(
 def test_events_from_several_threads(caplog_debug: pytest.LogCaptureFixture) -> None:
     from exporters import LoggingBridge
 
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     streams = [healthy_rank(rank) for rank in range(4)]
 
     def feed(stream: list[object]) -> None:
@@ -150,7 +152,7 @@ def test_the_bridge_gives_live_spans_their_status() -> None:
     from events import merge
     from exporters import LoggingBridge, SpanProjection
 
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     spans = SpanProjection(severity_of=bridge.severity_of)
     finished = []
     for event in merge(healthy_rank(rank) for rank in range(2)):
@@ -183,7 +185,7 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
             builder.succeeded("platform/cpu/zentorch")
         streams[rank] = builder.events
 
-    bridges = {rank: LoggingBridge(hold_warnings=True) for rank in streams}
+    bridges = {rank: LoggingBridge(slices=(ENGINE,), hold_warnings=True) for rank in streams}
     for rank, events in streams.items():
         for event in events:
             bridges[rank](event)
@@ -196,7 +198,8 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     assert bridges[1].held == ()
     assert bridges[2].release(lambda message: True) == []
 
-    from events import Messages, fold
+    from events import fold
+    from orchestrator.engine import EngineMessages as Messages
 
     state = fold(Messages(), [e for events in streams.values() for e in events])
     # A launcher that sees every rank prints it once, from the lowest rank.

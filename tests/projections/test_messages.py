@@ -9,16 +9,9 @@ import attrs
 import pytest
 
 from events import (
-    ALLREDUCE_STEP,
-    ATTENTION_STEP,
-    DEFAULT_POLICY,
-    FLASHINFER_COMM_STEP,
-    PLATFORM_STEP,
-    ZENTORCH_STEP,
     Composite,
     Event,
     Message,
-    Messages,
     MessagesState,
     Outcome,
     PolicyError,
@@ -32,6 +25,15 @@ from events import (
     step_severity,
 )
 from events import fold as fold_events
+from orchestrator.engine import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
+)
+from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
+from orchestrator.engine import EngineMessages as Messages
 
 from . import (
     COMM_TYPE_ERROR,
@@ -122,7 +124,7 @@ def test_policy_json_round_trip() -> None:
 
 def test_policy_file_may_name_only_the_codes_it_changes() -> None:
     newer = SeverityPolicy.from_json(
-        {"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}
+        {"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}, base=DEFAULT_POLICY
     )
     assert newer.version == 2
     assert newer.rule("zentorch.broken") == (Severity.ERROR, Scope.LOCAL)
@@ -823,7 +825,8 @@ def test_a_newer_policy_re_derives_from_the_same_events() -> None:
     events = eight_ranks_two_nodes()
     old = derive(events)
     newer = SeverityPolicy.from_json(
-        json.dumps({"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}})
+        json.dumps({"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}),
+        base=DEFAULT_POLICY,
     )
     new = derive(events, newer)
     before = [m for m in old.messages() if m.code == "zentorch.broken"]
@@ -882,7 +885,8 @@ def test_format_ranks(ranks: list[int], text: str) -> None:
 
 
 def test_composite_fold_equals_folding_alone() -> None:
-    from events import EngineStates, Timeline, merge
+    from events import Timeline, merge
+    from orchestrator.engine import EngineStates
 
     streams = [healthy_rank(rank) for rank in range(4)]
     merged = list(merge(streams))
@@ -915,7 +919,8 @@ def test_apply_never_changes_the_state_it_was_given() -> None:
 
 
 def test_span_severity_falls_back_to_the_outcome() -> None:
-    from events import span_severity, step_severity_hook
+    from events import span_severity
+    from orchestrator.engine import step_severity_hook
 
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(0).run_started()
@@ -940,7 +945,8 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
 
 
 def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
-    from events import Messages, fold
+    from events import fold
+    from orchestrator.engine import EngineMessages as Messages
 
     builder = RankBuilder(0, world_size=1).run_started()
     builder.started(PLATFORM_STEP)

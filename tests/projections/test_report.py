@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import json
 
-from events import (
-    ATTENTION_STEP,
-    PLATFORM_STEP,
-    Event,
-    RunOutcome,
-    Severity,
-    StepKind,
-    merge,
-    replay,
-)
+from events import Event, RunOutcome, Severity, StepKind, merge
+from orchestrator.engine import ATTENTION_STEP, PLATFORM_STEP, replay
 
 from . import MNNVL_UNSUPPORTED, TRTLLM_FAILED, RankBuilder, exception, healthy_rank
 from .test_engine_state import dead_rank, failed_rank

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from events import JsonValue, MemoryLog, RunOutcome, Severity, replay, step_severity
+from events import JsonValue, MemoryLog, RunOutcome, Severity, step_severity
 from orchestrator import (
     ANY_EXCEPTION_POLICY,
     PROBE_POLICY,
@@ -17,6 +17,7 @@ from orchestrator import (
     StepContext,
     select_candidate,
 )
+from orchestrator.engine import ENGINE, replay
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +70,7 @@ async def test_absorbed_and_propagated_failures_from_the_runner(
         ],
     )
     log = MemoryLog("runner-run", 0)
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     with log.subscribe(bridge), pytest.raises(AttributeError):
         await Runner(log).run(graph)
 

@@ -18,19 +18,10 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from events import (
-    Event,
-    JsonlLog,
-    RankIdentity,
-    RunStarted,
-    StepStarted,
-    merge,
-    read_log,
-    step_severity_hook,
-)
+from events import Event, JsonlLog, RankIdentity, RunStarted, StepStarted, merge, read_log
 from exporters import LiveSpans, LoggingBridge, context_with_span, spans_from_events
 from orchestrator import FaultPlan
-from orchestrator.engine import EngineConfig, load_profile, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine, step_severity_hook
 
 #: Upper bound for one in-process engine run: longer means hung.
 DEADLINE_S = 30.0
@@ -174,7 +165,7 @@ async def run_engine_traced(
     subscribed first and live spans (into memory) second, the span
     activator on."""
     log = JsonlLog(directory / f"rank-{rank}.jsonl", run_id="tracing-run", rank=rank)
-    bridge = LoggingBridge()
+    bridge = LoggingBridge(slices=(ENGINE,))
     captured = InMemorySpanExporter()
     live = LiveSpans(captured, severity_of=bridge.severity_of)
     log.subscribe(bridge)

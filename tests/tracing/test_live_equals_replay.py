@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from opentelemetry.trace import StatusCode
 
-from events import ZENTORCH_STEP, RunFinished, RunOutcome, StepStarted
+from events import RunFinished, RunOutcome, StepStarted
 from orchestrator import derive_trace_id
+from orchestrator.engine import ZENTORCH_STEP
 
 from .harness import LiveRun, run_engine_traced, spans_by_id
 

@@ -20,9 +20,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from events import Event, RunStarted, StepStarted, StepUnavailable, step_severity_hook
+from events import Event, RunStarted, StepStarted, StepUnavailable
 from exporters import export_events, otlp_exporter
 from orchestrator import derive_trace_id
+from orchestrator.engine import step_severity_hook
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
 
 from .harness import cli_environment, expected_span_ids, run_cli, run_events

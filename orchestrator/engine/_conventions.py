@@ -1,9 +1,9 @@
 """The reference engine's step names and payload keys.
 
-The engine graph (``orchestrator.engine``) writes events following these
-conventions; the engine projections here (state, messages) and the exporters
-read them. Keeping them in one module is what lets a log written by one
-release be understood by the projections of another.
+The engine graph writes events following these conventions; the engine
+slice's pure projections (state, messages, report columns) read them. Keeping
+them in one module is what lets a log written by one release be understood
+by the projections of another. This module imports nothing.
 
 Steps (``kind`` in brackets, payloads as JSON)::
 
@@ -19,7 +19,9 @@ Steps (``kind`` in brackets, payloads as JSON)::
     attention                         [step]       attributes {"explicit": name | null}
       result   {"backend", "explicit": bool, "considered": [names by priority]}
                (the candidates depend on the platform, known only at run time)
-      failure  ValueError ("Selected backend ..." or "No valid ...")
+      failure  orchestrator.ExplicitCandidateInvalidError | orchestrator.NoValidCandidateError
+               (both ValueError; logs of earlier releases record a plain
+               ValueError, recognised by its message)
       decision "candidates.select" -> backend name
     attention/<BACKEND>               [candidate]  attributes {"candidate", "priority"}
       ok | invalid (reasons) | unavailable (cause) | failed

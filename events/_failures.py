@@ -1,0 +1,114 @@
+"""Failure bookkeeping shared by the messages and the rank state: how a
+failure goes up the step tree, is absorbed by a parent, or settles on a graph
+step or the run. Internal."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._exception_info import ExceptionInfo
+from ._model import (
+    Event,
+    Outcome,
+    RunFinished,
+    StepCrashed,
+    StepFailed,
+    StepTimedOut,
+    outcome_of,
+)
+
+__all__: list[str] = []
+
+
+@attrs.frozen(kw_only=True)
+class _Failure:
+    """A failure on its way up the step tree (or settled)."""
+
+    step: str
+    outcome: Outcome
+    cause: ExceptionInfo | None
+    seq: int
+    wall_ns: int
+    seqs: tuple[int, ...]
+    #: a message was already derived for it (a timeout or crash)
+    reported: bool = False
+
+
+#: Exception names a propagated timeout or crash arrives as on enclosing steps.
+_PROPAGATED_NAMES = frozenset({"StepTimeoutError", "StepCrashedError"})
+
+
+def _below(step: str, ancestor: str) -> bool:
+    return step.startswith(ancestor + "/")
+
+
+def _continues(failure: _Failure, cause: ExceptionInfo) -> bool:
+    """Whether an enclosing step failing with ``cause`` is ``failure`` going up."""
+    if failure.cause is None:
+        return failure.outcome is not Outcome.FAILED and cause.name in _PROPAGATED_NAMES
+    return failure.cause is cause or failure.cause == cause
+
+
+def _top_level(event: Event, root_span_id: str | None) -> bool:
+    if root_span_id is not None and event.parent_span_id is not None:
+        return event.parent_span_id == root_span_id
+    return "/" not in event.step
+
+
+@attrs.frozen(kw_only=True)
+class _Tracked:
+    """The failure bookkeeping's answer for one event."""
+
+    pending: tuple[_Failure, ...]
+    #: a failure that reached a graph step (or the end of the run)
+    settled: _Failure | None = None
+    #: the step's own failure started here (not a child's going up)
+    originated: bool = False
+
+
+def _track(
+    pending: tuple[_Failure, ...], event: Event, *, top_level: bool, reported: bool = False
+) -> _Tracked:
+    """Follow failures up the step tree: a child's failure goes up when its
+    parent fails with the same cause, is absorbed when the parent ends any
+    other way, and is settled when it fails a graph step or the run."""
+    if isinstance(event, RunFinished):
+        settled = next((f for f in pending if f.step == event.failed_step), None)
+        if settled is not None:
+            settled = attrs.evolve(settled, seqs=(*settled.seqs, event.seq))
+        return _Tracked(pending=(), settled=settled)
+    step = event.step
+    below = [f for f in pending if _below(f.step, step)]
+    rest = tuple(f for f in pending if not _below(f.step, step)) if below else pending
+    if isinstance(event, StepFailed):
+        going_up = next((f for f in below if _continues(f, event.cause)), None)
+        if going_up is None:
+            failure = _Failure(
+                step=step,
+                outcome=Outcome.FAILED,
+                cause=event.cause,
+                seq=event.seq,
+                wall_ns=event.wall_ns,
+                seqs=(event.seq,),
+            )
+        else:
+            failure = attrs.evolve(
+                going_up,
+                cause=going_up.cause or event.cause,
+                seqs=(*going_up.seqs, event.seq),
+            )
+        if top_level:
+            return _Tracked(pending=rest, settled=failure, originated=going_up is None)
+        return _Tracked(pending=(*rest, failure), originated=going_up is None)
+    if isinstance(event, StepTimedOut | StepCrashed):
+        failure = _Failure(
+            step=step,
+            outcome=outcome_of(event) or Outcome.FAILED,
+            cause=None,
+            seq=event.seq,
+            wall_ns=event.wall_ns,
+            seqs=(event.seq,),
+            reported=reported,
+        )
+        return _Tracked(pending=(*rest, failure), originated=True)
+    return _Tracked(pending=rest)

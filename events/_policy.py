@@ -1,0 +1,186 @@
+"""The severity policy: which severity and scope each message code has, as
+versioned data that a JSON document may override."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._errors import EventsError
+from ._severity import Scope, Severity
+
+__all__ = ["DEFAULT_POLICY", "PolicyError", "Rule", "SeverityPolicy"]
+
+
+class PolicyError(EventsError, ValueError):
+    """A severity policy document is malformed.
+
+    Attributes:
+        reason: what is wrong and what would be valid.
+    """
+
+    __module__ = "events"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid severity policy: {reason}")
+
+
+#: A rule: the severity and scope of one message code.
+Rule = tuple[Severity, Scope]
+
+_DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
+_PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
+
+
+#: The codes the kernel derives for every graph. A slice adds its own.
+_GENERIC: dict[str, Rule] = {
+    "step.failed": (_ERROR, _PROCESS),
+    "step.timed_out": (_ERROR, _PROCESS),
+    "step.crashed": (_ERROR, _PROCESS),
+    "run.ready": (_INFO, _GLOBAL),
+    "run.failed": (_ERROR, _PROCESS),
+    "run.interrupted": (_ERROR, _PROCESS),
+    # A candidate that did not fit is expected on many hosts: one DEBUG line.
+    "candidate.unavailable": (_DEBUG, _PROCESS),
+    # An attempt a fallback recovered: recovered breakage, once per node.
+    "fallback.used": (_WARNING, _LOCAL),
+}
+
+
+def _rules(value: Mapping[str, Rule]) -> dict[str, Rule]:
+    return {code: (Severity(rule[0]), Scope(rule[1])) for code, rule in value.items()}
+
+
+@attrs.frozen(kw_only=True)
+class SeverityPolicy:
+    """Which severity and scope each message code has: data, versioned.
+
+    A newer policy file re-derives the messages of an old log: fold the same
+    events with ``Messages(policy=SeverityPolicy.from_json(text), slices=...)``.
+    A code the policy does not name has its slice's default severity and
+    scope (the kernel's own for the generic codes).
+
+    Attributes:
+        version: the policy's version (written in its JSON form).
+        rules: code -> ``(severity, scope)``.
+    """
+
+    version: int = 1
+    rules: Mapping[str, Rule] = attrs.field(factory=dict, converter=_rules)
+
+    def rule(self, code: str) -> Rule:
+        """The ``(severity, scope)`` of ``code``.
+
+        Raises:
+            KeyError: neither this policy nor the kernel's generic codes name
+                ``code`` (a slice's defaults are resolved by :class:`Messages`).
+        """
+        found = self.rules.get(code) or _GENERIC.get(code)
+        if found is None:
+            raise KeyError(f"no severity rule for message code {code!r}")
+        return found
+
+    def severity(self, code: str) -> Severity:
+        """The severity of ``code``."""
+        return self.rule(code)[0]
+
+    def scope(self, code: str) -> Scope:
+        """The scope of ``code``."""
+        return self.rule(code)[1]
+
+    def with_rule(
+        self,
+        code: str,
+        *,
+        severity: Severity | None = None,
+        scope: Scope | None = None,
+        version: int | None = None,
+    ) -> SeverityPolicy:
+        """A copy with ``code``'s severity and/or scope replaced (and
+        ``version`` bumped by one unless given)."""
+        old_severity, old_scope = self.rules.get(code) or _GENERIC.get(code, (_ERROR, _PROCESS))
+        rules = dict(self.rules)
+        rules[code] = (severity or old_severity, scope or old_scope)
+        return SeverityPolicy(version=self.version + 1 if version is None else version, rules=rules)
+
+    def to_json(self) -> str:
+        """The policy as a JSON document::
+
+        {"version": 1, "rules": {"step.timed_out": {"severity": "warning",
+                                                     "scope": "local"}, ...}}
+        """
+        document = {
+            "version": self.version,
+            "rules": {
+                code: {"severity": severity.name.lower(), "scope": scope.value}
+                for code, (severity, scope) in sorted(self.rules.items())
+            },
+        }
+        return json.dumps(document, indent=2)
+
+    @classmethod
+    def from_json(
+        cls, data: str | bytes | Mapping[str, Any], *, base: SeverityPolicy | None = None
+    ) -> SeverityPolicy:
+        """Read a policy written by :meth:`to_json` (text or parsed).
+
+        Rules are laid over ``base`` (default: none, so a code the file does
+        not name keeps its default: its slice's, or the kernel's for the
+        generic codes), so a file may name only the codes it changes; a rule
+        may leave out ``scope`` for a code ``base`` or the kernel knows (read
+        a file naming only engine codes with ``base`` the engine's policy).
+
+        Raises:
+            PolicyError: not JSON, no integer ``version``, or a rule with an
+                unknown severity or scope (the message names the code and the
+                valid values).
+        """
+        if isinstance(data, str | bytes):
+            try:
+                parsed = json.loads(data)
+            except ValueError as exc:
+                raise PolicyError(f"not JSON ({exc})") from None
+        else:
+            parsed = data
+        if not isinstance(parsed, Mapping):
+            raise PolicyError('expected an object {"version": N, "rules": {...}}')
+        version = parsed.get("version")
+        if type(version) is not int or version < 1:
+            raise PolicyError(f"'version' must be a positive integer, not {version!r}")
+        raw_rules = parsed.get("rules", {})
+        if not isinstance(raw_rules, Mapping):
+            raise PolicyError("'rules' must map message codes to {severity, scope}")
+        rules = {} if base is None else dict(base.rules)
+        for code, raw in raw_rules.items():
+            known = rules.get(str(code)) or _GENERIC.get(str(code))
+            rules[str(code)] = _parse_rule(str(code), raw, known)
+        return cls(version=version, rules=rules)
+
+
+def _parse_rule(code: str, raw: object, known: Rule | None) -> Rule:
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"rule {code!r} must be an object with 'severity' and 'scope'")
+    try:
+        severity = Severity.parse(str(raw.get("severity", "")))
+    except ValueError as exc:
+        raise PolicyError(f"rule {code!r}: {exc}") from None
+    scope_text = raw.get("scope")
+    if scope_text is None:
+        if known is None:
+            raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
+        return severity, known[1]
+    try:
+        scope = Scope(str(scope_text).strip().lower())
+    except ValueError:
+        valid = ", ".join(member.value for member in Scope)
+        raise PolicyError(f"rule {code!r}: unknown scope {scope_text!r}; valid: {valid}") from None
+    return severity, scope
+
+
+#: The severities and scopes of the kernel's generic codes (a slice's
+#: policy, such as the reference engine's, adds its own).
+DEFAULT_POLICY = SeverityPolicy(version=1, rules=_GENERIC)

@@ -1,0 +1,207 @@
+"""What one rank's startup derived (:class:`RankState`) and why a rank did
+not end ready (:class:`RootCause`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ._exception_info import ExceptionInfo
+from ._failures import _Failure
+from ._launch import RankProcess
+from ._model import JsonValue, RankIdentity, RunOutcome
+
+__all__ = ["RankState", "RootCause"]
+
+
+@attrs.frozen(kw_only=True)
+class RootCause:
+    """Why a rank did not end ready.
+
+    Attributes:
+        rank: the rank.
+        step: the deepest step the failure started in (for a rank that died
+            or was interrupted, the one step it was in); ``None`` if no one
+            step is known (several were in flight, or none).
+        exception: the recorded exception, or ``None`` (a rank that died, or
+            an interruption without one).
+        outcome: the rank's outcome (``failed``, ``interrupted``,
+            ``incomplete``).
+        wall_ns: when it happened (for a rank that died: its last event; for
+            a rank that wrote no events: when its launcher saw it end, else 0).
+        seq: the event that recorded it (``-1``: none).
+        in_flight: for a rank that died or was interrupted, every step that
+            was running at that moment (innermost steps only).
+        no_events: why the rank has no events, when it has none
+            (``"no log"`` or ``"empty log"``).
+        process: what its launcher saw of its process, when known.
+    """
+
+    rank: int
+    step: str | None
+    exception: ExceptionInfo | None
+    outcome: RunOutcome
+    wall_ns: int
+    seq: int
+    in_flight: tuple[str, ...] = ()
+    no_events: str | None = None
+    process: RankProcess | None = None
+
+    def describe(self, *, since_ns: int | None = None) -> str:
+        """One line: ``rank 5, step cache_dir: RuntimeError: ...``; for a rank
+        that wrote no events, what its launcher saw (times relative to
+        ``since_ns``)."""
+        if self.no_events is not None:
+            if self.process is not None:
+                return f"{self.process.describe(since_ns=since_ns)}; its log is {_log_state(self)}"
+            return (
+                f"rank {self.rank} wrote no events ({self.no_events}): never started, "
+                "or killed before its first event"
+            )
+        where = f"rank {self.rank}" + (f", step {self.step}" if self.step else "")
+        if self.exception is not None:
+            return f"{where}: {self.exception.reason}"
+        if self.outcome is RunOutcome.INCOMPLETE:
+            text = f"{where}: the process died before the rank finished (no run.finished)"
+        else:
+            text = f"{where}: {self.outcome.value}, no exception recorded"
+        if len(self.in_flight) > 1:
+            text += f"; steps in flight: {', '.join(self.in_flight)}"
+        if self.process is not None and self.process.ended:
+            text += f"; {self.process.describe(since_ns=since_ns)}"
+        return text
+
+
+def _log_state(cause: RootCause) -> str:
+    return "missing" if cause.no_events == "no log" else "empty"
+
+
+def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
+    """The steps of ``steps`` that no other step of it encloses, in order
+    (``kernels`` and ``kernels/triton`` give ``kernels/triton``)."""
+    ordered = list(dict.fromkeys(steps))
+    return tuple(
+        step
+        for step in ordered
+        if not any(other.startswith(step + "/") for other in ordered if other != step)
+    )
+
+
+@attrs.frozen(kw_only=True)
+class _StateTracking:
+    """Bookkeeping between events. Internal."""
+
+    root_span_id: str | None = None
+    failures: tuple[_Failure, ...] = ()
+    finish_cause: ExceptionInfo | None = None
+    failed_step: str | None = None
+    finish_wall_ns: int | None = None
+    finish_seq: int | None = None
+    #: steps cancelled so far (an interrupted run cancels those in flight)
+    cancelled: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RankState:
+    """What one rank's startup derived.
+
+    Attributes:
+        rank: the global rank.
+        run_id: the launch.
+        identity: from ``run.started``.
+        outcome: ``ready | failed | interrupted``, or ``incomplete`` while
+            (or because) the log has no ``run.finished``.
+        facts: what the slices derived (fact name -> JSON value), starting
+            from their declared initial values.
+        failure: the earliest failure that reached the graph.
+        open_steps: steps started and not ended, in start order.
+        last_event_step: the step of the latest step event.
+        last_wall_ns, last_seq: the latest event.
+        tracking: derivation bookkeeping; not part of the stable surface.
+    """
+
+    rank: int
+    run_id: str | None = None
+    identity: RankIdentity | None = None
+    outcome: RunOutcome = RunOutcome.INCOMPLETE
+    facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
+    failure: RootCause | None = None
+    open_steps: tuple[str, ...] = ()
+    last_event_step: str | None = None
+    last_wall_ns: int = 0
+    last_seq: int = -1
+    tracking: _StateTracking = attrs.field(factory=_StateTracking)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the log has its ``run.finished``."""
+        return self.outcome is not RunOutcome.INCOMPLETE
+
+    @property
+    def last_step(self) -> str | None:
+        """The innermost step still running (the step a dead rank was in),
+        else the step of the latest step event."""
+        return self.open_steps[-1] if self.open_steps else self.last_event_step
+
+    @property
+    def in_flight(self) -> tuple[str, ...]:
+        """The innermost steps that were running when the rank stopped: for
+        a rank without ``run.finished``, those started and never ended; for
+        an interrupted rank, those the interruption cancelled; else none."""
+        if not self.finished:
+            return _innermost(self.open_steps)
+        if self.outcome is RunOutcome.INTERRUPTED:
+            return _innermost(self.tracking.cancelled)
+        return ()
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        """Why this rank did not end ready; ``None`` for a ready rank."""
+        if self.outcome is RunOutcome.READY:
+            return None
+        if self.failure is not None:
+            return self.failure
+        tracking = self.tracking
+        in_flight = self.in_flight
+        if not self.finished:
+            # Died mid-propagation: the failure was on its way up.
+            going_up = [f for f in tracking.failures if f.cause is not None]
+            if going_up:
+                return _root_cause(self, going_up[0], None)
+            return RootCause(
+                rank=self.rank,
+                step=_one_step(in_flight, self.last_step),
+                exception=None,
+                outcome=self.outcome,
+                wall_ns=self.last_wall_ns,
+                seq=self.last_seq,
+                in_flight=in_flight,
+            )
+        return RootCause(
+            rank=self.rank,
+            step=tracking.failed_step or _one_step(in_flight, self.last_step),
+            exception=tracking.finish_cause,
+            outcome=self.outcome,
+            wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
+            seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
+            in_flight=in_flight,
+        )
+
+
+def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
+    """The one step a stopped rank was in: ``None`` when several were."""
+    if len(in_flight) > 1:
+        return None
+    return in_flight[0] if in_flight else last_step
+
+
+def _root_cause(state: RankState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+    return RootCause(
+        rank=state.rank,
+        step=failure.step,
+        exception=failure.cause or fallback,
+        outcome=state.outcome,
+        wall_ns=failure.wall_ns,
+        seq=failure.seq,
+    )

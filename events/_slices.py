@@ -1,0 +1,435 @@
+"""Slices: what the owner of some steps tells the generic projections.
+
+The kernel derives state, messages, divergences and report columns for any
+graph; it names no step of any particular one. Whoever owns a set of steps
+(the reference engine in ``orchestrator.engine``, or a user's own graph)
+describes them in a :class:`Slice`, mostly as data:
+
+- :class:`MessageRule`: which events (a step path pattern, an outcome, an
+  exception type anywhere in the cause chain) produce which message (code,
+  default severity and scope, a text template over the event's fields);
+- :class:`Column`: a fact shown as a column of the report's rank table (and
+  a key of each rank in the JSON report), optionally read straight from a
+  step's result;
+- :class:`Agreement`: a fact every rank must agree on; ranks that differ are
+  a cross-rank divergence with its own code;
+- ``severities``: the default severity and scope of every code the slice
+  derives (a :class:`~events.SeverityPolicy` may override any of them).
+
+Two hooks take what data cannot say, both pure: ``facts`` (the rank facts a
+terminal step event or a decision settles, for a state projection with more
+than step results) and ``messages`` (a :class:`MessageHook`: derivations
+that remember earlier events, such as an attempt's failure reported when the
+next attempt starts). Slices never import a runtime: replaying a log needs
+only this package and the slices' pure modules.
+
+Precedence: a slice *claims* the steps its ``steps`` patterns match; the
+kernel's generic ``candidate.unavailable`` and ``fallback.used`` messages are
+not derived for claimed steps. A failure that a slice's rule (or hook) covers
+is reported by that rule instead of the generic ``step.failed``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from ._exception_info import ExceptionInfo
+from ._model import (
+    Event,
+    JsonValue,
+    Outcome,
+    RunFinished,
+    StepCrashed,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+    outcome_of,
+)
+from ._severity import Scope, Severity
+
+if TYPE_CHECKING:
+    from ._policy import SeverityPolicy
+    from ._rank_state import RankState
+
+__all__ = [
+    "Agreement",
+    "Column",
+    "MessageContext",
+    "MessageHook",
+    "MessageRule",
+    "Slice",
+]
+
+#: The ``(severity, scope)`` of one message code.
+Rule = tuple[Severity, Scope]
+
+
+def _outcomes(value: Any) -> frozenset[Outcome]:
+    if isinstance(value, Outcome | str):
+        return frozenset({Outcome(value)})
+    return frozenset(Outcome(item) for item in value)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(item) for item in value)
+
+
+def _code_rules(value: Mapping[str, tuple[Any, Any]]) -> dict[str, Rule]:
+    return {code: (Severity(rule[0]), Scope(rule[1])) for code, rule in value.items()}
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def step_matches(pattern: str, step: str) -> bool:
+    """Whether ``step`` matches ``pattern`` (:mod:`fnmatch` rules; ``*``
+    also crosses ``/``)."""
+    return step == pattern or fnmatch.fnmatchcase(step, pattern)
+
+
+def cause_of(event: Event) -> ExceptionInfo | None:
+    """The recorded exception of ``event``, if it has one."""
+    if isinstance(event, StepUnavailable | StepFailed | RunFinished):
+        return event.cause
+    return None
+
+
+def crash_text(event: StepCrashed) -> str:
+    """How an isolated step's process ended, in words."""
+    if event.signal is not None:
+        text = f"its process was killed by signal {event.signal}"
+    elif event.exit_code is not None:
+        text = f"its process exited with code {event.exit_code}"
+    else:
+        text = "its process died"
+    if event.stderr_tail:
+        text += f"; last stderr line: {event.stderr_tail[-1]}"
+    return text
+
+
+def reason_of(event: Event) -> str:
+    """One human line for why a step did not end ok."""
+    match event:
+        case StepUnavailable(reasons=reasons, cause=cause):
+            if reasons:
+                return "; ".join(reasons)
+            return cause.reason if cause is not None else event.outcome.value
+        case StepFailed(cause=cause):
+            return cause.reason
+        case StepTimedOut(timeout_s=timeout_s):
+            return f"timed out after {timeout_s:g} s"
+        case StepCrashed():
+            return crash_text(event)
+        case _:
+            return outcome_of(event) or "unknown"
+
+
+class _Fields(dict[str, Any]):
+    """Template fields: a missing key reads as ``-`` rather than failing a
+    replay over a log written by another release."""
+
+    def __missing__(self, key: str) -> str:
+        return "-"
+
+
+def _mapping(value: object) -> _Fields:
+    return _Fields(value) if isinstance(value, Mapping) else _Fields()
+
+
+@attrs.frozen(kw_only=True)
+class MessageRule:
+    """One message, declared as data: which events produce it and its text.
+
+    A rule matches a terminal step event whose step matches ``step`` (an
+    :mod:`fnmatch` pattern over the step path), whose outcome is one of
+    ``outcomes`` and, when ``exception`` is given, whose cause chain holds an
+    exception of that type (``"orchestrator.NoValidCandidateError"`` matches
+    the qualified type recorded in the log; a name without a dot matches the
+    unqualified name, so ``"PermissionError"`` matches the builtin). A rule
+    for ``failed`` matches only on the step the failure started in, not on
+    the enclosing steps it goes up through; the failure is then reported by
+    this rule instead of the generic ``step.failed``.
+
+    ``text`` and ``args`` are :meth:`str.format` templates over these fields:
+    ``step``, ``name`` (last path segment), ``parent``, ``outcome``,
+    ``reason`` (one line: reasons, cause or timeout), ``error`` (the cause as
+    ``Type: message``), ``message`` (the cause's message), ``result`` (the
+    step's result, ``{result[key]}``) and ``attributes`` (the step's start
+    attributes, ``{attributes[key]}``); a missing key reads ``-``.
+
+    Attributes:
+        code: the stable message code (``my_engine.cache_missing``).
+        text: the message text template.
+        step: the step path pattern.
+        outcomes: the outcomes that match (default ``failed``).
+        exception: an exception type the cause chain must hold, or ``None``.
+        severity, scope: the code's defaults (a policy may override them).
+        args: templates of what makes the message unique on its rank (with
+            ``code``); ``None``: the rendered text.
+        detail: attach the cause's traceback to the message.
+    """
+
+    code: str
+    text: str
+    step: str
+    outcomes: frozenset[Outcome] = attrs.field(
+        default=frozenset({Outcome.FAILED}), converter=_outcomes
+    )
+    exception: str | None = None
+    severity: Severity = attrs.field(default=Severity.INFO, converter=Severity)
+    scope: Scope = attrs.field(default=Scope.PROCESS, converter=Scope)
+    args: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_strings)
+    )
+    detail: bool = True
+
+    def matches(self, event: Event, outcome: Outcome, *, originated: bool) -> bool:
+        """Whether this rule speaks for ``event`` (ended with ``outcome``;
+        ``originated``: a failure started at this step)."""
+        return self.matches_step(event.step) and self.matches_event(
+            event, outcome, originated=originated
+        )
+
+    def matches_step(self, step: str) -> bool:
+        """Whether ``step`` matches :attr:`step`."""
+        return step_matches(self.step, step)
+
+    def matches_event(self, event: Event, outcome: Outcome, *, originated: bool) -> bool:
+        """:meth:`matches`, for an event whose step is known to match."""
+        if outcome not in self.outcomes:
+            return False
+        if outcome is Outcome.FAILED and isinstance(event, StepFailed) and not originated:
+            return False
+        if self.exception is None:
+            return True
+        cause = cause_of(event)
+        return cause is not None and self.raised(cause)
+
+    def raised(self, cause: ExceptionInfo) -> bool:
+        """Whether ``cause``'s chain holds an exception of :attr:`exception`."""
+        wanted = self.exception
+        qualified = wanted is not None and "." in wanted
+        return any((link.type if qualified else link.name) == wanted for link in cause.chain())
+
+    def render(self, event: Event, started: StepStarted | None) -> tuple[str, tuple[str, ...]]:
+        """The message text and args for ``event``."""
+        cause = cause_of(event)
+        parent, _, name = event.step.rpartition("/")
+        fields = _Fields(
+            step=event.step,
+            name=name,
+            parent=parent,
+            outcome=(outcome_of(event) or ""),
+            reason=reason_of(event),
+            error="" if cause is None else cause.reason,
+            message="" if cause is None else cause.message,
+            result=_mapping(event.result if isinstance(event, StepSucceeded) else None),
+            attributes=_mapping(started.attributes if started is not None else None),
+        )
+        text = self.text.format_map(fields)
+        if self.args is None:
+            return text, (text,)
+        return text, tuple(template.format_map(fields) for template in self.args)
+
+
+@attrs.frozen(kw_only=True)
+class Column:
+    """A column of the report's rank table, and a key of each rank's entry in
+    the JSON report.
+
+    The value is the rank's fact ``fact``. With ``step``, the kernel keeps
+    that fact itself: the ``key`` of the step's result when it ends ok (the
+    whole result when ``key`` is ``None``); otherwise the slice's ``facts``
+    hook does.
+
+    Attributes:
+        title: the column heading (``CACHE``).
+        fact: the fact's name (``cache_dir``).
+        step, key: where to read it from, for a result fact.
+        labels: how to show some values (``{True: "on", False: "off"}``);
+            others are shown as ``str(value)``, ``None`` as ``-``.
+    """
+
+    title: str
+    fact: str
+    step: str | None = None
+    key: str | None = None
+    labels: Mapping[JsonValue, str] = attrs.field(factory=dict)
+
+    def cell(self, value: JsonValue) -> str:
+        """The text shown for ``value``."""
+        for known, label in self.labels.items():
+            # ``True == 1``: compare types too, so a label for True is not 1's.
+            if known == value and type(known) is type(value):
+                return label
+        return "-" if value is None else str(value)
+
+
+@attrs.frozen(kw_only=True)
+class Agreement:
+    """A fact every rank must agree on (SPEC §3.6 divergence codes).
+
+    Ranks whose fact differs make a :class:`~events.Divergence` with
+    ``code``; its text is ``"{what}: {value} on ranks ...; .... {Advice}"``.
+    Ranks whose fact is ``None`` are left out, unless ``among`` names a fact:
+    then exactly the ranks where that fact is true are compared, ``None``
+    included (shown as ``none_text``).
+
+    Attributes:
+        code: the divergence's message code.
+        fact: the fact compared.
+        what: what differs, as a sentence start.
+        advice: what to do.
+        among: the fact that says a rank took part, or ``None``.
+        none_text: how a ``None`` value is named.
+    """
+
+    code: str
+    fact: str
+    what: str
+    advice: str
+    among: str | None = None
+    none_text: str = "none"
+
+
+class MessageContext(Protocol):
+    """What the kernel offers a :class:`MessageHook` for one event."""
+
+    @property
+    def event(self) -> Event:
+        """The event being derived."""
+        ...
+
+    @property
+    def started(self) -> StepStarted | None:
+        """For a terminal step event: its step's ``step.started``."""
+        ...
+
+    @property
+    def originated(self) -> bool:
+        """For a ``step.failed``: the failure started at this step (it is not
+        a child's failure going up)."""
+        ...
+
+    @property
+    def policy(self) -> SeverityPolicy:
+        """The policy messages are derived with."""
+        ...
+
+    def severity(self, code: str) -> Severity:
+        """The severity of ``code`` under the policy and the slices."""
+        ...
+
+    def emit(
+        self,
+        code: str,
+        text: str,
+        *,
+        step: str,
+        args: tuple[str, ...] | list[str],
+        seqs: tuple[int, ...] | list[int] = (),
+        detail: str | None = None,
+    ) -> None:
+        """Derive a message (once per rank per ``(code, args)``)."""
+        ...
+
+    def raise_severity(self, step: str, severity: Severity) -> None:
+        """Count ``severity`` for ``step``'s span."""
+        ...
+
+
+class MessageHook(Protocol):
+    """Stateful message derivations of a slice, for what rules cannot say.
+
+    The hook's memory is any frozen value; the kernel keeps one per rank and
+    hands it back with each event. Both phases must be pure.
+    """
+
+    def initial(self) -> Any:
+        """The memory of a rank before its first event."""
+        ...
+
+    def before(self, context: MessageContext, memory: Any) -> Any:
+        """Called first for every event; returns the new memory."""
+        ...
+
+    def after(self, context: MessageContext, memory: Any) -> Any:
+        """Called after the kernel's own derivations and the rules; returns
+        the new memory."""
+        ...
+
+    def covers_stop(self, step: str, started: StepStarted | None) -> bool:
+        """Whether the hook reports a timeout or crash of ``step`` itself
+        (no generic ``step.timed_out``/``step.crashed``)."""
+        ...
+
+    def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
+        """Whether the hook reports a failure that started at ``step``
+        (no generic ``step.failed``)."""
+        ...
+
+
+#: ``facts(facts, event)``: the facts ``event`` changes, or ``None``.
+FactsHook = Callable[[Mapping[str, JsonValue], Event], Mapping[str, JsonValue] | None]
+
+
+@attrs.frozen(kw_only=True)
+class Slice:
+    """Everything the generic projections need to know about a set of steps.
+
+    Attributes:
+        name: the slice's name (``engine``).
+        steps: step path patterns the slice claims (no generic candidate or
+            fallback messages there).
+        rules: message rules.
+        severities: default ``(severity, scope)`` of the codes the slice's
+            hook and agreements derive (its rules carry their own).
+        facts: the facts of a rank and their initial values, in report order.
+        report_facts: the facts written per rank in the JSON report (default:
+            every fact).
+        columns: the report's table columns.
+        agreements: facts every rank must agree on.
+        derive_facts: a :data:`FactsHook`, or ``None``.
+        messages: a :class:`MessageHook`, or ``None``.
+        state_type: the per-rank state class, a subclass of
+            :class:`~events.RankState` with typed views of the facts.
+    """
+
+    name: str
+    steps: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    rules: tuple[MessageRule, ...] = attrs.field(default=(), converter=_tuple)
+    severities: Mapping[str, Rule] = attrs.field(factory=dict, converter=_code_rules)
+    facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
+    report_facts: tuple[str, ...] | None = None
+    columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple)
+    agreements: tuple[Agreement, ...] = attrs.field(default=(), converter=_tuple)
+    derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
+    messages: MessageHook | None = attrs.field(default=None, eq=False)
+    state_type: type[RankState] | None = None
+
+    def claims(self, step: str) -> bool:
+        """Whether ``step`` is one of this slice's."""
+        return any(step_matches(pattern, step) for pattern in self.steps)
+
+    def code_rules(self) -> dict[str, Rule]:
+        """Every code this slice derives, with its default severity and scope."""
+        found = {rule.code: (rule.severity, rule.scope) for rule in self.rules}
+        found.update(self.severities)
+        return found
+
+    def reported_facts(self) -> tuple[str, ...]:
+        """The facts written per rank in the JSON report."""
+        if self.report_facts is not None:
+            return self.report_facts
+        names = dict.fromkeys(self.facts)
+        names.update(dict.fromkeys(column.fact for column in self.columns))
+        return tuple(names)

@@ -1,0 +1,572 @@
+"""The derived state per rank, the root cause across ranks, and cross-rank
+divergences; :func:`replay` folds a whole run in one pass.
+
+:class:`RankStates` is a projection (``initial``/``apply``) whose state is a
+mapping from rank to :class:`RankState`: what every graph has (outcome,
+failure, open steps, last event) plus the *facts* the slices declare, kept by
+the slices' ``derive_facts`` hooks and result columns
+(:class:`~events.Slice`). A slice may give the state a class of its own
+(``state_type``) with typed views of its facts.
+
+The root cause of a rank is its earliest failure that reached the graph (the
+deepest step of that propagation; a failure a parent absorbed does not
+count), else the cause ``run.finished`` names, else, for a rank that died,
+the step it was in (the innermost step that started and never ended) with no
+exception. Across ranks, :func:`root_cause` picks the earliest by wall-clock
+time among ranks that did not end ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._errors import LogError
+from ._failures import _top_level, _track
+from ._launch import LaunchRecord, RankProcess
+from ._messages import (
+    GroupedMessage,
+    Message,
+    Messages,
+    MessagesState,
+    RankMessages,
+    format_ranks,
+    group_messages,
+)
+from ._model import (
+    TERMINAL_STEP_EVENTS,
+    DecisionMade,
+    Event,
+    JsonValue,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    StepCancelled,
+    StepStarted,
+    StepSucceeded,
+)
+from ._policy import SeverityPolicy
+from ._rank_state import RankState, RootCause, _root_cause
+from ._reader import LogContents
+from ._reducers import Composite, fold
+from ._severity import Scope, Severity
+from ._slices import Slice
+from ._timeline import RankTimeline, Timeline, TimelineState
+
+__all__ = [
+    "Divergence",
+    "RankState",
+    "RankStates",
+    "Replay",
+    "RootCause",
+    "find_divergences",
+    "replay",
+    "root_cause",
+]
+
+
+class RankStates:
+    """Projection: rank -> :class:`RankState` from any stream of events.
+
+    Args:
+        slices: whose facts to keep (their initial values, result columns
+            and ``derive_facts`` hooks) and whose ``state_type`` to build
+            (the first slice that names one).
+    """
+
+    def __init__(self, slices: Sequence[Slice] = ()) -> None:
+        self._slices = tuple(slices)
+        facts: dict[str, JsonValue] = {}
+        results: dict[str, list[tuple[str, str | None]]] = {}
+        for part in self._slices:
+            facts.update(part.facts)
+            for column in part.columns:
+                if column.step is not None:
+                    facts.setdefault(column.fact, None)
+                    results.setdefault(column.step, []).append((column.fact, column.key))
+        self._facts = facts
+        self._results = {step: tuple(found) for step, found in results.items()}
+        self._hooks = tuple(
+            part.derive_facts for part in self._slices if part.derive_facts is not None
+        )
+        self._type: type[RankState] = next(
+            (part.state_type for part in self._slices if part.state_type is not None), RankState
+        )
+
+    @property
+    def slices(self) -> tuple[Slice, ...]:
+        """The slices the states are derived with."""
+        return self._slices
+
+    def new(self, rank: int, run_id: str | None) -> RankState:
+        """A rank's state before its first event."""
+        return self._type(rank=rank, run_id=run_id, facts=self._facts)
+
+    def initial(self) -> Mapping[int, RankState]:
+        """No ranks yet."""
+        return {}
+
+    def apply(self, state: Mapping[int, RankState], event: Event) -> Mapping[int, RankState]:
+        """The state after ``event``; unchanged ranks are shared."""
+        rank = state.get(event.rank) or self.new(event.rank, event.run_id)
+        updated = self.apply_rank(rank, event)
+        if updated is rank:
+            return state
+        ranks = dict(state)
+        ranks[event.rank] = updated
+        return ranks
+
+    def apply_rank(self, state: RankState, event: Event) -> RankState:
+        """One rank's state after ``event``."""
+        changes: dict[str, Any] = {"last_wall_ns": event.wall_ns, "last_seq": event.seq}
+        tracking = state.tracking
+        settles = False
+        if isinstance(event, StepStarted):
+            changes["open_steps"] = (*state.open_steps, event.step)
+            changes["last_event_step"] = event.step
+        elif isinstance(event, TERMINAL_STEP_EVENTS):
+            changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
+            changes["last_event_step"] = event.step
+            if isinstance(event, StepCancelled):
+                tracking = attrs.evolve(tracking, cancelled=(*tracking.cancelled, event.step))
+            tracked = _track(
+                tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
+            )
+            tracking = attrs.evolve(tracking, failures=tracked.pending)
+            if tracked.settled is not None and state.failure is None:
+                changes["failure"] = _root_cause(state, tracked.settled, None)
+            settles = True
+        elif isinstance(event, DecisionMade):
+            settles = True
+        elif isinstance(event, RunStarted):
+            changes["identity"] = event.identity
+            changes["run_id"] = event.run_id
+            tracking = attrs.evolve(tracking, root_span_id=event.span_id)
+        elif isinstance(event, RunFinished):
+            tracked = _track(tracking.failures, event, top_level=True)
+            tracking = attrs.evolve(
+                tracking,
+                failures=(),
+                finish_cause=event.cause,
+                failed_step=event.failed_step,
+                finish_wall_ns=event.wall_ns,
+                finish_seq=event.seq,
+            )
+            changes["outcome"] = event.outcome
+            if tracked.settled is not None and state.failure is None:
+                changes["failure"] = attrs.evolve(
+                    _root_cause(state, tracked.settled, event.cause), outcome=event.outcome
+                )
+            elif state.failure is not None:
+                changes["failure"] = attrs.evolve(state.failure, outcome=event.outcome)
+        if settles:
+            facts = self._settled_facts(state.facts, event)
+            if facts is not None:
+                changes["facts"] = facts
+        changes["tracking"] = tracking
+        return attrs.evolve(state, **changes)
+
+    def _settled_facts(
+        self, facts: Mapping[str, JsonValue], event: Event
+    ) -> Mapping[str, JsonValue] | None:
+        """The facts after ``event``, or ``None`` when it settles none."""
+        found: dict[str, JsonValue] | None = None
+        if isinstance(event, StepSucceeded):
+            for fact, key in self._results.get(event.step, ()):
+                result = event.result
+                value = result if key is None else _field(result, key)
+                found = {} if found is None else found
+                found[fact] = value
+        for hook in self._hooks:
+            changed = hook(facts if found is None else {**facts, **found}, event)
+            if changed:
+                found = {} if found is None else found
+                found.update(changed)
+        if found is None:
+            return None
+        return {**facts, **found}
+
+
+def _field(value: JsonValue, key: str) -> JsonValue:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def root_cause(states: Mapping[int, RankState] | Iterable[RankState]) -> RootCause | None:
+    """The run's root cause: the earliest (by wall-clock time, then rank) of
+    the ranks' root causes. A rank that died counts, at its last event."""
+    values = states.values() if isinstance(states, Mapping) else states
+    causes = [cause for state in values if (cause := state.root_cause) is not None]
+    if not causes:
+        return None
+    return min(causes, key=lambda cause: (cause.wall_ns, cause.rank))
+
+
+@attrs.frozen(kw_only=True)
+class Divergence:
+    """Ranks that decided differently where they must agree (a slice's
+    :class:`~events.Agreement`).
+
+    Attributes:
+        code: the agreement's code (``my_engine.backend_divergence``).
+        severity, scope: from the policy.
+        subject: the fact compared.
+        values: each value (``None``: the agreement's ``none_text``) with its
+            ranks, ordered by lowest rank.
+        text: what differs and what to do.
+    """
+
+    code: str
+    severity: Severity
+    scope: Scope
+    subject: str
+    values: tuple[tuple[str | None, tuple[int, ...]], ...]
+    text: str
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every rank involved, ascending."""
+        return tuple(sorted(rank for _value, ranks in self.values for rank in ranks))
+
+    def grouped(self) -> GroupedMessage:
+        """As a grouped message, for reports."""
+        return GroupedMessage(
+            code=self.code,
+            severity=self.severity,
+            scope=self.scope,
+            text=self.text,
+            ranks=self.ranks,
+        )
+
+
+def find_divergences(
+    states: Mapping[int, RankState] | Iterable[RankState],
+    *,
+    slices: Sequence[Slice] = (),
+    policy: SeverityPolicy | None = None,
+) -> tuple[Divergence, ...]:
+    """Compare the ranks' facts that ``slices`` say must agree
+    (:class:`~events.Agreement`), in the slices' order; severities and
+    scopes from ``policy``, else the slices' defaults."""
+    values = list(states.values() if isinstance(states, Mapping) else states)
+    agreements = [agreement for part in slices for agreement in part.agreements]
+    if not agreements:
+        return ()
+    rule = Messages(policy, slices=slices).rule
+    found: list[Divergence] = []
+    for agreement in agreements:
+        subject = agreement.fact
+        by_value: dict[str | None, list[int]] = {}
+        for state in values:
+            if agreement.among is not None:
+                if not state.facts.get(agreement.among):
+                    continue
+            elif state.facts.get(subject) is None:
+                continue
+            value = state.facts.get(subject)
+            by_value.setdefault(None if value is None else str(value), []).append(state.rank)
+        if len(by_value) < 2:
+            continue
+        ordered = sorted(
+            ((value, tuple(sorted(ranks))) for value, ranks in by_value.items()),
+            key=lambda item: item[1][0],
+        )
+        listing = "; ".join(
+            f"{agreement.none_text if value is None else value} on {format_ranks(ranks)}"
+            for value, ranks in ordered
+        )
+        severity, scope = rule(agreement.code)
+        advice = agreement.advice
+        found.append(
+            Divergence(
+                code=agreement.code,
+                severity=severity,
+                scope=scope,
+                subject=subject,
+                values=tuple(ordered),
+                text=f"{agreement.what}: {listing}. {advice[0].upper()}{advice[1:]}",
+            )
+        )
+    return tuple(found)
+
+
+@attrs.frozen(kw_only=True)
+class Replay:
+    """A whole run, re-derived from its logs and judged against its world.
+
+    Attributes:
+        run_id: the launch (``None`` for no events).
+        world_size: the expected number of ranks: the launcher's, else the
+            largest in the ranks' ``run.started``, else the highest rank + 1.
+        policy: the severity policy messages were derived with.
+        slices: the slices the run was derived with (their columns make the
+            report's table).
+        states: rank -> :class:`RankState` (or the slices' state type), for
+            the ranks that have events.
+        message_state: the messages projection's state (for
+            :func:`~events.step_severity`).
+        messages: every rank's messages, by time.
+        grouped: messages grouped across ranks, then the divergences.
+        root_cause: the run's root cause, if it did not end ready.
+        divergences: cross-rank divergences.
+        timeline: when each step of each rank ran.
+        warnings: about the logs themselves (torn tails, missing ranks).
+        no_events: ranks of the world that have no events, with why
+            (``"no log"`` or ``"empty log"``).
+        launch: what the launcher recorded of the run, when known.
+        until: the cutoff (``seq``) the run was replayed to, if any.
+        simulated: the simulated host the ranks ran on, if any.
+        injected: the faults injected on any rank, each once.
+    """
+
+    run_id: str | None
+    world_size: int
+    policy: SeverityPolicy
+    states: Mapping[int, RankState]
+    message_state: MessagesState
+    messages: tuple[Message, ...]
+    grouped: tuple[GroupedMessage, ...]
+    root_cause: RootCause | None
+    divergences: tuple[Divergence, ...]
+    timeline: TimelineState
+    warnings: tuple[str, ...] = ()
+    no_events: Mapping[int, str] = attrs.field(factory=dict)
+    launch: LaunchRecord | None = None
+    until: int | None = None
+    simulated: str | None = None
+    injected: tuple[str, ...] = ()
+    slices: tuple[Slice, ...] = ()
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks that have events, ascending."""
+        return tuple(sorted(self.states))
+
+    def outcome_of(self, rank: int) -> RunOutcome:
+        """A rank's outcome (``incomplete`` for a rank without events;
+        ``running`` for an unfinished rank at a cutoff)."""
+        state = self.states.get(rank)
+        if state is None:
+            return RunOutcome.INCOMPLETE
+        if self.until is not None and not state.finished:
+            return RunOutcome.RUNNING
+        return state.outcome
+
+    @property
+    def outcome(self) -> RunOutcome:
+        """The run's outcome, judged against its world (SPEC §6):
+        ``incomplete`` if a rank of the world has no events or no
+        ``run.finished`` (it died, was killed, or never started); else the
+        root cause's own outcome, ``failed`` or ``interrupted`` (a stop that
+        made the other ranks fail in their exchanges is an interrupted run;
+        a failure that the others were then stopped for is a failed one);
+        else ``ready``. At a cutoff (``until``), a rank that had not finished
+        yet is ``running``, and so is the run unless a rank had already
+        failed or been interrupted. No ranks at all is ``incomplete``."""
+        outcomes = {self.outcome_of(rank) for rank in range(self.world_size)}
+        outcomes.update(self.outcome_of(rank) for rank in self.states)
+        if RunOutcome.INCOMPLETE in outcomes or not self.states:
+            return RunOutcome.INCOMPLETE
+        cause = self.root_cause
+        if cause is not None and cause.outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED):
+            return cause.outcome
+        for outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED, RunOutcome.RUNNING):
+            if outcome in outcomes:
+                return outcome
+        return RunOutcome.READY
+
+
+#: What :func:`replay` accepts: events (one stream, or several ranks merged),
+#: :class:`~events.LogContents`, or per-rank event sequences.
+ReplaySource = Iterable[Event | LogContents | Sequence[Event]]
+
+
+def replay(
+    source: ReplaySource,
+    *,
+    slices: Sequence[Slice] = (),
+    policy: SeverityPolicy | None = None,
+    launch: LaunchRecord | None = None,
+    until: int | None = None,
+) -> Replay:
+    """Re-derive a run: rank state, messages, root cause, divergences and
+    timeline, folding each rank's events once through one
+    :class:`~events.Composite`, and judge it against its expected ranks.
+
+    ``slices`` say what the run's steps mean (their facts, message rules,
+    agreements and report columns); without them the run gets the kernel's
+    generic state and messages. ``policy`` overrides severities and scopes
+    (default: the kernel's, with each slice's defaults for its codes).
+
+    ``source`` may be a stream of events (one rank's, or several ranks'
+    merged in any interleaving that keeps each rank's order), the
+    :class:`~events.LogContents` of each rank (their torn tails become
+    warnings), or one event sequence per rank.
+
+    The world size is the launcher's (``launch``), else the largest in the
+    ranks' ``run.started``. A rank of that world with no events makes the
+    run ``incomplete`` and is named first: it is the root cause unless its
+    launcher stopped it because of something else. Otherwise the root cause
+    is the earliest failure by wall-clock time among the ranks that did not
+    end ready, preferring ranks the launcher did not stop.
+
+    With ``until``, each rank's events after ``seq`` ``until`` are left out:
+    the state at that point, where an unfinished rank is ``running``.
+
+    Raises:
+        LogError: two logs of the same rank, logs of different runs, or a
+            launch record of another run.
+        FoldError: a rank's events skip, repeat or reorder ``seq``.
+    """
+    by_rank: dict[int, list[Event]] = {}
+    owners: dict[int, str] = {}
+    warnings: list[str] = []
+
+    def take(events: Iterable[Event], owner: str | None) -> None:
+        for event in events:
+            if until is not None and event.seq > until:
+                continue
+            if owner is not None:
+                previous = owners.setdefault(event.rank, owner)
+                if previous != owner:
+                    raise LogError(
+                        f"two logs for rank {event.rank} ({previous} and {owner}); "
+                        "pass one log per rank"
+                    )
+            by_rank.setdefault(event.rank, []).append(event)
+
+    for index, item in enumerate(source):
+        if isinstance(item, Event):
+            take((item,), None)
+        elif isinstance(item, LogContents):
+            warnings.extend(item.warnings)
+            take(item.events, str(item.path))
+        else:
+            take(item, f"event stream {index}")
+    run_ids = {events[0].run_id for events in by_rank.values()}
+    if len(run_ids) > 1:
+        raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
+    if launch is not None and launch.run_id is not None and run_ids - {launch.run_id}:
+        raise LogError(
+            f"the launch record ({launch.source or 'manifest'}) is of run {launch.run_id}, "
+            f"the logs of run {sorted(run_ids)[0]}; pass the manifest of the same run"
+        )
+
+    # Each rank is folded alone: its states stay small and a 1,024-rank run
+    # never copies a 1,024-entry mapping per event.
+    messages_projection = Messages(policy, slices=slices)
+    composite: Composite[Any] = Composite(
+        states=RankStates(slices), messages=messages_projection, timeline=Timeline()
+    )
+    states: dict[int, RankState] = {}
+    rank_messages: dict[int, RankMessages] = {}
+    timelines: dict[int, RankTimeline] = {}
+    for rank in sorted(by_rank):
+        folded = fold(composite, by_rank[rank])
+        states.update(folded["states"])
+        rank_messages.update(folded["messages"].ranks)
+        timelines.update(folded["timeline"].ranks)
+
+    logged_world = max(
+        (s.identity.world_size for s in states.values() if s.identity is not None),
+        default=0,
+    )
+    if launch is not None and launch.world_size is not None:
+        if logged_world and logged_world != launch.world_size:
+            warnings.append(
+                f"the launcher started {launch.world_size} ranks but the logs say a world "
+                f"of {logged_world}; judged against the launcher's"
+            )
+        world_size = launch.world_size
+    else:
+        world_size = logged_world or (max(states) + 1 if states else 0)
+    empty = launch.empty_logs if launch is not None else frozenset()
+    no_events = {
+        rank: "empty log" if rank in empty else "no log"
+        for rank in range(world_size)
+        if rank not in states
+    }
+    if launch is not None and launch.source is not None:
+        # A launcher's record lists every rank it started: one it does not
+        # list was never started (the launch was stopped first).
+        never = {
+            rank: RankProcess(rank=rank, stopped_by_launcher="never started")
+            for rank in no_events
+            if rank not in launch.processes
+        }
+        if never:
+            launch = attrs.evolve(launch, processes={**launch.processes, **never})
+    if no_events:
+        warnings.append(
+            f"no events from {format_ranks(no_events)} of world size {world_size}: "
+            "never started, or stopped before the first event"
+        )
+    message_state = MessagesState(ranks=rank_messages)
+    messages = message_state.messages()
+    divergences = find_divergences(states, slices=slices, policy=policy)
+    grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
+    grouped.sort(key=lambda group: -group.severity)
+    started = [event for events in by_rank.values() if isinstance(event := events[0], RunStarted)]
+    return Replay(
+        run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
+        world_size=world_size,
+        policy=messages_projection.policy,
+        states=states,
+        message_state=message_state,
+        messages=messages,
+        grouped=tuple(grouped),
+        root_cause=_run_root_cause(states, no_events, launch, until),
+        divergences=divergences,
+        timeline=TimelineState(ranks=timelines),
+        warnings=tuple(warnings),
+        no_events=no_events,
+        launch=launch,
+        until=until,
+        simulated=next((event.simulated for event in started if event.simulated), None),
+        injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
+        slices=tuple(slices),
+    )
+
+
+def _run_root_cause(
+    states: Mapping[int, RankState],
+    no_events: Mapping[int, str],
+    launch: LaunchRecord | None,
+    until: int | None,
+) -> RootCause | None:
+    """The rank to look at first (see :func:`replay`)."""
+    processes = launch.processes if launch is not None else {}
+    stopped = {rank for rank, process in processes.items() if process.stopped_by_launcher}
+    silent = [
+        RootCause(
+            rank=rank,
+            step=None,
+            exception=None,
+            outcome=RunOutcome.INCOMPLETE,
+            wall_ns=(processes[rank].ended_wall_ns or 0) if rank in processes else 0,
+            seq=-1,
+            no_events=why,
+            process=processes.get(rank),
+        )
+        for rank, why in sorted(no_events.items())
+    ]
+    causes = []
+    for state in states.values():
+        if until is not None and not state.finished:
+            continue  # still running at the cutoff: nothing to blame yet
+        cause = state.root_cause
+        if cause is not None:
+            process = processes.get(state.rank)
+            causes.append(cause if process is None else attrs.evolve(cause, process=process))
+    for candidates in (
+        [cause for cause in silent if cause.rank not in stopped],
+        [cause for cause in causes if cause.rank not in stopped],
+        causes,
+        silent,
+    ):
+        if candidates:
+            if candidates[0].no_events is not None:
+                return candidates[0]
+            return min(candidates, key=lambda cause: (cause.wall_ns, cause.rank))
+    return None

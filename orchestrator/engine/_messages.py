@@ -1,0 +1,644 @@
+"""The reference engine's messages: SPEC §3.6 as rules and one hook.
+
+Pure: imports only ``events`` (and attrs), so a replay of an engine log never
+needs the runtime, anyio or torch. The kernel derives the generic messages
+(``step.*``, ``run.*``); this module adds the engine's, for the steps of
+:mod:`orchestrator.engine._conventions`::
+
+    platform/<p> ends unavailable|failed with a cause   platform.plugin_failed
+      (or timed out or crashed)
+    platform ok                                         platform.detected
+    platform ok after some plugin failed                platform.fallback (one per plugin)
+    platform failed: PlatformConflictError              platform.conflict          [rule]
+    platform failed: UnspecifiedPlatformError           platform.unspecified       [rule]
+    platform/cpu/zentorch ok | absent                   zentorch.loaded | .absent  [rules]
+    platform/cpu/zentorch unavailable                   zentorch.broken
+    attention/<B> unavailable|absent | invalid          attention.backend_unavailable | _invalid
+    attention ok (automatic | explicit)                 attention.selected | .explicit_selected
+    attention failed: ExplicitCandidateInvalidError     attention.explicit_invalid [rule]
+    attention failed: NoValidCandidateError             attention.none_valid       [rule]
+    flashinfer_comm unavailable                         flashinfer_comm.unavailable
+      (absent, i.e. flashinfer not installed, is the expected case: no message)
+    allreduce_workspace/<b> attempt ends unavailable,   allreduce.attempt_failed, derived when
+      failed, timed out or crashed, fallback_left      the next attempt starts (its backend
+                                                       names the fallback) or, failing that,
+                                                       when the parent step ends
+    allreduce_workspace ok, enabled                     allreduce.workspace_ready
+    allreduce_workspace ok, disabled, attempts ran      allreduce.workspace_failed
+    allreduce_workspace/quant ends unavailable,         allreduce.quant_workspace_failed
+      timed out or crashed (quantization fusion off)
+
+``[rule]`` rows are :class:`events.MessageRule` data; the others need what
+earlier events said (failed plugins, attempts, the torch version) and are
+derived by :class:`EngineMessageHook`, the slice's message hook.
+
+Legacy logs: releases before the typed candidate errors recorded
+``attention.explicit_invalid`` and ``attention.none_valid`` failures as a
+plain ``ValueError``. Such a log is still understood: a ``ValueError`` that
+starts at the attention step and whose message begins as those releases
+wrote it (``Selected backend`` / ``No valid``) gets the same code. This is
+the only place a message's text decides anything, and only for those logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from events import (
+    Event,
+    ExceptionInfo,
+    JsonValue,
+    MessageContext,
+    MessageRule,
+    Outcome,
+    RunFinished,
+    RunStarted,
+    Scope,
+    Severity,
+    SeverityPolicy,
+    StepCrashed,
+    StepFailed,
+    StepKind,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    StepUnavailable,
+    outcome_of,
+)
+
+from ._conventions import (
+    ALLREDUCE_AGREE_STEP,
+    ALLREDUCE_QUANT_STEP,
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    ZENTORCH_STEP,
+)
+
+__all__ = [
+    "ENGINE_POLICY",
+    "ENGINE_RULES",
+    "EXTENSION_RULES",
+    "EngineMessageHook",
+    "legacy_code",
+]
+
+_DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
+_PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
+
+#: The typed errors the candidate sets raise (``orchestrator._candidates``),
+#: by the public names their logs record.
+EXPLICIT_INVALID_ERROR = "orchestrator.ExplicitCandidateInvalidError"
+NO_VALID_ERROR = "orchestrator.NoValidCandidateError"
+
+#: SPEC §3.6 as data: the failures and outcomes a rule can say alone.
+ENGINE_RULES: tuple[MessageRule, ...] = (
+    MessageRule(
+        code="platform.conflict",
+        step=PLATFORM_STEP,
+        exception="PlatformConflictError",
+        text="{message}",
+        severity=_ERROR,
+    ),
+    MessageRule(
+        code="platform.unspecified",
+        step=PLATFORM_STEP,
+        exception="UnspecifiedPlatformError",
+        text="{message}",
+        severity=_ERROR,
+    ),
+    MessageRule(
+        code="zentorch.loaded",
+        step=ZENTORCH_STEP,
+        outcomes=Outcome.OK,
+        text="Loaded zentorch; using ZenCpuPlatform.",
+        args=(),
+        severity=_INFO,
+        scope=_LOCAL,
+    ),
+    MessageRule(
+        code="zentorch.absent",
+        step=ZENTORCH_STEP,
+        outcomes=Outcome.ABSENT,
+        text="zentorch is not installed; using CpuPlatform.",
+        args=(),
+        severity=_DEBUG,
+        scope=_LOCAL,
+        detail=False,
+    ),
+    MessageRule(
+        code="attention.explicit_invalid",
+        step=ATTENTION_STEP,
+        exception=EXPLICIT_INVALID_ERROR,
+        text="{message}",
+        severity=_ERROR,
+    ),
+    MessageRule(
+        code="attention.none_valid",
+        step=ATTENTION_STEP,
+        exception=NO_VALID_ERROR,
+        text="{message}",
+        severity=_ERROR,
+    ),
+)
+
+#: SPEC §3.6, row by row, then the codes this release adds to it: the
+#: engine's policy (severity and scope of every code an engine run derives).
+_TABLE: dict[str, tuple[Severity, Scope]] = {
+    "platform.plugin_failed": (_DEBUG, _PROCESS),
+    "platform.detected": (_INFO, _LOCAL),
+    "platform.fallback": (_WARNING, _PROCESS),
+    "platform.conflict": (_ERROR, _PROCESS),
+    "platform.unspecified": (_ERROR, _PROCESS),
+    "zentorch.loaded": (_INFO, _LOCAL),
+    "zentorch.absent": (_DEBUG, _LOCAL),
+    "zentorch.broken": (_WARNING, _LOCAL),
+    "attention.backend_unavailable": (_DEBUG, _PROCESS),
+    "attention.backend_invalid": (_DEBUG, _PROCESS),
+    "attention.selected": (_INFO, _LOCAL),
+    "attention.explicit_selected": (_INFO, _LOCAL),
+    "attention.explicit_invalid": (_ERROR, _PROCESS),
+    "attention.none_valid": (_ERROR, _PROCESS),
+    "flashinfer_comm.unavailable": (_DEBUG, _LOCAL),
+    "allreduce.attempt_failed": (_WARNING, _LOCAL),
+    "allreduce.workspace_ready": (_INFO, _LOCAL),
+    "allreduce.workspace_failed": (_ERROR, _PROCESS),
+    "allreduce.divergence": (_ERROR, _GLOBAL),
+    # Added: a terminal failure, ERROR once per rank as its plain sibling.
+    "allreduce.quant_workspace_failed": (_ERROR, _PROCESS),
+    "step.failed": (_ERROR, _PROCESS),
+    "step.timed_out": (_ERROR, _PROCESS),
+    "step.crashed": (_ERROR, _PROCESS),
+    "run.ready": (_INFO, _GLOBAL),
+    "run.failed": (_ERROR, _PROCESS),
+    "run.interrupted": (_ERROR, _PROCESS),
+}
+
+#: Codes outside the table that this release derives (cross-rank findings the
+#: table does not name). A policy may override them like any other code.
+EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
+    # Mixed platforms in one launch cannot run one collective program.
+    "platform.divergence": (_ERROR, _GLOBAL),
+    # Different attention kernels still run; outputs and speed may differ.
+    "attention.divergence": (_WARNING, _GLOBAL),
+}
+
+#: The severities and scopes of SPEC §3.6: the reference engine's policy.
+ENGINE_POLICY = SeverityPolicy(version=1, rules=_TABLE)
+
+
+# --------------------------------------------------------------------------
+# The hook
+
+
+def _field(value: JsonValue, key: str) -> JsonValue:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _text(value: JsonValue) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
+    if started is not None:
+        value = started.attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return fallback
+
+
+def _cause_of(event: object) -> ExceptionInfo | None:
+    if isinstance(event, StepUnavailable | StepFailed | RunFinished):
+        return event.cause
+    return None
+
+
+def _detail(cause: ExceptionInfo | None) -> str | None:
+    return None if cause is None else cause.format()
+
+
+def _reason_of(event: Event) -> str:
+    """One human line for why a step did not end ok."""
+    match event:
+        case StepUnavailable(reasons=reasons, cause=cause):
+            if reasons:
+                return "; ".join(reasons)
+            return cause.reason if cause is not None else event.outcome.value
+        case StepFailed(cause=cause):
+            return cause.reason
+        case StepTimedOut(timeout_s=timeout_s):
+            return f"timed out after {timeout_s:g} s"
+        case StepCrashed():
+            return _crash_text(event)
+        case _:
+            return outcome_of(event) or "unknown"
+
+
+def _crash_text(event: StepCrashed) -> str:
+    if event.signal is not None:
+        text = f"its process was killed by signal {event.signal}"
+    elif event.exit_code is not None:
+        text = f"its process exited with code {event.exit_code}"
+    else:
+        text = "its process died"
+    if event.stderr_tail:
+        text += f"; last stderr line: {event.stderr_tail[-1]}"
+    return text
+
+
+def legacy_code(step: str, cause: ExceptionInfo) -> str | None:
+    """The code of a failure that a log of an earlier release recorded as a
+    plain ``ValueError`` (see the module docstring), else ``None``."""
+    if step != ATTENTION_STEP or cause.type != "ValueError":
+        return None
+    if cause.message.startswith("Selected backend"):
+        return "attention.explicit_invalid"
+    if cause.message.startswith("No valid"):
+        return "attention.none_valid"
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class _PendingAttempt:
+    """An all-reduce attempt that failed with a fallback left; its message
+    waits for the next attempt, whose backend it names."""
+
+    step: str
+    backend: str
+    verb: str
+    reason: str
+    seqs: tuple[int, ...]
+    outcome: Outcome
+
+
+@attrs.frozen(kw_only=True)
+class _Memory:
+    """What the engine's derivations remember between events of a rank."""
+
+    torch_version: str | None = None
+    failed_plugins: tuple[tuple[str, str, int], ...] = ()
+    #: all-reduce attempts that ended: (backend, failure reason or None, seq)
+    attempts: tuple[tuple[str, str | None, int], ...] = ()
+    pending_attempt: _PendingAttempt | None = None
+
+
+def _is_attempt(step: str, started: StepStarted | None) -> bool:
+    parent = step.rpartition("/")[0]
+    if parent != ALLREDUCE_STEP:
+        return False
+    if started is not None:
+        return started.kind is StepKind.ATTEMPT
+    return step not in (ALLREDUCE_AGREE_STEP, ALLREDUCE_QUANT_STEP)
+
+
+class EngineMessageHook:
+    """The engine slice's message hook (:class:`events.MessageHook`): the
+    §3.6 rows that depend on earlier events. Stateless; its memory per rank
+    is a frozen value the kernel keeps."""
+
+    def initial(self) -> _Memory:
+        return _Memory()
+
+    def covers_stop(self, step: str, started: StepStarted | None) -> bool:
+        # A timeout or crash of an all-reduce attempt or of the quantization
+        # workspace is covered by the allreduce codes, one of a platform
+        # plugin by the platform codes (a failed plugin).
+        return (
+            _is_attempt(step, started)
+            or step == ALLREDUCE_QUANT_STEP
+            or step.rpartition("/")[0] == PLATFORM_STEP
+        )
+
+    def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
+        return legacy_code(step, cause) is not None
+
+    def before(self, context: MessageContext, memory: _Memory) -> _Memory:
+        event = context.event
+        if isinstance(event, RunFinished) or (
+            event.step == ALLREDUCE_STEP and outcome_of(event) is not None
+        ):
+            return _flush_attempt(context, memory)
+        if isinstance(event, RunStarted):
+            return attrs.evolve(memory, torch_version=event.versions.get("torch"))
+        return memory
+
+    def after(self, context: MessageContext, memory: _Memory) -> _Memory:
+        event = context.event
+        if isinstance(event, StepStarted):
+            return _attempt_started(context, memory, event)
+        if outcome_of(event) is None:
+            return memory
+        step = event.step
+        parent, _, name = step.rpartition("/")
+        started = context.started
+        if step == PLATFORM_STEP:
+            _platform(context, memory)
+        elif parent == PLATFORM_STEP:
+            return _plugin(context, memory, started, name)
+        elif step == ZENTORCH_STEP:
+            _zentorch(context, memory)
+        elif step == ATTENTION_STEP:
+            _attention(context, started)
+        elif parent == ATTENTION_STEP:
+            _attention_candidate(context, started, name)
+        elif step == FLASHINFER_COMM_STEP:
+            _flashinfer_comm(context)
+        elif step == ALLREDUCE_STEP:
+            _allreduce(context, memory)
+        elif _is_attempt(step, started):
+            return _allreduce_attempt(context, memory, started, name)
+        elif step == ALLREDUCE_QUANT_STEP:
+            _quant_workspace(context, memory, started)
+        return memory
+
+
+def _legacy(context: MessageContext) -> None:
+    event = context.event
+    if isinstance(event, StepFailed) and context.originated:
+        code = legacy_code(event.step, event.cause)
+        if code is not None:
+            context.emit(
+                code,
+                event.cause.message,
+                step=event.step,
+                args=(event.cause.message,),
+                detail=event.cause.format(),
+            )
+
+
+# -- platform ----------------------------------------------------------------
+
+
+def _plugin(
+    context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
+) -> _Memory:
+    # A plugin that raised, timed out or crashed failed: not activated, and
+    # worth a WARNING if the run goes on on another platform.
+    event = context.event
+    cause = _cause_of(event)
+    stopped = isinstance(event, StepTimedOut | StepCrashed)
+    if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
+        return memory
+    plugin = _attribute(started, "plugin", name)
+    reason = _reason_of(event)
+    context.emit(
+        "platform.plugin_failed",
+        f"Platform plugin {plugin} failed: {reason}",
+        step=event.step,
+        args=(plugin, reason),
+        detail=_detail(cause),
+    )
+    return attrs.evolve(
+        memory, failed_plugins=(*memory.failed_plugins, (plugin, reason, event.seq))
+    )
+
+
+def _platform(context: MessageContext, memory: _Memory) -> None:
+    event = context.event
+    if not isinstance(event, StepSucceeded):
+        return
+    platform_class = _text(_field(event.result, "platform_class")) or "an unknown platform"
+    context.emit(
+        "platform.detected",
+        f"Automatically detected platform {platform_class}.",
+        step=event.step,
+        args=(platform_class,),
+    )
+    for plugin, reason, seq in memory.failed_plugins:
+        context.emit(
+            "platform.fallback",
+            f"Platform plugin {plugin} failed ({reason}); continuing on "
+            f"{platform_class}. Fix or uninstall the plugin if {plugin} was expected.",
+            step=event.step,
+            args=(plugin, reason, platform_class),
+            seqs=(seq,),
+        )
+
+
+def _zentorch(context: MessageContext, memory: _Memory) -> None:
+    event = context.event
+    if outcome_of(event) is not Outcome.UNAVAILABLE:
+        return
+    reason = _reason_of(event)
+    torch = memory.torch_version
+    installed = f"the installed torch {torch}" if torch else "the installed torch"
+    context.emit(
+        "zentorch.broken",
+        f"zentorch failed to import ({reason}); the zentorch build probably does not "
+        f"match {installed}. Falling back to CpuPlatform; install the zentorch "
+        "release built for this torch to use ZenCpuPlatform.",
+        step=event.step,
+        args=(reason,),
+        detail=_detail(_cause_of(event)),
+    )
+
+
+# -- attention ---------------------------------------------------------------
+
+
+def _attention_candidate(context: MessageContext, started: StepStarted | None, name: str) -> None:
+    event = context.event
+    if not isinstance(event, StepUnavailable):
+        return
+    backend = _attribute(started, "candidate", name)
+    if event.outcome is Outcome.INVALID:
+        reasons = "; ".join(event.reasons) or "no reason given"
+        context.emit(
+            "attention.backend_invalid",
+            f"Attention backend {backend} does not support this configuration: {reasons}",
+            step=event.step,
+            args=(backend, reasons),
+        )
+    else:
+        reason = _reason_of(event)
+        context.emit(
+            "attention.backend_unavailable",
+            f"Attention backend {backend} is unavailable: {reason}",
+            step=event.step,
+            args=(backend, reason),
+            detail=_detail(event.cause),
+        )
+
+
+def _attention(context: MessageContext, started: StepStarted | None) -> None:
+    event = context.event
+    if not isinstance(event, StepSucceeded):
+        _legacy(context)
+        return
+    result = event.result
+    backend = _text(_field(result, "backend")) or "an unknown"
+    if _field(result, "explicit"):
+        context.emit(
+            "attention.explicit_selected",
+            f"Using {backend} backend.",
+            step=event.step,
+            args=(backend,),
+        )
+        return
+    considered = _field(result, "considered")
+    if not isinstance(considered, list) and started is not None:
+        considered = started.attributes.get("candidates")
+    names = [str(item) for item in considered] if isinstance(considered, list) else []
+    context.emit(
+        "attention.selected",
+        f"Using {backend} attention backend out of potential backends: {names!r}",
+        step=event.step,
+        args=(backend, repr(names)),
+    )
+
+
+# -- flashinfer.comm ---------------------------------------------------------
+
+
+def _flashinfer_comm(context: MessageContext) -> None:
+    event = context.event
+    if not isinstance(event, StepUnavailable) or event.outcome is Outcome.ABSENT:
+        return
+    if event.cause is not None:
+        text = f"flashinfer.comm import failed: {event.cause.message}"
+        args = (event.cause.message,)
+    else:
+        reason = _reason_of(event)
+        text = f"flashinfer.comm is unavailable: {reason}"
+        args = (reason,)
+    context.emit(
+        "flashinfer_comm.unavailable",
+        text,
+        step=event.step,
+        args=args,
+        detail=_detail(event.cause),
+    )
+
+
+# -- all-reduce --------------------------------------------------------------
+
+
+def _attempt_started(context: MessageContext, memory: _Memory, event: StepStarted) -> _Memory:
+    pending = memory.pending_attempt
+    if (
+        pending is None
+        or event.kind is not StepKind.ATTEMPT
+        or event.step.rpartition("/")[0] != pending.step.rpartition("/")[0]
+    ):
+        return memory
+    nxt = _attribute(event, "backend", event.step.rpartition("/")[2])
+    _emit_attempt(context, pending, nxt, seqs=(*pending.seqs, event.seq))
+    return attrs.evolve(memory, pending_attempt=None)
+
+
+def _allreduce_attempt(
+    context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
+) -> _Memory:
+    event = context.event
+    backend = _attribute(started, "backend", name)
+    outcome = outcome_of(event) or Outcome.FAILED
+    if outcome in (Outcome.OK, Outcome.CANCELLED):
+        return attrs.evolve(memory, attempts=(*memory.attempts, (backend, None, event.seq)))
+    reason = _reason_of(event)
+    memory = attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
+    fallback_left = bool(started.attributes.get("fallback_left")) if started else False
+    if not fallback_left:
+        return memory
+    verb = {
+        Outcome.TIMED_OUT: "timed out",
+        Outcome.CRASHED: "crashed",
+        Outcome.FAILED: "failed",
+    }.get(outcome, "unavailable")
+    pending = _PendingAttempt(
+        step=event.step,
+        backend=backend,
+        verb=verb,
+        reason=reason,
+        seqs=(event.seq,),
+        outcome=outcome,
+    )
+    context.raise_severity(event.step, context.severity("allreduce.attempt_failed"))
+    return attrs.evolve(memory, pending_attempt=pending)
+
+
+def _flush_attempt(context: MessageContext, memory: _Memory) -> _Memory:
+    """The chain ended before another attempt started: a recorded attempt
+    failure is still worth its WARNING; a propagated one is a ``step.failed``
+    instead (no fallback happened)."""
+    pending = memory.pending_attempt
+    if pending is None:
+        return memory
+    if pending.outcome is not Outcome.FAILED:
+        _emit_attempt(context, pending, "the next backend", seqs=pending.seqs)
+    return attrs.evolve(memory, pending_attempt=None)
+
+
+def _emit_attempt(
+    context: MessageContext, pending: _PendingAttempt, nxt: str, *, seqs: Iterable[int]
+) -> None:
+    hint = "; likely no NVSwitch multicast support for mnnvl" if pending.backend == "mnnvl" else ""
+    context.emit(
+        "allreduce.attempt_failed",
+        f"FlashInfer allreduce workspace with backend={pending.backend} {pending.verb} "
+        f"({pending.reason}{hint}); falling back to {nxt}.",
+        step=pending.step,
+        args=(pending.backend, pending.reason, nxt),
+        seqs=tuple(seqs),
+        # An attempt that a fallback recovers is expected on many healthy
+        # hosts: one line, no traceback (the cause stays in the log).
+        detail=None,
+    )
+
+
+def _allreduce(context: MessageContext, memory: _Memory) -> None:
+    event = context.event
+    if not isinstance(event, StepSucceeded):
+        return
+    result = event.result
+    if _field(result, "enabled") is True:
+        backend = _text(_field(result, "backend")) or "unknown"
+        context.emit(
+            "allreduce.workspace_ready",
+            f"Initialized FlashInfer allreduce fusion workspace with backend={backend}",
+            step=event.step,
+            args=(backend,),
+        )
+        return
+    attempts = memory.attempts
+    if not attempts:
+        return
+    last_backend = attempts[-1][0]
+    failures = [reason for _backend, reason, _seq in attempts if reason is not None]
+    reason = _text(_field(result, "reason")) or (
+        failures[-1] if failures else "the ranks did not agree on a backend"
+    )
+    context.emit(
+        "allreduce.workspace_failed",
+        f"Failed to initialize FlashInfer allreduce fusion workspace with "
+        f"backend={last_backend} ({reason}); allreduce fusion is disabled and startup "
+        "continues without it. Make every rank able to create a workspace (mnnvl needs "
+        "NVSwitch multicast, trtllm a single node) or choose a backend that works here.",
+        step=event.step,
+        args=(last_backend, reason),
+        seqs=[seq for _b, _r, seq in attempts],
+    )
+
+
+def _quant_workspace(context: MessageContext, memory: _Memory, started: StepStarted | None) -> None:
+    # A propagating failure (StepFailed) is a step.failed; a cancelled one is
+    # part of a run that stopped for another reason.
+    event = context.event
+    if not isinstance(event, StepUnavailable | StepTimedOut | StepCrashed):
+        return
+    plain = [backend for backend, reason, _seq in memory.attempts if reason is None]
+    backend = _attribute(started, "backend", plain[-1] if plain else "unknown")
+    reason = _reason_of(event)
+    context.emit(
+        "allreduce.quant_workspace_failed",
+        f"Failed to initialize FlashInfer allreduce quantization fusion workspace with "
+        f"backend={backend} ({reason}); quantization fusion is disabled and startup "
+        f"continues with the plain allreduce fusion on backend={backend}. Fix what stopped "
+        "the workspace from being created, or turn quantization fusion off in the engine "
+        "configuration.",
+        step=event.step,
+        args=(backend, reason),
+        detail=_detail(_cause_of(event)),
+    )

@@ -1,0 +1,290 @@
+"""The reference engine as one slice of the generic kernel: its rank state,
+report columns, agreements and messages, and replay with them.
+
+Pure: imports only ``events`` (and attrs) and the engine's other pure modules
+(:mod:`._conventions`, :mod:`._messages`), so replaying an engine log never
+imports the runtime, anyio or torch.
+
+The engine's facts per rank, from the events its graph writes::
+
+    platform ok                 platform (plugin), platform_class
+    attention ok                attention_backend
+    flashinfer_comm ok|other    flashinfer_comm_available
+    allreduce_workspace ok      fusion_enabled, allreduce_backend, allreduce_settled
+    decision allreduce.agreed   allreduce_backend (what every rank uses)
+
+Ranks must agree on the all-reduce backend (``allreduce.divergence``, ERROR:
+divergent backends hang collectives, compared among ranks whose all-reduce
+step ended ok), the platform class (``platform.divergence``, ERROR) and the
+attention backend (``attention.divergence``, WARNING).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from events import (
+    Agreement,
+    Column,
+    DecisionMade,
+    Divergence,
+    Event,
+    JsonValue,
+    LaunchRecord,
+    LogContents,
+    Messages,
+    RankState,
+    RankStates,
+    Replay,
+    Severity,
+    SeverityPolicy,
+    Slice,
+    StepFailed,
+    StepSucceeded,
+)
+from events import find_divergences as kernel_find_divergences
+from events import replay as kernel_replay
+from events import step_severity_hook as kernel_step_severity_hook
+
+from ._conventions import (
+    ALLREDUCE_STEP,
+    ATTENTION_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+)
+from ._messages import _TABLE, ENGINE_POLICY, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook
+
+__all__ = [
+    "ENGINE",
+    "EngineMessages",
+    "EngineState",
+    "EngineStates",
+    "find_divergences",
+    "replay",
+    "step_severity_hook",
+]
+
+
+def _text(value: JsonValue) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _field(value: JsonValue, key: str) -> JsonValue:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+@attrs.frozen(kw_only=True)
+class EngineState(RankState):
+    """What one rank's engine startup derived: a :class:`events.RankState`
+    with typed views of the engine's facts.
+
+    Attributes (views of ``facts``):
+        platform: the platform plugin that won, or ``None``.
+        platform_class: its platform class (``CudaPlatform``), or ``None``.
+        attention_backend: the selected attention backend, or ``None``.
+        allreduce_backend: the all-reduce backend this rank uses (the agreed
+            one when ranks agreed), or ``None`` when fusion is off.
+        fusion_enabled: whether the all-reduce fusion workspace is usable.
+        flashinfer_comm_available: whether ``flashinfer.comm`` is usable;
+            ``None`` when that step never ended.
+        allreduce_settled: the all-reduce step ended ok (so its backend is
+            a decision to compare across ranks).
+    """
+
+    @property
+    def platform(self) -> str | None:
+        return _text(self.facts.get("platform"))
+
+    @property
+    def platform_class(self) -> str | None:
+        return _text(self.facts.get("platform_class"))
+
+    @property
+    def attention_backend(self) -> str | None:
+        return _text(self.facts.get("attention_backend"))
+
+    @property
+    def allreduce_backend(self) -> str | None:
+        return _text(self.facts.get("allreduce_backend"))
+
+    @property
+    def fusion_enabled(self) -> bool:
+        return self.facts.get("fusion_enabled") is True
+
+    @property
+    def flashinfer_comm_available(self) -> bool | None:
+        value = self.facts.get("flashinfer_comm_available")
+        return value if isinstance(value, bool) else None
+
+    @property
+    def allreduce_settled(self) -> bool:
+        return self.facts.get("allreduce_settled") is True
+
+
+def _engine_facts(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, JsonValue] | None:
+    """The engine facts a terminal step event or a decision settles."""
+    step = event.step
+    if isinstance(event, DecisionMade):
+        if event.name == "allreduce.agreed":
+            return {"allreduce_backend": _text(event.value)}
+        return None
+    ok = isinstance(event, StepSucceeded)
+    result: JsonValue = event.result if isinstance(event, StepSucceeded) else None
+    if step == PLATFORM_STEP:
+        if ok:
+            return {
+                "platform": _text(_field(result, "plugin")),
+                "platform_class": _text(_field(result, "platform_class")),
+            }
+        if isinstance(event, StepFailed):
+            return {"platform": None, "platform_class": None}
+        return None
+    if step == ATTENTION_STEP:
+        return {"attention_backend": _text(_field(result, "backend"))} if ok else None
+    if step == FLASHINFER_COMM_STEP:
+        return {"flashinfer_comm_available": ok and _field(result, "available") is not False}
+    if step == ALLREDUCE_STEP:
+        if not ok:
+            return {"fusion_enabled": False, "allreduce_backend": None}
+        enabled = _field(result, "enabled") is True
+        backend = _text(_field(result, "backend")) if enabled else None
+        return {"fusion_enabled": enabled, "allreduce_backend": backend, "allreduce_settled": True}
+    return None
+
+
+#: The reference engine, as a slice of the kernel.
+ENGINE = Slice(
+    name="engine",
+    steps=(
+        PLATFORM_STEP,
+        f"{PLATFORM_STEP}/*",
+        ATTENTION_STEP,
+        f"{ATTENTION_STEP}/*",
+        FLASHINFER_COMM_STEP,
+        ALLREDUCE_STEP,
+        f"{ALLREDUCE_STEP}/*",
+    ),
+    rules=ENGINE_RULES,
+    severities={**_TABLE, **EXTENSION_RULES},
+    facts={
+        "platform": None,
+        "platform_class": None,
+        "attention_backend": None,
+        "allreduce_backend": None,
+        "fusion_enabled": False,
+        "flashinfer_comm_available": None,
+        "allreduce_settled": False,
+    },
+    report_facts=(
+        "platform",
+        "platform_class",
+        "attention_backend",
+        "allreduce_backend",
+        "fusion_enabled",
+        "flashinfer_comm_available",
+    ),
+    columns=(
+        Column(title="PLATFORM", fact="platform"),
+        Column(title="CLASS", fact="platform_class"),
+        Column(title="ATTENTION", fact="attention_backend"),
+        Column(title="ALLREDUCE", fact="allreduce_backend"),
+        Column(title="FUSION", fact="fusion_enabled", labels={True: "on", False: "off"}),
+    ),
+    agreements=(
+        Agreement(
+            code="allreduce.divergence",
+            fact="allreduce_backend",
+            what="Ranks disagree on the allreduce fusion backend",
+            advice="collectives hang when ranks use different backends; let the ranks agree "
+            "through a process group (torch.distributed) or configure one backend that works "
+            "on every rank.",
+            among="allreduce_settled",
+            none_text="disabled",
+        ),
+        Agreement(
+            code="platform.divergence",
+            fact="platform_class",
+            what="Ranks run on different platforms",
+            advice="one launch needs the same platform on every rank; check the platform "
+            "messages of the ranks that differ.",
+        ),
+        Agreement(
+            code="attention.divergence",
+            fact="attention_backend",
+            what="Ranks selected different attention backends",
+            advice="outputs and speed may differ between ranks; name one attention backend "
+            "that works on every rank.",
+        ),
+    ),
+    derive_facts=_engine_facts,
+    messages=EngineMessageHook(),
+    state_type=EngineState,
+)
+
+
+class EngineStates(RankStates):
+    """Projection: rank -> :class:`EngineState`, with :data:`ENGINE` (and
+    any further ``slices``)."""
+
+    def __init__(self, slices: Sequence[Slice] = ()) -> None:
+        super().__init__((ENGINE, *slices))
+
+
+class EngineMessages(Messages):
+    """The messages projection of engine runs: :data:`ENGINE`'s rules and
+    hook (and any further ``slices``) under ``policy`` (default
+    :data:`ENGINE_POLICY`, SPEC §3.6)."""
+
+    def __init__(
+        self, policy: SeverityPolicy | None = None, *, slices: Sequence[Slice] = ()
+    ) -> None:
+        super().__init__(ENGINE_POLICY if policy is None else policy, slices=(ENGINE, *slices))
+
+
+def replay(
+    source: Iterable[Event | LogContents | Sequence[Event]],
+    *,
+    policy: SeverityPolicy | None = None,
+    launch: LaunchRecord | None = None,
+    until: int | None = None,
+    slices: Sequence[Slice] = (),
+) -> Replay:
+    """:func:`events.replay` of an engine run: with :data:`ENGINE` (then any
+    further ``slices``) and ``policy`` (default :data:`ENGINE_POLICY`). Its
+    ``states`` are :class:`EngineState`.
+
+    Raises:
+        LogError, FoldError: as :func:`events.replay`.
+    """
+    return kernel_replay(
+        source,
+        slices=(ENGINE, *slices),
+        policy=ENGINE_POLICY if policy is None else policy,
+        launch=launch,
+        until=until,
+    )
+
+
+def step_severity_hook(
+    events: Iterable[Event], *, policy: SeverityPolicy | None = None
+) -> Callable[[int, str, Event], Severity | None]:
+    """:func:`events.step_severity_hook` of an engine run: span severities
+    from the messages :data:`ENGINE` derives under ``policy`` (default
+    :data:`ENGINE_POLICY`), as the live run had them."""
+    return kernel_step_severity_hook(
+        events, slices=(ENGINE,), policy=ENGINE_POLICY if policy is None else policy
+    )
+
+
+def find_divergences(
+    states: Mapping[int, RankState] | Iterable[RankState],
+    *,
+    policy: SeverityPolicy | None = None,
+) -> tuple[Divergence, ...]:
+    """:func:`events.find_divergences` with :data:`ENGINE`'s agreements
+    (all-reduce backend, platform class, attention backend)."""
+    return kernel_find_divergences(
+        states, slices=(ENGINE,), policy=ENGINE_POLICY if policy is None else policy
+    )

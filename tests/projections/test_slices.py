@@ -1,0 +1,296 @@
+"""The generic kernel and slices: generic messages for any graph, message
+rules and columns declared as data, precedence of a slice's rules, and the
+engine slice kept out of ``events`` and ``exporters``."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from events import (
+    Agreement,
+    Column,
+    Event,
+    MessageRule,
+    Messages,
+    Outcome,
+    RunOutcome,
+    Scope,
+    Severity,
+    Slice,
+    StepKind,
+    fold,
+    merge,
+    replay,
+)
+from exporters import report_json, report_text
+from orchestrator.engine import ENGINE, ENGINE_POLICY
+
+from . import RankBuilder, exception
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DENIED = exception("PermissionError", "[Errno 13] Permission denied: '/cache'", errno=13)
+BOOM = exception("RuntimeError", "boom", cause=exception("my_lib.CacheError", "disk full"))
+
+
+def custom_rank(
+    rank: int = 0, *, cache: str = "ok", kernels: str = "fast", world_size: int = 1
+) -> list[Event]:
+    """A graph of its own: cache_dir, then kernels chosen by a candidate set
+    with a fallback chain of two attempts under warmup."""
+    builder = RankBuilder(rank, world_size=world_size).run_started()
+    builder.started("cache_dir")
+    if cache == "ok":
+        builder.succeeded("cache_dir", {"cache_dir": "/cache"})
+    elif cache == "denied":
+        builder.unavailable("cache_dir", cause=DENIED)
+    else:
+        builder.failed("cache_dir", BOOM)
+        return builder.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="cache_dir")
+    builder.started("kernels")
+    builder.started("kernels/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    builder.started("kernels/slow", kind=StepKind.CANDIDATE, attributes={"candidate": "slow"})
+    if kernels == "fast":
+        builder.succeeded("kernels/fast", {"candidate": "fast"})
+    else:
+        builder.unavailable("kernels/fast", Outcome.INVALID, reasons=["head size 7"])
+    builder.succeeded("kernels/slow", {"candidate": "slow"})
+    builder.succeeded("kernels", {"selected": kernels})
+    builder.started("warmup")
+    builder.started("warmup/graph", kind=StepKind.ATTEMPT, attributes={"fallback_left": True})
+    builder.timed_out("warmup/graph", timeout_s=2.0)
+    builder.started("warmup/eager", kind=StepKind.ATTEMPT, attributes={"fallback_left": False})
+    builder.succeeded("warmup/eager")
+    builder.succeeded("warmup")
+    return builder.run_finished()
+
+
+MY_SLICE = Slice(
+    name="mine",
+    steps=("kernels/*",),
+    rules=[
+        MessageRule(
+            code="mine.cache_denied",
+            step="cache_dir",
+            outcomes="unavailable",
+            exception="PermissionError",
+            severity=Severity.WARNING,
+            text="Cache {result[missing]} denied ({error}) at {attributes[nothing]}",
+        ),
+        MessageRule(
+            code="mine.cache_full",
+            step="cache_dir",
+            exception="my_lib.CacheError",
+            severity=Severity.ERROR,
+            text="The cache disk is full: {message}",
+            args=("{step}",),
+        ),
+        MessageRule(code="mine.kernels", step="kernels", outcomes="ok", text="{result[selected]}"),
+    ],
+    columns=[
+        Column(title="KERNELS", fact="kernels", step="kernels", key="selected"),
+        Column(title="CACHE", fact="cache", step="cache_dir", key="cache_dir"),
+    ],
+    agreements=[
+        Agreement(code="mine.divergence", fact="kernels", what="Kernels differ", advice="pin"),
+    ],
+    severities={"mine.divergence": (Severity.WARNING, Scope.GLOBAL)},
+)
+
+
+def codes(events: list[Event], *slices: Slice) -> list[str]:
+    return [m.code for m in fold(Messages(slices=slices), events).messages()]
+
+
+def test_a_graph_without_rules_gets_the_generic_messages() -> None:
+    state = fold(Messages(), custom_rank(kernels="slow"))
+    by_code = {m.code: m for m in state.messages()}
+    assert list(by_code) == [
+        "candidate.unavailable",
+        "step.timed_out",
+        "fallback.used",
+        "run.ready",
+    ]
+    unavailable = by_code["candidate.unavailable"]
+    assert unavailable.text == "Candidate kernels/fast is invalid: head size 7"
+    assert (unavailable.severity, unavailable.step) == (Severity.DEBUG, "kernels/fast")
+    fallback = by_code["fallback.used"]
+    assert fallback.text == (
+        "Step warmup/graph timed out (timed out after 2 s); falling back to warmup/eager."
+    )
+    assert (fallback.severity, fallback.step) == (Severity.WARNING, "warmup/graph")
+
+    failed = fold(Messages(), custom_rank(cache="failed")).messages()
+    assert [m.code for m in failed] == ["step.failed", "run.failed"]
+    assert failed[0].text == (
+        "Step cache_dir failed: RuntimeError: boom, caused by CacheError; "
+        "the error propagated and stopped the startup."
+    )
+
+
+def test_rules_match_outcome_and_exception_type_and_render_templates() -> None:
+    denied = fold(Messages(slices=[MY_SLICE]), custom_rank(cache="denied")).messages()
+    (message,) = [m for m in denied if m.code == "mine.cache_denied"]
+    assert message.text == (
+        "Cache - denied (PermissionError: [Errno 13] Permission denied: '/cache') at -"
+    )
+    assert (message.severity, message.args) == (Severity.WARNING, (message.text,))
+    assert message.detail is not None
+
+    # The type anywhere in the cause chain, by its qualified name; the rule
+    # speaks instead of the generic step.failed.
+    failed = fold(Messages(slices=[MY_SLICE]), custom_rank(cache="failed")).messages()
+    assert [m.code for m in failed] == ["mine.cache_full", "run.failed"]
+    assert failed[0].text == "The cache disk is full: boom"
+    assert failed[0].args == ("cache_dir",)
+    assert "mine.cache_full" not in codes(custom_rank(cache="denied"), MY_SLICE)
+
+
+def test_a_slice_claims_its_steps_and_a_policy_overrides_its_codes() -> None:
+    derived = codes(custom_rank(kernels="slow"), MY_SLICE)
+    assert "candidate.unavailable" not in derived, "kernels/* is the slice's"
+    assert derived[0] == "mine.kernels"
+    policy = ENGINE_POLICY.with_rule("mine.kernels", severity=Severity.ERROR)
+    state = fold(Messages(policy, slices=[MY_SLICE]), custom_rank())
+    (kernels,) = [m for m in state.messages() if m.code == "mine.kernels"]
+    assert kernels.severity is Severity.ERROR
+
+
+def test_columns_agreements_and_the_report_come_from_the_slices() -> None:
+    streams = [
+        custom_rank(0, world_size=3),
+        custom_rank(1, world_size=3),
+        custom_rank(2, kernels="slow", world_size=3),
+    ]
+    result = replay(list(merge(streams)), slices=[MY_SLICE])
+    assert result.states[2].facts == {"kernels": "slow", "cache": "/cache"}
+    (divergence,) = result.divergences
+    assert divergence.code == "mine.divergence"
+    assert divergence.severity is Severity.WARNING
+    assert divergence.text == "Kernels differ: fast on ranks 0-1; slow on rank 2. Pin"
+
+    text = report_text(result)
+    assert "RANKS  OUTCOME  KERNELS  CACHE   LAST STEP" in text
+    assert "0-1    ready    fast     /cache  warmup" in text
+    document = report_json(result)
+    assert list(document["ranks"][0]) == [
+        "rank",
+        "outcome",
+        "log",
+        "kernels",
+        "cache",
+        "last_step",
+        "in_flight",
+        "process",
+    ]
+
+    bare = report_text(replay(list(merge(streams))))
+    assert "RANKS  OUTCOME  LAST STEP" in bare
+    assert replay(list(merge(streams))).divergences == ()
+
+
+def test_the_engine_slice_declares_every_code_it_derives() -> None:
+    declared = ENGINE.code_rules()
+    extension = {"platform.divergence", "attention.divergence"}
+    assert set(ENGINE_POLICY.rules) | extension == set(declared)
+    assert [column.title for column in ENGINE.columns] == [
+        "PLATFORM",
+        "CLASS",
+        "ATTENTION",
+        "ALLREDUCE",
+        "FUSION",
+    ]
+
+
+def test_replaying_an_engine_log_imports_neither_the_runtime_nor_torch() -> None:
+    fixture = ROOT / "tests" / "fixtures" / "legacy-attention-none-valid.jsonl"
+    code = f"""
+import sys
+from events import read_log
+from orchestrator.engine import replay
+from exporters import report_text
+result = replay([read_log({str(fixture)!r})])
+assert "attention.none_valid" in [m.code for m in result.messages]
+report_text(result)
+loaded = sorted(
+    name for name in sys.modules
+    if name.split(".")[0] in ("anyio", "torch", "opentelemetry")
+    or (name.startswith("orchestrator.") and name.split(".")[1].startswith("_"))
+    or (name.startswith("orchestrator.engine.") and name.split(".")[2] not in
+        ("_conventions", "_messages", "_slice"))
+)
+print(loaded)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def _literals(path: Path) -> list[str]:
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_events_and_exporters_name_no_engine_step_code_or_message() -> None:
+    from orchestrator.engine import _conventions
+
+    steps = {
+        value
+        for name, value in vars(_conventions).items()
+        if name.endswith("_STEP") and isinstance(value, str)
+    }
+    generic = {"step.failed", "step.timed_out", "step.crashed", "run.ready", "run.failed"}
+    engine_codes = (set(ENGINE.code_rules()) - generic) - {"run.interrupted"}
+    # Distinctive text of the engine's messages and of the errors it raises.
+    sentences = ("Selected backend", "No valid", "FlashInfer", "NVSwitch")
+    names = ("zentorch", "flashinfer", "vllm", "mnnvl", "trtllm")
+    sources = sorted([*(ROOT / "events").glob("*.py"), *(ROOT / "exporters").glob("*.py")])
+    assert len(sources) > 20
+    found = []
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        found.extend(f"{path.name}: step {v!r}" for v in _literals(path) if v in steps)
+        found.extend(f"{path.name}: code {code!r}" for code in engine_codes if code in text)
+        found.extend(f"{path.name}: text {t!r}" for t in sentences if t in text)
+        found.extend(f"{path.name}: name {n!r}" for n in names if n in text.lower())
+    assert found == []
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
+    return found
+
+
+def test_the_engine_slice_modules_import_only_events_and_each_other() -> None:
+    pure = {"._conventions", "._messages", "._slice"}
+    allowed_third_party = {"attrs", "events"}
+    for name in sorted(pure):
+        path = ROOT / "orchestrator" / "engine" / f"{name[1:]}.py"
+        for module in _imports(path):
+            top = module.split(".")[0]
+            assert (
+                module in pure
+                or top in allowed_third_party
+                or top in sys.stdlib_module_names
+                or module == "__future__"
+            ), f"{path.name} imports {module}"
+
+
+def test_events_and_exporters_never_import_the_orchestrator() -> None:
+    for package in ("events", "exporters"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            tops = {module.split(".")[0] for module in _imports(path)}
+            assert "orchestrator" not in tops, f"{package}/{path.name}"
