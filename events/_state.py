@@ -538,6 +538,23 @@ def _run_root_cause(
     """The rank to look at first (see :func:`replay`)."""
     processes = launch.processes if launch is not None else {}
     stopped = {rank for rank, process in processes.items() if process.stopped_by_launcher}
+    # The launcher stops ranks only after one ended on its own: a stopped
+    # rank whose log had already finished before then (a failed rank waiting
+    # for its peers) was not failed by the stop.
+    ends = [
+        process.ended_wall_ns
+        for process in processes.values()
+        if not process.stopped_by_launcher and process.ended_wall_ns
+    ]
+    if ends:
+        first_end = min(ends)
+        stopped = {
+            rank
+            for rank in stopped
+            if (state := states.get(rank)) is None
+            or not state.finished
+            or (state.tracking.finish_wall_ns or state.last_wall_ns) >= first_end
+        }
     silent = [
         RootCause(
             rank=rank,

@@ -15,7 +15,7 @@ import pytest
 
 from events import LaunchRecord, RankProcess, RunOutcome, StepKind
 from exporters import report_json, report_text
-from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, replay
+from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, PLATFORM_STEP, replay
 
 from . import BASE_NS, RankBuilder, exception, healthy_rank
 
@@ -135,6 +135,41 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
         },
     )
     cause = replay(streams, launch=launch).root_cause
+    assert cause is not None
+    assert cause.rank == 0
+
+
+def test_a_rank_stopped_after_its_own_failure_is_still_the_root_cause() -> None:
+    # Rank 1 failed first and waited for its peers; rank 0 then failed in an
+    # exchange and exited first, so the launcher stopped rank 1 "after rank
+    # 0". Rank 1's log had finished before that: the stop changed nothing.
+    boom = exception("RuntimeError", "unknown zentorch failure")
+    builder = RankBuilder(1, world_size=2).run_started()
+    builder.started(PLATFORM_STEP)
+    builder.failed(PLATFORM_STEP, boom)
+    first = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step=PLATFORM_STEP)
+    peer = survivor_of_a_lost_peer(0, 2)
+    peer = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in peer]
+    ended = peer[-1].wall_ns + 1_000_000
+    processes = {
+        0: RankProcess(rank=0, pid=10, exit_code=1, ended_wall_ns=ended),
+        1: RankProcess(
+            rank=1,
+            pid=11,
+            signal="SIGTERM",
+            ended_wall_ns=ended + 1_000_000_000,
+            stopped_by_launcher="SIGTERM after rank 0 (pid 10): exited with code 1, 1 s later",
+        ),
+    }
+    cause = replay([peer, first], launch=LaunchRecord(world_size=2, processes=processes)).root_cause
+    assert cause is not None
+    assert (cause.rank, cause.step) == (1, PLATFORM_STEP)
+
+    # Stopped before its log finished, the same rank is a consequence.
+    unfinished = first[:-1]
+    cause = replay(
+        [peer, unfinished], launch=LaunchRecord(world_size=2, processes=processes)
+    ).root_cause
     assert cause is not None
     assert cause.rank == 0
 
