@@ -705,24 +705,42 @@ def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) ->
 # Grouping across ranks
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``"rank 5"``, ``"ranks 0-7"``, ``"ranks 0-3,5"``; ``"no ranks"`` when
-    empty."""
-    ordered = sorted(set(ranks))
-    if not ordered:
+def format_ranks(
+    ranks: Iterable[int | tuple[int, int]], *, label: bool = True, separator: str = ","
+) -> str:
+    """Ranks as short text: runs of consecutive ranks as ``first-last``, in
+    ascending order, joined by ``separator``.
+
+    The one rank-range formatter: messages, the report, the command line's
+    views and fault specs all print ranks with it.
+
+    Args:
+        ranks: ranks, or inclusive ``(first, last)`` ranges of ranks (so a
+            range is never expanded), in any order; duplicates, overlaps and
+            adjacent ranges are merged.
+        label: prefix ``"rank "`` (one rank) or ``"ranks "`` (more), and say
+            ``"no ranks"`` when there are none; without it, the bare ranges
+            (``""`` when there are none), as a fault spec writes them.
+        separator: between ranges: ``","`` (messages, the report, specs) or
+            ``", "`` (prose).
+
+    Returns:
+        ``"rank 5"``, ``"ranks 0-3,5"``, ``"no ranks"``; with ``label=False``
+        ``"0-3,5"``; with ``separator=", "`` ``"ranks 0-3, 5"``.
+    """
+    spans = sorted((rank, rank) if isinstance(rank, int) else rank for rank in ranks)
+    merged: list[list[int]] = []
+    for first, last in spans:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    text = separator.join(str(a) if a == b else f"{a}-{b}" for a, b in merged)
+    if not label:
+        return text
+    if not merged:
         return "no ranks"
-    if len(ordered) == 1:
-        return f"rank {ordered[0]}"
-    parts: list[str] = []
-    start = previous = ordered[0]
-    for rank in [*ordered[1:], None]:
-        if rank is not None and rank == previous + 1:
-            previous = rank
-            continue
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-        if rank is not None:
-            start = previous = rank
-    return "ranks " + ",".join(parts)
+    return ("rank " if merged[0][0] == merged[-1][1] else "ranks ") + text
 
 
 @attrs.frozen(kw_only=True)

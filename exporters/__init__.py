@@ -69,7 +69,6 @@ if typing.TYPE_CHECKING:
     from ._views import decisions_of as decisions_of
     from ._views import diff_text as diff_text
     from ._views import explain_text as explain_text
-    from ._views import rank_ranges as rank_ranges
 
 # Public names load on first use (PEP 562), so importing the package for one
 # thing (the command line's --help) does not import everything.
@@ -117,7 +116,6 @@ _LAZY = {
     "decisions_of": "._views",
     "diff_text": "._views",
     "explain_text": "._views",
-    "rank_ranges": "._views",
 }
 
 
@@ -170,7 +168,6 @@ __all__ = [
     "otlp_grpc_exporter",
     "otlp_http_exporter",
     "parse_traceparent",
-    "rank_ranges",
     "rank_resource",
     "report_header",
     "report_json",

@@ -388,7 +388,7 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
         cells = tuple(terminal_text(cell) for cell in _cells(replay, state, rank, columns))
         rows.setdefault(cells, []).append(rank)
     lines = [
-        (format_ranks(ranks).partition(" ")[2], *cells)
+        (format_ranks(ranks, label=False), *cells)
         for cells, ranks in sorted(rows.items(), key=lambda row: row[1][0])
     ]
     header = ("RANKS", "OUTCOME", *(column.title for column in columns), "LAST STEP")

@@ -32,6 +32,7 @@ from events import (
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+    format_ranks,
     outcome_of,
 )
 
@@ -43,30 +44,7 @@ __all__ = [
     "decisions_of",
     "diff_text",
     "explain_text",
-    "rank_ranges",
 ]
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 5]`` → ``"0-3,5"``."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    start = previous = None
-    for rank in ordered:
-        if start is None:
-            start = previous = rank
-        elif previous is not None and rank == previous + 1:
-            previous = rank
-        else:
-            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
-            start = previous = rank
-    if start is not None:
-        parts.append(f"{start}" if start == previous else f"{start}-{previous}")
-    return ",".join(parts)
-
-
-def _ranks_label(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
 
 
 def _seconds(ns: int | None) -> str:
@@ -212,7 +190,7 @@ def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
         groups.setdefault(key, []).append(r)
     out: list[str] = []
     for ranks in groups.values():
-        out.append(f"== {_ranks_label(ranks)} ==")
+        out.append(f"== {format_ranks(ranks)} ==")
         out.extend(_tree_lines(by_rank[ranks[0]], with_times=True))
         out.append("")
     # The tree lines are escaped already.
@@ -324,7 +302,7 @@ def diff_text(
                 key = (field, repr(left.get(field)), repr(right.get(field)))
                 changes.setdefault(key, []).append(rank)
     for (field, old, new), ranks in changes.items():
-        lines.append(f"{_ranks_label(ranks)}: {field} {old} -> {new}")
+        lines.append(f"{format_ranks(ranks)}: {field} {old} -> {new}")
     for decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
         old_value = (decisions_a or {}).get(decision)
         new_value = (decisions_b or {}).get(decision)
@@ -335,10 +313,10 @@ def diff_text(
     messages_a, messages_b = _message_keys(a), _message_keys(b)
     for key, ranks in messages_a.items():
         if messages_b.get(key) != ranks:
-            lines.append(f"- {key[0].upper()} [{_ranks_label(ranks)}] {key[2]}")
+            lines.append(f"- {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
     for key, ranks in messages_b.items():
         if messages_a.get(key) != ranks:
-            lines.append(f"+ {key[0].upper()} [{_ranks_label(ranks)}] {key[2]}")
+            lines.append(f"+ {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
     if len(lines) == 2:
         lines.append("no differences in outcome, state, decisions or messages")
     return _printable(lines)

@@ -44,6 +44,8 @@ from typing import Any
 
 import attrs
 
+from events import format_ranks
+
 from ._errors import FaultSpecError
 
 __all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges", "parse_ranks"]
@@ -147,7 +149,7 @@ class RankRanges(Collection[int]):
         return sum(end - start + 1 for start, end in self.spans)
 
     def __str__(self) -> str:
-        return ",".join(str(s) if s == e else f"{s}-{e}" for s, e in self.spans)
+        return format_ranks(self.spans, label=False)
 
     def first_outside(self, world_size: int) -> int | None:
         """The smallest rank that is ``>= world_size``, if any."""

@@ -27,6 +27,7 @@ ROOTS: dict[str, type[Exception]] = {
     "exporters": exporters.ExportersError,
 }
 
+
 #: Exceptions whose defining module another change is rewriting; each must
 #: get its public ``__module__`` there (remove the entry when it has).
 def exported_exceptions() -> list[tuple[str, str, type[BaseException]]]:

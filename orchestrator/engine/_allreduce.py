@@ -79,13 +79,13 @@ the result has ``quant_backend`` null and ``quant_reason`` saying why.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from events import JsonValue, StepKind
+from events import JsonValue, StepKind, format_ranks
 
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
@@ -616,21 +616,6 @@ def _judge(gathered: Sequence[JsonValue], chain: Sequence[str]) -> tuple[str, st
     return "none", None
 
 
-def _ranks_text(ranks: Iterable[int]) -> str:
-    ordered = sorted(set(ranks))
-    spans: list[tuple[int, int]] = []
-    start = end = ordered[0]
-    for rank in ordered[1:]:
-        if rank == end + 1:
-            end = rank
-            continue
-        spans.append((start, end))
-        start = end = rank
-    spans.append((start, end))
-    text = ", ".join(str(low) if low == high else f"{low}-{high}" for low, high in spans)
-    return ("rank " if len(ordered) == 1 else "ranks ") + text
-
-
 _STATUS_TEXT: Mapping[str, str] = {
     _FAILED: "failed",
     _UNAVAILABLE: "unavailable (no flashinfer.comm)",
@@ -646,7 +631,8 @@ def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:
             if state not in _USABLE:
                 by_status.setdefault(state, []).append(rank)
         for state, ranks in by_status.items():
-            parts.append(f"{backend} {_STATUS_TEXT.get(state, state)} on {_ranks_text(ranks)}")
+            on = format_ranks(ranks, separator=", ")
+            parts.append(f"{backend} {_STATUS_TEXT.get(state, state)} on {on}")
     return "no all-reduce workspace backend worked on every rank: " + "; ".join(parts)
 
 

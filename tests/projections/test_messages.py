@@ -881,6 +881,17 @@ def test_format_ranks(ranks: list[int], text: str) -> None:
     assert format_ranks(ranks) == text
 
 
+def test_format_ranks_options() -> None:
+    # Bare ranges (fault specs, the report's rank column) and prose.
+    assert format_ranks([5, 0, 1, 2, 3], label=False) == "0-3,5"
+    assert format_ranks([], label=False) == ""
+    assert format_ranks([3, 0, 1, 5], separator=", ") == "ranks 0-1, 3, 5"
+    # Inclusive ranges are merged with ranks and each other, never expanded.
+    assert format_ranks([(4, 9), (2, 6), 11, (0, 10**12)], label=False) == "0-1000000000000"
+    assert format_ranks([(0, 1), (2, 3), 5]) == "ranks 0-3,5"
+    assert format_ranks([(7, 7)]) == "rank 7"
+
+
 # -- folding -------------------------------------------------------------------
 
 
