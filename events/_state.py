@@ -19,9 +19,10 @@ time among ranks that did not end ready.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
+import orjson
 
 from ._errors import LogError
 from ._failures import _top_level, _track
@@ -205,17 +206,29 @@ def root_cause(states: Mapping[int, RankState] | Iterable[RankState]) -> RootCau
 
 @attrs.frozen(kw_only=True)
 class Divergence:
-    """Ranks that decided differently where they must agree (a slice's
-    :class:`~events.Agreement`).
+    """Values that must agree and do not: ranks that decided differently
+    where a slice's :class:`~events.Agreement` says they must agree (found
+    on replay by :func:`find_divergences`), or a recorded decision that the
+    current code decides differently (:meth:`of_decision`; the
+    orchestrator's decision check).
 
     Attributes:
-        code: the agreement's code (``my_engine.backend_divergence``).
-        severity, scope: from the policy.
-        subject: the fact compared.
+        code: the agreement's code (``my_engine.backend_divergence``), or
+            :attr:`DECISION` for a decision.
+        severity, scope: from the policy (a decision's: error, process).
+        subject: the fact compared, or the decision's name.
         values: each value (``None``: the agreement's ``none_text``) with its
-            ranks, ordered by lowest rank.
+            ranks, ordered by lowest rank; a decision's recorded value (as
+            JSON text) with its rank.
         text: what differs and what to do.
+        step, seq: where a decision was recorded (``None`` across ranks).
+        recorded, recomputed: a decision's value in the live run and the
+            value the current deciders give (or an error text); ``None``
+            across ranks.
     """
+
+    #: The code of a recorded decision that current code decides differently.
+    DECISION: ClassVar[str] = "decision.divergence"
 
     code: str
     severity: Severity
@@ -223,6 +236,30 @@ class Divergence:
     subject: str
     values: tuple[tuple[str | None, tuple[int, ...]], ...]
     text: str
+    step: str | None = None
+    seq: int | None = None
+    recorded: JsonValue = None
+    recomputed: JsonValue = None
+
+    @classmethod
+    def of_decision(cls, decision: DecisionMade, recomputed: JsonValue) -> Divergence:
+        """``decision`` as recorded, against the ``recomputed`` value that
+        current code gives for the same events."""
+        return cls(
+            code=cls.DECISION,
+            severity=Severity.ERROR,
+            scope=Scope.PROCESS,
+            subject=decision.name,
+            values=((orjson.dumps(decision.value).decode(), (decision.rank,)),),
+            text=(
+                f"rank {decision.rank} seq {decision.seq} ({decision.step}): decision "
+                f"{decision.name} was {decision.value!r} live, replay decides {recomputed!r}"
+            ),
+            step=decision.step,
+            seq=decision.seq,
+            recorded=decision.value,
+            recomputed=recomputed,
+        )
 
     @property
     def ranks(self) -> tuple[int, ...]:

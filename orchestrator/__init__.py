@@ -40,7 +40,6 @@ if typing.TYPE_CHECKING:
     from ._context import Unavailable as Unavailable
     from ._decisions import DEFAULT_DECIDERS as DEFAULT_DECIDERS
     from ._decisions import Decider as Decider
-    from ._decisions import Divergence as Divergence
     from ._decisions import check_decisions as check_decisions
     from ._errors import CycleError as CycleError
     from ._errors import DuplicateStepError as DuplicateStepError
@@ -118,7 +117,6 @@ _LAZY = {
     "Unavailable": "._context",
     "DEFAULT_DECIDERS": "._decisions",
     "Decider": "._decisions",
-    "Divergence": "._decisions",
     "check_decisions": "._decisions",
     "CycleError": "._errors",
     "DuplicateStepError": "._errors",
@@ -197,7 +195,6 @@ __all__ = [
     "CycleError",
     "Decider",
     "DeferredGroup",
-    "Divergence",
     "DuplicateStepError",
     "ErrorPolicy",
     "ExplicitCandidateInvalidError",

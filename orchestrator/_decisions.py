@@ -3,7 +3,7 @@
 A decider is a pure function of a rank's events so far (and the decision's
 inputs). The live run calls it through ``StepContext.decide`` and records a
 ``decision.made`` event with the value; :func:`check_decisions` calls it
-again on the same events during replay and reports a :class:`Divergence`
+again on the same events during replay and reports an :class:`events.Divergence`
 when the current code decides differently (a changed reducer shows up as a
 reported divergence, never as a silent change).
 """
@@ -17,6 +17,7 @@ import attrs
 from events import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
+    Divergence,
     Event,
     JsonValue,
     Outcome,
@@ -29,7 +30,6 @@ __all__ = [
     "DEFAULT_DECIDERS",
     "ChildOutcome",
     "Decider",
-    "Divergence",
     "check_decisions",
     "children_outcomes",
     "decide_candidate",
@@ -112,32 +112,6 @@ DEFAULT_DECIDERS: Mapping[str, Decider] = {
 }
 
 
-@attrs.frozen(kw_only=True)
-class Divergence:
-    """A recorded decision that current code would make differently.
-
-    Attributes:
-        rank, seq, step: where the decision was recorded.
-        name: the decision.
-        recorded: the value the live run acted on.
-        recomputed: the value the deciders give now (or an error text).
-    """
-
-    rank: int
-    seq: int
-    step: str
-    name: str
-    recorded: JsonValue
-    recomputed: JsonValue
-
-    def describe(self) -> str:
-        """One line for reports."""
-        return (
-            f"rank {self.rank} seq {self.seq} ({self.step}): decision {self.name} was "
-            f"{self.recorded!r} live, replay decides {self.recomputed!r}"
-        )
-
-
 def check_decisions(
     events: Iterable[Event],
     deciders: Mapping[str, Decider] | None = None,
@@ -158,15 +132,6 @@ def check_decisions(
                 except Exception as exc:  # a decider that cannot decide is a divergence too
                     value = f"<{type(exc).__name__}: {exc}>"
                 if value != event.value:
-                    divergences.append(
-                        Divergence(
-                            rank=event.rank,
-                            seq=event.seq,
-                            step=event.step,
-                            name=event.name,
-                            recorded=event.value,
-                            recomputed=value,
-                        )
-                    )
+                    divergences.append(Divergence.of_decision(event, value))
         history.append(event)
     return divergences

@@ -100,15 +100,15 @@ def with_decision_divergences(document: dict[str, Any], found: list[Any]) -> dic
         *document.get("divergences", []),
         *(
             {
-                "code": "decision.divergence",
-                "severity": "error",
-                "subject": divergence.name,
-                "rank": divergence.rank,
+                "code": divergence.code,
+                "severity": divergence.severity.name.lower(),
+                "subject": divergence.subject,
+                "rank": divergence.ranks[0],
                 "seq": divergence.seq,
                 "step": divergence.step,
                 "recorded": divergence.recorded,
                 "recomputed": divergence.recomputed,
-                "text": divergence.describe(),
+                "text": divergence.text,
             }
             for divergence in found
         ),
@@ -121,7 +121,7 @@ def decision_divergences_text(found: list[Any]) -> str:
     if not found:
         return ""
     lines = ["Decision divergences (the current code decides differently than the run did):"]
-    lines.extend(f"  ERROR {divergence.describe()}" for divergence in found)
+    lines.extend(f"  ERROR {divergence.text}" for divergence in found)
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ import orchestrator
 from events import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
+    Divergence,
     Event,
     MemoryLog,
     Outcome,
@@ -32,7 +33,7 @@ from events import (
     StepSucceeded,
     StepUnavailable,
 )
-from orchestrator import Candidate, Divergence, Graph, Selection, Step, StepContext
+from orchestrator import Candidate, Graph, Selection, Step, StepContext
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only, started_steps
 
@@ -464,16 +465,21 @@ async def test_the_decision_replays_and_a_tampered_log_diverges() -> None:
         attrs.evolve(e, value="TRITON_ATTN") if isinstance(e, DecisionMade) else e
         for e in log.read()
     ]
-    assert orchestrator.check_decisions(tampered) == [
-        Divergence(
-            rank=0,
-            seq=decision.seq,
-            step="attention",
-            name="candidates.select",
-            recorded="TRITON_ATTN",
-            recomputed="FLASHINFER",
-        )
-    ]
+    [divergence] = orchestrator.check_decisions(tampered)
+    assert divergence == Divergence.of_decision(
+        attrs.evolve(decision, value="TRITON_ATTN"), "FLASHINFER"
+    )
+    assert (divergence.code, divergence.subject, divergence.ranks) == (
+        Divergence.DECISION,
+        "candidates.select",
+        (0,),
+    )
+    assert (divergence.step, divergence.seq) == ("attention", decision.seq)
+    assert (divergence.recorded, divergence.recomputed) == ("TRITON_ATTN", "FLASHINFER")
+    assert divergence.text == (
+        f"rank 0 seq {decision.seq} (attention): decision candidates.select was "
+        "'TRITON_ATTN' live, replay decides 'FLASHINFER'"
+    )
 
 
 async def test_candidate_spans_carry_name_priority_and_nest_under_the_step() -> None:
