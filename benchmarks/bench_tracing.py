@@ -57,7 +57,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from events import JsonValue, MemoryLog, RankIdentity, RunStarted, StepStarted, StepSucceeded
 from exporters import LiveSpans, LoggingBridge, SpanProjection, context_with_span
-from orchestrator import Graph, Runner, Step, StepContext, derive_trace_id
+from orchestrator import Graph, Runner, Step, StepContext
+from orchestrator._runner import derive_trace_id
 
 BACKENDS = ("asyncio", "trio")
 #: CPU time of the whole process, every thread included.

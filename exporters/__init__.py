@@ -22,9 +22,14 @@ live and when a stored log is replayed::
 This package depends on :mod:`events` and OpenTelemetry only.
 """
 
-import importlib
 import typing
 
+from events._surface import Surface as _Surface
+
+# Every public name is declared once, here: the type checkers' re-exports,
+# and at run time (events/_surface.py) the table of what loads on first
+# use (PEP 562), with __all__ and dir(), so importing the package for one
+# thing (the command line's --help) does not import everything.
 if typing.TYPE_CHECKING:
     from ._environment import OTLP_PROTOCOLS as OTLP_PROTOCOLS
     from ._environment import combine_exporters as combine_exporters
@@ -70,110 +75,12 @@ if typing.TYPE_CHECKING:
     from ._views import diff_text as diff_text
     from ._views import explain_text as explain_text
 
-# Public names load on first use (PEP 562), so importing the package for one
-# thing (the command line's --help) does not import everything.
-_LAZY = {
-    "OTLP_PROTOCOLS": "._environment",
-    "combine_exporters": "._environment",
-    "console_exporter": "._environment",
-    "exporter_from_environment": "._environment",
-    "otlp_exporter": "._environment",
-    "otlp_grpc_exporter": "._environment",
-    "otlp_http_exporter": "._environment",
-    "ExportersError": "._errors",
-    "SpanExportError": "._errors",
-    "timeline_html": "._html",
-    "JaegerJsonExporter": "._jaeger",
-    "jaeger_document": "._jaeger",
-    "TRACING_LOGGER_NAME": "._live",
-    "LiveSpans": "._live",
-    "MESSAGE_LOGGER_PREFIX": "._logging",
-    "LoggingBridge": "._logging",
-    "scope_hidden_warnings": "._logging",
-    "TraceParent": "._propagation",
-    "activate_span": "._propagation",
-    "context_with_span": "._propagation",
-    "format_traceparent": "._propagation",
-    "parse_traceparent": "._propagation",
-    "export_events": "._replay",
-    "REPORT_VERSION": "._report",
-    "report_header": "._report",
-    "terminal_text": "._terminal",
-    "Tracing": "._tracing",
-    "report_json": "._report",
-    "report_text": "._report",
-    "DEFAULT_SERVICE_NAME": "._spans",
-    "ROOT_SPAN_NAME": "._spans",
-    "SCOPE_NAME": "._spans",
-    "SeverityOf": "._spans",
-    "SpanProjection": "._spans",
-    "default_severity": "._spans",
-    "instrumentation_scope": "._spans",
-    "rank_resource": "._spans",
-    "spans_from_events": "._spans",
-    "blame_text": "._views",
-    "critical_path_text": "._views",
-    "decisions_of": "._views",
-    "diff_text": "._views",
-    "explain_text": "._views",
-}
+_SURFACE = _Surface(globals())
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return _SURFACE.attribute(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-__all__ = [
-    "DEFAULT_SERVICE_NAME",
-    "MESSAGE_LOGGER_PREFIX",
-    "OTLP_PROTOCOLS",
-    "REPORT_VERSION",
-    "ROOT_SPAN_NAME",
-    "SCOPE_NAME",
-    "TRACING_LOGGER_NAME",
-    "ExportersError",
-    "JaegerJsonExporter",
-    "LiveSpans",
-    "LoggingBridge",
-    "SeverityOf",
-    "SpanExportError",
-    "SpanProjection",
-    "TraceParent",
-    "Tracing",
-    "activate_span",
-    "blame_text",
-    "combine_exporters",
-    "console_exporter",
-    "context_with_span",
-    "critical_path_text",
-    "decisions_of",
-    "default_severity",
-    "diff_text",
-    "explain_text",
-    "export_events",
-    "exporter_from_environment",
-    "format_traceparent",
-    "instrumentation_scope",
-    "jaeger_document",
-    "otlp_exporter",
-    "otlp_grpc_exporter",
-    "otlp_http_exporter",
-    "parse_traceparent",
-    "rank_resource",
-    "report_header",
-    "report_json",
-    "report_text",
-    "scope_hidden_warnings",
-    "spans_from_events",
-    "terminal_text",
-    "timeline_html",
-]
+    return _SURFACE.names()

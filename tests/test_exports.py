@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.resources
 import re
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +17,9 @@ import pytest
 TOP_LEVEL = ["events", "orchestrator", "exporters"]
 #: Every package with a curated public surface.
 PACKAGES = [*TOP_LEVEL, "orchestrator.cli"]
+#: The packages whose names load on first use, each declared once under
+#: ``if TYPE_CHECKING:`` (``events/_surface.py``).
+LAZY_PACKAGES = ["events", "exporters", "orchestrator", "orchestrator.engine"]
 #: What ``from __future__ import annotations`` binds in a module's namespace.
 FUTURE_FEATURE = type(importlib.import_module("__future__").annotations)
 
@@ -77,3 +84,59 @@ def test_package_is_typed(name: str) -> None:
     module = importlib.import_module(name)
     assert module.__file__ is not None
     assert (importlib.resources.files(name) / "py.typed").is_file()
+
+
+def type_checking_declarations(name: str) -> dict[str, str]:
+    """``{name: ".module"}`` as a type checker reads the package: the
+    relative imports under its top-level ``if TYPE_CHECKING:``."""
+    module = importlib.import_module(name)
+    assert module.__file__ is not None
+    found = {}
+    for node in ast.parse(Path(module.__file__).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                assert isinstance(child, ast.ImportFrom), ast.unparse(child)
+                assert child.level == 1, ast.unparse(child)
+                for alias in child.names:
+                    # ``as`` the same name: an explicit re-export for mypy.
+                    assert alias.asname == alias.name, ast.unparse(child)
+                    found[alias.name] = f".{child.module}"
+    return found
+
+
+@pytest.mark.parametrize("name", LAZY_PACKAGES)
+def test_what_type_checkers_see_is_what_loads(name: str) -> None:
+    # One declaration, two readers: mypy reads the TYPE_CHECKING block, the
+    # package reads its own source at run time. They must agree name for
+    # name, and each name must load from the module declared for it.
+    module = importlib.import_module(name)
+    declared = type_checking_declarations(name)
+    assert declared
+    assert module._SURFACE.table == declared
+    assert set(module.__all__) == set(declared)
+    for item, submodule in declared.items():
+        defining = importlib.import_module(submodule, name)
+        assert getattr(module, item) is getattr(defining, item)
+
+
+def test_star_import_binds_every_public_name() -> None:
+    namespace: dict[str, object] = {}
+    exec("from events import *", namespace)
+    events = importlib.import_module("events")
+    assert {key for key in namespace if key != "__builtins__"} == set(events.__all__)
+
+
+def test_names_load_on_first_use() -> None:
+    # A fresh interpreter: importing the package loads none of its modules
+    # but the name table's; one name loads its own module only.
+    code = (
+        "import sys, events\n"
+        "before = {m for m in sys.modules if m.startswith('events.')}\n"
+        "events.Severity\n"
+        "after = {m for m in sys.modules if m.startswith('events.')}\n"
+        "print(sorted(before), sorted(after - before))\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "['events._surface'] ['events._severity']"

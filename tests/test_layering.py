@@ -18,11 +18,11 @@ There must be no cycle in the graph of every import, deferred ones
 included: an import inside a function that closes a cycle only moves the
 failure to run time, and a ``TYPE_CHECKING`` one still ties the modules
 together. Names are resolved to the module that defines them through a
-package's lazy name table (``_LAZY``), so ``from events import read_log`` is
-an edge to ``events._reader``. The imports Python makes implicitly (a
-module's parent package first) and those made by name
-(``importlib.import_module``: the lazy tables themselves, an isolated step's
-body and span activator) are not edges.
+package's lazy name table (its ``TYPE_CHECKING`` declarations), so
+``from events import read_log`` is an edge to ``events._reader``. The
+imports Python makes implicitly (a module's parent package first) and those
+made by name (``importlib.import_module``: the lazy tables themselves, an
+isolated step's body and span activator) are not edges.
 """
 
 from __future__ import annotations
@@ -148,29 +148,31 @@ MODULES = discover()
 
 
 def lazy_table(module: Module) -> dict[str, str]:
-    """A package's ``_LAZY = {"Name": ".module", ...}``, resolved to module
-    names; empty when it has none."""
+    """A package's lazily loaded names (``from .module import Name as Name``
+    under its ``if TYPE_CHECKING:``, the one declaration; see
+    ``events/_surface.py``), resolved to module names; empty when it has
+    none."""
     if not module.is_package:
         return {}
-    tree = ast.parse(module.path.read_text(encoding="utf-8"))
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else None
-        if isinstance(node, ast.AnnAssign):
-            target = node.target
-        if not (isinstance(target, ast.Name) and target.id == "_LAZY"):
+    return {
+        name: f"{module.name}.{submodule}" if submodule else module.name
+        for name, submodule in declared_names(module.path.read_text(encoding="utf-8")).items()
+    }
+
+
+def declared_names(source: str) -> dict[str, str]:
+    """``{name: submodule}`` for the relative one-name imports under the
+    top-level ``if TYPE_CHECKING:`` blocks of ``source``."""
+    found = {}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
             continue
-        value = node.value
-        if not isinstance(value, ast.Dict):
-            return {}
-        return {
-            key.value: module.name + val.value
-            for key, val in zip(value.keys, value.values, strict=True)
-            if isinstance(key, ast.Constant)
-            and isinstance(val, ast.Constant)
-            and isinstance(val.value, str)
-            and val.value.startswith(".")
-        }
-    return {}
+        for child in node.body:
+            if isinstance(child, ast.ImportFrom) and child.level == 1:
+                for alias in child.names:
+                    if alias.asname == alias.name:
+                        found[alias.name] = child.module or ""
+    return found
 
 
 LAZY = {name: lazy_table(module) for name, module in MODULES.items()}

@@ -9,9 +9,14 @@ Replay an engine run with :func:`replay` (``events.replay`` with
 the runtime, anyio nor torch.
 """
 
-import importlib
 import typing
 
+from events._surface import Surface as _Surface
+
+# Every public name is declared once, here: the type checkers' re-exports,
+# and at run time (events/_surface.py) the table of what loads on first
+# use (PEP 562), with __all__ and dir(), so importing the package for one
+# thing (the command line's --help) does not import everything.
 if typing.TYPE_CHECKING:
     from ._allreduce import RealWorkspaceFactory as RealWorkspaceFactory
     from ._allreduce import SimulatedWorkspace as SimulatedWorkspace
@@ -73,142 +78,12 @@ if typing.TYPE_CHECKING:
     from ._targets import InjectionTargets as InjectionTargets
     from ._targets import injection_targets as injection_targets
 
-# Public names load on first use (PEP 562): the slice's pure modules must not
-# pull in the runtime modules of the graph.
-_LAZY = {
-    "RealWorkspaceFactory": "._allreduce",
-    "SimulatedWorkspace": "._allreduce",
-    "SimulatedWorkspaceFactory": "._allreduce",
-    "WorkspaceFactory": "._allreduce",
-    "WorkspaceHost": "._allreduce",
-    "allreduce_chain": "._allreduce",
-    "make_allreduce_step": "._allreduce",
-    "ATTENTION_BACKENDS": "._attention",
-    "AttentionBackend": "._attention",
-    "attention_candidates": "._attention",
-    "make_attention_step": "._attention",
-    "AllreduceBackend": "._config",
-    "EngineConfig": "._config",
-    "EngineConfigError": "._config",
-    "PlatformConflictError": "._config",
-    "ProfileError": "._config",
-    "UnspecifiedPlatformError": "._config",
-    "ALLREDUCE_AGREE_STEP": "._conventions",
-    "ALLREDUCE_QUANT_STEP": "._conventions",
-    "ALLREDUCE_STEP": "._conventions",
-    "ATTENTION_STEP": "._conventions",
-    "FLASHINFER_COMM_STEP": "._conventions",
-    "PLATFORM_STEP": "._conventions",
-    "ZENTORCH_STEP": "._conventions",
-    "FLASHINFER_COMM_SYMBOLS": "._flashinfer_comm",
-    "make_flashinfer_comm_step": "._flashinfer_comm",
-    "ENGINE_DECIDERS": "._graph",
-    "build_engine_graph": "._graph",
-    "GpuDevice": "._host",
-    "HostFacts": "._host",
-    "RealHost": "._host",
-    "is_amd_zen": "._host",
-    "ENGINE_POLICY": "._messages",
-    "ENGINE_RULES": "._messages",
-    "BUILTIN_PLATFORM_PLUGINS": "._platform",
-    "PLATFORM_PLUGIN_GROUP": "._platform",
-    "PlatformPlugin": "._platform",
-    "decide_platform": "._platform",
-    "make_platform_step": "._platform",
-    "BUILTIN_PROFILES": "._profiles",
-    "CpuFacts": "._profiles",
-    "GpuFacts": "._profiles",
-    "ModuleAction": "._profiles",
-    "ModuleRule": "._profiles",
-    "Profile": "._profiles",
-    "SimulatedHost": "._profiles",
-    "SimulatedImporter": "._profiles",
-    "load_profile": "._profiles",
-    "prepare_engine": "._run",
-    "run_engine": "._run",
-    "ENGINE": "._slice",
-    "EngineMessages": "._slice",
-    "EngineState": "._slice",
-    "EngineStates": "._slice",
-    "find_divergences": "._slice",
-    "replay": "._slice",
-    "step_severity_hook": "._slice",
-    "InjectionTargets": "._targets",
-    "injection_targets": "._targets",
-}
+_SURFACE = _Surface(globals())
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return _SURFACE.attribute(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-__all__ = [
-    "ALLREDUCE_AGREE_STEP",
-    "ALLREDUCE_QUANT_STEP",
-    "ALLREDUCE_STEP",
-    "ATTENTION_BACKENDS",
-    "ATTENTION_STEP",
-    "BUILTIN_PLATFORM_PLUGINS",
-    "BUILTIN_PROFILES",
-    "ENGINE",
-    "ENGINE_DECIDERS",
-    "ENGINE_POLICY",
-    "ENGINE_RULES",
-    "FLASHINFER_COMM_STEP",
-    "FLASHINFER_COMM_SYMBOLS",
-    "PLATFORM_PLUGIN_GROUP",
-    "PLATFORM_STEP",
-    "ZENTORCH_STEP",
-    "AllreduceBackend",
-    "AttentionBackend",
-    "CpuFacts",
-    "EngineConfig",
-    "EngineConfigError",
-    "EngineMessages",
-    "EngineState",
-    "EngineStates",
-    "GpuDevice",
-    "GpuFacts",
-    "HostFacts",
-    "InjectionTargets",
-    "ModuleAction",
-    "ModuleRule",
-    "PlatformConflictError",
-    "PlatformPlugin",
-    "Profile",
-    "ProfileError",
-    "RealHost",
-    "RealWorkspaceFactory",
-    "SimulatedHost",
-    "SimulatedImporter",
-    "SimulatedWorkspace",
-    "SimulatedWorkspaceFactory",
-    "UnspecifiedPlatformError",
-    "WorkspaceFactory",
-    "WorkspaceHost",
-    "allreduce_chain",
-    "attention_candidates",
-    "build_engine_graph",
-    "decide_platform",
-    "find_divergences",
-    "injection_targets",
-    "is_amd_zen",
-    "load_profile",
-    "make_allreduce_step",
-    "make_attention_step",
-    "make_flashinfer_comm_step",
-    "make_platform_step",
-    "prepare_engine",
-    "replay",
-    "run_engine",
-    "step_severity_hook",
-]
+    return _SURFACE.names()

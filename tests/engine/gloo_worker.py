@@ -24,17 +24,9 @@ import attrs
 import orjson
 
 from events import JsonlLog, JsonValue, Outcome
-from orchestrator import (
-    FaultPlan,
-    Graph,
-    Runner,
-    Step,
-    StepContext,
-    Unavailable,
-    identity_from_environment,
-    run_id_from_environment,
-)
+from orchestrator import FaultPlan, Graph, Runner, Step, StepContext, Unavailable
 from orchestrator._group import init_torch_distributed_group
+from orchestrator._identity import identity_from_environment, run_id_from_environment
 from orchestrator.engine import ALLREDUCE_STEP, FLASHINFER_COMM_STEP, PLATFORM_STEP, EngineConfig
 from orchestrator.engine._allreduce import SimulatedWorkspaceFactory, make_allreduce_step
 

@@ -34,13 +34,8 @@ from events import (
     outcome_of,
     read_log,
 )
-from orchestrator import (
-    FaultPlan,
-    OrchestratorError,
-    RankEnvironmentError,
-    Runner,
-    check_decisions,
-)
+from orchestrator import FaultPlan, OrchestratorError, RankEnvironmentError, Runner
+from orchestrator._decisions import check_decisions
 from orchestrator._group import (
     Group,
     GroupError,

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from events import Outcome, RunOutcome, StepCancelled, StepFailed, StepUnavailable
-from orchestrator import FaultPlan, check_decisions
+from orchestrator import FaultPlan
+from orchestrator._decisions import check_decisions
 from orchestrator.engine import ATTENTION_BACKENDS, ATTENTION_STEP, ENGINE_DECIDERS, EngineConfig
 
 from .harness import run

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from events import Outcome, RunOutcome, StepFailed, StepKind, StepSucceeded, StepUnavailable
-from orchestrator import FaultPlan, StepContext, StepTimeoutError, check_decisions
+from orchestrator import FaultPlan, StepContext, StepTimeoutError
+from orchestrator._decisions import check_decisions
 from orchestrator.engine import (
     ATTENTION_STEP,
     BUILTIN_PROFILES,

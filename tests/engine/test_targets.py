@@ -15,7 +15,8 @@ import attrs
 import pytest
 
 from events import StepStarted
-from orchestrator import PROCESS_GROUP_STEP, FaultPlan, FaultSpecError, Importer
+from orchestrator import FaultPlan, FaultSpecError, Importer
+from orchestrator._group import PROCESS_GROUP_STEP
 from orchestrator.engine import (
     ATTENTION_BACKENDS,
     BUILTIN_PROFILES,

@@ -138,7 +138,7 @@ def test_spans_nest_as_the_runner_nests_them() -> None:
 
 
 def test_the_trace_id_is_derived_from_the_run_id_as_the_runner_does() -> None:
-    from orchestrator import derive_trace_id
+    from orchestrator._runner import derive_trace_id
 
     assert EventStream(run_id="run-9").trace_id == derive_trace_id("run-9")
     assert EventStream(trace_id="4bf92f3577b34da6a3ce929d0e0e4736").trace_id == (

@@ -16,7 +16,7 @@ from events import (
     StepKind,
     StepStarted,
 )
-from orchestrator import derive_trace_id
+from orchestrator._runner import derive_trace_id
 
 E = TypeVar("E", bound=Event)
 

@@ -34,6 +34,7 @@ from events import (
     StepUnavailable,
 )
 from orchestrator import Candidate, Graph, Selection, Step, StepContext
+from orchestrator._decisions import check_decisions
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only, started_steps
 
@@ -427,7 +428,7 @@ async def test_completion_order_never_changes_the_selection(
     assert ended == completion == [BACKENDS[i] for i in order]
     decision = only(log, DecisionMade)
     assert decision.value == expected
-    assert orchestrator.check_decisions(log.read()) == []
+    assert check_decisions(log.read()) == []
 
 
 async def test_best_priority_finishing_last_is_still_selected() -> None:
@@ -459,13 +460,13 @@ async def test_the_decision_replays_and_a_tampered_log_diverges() -> None:
     assert decision.value == "FLASHINFER"
     assert decision.inputs == {"parent": "attention"}
     assert decision.step == "attention"
-    assert orchestrator.check_decisions(log.read()) == []
+    assert check_decisions(log.read()) == []
 
     tampered = [
         attrs.evolve(e, value="TRITON_ATTN") if isinstance(e, DecisionMade) else e
         for e in log.read()
     ]
-    [divergence] = orchestrator.check_decisions(tampered)
+    [divergence] = check_decisions(tampered)
     assert divergence == Divergence.of_decision(
         attrs.evolve(decision, value="TRITON_ATTN"), "FLASHINFER"
     )

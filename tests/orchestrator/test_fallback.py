@@ -22,6 +22,7 @@ from events import (
     StepUnavailable,
 )
 from orchestrator import Attempt, ChainResult, Graph, Step, StepContext, Unavailable
+from orchestrator._decisions import check_decisions
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only, started_steps
 
@@ -90,7 +91,7 @@ async def test_the_first_attempt_fails_and_the_second_works() -> None:
     }
     decision = only(log, DecisionMade)
     assert (decision.name, decision.value) == ("fallback.result", "nccl")
-    assert orchestrator.check_decisions(log.read()) == []
+    assert check_decisions(log.read()) == []
     assert_log_contract(log)
 
 

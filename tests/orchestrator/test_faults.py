@@ -27,8 +27,9 @@ from orchestrator import (
     RealImporter,
     Step,
     StepContext,
-    parse_ranks,
 )
+from orchestrator._faults import parse_ranks
+from orchestrator._identity import identity_from_environment
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
@@ -545,7 +546,7 @@ async def test_an_import_fault_fires_in_the_probe_on_the_faulted_rank_only() -> 
 
     rank0 = MemoryLog("run-ranks", 0)
     rank1 = MemoryLog("run-ranks", 1)
-    identity1 = orchestrator.identity_from_environment({}, rank=1, world_size=2)
+    identity1 = identity_from_environment({}, rank=1, world_size=2)
     result0 = await run(graph, rank0, faults=plan)
     result1 = await run(graph, rank1, faults=plan, identity=identity1)
 

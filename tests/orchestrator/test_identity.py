@@ -7,13 +7,8 @@ import re
 import pytest
 
 from events import RankIdentity
-from orchestrator import (
-    RUN_ID_VARIABLE,
-    RankEnvironmentError,
-    identity_from_environment,
-    new_run_id,
-    run_id_from_environment,
-)
+from orchestrator import RUN_ID_VARIABLE, RankEnvironmentError, new_run_id
+from orchestrator._identity import identity_from_environment, run_id_from_environment
 
 TORCHRUN = {
     "RANK": "5",

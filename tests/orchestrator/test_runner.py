@@ -31,10 +31,11 @@ from orchestrator import (
     Graph,
     Step,
     StepContext,
-    derive_trace_id,
     run_fallback_chain,
     select_candidate,
 )
+from orchestrator._decisions import check_decisions
+from orchestrator._runner import derive_trace_id
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
@@ -268,7 +269,7 @@ async def test_a_failed_run_leaves_a_complete_replayable_file(tmp_path: Path) ->
     assert events[-1].cause is not None
     assert events[-1].cause.message == "CUDA error: no kernel image is available"
     assert len(events) == len(list(log.read()))
-    assert orchestrator.check_decisions(events) == []
+    assert check_decisions(events) == []
 
 
 async def test_a_decision_needs_a_registered_decider() -> None:
@@ -289,4 +290,4 @@ async def test_a_decision_needs_a_registered_decider() -> None:
     assert result["d"].value == 1
     decision = only(log, DecisionMade)
     assert (decision.name, decision.value, decision.inputs) == ("count", 1, {"of": "steps"})
-    assert orchestrator.check_decisions(log.read(), {"count": count}) == []
+    assert check_decisions(log.read(), {"count": count}) == []

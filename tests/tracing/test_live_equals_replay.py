@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from events import RunFinished, RunOutcome, StepStarted
-from orchestrator import derive_trace_id
+from orchestrator._runner import derive_trace_id
 from orchestrator.engine import ZENTORCH_STEP
 
 from .harness import LiveRun, run_engine_traced, spans_by_id

@@ -22,7 +22,7 @@ import pytest
 
 from events import Event, RunStarted, StepStarted, StepUnavailable
 from exporters import export_events, otlp_exporter
-from orchestrator import derive_trace_id
+from orchestrator._runner import derive_trace_id
 from orchestrator.engine import step_severity_hook
 from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
 
