@@ -37,6 +37,7 @@ if typing.TYPE_CHECKING:
     from ._errors import EventsError as EventsError
     from ._errors import FoldError as FoldError
     from ._errors import ForeignEventError as ForeignEventError
+    from ._errors import InvalidValueError as InvalidValueError
     from ._errors import LogClosedError as LogClosedError
     from ._errors import LogCorruptError as LogCorruptError
     from ._errors import LogError as LogError

@@ -13,7 +13,14 @@
     │       ├── SequenceGapError   ``seq`` jumps or repeats
     │       └── ForeignEventError  a record of another run or rank
     ├── FoldError                  a stream given to a fold is out of order
+    ├── InvalidValueError          a value is not one of the valid ones (also ValueError)
     └── PolicyError                a message policy is not valid (``_messages``; also ValueError)
+
+:class:`InvalidValueError` is the one "unknown X 'y'; valid: a, b" error of
+the distribution: the other packages' errors of that kind inherit it next to
+their own root (``orchestrator.engine.EngineConfigError``,
+``exporters.TracingSettingError``), so one ``except`` catches them all and
+the message reads the same everywhere.
 
 Every error carries its facts as attributes and builds its message from them,
 ending with what to do about it where there is something to do. Each class's
@@ -22,13 +29,16 @@ ending with what to do about it where there is something to do. Each class's
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DecodeError",
     "EventsError",
     "FoldError",
     "ForeignEventError",
+    "InvalidValueError",
     "LogClosedError",
     "LogCorruptError",
     "LogError",
@@ -43,6 +53,37 @@ class EventsError(Exception):
     """Base class of every error raised by :mod:`events`."""
 
     __module__ = "events"
+
+
+class InvalidValueError(EventsError, ValueError):
+    """A value is not one of the values this release accepts.
+
+    Attributes:
+        what: what the value is (``"severity"``, ``"OTLP protocol"``).
+        value: the value given.
+        valid: the values accepted, in the order to list them.
+        where: where the value came from (a variable, an option, a field),
+            or ``None``.
+
+    The message is ``unknown WHAT 'VALUE' [in WHERE]; valid: A, B, C``: the
+    list says what to write instead.
+    """
+
+    __module__ = "events"
+
+    def __init__(
+        self, what: str, value: object, valid: Iterable[str], where: str | None = None
+    ) -> None:
+        self.what = what
+        self.value = value
+        self.valid = tuple(valid)
+        self.where = where
+        place = "" if where is None else f" in {where}"
+        super().__init__(f"unknown {what} {value!r}{place}; valid: {', '.join(self.valid)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its fields (the default would call it with the message).
+        return (type(self), (self.what, self.value, self.valid, self.where))
 
 
 class DecodeError(EventsError):

@@ -174,10 +174,9 @@ def _parse_rule(code: str, raw: object, known: Rule | None) -> Rule:
             raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
         return severity, known[1]
     try:
-        scope = Scope(str(scope_text).strip().lower())
-    except ValueError:
-        valid = ", ".join(member.value for member in Scope)
-        raise PolicyError(f"rule {code!r}: unknown scope {scope_text!r}; valid: {valid}") from None
+        scope = Scope.parse(str(scope_text))
+    except ValueError as exc:
+        raise PolicyError(f"rule {code!r}: {exc}") from None
     return severity, scope
 
 

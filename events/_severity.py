@@ -6,6 +6,8 @@ from __future__ import annotations
 import enum
 import logging
 
+from ._errors import InvalidValueError
+
 __all__ = ["Scope", "Severity"]
 
 
@@ -32,13 +34,14 @@ class Severity(enum.IntEnum):
         """``"warning"`` / ``"WARNING"`` to :attr:`WARNING`.
 
         Raises:
-            ValueError: not a severity name; the message lists the valid ones.
+            InvalidValueError: not a severity name (a ``ValueError``); the
+                message lists the valid ones.
         """
         try:
             return cls[text.strip().upper()]
         except KeyError:
-            valid = ", ".join(member.name.lower() for member in cls)
-            raise ValueError(f"unknown severity {text!r}; valid: {valid}") from None
+            valid = [member.name.lower() for member in cls]
+            raise InvalidValueError("severity", text, valid) from None
 
 
 class Scope(enum.StrEnum):
@@ -51,3 +54,16 @@ class Scope(enum.StrEnum):
     PROCESS = "process"
     LOCAL = "local"
     GLOBAL = "global"
+
+    @classmethod
+    def parse(cls, text: str) -> Scope:
+        """``"local"`` / ``" LOCAL "`` to :attr:`LOCAL`.
+
+        Raises:
+            InvalidValueError: not a scope (a ``ValueError``); the message
+                lists the valid ones.
+        """
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            raise InvalidValueError("scope", text, [member.value for member in cls]) from None

@@ -40,6 +40,7 @@ if typing.TYPE_CHECKING:
     from ._environment import otlp_http_exporter as otlp_http_exporter
     from ._errors import ExportersError as ExportersError
     from ._errors import SpanExportError as SpanExportError
+    from ._errors import TracingSettingError as TracingSettingError
     from ._html import timeline_html as timeline_html
     from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
     from ._jaeger import jaeger_document as jaeger_document

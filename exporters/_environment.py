@@ -33,6 +33,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 from opentelemetry.util.re import parse_env_headers
 
+from ._errors import TracingSettingError
+
 __all__ = [
     "OTLP_PROTOCOLS",
     "combine_exporters",
@@ -114,13 +116,14 @@ def otlp_exporter(
     """An OTLP span exporter for ``protocol`` (one of :data:`OTLP_PROTOCOLS`).
 
     Raises:
-        ValueError: unknown protocol; the message names it and the valid ones.
+        TracingSettingError: unknown protocol (a ``ValueError``); the message
+            names it and the valid ones.
     """
     if protocol == "grpc":
         return otlp_grpc_exporter(endpoint, headers=headers, timeout_s=timeout_s)
     if protocol == "http/protobuf":
         return otlp_http_exporter(endpoint, headers=headers, timeout_s=timeout_s)
-    raise ValueError(_unknown_protocol(protocol, "protocol"))
+    raise TracingSettingError("OTLP protocol", protocol, OTLP_PROTOCOLS, "protocol")
 
 
 def console_exporter(stream: TextIO | None = None) -> SpanExporter:
@@ -140,9 +143,10 @@ def exporter_from_environment(
         timeout_s: bound on one OTLP export; overrides the timeout variables.
 
     Raises:
-        ValueError: a variable holds an unknown protocol or exporter name, or a
-            timeout that is not a number; the message names the variable, the
-            value and the valid choices.
+        TracingSettingError: a variable holds an unknown protocol or exporter
+            name (a ``ValueError``); the message names the variable, the value
+            and the valid ones.
+        ValueError: a timeout that is not a number.
     """
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -157,9 +161,8 @@ def exporter_from_environment(
     names = [name.strip().lower() for name in names_text.split(",") if name.strip()]
     for name in names:
         if name not in _TRACES_EXPORTERS:
-            raise ValueError(
-                f"unknown span exporter {name!r} in OTEL_TRACES_EXPORTER; "
-                f"valid: {', '.join(_TRACES_EXPORTERS)}"
+            raise TracingSettingError(
+                "span exporter", name, _TRACES_EXPORTERS, "OTEL_TRACES_EXPORTER"
             )
     if "none" in names:
         return None
@@ -188,7 +191,7 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     )
     protocol = (protocol or _DEFAULT_PROTOCOL).strip()
     if protocol not in OTLP_PROTOCOLS:
-        raise ValueError(_unknown_protocol(protocol, protocol_variable))
+        raise TracingSettingError("OTLP protocol", protocol, OTLP_PROTOCOLS, protocol_variable)
 
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
     if endpoint is None:
@@ -221,10 +224,6 @@ def _first_set(env: Mapping[str, str], *names: str) -> tuple[str, str | None]:
         if value:
             return name, value
     return names[-1], None
-
-
-def _unknown_protocol(value: str, where: str) -> str:
-    return f"unknown OTLP protocol {value!r} in {where}; valid: {', '.join(OTLP_PROTOCOLS)}"
 
 
 class _FanOutExporter(SpanExporter):

@@ -3,14 +3,19 @@
 ::
 
     ExportersError          base of everything this package raises on purpose
-    └── SpanExportError     an exporter refused a batch of replayed spans
+    ├── SpanExportError     an exporter refused a batch of replayed spans
+    └── TracingSettingError a tracing option or OTEL_* variable holds an
+                            unknown value (also events.InvalidValueError,
+                            a ValueError)
 
 Each class's ``__module__`` is ``exporters``, its public path.
 """
 
 from __future__ import annotations
 
-__all__ = ["ExportersError", "SpanExportError"]
+from events import InvalidValueError
+
+__all__ = ["ExportersError", "SpanExportError", "TracingSettingError"]
 
 
 class ExportersError(Exception):
@@ -38,3 +43,15 @@ class SpanExportError(ExportersError):
             f"{exporter} failed to export spans: {exported} of {total} delivered; "
             f"the event log still holds them, export again when the collector is reachable"
         )
+
+
+class TracingSettingError(ExportersError, InvalidValueError):
+    """A tracing option or ``OTEL_*`` variable holds a value this release
+    does not support (an OTLP protocol, a span exporter name).
+
+    Attributes:
+        what, value, valid, where: as :class:`events.InvalidValueError`;
+            ``where`` names the variable or option.
+    """
+
+    __module__ = "exporters"

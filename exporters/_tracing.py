@@ -120,8 +120,9 @@ class Tracing:
         tracing is off.
 
         Raises:
-            ValueError: an option or a variable holds a value this release
-                does not support; the message names it and the valid values.
+            TracingSettingError: an option or a variable holds a value this
+                release does not support (a ``ValueError``); the message
+                names it and the valid values.
             RuntimeError: it is already attached, or the log has no
                 ``run.started`` yet.
         """

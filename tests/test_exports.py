@@ -132,11 +132,11 @@ def test_names_load_on_first_use() -> None:
     code = (
         "import sys, events\n"
         "before = {m for m in sys.modules if m.startswith('events.')}\n"
-        "events.Severity\n"
+        "events.EventsError\n"
         "after = {m for m in sys.modules if m.startswith('events.')}\n"
         "print(sorted(before), sorted(after - before))\n"
     )
     output = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert output.strip() == "['events._surface'] ['events._severity']"
+    assert output.strip() == "['events._surface'] ['events._errors']"

@@ -119,3 +119,68 @@ def _instance(cls: type[BaseException]) -> BaseException:
     exc = cls.__new__(cls)
     exc.args = ("m",)
     return exc
+
+
+def test_one_invalid_value_error() -> None:
+    # One "unknown X 'y'; valid: ..." error: each package's kind of it keeps
+    # its own root and is caught as the one base (and as a ValueError).
+    from exporters import TracingSettingError
+    from orchestrator.engine import EngineConfig, EngineConfigError
+
+    assert issubclass(events.InvalidValueError, events.EventsError)
+    assert issubclass(events.InvalidValueError, ValueError)
+    assert issubclass(TracingSettingError, exporters.ExportersError)
+    assert issubclass(EngineConfigError, orchestrator.OrchestratorError)
+    for cls in (TracingSettingError, EngineConfigError):
+        assert issubclass(cls, events.InvalidValueError)
+
+    error = events.InvalidValueError("scope", "node", ("process", "local"), "rule 'x'")
+    assert str(error) == "unknown scope 'node' in rule 'x'; valid: process, local"
+    with pytest.raises(events.InvalidValueError) as raised:
+        EngineConfig(dtype="fp3")
+    assert str(raised.value).startswith("unknown dtype 'fp3'; valid: auto, ")
+    assert (raised.value.what, raised.value.field, raised.value.value) == ("dtype", "dtype", "fp3")
+    with pytest.raises(events.InvalidValueError, match="unknown severity 'loud'"):
+        events.Severity.parse("loud")
+    with pytest.raises(events.InvalidValueError, match="unknown scope 'node'"):
+        events.Scope.parse("node")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        events.InvalidValueError("severity", "loud", ("debug", "info"), "a rule"),
+        exporters.TracingSettingError("OTLP protocol", "zipkin", ("grpc",), "OTEL_X"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_invalid_value_error_survives_pickling(error: events.InvalidValueError) -> None:
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    assert (copy.what, copy.value, copy.valid, copy.where) == (
+        error.what,
+        error.value,
+        error.valid,
+        error.where,
+    )
+
+
+def test_an_engine_config_error_survives_pickling() -> None:
+    import pickle
+
+    from orchestrator.engine import EngineConfigError
+
+    for error in (
+        EngineConfigError("tp", 0, "must be a positive integer"),
+        EngineConfigError("dtype", "fp3", valid=("auto", "bfloat16")),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert (str(copy), copy.field, copy.reason, copy.valid) == (
+            str(error),
+            error.field,
+            error.reason,
+            error.valid,
+        )

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from events import RankIdentity, Severity
+from events import InvalidValueError, RankIdentity, Severity
 
 from .._errors import FaultSpecError, RankEnvironmentError
 from .._faults import FaultPlan
@@ -102,8 +102,11 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
 
     if args.attention_backend is not None and args.attention_backend not in ATTENTION_BACKENDS:
         raise UsageError(
-            f"--attention-backend {args.attention_backend!r}: unknown backend; valid: "
-            f"{', '.join(ATTENTION_BACKENDS)}"
+            str(
+                InvalidValueError(
+                    "backend", args.attention_backend, ATTENTION_BACKENDS, "--attention-backend"
+                )
+            )
         )
 
     try:

@@ -85,7 +85,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from events import JsonValue, StepKind, format_ranks
+from events import InvalidValueError, JsonValue, StepKind, format_ranks
 
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
@@ -221,7 +221,7 @@ class SimulatedWorkspaceFactory:
                     f"{nodes} nodes"
                 )
         else:
-            raise ValueError(f"unknown all-reduce backend {backend!r}; valid: {MNNVL}, {TRTLLM}")
+            raise InvalidValueError("all-reduce backend", backend, (MNNVL, TRTLLM))
         return SimulatedWorkspace(backend=backend, rank=rank, world_size=world_size)
 
     def release(self, workspace: object) -> None:
@@ -308,8 +308,8 @@ def allreduce_chain(requested: AllreduceBackend | str, nodes: int) -> tuple[str,
     try:
         backend = AllreduceBackend(str(requested))
     except ValueError:
-        valid = ", ".join(b.value for b in AllreduceBackend)
-        raise EngineConfigError("allreduce_backend", requested, f"valid: {valid}") from None
+        valid = [b.value for b in AllreduceBackend]
+        raise EngineConfigError("allreduce_backend", requested, valid=valid) from None
     if backend is AllreduceBackend.AUTO:
         return (MNNVL, TRTLLM) if nodes == 1 else (MNNVL,)
     if backend is AllreduceBackend.TRTLLM and nodes > 1:

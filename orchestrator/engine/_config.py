@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+
+from events import InvalidValueError
 
 from .._errors import OrchestratorError
 
@@ -20,22 +22,33 @@ __all__ = [
 ]
 
 
-class EngineConfigError(OrchestratorError, ValueError):
-    """The engine configuration is invalid.
+class EngineConfigError(OrchestratorError, InvalidValueError):
+    """The engine configuration is invalid (also an
+    :class:`events.InvalidValueError`, so a ``ValueError``).
 
     Attributes:
-        field: the offending setting.
+        field: the offending setting (also ``what``).
         value: its value.
         reason: what would be valid.
+        valid: the values accepted, where the setting takes one of a list
+            (the message is then ``unknown FIELD 'VALUE'; valid: A, B``);
+            else empty.
     """
 
     __module__ = "orchestrator.engine"
 
-    def __init__(self, field: str, value: object, reason: str) -> None:
+    def __init__(
+        self, field: str, value: object, reason: str | None = None, valid: Iterable[str] = ()
+    ) -> None:
+        super().__init__(field, value, valid)
         self.field = field
-        self.value = value
-        self.reason = reason
-        super().__init__(f"{field}={value!r}: {reason}")
+        self._reason = reason
+        self.reason = f"valid: {', '.join(self.valid)}" if reason is None else reason
+        if reason is not None:
+            self.args = (f"{field}={value!r}: {reason}",)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.value, self._reason, self.valid))
 
 
 class ProfileError(OrchestratorError, ValueError):
@@ -120,7 +133,7 @@ def _positive(field: str) -> Any:
 def _one_of(field: str, choices: tuple[str, ...]) -> Any:
     def check(_instance: object, _attribute: object, value: str) -> None:
         if value not in choices:
-            raise EngineConfigError(field, value, f"valid: {', '.join(choices)}")
+            raise EngineConfigError(field, value, valid=choices)
 
     return check
 
@@ -129,8 +142,8 @@ def _allreduce(value: object) -> AllreduceBackend:
     try:
         return AllreduceBackend(str(value))
     except ValueError:
-        valid = ", ".join(b.value for b in AllreduceBackend)
-        raise EngineConfigError("allreduce_backend", value, f"valid: {valid}") from None
+        valid = [b.value for b in AllreduceBackend]
+        raise EngineConfigError("allreduce_backend", value, valid=valid) from None
 
 
 @attrs.frozen(kw_only=True)
