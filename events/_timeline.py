@@ -9,7 +9,8 @@ of one rank as in a merged fold of a thousand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import attrs
 
@@ -169,6 +170,117 @@ class Timeline:
         else:
             return state
         return _state(ranks.set(event.rank, rank))
+
+    def apply_many(self, state: TimelineState, events: Iterable[Event]) -> TimelineState:
+        """The state after every event of ``events`` in turn, as :meth:`apply`
+        makes it one event at a time (:func:`events.fold` calls this).
+
+        No intermediate state is built: each rank that changes is worked on
+        in plain dicts and lists, and its frozen timeline is built once, at
+        the end. When no event is one the timeline records, ``state`` itself
+        is returned.
+        """
+        ranks = state.ranks
+        # A changed rank: [start_wall_ns, start_mono_ns, end_wall_ns,
+        # duration_ns, outcome, steps]; a step is a StepTiming (as found in
+        # ``state``) or the tuple of its fields, in _timing's order.
+        working: dict[int, list[Any]] = {}
+        kinds = _KINDS
+        number: int | None = None
+        rank: list[Any] = []
+        for event in events:
+            kind = kinds.get(type(event))
+            if kind is None:
+                kind = _kind_of(event)
+            if kind == _OTHER:
+                continue
+            if event.rank != number:
+                number = event.rank
+                found = working.get(number)
+                if found is None:
+                    previous = ranks.get(number)
+                    if previous is None:
+                        if kind == _TERMINAL:
+                            number = None
+                            continue
+                        found = [None, None, None, None, None, {}]
+                    else:
+                        found = [
+                            previous.start_wall_ns, previous.start_mono_ns, previous.end_wall_ns,
+                            previous.duration_ns, previous.outcome, dict(previous.steps),
+                        ]  # fmt: skip
+                    working[number] = found
+                rank = found
+            if kind == _STARTED:
+                started_event = cast("StepStarted", event)
+                rank[5][event.step] = (
+                    event.rank, event.step, started_event.kind, event.wall_ns, event.mono_ns,
+                    started_event.depends_on, None, None, None,
+                )  # fmt: skip
+            elif kind == _TERMINAL:
+                steps = rank[5]
+                started = steps.get(event.step)
+                if started is None:
+                    continue  # never started
+                if type(started) is not tuple:
+                    started = _fields(started)
+                if started[8] is not None:
+                    continue  # ended already: terminal states are final
+                steps[event.step] = (
+                    *started[:6],
+                    event.wall_ns,
+                    event.mono_ns - started[4],
+                    outcome_of(event),
+                )
+            elif kind == _RUN_STARTED:
+                rank[0], rank[1] = event.wall_ns, event.mono_ns
+            else:
+                start = rank[1]
+                rank[2] = event.wall_ns
+                rank[3] = None if start is None else event.mono_ns - start
+                rank[4] = cast("RunFinished", event).outcome
+        if not working:
+            return state
+        merged = dict(ranks)
+        for number, (start_wall, start_mono, end_wall, duration, outcome, steps) in working.items():
+            timings = PersistentMap(
+                {
+                    step: _timing(*timing) if type(timing) is tuple else timing
+                    for step, timing in steps.items()
+                }
+            )
+            merged[number] = _rank(
+                number, start_wall, start_mono, end_wall, duration, outcome, timings
+            )
+        return _state(PersistentMap(merged))
+
+
+# What apply_many does with an event, by its class.
+_STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
+_KINDS: dict[type[Event], int] = {}
+
+
+def _kind_of(event: Event) -> int:
+    if isinstance(event, StepStarted):
+        kind = _STARTED
+    elif isinstance(event, TERMINAL_STEP_EVENTS):
+        kind = _TERMINAL
+    elif isinstance(event, RunStarted):
+        kind = _RUN_STARTED
+    elif isinstance(event, RunFinished):
+        kind = _RUN_FINISHED
+    else:
+        kind = _OTHER
+    _KINDS[type(event)] = kind
+    return kind
+
+
+def _fields(timing: StepTiming) -> tuple[Any, ...]:
+    """``timing``'s fields, in :func:`_timing`'s order."""
+    return (
+        timing.rank, timing.step, timing.kind, timing.start_wall_ns, timing.start_mono_ns,
+        timing.depends_on, timing.end_wall_ns, timing.duration_ns, timing.outcome,
+    )  # fmt: skip
 
 
 def _persistent(steps: Mapping[str, StepTiming]) -> PersistentMap[str, StepTiming]:
