@@ -554,8 +554,12 @@ class _Checks:
 # functions look at.
 
 
-class _Irregular(Exception):
-    """A generated decoder met something other than a well-formed record."""
+class _Irregular(ValueError):
+    """A generated decoder met something other than a well-formed record.
+
+    A ``ValueError``, so that a caller trying the generated decoders first
+    falls back to :func:`decode_record` on the errors they raise, ``KeyError``
+    and ``TypeError`` included."""
 
 
 #: Stands for a field missing from a record (``None`` is a JSON value).
@@ -966,6 +970,12 @@ _EVENT_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
 _EVENT_DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     tag: _GENERATED.decoder(cls) for tag, cls in EVENT_TYPES.items()
 }
+#: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
+#: for readers that try them before :func:`decode_record`: each returns the
+#: event of a well-formed record and raises ``ValueError``, ``TypeError`` or
+#: ``LookupError`` for anything else, which :func:`decode_record` then
+#: explains (or, for a record that is unusual but valid, decodes after all).
+CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
 _encode_exception_info = _GENERATED.encoder(ExceptionInfo)
 _decode_exception_info = _GENERATED.decoder(ExceptionInfo)
 

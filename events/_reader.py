@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
+import orjson
 
-from ._codec import UPCASTERS, Upcasters, decode
+from ._codec import CURRENT_DECODERS, UPCASTERS, Upcasters, decode
 from ._errors import (
     DecodeError,
     ForeignEventError,
@@ -26,7 +27,7 @@ from ._errors import (
     LogError,
     SequenceGapError,
 )
-from ._model import Event
+from ._model import SCHEMA_VERSION, Event
 
 __all__ = [
     "LogContents",
@@ -195,11 +196,26 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     events: list[Event] = []
     run_id: str | None = None
     rank = 0
+    decoders = CURRENT_DECODERS
+    loads = orjson.loads
     for number, content in enumerate(lines, 1):
+        # A line holding a well-formed record of the current version (all of
+        # them, in a log this release wrote) goes straight to its generated
+        # decoder; anything else, or anything that decoder refuses, goes
+        # through decode(), which upcasts it or names the field at fault.
+        event: Event | None = None
         try:
-            event = decode(content, upcasters)
-        except DecodeError as exc:
-            raise LogCorruptError(file, number, exc.reason) from exc
+            record = loads(content)
+            version = record["v"]
+            if type(version) is int and version == SCHEMA_VERSION:
+                event = decoders[record["type"]](record)
+        except (ValueError, TypeError, LookupError):
+            pass
+        if event is None:
+            try:
+                event = decode(content, upcasters)
+            except DecodeError as exc:
+                raise LogCorruptError(file, number, exc.reason) from exc
         if event.run_id != run_id or event.rank != rank:
             if run_id is not None:
                 raise ForeignEventError(file, number, (run_id, rank), (event.run_id, event.rank))
