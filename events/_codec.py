@@ -574,7 +574,6 @@ class _Generated:
         self.namespace: dict[str, Any] = {
             "_Irregular": _Irregular,
             "_MISSING": _MISSING,
-            "new": object.__new__,
         }
         self.ids: dict[type[Any], int] = {}
         self.source: list[str] = []
@@ -710,7 +709,7 @@ class _Generated:
         that copy (as ``encode_N_line`` makes it), reading each field once:
         what a log does with every event it is handed without its ``seq``."""
         lines = [
-            f"copy = new(twin_{ident})",
+            f"copy = twin_{ident}()",
             "value = obj.schema_version",
             "copy.schema_version = value",
             f"record = {{'v': value, 'type': {self._constant(f'tag_{ident}_seq', tag)}}}",
@@ -789,10 +788,14 @@ class _Generated:
         suffix: str,
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
-        known = {field.name for field in fields if field.name not in skipped}
-        if tag is not None:
-            known |= {"v", "type"}
-        self._constant(f"known_{ident}", frozenset(known))
+        # A record holds no other keys than the fields (and, for an event,
+        # ``v`` and ``type``, which its caller read): ``unread`` counts the
+        # keys not read yet, each field's being read once at most, and must
+        # end at 0. Counting costs less than a set comparison of the keys.
+        required = sum(
+            1 for field in fields if field.name not in skipped and field.default is attrs.NOTHING
+        )
+        unread = f"len(record) - {required + (2 if tag is not None else 0)}"
         lines: list[str] = []
         fixed: list[str] = []
         for field in fields:
@@ -808,7 +811,14 @@ class _Generated:
                 lines += [f"value = record[{name!r}]", *check]
             elif _accepts(hints[name], default):
                 constant = self._constant(f"default_{ident}_{name}", default)
-                lines += [f"value = record.get({name!r}, {constant})", *check]
+                lines += [
+                    f"value = record.get({name!r}, _MISSING)",
+                    "if value is _MISSING:",
+                    f"    value = {constant}",
+                    "else:",
+                    "    unread -= 1",
+                    *(f"    {line}" for line in check),
+                ]
             else:
                 if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                     missing = self._constant(f"factory_{ident}_{name}", default.factory) + "()"
@@ -819,20 +829,22 @@ class _Generated:
                     "if value is _MISSING:",
                     f"    value = {missing}",
                 ]
-                if check:
-                    lines += ["else:", *(f"    {line}" for line in check)]
+                lines += ["else:", "    unread -= 1", *(f"    {line}" for line in check)]
             lines.append(f"obj.{name} = value")
         post_init = getattr(cls, "__attrs_post_init__", None) is not None
         return [
             f"def decode_{ident}{suffix}(record):",
-            f"    if type(record) is not dict or not known_{ident}.issuperset(record):",
+            "    if type(record) is not dict:",
             "        raise _Irregular",
-            f"    obj = new(twin_{ident})",
+            f"    unread = {unread}",
+            f"    obj = twin_{ident}()",
             "    try:",
             *(f"        {line}" for line in lines),
             # A missing required field, or an enum value that is not one.
             "    except (KeyError, TypeError):",
             "        raise _Irregular from None",
+            "    if unread:",  # a key that is not a field
+            "        raise _Irregular",
             *(f"    {line}" for line in fixed),
             f"    obj.__class__ = cls_{ident}",
             *(["    obj.__attrs_post_init__()"] if post_init else []),

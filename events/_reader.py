@@ -194,11 +194,12 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     # finished.
     tail = lines.pop()
     events: list[Event] = []
+    append = events.append
     run_id: str | None = None
     rank = 0
     decoders = CURRENT_DECODERS
     loads = orjson.loads
-    for number, content in enumerate(lines, 1):
+    for content in lines:
         # A line holding a well-formed record of the current version (all of
         # them, in a log this release wrote) goes straight to its generated
         # decoder; anything else, or anything that decoder refuses, goes
@@ -215,14 +216,17 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
             try:
                 event = decode(content, upcasters)
             except DecodeError as exc:
-                raise LogCorruptError(file, number, exc.reason) from exc
-        if event.run_id != run_id or event.rank != rank:
-            if run_id is not None:
+                # Every earlier line holds an event: this is the next one.
+                raise LogCorruptError(file, len(events) + 1, exc.reason) from exc
+        if event.seq != len(events) or event.rank != rank or event.run_id != run_id:
+            # The first event, or one out of place.
+            number = len(events) + 1
+            if run_id is not None and (event.run_id, event.rank) != (run_id, rank):
                 raise ForeignEventError(file, number, (run_id, rank), (event.run_id, event.rank))
             run_id, rank = event.run_id, event.rank
-        if event.seq != len(events):
-            raise SequenceGapError(file, number, len(events), event.seq)
-        events.append(event)
+            if event.seq != len(events):
+                raise SequenceGapError(file, number, len(events), event.seq)
+        append(event)
     torn = None
     if tail:
         torn = TornTail(

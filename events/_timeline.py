@@ -10,7 +10,7 @@ of one rank as in a merged fold of a thousand.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
@@ -24,6 +24,7 @@ from ._model import (
     RunStarted,
     StepKind,
     StepStarted,
+    StepUnavailable,
     outcome_of,
 )
 from ._persistent_map import PersistentMap
@@ -185,10 +186,13 @@ class Timeline:
         # duration_ns, outcome, steps]; a step is a StepTiming (as found in
         # ``state``) or the tuple of its fields, in _timing's order.
         working: dict[int, list[Any]] = {}
-        kinds = _KINDS
+        kinds, fixed_outcomes = _KINDS, _FIXED_OUTCOMES
         number: int | None = None
         rank: list[Any] = []
-        for event in events:
+        # The kind table stands for the isinstance tests apply() makes; with
+        # it, the type checker cannot tell an event's class, hence Any.
+        stream: Iterable[Any] = events
+        for event in stream:
             kind = kinds.get(type(event))
             if kind is None:
                 kind = _kind_of(event)
@@ -212,10 +216,9 @@ class Timeline:
                     working[number] = found
                 rank = found
             if kind == _STARTED:
-                started_event = cast("StepStarted", event)
                 rank[5][event.step] = (
-                    event.rank, event.step, started_event.kind, event.wall_ns, event.mono_ns,
-                    started_event.depends_on, None, None, None,
+                    event.rank, event.step, event.kind, event.wall_ns, event.mono_ns,
+                    event.depends_on, None, None, None,
                 )  # fmt: skip
             elif kind == _TERMINAL:
                 steps = rank[5]
@@ -226,19 +229,19 @@ class Timeline:
                     started = _fields(started)
                 if started[8] is not None:
                     continue  # ended already: terminal states are final
+                outcome = fixed_outcomes.get(type(event))
                 steps[event.step] = (
-                    *started[:6],
-                    event.wall_ns,
-                    event.mono_ns - started[4],
-                    outcome_of(event),
-                )
+                    started[0], started[1], started[2], started[3], started[4], started[5],
+                    event.wall_ns, event.mono_ns - started[4],
+                    outcome_of(event) if outcome is None else outcome,
+                )  # fmt: skip
             elif kind == _RUN_STARTED:
                 rank[0], rank[1] = event.wall_ns, event.mono_ns
             else:
                 start = rank[1]
                 rank[2] = event.wall_ns
                 rank[3] = None if start is None else event.mono_ns - start
-                rank[4] = cast("RunFinished", event).outcome
+                rank[4] = event.outcome
         if not working:
             return state
         merged = dict(ranks)
@@ -258,6 +261,8 @@ class Timeline:
 # What apply_many does with an event, by its class.
 _STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
 _KINDS: dict[type[Event], int] = {}
+#: The outcome of a terminal event class whose events all have the same one.
+_FIXED_OUTCOMES: dict[type[Event], Outcome] = {}
 
 
 def _kind_of(event: Event) -> int:
@@ -265,6 +270,9 @@ def _kind_of(event: Event) -> int:
         kind = _STARTED
     elif isinstance(event, TERMINAL_STEP_EVENTS):
         kind = _TERMINAL
+        outcome = outcome_of(event)
+        if not isinstance(event, StepUnavailable) and outcome is not None:
+            _FIXED_OUTCOMES[type(event)] = outcome
     elif isinstance(event, RunStarted):
         kind = _RUN_STARTED
     elif isinstance(event, RunFinished):
