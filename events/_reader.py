@@ -193,13 +193,20 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     # What follows the last newline: nothing, or a line the writer never
     # finished.
     tail = lines.pop()
+    count = len(lines)
+    # Lines are taken off the list as they are decoded, so that each line's
+    # memory is freed at once and reused for the events that follow, instead
+    # of all of them staying alive until the end.
+    lines.reverse()
+    next_line = lines.pop
     events: list[Event] = []
     append = events.append
     run_id: str | None = None
     rank = 0
     decoders = CURRENT_DECODERS
     loads = orjson.loads
-    for content in lines:
+    while lines:
+        content = next_line()
         # A line holding a well-formed record of the current version (all of
         # them, in a log this release wrote) goes straight to its generated
         # decoder; anything else, or anything that decoder refuses, goes
@@ -229,9 +236,7 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
         append(event)
     torn = None
     if tail:
-        torn = TornTail(
-            path=file, line=len(lines) + 1, offset=len(data) - len(tail), length=len(tail)
-        )
+        torn = TornTail(path=file, line=count + 1, offset=len(data) - len(tail), length=len(tail))
     return LogContents(path=file, events=tuple(events), torn_tail=torn)
 
 
