@@ -267,7 +267,8 @@ class JsonlLog(_LogBase):
         self._file = Path(path)
         self._durability = Durability(durability)
         self._sync_always = self._durability is Durability.ALWAYS
-        self._sync_interval = self._durability is Durability.INTERVAL
+        # One test per append under ``never``.
+        self._may_sync = self._durability is not Durability.NEVER
         if interval_ms < 0:
             raise ValueError(f"interval_ms must be >= 0, not {interval_ms}")
         self._interval_ns = int(interval_ms * 1_000_000)
@@ -329,8 +330,8 @@ class JsonlLog(_LogBase):
             while view:
                 view = view[os.write(self._fd, view) :]
         self._dirty = True
-        if self._sync_always or (
-            self._sync_interval and time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
+        if self._may_sync and (
+            self._sync_always or time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
         ):
             self._sync()
         return event

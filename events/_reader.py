@@ -203,6 +203,7 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     append = events.append
     run_id: str | None = None
     rank = 0
+    expected = 0  # the next seq
     decoders = CURRENT_DECODERS
     loads = orjson.loads
     while lines:
@@ -225,15 +226,16 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
             except DecodeError as exc:
                 # Every earlier line holds an event: this is the next one.
                 raise LogCorruptError(file, len(events) + 1, exc.reason) from exc
-        if event.seq != len(events) or event.rank != rank or event.run_id != run_id:
+        if event.seq != expected or event.rank != rank or event.run_id != run_id:
             # The first event, or one out of place.
             number = len(events) + 1
             if run_id is not None and (event.run_id, event.rank) != (run_id, rank):
                 raise ForeignEventError(file, number, (run_id, rank), (event.run_id, event.rank))
             run_id, rank = event.run_id, event.rank
-            if event.seq != len(events):
-                raise SequenceGapError(file, number, len(events), event.seq)
+            if event.seq != expected:
+                raise SequenceGapError(file, number, expected, event.seq)
         append(event)
+        expected += 1
     torn = None
     if tail:
         torn = TornTail(path=file, line=count + 1, offset=len(data) - len(tail), length=len(tail))
