@@ -186,16 +186,19 @@ class Timeline:
         # duration_ns, outcome, steps]; a step is a StepTiming (as found in
         # ``state``) or the tuple of its fields, in _timing's order.
         working: dict[int, list[Any]] = {}
-        kinds, fixed_outcomes = _KINDS, _FIXED_OUTCOMES
+        kinds = _KINDS
+        started_kind, terminal_kind, run_started_kind = _STARTED, _TERMINAL, _RUN_STARTED
         number: int | None = None
         rank: list[Any] = []
+        steps: dict[str, Any] = {}
         # The kind table stands for the isinstance tests apply() makes; with
         # it, the type checker cannot tell an event's class, hence Any.
         stream: Iterable[Any] = events
         for event in stream:
-            kind = kinds.get(type(event))
-            if kind is None:
-                kind = _kind_of(event)
+            try:
+                kind, outcome = kinds[type(event)]
+            except KeyError:
+                kind, outcome = _kind_of(event)
             if kind == _OTHER:
                 continue
             if event.rank != number:
@@ -204,7 +207,7 @@ class Timeline:
                 if found is None:
                     previous = ranks.get(number)
                     if previous is None:
-                        if kind == _TERMINAL:
+                        if kind == terminal_kind:
                             number = None
                             continue
                         found = [None, None, None, None, None, {}]
@@ -214,28 +217,28 @@ class Timeline:
                             previous.duration_ns, previous.outcome, dict(previous.steps),
                         ]  # fmt: skip
                     working[number] = found
-                rank = found
-            if kind == _STARTED:
-                rank[5][event.step] = (
-                    event.rank, event.step, event.kind, event.wall_ns, event.mono_ns,
+                rank, steps = found, found[5]
+            if kind == started_kind:
+                steps[event.step] = (
+                    number, event.step, event.kind, event.wall_ns, event.mono_ns,
                     event.depends_on, None, None, None,
                 )  # fmt: skip
-            elif kind == _TERMINAL:
-                steps = rank[5]
-                started = steps.get(event.step)
+            elif kind == terminal_kind:
+                step = event.step
+                started = steps.get(step)
                 if started is None:
                     continue  # never started
                 if type(started) is not tuple:
                     started = _fields(started)
                 if started[8] is not None:
                     continue  # ended already: terminal states are final
-                outcome = fixed_outcomes.get(type(event))
-                steps[event.step] = (
-                    started[0], started[1], started[2], started[3], started[4], started[5],
-                    event.wall_ns, event.mono_ns - started[4],
+                start_mono = started[4]
+                steps[step] = (
+                    started[0], step, started[2], started[3], start_mono, started[5],
+                    event.wall_ns, event.mono_ns - start_mono,
                     outcome_of(event) if outcome is None else outcome,
                 )  # fmt: skip
-            elif kind == _RUN_STARTED:
+            elif kind == run_started_kind:
                 rank[0], rank[1] = event.wall_ns, event.mono_ns
             else:
                 start = rank[1]
@@ -258,29 +261,28 @@ class Timeline:
         return _state(PersistentMap(merged))
 
 
-# What apply_many does with an event, by its class.
+# What apply_many does with an event, by its class: the kind, and for a
+# terminal event class whose events all end a step the same way, the outcome.
 _STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
-_KINDS: dict[type[Event], int] = {}
-#: The outcome of a terminal event class whose events all have the same one.
-_FIXED_OUTCOMES: dict[type[Event], Outcome] = {}
+_KINDS: dict[type[Event], tuple[int, Outcome | None]] = {}
 
 
-def _kind_of(event: Event) -> int:
+def _kind_of(event: Event) -> tuple[int, Outcome | None]:
+    outcome = None
     if isinstance(event, StepStarted):
         kind = _STARTED
     elif isinstance(event, TERMINAL_STEP_EVENTS):
         kind = _TERMINAL
-        outcome = outcome_of(event)
-        if not isinstance(event, StepUnavailable) and outcome is not None:
-            _FIXED_OUTCOMES[type(event)] = outcome
+        if not isinstance(event, StepUnavailable):
+            outcome = outcome_of(event)
     elif isinstance(event, RunStarted):
         kind = _RUN_STARTED
     elif isinstance(event, RunFinished):
         kind = _RUN_FINISHED
     else:
         kind = _OTHER
-    _KINDS[type(event)] = kind
-    return kind
+    _KINDS[type(event)] = kind, outcome
+    return kind, outcome
 
 
 def _fields(timing: StepTiming) -> tuple[Any, ...]:
