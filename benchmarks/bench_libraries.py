@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
         ours = per_op[f"events (ours): {operation}"]
         for name in maps:
             value = per_op[f"{name}: {operation}"]
-            print(f"  {name + ': ' + operation:<52} {value * 1e6:7.3f}  {value / ours:6.2f}x")
+            print(f"  {name + ': ' + operation:<52} {value * 1e6:7.3f}  {value / ours:8.3g}x")
 
     print("\nguarantees of the codec (yes: kept; NO: not kept; the message it gave)")
     for name, (_encode, decode) in codecs.items():
