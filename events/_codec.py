@@ -15,7 +15,11 @@ attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
 an unknown type fails at import). The generated decoder only recognises
 well-formed records; for anything else the field-by-field checks below
-decide, and they name the field that is wrong.
+decide, and they name the field that is wrong. Logs use two more generated
+encoders per event class, for speed: one whose record only orjson sees
+(:data:`LINE_ENCODERS`), and one that also copies the event with the
+``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
+the bytes written are those :func:`encode` gives.
 
 A class whose fields hold records of the class itself (an
 :class:`ExceptionInfo` and its ``cause``, ``context`` and group members) is

@@ -313,15 +313,16 @@ class JsonlLog(_LogBase):
     def _store(self, event: Event, seq: int) -> Event:
         # encode_line(), without its call: this runs once per event. An event
         # without its seq is copied and encoded in one pass over its fields.
-        encode = None if event.seq == seq else SEQUENCED_LINE_ENCODERS.get(type(event))
-        if encode is not None:
-            event, record = encode(event, seq)
-        else:
-            if event.seq != seq:  # a class of the user's own making
-                event = _with_seq(event, seq)
+        try:
+            if event.seq == seq:
+                record = LINE_ENCODERS[event.TYPE](event)
+            else:
+                event, record = SEQUENCED_LINE_ENCODERS[type(event)](event, seq)
+        except KeyError:  # a class of the user's own making
+            event = _with_seq(event, seq)
             record = LINE_ENCODERS[event.TYPE](event)
         try:
-            line = orjson.dumps(record, option=_NEWLINE)
+            line = orjson.dumps(record, None, _NEWLINE)
         except orjson.JSONEncodeError:
             line = encode_line(event)
         written = os.write(self._fd, line)
