@@ -56,7 +56,8 @@ def fold(
 
     With ``check_order`` every (run, rank) stream in ``events`` must start at
     ``seq`` 0 and go up by one; pass ``check_order=False`` to resume a fold
-    from a saved ``state`` mid-stream.
+    from a saved ``state`` mid-stream. A projection with an ``apply_many``
+    method (see above) is handed the whole stream at once.
 
     Raises:
         FoldError: a stream skips, repeats or reorders events.
