@@ -27,6 +27,7 @@ ROOTS: dict[str, type[Exception]] = {
     "exporters": exporters.ExportersError,
 }
 
+
 #: Exceptions whose defining module another change is rewriting; each must
 #: get its public ``__module__`` there (remove the entry when it has).
 def exported_exceptions() -> list[tuple[str, str, type[BaseException]]]:
@@ -97,7 +98,9 @@ def test_builtin_bases_are_kept() -> None:
 
 
 def test_a_version_1_log_reports_and_traces_public_names() -> None:
-    contents = events.read_log(ROOT / "tests" / "fixtures" / "private-type-names" / "rank-0.jsonl")
+    contents = events.read_log(
+        ROOT / "tests" / "events" / "fixtures" / "private-type-names" / "rank-0.jsonl"
+    )
     document = report_json(events.replay([contents]))
     assert document["root_cause"]["exception"]["type"] == (
         "orchestrator.engine.UnspecifiedPlatformError"
