@@ -506,6 +506,11 @@ def effect(kind: str, exception: str, *, target: str) -> Effect:
     if exception == "crash":
         return frozenset({"in flight"}), "die"
     if exception == "hang":
+        if kind == "group":
+            # Torch missing means no group, and ranks go on deciding alone; a
+            # rendezvous that hangs past its bound means the launch itself is
+            # broken, and the set-up step fails the start (StepTimeoutError).
+            return frozenset({"timed_out"}), "fail"
         if kind in _OPTIONAL:
             return frozenset({"timed_out"}), "go on"
         return frozenset({"timed_out"}), "fail"

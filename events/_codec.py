@@ -15,7 +15,11 @@ attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
 an unknown type fails at import). The generated decoder only recognises
 well-formed records; for anything else the field-by-field checks below
-decide, and they name the field that is wrong.
+decide, and they name the field that is wrong. Logs use two more generated
+encoders per event class, for speed: one whose record only orjson sees
+(:data:`LINE_ENCODERS`), and one that also copies the event with the
+``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
+the bytes written are those :func:`encode` gives.
 
 A class whose fields hold records of the class itself (an
 :class:`ExceptionInfo` and its ``cause``, ``context`` and group members) is
@@ -559,8 +563,12 @@ class _Checks:
 # functions look at.
 
 
-class _Irregular(Exception):
-    """A generated decoder met something other than a well-formed record."""
+class _Irregular(ValueError):
+    """A generated decoder met something other than a well-formed record.
+
+    A ``ValueError``, so that a caller trying the generated decoders first
+    falls back to :func:`decode_record` on the errors they raise, ``KeyError``
+    and ``TypeError`` included."""
 
 
 #: Stands for a field missing from a record (``None`` is a JSON value).
@@ -575,7 +583,6 @@ class _Generated:
         self.namespace: dict[str, Any] = {
             "_Irregular": _Irregular,
             "_MISSING": _MISSING,
-            "new": object.__new__,
         }
         self.ids: dict[type[Any], int] = {}
         self.source: list[str] = []
@@ -605,7 +612,10 @@ class _Generated:
             self.trees.append((ident, cls, links))
         self._own = cls if links else None
         try:
-            self.source += self._encoder(ident, tag, encoded, hints, suffix)
+            self.source += self._encoder(ident, tag, encoded, hints, suffix, line=False)
+            self.source += self._encoder(ident, tag, encoded, hints, suffix, line=True)
+            if tag is not None:
+                self.source += self._sequenced_encoder(ident, tag, encoded, hints)
             self.source += self._decoder(ident, tag, fields, skipped, hints, suffix)
         finally:
             self._own = None
@@ -621,13 +631,18 @@ class _Generated:
         for ident, cls, links in self.trees:
             namespace = self.namespace
             namespace[f"encode_{ident}"] = _tree_encoder(namespace[f"encode_{ident}_node"], links)
+            namespace[f"encode_{ident}_line"] = _tree_encoder(
+                namespace[f"encode_{ident}_line_node"], links
+            )
             namespace[f"decode_{ident}"] = _tree_decoder(
                 cls, namespace[f"decode_{ident}_node"], links
             )
 
-    def encoder(self, cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
-        """The compiled encoder of ``cls``."""
-        function: Callable[[Any], dict[str, Any]] = self.namespace[f"encode_{self.ids[cls]}"]
+    def encoder(self, cls: type[Any], *, line: bool = False) -> Callable[[Any], dict[str, Any]]:
+        """The compiled encoder of ``cls``; with ``line``, the one whose
+        record is only handed to orjson (see :meth:`_encoder`)."""
+        name = f"encode_{self.ids[cls]}{'_line' if line else ''}"
+        function: Callable[[Any], dict[str, Any]] = self.namespace[name]
         return function
 
     def decoder(self, cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
@@ -645,22 +660,37 @@ class _Generated:
     # Encoding ---------------------------------------------------------------------------
 
     def _encoder(
-        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any], suffix: str
+        self,
+        ident: int,
+        tag: str | None,
+        fields: list[Any],
+        hints: dict[str, Any],
+        suffix: str,
+        *,
+        line: bool,
     ) -> list[str]:
+        # With ``line``, the record is for orjson alone (a log's line) and is
+        # dropped once written: enum members and tuples are left for orjson,
+        # which writes them as their values and as arrays, and a dict field
+        # is not copied. The JSON is the same; the record costs less.
+        mode = "_line" if line else ""
         # record = {"v": ..., "type": ...} plus the leading required fields as
         # one literal; then each field in order, defaults left out.
         literal = []
         if tag is not None:
-            literal += ['"v": obj.schema_version', f'"type": {self._constant(f"tag_{ident}", tag)}']
+            literal += [
+                '"v": obj.schema_version',
+                f'"type": {self._constant(f"tag_{ident}{mode}", tag)}',
+            ]
         lines: list[str] = []
         for field in fields:
             name = field.name
             shape = _shape(hints[name])
             if field.default is None and shape[0] == "optional":
                 # Emitted only when not None: no need to test for None again.
-                dump = self._dump(shape[1], "value", 0)
+                dump = self._dump(shape[1], "value", 0, line)
             else:
-                dump = self._dump(hints[name], "value", 0)
+                dump = self._dump(hints[name], "value", 0, line)
             if field.default is attrs.NOTHING and not lines and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
                 continue
@@ -674,30 +704,84 @@ class _Generated:
             if default is None:
                 lines.append("if value is not None:")
             else:
-                constant = self._constant(f"omitted_{ident}_{name}", default)
+                constant = self._constant(f"omitted_{ident}{mode}_{name}", default)
                 lines.append(f"if value != {constant}:")
             lines.append(f"    record[{name!r}] = {dump}")
-        head = [f"def encode_{ident}{suffix}(obj):", f"    record = {{{', '.join(literal)}}}"]
+        head = [f"def encode_{ident}{mode}{suffix}(obj):", f"    record = {{{', '.join(literal)}}}"]
         return [*head, *(f"    {line}" for line in lines), "    return record", ""]
 
-    def _dump(self, tp: Any, var: str, depth: int) -> str:
-        """An expression turning the value in variable ``var`` into JSON."""
+    def _sequenced_encoder(
+        self, ident: int, tag: str, fields: list[Any], hints: dict[str, Any]
+    ) -> list[str]:
+        """``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
+        (as :func:`events._builders.replacer` makes it) and the line record of
+        that copy (as ``encode_N_line`` makes it), reading each field once:
+        what a log does with every event it is handed without its ``seq``."""
+        lines = [
+            f"copy = twin_{ident}()",
+            "value = obj.schema_version",
+            "copy.schema_version = value",
+            f"record = {{'v': value, 'type': {self._constant(f'tag_{ident}_seq', tag)}}}",
+        ]
+        for field in fields:
+            name = field.name
+            shape = _shape(hints[name])
+            if field.default is None and shape[0] == "optional":
+                dump = self._dump(shape[1], "value", 0, True)
+            else:
+                dump = self._dump(hints[name], "value", 0, True)
+            lines += [
+                "value = seq" if name == "seq" else f"value = obj.{name}",
+                f"copy.{name} = value",
+            ]
+            default = field.default
+            if default is attrs.NOTHING:
+                lines.append(f"record[{name!r}] = {dump}")
+                continue
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            if default is None:
+                lines.append("if value is not None:")
+            else:
+                constant = self._constant(f"omitted_{ident}_seq_{name}", default)
+                lines.append(f"if value != {constant}:")
+            lines.append(f"    record[{name!r}] = {dump}")
+        lines.append(f"copy.__class__ = cls_{ident}")
+        if getattr(self.namespace[f"cls_{ident}"], "__attrs_post_init__", None) is not None:
+            lines.append("copy.__attrs_post_init__()")
+        lines.append("return copy, record")
+        return [f"def encode_{ident}_seq(obj, seq):", *(f"    {line}" for line in lines), ""]
+
+    def sequenced_encoder(self, cls: type[Any]) -> Callable[[Any, int], tuple[Any, dict[str, Any]]]:
+        """The compiled ``encode_N_seq`` of event class ``cls``."""
+        function: Callable[[Any, int], tuple[Any, dict[str, Any]]]
+        function = self.namespace[f"encode_{self.ids[cls]}_seq"]
+        return function
+
+    def _dump(self, tp: Any, var: str, depth: int, line: bool) -> str:
+        """An expression turning the value in variable ``var`` into JSON (with
+        ``line``, into what orjson writes as that JSON)."""
         match _shape(tp):
             case ("optional", inner):
-                dump = self._dump(inner, var, depth)
+                dump = self._dump(inner, var, depth, line)
                 return var if dump == var else f"(None if {var} is None else {dump})"
             case ("enum", _):
-                return f"{var}.value"
+                return var if line else f"{var}.value"
             case ("tuple", item):
                 name = f"item{depth}"
-                dump = self._dump(item, name, depth + 1)
-                return f"list({var})" if dump == name else f"[{dump} for {name} in {var}]"
+                dump = self._dump(item, name, depth + 1, line)
+                if dump == name:
+                    return var if line else f"list({var})"
+                return f"[{dump} for {name} in {var}]"
             case ("str_mapping",) | ("json_mapping",):
-                return f"dict({var})"
+                return (
+                    f"({var} if type({var}) is dict else dict({var}))" if line else f"dict({var})"
+                )
             case ("record", record_cls) if record_cls is self._own:
                 return var  # the tree walk encodes it
             case ("record", record_cls):
-                return f"encode_{self.ids.setdefault(record_cls, len(self.ids))}({var})"
+                ident = self.ids.setdefault(record_cls, len(self.ids))
+                return f"encode_{ident}{'_line' if line else ''}({var})"
             case _:
                 return var
 
@@ -713,10 +797,14 @@ class _Generated:
         suffix: str,
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
-        known = {field.name for field in fields if field.name not in skipped}
-        if tag is not None:
-            known |= {"v", "type"}
-        self._constant(f"known_{ident}", frozenset(known))
+        # A record holds no other keys than the fields (and, for an event,
+        # ``v`` and ``type``, which its caller read): ``unread`` counts the
+        # keys not read yet, each field's being read once at most, and must
+        # end at 0. Counting costs less than a set comparison of the keys.
+        required = sum(
+            1 for field in fields if field.name not in skipped and field.default is attrs.NOTHING
+        )
+        unread = f"len(record) - {required + (2 if tag is not None else 0)}"
         lines: list[str] = []
         fixed: list[str] = []
         for field in fields:
@@ -732,7 +820,14 @@ class _Generated:
                 lines += [f"value = record[{name!r}]", *check]
             elif _accepts(hints[name], default):
                 constant = self._constant(f"default_{ident}_{name}", default)
-                lines += [f"value = record.get({name!r}, {constant})", *check]
+                lines += [
+                    f"value = record.get({name!r}, _MISSING)",
+                    "if value is _MISSING:",
+                    f"    value = {constant}",
+                    "else:",
+                    "    unread -= 1",
+                    *(f"    {line}" for line in check),
+                ]
             else:
                 if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                     missing = self._constant(f"factory_{ident}_{name}", default.factory) + "()"
@@ -743,20 +838,22 @@ class _Generated:
                     "if value is _MISSING:",
                     f"    value = {missing}",
                 ]
-                if check:
-                    lines += ["else:", *(f"    {line}" for line in check)]
+                lines += ["else:", "    unread -= 1", *(f"    {line}" for line in check)]
             lines.append(f"obj.{name} = value")
         post_init = getattr(cls, "__attrs_post_init__", None) is not None
         return [
             f"def decode_{ident}{suffix}(record):",
-            f"    if type(record) is not dict or not known_{ident}.issuperset(record):",
+            "    if type(record) is not dict:",
             "        raise _Irregular",
-            f"    obj = new(twin_{ident})",
+            f"    unread = {unread}",
+            f"    obj = twin_{ident}()",
             "    try:",
             *(f"        {line}" for line in lines),
             # A missing required field, or an enum value that is not one.
             "    except (KeyError, TypeError):",
             "        raise _Irregular from None",
+            "    if unread:",  # a key that is not a field
+            "        raise _Irregular",
             *(f"    {line}" for line in fixed),
             f"    obj.__class__ = cls_{ident}",
             *(["    obj.__attrs_post_init__()"] if post_init else []),
@@ -971,6 +1068,26 @@ _EVENT_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
 _EVENT_DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     tag: _GENERATED.decoder(cls) for tag, cls in EVENT_TYPES.items()
 }
+#: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
+#: for readers that try them before :func:`decode_record`: each returns the
+#: event of a well-formed record and raises ``ValueError``, ``TypeError`` or
+#: ``LookupError`` for anything else, which :func:`decode_record` then
+#: explains (or, for a record that is unusual but valid, decodes after all).
+CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
+_EVENT_LINE_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    tag: _GENERATED.encoder(cls, line=True) for tag, cls in EVENT_TYPES.items()
+}
+#: The generated encoders of log lines, by type tag, for a log that writes
+#: ``orjson.dumps(encoder(event))`` itself: each returns a record only fit to
+#: be handed to orjson at once (it may share the event's dicts and hold enum
+#: members and tuples). If orjson refuses it (nested too deep),
+#: :func:`encode_line` writes it.
+LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_LINE_ENCODERS
+#: By event class, ``(event, seq) -> (copy, record)``: the copy of the event
+#: with ``seq`` and the line record of that copy, in one pass over the fields
+#: (the record as :data:`LINE_ENCODERS` makes it).
+SEQUENCED_LINE_ENCODERS: Mapping[type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]]
+SEQUENCED_LINE_ENCODERS = {cls: _GENERATED.sequenced_encoder(cls) for cls in EVENT_TYPES.values()}
 _encode_exception_info = _GENERATED.encoder(ExceptionInfo)
 _decode_exception_info = _GENERATED.decoder(ExceptionInfo)
 
@@ -1165,7 +1282,13 @@ def encode(event: Event) -> bytes:
 
 def encode_line(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
-    return _dumps(_EVENT_ENCODERS[event.TYPE](event), option=orjson.OPT_APPEND_NEWLINE)
+    record = _EVENT_LINE_ENCODERS[event.TYPE](event)
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:
+        pass
+    # Nested deeper than orjson writes (or not JSON at all: _dumps says so).
+    return _dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:

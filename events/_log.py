@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Protocol, Self, runtime_checkable
 
 import attrs
+import orjson
 
 from ._builders import replacer
-from ._codec import encode_line
+from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS, encode_line
 from ._errors import LogClosedError, StreamMismatchError
 from ._model import Event
 
@@ -134,9 +135,7 @@ class _LogBase:
             if self._closed:
                 raise LogClosedError(self._path())
             seq = len(self._events)
-            if event.seq != seq:
-                event = _with_seq(event, seq)
-            self._store(event)
+            event = self._store(event, seq)
             self._events.append(event)
             if self._subscribers:
                 _deliver(self._subscribers, event)
@@ -187,8 +186,9 @@ class _LogBase:
 
     # Storage hooks --------------------------------------------------------------------
 
-    def _store(self, event: Event) -> None:
-        pass
+    def _store(self, event: Event, seq: int) -> Event:
+        """Store ``event`` as number ``seq``; return it with that ``seq``."""
+        return event if event.seq == seq else _with_seq(event, seq)
 
     def _close(self) -> None:
         pass
@@ -267,7 +267,8 @@ class JsonlLog(_LogBase):
         self._file = Path(path)
         self._durability = Durability(durability)
         self._sync_always = self._durability is Durability.ALWAYS
-        self._sync_interval = self._durability is Durability.INTERVAL
+        # One test per append under ``never``.
+        self._may_sync = self._durability is not Durability.NEVER
         if interval_ms < 0:
             raise ValueError(f"interval_ms must be >= 0, not {interval_ms}")
         self._interval_ns = int(interval_ms * 1_000_000)
@@ -309,18 +310,32 @@ class JsonlLog(_LogBase):
             os.truncate(self._file, contents.torn_tail.offset)
         self._events.extend(contents.events)
 
-    def _store(self, event: Event) -> None:
-        line = encode_line(event)
+    def _store(self, event: Event, seq: int) -> Event:
+        # encode_line(), without its call: this runs once per event. An event
+        # without its seq is copied and encoded in one pass over its fields.
+        try:
+            if event.seq == seq:
+                record = LINE_ENCODERS[event.TYPE](event)
+            else:
+                event, record = SEQUENCED_LINE_ENCODERS[type(event)](event, seq)
+        except KeyError:  # a class of the user's own making
+            event = _with_seq(event, seq)
+            record = LINE_ENCODERS[event.TYPE](event)
+        try:
+            line = orjson.dumps(record, None, _NEWLINE)
+        except orjson.JSONEncodeError:
+            line = encode_line(event)
         written = os.write(self._fd, line)
         if written != len(line):
             view = memoryview(line)[written:]
             while view:
                 view = view[os.write(self._fd, view) :]
         self._dirty = True
-        if self._sync_always or (
-            self._sync_interval and time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
+        if self._may_sync and (
+            self._sync_always or time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
         ):
             self._sync()
+        return event
 
     def _sync(self) -> None:
         os.fsync(self._fd)
@@ -354,6 +369,8 @@ def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
     if first_error is not None:
         raise first_error
 
+
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 #: Per event class, how to copy an event with another ``seq``.
 _SEQ_REPLACERS: dict[type[Event], Callable[[Event, int], Event]] = {}

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
+import orjson
 
-from ._codec import UPCASTERS, Upcasters, decode
+from ._codec import CURRENT_DECODERS, UPCASTERS, Upcasters, decode
 from ._errors import (
     DecodeError,
     ForeignEventError,
@@ -26,7 +27,7 @@ from ._errors import (
     LogError,
     SequenceGapError,
 )
-from ._model import Event
+from ._model import SCHEMA_VERSION, Event
 
 __all__ = [
     "LogContents",
@@ -192,26 +193,52 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     # What follows the last newline: nothing, or a line the writer never
     # finished.
     tail = lines.pop()
+    count = len(lines)
+    # Lines are taken off the list as they are decoded, so that each line's
+    # memory is freed at once and reused for the events that follow, instead
+    # of all of them staying alive until the end.
+    lines.reverse()
+    next_line = lines.pop
     events: list[Event] = []
+    append = events.append
     run_id: str | None = None
     rank = 0
-    for number, content in enumerate(lines, 1):
+    expected = 0  # the next seq
+    decoders = CURRENT_DECODERS
+    loads = orjson.loads
+    while lines:
+        content = next_line()
+        # A line holding a well-formed record of the current version (all of
+        # them, in a log this release wrote) goes straight to its generated
+        # decoder; anything else, or anything that decoder refuses, goes
+        # through decode(), which upcasts it or names the field at fault.
+        event: Event | None = None
         try:
-            event = decode(content, upcasters)
-        except DecodeError as exc:
-            raise LogCorruptError(file, number, exc.reason) from exc
-        if event.run_id != run_id or event.rank != rank:
-            if run_id is not None:
+            record = loads(content)
+            version = record["v"]
+            if type(version) is int and version == SCHEMA_VERSION:
+                event = decoders[record["type"]](record)
+        except (ValueError, TypeError, LookupError):
+            pass
+        if event is None:
+            try:
+                event = decode(content, upcasters)
+            except DecodeError as exc:
+                # Every earlier line holds an event: this is the next one.
+                raise LogCorruptError(file, len(events) + 1, exc.reason) from exc
+        if event.seq != expected or event.rank != rank or event.run_id != run_id:
+            # The first event, or one out of place.
+            number = len(events) + 1
+            if run_id is not None and (event.run_id, event.rank) != (run_id, rank):
                 raise ForeignEventError(file, number, (run_id, rank), (event.run_id, event.rank))
             run_id, rank = event.run_id, event.rank
-        if event.seq != len(events):
-            raise SequenceGapError(file, number, len(events), event.seq)
-        events.append(event)
+            if event.seq != expected:
+                raise SequenceGapError(file, number, expected, event.seq)
+        append(event)
+        expected += 1
     torn = None
     if tail:
-        torn = TornTail(
-            path=file, line=len(lines) + 1, offset=len(data) - len(tail), length=len(tail)
-        )
+        torn = TornTail(path=file, line=count + 1, offset=len(data) - len(tail), length=len(tail))
     return LogContents(path=file, events=tuple(events), torn_tail=torn)
 
 

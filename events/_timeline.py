@@ -9,7 +9,8 @@ of one rank as in a merged fold of a thousand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -23,6 +24,7 @@ from ._model import (
     RunStarted,
     StepKind,
     StepStarted,
+    StepUnavailable,
     outcome_of,
 )
 from ._persistent_map import PersistentMap
@@ -169,6 +171,126 @@ class Timeline:
         else:
             return state
         return _state(ranks.set(event.rank, rank))
+
+    def apply_many(self, state: TimelineState, events: Iterable[Event]) -> TimelineState:
+        """The state after every event of ``events`` in turn, as :meth:`apply`
+        makes it one event at a time (:func:`events.fold` calls this).
+
+        No intermediate state is built: each rank that changes is worked on
+        in plain dicts and lists, and its frozen timeline is built once, at
+        the end. When no event is one the timeline records, ``state`` itself
+        is returned.
+        """
+        ranks = state.ranks
+        # A changed rank: [start_wall_ns, start_mono_ns, end_wall_ns,
+        # duration_ns, outcome, steps]; a step is a StepTiming (as found in
+        # ``state``) or the tuple of its fields, in _timing's order.
+        working: dict[int, list[Any]] = {}
+        kinds = _KINDS
+        started_kind, terminal_kind, run_started_kind = _STARTED, _TERMINAL, _RUN_STARTED
+        number: int | None = None
+        rank: list[Any] = []
+        steps: dict[str, Any] = {}
+        # The kind table stands for the isinstance tests apply() makes; with
+        # it, the type checker cannot tell an event's class, hence Any.
+        stream: Iterable[Any] = events
+        for event in stream:
+            try:
+                kind, outcome = kinds[type(event)]
+            except KeyError:
+                kind, outcome = _kind_of(event)
+            if kind == _OTHER:
+                continue
+            if event.rank != number:
+                number = event.rank
+                found = working.get(number)
+                if found is None:
+                    previous = ranks.get(number)
+                    if previous is None:
+                        if kind == terminal_kind:
+                            number = None
+                            continue
+                        found = [None, None, None, None, None, {}]
+                    else:
+                        found = [
+                            previous.start_wall_ns, previous.start_mono_ns, previous.end_wall_ns,
+                            previous.duration_ns, previous.outcome, dict(previous.steps),
+                        ]  # fmt: skip
+                    working[number] = found
+                rank, steps = found, found[5]
+            if kind == started_kind:
+                steps[event.step] = (
+                    number, event.step, event.kind, event.wall_ns, event.mono_ns,
+                    event.depends_on, None, None, None,
+                )  # fmt: skip
+            elif kind == terminal_kind:
+                step = event.step
+                started = steps.get(step)
+                if started is None:
+                    continue  # never started
+                if type(started) is not tuple:
+                    started = _fields(started)
+                if started[8] is not None:
+                    continue  # ended already: terminal states are final
+                start_mono = started[4]
+                steps[step] = (
+                    started[0], step, started[2], started[3], start_mono, started[5],
+                    event.wall_ns, event.mono_ns - start_mono,
+                    outcome_of(event) if outcome is None else outcome,
+                )  # fmt: skip
+            elif kind == run_started_kind:
+                rank[0], rank[1] = event.wall_ns, event.mono_ns
+            else:
+                start = rank[1]
+                rank[2] = event.wall_ns
+                rank[3] = None if start is None else event.mono_ns - start
+                rank[4] = event.outcome
+        if not working:
+            return state
+        merged = dict(ranks)
+        for number, (start_wall, start_mono, end_wall, duration, outcome, steps) in working.items():
+            timings = PersistentMap(
+                {
+                    step: _timing(*timing) if type(timing) is tuple else timing
+                    for step, timing in steps.items()
+                }
+            )
+            merged[number] = _rank(
+                number, start_wall, start_mono, end_wall, duration, outcome, timings
+            )
+        return _state(PersistentMap(merged))
+
+
+# What apply_many does with an event, by its class: the kind, and for a
+# terminal event class whose events all end a step the same way, the outcome.
+_STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
+_KINDS: dict[type[Event], tuple[int, Outcome | None]] = {}
+
+
+def _kind_of(event: Event) -> tuple[int, Outcome | None]:
+    outcome = None
+    if isinstance(event, StepStarted):
+        kind = _STARTED
+    elif isinstance(event, TERMINAL_STEP_EVENTS):
+        kind = _TERMINAL
+        if not isinstance(event, StepUnavailable):
+            outcome = outcome_of(event)
+    elif isinstance(event, RunStarted):
+        kind = _RUN_STARTED
+    elif isinstance(event, RunFinished):
+        kind = _RUN_FINISHED
+    else:
+        kind = _OTHER
+    _KINDS[type(event)] = kind, outcome
+    return kind, outcome
+
+
+def _fields(timing: StepTiming) -> tuple[Any, ...]:
+    """``timing``'s fields, in :func:`_timing`'s order."""
+    return (
+        timing.rank, timing.step, timing.kind, timing.start_wall_ns, timing.start_mono_ns,
+        timing.depends_on, timing.end_wall_ns, timing.duration_ns, timing.outcome,
+    )  # fmt: skip
 
 
 def _persistent(steps: Mapping[str, StepTiming]) -> PersistentMap[str, StepTiming]:

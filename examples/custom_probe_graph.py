@@ -25,6 +25,14 @@ kernel's generic messages, as any graph does.
 
     python examples/custom_probe_graph.py
     python examples/custom_probe_graph.py --cache-dir /var/cache/my-engine
+
+With ``--runs DIR`` each run is also written as a run directory
+(``DIR/healthy``, ``DIR/cache-denied``, ``DIR/tokenizer-broken``) that the
+command line replays with the graph's own slice::
+
+    python examples/custom_probe_graph.py --runs my-runs
+    startup-orchestrator replay my-runs/cache-denied \\
+        --slice examples/custom_probe_graph.py:MY_ENGINE
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ import anyio
 
 from events import (
     Column,
+    Event,
+    EventLog,
+    JsonlLog,
     JsonValue,
     MemoryLog,
     MessageRule,
@@ -50,6 +61,7 @@ from events import (
     StepUnavailable,
     Timeline,
     fold,
+    read_log,
     replay,
 )
 from exporters import report_text
@@ -149,10 +161,10 @@ MY_ENGINE = Slice(
 # --- running it and reading the events -----------------------------------------------
 
 
-def describe(log: MemoryLog) -> None:
+def describe(events: Sequence[Event]) -> None:
     """Print every step's outcome, from the events alone."""
     details: dict[str, str] = {}
-    for event in log.events:
+    for event in events:
         if isinstance(event, StepSucceeded):
             details[event.step] = f"result {event.result}"
         elif isinstance(event, StepUnavailable):
@@ -162,31 +174,38 @@ def describe(log: MemoryLog) -> None:
         elif isinstance(event, StepCancelled):
             details[event.step] = event.reason
     # Timeline is one of the library's pure projections: a fold over events.
-    timeline = fold(Timeline(), log.events)
+    timeline = fold(Timeline(), events)
     for timing in timeline.steps():
         duration = (timing.duration_ns or 0) / 1e6
         print(
             f"  {timing.step:<18} {timing.kind:<9} {timing.outcome or 'running':<11}"
             f" {duration:7.2f} ms  {details.get(timing.step, '')}"
         )
-    finished = log.events[-1]
+    finished = events[-1]
     assert isinstance(finished, RunFinished)
     print(f"  run: {finished.outcome}")
 
 
-def report(log: MemoryLog) -> None:
+def report(events: Sequence[Event]) -> None:
     """Replay the events with the graph's slice and print the report."""
     print("  report:")
-    for line in report_text(replay(log.events, slices=[MY_ENGINE])).splitlines():
+    for line in report_text(replay(events, slices=[MY_ENGINE])).splitlines():
         if line:
             print(f"    {line}")
 
 
-async def start(title: str, config: dict[str, JsonValue], faults: FaultPlan) -> None:
+async def start(
+    title: str, config: dict[str, JsonValue], faults: FaultPlan, run_dir: Path | None
+) -> None:
     print(f"{title}:")
-    # A MemoryLog keeps the events in memory; a JsonlLog(path, run_id=...)
-    # takes the same place and writes a file that can be replayed anywhere.
-    log = MemoryLog(run_id="custom-graph")
+    # A MemoryLog keeps the events in memory; a JsonlLog takes the same place
+    # and writes DIR/<run>/rank-0.jsonl, a file that replays anywhere.
+    log: EventLog
+    if run_dir is None:
+        log = MemoryLog(run_id="custom-graph")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = JsonlLog(run_dir / "rank-0.jsonl", run_id="custom-graph")
     try:
         result = await run(GRAPH, log, config=config, faults=faults)
     except RuntimeError as exc:
@@ -195,18 +214,27 @@ async def start(title: str, config: dict[str, JsonValue], faults: FaultPlan) -> 
         print(f"  raised {type(exc).__name__}: {exc}")
     else:
         print(f"  selected kernels: {result['kernels'].value}")
-    describe(log)
-    report(log)
+    finally:
+        log.close()
+    events = list(log.read()) if run_dir is None else read_log(run_dir / "rank-0.jsonl").events
+    describe(events)
+    report(events)
     print()
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", default="my-engine-cache", help="kernel cache directory")
+    parser.add_argument(
+        "--runs", type=Path, default=None, metavar="DIR", help="also write each run under DIR"
+    )
     args = parser.parse_args()
     config: dict[str, JsonValue] = {"cache_dir": args.cache_dir, "head_size": 128}
 
-    await start("This machine", config, FaultPlan())
+    def run_dir(name: str) -> Path | None:
+        return None if args.runs is None else args.runs / name
+
+    await start("This machine", config, FaultPlan(), run_dir("healthy"))
 
     # Faults are data: the target is a module a probe imports or a step path,
     # and exceptions are named builtins (nothing is imported or evaluated).
@@ -215,11 +243,21 @@ async def main() -> None:
         exception="PermissionError",
         args=(13, "Permission denied", args.cache_dir),
     )
-    await start("Cache directory not writable (recorded)", config, FaultPlan(faults=(denied,)))
+    await start(
+        "Cache directory not writable (recorded)",
+        config,
+        FaultPlan(faults=(denied,)),
+        run_dir("cache-denied"),
+    )
 
     # The same plan from command-line style specs.
     broken = FaultPlan.parse(["tokenizers=RuntimeError:tokenizer extension failed to initialise"])
-    await start("Tokenizer raises RuntimeError (recorded, then raised)", config, broken)
+    await start(
+        "Tokenizer raises RuntimeError (recorded, then raised)",
+        config,
+        broken,
+        run_dir("tokenizer-broken"),
+    )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ spawner)::
 Constructed with nothing, it reads everything from the environment:
 
 * **who this rank is** — torchrun's, SLURM's or Open MPI's variables
-  (:func:`~orchestrator.identity_from_environment`);
+  (``orchestrator._identity.identity_from_environment``);
 * **the run id** every rank of the launch shares — the launcher's
-  (:func:`~orchestrator.run_id_from_environment`), else agreed over the
+  (``orchestrator._identity.run_id_from_environment``), else agreed over the
   process group (rank 0's choice), never one per rank;
 * **the run directory** — ``startup-runs/<run-id>``, claimed atomically and
   shared by the ranks of the launch; a directory that holds another run is

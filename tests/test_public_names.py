@@ -98,7 +98,9 @@ def test_builtin_bases_are_kept() -> None:
 
 
 def test_a_version_1_log_reports_and_traces_public_names() -> None:
-    contents = events.read_log(ROOT / "tests" / "fixtures" / "private-type-names" / "rank-0.jsonl")
+    contents = events.read_log(
+        ROOT / "tests" / "events" / "fixtures" / "private-type-names" / "rank-0.jsonl"
+    )
     document = report_json(events.replay([contents]))
     assert document["root_cause"]["exception"]["type"] == (
         "orchestrator.engine.UnspecifiedPlatformError"

@@ -222,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--html", type=Path, default=None, metavar="FILE", help="also write an HTML timeline"
     )
+    replay.add_argument(
+        "--slice",
+        action="append",
+        default=None,
+        dest="slices",
+        metavar="MODULE:NAME",
+        help="derive messages and report columns with this events.Slice instead of the "
+        "reference engine's, for a run of your own graph; MODULE is an importable module or "
+        "a .py file (repeatable)",
+    )
 
     for name, text in (
         ("explain", "the fallback tree of every step, with outcomes and causes"),

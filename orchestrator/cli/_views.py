@@ -1,17 +1,21 @@
 """The read-only commands: replay, explain, blame, critical-path, diff, validate.
 
 They read logs (JSON only: nothing in a log is executed or imported) and
-print; they never change a log.
+print; they never change a log. The only code they load is what the user
+names on the command line (``replay --slice``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from events import Event, LogContents, LogError, merge, validate
+from events import Event, LogContents, LogError, Slice, merge, replay, validate
 
 from ._errors import InputError, UsageError
 from ._output import emit, to_json_text
@@ -27,13 +31,61 @@ def _events(contents: list[LogContents], *, until: int | None = None) -> list[Ev
     return events
 
 
-def _replay(run: RunLogs, until: int | None = None) -> Any:
-    from ..engine import replay
-
+def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()) -> Any:
     try:
-        return replay(run.contents, launch=run.launch, until=until)
+        if slices:
+            return replay(run.contents, launch=run.launch, until=until, slices=slices)
+        from ..engine import replay as engine_replay
+
+        return engine_replay(run.contents, launch=run.launch, until=until)
     except LogError as exc:
         raise InputError(str(exc)) from None
+
+
+def load_slice(spec: str) -> Slice:
+    """The :class:`events.Slice` that ``--slice MODULE:NAME`` names.
+
+    ``MODULE`` is a dotted module name on ``sys.path``, or the path of a
+    ``.py`` file, which is executed as a module (as ``python FILE`` would,
+    but not as ``__main__``); ``NAME`` is a module attribute holding a
+    ``Slice``.
+
+    Raises:
+        UsageError: the spec is malformed, the module cannot be loaded, or
+            the attribute is missing or not a ``Slice``.
+    """
+    module_name, _, name = spec.rpartition(":")
+    if not module_name or not name.isidentifier():
+        raise UsageError(f"--slice {spec!r}: expected MODULE:NAME, e.g. my_engine.slices:SLICE")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise UsageError(f"--slice {spec}: no such file: {path}")
+            loader_spec = importlib.util.spec_from_file_location(
+                f"_startup_orchestrator_slice_{path.stem}", path
+            )
+            if loader_spec is None or loader_spec.loader is None:
+                raise UsageError(f"--slice {spec}: {path} cannot be loaded as a Python module")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[loader_spec.name] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(
+            f"--slice {spec}: cannot load {module_name}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not hasattr(module, name):
+        raise UsageError(f"--slice {spec}: {module_name} has no attribute {name}")
+    value = getattr(module, name)
+    if not isinstance(value, Slice):
+        raise UsageError(
+            f"--slice {spec}: {name} is of type {type(value).__name__}, not events.Slice"
+        )
+    return value
 
 
 def _check_rank(rank: int | None, result: Any) -> None:
@@ -56,8 +108,9 @@ def command_replay(args: argparse.Namespace) -> int:
         _check_writable(f"--export jaeger-json {export[1]}", export[1])
     if args.html is not None:
         _check_writable(f"--html {args.html}", args.html)
+    slices = [load_slice(spec) for spec in args.slices or ()]
     run = read_run(args.paths)
-    result = _replay(run, args.until)
+    result = _replay(run, args.until, slices)
     _check_rank(args.rank, result)
     events = _events(run.contents, until=args.until)
     decisions = decision_divergences(events)

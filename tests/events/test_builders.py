@@ -120,8 +120,16 @@ class NotAttrs:
     __slots__ = ("level",)
 
 
+@attrs.frozen(kw_only=True)
+class OwnNew:
+    level: int
+
+    def __new__(cls, **fields: object) -> OwnNew:
+        return super().__new__(cls)
+
+
 @pytest.mark.parametrize(
-    "cls", [Validated, Converted, PreInit, Private, CachedHash, WithDict, NotAttrs]
+    "cls", [Validated, Converted, PreInit, Private, CachedHash, WithDict, NotAttrs, OwnNew]
 )
 def test_classes_init_would_build_differently_are_refused(cls: type[object]) -> None:
     with pytest.raises(TypeError, match="cannot be built without its __init__"):

@@ -22,7 +22,7 @@ from events import (
     UnsupportedVersionError,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 V0_LOG = FIXTURES / "v0-rank0.jsonl"
 
 

@@ -35,7 +35,7 @@ from events import (
     validate,
 )
 from events._codec import _dumps, _parse_deep, _spliced, encode_line
-from tests.projections import RankBuilder
+from tests.orchestrator.engine.streams import RankBuilder
 
 DEPTH = 10_000
 

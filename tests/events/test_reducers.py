@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import events
 from events import (
@@ -307,3 +309,87 @@ def test_apply_leaves_a_state_of_plain_dicts_alone() -> None:
     assert after.ranks[0].steps.keys() == {"a", "b"}
     assert after.ranks[0].steps["a"].outcome is Outcome.OK
     assert after == TimelineState(ranks={0: RankTimeline(rank=0, steps=dict(after.ranks[0].steps))})
+
+
+# --- Timeline.apply_many: the fold's path ------------------------------------------------
+
+#: What a drawn stream is made of: small sets of ranks and steps, so that
+#: steps start again, end twice or end without starting.
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["started", "succeeded", "failed", "run.started", "run.finished", "other"]),
+        st.integers(0, 2),
+        st.sampled_from(["a", "b", "c"]),
+    ),
+    max_size=40,
+)
+
+
+def _stream(ops: list[tuple[str, int, str]]) -> list[events.Event]:
+    seqs: dict[int, int] = {}
+    out: list[events.Event] = []
+    for index, (kind, rank, step) in enumerate(ops):
+        seq = seqs[rank] = seqs.get(rank, -1) + 1
+        common = {"run_id": "r", "rank": rank, "seq": seq, "wall_ns": index, "mono_ns": 3 * index}
+        if kind == "started":
+            out.append(events.StepStarted(**common, step=step, depends_on=(step,)))
+        elif kind == "succeeded":
+            out.append(events.StepSucceeded(**common, step=step))
+        elif kind == "failed":
+            out.append(events.StepFailed(**common, step=step, cause=PERMISSION_DENIED))
+        elif kind == "run.started":
+            identity = events.RankIdentity(rank=rank)
+            out.append(events.RunStarted(**common, identity=identity, host="h", pid=1))
+        elif kind == "run.finished":
+            out.append(events.RunFinished(**common, outcome=RunOutcome.READY))
+        else:
+            out.append(events.DecisionMade(**common, name="n"))
+    return out
+
+
+def _one_by_one(state: TimelineState, stream: list[events.Event]) -> TimelineState:
+    timeline = Timeline()
+    for event in stream:
+        state = timeline.apply(state, event)
+    return state
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(ops=_OPS, cut=st.integers(0, 40))
+def test_fold_builds_the_state_apply_builds(ops: list[tuple[str, int, str]], cut: int) -> None:
+    stream = _stream(ops)
+    expected = _one_by_one(TimelineState(), stream)
+    assert events.fold(Timeline(), stream) == expected
+    assert events.fold(Timeline(), once(stream)) == expected
+    # Resumed from a saved state, as built by either path.
+    middle = _one_by_one(TimelineState(), stream[:cut])
+    assert events.fold(Timeline(), stream[:cut]) == middle
+    assert events.fold(Timeline(), stream[cut:], middle, check_order=False) == expected
+    for timing in expected.steps():
+        assert type(timing) is StepTiming
+
+
+def test_fold_of_ignored_events_returns_the_state_itself() -> None:
+    start = events.fold(Timeline(), rank_stream()[:5])
+    decision = rank_stream()[5]
+    assert events.fold(Timeline(), [decision], start, check_order=False) is start
+
+
+def test_fold_leaves_a_state_of_plain_dicts_alone() -> None:
+    started = StepTiming(rank=0, step="a", kind=StepKind.STEP, start_wall_ns=0, start_mono_ns=0)
+    steps = {"a": started}
+    state = TimelineState(ranks={0: RankTimeline(rank=0, steps=steps)})
+    stream = [
+        events.StepSucceeded(**envelope(1, step="a")),
+        events.StepStarted(**envelope(2, step="b")),
+    ]
+    after = events.fold(Timeline(), stream, state, check_order=False)
+    assert steps == {"a": started}
+    assert after == _one_by_one(state, stream)
+    assert after.ranks[0].steps["a"].outcome is Outcome.OK
+
+
+def test_fold_through_apply_many_checks_the_order() -> None:
+    stream = rank_stream()
+    with pytest.raises(FoldError):
+        events.fold(Timeline(), [stream[0], stream[2]])

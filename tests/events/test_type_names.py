@@ -16,7 +16,7 @@ from events._type_names import public_type_name, public_type_names
 
 #: A failed zen4 start (``--inject zentorch=RuntimeError:...``) written by the
 #: release before public type names: schema version 1, private paths.
-PRIVATE_NAMES_RUN = Path(__file__).parent.parent / "fixtures" / "private-type-names"
+PRIVATE_NAMES_RUN = Path(__file__).parent / "fixtures" / "private-type-names"
 PRIVATE_NAMES_LOG = PRIVATE_NAMES_RUN / "rank-0.jsonl"
 
 

@@ -242,6 +242,54 @@ def test_custom_probe_graph_declares_its_messages_and_column(tmp_path: Path) -> 
     assert "Kernel cache is not writable" not in broken
 
 
+def test_custom_probe_graph_runs_replay_on_the_command_line_with_their_slice(
+    tmp_path: Path,
+) -> None:
+    from tests.orchestrator.cli.harness import call_cli
+
+    done = run_example(tmp_path, "custom_probe_graph.py", "--runs", "runs")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "cache-denied",
+        "healthy",
+        "tokenizer-broken",
+    ]
+    slice_spec = f"{EXAMPLES / 'custom_probe_graph.py'}:MY_ENGINE"
+
+    replayed = call_cli("replay", "runs/cache-denied", "--slice", slice_spec, cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.describe()
+    lines = replayed.lines()
+    assert lines[0] == "Startup ready: 1 ready (run custom-graph, 1 of 1 ranks)"
+    header = next(line for line in lines if line.split()[:2] == ["RANKS", "OUTCOME"])
+    assert header.split() == ["RANKS", "OUTCOME", "KERNELS", "LAST", "STEP"]
+    assert lines[lines.index(header) + 1].split()[:3] == ["0", "ready", "reference"]
+    assert (
+        "  WARNING [rank 0] Kernel cache is not writable (PermissionError: [Errno 13] "
+        "Permission denied: 'my-engine-cache'); compiled kernels are off."
+    ) in lines
+    assert "  INFO [rank 0] Using the reference kernels." in lines
+    # The same text as the example printed from its own replay.
+    report = section(done.stdout, "Cache directory not writable (recorded)").split("report:\n")[1]
+    assert [line.strip() for line in report.splitlines() if line.strip()] == [
+        line.strip() for line in lines if line.strip()
+    ]
+
+    # Without --slice the reference engine's columns are of no use here, and
+    # the custom messages are gone: the slice is what gives them meaning.
+    plain = call_cli("replay", "runs/cache-denied", cwd=tmp_path)
+    assert plain.returncode == 0, plain.describe()
+    assert "Kernel cache is not writable" not in plain.stdout
+    assert "KERNELS" not in plain.stdout
+
+    failed = call_cli(
+        "replay", "runs/tokenizer-broken", "--json", "--slice", slice_spec, cwd=tmp_path
+    )
+    assert failed.returncode == 1, failed.describe()
+    document = failed.json()
+    assert document["outcome"] == "failed"
+    assert document["root_cause"]["step"] == "tokenizer"
+
+
 # --- failed_start_and_replay.py -----------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from events import ExceptionInfo, FrameInfo, RunOutcome
 from exporters import JaegerJsonExporter, spans_from_events
-from tests.projections import RankBuilder
+from tests.orchestrator.engine.streams import RankBuilder
 
 DEPTH = 10_000
 

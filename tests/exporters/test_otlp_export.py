@@ -36,7 +36,7 @@ from tests.exporters.event_streams import (
     reference_stream,
     severity_with_warning_attempts,
 )
-from tests.otlp_receivers import GrpcReceiver, HttpReceiver, OtlpReceiver, ReceivedSpan
+from tests.exporters.otlp_receivers import GrpcReceiver, HttpReceiver, OtlpReceiver, ReceivedSpan
 
 STATUS_UNSET, STATUS_ERROR = 0, 2
 PROTOCOLS = ["grpc", "http/protobuf"]

@@ -21,7 +21,7 @@ from exporters import (
 )
 from exporters._terminal import terminal_text
 from orchestrator.engine import ENGINE, PLATFORM_STEP, ZENTORCH_STEP
-from tests.projections import RankBuilder, exception
+from tests.orchestrator.engine.streams import RankBuilder, exception
 
 #: What a hostile message may hold: clear screen, a colour, a bell, a
 #: carriage return, a right-to-left override, and a forged report line.

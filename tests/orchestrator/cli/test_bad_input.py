@@ -167,6 +167,26 @@ def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path:
     assert (healthy.directory / "rank-0.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ("events", ["--slice 'events'", "expected MODULE:NAME"]),
+        ("events:", ["expected MODULE:NAME"]),
+        ("no_such_module_here:SLICE", ["cannot load no_such_module_here", "ModuleNotFoundError"]),
+        ("events:NOT_THERE", ["events has no attribute NOT_THERE"]),
+        ("events:Severity", ["Severity is of type EnumType, not events.Slice"]),
+        ("missing.py:SLICE", ["no such file: missing.py"]),
+        ("broken.py:SLICE", ["cannot load broken.py", "ZeroDivisionError"]),
+    ],
+)
+def test_bad_slice_is_one_line(
+    healthy: StoredRun, tmp_path: Path, spec: str, fragments: list[str]
+) -> None:
+    (tmp_path / "broken.py").write_text("SLICE = 1 / 0\n", encoding="utf-8")
+    completed = call_cli("replay", str(healthy.directory), "--slice", spec, cwd=tmp_path)
+    _one_line_error(completed, 2, *fragments)
+
+
 def test_directory_without_logs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
 

@@ -27,8 +27,7 @@ from events import (
 )
 from exporters import report_json, report_text
 from orchestrator.engine import ENGINE, ENGINE_POLICY
-
-from . import RankBuilder, exception
+from tests.orchestrator.engine.streams import RankBuilder, exception
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -206,7 +205,7 @@ def test_the_engine_slice_declares_every_code_it_derives() -> None:
 
 
 def test_replaying_an_engine_log_imports_neither_the_runtime_nor_torch() -> None:
-    fixture = ROOT / "tests" / "fixtures" / "legacy-attention-none-valid.jsonl"
+    fixture = ROOT / "tests" / "events" / "fixtures" / "legacy-attention-none-valid.jsonl"
     code = f"""
 import sys
 from events import read_log

@@ -148,6 +148,10 @@ def test_a_crash_with_several_steps_in_flight_names_them_and_the_signal(tmp_path
         "run",
         "--inject",
         "allreduce_workspace/mnnvl=crash",
+        # Held mid-probe, so the attention step is surely in flight when
+        # mnnvl crashes (without it, a fast machine may finish it first).
+        "--inject",
+        "attention/FLASH_ATTN=hang",
         cwd=tmp_path,
         timeout=LAUNCH_TIMEOUT_S,
     )
@@ -155,7 +159,8 @@ def test_a_crash_with_several_steps_in_flight_names_them_and_the_signal(tmp_path
     lines = launched.lines()
     assert lines[0].startswith("Startup incomplete: 2 incomplete")
     assert lines[1] == (
-        "Not a real start: simulated host b200x8; injected faults: allreduce_workspace/mnnvl=crash"
+        "Not a real start: simulated host b200x8; injected faults: "
+        "allreduce_workspace/mnnvl=crash; attention/FLASH_ATTN=hang"
     )
     assert lines[2].startswith("Root cause: rank ")
     assert lines[2].endswith(
@@ -165,8 +170,8 @@ def test_a_crash_with_several_steps_in_flight_names_them_and_the_signal(tmp_path
     assert lines[3].startswith("  ")
     assert "steps were in flight:" in lines[3]
     assert "allreduce_workspace/mnnvl" in lines[3]
-    # Which other steps were still running when mnnvl crashed depends on
-    # timing; the attention step always is (its probes outlast the crash).
+    # attention starts before allreduce_workspace (which waits for
+    # flashinfer_comm, started with it) and cannot end while FLASH_ATTN hangs.
     assert "attention" in lines[3]
     assert "was killed by SIGSEGV at +" in lines[4]
     document = run_cli("replay", "--json", "run", cwd=tmp_path).json()

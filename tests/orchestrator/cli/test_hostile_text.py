@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from events import ExceptionInfo, FrameInfo, JsonlLog, RunOutcome, StepFailed, read_log
-from tests.projections import RankBuilder
+from tests.orchestrator.engine.streams import RankBuilder
 
 from .harness import Completed, run_cli
 

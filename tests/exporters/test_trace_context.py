@@ -18,10 +18,10 @@ import orchestrator
 from events import MemoryLog, StepStarted
 from exporters import format_traceparent
 from orchestrator import Graph, Isolation, Step
-from tests.otlp_receivers import HttpReceiver
+from tests.exporters.otlp_receivers import HttpReceiver
 
 from . import probe_bodies
-from .harness import DEADLINE_S, activate_span, cli_environment, run_cli
+from .tracing_harness import DEADLINE_S, activate_span, cli_environment, run_cli
 
 pytestmark = pytest.mark.anyio
 

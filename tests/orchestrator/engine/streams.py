@@ -1,5 +1,6 @@
-"""Tests of the engine projections (messages, engine state, replay) and of
-the logging bridge and report built on them.
+"""Engine-shaped event streams for the tests of the engine projections
+(messages, engine state, replay) and of the logging bridge and report built
+on them. Import as ``tests.orchestrator.engine.streams``.
 
 The builder here writes engine-shaped event streams by hand on top of
 ``events.testing.EventStream``, following the step names and payload

@@ -6,9 +6,14 @@ import json
 
 from events import Event, RunOutcome, Severity, StepKind, merge
 from orchestrator.engine import ATTENTION_STEP, PLATFORM_STEP, replay
-
-from . import MNNVL_UNSUPPORTED, TRTLLM_FAILED, RankBuilder, exception, healthy_rank
-from .test_engine_state import dead_rank, failed_rank
+from tests.orchestrator.engine.streams import (
+    MNNVL_UNSUPPORTED,
+    TRTLLM_FAILED,
+    RankBuilder,
+    exception,
+    healthy_rank,
+)
+from tests.orchestrator.engine.test_state import dead_rank, failed_rank
 
 RANK_KEYS: dict[str, type | tuple[type, ...]] = {
     "rank": int,

@@ -9,7 +9,7 @@ import pytest
 
 from events import RunStarted
 
-from .harness import run_engine_traced, spans_by_id
+from .tracing_harness import run_engine_traced, spans_by_id
 
 pytestmark = pytest.mark.anyio
 

@@ -35,7 +35,7 @@ from orchestrator.engine import (
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 from orchestrator.engine import EngineMessages as Messages
 
-from . import (
+from .streams import (
     COMM_TYPE_ERROR,
     FLASHINFER_PERMISSION,
     MNNVL_UNSUPPORTED,

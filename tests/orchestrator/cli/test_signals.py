@@ -3,7 +3,7 @@ happened, no log is left half-written except the dead rank's, and replay
 names the rank and the step where it stopped.
 
 The ranks run in processes of their own and write their logs as they go;
-the tests wait on those logs (:func:`~tests.cli.harness.wait_for_event`)
+the tests wait on those logs (:func:`~tests.orchestrator.cli.harness.wait_for_event`)
 before they send a signal, so that the signal lands where it is meant to.
 """
 

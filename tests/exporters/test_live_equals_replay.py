@@ -13,7 +13,7 @@ from events import RunFinished, RunOutcome, StepStarted
 from orchestrator._runner import derive_trace_id
 from orchestrator.engine import ZENTORCH_STEP
 
-from .harness import LiveRun, run_engine_traced, spans_by_id
+from .tracing_harness import LiveRun, run_engine_traced, spans_by_id
 
 pytestmark = pytest.mark.anyio
 

@@ -24,9 +24,8 @@ from events import Event, RunStarted, StepStarted, StepUnavailable
 from exporters import export_events, otlp_exporter
 from orchestrator._runner import derive_trace_id
 from orchestrator.engine import step_severity_hook
-from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
-
-from .harness import cli_environment, expected_span_ids, run_cli, run_events
+from tests.exporters.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
+from tests.exporters.tracing_harness import cli_environment, expected_span_ids, run_cli, run_events
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from orchestrator.engine import (
     replay,
 )
 
-from . import (
+from .streams import (
     MNNVL_UNSUPPORTED,
     TRTLLM_FAILED,
     ZENTORCH_RUNTIME,

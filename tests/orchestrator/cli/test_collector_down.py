@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from events import RunFinished, RunOutcome, StepStarted, validate
-from tests.otlp_receivers import GrpcReceiver
-
-from .harness import cli_environment, closed_port, expected_span_ids, run_cli, run_events
+from tests.exporters.otlp_receivers import GrpcReceiver
+from tests.exporters.tracing_harness import (
+    cli_environment,
+    closed_port,
+    expected_span_ids,
+    run_cli,
+    run_events,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,7 @@ import pytest
 from events import LaunchRecord, RankProcess, RunOutcome, StepKind
 from exporters import report_json, report_text
 from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, PLATFORM_STEP, replay
-
-from . import BASE_NS, RankBuilder, exception, healthy_rank
+from tests.orchestrator.engine.streams import BASE_NS, RankBuilder, exception, healthy_rank
 
 GROUP_LOST = exception(
     "orchestrator._group.GroupError",

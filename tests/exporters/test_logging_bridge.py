@@ -10,9 +10,8 @@ import pytest
 from events import MemoryLog, Severity
 from orchestrator.engine import ENGINE
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
-
-from . import RUN_ID, RankBuilder, healthy_rank
-from .test_messages import eight_ranks_two_nodes, zentorch_rank
+from tests.orchestrator.engine.streams import RUN_ID, RankBuilder, healthy_rank
+from tests.orchestrator.engine.test_messages import eight_ranks_two_nodes, zentorch_rank
 
 
 def records_of(caplog: pytest.LogCaptureFixture, code: str) -> list[logging.LogRecord]:
@@ -168,8 +167,7 @@ def test_the_bridge_gives_live_spans_their_status() -> None:
 
 def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     from exporters import LoggingBridge, scope_hidden_warnings
-
-    from . import ZENTORCH_ABI
+    from tests.orchestrator.engine.streams import ZENTORCH_ABI
 
     # Ranks 0 and 1 share a node (local world 4): zentorch.broken is scope
     # local, so only local rank 0 prints it live.

@@ -1,7 +1,7 @@
 """One rank of the all-reduce agreement test over a real gloo process group,
 and the small graph the in-process all-reduce tests share.
 
-Run as ``python -m tests.engine.gloo_worker OUT_DIR`` with the torchrun
+Run as ``python -m tests.orchestrator.engine.gloo_worker OUT_DIR`` with the torchrun
 variables set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and ``STARTUP_ORCHESTRATOR_RUN_ID``. The
 rank joins the gloo group, runs the all-reduce step on a simulated h200x8-like

@@ -57,14 +57,14 @@ from orchestrator.engine._allreduce import (
     allreduce_chain,
 )
 
-from ..orchestrator.harness import DEADLINE_S, assert_log_contract, of_type, only, terminal
+from ..harness import DEADLINE_S, assert_log_contract, of_type, only, terminal
 from .gloo_worker import RANK_2_TRTLLM_FAULT, FakeHost, RecordingFactory, build_graph
 
 pytestmark = pytest.mark.anyio
 
 MNNVL_STEP = f"{ALLREDUCE_STEP}/mnnvl"
 TRTLLM_STEP = f"{ALLREDUCE_STEP}/trtllm"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # Running one rank ------------------------------------------------------------------------
@@ -807,7 +807,7 @@ def test_four_gloo_ranks_agree_that_fusion_is_disabled(tmp_path: Path) -> None:
         for rank in range(GLOO_WORLD):
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tests.engine.gloo_worker", str(tmp_path)],
+                    [sys.executable, "-m", "tests.orchestrator.engine.gloo_worker", str(tmp_path)],
                     cwd=ROOT,
                     env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                     stdout=subprocess.PIPE,

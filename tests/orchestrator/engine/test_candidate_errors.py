@@ -17,7 +17,7 @@ from .harness import run
 
 pytestmark = pytest.mark.anyio
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "events" / "fixtures"
 
 
 def codes(events: list[object]) -> list[str]:

@@ -1,0 +1,396 @@
+"""Our codec and persistent map against the libraries that could replace them.
+
+Run from the repository root, with the libraries installed in an environment
+of their own (they are not dependencies of the project)::
+
+    python3 -m venv /tmp/benchvenv
+    /tmp/benchvenv/bin/pip install attrs orjson cattrs msgspec immutables pyrsistent
+    PYTHONPATH=. /tmp/benchvenv/bin/python benchmarks/bench_libraries.py
+    PYTHONPATH=. /tmp/benchvenv/bin/python benchmarks/bench_libraries.py --events 50000 --repeat 9
+
+A library that is not installed is left out, with a note; with none of them
+(the project's own environment) only our side is timed.
+
+It prints, side by side in one run, on the events ``bench_events.py`` uses
+(with the ``seq`` a log gives them):
+
+* encode, event to one JSON line, and decode, one JSON line to the event:
+  ``events.encode``/``events.decode`` against cattrs' orjson converter
+  (``cattrs.preconf.orjson``, configured to write our records: ``v`` and
+  ``type``, defaults left out, unknown keys refused) and against msgspec
+  (which encodes and converts attrs classes itself, but cannot write our
+  records: see the notes it prints);
+* the persistent map, on what the timeline does with it: one ``set`` per
+  event on the newest version (a rank of 40 steps, and one of 10,000), a
+  ``get`` per event, iteration over the values, and a ``set`` on an old
+  version (a fold resumed from a saved state): ``events``' own map against
+  ``immutables.Map`` and ``pyrsistent.pmap``;
+* the guarantees each keeps, probed with small concrete records and maps:
+  the table printed last.
+
+Times are as ``bench_events.py`` takes them: the best of ``--repeat``
+interleaved rounds, the cyclic garbage collector paused, in this process's
+CPU time, per event (per operation for the map).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+import time
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_events import best_of, realistic_events
+
+import events
+from events._codec import _dumps as dumps_any_depth
+from events._persistent_map import PersistentMap
+
+#: Every attrs class the codec writes, nested ones included.
+RECORD_CLASSES = (events.RankIdentity, events.FrameInfo, events.ExceptionInfo)
+EVENT_CLASSES = tuple(events.EVENT_TYPES.values())
+
+
+def available(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+# --- cattrs ---------------------------------------------------------------------------
+
+
+def cattrs_codec() -> tuple[Callable[[events.Event], bytes], Callable[[bytes], Any]]:
+    """encode and decode with cattrs' orjson converter, set up to write and
+    read our records: ``schema_version`` written as ``v``, a ``type`` tag
+    from each class's ``TYPE``, fields equal to their default left out,
+    unknown keys refused. The tag is written after the fields (cattrs adds
+    it last), so the lines are equal to ours as JSON, not byte for byte."""
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+    from cattrs.preconf.orjson import make_converter
+    from cattrs.strategies import configure_tagged_union
+
+    converter = make_converter(forbid_extra_keys=True)
+    for cls in (*RECORD_CLASSES, *EVENT_CLASSES):
+        renamed: dict[str, Any] = {}
+        if cls in EVENT_CLASSES:
+            renamed["schema_version"] = override(rename="v", omit_if_default=False)
+        converter.register_unstructure_hook(
+            cls,
+            make_dict_unstructure_fn(cls, converter, _cattrs_omit_if_default=True, **renamed),
+        )
+        converter.register_structure_hook(
+            cls,
+            make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True, **renamed),
+        )
+    union: Any = typing.Union[EVENT_CLASSES]  # noqa: UP007 - a Union object, built at run time
+    configure_tagged_union(union, converter, tag_name="type", tag_generator=lambda cls: cls.TYPE)
+
+    def encode(event: events.Event) -> bytes:
+        return converter.dumps(event, union)
+
+    def decode(line: bytes) -> Any:
+        return converter.loads(line, union)
+
+    return encode, decode
+
+
+# --- msgspec --------------------------------------------------------------------------
+
+
+def msgspec_codec() -> tuple[Callable[[events.Event], bytes], Callable[[bytes], Any]]:
+    """msgspec's own handling of attrs classes. It cannot write our records:
+    it writes every field (defaults too), ``schema_version`` by that name and
+    no ``type`` tag, and it has no tagged union of attrs classes. So encode
+    is ``msgspec.json.encode(event)`` (a different, longer line), and decode
+    parses our line with msgspec, takes the class from ``type`` and converts
+    the rest with ``msgspec.convert(..., strict=True)``."""
+    import msgspec
+
+    decoder = msgspec.json.Decoder()
+    classes = dict(events.EVENT_TYPES)
+
+    def encode(event: events.Event) -> bytes:
+        return msgspec.json.encode(event)
+
+    def decode(line: bytes) -> Any:
+        record = decoder.decode(line)
+        cls = classes[record.pop("type")]
+        record["schema_version"] = record.pop("v")
+        return msgspec.convert(record, cls, strict=True)
+
+    return encode, decode
+
+
+# --- the guarantees ---------------------------------------------------------------------
+
+Decode = Callable[[bytes], Any]
+
+
+def _refuses(decode: Decode, record: dict[str, Any]) -> tuple[bool, str]:
+    """Whether ``decode`` refuses ``record``, and its message."""
+    try:
+        # orjson does not write records nested thousands deep; the codec's
+        # writer splices them.
+        decode(dumps_any_depth(record))
+    except RecursionError:
+        return True, "RecursionError"
+    except Exception as exc:
+        return True, _message(exc)
+    return False, "accepted"
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        from cattrs import transform_error
+
+        if hasattr(exc, "exceptions"):
+            return "; ".join(transform_error(exc))  # type: ignore[arg-type]
+    except ImportError:
+        pass
+    return f"{type(exc).__name__}: {exc}"
+
+
+def codec_probes(decode: Decode, sample: events.Event) -> dict[str, str]:
+    """What ``decode`` does with records that break one rule each."""
+    good = events.encode_record(sample)
+    nested = next(iter(good["cause"]["frames"]), None) if "cause" in good else None
+    assert nested is not None, "the probes need a step.unavailable with frames"
+    deep: dict[str, Any] = {"type": "E", "message": "m", "reason": "r"}
+    for _ in range(3000):
+        deep = {"type": "E", "message": "m", "reason": "r", "cause": deep}
+    results: dict[str, str] = {}
+
+    def probe(label: str, change: Callable[[dict[str, Any]], None], want_refused: bool) -> None:
+        record = orjson.loads(orjson.dumps(good))
+        change(record)
+        refused, message = _refuses(decode, record)
+        verdict = "yes" if refused == want_refused else "NO"
+        results[label] = f"{verdict}: {message[:110]}"
+
+    probe("accepts our record", lambda r: None, False)
+    probe('refuses a str for an int (rank: "0")', lambda r: r.update(rank="0"), True)
+    probe("refuses a bool for an int (rank: true)", lambda r: r.update(rank=True), True)
+    probe("refuses an int for a str (step: 7)", lambda r: r.update(step=7), True)
+    probe(
+        'names a nested field (cause.frames[0].lineno: "x")',
+        lambda r: r["cause"]["frames"][0].update(lineno="x"),
+        True,
+    )
+    probe("refuses an unknown field", lambda r: r.update(colour="red"), True)
+    probe("refuses an unknown type tag (os.system)", lambda r: r.update(type="os.system"), True)
+    probe("refuses a newer schema version (v: 99)", lambda r: r.update(v=99), True)
+    probe(
+        "upgrades a v0 record (time in float seconds)",
+        lambda r: (r.update(v=0, time=1.5), r.pop("wall_ns"), r.pop("mono_ns")),
+        False,
+    )
+    probe("reads a cause chain 3,000 deep", lambda r: r.update(cause=deep), False)
+    return results
+
+
+def map_probes(make: Callable[[dict[Any, Any]], Any], setter: str) -> dict[str, str]:
+    """What a persistent map does about the timeline's needs."""
+    results: dict[str, str] = {}
+    keys = [f"step-{index}" for index in range(300)][::-1]
+    built = make({})
+    for key in keys:
+        built = getattr(built, setter)(key, 1)
+    results["iterates in first-insertion order (steps in start order)"] = (
+        "yes" if list(built) == keys else "NO: in its own (hash) order"
+    )
+    small = getattr(make({}), setter)("a", 1)
+    results["equal to a dict with the same items"] = "yes" if small == {"a": 1} else "NO"
+    old = getattr(make({}), setter)("a", 1)
+    getattr(old, setter)("a", 2)
+    results["an update leaves the old version as it was"] = "yes" if old["a"] == 1 else "NO"
+    return results
+
+
+# --- the persistent map -------------------------------------------------------------------
+
+
+def map_runs(
+    name: str, make: Callable[[dict[Any, Any]], Any], setter: str, n: int
+) -> dict[str, tuple[Callable[[], None], int]]:
+    """The timeline's use of a map: runs, each with its number of operations
+    (``n``, except for sets on an old version, which cost our map a copy of
+    the whole map each: ``n // 100`` of those)."""
+    set_ = setter
+    narrow = [f"attention/candidate-{index % 40}" for index in range(n)]
+    wide = [f"attention/candidate-{index}" for index in range(min(n, 10_000))] * (
+        n // min(n, 10_000)
+    )
+    full = make({key: index for index, key in enumerate(narrow[:40])})
+    big = make({key: index for index, key in enumerate(wide[:10_000])})
+
+    def sets(keys: list[str]) -> Callable[[], None]:
+        def run() -> None:
+            current = make({})
+            for index, key in enumerate(keys):
+                current = getattr(current, set_)(key, index)
+
+        return run
+
+    def gets() -> None:
+        get = full.get
+        for key in narrow:
+            get(key)
+
+    def values() -> None:
+        for _ in range(n // 40):
+            for _value in full.values():
+                pass
+
+    def branch() -> None:
+        # A set on a version that is not the newest: a fold resumed from a
+        # saved state, every time.
+        for index, key in enumerate(wide[: n // 100]):
+            getattr(big, set_)(key, index)
+
+    return {
+        f"{name}: set, 40 keys": (sets(narrow), n),
+        f"{name}: set, 10,000 keys": (sets(wide), n),
+        f"{name}: get, 40 keys": (gets, n),
+        f"{name}: iterate the values (per value)": (values, n // 40 * 40),
+        f"{name}: set on an old version of 10,000 keys": (branch, n // 100),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000, help="events per run")
+    parser.add_argument("--repeat", type=int, default=5, help="runs; the best is kept")
+    args = parser.parse_args(argv)
+    n = args.events
+
+    sample = [attrs.evolve(event, seq=seq) for seq, event in enumerate(realistic_events(n))]
+    lines = [events.encode(event) for event in sample]
+    unavailable = next(event for event in sample if isinstance(event, events.StepUnavailable))
+
+    codecs: dict[str, tuple[Callable[[events.Event], bytes], Decode]] = {
+        "events (ours)": (events.encode, events.decode)
+    }
+    notes: list[str] = []
+    for library, factory in (("cattrs", cattrs_codec), ("msgspec", msgspec_codec)):
+        if available(library):
+            codecs[library] = factory()
+        else:
+            notes.append(f"{library} is not installed: left out")
+    maps: dict[str, tuple[Callable[[dict[Any, Any]], Any], str]] = {
+        "events (ours)": (PersistentMap, "set")
+    }
+    if available("immutables"):
+        import immutables
+
+        maps["immutables.Map"] = (immutables.Map, "set")
+    else:
+        notes.append("immutables is not installed: left out")
+    if available("pyrsistent"):
+        import pyrsistent
+
+        maps["pyrsistent.pmap"] = (pyrsistent.pmap, "set")
+    else:
+        notes.append("pyrsistent is not installed: left out")
+
+    # What each codec makes of our events, before timing it.
+    equivalence: dict[str, str] = {}
+    for name, (encode, decode) in codecs.items():
+        same_json = all(
+            orjson.loads(encode(e)) == orjson.loads(ours)
+            for e, ours in zip(sample, lines, strict=True)
+        )
+        same_bytes = all(encode(e) == ours for e, ours in zip(sample, lines, strict=True))
+        try:
+            round_trip = all(
+                decode(line) == event for line, event in zip(lines, sample, strict=True)
+            )
+        except Exception as exc:
+            round_trip = False
+            notes.append(f"{name} could not decode our lines: {_message(exc)[:120]}")
+        form = "byte-identical" if same_bytes else "equal as JSON" if same_json else "NOT ours"
+        equivalence[name] = (
+            f"lines {form}; decodes our lines to equal events: {'yes' if round_trip else 'NO'}"
+        )
+
+    runs: dict[str, Callable[[], object]] = {}
+    operations: dict[str, int] = {}
+    for name, (encode, decode) in codecs.items():
+        runs[f"encode: {name}"] = lambda encode=encode: _each(encode, sample)
+        runs[f"decode: {name}"] = lambda decode=decode: _each(decode, lines)
+        operations[f"encode: {name}"] = operations[f"decode: {name}"] = n
+    for name, (make, setter) in maps.items():
+        for label, (run, count) in map_runs(name, make, setter, n).items():
+            runs[label], operations[label] = run, count
+    timed = best_of(args.repeat, runs, time.process_time)
+    per_op = {name: seconds / operations[name] for name, seconds in timed.items()}
+
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+    versions = ", ".join(
+        f"{library} {_version(library)}"
+        for library in ("orjson", "attrs", "cattrs", "msgspec", "immutables", "pyrsistent")
+        if available(library)
+    )
+    print(f"libraries: {versions}")
+    print(f"events: {n}; best of {args.repeat} interleaved runs; CPU time of this process")
+    for note in notes:
+        print(f"note: {note}")
+    print("\ncodec, per event                          us/event   vs ours")
+    for kind in ("encode", "decode"):
+        ours = per_op[f"{kind}: events (ours)"]
+        for name in codecs:
+            value = per_op[f"{kind}: {name}"]
+            print(f"  {kind} {name:<34} {value * 1e6:8.2f}  {value / ours:7.2f}x")
+    print("\nwhat each codec makes of our events")
+    for name, text in equivalence.items():
+        print(f"  {name:<16} {text}")
+    print("\npersistent map, per operation                          us/op   vs ours")
+    for operation in (
+        "set, 40 keys",
+        "set, 10,000 keys",
+        "get, 40 keys",
+        "iterate the values (per value)",
+        "set on an old version of 10,000 keys",
+    ):
+        ours = per_op[f"events (ours): {operation}"]
+        for name in maps:
+            value = per_op[f"{name}: {operation}"]
+            print(f"  {name + ': ' + operation:<52} {value * 1e6:7.3f}  {value / ours:8.3g}x")
+
+    print("\nguarantees of the codec (yes: kept; NO: not kept; the message it gave)")
+    for name, (_encode, decode) in codecs.items():
+        print(f"  [{name}]")
+        for label, verdict in codec_probes(decode, unavailable).items():
+            print(f"    {label:<52} {verdict}")
+    print("\nguarantees of the map")
+    for name, (make, setter) in maps.items():
+        print(f"  [{name}]")
+        for label, verdict in map_probes(make, setter).items():
+            print(f"    {label:<58} {verdict}")
+
+
+def _each(function: Callable[[Any], object], items: list[Any]) -> None:
+    for item in items:
+        function(item)
+
+
+def _version(library: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(library)
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
