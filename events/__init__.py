@@ -109,6 +109,8 @@ if typing.TYPE_CHECKING:
     from ._slices import MessageHook as MessageHook
     from ._slices import MessageRule as MessageRule
     from ._slices import Slice as Slice
+    from ._slices import cause_of as cause_of
+    from ._slices import reason_of as reason_of
     from ._state import Divergence as Divergence
     from ._state import RankStates as RankStates
     from ._state import Replay as Replay

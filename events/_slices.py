@@ -64,6 +64,8 @@ __all__ = [
     "MessageHook",
     "MessageRule",
     "Slice",
+    "cause_of",
+    "reason_of",
 ]
 
 #: The ``(severity, scope)`` of one message code.
@@ -97,7 +99,8 @@ def step_matches(pattern: str, step: str) -> bool:
 
 
 def cause_of(event: Event) -> ExceptionInfo | None:
-    """The recorded exception of ``event``, if it has one."""
+    """The recorded exception of ``event`` (an unavailable or failed step,
+    or the run's end), if it has one. For message hooks and templates."""
     if isinstance(event, StepUnavailable | StepFailed | RunFinished):
         return event.cause
     return None
@@ -117,7 +120,10 @@ def crash_text(event: StepCrashed) -> str:
 
 
 def reason_of(event: Event) -> str:
-    """One human line for why a step did not end ok."""
+    """One human line for why a step did not end ok: the reasons of an
+    unavailable step, else its exception's ``reason``, the timeout, or how
+    its process died. The kernel's generic messages use it; so may a
+    slice's hook, for messages that read the same."""
     match event:
         case StepUnavailable(reasons=reasons, cause=cause):
             if reasons:

@@ -47,7 +47,6 @@ from collections.abc import Iterable
 import attrs
 
 from events import (
-    Event,
     ExceptionInfo,
     JsonValue,
     MessageContext,
@@ -65,7 +64,9 @@ from events import (
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+    cause_of,
     outcome_of,
+    reason_of,
 )
 
 from ._conventions import (
@@ -210,43 +211,8 @@ def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
     return fallback
 
 
-def _cause_of(event: object) -> ExceptionInfo | None:
-    if isinstance(event, StepUnavailable | StepFailed | RunFinished):
-        return event.cause
-    return None
-
-
 def _detail(cause: ExceptionInfo | None) -> str | None:
     return None if cause is None else cause.format()
-
-
-def _reason_of(event: Event) -> str:
-    """One human line for why a step did not end ok."""
-    match event:
-        case StepUnavailable(reasons=reasons, cause=cause):
-            if reasons:
-                return "; ".join(reasons)
-            return cause.reason if cause is not None else event.outcome.value
-        case StepFailed(cause=cause):
-            return cause.reason
-        case StepTimedOut(timeout_s=timeout_s):
-            return f"timed out after {timeout_s:g} s"
-        case StepCrashed():
-            return _crash_text(event)
-        case _:
-            return outcome_of(event) or "unknown"
-
-
-def _crash_text(event: StepCrashed) -> str:
-    if event.signal is not None:
-        text = f"its process was killed by signal {event.signal}"
-    elif event.exit_code is not None:
-        text = f"its process exited with code {event.exit_code}"
-    else:
-        text = "its process died"
-    if event.stderr_tail:
-        text += f"; last stderr line: {event.stderr_tail[-1]}"
-    return text
 
 
 def legacy_code(step: str, cause: ExceptionInfo) -> str | None:
@@ -378,12 +344,12 @@ def _plugin(
     # A plugin that raised, timed out or crashed failed: not activated, and
     # worth a WARNING if the run goes on on another platform.
     event = context.event
-    cause = _cause_of(event)
+    cause = cause_of(event)
     stopped = isinstance(event, StepTimedOut | StepCrashed)
     if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
         return memory
     plugin = _attribute(started, "plugin", name)
-    reason = _reason_of(event)
+    reason = reason_of(event)
     context.emit(
         "platform.plugin_failed",
         f"Platform plugin {plugin} failed: {reason}",
@@ -422,7 +388,7 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
     event = context.event
     if outcome_of(event) is not Outcome.UNAVAILABLE:
         return
-    reason = _reason_of(event)
+    reason = reason_of(event)
     torch = memory.torch_version
     installed = f"the installed torch {torch}" if torch else "the installed torch"
     context.emit(
@@ -432,7 +398,7 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
         "release built for this torch to use ZenCpuPlatform.",
         step=event.step,
         args=(reason,),
-        detail=_detail(_cause_of(event)),
+        detail=_detail(cause_of(event)),
     )
 
 
@@ -453,7 +419,7 @@ def _attention_candidate(context: MessageContext, started: StepStarted | None, n
             args=(backend, reasons),
         )
     else:
-        reason = _reason_of(event)
+        reason = reason_of(event)
         context.emit(
             "attention.backend_unavailable",
             f"Attention backend {backend} is unavailable: {reason}",
@@ -501,7 +467,7 @@ def _flashinfer_comm(context: MessageContext) -> None:
         text = f"flashinfer.comm import failed: {event.cause.message}"
         args = (event.cause.message,)
     else:
-        reason = _reason_of(event)
+        reason = reason_of(event)
         text = f"flashinfer.comm is unavailable: {reason}"
         args = (reason,)
     context.emit(
@@ -537,7 +503,7 @@ def _allreduce_attempt(
     outcome = outcome_of(event) or Outcome.FAILED
     if outcome in (Outcome.OK, Outcome.CANCELLED):
         return attrs.evolve(memory, attempts=(*memory.attempts, (backend, None, event.seq)))
-    reason = _reason_of(event)
+    reason = reason_of(event)
     memory = attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
     fallback_left = bool(started.attributes.get("fallback_left")) if started else False
     if not fallback_left:
@@ -630,7 +596,7 @@ def _quant_workspace(context: MessageContext, memory: _Memory, started: StepStar
         return
     plain = [backend for backend, reason, _seq in memory.attempts if reason is None]
     backend = _attribute(started, "backend", plain[-1] if plain else "unknown")
-    reason = _reason_of(event)
+    reason = reason_of(event)
     context.emit(
         "allreduce.quant_workspace_failed",
         f"Failed to initialize FlashInfer allreduce quantization fusion workspace with "
@@ -640,5 +606,5 @@ def _quant_workspace(context: MessageContext, memory: _Memory, started: StepStar
         "configuration.",
         step=event.step,
         args=(backend, reason),
-        detail=_detail(_cause_of(event)),
+        detail=_detail(cause_of(event)),
     )
