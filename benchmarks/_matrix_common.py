@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +241,18 @@ def source_state() -> dict[str, Any]:
         ).stdout
         state["modified"] = [line[3:] for line in status.splitlines()]
     return state
+
+
+def provenance(argv: Sequence[str] | None) -> dict[str, Any]:
+    """What a results file says of how it was made: the command, when, the
+    code (:func:`source_state`) and the machine."""
+    return {
+        "command": [Path(sys.argv[0]).name, *(argv or sys.argv[1:])],
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": source_state(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+    }

@@ -116,8 +116,6 @@ import collections
 import concurrent.futures
 import contextlib
 import json
-import os
-import platform
 import random
 import shutil
 import subprocess
@@ -126,7 +124,6 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -975,14 +972,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.out.write_text(
             json.dumps(
                 {
-                    "command": [Path(sys.argv[0]).name, *(argv or sys.argv[1:])],
-                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "source": common.source_state(),
-                    "machine": {
-                        "cpus": os.cpu_count(),
-                        "platform": platform.platform(),
-                        "python": platform.python_version(),
-                    },
+                    **common.provenance(argv),
                     "elapsed_s": round(elapsed, 1),
                     "reach": [
                         {

@@ -106,7 +106,6 @@ import collections
 import contextlib
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -118,7 +117,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -968,14 +966,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.out.write_text(
             json.dumps(
                 {
-                    "command": [Path(sys.argv[0]).name, *(argv or sys.argv[1:])],
-                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "source": common.source_state(),
-                    "machine": {
-                        "cpus": os.cpu_count(),
-                        "platform": platform.platform(),
-                        "python": platform.python_version(),
-                    },
+                    **common.provenance(argv),
                     "healthy_s": round(healthy_s, 3),
                     "seed": options.seed,
                     "nproc": options.nproc,
