@@ -1,12 +1,12 @@
 """Exception type names as logs record them, and the upgrade of older logs.
 
 From schema version 2 on, an exception of this distribution's packages is
-recorded by its public path, ``orchestrator.engine.UnspecifiedPlatformError``:
+recorded by its public path, ``exporters.SpanExportError``:
 every exception class a package exports sets its ``__module__`` to that
 package, so :class:`~events.ExceptionInfo` writes the public path and code can
 move between private modules without changing what logs, reports and spans
 say. Version 1 logs recorded the private module the class lived in
-(``orchestrator.engine._config.UnspecifiedPlatformError``);
+(``exporters._errors.SpanExportError``);
 :func:`public_type_names` upgrades their records.
 
 The upgrade is a rule, not a table of old names: a dotted name under one of
