@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = command_run(args)
             exit_now_if_threads_linger(code)
             return code
+        if args.command == "watch":
+            from ._watch import command_watch
+
+            return command_watch(args)
         from ._views import COMMANDS
 
         return COMMANDS[args.command](args)

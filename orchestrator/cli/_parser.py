@@ -251,6 +251,43 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("run_a", type=Path, metavar="RUN_A")
     diff.add_argument("run_b", type=Path, metavar="RUN_B")
 
+    watch = commands.add_parser(
+        "watch",
+        help="follow a launch in progress: which rank is where, and which is stalled",
+        description="Follow a run in progress from its logs alone (another terminal, or "
+        "another machine with the run directory mounted; any launcher: local, torchrun, an "
+        "embedding one). Prints the outcomes as they land, a line for each rank that has "
+        "appended nothing for longer than --stall seconds, naming the step it is in, and, "
+        "per group of ranks in the same state, the step in progress and for how long (on a "
+        "terminal a block redrawn in place; elsewhere plain lines, each printed once). Ends "
+        "when every rank of the world (from manifest.json, else from the ranks' run.started) "
+        "has finished.",
+        epilog="exit status: as replay's once every rank finished: 0 ready, 1 otherwise; 1 at "
+        "--timeout, with a line naming the ranks still running and where; 2 bad usage.",
+    )
+    watch.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    watch.add_argument(
+        "--stall",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="a rank that appended nothing for longer than this is stalled (default: 10)",
+    )
+    watch.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=0.5,
+        metavar="S",
+        help="seconds between looks at the logs (default: 0.5)",
+    )
+    watch.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="give up after this many seconds, exit 1 (default: wait until the run ends)",
+    )
+
     validate = commands.add_parser(
         "validate",
         help="check logs for every integrity problem (exit 1 if any)",

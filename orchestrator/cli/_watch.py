@@ -1,0 +1,466 @@
+"""``startup-orchestrator watch``: follow a launch in progress from its logs.
+
+The watcher reads nothing but the run directory: the rank logs (each polled
+for the bytes appended since the last look; a last line still being written
+waits until its newline arrives; a log that appears later is picked up) and
+``manifest.json`` when the local launcher wrote one. A run started by
+torchrun or an embedding launcher is watched the same way; its world size is
+then the one its ranks' ``run.started`` records.
+
+What it shows, per group of ranks in the same state: the step in progress
+(the innermost unfinished one) and for how long, or the rank's outcome. It
+prints, once each, the outcomes as they land (a step that failed, timed out
+or crashed; a rank's ``run.finished``) and a line for each rank that has
+appended nothing for longer than the stall threshold, naming the step it
+is in. On a terminal the groups are a block redrawn in place below those
+lines (plain ANSI cursor movement: no dependency); elsewhere (CI, a pipe)
+every line is printed once, and the groups only when they changed, at most
+once per stall period.
+
+It ends when every rank of the world has recorded ``run.finished``, with
+``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout`` (exit 1,
+saying which ranks are still running where).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TextIO
+
+from events import (
+    DecodeError,
+    Event,
+    Outcome,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    Timeline,
+    TimelineState,
+    decode,
+    format_ranks,
+    outcome_of,
+)
+
+from ._errors import InputError, UsageError
+from ._run_logs import rank_of_file
+
+__all__ = ["RunWatcher", "Screen", "command_watch", "follow"]
+
+#: Step outcomes worth a line as they land (the expected ones, a candidate
+#: absent or unavailable, are what fallbacks are for).
+_NOTABLE = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.CRASHED})
+
+
+class _Tail:
+    """One rank log, read incrementally: only the bytes appended since the
+    last read; an unterminated last line is kept until it is completed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0  # bytes read so far, the pending ones included
+        self.pending = b""  # the last line, still without its newline
+        self.line = 0  # complete lines decoded so far
+
+    def read(self) -> list[Event]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read log: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{self.path}: not a regular file; it was not read")
+            if info.st_size < self.offset:
+                raise InputError(f"{self.path}: the log got shorter while watched (rewritten?)")
+            if info.st_size == self.offset:
+                return []
+            os.lseek(fd, self.offset, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot read log: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        self.offset += len(data)
+        complete, newline, rest = (self.pending + data).rpartition(b"\n")
+        if not newline:
+            self.pending = rest
+            return []
+        self.pending = rest
+        events = []
+        for content in complete.split(b"\n"):
+            self.line += 1
+            try:
+                events.append(decode(content))
+            except DecodeError as exc:
+                raise InputError(f"{self.path}:{self.line}: {exc.reason}") from None
+        return events
+
+
+class RunWatcher:
+    """What a run directory's logs say so far, kept up to date by
+    :meth:`poll`.
+
+    Args:
+        run_dir: the run directory (it may not exist yet).
+        clock: monotonic seconds (tests give their own).
+        wall_ns: the wall clock in nanoseconds, to age what the logs say.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.run_dir = run_dir
+        self._clock = clock
+        self._wall_ns = wall_ns
+        self._tails: dict[int, _Tail] = {}
+        self._timeline = Timeline()
+        self.state: TimelineState = self._timeline.initial()
+        self.run_id: str | None = None
+        self.world_size: int | None = None
+        self._manifest_world: int | None = None
+        #: rank -> (seconds since its last event when first seen, clock then)
+        self._progress: dict[int, tuple[float, float]] = {}
+        self._last_seq: dict[int, int] = {}
+        self.finished: dict[int, RunFinished] = {}
+
+    def poll(self) -> list[Event]:
+        """Read what was appended since the last poll; return the new events."""
+        if self._manifest_world is None and (self.run_dir / "manifest.json").is_file():
+            from .._run_directory import RunDirectoryError, read_manifest
+
+            try:
+                manifest = read_manifest(self.run_dir)
+            except RunDirectoryError:
+                manifest = None  # being written, or not ours: the logs still say
+            if manifest is not None:
+                self._manifest_world = manifest.world_size
+                self.run_id = self.run_id or manifest.run_id
+        if self.run_dir.is_dir():
+            for path in self.run_dir.glob("rank-*.jsonl"):
+                rank = rank_of_file(path)
+                if rank is not None and rank not in self._tails:
+                    self._tails[rank] = _Tail(path)
+        new: list[Event] = []
+        now = self._clock()
+        now_wall = self._wall_ns()
+        for rank in sorted(self._tails):
+            events = self._tails[rank].read()
+            if not events:
+                continue
+            for event in events:
+                self.state = self._timeline.apply(self.state, event)
+                if isinstance(event, RunStarted):
+                    self.run_id = self.run_id or event.run_id
+                    size = event.identity.world_size
+                    self.world_size = max(self.world_size or 0, size)
+                elif isinstance(event, RunFinished):
+                    self.finished[rank] = event
+            last = events[-1]
+            self._last_seq[rank] = last.seq
+            self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now)
+            new.extend(events)
+        if self._manifest_world is not None:
+            self.world_size = self._manifest_world
+        return new
+
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank known: the world's, and any with a log."""
+        known = set(self._tails) | set(range(self.world_size or 0))
+        return sorted(known)
+
+    def done(self) -> bool:
+        """Whether every rank of the world has finished."""
+        if self.world_size is None:
+            return False
+        return all(rank in self.finished for rank in self.ranks)
+
+    def idle_s(self, rank: int) -> float | None:
+        """Seconds since the rank last appended an event (``None``: no event yet)."""
+        seen = self._progress.get(rank)
+        if seen is None:
+            return None
+        age, when = seen
+        return age + self._clock() - when
+
+    def last_seq(self, rank: int) -> int | None:
+        """The last event's ``seq`` read from the rank's log."""
+        return self._last_seq.get(rank)
+
+    def in_progress(self, rank: int) -> tuple[tuple[str, ...], float]:
+        """The innermost steps the rank has started and not ended (those with
+        no unfinished step under them), and the seconds since the oldest of
+        them started."""
+        timeline = self.state.ranks.get(rank)
+        if timeline is None:
+            return (), 0.0
+        open_steps = [t for t in timeline.steps.values() if not t.finished]
+        names = {t.step for t in open_steps}
+        leaves = [
+            t
+            for t in open_steps
+            if not any(other.startswith(t.step + "/") for other in names if other != t.step)
+        ]
+        if not leaves:
+            return (), 0.0
+        started = min(t.start_wall_ns for t in leaves)
+        return tuple(t.step for t in leaves), max(0.0, (self._wall_ns() - started) / 1e9)
+
+    def describe(self, rank: int) -> tuple[str, str, float]:
+        """(state key, what to print before the duration, duration in seconds)."""
+        finished = self.finished.get(rank)
+        if finished is not None:
+            timeline = self.state.ranks.get(rank)
+            took = (timeline.duration_ns or 0) / 1e9 if timeline is not None else 0.0
+            where = f" at {finished.failed_step}" if finished.failed_step else ""
+            key = f"{finished.outcome.value}{where}"
+            return key, f"{key} in", took
+        if rank not in self._progress:
+            return "no log yet", "no log yet", 0.0
+        steps, for_s = self.in_progress(rank)
+        if not steps:
+            return "between steps", "between steps", self.idle_s(rank) or 0.0
+        key = f"in {', '.join(steps)}"
+        return key, f"{key} for", for_s
+
+    def groups(self, *, running: bool = False) -> list[tuple[str, tuple[int, ...], float]]:
+        """(text without ranks, ranks, longest duration) per group of ranks in
+        the same state, in the order of their lowest rank (``running``: only
+        the ranks not finished)."""
+        grouped: dict[str, tuple[str, list[int], float]] = {}
+        for rank in self.ranks:
+            if running and rank in self.finished:
+                continue
+            key, text, seconds = self.describe(rank)
+            if key in grouped:
+                prefix, ranks, longest = grouped[key]
+                ranks.append(rank)
+                grouped[key] = (prefix, ranks, max(longest, seconds))
+            else:
+                grouped[key] = (text, [rank], seconds)
+        return [(text, tuple(ranks), longest) for text, ranks, longest in grouped.values()]
+
+    def status_lines(self, *, durations: bool = True, running: bool = False) -> list[str]:
+        """One line per group: ``ranks 0,2-7: ready in 5.8 s``."""
+        lines = []
+        for text, ranks, seconds in self.groups(running=running):
+            if text.endswith((" in", " for")):
+                text = f"{text} {_seconds(seconds)}" if durations else text.rsplit(" ", 1)[0]
+            elif text == "between steps" and durations:
+                text = f"{text} for {_seconds(seconds)}"
+            lines.append(f"{format_ranks(ranks)}: {text}")
+        return lines
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+class Screen:
+    """Where the watcher writes: permanent lines, and on a terminal a block
+    of status lines redrawn in place below them. Safe from several threads."""
+
+    def __init__(self, stream: TextIO, *, live: bool) -> None:
+        self.stream = stream
+        self.live = live
+        self._height = 0
+        self._block: list[str] = []
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        """Print a line once, above the live block."""
+        with self._lock:
+            self._erase()
+            self.stream.write(text + "\n")
+            self._draw()
+
+    def block(self, lines: list[str]) -> None:
+        """Replace the live block (on a terminal only)."""
+        if not self.live:
+            return
+        with self._lock:
+            self._erase()
+            width = max(20, shutil.get_terminal_size().columns - 1)
+            self._block = [text[:width] for text in lines]
+            self._draw()
+
+    def close(self) -> None:
+        """Take the live block off the screen."""
+        with self._lock:
+            self._erase()
+            self._block = []
+            self.stream.flush()
+
+    def _erase(self) -> None:
+        if self._height:
+            # To the start of the block's first line, then clear to the end.
+            self.stream.write(f"\x1b[{self._height}F\x1b[J")
+            self._height = 0
+
+    def _draw(self) -> None:
+        for text in self._block:
+            self.stream.write(text + "\n")
+        self._height = len(self._block)
+        self.stream.flush()
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal a live view can redraw on."""
+    try:
+        return stream.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+def _outcome_lines(events: Iterable[Event], watcher: RunWatcher) -> list[str]:
+    """The lines for the outcomes among ``events``, ranks with the same
+    outcome at the same step grouped (with the longest duration)."""
+    grouped: dict[str, tuple[list[int], float | None]] = {}
+    for event in events:
+        if isinstance(event, RunFinished):
+            _key, text, seconds = watcher.describe(event.rank)
+            ranks, longest = grouped.get(text, ([], 0.0))
+            grouped[text] = ([*ranks, event.rank], max(longest or 0.0, seconds))
+        else:
+            outcome = outcome_of(event)
+            if outcome in _NOTABLE:
+                text = f"{event.step} {outcome.value}"
+                grouped[text] = ([*grouped.get(text, ([], None))[0], event.rank], None)
+    return [
+        f"{format_ranks(ranks)}: {text}" + ("" if seconds is None else f" {_seconds(seconds)}")
+        for text, (ranks, seconds) in grouped.items()
+    ]
+
+
+class _Stalls:
+    """Which ranks were reported stalled, so that each stall is said once."""
+
+    def __init__(self, threshold_s: float) -> None:
+        self.threshold_s = threshold_s
+        self.reported: dict[int, int | None] = {}  # rank -> its last seq then
+
+    def lines(self, watcher: RunWatcher) -> list[str]:
+        grouped: dict[str, tuple[list[int], float]] = {}
+        for rank in watcher.ranks:
+            idle = watcher.idle_s(rank)
+            if rank in watcher.finished or idle is None or idle <= self.threshold_s:
+                continue
+            seq = watcher.last_seq(rank)
+            if rank in self.reported and self.reported[rank] == seq:
+                continue
+            self.reported[rank] = seq
+            steps, _ = watcher.in_progress(rank)
+            where = ", ".join(steps) if steps else "no step (between steps)"
+            ranks, longest = grouped.get(where, ([], 0.0))
+            grouped[where] = ([*ranks, rank], max(longest, idle))
+        return [
+            f"{format_ranks(ranks)} stalled {_seconds(idle)} in {where}"
+            for where, (ranks, idle) in grouped.items()
+        ]
+
+
+def follow(
+    watcher: RunWatcher,
+    screen: Screen,
+    *,
+    stall_s: float,
+    interval_s: float,
+    timeout_s: float | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    header: bool = True,
+) -> bool:
+    """Watch until every rank of the world finished (``True``), the timeout
+    passed or ``should_stop`` says so (``False``)."""
+    stalls = _Stalls(stall_s)
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    announced = False
+    last_status: list[str] | None = None
+    last_status_at = float("-inf")
+    while True:
+        new = watcher.poll()
+        if header and not announced and watcher.world_size is not None:
+            announced = True
+            screen.line(
+                f"watching {watcher.run_dir}: run {watcher.run_id}, "
+                f"{watcher.world_size} rank{'s' if watcher.world_size != 1 else ''}"
+            )
+        for text in _outcome_lines(new, watcher):
+            screen.line(text)
+        for text in stalls.lines(watcher):
+            screen.line(text)
+        if watcher.done():
+            screen.close()
+            return True
+        if screen.live:
+            screen.block(watcher.status_lines())
+        elif header:
+            # Plain lines: the groups when they changed, at most once a stall period.
+            status = watcher.status_lines(durations=False, running=True)
+            now = time.monotonic()
+            if status != last_status and now - last_status_at >= stall_s and watcher.ranks:
+                last_status, last_status_at = status, now
+                for text in watcher.status_lines(running=True):
+                    screen.line(text)
+        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
+            screen.close()
+            return False
+        time.sleep(interval_s)
+
+
+def command_watch(args: argparse.Namespace) -> int:
+    """Follow the run directory until its world finished, then judge it as
+    ``replay`` does."""
+    run_dir: Path = args.run_dir
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a run directory")
+    screen = Screen(sys.stdout, live=is_terminal(sys.stdout))
+    watcher = RunWatcher(run_dir)
+    try:
+        done = follow(
+            watcher,
+            screen,
+            stall_s=args.stall,
+            interval_s=args.interval,
+            timeout_s=args.timeout,
+        )
+    finally:
+        screen.close()
+    if not done:
+        if not watcher.ranks:
+            where = "no run directory" if not run_dir.is_dir() else "no rank logs"
+            screen.line(f"timed out after {args.timeout:g} s: {where} in {run_dir} yet")
+        else:
+            running = watcher.status_lines(running=True)
+            screen.line(f"timed out after {args.timeout:g} s; still running: {'; '.join(running)}")
+        return 1
+    return _judge(run_dir, screen)
+
+
+def _judge(run_dir: Path, screen: Screen) -> int:
+    """``replay``'s verdict on the finished run, as one line and its exit status."""
+    from ..engine import replay
+    from ._run_logs import read_run
+
+    run = read_run([run_dir])
+    result = replay(run.contents, launch=run.launch)
+    outcome = result.outcome
+    screen.line(f"run {run.contents[0].events[0].run_id}: {outcome.value}")
+    return 0 if outcome is RunOutcome.READY else 1

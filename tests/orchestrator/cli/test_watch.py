@@ -1,0 +1,220 @@
+"""``watch``: following a launch in progress from its logs alone.
+
+The launches are real processes; ``watch`` runs in a second process, as it
+would from another terminal. Nothing sleeps to synchronise: each wait polls
+a file (a rank log, or the watcher's own output) against a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli._watch import RunWatcher, Screen, follow
+
+from .conftest import StoredRun
+from .harness import (
+    LAUNCH_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    Background,
+    call_cli,
+    command,
+    environment,
+    read_events,
+    reaping,
+    start_cli,
+    step_started,
+    wait_for_event,
+)
+
+
+def _wait_for_output(
+    watch: Background, matches: Callable[[str], bool], deadline_s: float = LAUNCH_TIMEOUT_S
+) -> str:
+    """The watcher's stdout once ``matches`` says it holds what is awaited."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        text = watch.stdout_path.read_text(encoding="utf-8", errors="replace")
+        if matches(text):
+            return text
+        assert watch.running(), f"watch ended early:\n{text}\n{watch.stderr_path.read_text()}"
+        assert time.monotonic() < deadline, f"watch did not print what was awaited:\n{text}"
+        time.sleep(POLL_INTERVAL_S)
+
+
+@contextlib.contextmanager
+def _watching(run_dir: Path, cwd: Path, *args: str) -> Iterator[Background]:
+    watch = Background(
+        command("watch", str(run_dir), *args),
+        cwd=cwd,
+        env=environment(),
+        name="watch",
+    )
+    try:
+        yield watch
+    finally:
+        watch.kill()
+
+
+def test_watch_names_the_stalled_rank_and_step_and_exits_1_once_the_ranks_are_interrupted(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    launch = start_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--grace", "1", "--timeout", "120",
+        "--inject", "1:attention/FLASH_ATTN=hang", "--run-dir", str(run_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    with (
+        reaping(launch, run_dir),
+        _watching(run_dir, tmp_path, "--stall", "1", "--interval", "0.2") as watch,
+    ):
+        wait_for_event(
+            run_dir / "rank-1.jsonl",
+            step_started("attention/FLASH_ATTN"),
+            alive=launch.running,
+        )
+        text = _wait_for_output(watch, lambda out: "in attention/FLASH_ATTN\n" in out)
+        assert "rank 1 stalled " in text
+        stalled = [line for line in text.splitlines() if line.endswith("attention/FLASH_ATTN")]
+        assert any(line.startswith("rank 1 stalled ") for line in stalled), text
+        # Rank 0 gets through; only rank 1 is stuck there.
+        assert not any(line.startswith("rank 0 stalled") for line in stalled), text
+
+        launch.send(signal.SIGTERM)
+        launch.finish()
+        finished = watch.finish()
+    assert read_events(run_dir / "rank-1.jsonl")[-1]["outcome"] == "interrupted"
+    assert finished.returncode == 1, finished.describe()
+    assert "rank 1: interrupted" in finished.stdout, finished.describe()
+    assert finished.lines()[-1].endswith(": interrupted"), finished.describe()
+
+
+def test_a_healthy_launch_watched_to_the_end_exits_0(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launch = start_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", str(run_dir), cwd=tmp_path
+    )
+    with reaping(launch, run_dir), _watching(run_dir, tmp_path, "--interval", "0.2") as watch:
+        finished = watch.finish()
+        assert launch.finish().returncode == 0
+    assert finished.returncode == 0, finished.describe()
+    lines = finished.lines()
+    assert lines[0].startswith(f"watching {run_dir}: run ")
+    assert lines[0].endswith(", 2 ranks")
+    assert lines[-1].endswith(": ready"), finished.describe()
+    # Each line once: no redraw off a terminal.
+    assert "\x1b[" not in finished.stdout
+
+
+def test_a_finished_run_is_reported_at_once_with_ranks_grouped(
+    eight_ranks: StoredRun, tmp_path: Path
+) -> None:
+    completed = call_cli("watch", str(eight_ranks.directory), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    lines = completed.lines()
+    assert lines[0].endswith(", 8 ranks")
+    assert any(line.startswith("ranks 0-7: ready in ") for line in lines), completed.describe()
+    assert lines[-1].endswith(": ready")
+
+
+def test_a_failed_run_exits_1_as_replay_does(attention_failure: StoredRun, tmp_path: Path) -> None:
+    completed = call_cli("watch", str(attention_failure.directory), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert "rank 0: failed at attention" in completed.stdout, completed.describe()
+    assert completed.lines()[-1].endswith(": failed")
+
+
+def test_a_run_without_a_manifest_takes_its_world_from_run_started(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    assert not (healthy.directory / "manifest.json").exists()
+    completed = call_cli("watch", str(healthy.directory), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert completed.lines()[0].endswith(", 1 rank")
+
+
+def test_a_directory_without_logs_is_waited_for_until_the_timeout(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    completed = call_cli("watch", "run", "--timeout", "0.3", "--interval", "0.05", cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert completed.lines() == ["timed out after 0.3 s: no rank logs in run yet"]
+    missing = call_cli("watch", "later", "--timeout", "0.2", "--interval", "0.05", cwd=tmp_path)
+    assert missing.returncode == 1, missing.describe()
+    assert missing.lines() == ["timed out after 0.2 s: no run directory in later yet"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--stall", "0"), "argument --stall: expected seconds (> 0), got '0'"),
+        (("--interval", "soon"), "argument --interval: expected seconds (> 0), got 'soon'"),
+        (("--timeout", "-1"), "argument --timeout: expected seconds (> 0), got '-1'"),
+    ],
+)
+def test_bad_arguments_are_one_usage_line_and_exit_2(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    completed = call_cli("watch", str(tmp_path), *args, cwd=tmp_path)
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert completed.stderr.splitlines() == [
+        f"startup-orchestrator: error: {expected} (see startup-orchestrator watch --help)"
+    ]
+
+
+def test_a_file_is_not_a_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "log.jsonl").write_text("")
+    completed = call_cli("watch", "log.jsonl", cwd=tmp_path)
+    assert completed.returncode == 2
+    assert completed.stderr == "startup-orchestrator: error: log.jsonl: not a run directory\n"
+
+
+def test_the_watcher_reads_only_new_bytes_and_waits_for_a_torn_line(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    source = (healthy.directory / "rank-0.jsonl").read_bytes()
+    lines = source.splitlines(keepends=True)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    watcher = RunWatcher(run_dir)
+    assert watcher.poll() == []  # no log yet
+    log = run_dir / "rank-0.jsonl"
+    half = len(lines[1]) // 2
+    log.write_bytes(lines[0] + lines[1][:half])
+    assert [e.seq for e in watcher.poll()] == [0]  # the torn line waits
+    with log.open("ab") as file:
+        file.write(lines[1][half:] + b"".join(lines[2:-1]))
+    assert [e.seq for e in watcher.poll()] == list(range(1, len(lines) - 1))
+    assert not watcher.done()
+    with log.open("ab") as file:
+        file.write(lines[-1])
+    assert [e.seq for e in watcher.poll()] == [len(lines) - 1]
+    assert watcher.done()
+    assert watcher.status_lines()[0].startswith("rank 0: ready in ")
+
+
+def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(healthy.directory, run_dir)
+    log = run_dir / "rank-0.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:-1]))
+    stream = io.StringIO()
+    screen = Screen(stream, live=True)
+    watcher = RunWatcher(run_dir)
+    assert not follow(watcher, screen, stall_s=60, interval_s=0.01, timeout_s=0.05)
+    text = stream.getvalue()
+    assert "\x1b[1F\x1b[J" in text  # the one-line block was redrawn
+    assert text.endswith("\x1b[1F\x1b[J")  # and taken off at the end
+    with log.open("ab") as file:
+        file.write(lines[-1])
+    assert follow(watcher, screen, stall_s=60, interval_s=0.01, timeout_s=5, header=False)
+    assert "rank 0: ready in " in stream.getvalue()
