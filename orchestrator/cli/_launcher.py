@@ -105,6 +105,8 @@ def launch_local(
     grace_s: float = DEFAULT_GRACE_S,
     notify: Callable[[str], None] | None = None,
     manifest: Manifest | None = None,
+    tick: Callable[[], None] | None = None,
+    relay: Callable[[str], None] | None = None,
 ) -> list[RankExit]:
     """Start ``nproc`` ranks running ``python -m orchestrator run
     <rank_arguments>`` and wait for them.
@@ -120,6 +122,12 @@ def launch_local(
         notify: called with one line whenever the launcher escalates.
         manifest: the launch's manifest, already written to ``run_dir``;
             kept up to date there as ranks start and end.
+        tick: called about every 0.1 s while the launcher waits for its
+            ranks, in the launcher's thread (a live view looks at the logs).
+        relay: when given, the ranks' stderr is read by the launcher and
+            each of its lines handed to ``relay`` (so that a live view can
+            print them above itself); otherwise the ranks share the
+            launcher's stderr.
 
     Returns:
         One :class:`RankExit` per rank started, in rank order (all of them
@@ -142,6 +150,8 @@ def launch_local(
         grace_s=grace_s,
         notify=notify or (lambda _line: None),
         manifest=manifest,
+        tick=tick,
+        relay=relay,
     )
     # The handlers go in before the first rank starts: a Ctrl-C while ranks
     # are being started must reach those already running, not orphan them
@@ -177,6 +187,8 @@ class _Launch:
         grace_s: float,
         notify: Callable[[str], None],
         manifest: Manifest | None,
+        tick: Callable[[], None] | None = None,
+        relay: Callable[[str], None] | None = None,
     ) -> None:
         self.base = base
         self.nproc = nproc
@@ -192,6 +204,10 @@ class _Launch:
         #: rank -> what the launcher sent it and why
         self.sent: dict[int, str] = {}
         self.recorded_ends: set[int] = set()
+        self.tick = tick
+        self.relay = relay
+        #: rank -> what its stderr pipe has given that is not yet a whole line
+        self.partial: dict[int, bytes] = {}
 
     def forward(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
@@ -217,7 +233,10 @@ class _Launch:
                 # and is then recorded. The launcher starts no threads, so
                 # this runs safely between fork and exec.
                 preexec_fn=_hold_sigint,
+                stderr=subprocess.PIPE if self.relay is not None else None,
             )
+            if process.stderr is not None:
+                os.set_blocking(process.stderr.fileno(), False)
             self.processes.append(process)
             self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
             if self.received:
@@ -278,8 +297,12 @@ class _Launch:
             for process in processes:
                 process.poll()
             self.record_ends()
+            self.relay_output()
+            if self.tick is not None:
+                self.tick()
             running = [p for p in processes if p.returncode is None]
             if not running:
+                self.relay_output(final=True)
                 return
             if deadline is None:
                 dead = [rank for rank, p in enumerate(processes) if _ended_unready(p)]
@@ -316,6 +339,31 @@ class _Launch:
                 deadline = time.monotonic() + self.grace_s
             with contextlib.suppress(subprocess.TimeoutExpired):
                 running[0].wait(timeout=0.1)
+
+    def relay_output(self, *, final: bool = False) -> None:
+        """Hand the ranks' whole stderr lines read so far to ``relay``; with
+        ``final``, what is left too, and close the pipes (a process a rank
+        left behind may hold them open: nothing waits for it)."""
+        if self.relay is None:
+            return
+        for rank, process in enumerate(self.processes):
+            pipe = process.stderr
+            if pipe is None or pipe.closed:
+                continue
+            data = self.partial.pop(rank, b"")
+            with contextlib.suppress(BlockingIOError, OSError):
+                while chunk := pipe.read(1 << 16):
+                    data += chunk
+            complete, newline, rest = data.rpartition(b"\n")
+            if final:
+                complete, rest = data.removesuffix(b"\n"), b""
+                pipe.close()
+            elif not newline:
+                complete, rest = b"", data
+            if rest:
+                self.partial[rank] = rest
+            for line in complete.split(b"\n") if complete else ():
+                self.relay(line.decode("utf-8", "replace"))
 
 
 def _hold_sigint() -> None:

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events import InvalidValueError, RankIdentity, Severity
 
@@ -38,6 +38,9 @@ from ._errors import InputError, UsageError
 from ._launcher import CHILD_VARIABLE, DEFAULT_GRACE_S, GRACE_VARIABLE, launch_local
 from ._output import PROG, emit, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
+
+if TYPE_CHECKING:
+    from ._watch import LaunchView
 
 __all__ = ["command_run"]
 
@@ -192,6 +195,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         raise UsageError(str(exc)) from None
     rank_arguments = _rank_arguments(args.argv)
     print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
+    # On a terminal, the live view of `watch` while the ranks run.
+    view = _live_view(run_dir)
     try:
         exits = launch_local(
             args.nproc,
@@ -199,11 +204,16 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
             run_id=run_id,
             run_dir=run_dir,
             grace_s=grace_s,
-            notify=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True),
+            notify=lambda line: _note(view, f"{PROG}: {line}"),
             manifest=manifest,
+            tick=None if view is None else view.tick,
+            relay=None if view is None else view.line,
         )
     except RunDirectoryError as exc:
         raise InputError(str(exc)) from None
+    finally:
+        if view is not None:
+            view.close()
     for exit in exits:
         if exit.returncode not in (0, 1):
             print(f"{PROG}: {exit.describe()}", file=sys.stderr)
@@ -215,6 +225,21 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
         return 2
     return _report(args, [run_dir], hidden_warnings=True)
+
+
+def _live_view(run_dir: Path) -> LaunchView | None:
+    """The launch's live view when stderr is a terminal; else ``None`` (the
+    lines printed stay what they were)."""
+    from ._watch import LaunchView, is_terminal
+
+    return LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
+
+
+def _note(view: LaunchView | None, line: str) -> None:
+    if view is None:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        view.line(line)
 
 
 def _grace(args: argparse.Namespace) -> float:

@@ -52,7 +52,15 @@ from events import (
 from ._errors import InputError, UsageError
 from ._run_logs import rank_of_file
 
-__all__ = ["RunWatcher", "Screen", "command_watch", "follow"]
+__all__ = [
+    "Follower",
+    "LaunchView",
+    "RunWatcher",
+    "Screen",
+    "command_watch",
+    "follow",
+    "is_terminal",
+]
 
 #: Step outcomes worth a line as they land (the expected ones, a candidate
 #: absent or unavailable, are what fallbacks are for).
@@ -237,7 +245,7 @@ class RunWatcher:
         steps, for_s = self.in_progress(rank)
         if not steps:
             return "between steps", "between steps", self.idle_s(rank) or 0.0
-        key = f"in {', '.join(steps)}"
+        key = f"in {_steps_text(steps)}"
         return key, f"{key} for", for_s
 
     def groups(self, *, running: bool = False) -> list[tuple[str, tuple[int, ...], float]]:
@@ -267,6 +275,11 @@ class RunWatcher:
                 text = f"{text} for {_seconds(seconds)}"
             lines.append(f"{format_ranks(ranks)}: {text}")
         return lines
+
+
+def _steps_text(steps: tuple[str, ...]) -> str:
+    """``attention/FLASH_ATTN``, or ``platform/tpu (+4 more)`` for several."""
+    return steps[0] if len(steps) == 1 else f"{steps[0]} (+{len(steps) - 1} more)"
 
 
 def _seconds(value: float) -> str:
@@ -367,13 +380,72 @@ class _Stalls:
                 continue
             self.reported[rank] = seq
             steps, _ = watcher.in_progress(rank)
-            where = ", ".join(steps) if steps else "no step (between steps)"
+            where = _steps_text(steps) if steps else "no step (between steps)"
             ranks, longest = grouped.get(where, ([], 0.0))
             grouped[where] = ([*ranks, rank], max(longest, idle))
         return [
             f"{format_ranks(ranks)} stalled {_seconds(idle)} in {where}"
             for where, (ranks, idle) in grouped.items()
         ]
+
+
+class Follower:
+    """One look at the run at a time: what :func:`follow` does in a loop, and
+    the launcher between its own checks on the ranks (``run --nproc`` on a
+    terminal).
+
+    Args:
+        watcher: the run being watched.
+        screen: where lines and the live block go.
+        stall_s: a rank that appended nothing for longer is stalled.
+        header: say which run is watched once its world is known, and, off
+            a terminal, print the groups as plain lines.
+    """
+
+    def __init__(
+        self, watcher: RunWatcher, screen: Screen, *, stall_s: float, header: bool = True
+    ) -> None:
+        self.watcher = watcher
+        self.screen = screen
+        self.stall_s = stall_s
+        self.header = header
+        self._stalls = _Stalls(stall_s)
+        self._announced = False
+        self._last_status: list[str] | None = None
+        self._last_status_at = float("-inf")
+
+    def step(self) -> bool:
+        """Read what is new and show it; ``True`` once every rank finished."""
+        watcher, screen = self.watcher, self.screen
+        new = watcher.poll()
+        if self.header and not self._announced and watcher.world_size is not None:
+            self._announced = True
+            screen.line(
+                f"watching {watcher.run_dir}: run {watcher.run_id}, "
+                f"{watcher.world_size} rank{'s' if watcher.world_size != 1 else ''}"
+            )
+        for text in _outcome_lines(new, watcher):
+            screen.line(text)
+        for text in self._stalls.lines(watcher):
+            screen.line(text)
+        if watcher.done():
+            screen.close()
+            return True
+        if screen.live:
+            screen.block(watcher.status_lines())
+        elif self.header:
+            # Plain lines: the groups when they changed, at most once a stall period.
+            status = watcher.status_lines(durations=False, running=True)
+            now = time.monotonic()
+            if (
+                status != self._last_status
+                and now - self._last_status_at >= self.stall_s
+                and watcher.ranks
+            ):
+                self._last_status, self._last_status_at = status, now
+                for text in watcher.status_lines(running=True):
+                    screen.line(text)
+        return False
 
 
 def follow(
@@ -383,46 +455,58 @@ def follow(
     stall_s: float,
     interval_s: float,
     timeout_s: float | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
     header: bool = True,
 ) -> bool:
-    """Watch until every rank of the world finished (``True``), the timeout
-    passed or ``should_stop`` says so (``False``)."""
-    stalls = _Stalls(stall_s)
-    started = time.monotonic()
-    deadline = None if timeout_s is None else started + timeout_s
-    announced = False
-    last_status: list[str] | None = None
-    last_status_at = float("-inf")
+    """Watch until every rank of the world finished (``True``) or the
+    timeout passed (``False``)."""
+    follower = Follower(watcher, screen, stall_s=stall_s, header=header)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
-        new = watcher.poll()
-        if header and not announced and watcher.world_size is not None:
-            announced = True
-            screen.line(
-                f"watching {watcher.run_dir}: run {watcher.run_id}, "
-                f"{watcher.world_size} rank{'s' if watcher.world_size != 1 else ''}"
-            )
-        for text in _outcome_lines(new, watcher):
-            screen.line(text)
-        for text in stalls.lines(watcher):
-            screen.line(text)
-        if watcher.done():
-            screen.close()
+        if follower.step():
             return True
-        if screen.live:
-            screen.block(watcher.status_lines())
-        elif header:
-            # Plain lines: the groups when they changed, at most once a stall period.
-            status = watcher.status_lines(durations=False, running=True)
-            now = time.monotonic()
-            if status != last_status and now - last_status_at >= stall_s and watcher.ranks:
-                last_status, last_status_at = status, now
-                for text in watcher.status_lines(running=True):
-                    screen.line(text)
-        if should_stop() or (deadline is not None and time.monotonic() >= deadline):
+        if deadline is not None and time.monotonic() >= deadline:
             screen.close()
             return False
         time.sleep(interval_s)
+
+
+class LaunchView:
+    """The live view ``run --nproc`` shows on a terminal: the launcher calls
+    :meth:`tick` while it waits for its ranks (at most one look at the logs
+    per ``interval_s``), sends its own lines and the ranks' stderr through
+    :meth:`line`, and :meth:`close` s it when the ranks have ended."""
+
+    def __init__(self, run_dir: Path, stream: TextIO, *, interval_s: float = 0.25) -> None:
+        self.screen = Screen(stream, live=True)
+        self._follower = Follower(
+            RunWatcher(run_dir), self.screen, stall_s=_LAUNCH_STALL_S, header=False
+        )
+        self._interval_s = interval_s
+        self._next = 0.0
+        self._done = False
+
+    def tick(self) -> None:
+        """Look at the logs, if it is time to."""
+        now = time.monotonic()
+        if self._done or now < self._next:
+            return
+        self._next = now + self._interval_s
+        self._done = self._follower.step()
+
+    def line(self, text: str) -> None:
+        """Print a line above the live block."""
+        self.screen.line(text)
+
+    def close(self) -> None:
+        """A last look (the outcomes that landed since), then the block goes."""
+        if not self._done:
+            self._next = 0.0
+            self.tick()
+        self.screen.close()
+
+
+#: The stall threshold of ``run --nproc``'s live view.
+_LAUNCH_STALL_S = 10.0
 
 
 def command_watch(args: argparse.Namespace) -> int:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import select
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +121,7 @@ def test_a_finished_run_is_reported_at_once_with_ranks_grouped(
     eight_ranks: StoredRun, tmp_path: Path
 ) -> None:
     completed = call_cli("watch", str(eight_ranks.directory), cwd=tmp_path)
+    assert "\x1b[" not in completed.stdout
     assert completed.returncode == 0, completed.describe()
     lines = completed.lines()
     assert lines[0].endswith(", 8 ranks")
@@ -218,3 +222,54 @@ def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Pa
         file.write(lines[-1])
     assert follow(watcher, screen, stall_s=60, interval_s=0.01, timeout_s=5, header=False)
     assert "rank 0: ready in " in stream.getvalue()
+
+
+def test_run_nproc_on_a_terminal_shows_the_live_view(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    terminal, child_side = os.openpty()
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        with (tmp_path / "stdout").open("wb") as stdout:
+            process = subprocess.Popen(
+                command("run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", str(run_dir)),
+                cwd=tmp_path,
+                env=environment(TERM="xterm"),
+                stdout=stdout,
+                stderr=child_side,
+            )
+        os.close(child_side)
+        shown = b""
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([terminal], [], [], POLL_INTERVAL_S)
+            if not ready:
+                continue
+            try:
+                data = os.read(terminal, 1 << 16)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            shown += data
+        returncode = process.wait(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        os.close(terminal)
+        if process is not None and process.poll() is None:
+            process.kill()
+    text = shown.decode("utf-8", "replace").replace("\r\n", "\n")
+    assert returncode == 0, text
+    assert "\x1b[1F\x1b[J" in text or "\x1b[2F\x1b[J" in text, text  # redrawn in place
+    # The ranks' own lines come through, above the block; the outcomes land.
+    assert "[rank 0] Startup ready." in text, text
+    assert "ranks 0-1: ready in " in text or "rank 1: ready in " in text, text
+    assert (tmp_path / "stdout").read_text().startswith("Startup ready: 2 ready"), text
+
+
+def test_help(tmp_path: Path) -> None:
+    listed = call_cli("--help", cwd=tmp_path)
+    assert "watch" in listed.stdout
+    shown = call_cli("watch", "--help", cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    assert shown.stdout.startswith("usage: startup-orchestrator watch")
+    for word in ("RUN_DIR", "--stall", "--interval", "--timeout", "exit status"):
+        assert word in shown.stdout, word
