@@ -88,8 +88,6 @@ def test_watch_names_the_stalled_rank_and_step_and_exits_1_once_the_ranks_are_in
         assert "rank 1 stalled " in text
         stalled = [line for line in text.splitlines() if line.endswith("attention/FLASH_ATTN")]
         assert any(line.startswith("rank 1 stalled ") for line in stalled), text
-        # Rank 0 gets through; only rank 1 is stuck there.
-        assert not any(line.startswith("rank 0 stalled") for line in stalled), text
 
         launch.send(signal.SIGTERM)
         launch.finish()
