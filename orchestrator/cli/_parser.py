@@ -280,8 +280,10 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="also write the trace as a Jaeger-UI JSON file (per rank: "
-        "FILE gets a -rank-N suffix when there are several ranks)",
+        help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "
+        "whole launch (every rank's spans, root cause marked), written from the logs once "
+        "every rank has ended; under torchrun and the like, each rank of several writes "
+        "FILE with a -rank-N suffix",
     )
     group.add_argument("--console-spans", action="store_true", help="print spans to stderr")
 
