@@ -76,6 +76,7 @@ if typing.TYPE_CHECKING:
     from ._views import decisions_of as decisions_of
     from ._views import diff_text as diff_text
     from ._views import explain_text as explain_text
+    from ._views import run_differences as run_differences
 
 _SURFACE = _Surface(globals())
 

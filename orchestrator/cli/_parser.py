@@ -246,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="what changed between two runs",
         description="Compare two runs (e.g. a healthy and a failed start): outcomes, "
-        "decisions, per-rank state and messages.",
+        "decisions, per-rank state and messages, one line per group of ranks with the "
+        "same difference. Exit status, as diff(1): 0 the runs do not differ; 1 they "
+        "differ; 2 bad input.",
     )
     diff.add_argument("run_a", type=Path, metavar="RUN_A")
     diff.add_argument("run_b", type=Path, metavar="RUN_B")

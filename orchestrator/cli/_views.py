@@ -269,8 +269,9 @@ def _view(
 
 
 def command_diff(args: argparse.Namespace) -> int:
-    """What changed between two runs."""
-    from exporters import decisions_of, diff_text, report_json
+    """What changed between two runs; as diff(1), exit 1 when they differ,
+    0 when they do not (2 for bad input)."""
+    from exporters import decisions_of, diff_text, report_json, run_differences
 
     sides = []
     for path in (args.run_a, args.run_b):
@@ -288,7 +289,8 @@ def command_diff(args: argparse.Namespace) -> int:
             label_b=str(args.run_b),
         )
     )
-    return 0
+    differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
+    return 1 if differ else 0
 
 
 def command_validate(args: argparse.Namespace) -> int:
