@@ -111,10 +111,10 @@ def _describe_end(node: _Node) -> str:
                 f"{k}={v}" for k, v in result.items() if v not in (None, [], {}) and k != "priority"
             )
             if summary:
-                text += f" ({summary[:120]})"
+                text += f" ({_clip(summary, 120)})"
         case StepUnavailable(reasons=reasons):
             if reasons:
-                text += f": {'; '.join(reasons)[:200]}"
+                text += f": {_clip('; '.join(reasons), 200)}"
         case StepFailed(cause=cause):
             text += f": {_chain_summary(cause, 300)}"
         case StepTimedOut(timeout_s=timeout):
@@ -128,7 +128,8 @@ def _describe_end(node: _Node) -> str:
 
 def _chain_summary(cause: ExceptionInfo, limit: int) -> str:
     """The reasons of ``cause``'s chain, ``" <- "``-joined and cut at
-    ``limit`` characters, reading no more links than that takes."""
+    ``limit`` characters (:func:`_clip`), reading no more links than that
+    takes."""
     reasons: list[str] = []
     length = -4
     node: ExceptionInfo | None = cause
@@ -136,7 +137,58 @@ def _chain_summary(cause: ExceptionInfo, limit: int) -> str:
         reasons.append(node.reason)
         length += len(node.reason) + 4
         node = node.cause or node.context
-    return " <- ".join(reasons)[:limit]
+    return _clip(" <- ".join(reasons), limit, more=node is not None)
+
+
+_ELLIPSIS = "…"
+_OPENERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def _clip(text: str, limit: int, *, more: bool = False) -> str:
+    """``text`` in at most ``limit`` characters: whole, or cut at a word (or
+    chain link) boundary and ended with an ellipsis, never inside a bracketed
+    token (a bracket the cut would leave open is cut off with what follows
+    it). ``more``: something follows ``text`` that is left out anyway.
+
+    A line such as ``closed by peer [127.0.0.1]:29500 [953.7ms]`` is thus
+    never shown as ``closed by peer [1 [953.7ms]``."""
+    if len(text) <= limit and not more:
+        return text
+    room = max(limit - len(_ELLIPSIS) - 1, 0)
+    if len(text) <= room:
+        return f"{text} {_ELLIPSIS}"
+    head = text[: room + 1]
+    boundary = max(head.rfind(" "), head.rfind("\n"))
+    # No boundary at all (one enormous token): cut it; the brackets are
+    # balanced below all the same.
+    head = head[:boundary] if boundary > 0 else text[:room]
+    head = head[: _first_open_at(text, len(head))]
+    head = head.rstrip()
+    while head.endswith(("<-", ":", ",", ";", "(", "[", "{", "<")):
+        head = head.removesuffix("<-").rstrip(":,;([{<").rstrip()
+    return f"{head} {_ELLIPSIS}" if head else _ELLIPSIS
+
+
+def _first_open_at(text: str, cut: int) -> int:
+    """Where the outermost bracket that is open at ``cut`` and closed after
+    it starts (``cut`` when there is none): a bracket ``text`` never closes
+    is left as it is."""
+    closes = set(_OPENERS.values())
+    stack: list[tuple[int, str]] = []
+    pairs: list[tuple[int, int]] = []
+    for index, char in enumerate(text):
+        if char in _OPENERS and text[index : index + 2] != "<-":  # "<-" joins links
+            stack.append((index, _OPENERS[char]))
+        elif char in closes:
+            # The innermost open bracket this closes; unmatched closers are
+            # ignored.
+            for depth in range(len(stack) - 1, -1, -1):
+                if stack[depth][1] == char:
+                    pairs.append((stack[depth][0], index))
+                    del stack[depth:]
+                    break
+    spanning = [start for start, end in pairs if start < cut <= end]
+    return min(spanning, default=cut)
 
 
 def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
