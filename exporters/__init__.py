@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
     from ._propagation import format_traceparent as format_traceparent
     from ._propagation import parse_traceparent as parse_traceparent
     from ._replay import export_events as export_events
+    from ._replay import with_root_cause as with_root_cause
     from ._report import REPORT_VERSION as REPORT_VERSION
     from ._report import report_header as report_header
     from ._report import report_json as report_json
@@ -75,6 +76,7 @@ if typing.TYPE_CHECKING:
     from ._views import decisions_of as decisions_of
     from ._views import diff_text as diff_text
     from ._views import explain_text as explain_text
+    from ._views import run_differences as run_differences
 
 _SURFACE = _Surface(globals())
 

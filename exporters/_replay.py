@@ -5,20 +5,29 @@ so they carry the original trace and span ids, parents, timestamps,
 attributes, events, status, resource and scope: a trace lost with a killed
 process, or never sent because the collector was down, can be delivered
 later from the logs alone.
+
+Replay also knows what no rank knew live: which rank caused the run's
+failure. :func:`with_root_cause` marks it on the ranks' root spans.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
-from events import Event, SeverityPolicy, Slice, step_severity_hook
+from events import Event, RootCause, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
 from ._spans import SeverityOf, spans_from_events
 
-__all__ = ["export_events"]
+__all__ = ["export_events", "with_root_cause"]
+
+#: The ``startup.kind`` of a rank's root span.
+_ROOT_KIND = "run"
 
 
 def export_events(
@@ -29,6 +38,7 @@ def export_events(
     slices: Sequence[Slice] = (),
     policy: SeverityPolicy | None = None,
     batch_size: int = 512,
+    root_cause: RootCause | None = None,
 ) -> int:
     """Rebuild the spans of ``events`` (one rank, or several ranks merged with
     :func:`events.merge`) and send them to ``exporter`` in batches of at most
@@ -37,7 +47,9 @@ def export_events(
 
     Span status follows the severity of the messages derived from these same
     events with ``slices`` and ``policy`` (:func:`events.step_severity_hook`),
-    as it did live, unless ``severity_of`` says otherwise.
+    as it did live, unless ``severity_of`` says otherwise. With the run's
+    ``root_cause`` (:attr:`events.Replay.root_cause`), the ranks' root spans
+    say which rank caused the failure (:func:`with_root_cause`).
 
     Returns:
         The number of spans exported.
@@ -52,7 +64,7 @@ def export_events(
     if severity_of is None:
         events = list(events)
         severity_of = step_severity_hook(events, slices=slices, policy=policy)
-    spans = spans_from_events(events, severity_of=severity_of)
+    spans = with_root_cause(spans_from_events(events, severity_of=severity_of), root_cause)
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
         if exporter.export(batch) is not SpanExportResult.SUCCESS:
@@ -60,3 +72,70 @@ def export_events(
                 exporter=type(exporter).__name__, exported=start, total=len(spans)
             )
     return len(spans)
+
+
+def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> list[ReadableSpan]:
+    """``spans`` with the run's root cause marked on the ranks' root spans.
+
+    Live, a rank knows only itself; once every rank's log is read, the root
+    cause is known (:func:`events.root_cause`). The root span of the rank
+    that caused the failure gets ``startup.root_cause=true`` and an ERROR
+    status whose description is the root cause; every other rank that did
+    not end ready gets ``startup.root_cause=false``,
+    ``startup.root_cause_rank`` and a status description that begins
+    ``"consequence of rank K"``. Ranks that ended ready, and every span
+    when ``cause`` is ``None``, are unchanged.
+    """
+    spans = list(spans)
+    if cause is None:
+        return spans
+    marked: list[ReadableSpan] = []
+    for span in spans:
+        attributes: dict[str, AttributeValue] = dict(span.attributes or {})
+        if attributes.get("startup.kind") != _ROOT_KIND:
+            marked.append(span)
+            continue
+        rank = attributes.get("startup.rank")
+        if rank == cause.rank:
+            attributes["startup.root_cause"] = True
+            description = f"root cause: {_cause_text(cause)}"
+        elif attributes.get("startup.outcome") != "ready":
+            attributes["startup.root_cause"] = False
+            attributes["startup.root_cause_rank"] = cause.rank
+            own = span.status.description
+            description = f"consequence of rank {cause.rank}" + (f": {own}" if own else "")
+        else:
+            marked.append(span)
+            continue
+        marked.append(_evolved(span, attributes, Status(StatusCode.ERROR, description)))
+    return marked
+
+
+def _cause_text(cause: RootCause) -> str:
+    where = "" if cause.step is None else f"step {cause.step}: "
+    if cause.exception is not None:
+        return f"{where}{cause.exception.reason}"
+    if cause.no_events is not None:
+        return f"rank {cause.rank} wrote no events ({cause.no_events})"
+    return f"{where}{cause.outcome.value}"
+
+
+def _evolved(
+    span: ReadableSpan, attributes: dict[str, AttributeValue], status: Status
+) -> ReadableSpan:
+    # A finished span is immutable: the marked one is a copy with the same
+    # ids, times, events and resource (built as the projection builds it).
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )

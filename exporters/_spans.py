@@ -10,7 +10,7 @@ replay of the stored log (:func:`spans_from_events`) produce equal spans.
 
 The mapping::
 
-    run.started ... run.finished      root span "startup" of the rank
+    run.started ... run.finished      root span "startup rank N" of rank N
     step.started ... terminal event   span named by the step path
     recorded exception (and every     span event "exception" at the terminal
       member of its cause chain)        event's time
@@ -80,7 +80,9 @@ __all__ = [
 #: no ``startup.severity`` attribute).
 SeverityOf: TypeAlias = Callable[[int, str, Event], Severity | None]
 
-#: Name of every rank's root span.
+#: Name of every rank's root span, followed by ``" rank N"``: ranks are told
+#: apart in a trace's timeline without opening a span (the names are as
+#: many as the world's ranks).
 ROOT_SPAN_NAME = "startup"
 #: Instrumentation scope name of every span.
 SCOPE_NAME = "startup-orchestrator"
@@ -447,7 +449,7 @@ class SpanProjection:
             reason = f"rank {state.rank} stopped before the run finished (outcome {_INCOMPLETE})"
         start_ns = started.wall_ns if started is not None else state.first_wall_ns
         return _readable_span(
-            name=ROOT_SPAN_NAME,
+            name=f"{ROOT_SPAN_NAME} rank {state.rank}",
             trace_id=head.trace_id,
             span_id=head.span_id,
             parent_span_id=head.parent_span_id,

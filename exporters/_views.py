@@ -44,6 +44,7 @@ __all__ = [
     "decisions_of",
     "diff_text",
     "explain_text",
+    "run_differences",
 ]
 
 
@@ -110,10 +111,10 @@ def _describe_end(node: _Node) -> str:
                 f"{k}={v}" for k, v in result.items() if v not in (None, [], {}) and k != "priority"
             )
             if summary:
-                text += f" ({summary[:120]})"
+                text += f" ({_clip(summary, 120)})"
         case StepUnavailable(reasons=reasons):
             if reasons:
-                text += f": {'; '.join(reasons)[:200]}"
+                text += f": {_clip('; '.join(reasons), 200)}"
         case StepFailed(cause=cause):
             text += f": {_chain_summary(cause, 300)}"
         case StepTimedOut(timeout_s=timeout):
@@ -127,7 +128,8 @@ def _describe_end(node: _Node) -> str:
 
 def _chain_summary(cause: ExceptionInfo, limit: int) -> str:
     """The reasons of ``cause``'s chain, ``" <- "``-joined and cut at
-    ``limit`` characters, reading no more links than that takes."""
+    ``limit`` characters (:func:`_clip`), reading no more links than that
+    takes."""
     reasons: list[str] = []
     length = -4
     node: ExceptionInfo | None = cause
@@ -135,7 +137,58 @@ def _chain_summary(cause: ExceptionInfo, limit: int) -> str:
         reasons.append(node.reason)
         length += len(node.reason) + 4
         node = node.cause or node.context
-    return " <- ".join(reasons)[:limit]
+    return _clip(" <- ".join(reasons), limit, more=node is not None)
+
+
+_ELLIPSIS = "…"
+_OPENERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def _clip(text: str, limit: int, *, more: bool = False) -> str:
+    """``text`` in at most ``limit`` characters: whole, or cut at a word (or
+    chain link) boundary and ended with an ellipsis, never inside a bracketed
+    token (a bracket the cut would leave open is cut off with what follows
+    it). ``more``: something follows ``text`` that is left out anyway.
+
+    A line such as ``closed by peer [127.0.0.1]:29500 [953.7ms]`` is thus
+    never shown as ``closed by peer [1 [953.7ms]``."""
+    if len(text) <= limit and not more:
+        return text
+    room = max(limit - len(_ELLIPSIS) - 1, 0)
+    if len(text) <= room:
+        return f"{text} {_ELLIPSIS}"
+    head = text[: room + 1]
+    boundary = max(head.rfind(" "), head.rfind("\n"))
+    # No boundary at all (one enormous token): cut it; the brackets are
+    # balanced below all the same.
+    head = head[:boundary] if boundary > 0 else text[:room]
+    head = head[: _first_open_at(text, len(head))]
+    head = head.rstrip()
+    while head.endswith(("<-", ":", ",", ";", "(", "[", "{", "<")):
+        head = head.removesuffix("<-").rstrip(":,;([{<").rstrip()
+    return f"{head} {_ELLIPSIS}" if head else _ELLIPSIS
+
+
+def _first_open_at(text: str, cut: int) -> int:
+    """Where the outermost bracket that is open at ``cut`` and closed after
+    it starts (``cut`` when there is none): a bracket ``text`` never closes
+    is left as it is."""
+    closes = set(_OPENERS.values())
+    stack: list[tuple[int, str]] = []
+    pairs: list[tuple[int, int]] = []
+    for index, char in enumerate(text):
+        if char in _OPENERS and text[index : index + 2] != "<-":  # "<-" joins links
+            stack.append((index, _OPENERS[char]))
+        elif char in closes:
+            # The innermost open bracket this closes; unmatched closers are
+            # ignored.
+            for depth in range(len(stack) - 1, -1, -1):
+                if stack[depth][1] == char:
+                    pairs.append((stack[depth][0], index))
+                    del stack[depth:]
+                    break
+    spanning = [start for start, end in pairs if start < cut <= end]
+    return min(spanning, default=cut)
 
 
 def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
@@ -281,18 +334,39 @@ def diff_text(
     label_b: str = "B",
 ) -> str:
     """What changed between two report documents (``report_json``): outcome,
-    root cause, per-rank state, decisions and messages. ``-`` lines are only
-    in A, ``+`` lines only in B."""
+    root cause, per-rank state, decisions and messages (the lines of
+    :func:`run_differences`), under ``---``/``+++`` headers."""
     lines = [f"--- {label_a}", f"+++ {label_b}"]
+    lines += run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
+    if len(lines) == 2:
+        lines.append("no differences in outcome, state, decisions or messages")
+    return _printable(lines)
+
+
+def run_differences(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    *,
+    decisions_a: Mapping[tuple[int, str], Any] | None = None,
+    decisions_b: Mapping[tuple[int, str], Any] | None = None,
+) -> list[str]:
+    """The differences between two report documents, one line each (empty:
+    none). ``-`` lines are only in A, ``+`` lines only in B.
+
+    Ranks with the same difference share one line (``ranks 0-7: ...``), for
+    state and decisions alike. What differs between any two launches (a
+    rank's pid, and the description that quotes it and its timing) is not
+    a difference; how a rank's process ended is."""
+    lines: list[str] = []
     if a.get("outcome") != b.get("outcome"):
         lines.append(f"outcome: {a.get('outcome')} -> {b.get('outcome')}")
     if a.get("world_size") != b.get("world_size"):
         lines.append(f"world_size: {a.get('world_size')} -> {b.get('world_size')}")
     cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
-    if not _same_json(cause_a, cause_b):
+    if not _same_json(_comparable_cause(cause_a), _comparable_cause(cause_b)):
         lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
-    ranks_a = {r["rank"]: r for r in a.get("ranks", [])}
-    ranks_b = {r["rank"]: r for r in b.get("ranks", [])}
+    ranks_a = {r["rank"]: _comparable_rank(r) for r in a.get("ranks", [])}
+    ranks_b = {r["rank"]: _comparable_rank(r) for r in b.get("ranks", [])}
     fields = sorted({k for r in [*ranks_a.values(), *ranks_b.values()] for k in r} - {"rank"})
     changes: dict[tuple[str, str, str], list[int]] = {}
     for rank in sorted(set(ranks_a) | set(ranks_b)):
@@ -303,13 +377,15 @@ def diff_text(
                 changes.setdefault(key, []).append(rank)
     for (field, old, new), ranks in changes.items():
         lines.append(f"{format_ranks(ranks)}: {field} {old} -> {new}")
-    for decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
-        old_value = (decisions_a or {}).get(decision)
-        new_value = (decisions_b or {}).get(decision)
+    decided: dict[tuple[str, str, str], list[int]] = {}
+    for rank, decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
+        old_value = (decisions_a or {}).get((rank, decision))
+        new_value = (decisions_b or {}).get((rank, decision))
         if old_value != new_value:
-            lines.append(
-                f"rank {decision[0]}: decision {decision[1]} {old_value!r} -> {new_value!r}"
-            )
+            key = (decision, repr(old_value), repr(new_value))
+            decided.setdefault(key, []).append(rank)
+    for (decision, old, new), ranks in decided.items():
+        lines.append(f"{format_ranks(ranks)}: decision {decision} {old} -> {new}")
     messages_a, messages_b = _message_keys(a), _message_keys(b)
     for key, ranks in messages_a.items():
         if messages_b.get(key) != ranks:
@@ -317,9 +393,33 @@ def diff_text(
     for key, ranks in messages_b.items():
         if messages_a.get(key) != ranks:
             lines.append(f"+ {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
-    if len(lines) == 2:
-        lines.append("no differences in outcome, state, decisions or messages")
-    return _printable(lines)
+    return lines
+
+
+#: What a rank's process record says that differs between any two launches.
+_LAUNCH_SPECIFIC = ("pid", "description")
+
+
+def _comparable_process(process: Any) -> Any:
+    if not isinstance(process, Mapping):
+        return process
+    return {k: v for k, v in process.items() if k not in _LAUNCH_SPECIFIC}
+
+
+def _comparable_rank(rank: Mapping[str, Any]) -> dict[str, Any]:
+    entry = dict(rank)
+    if "process" in entry:
+        entry["process"] = _comparable_process(entry["process"])
+    return entry
+
+
+def _comparable_cause(cause: Any) -> Any:
+    if not isinstance(cause, Mapping):
+        return cause
+    entry = {k: v for k, v in cause.items() if k != "description"}  # it has the timing
+    if "process" in entry:
+        entry["process"] = _comparable_process(entry["process"])
+    return entry
 
 
 def _same_json(a: Any, b: Any) -> bool:

@@ -246,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="what changed between two runs",
         description="Compare two runs (e.g. a healthy and a failed start): outcomes, "
-        "decisions, per-rank state and messages.",
+        "decisions, per-rank state and messages, one line per group of ranks with the "
+        "same difference. Exit status, as diff(1): 0 the runs do not differ; 1 they "
+        "differ; 2 bad input.",
     )
     diff.add_argument("run_a", type=Path, metavar="RUN_A")
     diff.add_argument("run_b", type=Path, metavar="RUN_B")
@@ -317,8 +319,10 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="also write the trace as a Jaeger-UI JSON file (per rank: "
-        "FILE gets a -rank-N suffix when there are several ranks)",
+        help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "
+        "whole launch (every rank's spans, root cause marked), written from the logs once "
+        "every rank has ended; under torchrun and the like, each rank of several writes "
+        "FILE with a -rank-N suffix",
     )
     group.add_argument("--console-spans", action="store_true", help="print spans to stderr")
 

@@ -9,7 +9,10 @@ exit codes, and prints the report.
 
 The launcher (``--nproc N``) claims the run directory, writes its manifest,
 starts the ranks (which die with it), waits, prints on stderr the WARNINGs
-scope kept off every printing rank, then the report ``replay`` prints.
+scope kept off every printing rank, then the report ``replay`` prints. With
+``--trace-file`` the ranks write no file: the launcher writes one Jaeger-UI
+document for the whole launch from the ranks' logs once they have all ended
+(a killed rank's spans included, the root cause marked).
 """
 
 from __future__ import annotations
@@ -178,6 +181,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
     )
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
+    if args.trace_file is not None:
+        _check_writable(args.trace_file)
     manifest = Manifest(
         run_id=run_id,
         command=(PROG, *args.argv),
@@ -214,6 +219,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
     finally:
         if view is not None:
             view.close()
+    if args.trace_file is not None:
+        _write_launch_trace(run_dir, args.trace_file)
     for exit in exits:
         if exit.returncode not in (0, 1):
             print(f"{PROG}: {exit.describe()}", file=sys.stderr)
@@ -242,6 +249,44 @@ def _note(view: LaunchView | None, line: str) -> None:
         view.line(line)
 
 
+def _check_writable(path: Path) -> None:
+    """Exit 2 before any rank starts when the trace file cannot be written."""
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--trace-file {path}: cannot write: {exc.strerror}") from None
+
+
+def _write_launch_trace(run_dir: Path, path: Path) -> None:
+    """One Jaeger-UI document for the whole launch, rebuilt from every rank's
+    log by the projection the live spans come from (spans a killed rank
+    left open end as ``incomplete``), with the root cause marked: loaded
+    together, per-rank files of one trace id would hide all but one."""
+    import json
+
+    from events import LogError, merge
+    from exporters import jaeger_document, spans_from_events, with_root_cause
+
+    from ..engine import replay, step_severity_hook
+
+    try:
+        run = read_run([run_dir])
+        events = list(merge(run.contents))
+        cause = replay(run.contents, launch=run.launch).root_cause
+        spans = with_root_cause(
+            spans_from_events(events, severity_of=step_severity_hook(events)), cause
+        )
+        text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(text + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except (OSError, ValueError, LogError, InputError, UsageError) as exc:
+        print(f"{PROG}: --trace-file {path}: not written: {exc}", file=sys.stderr)
+        return
+    print(f"{PROG}: the launch's trace ({len(spans)} spans) is in {path}", file=sys.stderr)
+
+
 def _grace(args: argparse.Namespace) -> float:
     """``--grace``, else ``STARTUP_ORCHESTRATOR_GRACE_S``, else 10 s."""
     if args.grace is not None:
@@ -258,6 +303,11 @@ def _grace(args: argparse.Namespace) -> float:
     return value
 
 
+#: Options only the launcher uses (the trace file too: the launcher writes it
+#: for the whole launch).
+_LAUNCHER_OPTIONS = ("--nproc", "--run-dir", "--run-id", "--grace", "--trace-file")
+
+
 def _rank_arguments(argv: list[str]) -> list[str]:
     """The launcher's own arguments minus those that only it uses."""
     out: list[str] = []
@@ -268,10 +318,10 @@ def _rank_arguments(argv: list[str]) -> list[str]:
             continue
         if item in ("run",) and not out:
             continue
-        if item in ("--nproc", "--run-dir", "--run-id", "--grace"):
+        if item in _LAUNCHER_OPTIONS:
             skip = True
             continue
-        if item.startswith(("--nproc=", "--run-dir=", "--run-id=", "--grace=")) or item == "--json":
+        if item.startswith(tuple(f"{o}=" for o in _LAUNCHER_OPTIONS)) or item == "--json":
             continue
         out.append(item)
     return out

@@ -122,7 +122,7 @@ def command_replay(args: argparse.Namespace) -> int:
         if decisions:
             emit(decision_divergences_text(decisions))
     if export is not None:
-        _export(export, events)
+        _export(export, events, result.root_cause)
     if args.html is not None:
         from exporters import timeline_html
 
@@ -209,7 +209,7 @@ def _check_writable(option: str, path: Path) -> None:
         raise InputError(f"{option}: cannot write: {exc.strerror}") from None
 
 
-def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
+def _export(export: tuple[str, Path | None], events: Iterable[Event], root_cause: Any) -> None:
     import sys
 
     from exporters import (
@@ -237,7 +237,9 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event]) -> None:
     from ..engine import step_severity_hook
 
     try:
-        count = export_events(events, exporter, severity_of=step_severity_hook(events))
+        count = export_events(
+            events, exporter, severity_of=step_severity_hook(events), root_cause=root_cause
+        )
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None
     finally:
@@ -267,8 +269,9 @@ def _view(
 
 
 def command_diff(args: argparse.Namespace) -> int:
-    """What changed between two runs."""
-    from exporters import decisions_of, diff_text, report_json
+    """What changed between two runs; as diff(1), exit 1 when they differ,
+    0 when they do not (2 for bad input)."""
+    from exporters import decisions_of, diff_text, report_json, run_differences
 
     sides = []
     for path in (args.run_a, args.run_b):
@@ -286,7 +289,8 @@ def command_diff(args: argparse.Namespace) -> int:
             label_b=str(args.run_b),
         )
     )
-    return 0
+    differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
+    return 1 if differ else 0
 
 
 def command_validate(args: argparse.Namespace) -> int:

@@ -78,7 +78,7 @@ async def test_a_failed_run_is_red_from_the_failing_step_to_the_root(tmp_path: P
     assert isinstance(finished, RunFinished)
     assert finished.outcome is RunOutcome.FAILED
     spans = {span.name: span for span in run.live}
-    for name in ("attention/FLASHINFER", "attention", "startup"):
+    for name in ("attention/FLASHINFER", "attention", "startup rank 0"):
         assert spans[name].status.status_code is StatusCode.ERROR, name
     [raised] = [e for e in spans["attention/FLASHINFER"].events if e.name == "exception"]
     assert raised.attributes is not None

@@ -50,11 +50,21 @@ from tests.exporters.event_streams import (
 
 
 def by_name(spans: list[ReadableSpan], rank: int = 0) -> dict[str, ReadableSpan]:
-    return {
+    """Rank ``rank``'s spans by name, its root span as ``ROOT_SPAN_NAME``
+    (checked to be named after the rank)."""
+    named = {
         span.name: span
         for span in spans
         if span.attributes is not None and span.attributes["startup.rank"] == rank
     }
+    root = named.pop(root_name(rank), None)
+    if root is not None:
+        named[ROOT_SPAN_NAME] = root
+    return named
+
+
+def root_name(rank: int) -> str:
+    return f"{ROOT_SPAN_NAME} rank {rank}"
 
 
 def fed(events: Iterable[Event]) -> list[ReadableSpan]:
@@ -321,7 +331,7 @@ def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
         "RuntimeError",
         "OSError",
     ]
-    assert root.name == ROOT_SPAN_NAME
+    assert root.name == "startup rank 0"
     assert root.status.status_code is StatusCode.ERROR
     assert root.status.description == "RuntimeError: unknown zentorch failure"
     assert (root.attributes or {})["startup.outcome"] == "failed"
@@ -423,7 +433,7 @@ def test_a_rank_that_stopped_closes_its_open_spans_as_incomplete() -> None:
 
     cuda, platform, root = projection.finish()
     assert projection.open_spans == 0
-    assert [cuda.name, platform.name, root.name] == ["platform/cuda", "platform", ROOT_SPAN_NAME]
+    assert [cuda.name, platform.name, root.name] == ["platform/cuda", "platform", root_name(1)]
     for span in (cuda, platform, root):
         assert span.end_time == last
         assert span.status.status_code is StatusCode.ERROR
@@ -449,7 +459,7 @@ def test_spans_are_returned_as_each_step_ends() -> None:
         ("step.unavailable", "allreduce/workspace/mnnvl"),
         ("step.succeeded", "allreduce/workspace/trtllm"),
         ("step.succeeded", "allreduce/workspace"),
-        ("run.finished", ROOT_SPAN_NAME),
+        ("run.finished", root_name(0)),
     ]
     assert projection.finish() == []
 

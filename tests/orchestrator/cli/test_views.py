@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import StoredRun
-from .harness import call_cli, rank_logs, read_events, run_cli
+from .harness import LAUNCH_TIMEOUT_S, call_cli, rank_logs, read_events, run_cli
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)(us|ms|s) (\S+) \(rank (\d+)\)$")
 _UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9}
@@ -77,7 +77,7 @@ def test_diff_names_outcome_and_message_changes(
         "diff", str(healthy.directory), str(attention_failure.directory), cwd=tmp_path
     )
 
-    assert diffed.returncode == 0, diffed.describe()
+    assert diffed.returncode == 1, diffed.describe()  # they differ, as diff(1) says
     lines = diffed.lines()
     assert lines[:2] == [f"--- {healthy.directory}", f"+++ {attention_failure.directory}"]
     assert "outcome: ready -> failed" in lines
@@ -91,6 +91,52 @@ def test_diff_names_outcome_and_message_changes(
         line.startswith("+ ERROR [rank 0] Step attention/FLASH_ATTN failed: RuntimeError")
         for line in lines
     )
+
+
+@pytest.fixture(scope="module")
+def eight_flashinfer(tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
+    """Eight ranks that all chose the FLASHINFER attention backend."""
+    cwd = tmp_path_factory.mktemp("eight-flashinfer")
+    completed = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "8", "--run-dir", "run",
+        "--attention-backend", "FLASHINFER",
+        cwd=cwd, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.describe()
+    return StoredRun(directory=cwd / "run", completed=completed)
+
+
+@pytest.mark.slow
+def test_diff_groups_ranks_with_the_same_difference(
+    eight_ranks: StoredRun, eight_flashinfer: StoredRun, tmp_path: Path
+) -> None:
+    diffed = call_cli(
+        "diff", str(eight_ranks.directory), str(eight_flashinfer.directory), cwd=tmp_path
+    )
+
+    assert diffed.returncode == 1, diffed.describe()
+    lines = diffed.lines()[2:]
+    assert "ranks 0-7: attention_backend 'FLASH_ATTN' -> 'FLASHINFER'" in lines
+    assert "ranks 0-7: decision candidates.select@attention 'FLASH_ATTN' -> 'FLASHINFER'" in lines
+    # One line per group of ranks, never one per rank; a rank's pid (it
+    # differs between any two launches) is not a difference.
+    assert not [line for line in lines if line.startswith("rank ")], lines
+    assert not [line for line in lines if "pid" in line], lines
+    assert len(lines) <= 6, lines
+
+
+@pytest.mark.slow
+def test_diff_of_two_identical_launches_exits_0(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    again = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "8", "--run-dir", "again",
+        cwd=tmp_path, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+    assert again.returncode == 0, again.describe()
+
+    diffed = call_cli("diff", str(eight_ranks.directory), str(tmp_path / "again"), cwd=tmp_path)
+
+    assert diffed.returncode == 0, diffed.describe()
+    assert diffed.lines()[2:] == ["no differences in outcome, state, decisions or messages"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,67 @@
+"""Once every rank's log is read, the ranks' root spans say which rank
+caused the failure (``with_root_cause``); live, a rank knows only itself."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from events import Event, RunOutcome, merge, root_cause
+from events import replay as replay_run
+from exporters import spans_from_events, with_root_cause
+from tests.orchestrator.engine.streams import RankBuilder, exception
+
+CAUSE = exception("RuntimeError", "unknown zentorch failure")
+PEER_GONE = exception("GroupError", "all_gather failed: a peer exited")
+
+
+def launch() -> list[list[Event]]:
+    ready = RankBuilder(0, world_size=3).run_started()
+    ready.started("platform")
+    ready.succeeded("platform")
+    cause = RankBuilder(1, world_size=3).run_started()
+    cause.started("platform")
+    cause.failed("platform", CAUSE)
+    consequence = RankBuilder(2, world_size=3).run_started()
+    consequence.started("agree")
+    consequence.failed("agree", PEER_GONE)
+    return [
+        ready.run_finished(RunOutcome.READY),
+        cause.run_finished(RunOutcome.FAILED, cause=CAUSE, failed_step="platform"),
+        consequence.run_finished(RunOutcome.FAILED, cause=PEER_GONE, failed_step="agree"),
+    ]
+
+
+def roots(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {span.name: span for span in spans if span.name.startswith("startup rank ")}
+
+
+def test_the_root_cause_rank_and_its_consequences_are_marked() -> None:
+    streams = launch()
+    events = list(merge(streams))
+    found = replay_run(streams).root_cause
+    assert found is not None
+    assert found.rank == 1
+
+    marked = roots(with_root_cause(spans_from_events(events), found))
+
+    ready, cause, consequence = (marked[f"startup rank {rank}"] for rank in range(3))
+    assert "startup.root_cause" not in (ready.attributes or {})
+    assert ready.status.status_code is StatusCode.UNSET
+    assert (cause.attributes or {})["startup.root_cause"] is True
+    assert cause.status.status_code is StatusCode.ERROR
+    assert cause.status.description == (
+        "root cause: step platform: RuntimeError: unknown zentorch failure"
+    )
+    attributes = consequence.attributes or {}
+    assert attributes["startup.root_cause"] is False
+    assert attributes["startup.root_cause_rank"] == 1
+    assert consequence.status.description == (
+        "consequence of rank 1: GroupError: all_gather failed: a peer exited"
+    )
+
+
+def test_without_a_root_cause_nothing_changes() -> None:
+    spans = spans_from_events(merge(launch()))
+    assert with_root_cause(spans, None) == spans
+    assert root_cause({}) is None
