@@ -318,7 +318,8 @@ def report_html(
         out.append(f'<section id="warnings"><h2>Warnings about the logs</h2><ul>{items}</ul>')
         out.append("</section>")
 
-    # Swimlanes: identical ranks share one.
+    # Swimlanes: identical ranks share one; ranks without events (the
+    # likeliest root cause), the root cause's and failed ranks first.
     lanes: dict[tuple[Any, ...], list[int]] = {}
     for rank in sorted(ranks):
         timings = tuple(ranks[rank].steps.values())
@@ -344,18 +345,18 @@ def report_html(
         f'<div class="axis"><span class="name">time since the first event</span>'
         f'<span class="track">{ticks}</span></div>'
     )
-    for (rank_outcome, _steps), members in ordered:
-        out.append(
-            _lane(
-                result, members, rank_outcome, ended, step_messages, decisions, origin, span, last
-            )
-        )
     missing = {rank: why for rank, why in result.no_events.items() if rank not in ranks}
     for why in sorted(set(missing.values())):
         who = format_ranks(r for r, w in missing.items() if w == why)
         out.append(
             f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
             f" wrote no events ({_e(why)})</h3></div>"
+        )
+    for (rank_outcome, _steps), members in ordered:
+        out.append(
+            _lane(
+                result, members, rank_outcome, ended, step_messages, decisions, origin, span, last
+            )
         )
     out.append("</section>")
 
