@@ -97,7 +97,8 @@ _CSS = (
     ".step[open]>summary{background:#e4ecf7}"
     ".info{margin:.2em .6em .4em 2em;padding:.3em .6em;border-left:3px solid #aab}"
     ".root{outline:2px solid #c8372d;outline-offset:-2px}"
-    "table{border-collapse:collapse}td,th{padding:1px .6em;text-align:left;vertical-align:top}"
+    "table{border-collapse:collapse}td:nth-child(3){white-space:nowrap}"
+    "td,th{padding:1px .6em;text-align:left;vertical-align:top}"
     "tr:nth-child(even){background:#f6f7f9}"
 )
 
