@@ -8,8 +8,9 @@ escaped, so an exception message cannot inject markup or script.
 
 The page, from the top: the outcome, the simulated profile and injected
 faults, the root cause with its exception chain; then one swimlane per
-group of identical ranks (the same steps with the same outcomes and
-failures collapse into one lane labelled with the rank set), failed and
+group of identical ranks (the same steps with the same outcomes and the
+same exception types collapse into one lane labelled with the rank set;
+texts that differ by rank are shown inside, each with its ranks), failed and
 incomplete ranks first, each with its steps nested by path under a time
 axis. A step opens (``<details>``) to its outcome, duration, reasons,
 exception chain, the messages it produced (grouped by rank set) and the
@@ -63,6 +64,10 @@ _TONE = {
     "incomplete": "bad",
 }
 
+#: A step's details show this many distinct texts (of reasons and
+#: exceptions) across its lane's ranks, then name the rest's ranks.
+_VARIANTS = 8
+
 #: Rank outcomes sorted first in the swimlanes.
 _LANE_ORDER = {
     RunOutcome.FAILED: 0,
@@ -96,7 +101,7 @@ _CSS = (
     ".step>summary:hover{background:#eef3fb}.step>summary::-webkit-details-marker{display:none}"
     ".step[open]>summary{background:#e4ecf7}"
     ".info{margin:.2em .6em .4em 2em;padding:.3em .6em;border-left:3px solid #aab}"
-    ".root{outline:2px solid #c8372d;outline-offset:-2px}"
+    ".root{outline:2px solid #c8372d;outline-offset:-2px}.variant{font-weight:600}"
     "table{border-collapse:collapse}td:nth-child(3){white-space:nowrap}"
     "td,th{padding:1px .6em;text-align:left;vertical-align:top}"
     "tr:nth-child(even){background:#f6f7f9}"
@@ -186,15 +191,25 @@ class _Ended:
             )
             self.reasons = (f"the step's process crashed ({how})", *event.stderr_tail)
 
-    def key(self) -> tuple[str, ...]:
-        return (*self.reasons, "" if self.exception is None else self.exception.reason)
+    def kind(self) -> tuple[str, ...]:
+        """What a lane groups by: the exception types along the chain (the
+        texts may name a rank, a port or a pid; the step's details show
+        each text with its ranks)."""
+        chain = () if self.exception is None else self.exception.chain()
+        return (str(len(self.reasons)), *(link.type for link in chain))
+
+    def text(self) -> tuple[str, ...]:
+        """What one variant of a step's details is: every text."""
+        chain = () if self.exception is None else self.exception.chain()
+        return (*self.reasons, "", *(link.reason for link in chain))
 
 
 def _signature(
     timings: Sequence[StepTiming], ended: Mapping[str, _Ended], outcome: RunOutcome
 ) -> tuple[Any, ...]:
-    """What makes two ranks' lanes identical: steps, outcomes, failures (in
-    any order: concurrent steps start in a different order on each rank)."""
+    """What makes two ranks' lanes identical: steps, outcomes, the kinds of
+    failure (in any order: concurrent steps start in a different order on
+    each rank)."""
     return (
         outcome,
         tuple(
@@ -208,7 +223,7 @@ def _signature(
 
 def _key(step: str, ended: Mapping[str, _Ended]) -> tuple[str, ...]:
     found = ended.get(step)
-    return () if found is None else found.key()
+    return () if found is None else found.kind()
 
 
 def _tree(timings: Sequence[StepTiming]) -> list[tuple[int, StepTiming]]:
@@ -411,14 +426,24 @@ def _lane(
         ]
         if timing.depends_on:
             info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
-        detail = ended.get(first, {}).get(step)
-        if detail is not None:
+        variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
+        for rank in members:
+            found = ended.get(rank, {}).get(step)
+            if found is not None:
+                variants.setdefault(found.text(), (found, []))[1].append(rank)
+        for index, (detail, ranks) in enumerate(variants.values()):
+            if index == _VARIANTS:
+                rest = format_ranks(r for _, rs in list(variants.values())[index:] for r in rs)
+                info.append(f"<div>{len(variants) - index} more variants: {_e(rest)}</div>")
+                break
+            if len(variants) > 1:
+                info.append(f'<div class="variant">{_e(format_ranks(ranks))}:</div>')
             if detail.reasons:
                 items = "".join(f"<li>{_e(reason)}</li>" for reason in detail.reasons)
                 info.append(f'<div>reasons:<ul class="reasons">{items}</ul></div>')
             if detail.exception is not None:
                 info.append(f"<div>exception:{_chain_html(detail.exception)}</div>")
-        elif timing.outcome is None:
+        if not variants and timing.outcome is None:
             info.append("<div>still running when the log ends</div>")
         said = _group(
             (m.code, m.severity.name.lower(), m.text, m.rank)
@@ -426,10 +451,17 @@ def _lane(
             for m in step_messages.get((rank, step), ())
         )
         if said:
-            items = "".join(
-                f"<li>{_e(severity)} <code>{_e(code)}</code> [{_e(format_ranks(ranks))}]: "
-                f"{_e(text)}</li>"
-                for (code, severity, text), ranks in said
+            items = _capped(
+                [
+                    (
+                        code,
+                        ranks,
+                        f"<li>{_e(severity)} <code>{_e(code)}</code> "
+                        f"[{_e(format_ranks(ranks))}]: {_e(text)}</li>",
+                    )
+                    for (code, severity, text), ranks in said
+                ],
+                "<li>{}</li>",
             )
             info.append(f'<div>messages:<ul class="messages">{items}</ul></div>')
         decided = _group(
@@ -480,13 +512,41 @@ def _severity(severity: Severity) -> str:
     return '<span class="badge bad">error</span>' if name == "error" else _e(name)
 
 
+def _capped(rows: Sequence[tuple[str, Sequence[int], str]], more: str) -> str:
+    """Rendered ``(code, ranks, row)`` rows, at most :data:`_VARIANTS` of a
+    code (texts that name a rank differ on every rank), then one ``more``
+    row per code for the rest: how many, and their ranks."""
+    shown: dict[str, int] = defaultdict(int)
+    rest: dict[str, tuple[int, set[int]]] = {}
+    out: list[str] = []
+    for code, ranks, row in rows:
+        shown[code] += 1
+        if shown[code] <= _VARIANTS:
+            out.append(row)
+            continue
+        count, seen = rest.get(code, (0, set()))
+        seen.update(ranks)
+        rest[code] = (count + 1, seen)
+    for code, (count, seen) in rest.items():
+        text = f"and {count} more {code} messages, from {format_ranks(seen)}"
+        out.append(more.format(_e(text)))
+    return "".join(out)
+
+
 def _messages_html(result: Replay) -> str:
     if not result.grouped:
         return '<section id="messages"><h2>Messages</h2><p>none</p></section>'
-    rows = "".join(
-        f"<tr><td>{_severity(m.severity)}</td><td><code>{_e(m.code)}</code></td><td>{_e(format_ranks(m.ranks))}</td>"
-        f"<td>{_e(m.text)}</td></tr>"
-        for m in result.grouped
+    rows = _capped(
+        [
+            (
+                m.code,
+                m.ranks,
+                f"<tr><td>{_severity(m.severity)}</td><td><code>{_e(m.code)}</code></td>"
+                f"<td>{_e(format_ranks(m.ranks))}</td><td>{_e(m.text)}</td></tr>",
+            )
+            for m in result.grouped
+        ],
+        "<tr><td></td><td colspan=3>{}</td></tr>",
     )
     return (
         '<section id="messages"><h2>Messages (grouped by rank set)</h2><table>'

@@ -14,11 +14,17 @@ _ATTENTION = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 
 
 def rank_events(
-    rank: int, world_size: int, *, failing: int | None = None, message: str = "bad kernel"
+    rank: int,
+    world_size: int,
+    *,
+    failing: int | None = None,
+    message: str = "bad kernel",
+    distinct: bool = False,
 ) -> list[Event]:
     """One rank: a process group, a platform with three candidates, attention
     with a fallback, an exchange; rank ``failing`` fails in attention with a
-    chained exception and the others' exchange fails after it."""
+    chained exception and the others' exchange fails after it (naming the
+    rank in its message if ``distinct``)."""
     stream = EventStream(run_id="synthetic", rank=rank, world_size=world_size, local_world_size=8)
     stream.run_started(simulated="h200x8", injected=() if failing is None else (f"{failing}:x",))
     stream.started("process_group").advance(40_000_000).succeeded("process_group")
@@ -48,7 +54,7 @@ def rank_events(
     if failing is not None:
         group = exception_info(
             "orchestrator.GroupError",
-            "all_gather failed: a peer failed",
+            "all_gather failed: a peer failed" + (f" (seen by rank {rank})" if distinct else ""),
             cause=exception_info("RuntimeError", "connection closed by peer"),
         )
         stream.end(StepFailed, "exchange", cause=group)
@@ -58,10 +64,14 @@ def rank_events(
 
 
 def synthetic_run(
-    world_size: int, *, failing: int | None = None, message: str = "bad kernel"
+    world_size: int,
+    *,
+    failing: int | None = None,
+    message: str = "bad kernel",
+    distinct: bool = False,
 ) -> list[list[Event]]:
     """Every rank's events."""
     return [
-        rank_events(rank, world_size, failing=failing, message=message)
+        rank_events(rank, world_size, failing=failing, message=message, distinct=distinct)
         for rank in range(world_size)
     ]

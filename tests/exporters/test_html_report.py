@@ -168,3 +168,19 @@ def test_a_rank_without_events_gets_its_own_lane() -> None:
     lanes = [a["data-ranks"] for t, a in parse(page).tags if a.get("class") == "lane"]
     assert lanes == ["rank 3", "ranks 0-2"]
     assert page.index('id="root-cause"') < page.index('id="lanes"')
+
+
+def test_texts_that_differ_by_rank_stay_in_one_lane() -> None:
+    page = page_of(synthetic_run(1024, failing=517, distinct=True))
+    lanes = [a["data-ranks"] for t, a in parse(page).tags if a.get("class") == "lane"]
+    assert lanes == ["rank 517", "ranks 0-516,518-1023"]
+    exchange = page[page.index('data-step="exchange"') :].split("</details>")[0]
+    assert "(seen by rank 0)" in exchange
+    assert '<div class="variant">rank 7:</div>' in exchange
+    assert "1015 more variants: ranks 8-516,518-1023" in exchange
+    assert "and 1015 more step.failed messages, from ranks 8-516,518-1023" in exchange
+    messages = page[page.index('id="messages"') :]
+    # rank 517's own step.failed is one of the eight rows shown
+    assert "and 1016 more step.failed messages, from ranks 7-516,518-1023" in messages
+    # 22 KB when written (16 KB when every rank says the same).
+    assert len(page.encode()) < 100_000
