@@ -316,8 +316,9 @@ def report_html(
 
     cause = result.root_cause
     if cause is None:
+        fine = ' class="fine"' if result.outcome is RunOutcome.READY else ""
         out.append(
-            '<section id="root-cause" class="fine"><b>No root cause</b>: '
+            f'<section id="root-cause"{fine}><b>No root cause</b>: '
             f"the run ended {_e(outcome)}.</section>"
         )
     else:

@@ -184,3 +184,9 @@ def test_texts_that_differ_by_rank_stay_in_one_lane() -> None:
     assert "and 1016 more step.failed messages, from ranks 7-516,518-1023" in messages
     # 22 KB when written (16 KB when every rank says the same).
     assert len(page.encode()) < 100_000
+
+
+def test_no_events_make_a_page_that_does_not_say_all_is_well() -> None:
+    page = timeline_html([])
+    assert 'id="root-cause"><b>No root cause</b>: the run ended incomplete.' in page
+    assert "Ranks (0 lanes for 0 ranks)" in page
