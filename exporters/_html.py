@@ -1,80 +1,594 @@
-"""A self-contained HTML timeline of a run: one row per step per rank.
+"""A self-contained HTML report of a run: the file to attach to a bug report.
 
-The page needs no network and no JavaScript: bars are absolutely positioned
-``div`` elements scaled to the run's wall time, coloured by outcome, with the
-reasons in their tooltips.
+:func:`report_html` renders a :class:`~events.Replay` and the events it was
+derived from as one page that needs nothing else: inline CSS, a few lines of
+inline script (expand or collapse every step), no fonts, images or network
+(a Content-Security-Policy forbids every fetch). Every text from the log is
+escaped, so an exception message cannot inject markup or script.
+
+The page, from the top: the outcome, the simulated profile and injected
+faults, the root cause with its exception chain; then one swimlane per
+group of identical ranks (the same steps with the same outcomes and the
+same exception types collapse into one lane labelled with the rank set;
+texts that differ by rank are shown inside, each with its ranks), failed and
+incomplete ranks first, each with its steps nested by path under a time
+axis. A step opens (``<details>``) to its outcome, duration, reasons,
+exception chain, the messages it produced (grouped by rank set) and the
+decisions recorded at it. Messages, divergences, decisions and warnings of
+the whole run follow.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from events import Event, Outcome, RunStarted, StepStarted, StepUnavailable, outcome_of
+import orjson
 
-__all__ = ["timeline_html"]
+from events import (
+    DecisionMade,
+    Divergence,
+    Event,
+    ExceptionInfo,
+    Replay,
+    RunOutcome,
+    Severity,
+    StepCancelled,
+    StepCrashed,
+    StepFailed,
+    StepTimedOut,
+    StepTiming,
+    StepUnavailable,
+    format_ranks,
+    outcome_of,
+    replay,
+)
 
-_COLOURS = {
-    Outcome.OK: "#3c9a5f",
-    Outcome.ABSENT: "#9aa5b1",
-    Outcome.UNAVAILABLE: "#d9a400",
-    Outcome.INVALID: "#d9a400",
-    Outcome.FAILED: "#c8372d",
-    Outcome.TIMED_OUT: "#c8372d",
-    Outcome.CANCELLED: "#7d7d7d",
-    Outcome.CRASHED: "#8e1b14",
+__all__ = ["report_html", "timeline_html"]
+
+#: Outcome -> CSS class (its colour).
+_TONE = {
+    "ok": "ok",
+    "ready": "ok",
+    "absent": "quiet",
+    "cancelled": "quiet",
+    "unavailable": "warn",
+    "invalid": "warn",
+    "running": "run",
+    "failed": "bad",
+    "timed_out": "bad",
+    "crashed": "bad",
+    "interrupted": "bad",
+    "incomplete": "bad",
 }
 
+#: A step's details show this many distinct texts (of reasons and
+#: exceptions) across its lane's ranks, then name the rest's ranks.
+_VARIANTS = 8
 
-def timeline_html(events: Iterable[Event], *, title: str = "startup timeline") -> str:
-    """The timeline of ``events`` (one rank or a merged run) as an HTML page."""
-    rows: list[tuple[int, str, int, int | None, Outcome | None, str]] = []
-    open_steps: dict[tuple[int, str], tuple[int, str]] = {}
-    origin: int | None = None
-    last = 0
-    run_id = ""
-    for event in events:
-        origin = event.wall_ns if origin is None else min(origin, event.wall_ns)
-        last = max(last, event.wall_ns)
-        if isinstance(event, RunStarted):
-            run_id = event.run_id
-        if isinstance(event, StepStarted):
-            open_steps[(event.rank, event.span_id)] = (event.wall_ns, event.step)
-            continue
-        outcome = outcome_of(event)
-        key = (event.rank, event.span_id)
-        if outcome is not None and key in open_steps:
-            start, step = open_steps.pop(key)
-            detail = "; ".join(event.reasons) if isinstance(event, StepUnavailable) else ""
-            rows.append((event.rank, step, start, event.wall_ns, outcome, detail))
-    for (rank, _span), (start, step) in open_steps.items():
-        rows.append((rank, step, start, None, None, "still running when the log ends"))
-    origin = origin or 0
-    span = max(last - origin, 1)
-    rows.sort(key=lambda row: (row[0], row[2]))
-    body: list[str] = []
-    for rank, step, start, end, outcome, detail in rows:
-        left = (start - origin) / span * 100
-        width = max(((end or last) - start) / span * 100, 0.3)
-        colour = _COLOURS.get(outcome, "#444") if outcome is not None else "#444"
-        duration = "" if end is None else f"{(end - start) / 1e6:.1f} ms"
-        tip = html.escape(f"{step}: {outcome or 'running'} {duration} {detail}".strip())
-        body.append(
-            f'<div class="row"><span class="label">rank {rank} {html.escape(step)}</span>'
-            f'<span class="track"><span class="bar" title="{tip}" style="left:{left:.3f}%;'
-            f'width:{width:.3f}%;background:{colour}"></span></span></div>'
+#: Rank outcomes sorted first in the swimlanes.
+_LANE_ORDER = {
+    RunOutcome.FAILED: 0,
+    RunOutcome.INCOMPLETE: 1,
+    RunOutcome.INTERRUPTED: 2,
+    RunOutcome.RUNNING: 3,
+}
+
+_CSS = (
+    "body{font:13px/1.4 system-ui,sans-serif;margin:0 1.2em 2em;color:#1d2329}"
+    "h1{font-size:18px;margin:.6em 0 .2em}h2{font-size:15px;margin:1.2em 0 .4em}"
+    "code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;margin:.2em 0}"
+    ".meta{color:#555}.meta b{color:#1d2329}"
+    ".badge{display:inline-block;padding:0 .5em;border-radius:3px;color:#fff;font-weight:600}"
+    ".ok{background:#3c9a5f}.quiet{background:#9aa5b1}.warn{background:#d9a400}"
+    ".bad{background:#c8372d}.run{background:#3d6fb6}.none{background:#444}"
+    "#root-cause{border:2px solid #c8372d;border-radius:4px;padding:.4em .8em;margin:.6em 0}"
+    "#root-cause.fine{border-color:#3c9a5f}"
+    ".chain{margin:.2em 0 .2em 1em;padding:0;list-style:none}"
+    ".chain li{margin:.15em 0}.link{color:#555;font-style:italic}"
+    ".lane{border:1px solid #d5dae0;border-radius:4px;margin:.5em 0}"
+    ".lane>h3{margin:0;padding:.3em .6em;font-size:13px;background:#f1f3f5}"
+    ".axis,.step>summary{display:flex;align-items:center}"
+    ".axis{position:sticky;top:0;background:#fff;z-index:1;height:18px;color:#555}"
+    ".name{flex:0 0 340px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}"
+    ".track{position:relative;flex:1;height:12px;background:#f1f3f5}"
+    ".axis .track{background:none;height:18px}"
+    ".tick{position:absolute;top:0;border-left:1px solid #aab;padding-left:2px;font-size:11px}"
+    ".bar{position:absolute;top:0;height:12px;min-width:2px;border-radius:2px}"
+    ".step>summary{cursor:pointer;list-style:none;padding:1px .6em}"
+    ".step>summary:hover{background:#eef3fb}.step>summary::-webkit-details-marker{display:none}"
+    ".step[open]>summary{background:#e4ecf7}"
+    ".info{margin:.2em .6em .4em 2em;padding:.3em .6em;border-left:3px solid #aab}"
+    ".root{outline:2px solid #c8372d;outline-offset:-2px}.variant{font-weight:600}"
+    "table{border-collapse:collapse}td:nth-child(3){white-space:nowrap}"
+    "td,th{padding:1px .6em;text-align:left;vertical-align:top}"
+    "tr:nth-child(even){background:#f6f7f9}"
+)
+
+# Static: nothing from the log is ever written into the script.
+_SCRIPT = (
+    "document.addEventListener('click',function(e){var b=e.target.closest('[data-all]');"
+    "if(!b)return;var open=b.getAttribute('data-all')==='open';"
+    "document.querySelectorAll('details.step').forEach(function(d){d.open=open;});});"
+)
+
+_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "img-src 'none'; form-action 'none'; base-uri 'none'"
+)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _ms(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    ms = ns / 1e6
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
+def _badge(outcome: str) -> str:
+    return f'<span class="badge {_TONE.get(outcome, "none")}">{_e(outcome)}</span>'
+
+
+def _chain_html(exception: ExceptionInfo) -> str:
+    """The exception chain, outermost first, each link with why it follows."""
+    items: list[str] = []
+    node: ExceptionInfo | None = exception
+    link = ""
+    while node is not None:
+        frames = ""
+        if node.frames:
+            lines = "\n".join(
+                f"{frame.filename}:{frame.lineno} in {frame.name}"
+                + (f"\n    {frame.line}" if frame.line else "")
+                for frame in node.frames
+            )
+            frames = f"<details><summary>frames</summary><pre>{_e(lines)}</pre></details>"
+        notes = "".join(f"<pre>{_e(note)}</pre>" for note in node.notes)
+        members = "".join(
+            f"<li>member: <code>{_e(member.type)}</code>: {_e(member.message)}</li>"
+            for member in node.exceptions
         )
-    total = f"{span / 1e6:.1f} ms"
+        items.append(
+            f'<li class="exc">{f"<span class=link>{link}</span> " if link else ""}'
+            f"<code>{_e(node.type)}</code>: <span class=msg>{_e(node.message)}</span>"
+            f"{' (chain cut here)' if node.truncated else ''}{notes}{frames}"
+            f"{f'<ul class=chain>{members}</ul>' if members else ''}</li>"
+        )
+        if node.cause is not None:
+            link, node = "caused by", node.cause
+        else:
+            link, node = "while handling", node.context
+    return f'<ul class="chain">{"".join(items)}</ul>'
+
+
+class _Ended:
+    """What the event that ended one step of one rank said."""
+
+    __slots__ = ("exception", "reasons")
+
+    def __init__(self, event: Event) -> None:
+        self.reasons: tuple[str, ...] = ()
+        self.exception: ExceptionInfo | None = None
+        if isinstance(event, StepUnavailable):
+            self.reasons, self.exception = event.reasons, event.cause
+        elif isinstance(event, StepFailed):
+            self.exception = event.cause
+            if not event.propagated:
+                self.reasons = ("recovered: the error did not propagate",)
+        elif isinstance(event, StepTimedOut):
+            self.reasons = (f"timed out after {event.timeout_s:g} s",)
+        elif isinstance(event, StepCancelled):
+            self.reasons = (event.reason,) if event.reason else ()
+        elif isinstance(event, StepCrashed):
+            how = (
+                f"signal {event.signal}" if event.signal is not None else f"exit {event.exit_code}"
+            )
+            self.reasons = (f"the step's process crashed ({how})", *event.stderr_tail)
+
+    def kind(self) -> tuple[str, ...]:
+        """What a lane groups by: the exception types along the chain (the
+        texts may name a rank, a port or a pid; the step's details show
+        each text with its ranks)."""
+        chain = () if self.exception is None else self.exception.chain()
+        return (str(len(self.reasons)), *(link.type for link in chain))
+
+    def text(self) -> tuple[str, ...]:
+        """What one variant of a step's details is: every text."""
+        chain = () if self.exception is None else self.exception.chain()
+        return (*self.reasons, "", *(link.reason for link in chain))
+
+
+def _signature(
+    timings: Sequence[StepTiming], ended: Mapping[str, _Ended], outcome: RunOutcome
+) -> tuple[Any, ...]:
+    """What makes two ranks' lanes identical: steps, outcomes, the kinds of
+    failure (in any order: concurrent steps start in a different order on
+    each rank)."""
     return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>"
-        "body{font:13px system-ui,sans-serif;margin:1.5em}"
-        ".row{display:flex;align-items:center;height:20px}"
-        ".label{width:360px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}"
-        ".track{position:relative;flex:1;height:14px;background:#f1f3f5}"
-        ".bar{position:absolute;top:0;height:14px;border-radius:2px}"
-        "</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><p>run {html.escape(run_id)}, {total} "
-        "(green ok, grey absent or cancelled, amber unavailable or invalid, red failed, "
-        "timed out or crashed)</p>" + "".join(body) + "</body></html>\n"
+        outcome,
+        tuple(
+            sorted(
+                (t.step, t.kind.value, t.outcome.value if t.outcome else "", _key(t.step, ended))
+                for t in timings
+            )
+        ),
     )
+
+
+def _key(step: str, ended: Mapping[str, _Ended]) -> tuple[str, ...]:
+    found = ended.get(step)
+    return () if found is None else found.kind()
+
+
+def _tree(timings: Sequence[StepTiming]) -> list[tuple[int, StepTiming]]:
+    """Steps in tree order (a step's children by path under it), with depth."""
+    names = {t.step for t in timings}
+    children: dict[str, list[StepTiming]] = defaultdict(list)
+    for timing in timings:
+        parent = timing.step.rpartition("/")[0]
+        while parent and parent not in names:
+            parent = parent.rpartition("/")[0]
+        children[parent].append(timing)
+    out: list[tuple[int, StepTiming]] = []
+    stack: list[tuple[int, StepTiming]] = [(0, t) for t in reversed(children[""])]
+    while stack:
+        depth, timing = stack.pop()
+        out.append((depth, timing))
+        stack.extend((depth + 1, t) for t in reversed(children.get(timing.step, ())))
+    return out
+
+
+def report_html(
+    result: Replay,
+    events: Iterable[Event],
+    *,
+    title: str | None = None,
+    divergences: Sequence[Divergence] = (),
+) -> str:
+    """``result`` (and the ``events`` it was replayed from) as one HTML page.
+
+    Args:
+        result: the run, replayed (``events.replay``, with its slices).
+        events: the same events (one rank's or the merged run's): the steps'
+            exception chains, reasons and decisions come from them.
+        title: the page's title (default: ``startup report RUN_ID``).
+        divergences: more divergences to show beside the replay's own (the
+            decision divergences the command line finds).
+
+    Returns:
+        The page, self-contained: no network, no external resources.
+    """
+    ended: dict[int, dict[str, _Ended]] = defaultdict(dict)
+    decisions: dict[tuple[int, str], list[DecisionMade]] = defaultdict(list)
+    for event in events:
+        if isinstance(event, DecisionMade):
+            decisions[(event.rank, event.step)].append(event)
+        elif outcome_of(event) is not None and isinstance(getattr(event, "step", None), str):
+            ended[event.rank].setdefault(event.step, _Ended(event))
+    step_messages: dict[tuple[int, str], list[Any]] = defaultdict(list)
+    for message in result.messages:
+        if message.step:
+            step_messages[(message.rank, message.step)].append(message)
+
+    ranks = result.timeline.ranks
+    starts = [r.start_wall_ns for r in ranks.values() if r.start_wall_ns is not None]
+    starts += [t.start_wall_ns for r in ranks.values() for t in r.steps.values()]
+    origin = min(starts, default=0)
+    ends = [origin]
+    for rank_timeline in ranks.values():
+        for timing in rank_timeline.steps.values():
+            ends.append(timing.end_wall_ns or timing.start_wall_ns)
+        if rank_timeline.end_wall_ns is not None:
+            ends.append(rank_timeline.end_wall_ns)
+    last = max(ends)
+    span = max(last - origin, 1)
+    run_id = result.run_id or "(no events)"
+    page_title = title or f"startup report {run_id}"
+
+    out: list[str] = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{_e(page_title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(page_title)}</h1>",
+    ]
+    outcome = result.outcome.value
+    meta = [
+        f'<span id="outcome">{_badge(outcome)}</span>',
+        f"run <b>{_e(run_id)}</b>",
+        f"world size <b>{result.world_size}</b>",
+        f"wall time <b>{_ms(last - origin if ranks else None)}</b>",
+    ]
+    if result.simulated:
+        meta.append(f'simulated <b id="simulated">{_e(result.simulated)}</b>')
+    if result.injected:
+        faults = ", ".join(f"<code>{_e(fault)}</code>" for fault in result.injected)
+        meta.append(f'<span id="injected">injected faults: {faults}</span>')
+    if result.until is not None:
+        meta.append(f"replayed until seq <b>{result.until}</b>")
+    out.append(f'<p class="meta">{" · ".join(meta)}</p>')
+
+    cause = result.root_cause
+    if cause is None:
+        fine = ' class="fine"' if result.outcome is RunOutcome.READY else ""
+        out.append(
+            f'<section id="root-cause"{fine}><b>No root cause</b>: '
+            f"the run ended {_e(outcome)}.</section>"
+        )
+    else:
+        parts = [f"<b>Root cause</b>: {_e(cause.describe(since_ns=origin or None))}"]
+        if cause.exception is not None:
+            parts.append(_chain_html(cause.exception))
+        if cause.in_flight:
+            parts.append(f"<div>in flight: {_e(', '.join(cause.in_flight))}</div>")
+        if cause.process is not None and cause.no_events is None:
+            parts.append(f"<div>{_e(cause.process.describe(since_ns=origin or None))}</div>")
+        out.append(f'<section id="root-cause">{"".join(parts)}</section>')
+    if result.warnings:
+        items = "".join(f"<li>{_e(w)}</li>" for w in result.warnings)
+        out.append(f'<section id="warnings"><h2>Warnings about the logs</h2><ul>{items}</ul>')
+        out.append("</section>")
+
+    # Swimlanes: identical ranks share one; ranks without events (the
+    # likeliest root cause), the root cause's and failed ranks first.
+    lanes: dict[tuple[Any, ...], list[int]] = {}
+    for rank in sorted(ranks):
+        timings = tuple(ranks[rank].steps.values())
+        key = _signature(timings, ended.get(rank, {}), result.outcome_of(rank))
+        lanes.setdefault(key, []).append(rank)
+    cause_rank = cause.rank if cause is not None else -1
+    ordered = sorted(
+        lanes.items(),
+        key=lambda item: (
+            cause_rank not in item[1],
+            _LANE_ORDER.get(item[0][0], 9),
+            item[1][0],
+        ),
+    )
+    ticks = "".join(
+        f'<span class="tick" style="left:{i * 20}%">{_ms(span * i // 5)}</span>' for i in range(5)
+    )
+    out.append(
+        f'<section id="lanes"><h2>Ranks ({len(ordered)} lane{"s" if len(ordered) != 1 else ""}'
+        f" for {len(ranks)} rank{'s' if len(ranks) != 1 else ''})</h2>"
+        '<button type="button" data-all="open">expand all</button> '
+        '<button type="button" data-all="close">collapse all</button>'
+        f'<div class="axis"><span class="name">time since the first event</span>'
+        f'<span class="track">{ticks}</span></div>'
+    )
+    missing = {rank: why for rank, why in result.no_events.items() if rank not in ranks}
+    for why in sorted(set(missing.values())):
+        who = format_ranks(r for r, w in missing.items() if w == why)
+        out.append(
+            f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
+            f" wrote no events ({_e(why)})</h3></div>"
+        )
+    for (rank_outcome, _steps), members in ordered:
+        out.append(
+            _lane(
+                result, members, rank_outcome, ended, step_messages, decisions, origin, span, last
+            )
+        )
+    out.append("</section>")
+
+    out.append(_messages_html(result))
+    out.append(_divergences_html((*result.divergences, *divergences)))
+    out.append(_decisions_html(decisions))
+    out.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    return "".join(out)
+
+
+def _lane(
+    result: Replay,
+    members: list[int],
+    rank_outcome: RunOutcome,
+    ended: Mapping[int, Mapping[str, _Ended]],
+    step_messages: Mapping[tuple[int, str], list[Any]],
+    decisions: Mapping[tuple[int, str], list[DecisionMade]],
+    origin: int,
+    span: int,
+    last: int,
+) -> str:
+    """One swimlane: the steps of ``members`` (identical ranks), drawn from
+    the first, with the duration range across all of them."""
+    who = format_ranks(members)
+    first = members[0]
+    timeline = result.timeline.ranks[first]
+    cause = result.root_cause
+    rows: list[str] = [
+        f'<div class="lane" data-ranks="{_e(who)}" data-outcome="{_e(rank_outcome.value)}">'
+        f"<h3>{_e(who)} {_badge(rank_outcome.value)}</h3>"
+    ]
+    for depth, timing in _tree(tuple(timeline.steps.values())):
+        step = timing.step
+        outcome = timing.outcome.value if timing.outcome is not None else "running"
+        end = timing.end_wall_ns or timeline.end_wall_ns or last
+        left = (timing.start_wall_ns - origin) / span * 100
+        width = max((end - timing.start_wall_ns) / span * 100, 0.0)
+        durations = [
+            d
+            for rank in members
+            if (t := result.timeline.ranks[rank].steps.get(step)) is not None
+            and (d := t.duration_ns) is not None
+        ]
+        duration = _ms(timing.duration_ns)
+        if len(durations) > 1 and min(durations) != max(durations):
+            duration = f"{_ms(min(durations))} to {_ms(max(durations))} across {who}"
+        is_root = cause is not None and cause.step == step and cause.rank in members
+        info = [
+            f"<div>outcome {_badge(outcome)} · {_e(timing.kind.value)} · duration {duration}"
+            f" · started at +{_ms(timing.start_wall_ns - origin)}</div>"
+        ]
+        if timing.depends_on:
+            info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
+        variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
+        for rank in members:
+            found = ended.get(rank, {}).get(step)
+            if found is not None:
+                variants.setdefault(found.text(), (found, []))[1].append(rank)
+        for index, (detail, ranks) in enumerate(variants.values()):
+            if index == _VARIANTS:
+                rest = format_ranks(r for _, rs in list(variants.values())[index:] for r in rs)
+                info.append(f"<div>{len(variants) - index} more variants: {_e(rest)}</div>")
+                break
+            if len(variants) > 1:
+                info.append(f'<div class="variant">{_e(format_ranks(ranks))}:</div>')
+            if detail.reasons:
+                items = "".join(f"<li>{_e(reason)}</li>" for reason in detail.reasons)
+                info.append(f'<div>reasons:<ul class="reasons">{items}</ul></div>')
+            if detail.exception is not None:
+                info.append(f"<div>exception:{_chain_html(detail.exception)}</div>")
+        if not variants and timing.outcome is None:
+            info.append("<div>still running when the log ends</div>")
+        said = _group(
+            (m.code, m.severity.name.lower(), m.text, m.rank)
+            for rank in members
+            for m in step_messages.get((rank, step), ())
+        )
+        if said:
+            items = _capped(
+                [
+                    (
+                        code,
+                        ranks,
+                        f"<li>{_e(severity)} <code>{_e(code)}</code> "
+                        f"[{_e(format_ranks(ranks))}]: {_e(text)}</li>",
+                    )
+                    for (code, severity, text), ranks in said
+                ],
+                "<li>{}</li>",
+            )
+            info.append(f'<div>messages:<ul class="messages">{items}</ul></div>')
+        decided = _group(
+            (d.name, _json(d.value), "", d.rank)
+            for rank in members
+            for d in decisions.get((rank, step), ())
+        )
+        if decided:
+            items = "".join(
+                f"<li>decision <code>{_e(name)}</code> = <code>{_e(value)}</code> "
+                f"[{_e(format_ranks(ranks))}]</li>"
+                for (name, value, _), ranks in decided
+            )
+            info.append(f'<div>decisions:<ul class="decisions">{items}</ul></div>')
+        tone = _TONE.get(outcome, "none")
+        tip = f"{step}: {outcome}, {_ms(timing.duration_ns)}"
+        rows.append(
+            f'<details class="step{" root" if is_root else ""}" data-step="{_e(step)}"'
+            f' data-outcome="{_e(outcome)}"><summary title="{_e(tip)}">'
+            f'<span class="name" style="padding-left:{depth * 14}px">{_e(step)}</span>'
+            f'<span class="track"><span class="bar {tone}" style="left:{left:.2f}%;'
+            f'width:{width:.2f}%"></span></span></summary>'
+            f'<div class="info">{"".join(info)}</div></details>'
+        )
+    rows.append("</div>")
+    return "".join(rows)
+
+
+def _group(
+    items: Iterable[tuple[str, str, str, int]],
+) -> list[tuple[tuple[str, str, str], tuple[int, ...]]]:
+    """Equal (a, b, c) items with the ranks that gave each, in first-seen order."""
+    found: dict[tuple[str, str, str], set[int]] = {}
+    for a, b, c, rank in items:
+        found.setdefault((a, b, c), set()).add(rank)
+    return [(key, tuple(sorted(ranks))) for key, ranks in found.items()]
+
+
+def _json(value: object) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
+def _severity(severity: Severity) -> str:
+    name = severity.name.lower()
+    return '<span class="badge bad">error</span>' if name == "error" else _e(name)
+
+
+def _capped(rows: Sequence[tuple[str, Sequence[int], str]], more: str) -> str:
+    """Rendered ``(code, ranks, row)`` rows, at most :data:`_VARIANTS` of a
+    code (texts that name a rank differ on every rank), then one ``more``
+    row per code for the rest: how many, and their ranks."""
+    shown: dict[str, int] = defaultdict(int)
+    rest: dict[str, tuple[int, set[int]]] = {}
+    out: list[str] = []
+    for code, ranks, row in rows:
+        shown[code] += 1
+        if shown[code] <= _VARIANTS:
+            out.append(row)
+            continue
+        count, seen = rest.get(code, (0, set()))
+        seen.update(ranks)
+        rest[code] = (count + 1, seen)
+    for code, (count, seen) in rest.items():
+        text = f"and {count} more {code} messages, from {format_ranks(seen)}"
+        out.append(more.format(_e(text)))
+    return "".join(out)
+
+
+def _messages_html(result: Replay) -> str:
+    if not result.grouped:
+        return '<section id="messages"><h2>Messages</h2><p>none</p></section>'
+    rows = _capped(
+        [
+            (
+                m.code,
+                m.ranks,
+                f"<tr><td>{_severity(m.severity)}</td><td><code>{_e(m.code)}</code></td>"
+                f"<td>{_e(format_ranks(m.ranks))}</td><td>{_e(m.text)}</td></tr>",
+            )
+            for m in result.grouped
+        ],
+        "<tr><td></td><td colspan=3>{}</td></tr>",
+    )
+    return (
+        '<section id="messages"><h2>Messages (grouped by rank set)</h2><table>'
+        f"<tr><th>severity</th><th>code</th><th>ranks</th><th>text</th></tr>{rows}"
+        "</table></section>"
+    )
+
+
+def _divergences_html(found: Sequence[Divergence]) -> str:
+    if not found:
+        return '<section id="divergences"><h2>Divergences</h2><p>none</p></section>'
+    items = "".join(
+        f"<li>{_e(d.severity.name.lower())} <code>{_e(d.code)}</code>: {_e(d.text)}"
+        + "".join(f"<div>{_e(value)}: {_e(format_ranks(ranks))}</div>" for value, ranks in d.values)
+        + "</li>"
+        for d in found
+    )
+    return f'<section id="divergences"><h2>Divergences</h2><ul>{items}</ul></section>'
+
+
+def _decisions_html(decisions: Mapping[tuple[int, str], list[DecisionMade]]) -> str:
+    grouped = _group(
+        (f"{d.name}@{step}", _json(d.value), "", rank)
+        for (rank, step), made in sorted(decisions.items())
+        for d in made
+    )
+    if not grouped:
+        return '<section id="decisions"><h2>Decisions</h2><p>none recorded</p></section>'
+    rows = "".join(
+        f"<tr><td><code>{_e(name)}</code></td><td><code>{_e(value)}</code></td>"
+        f"<td>{_e(format_ranks(ranks))}</td></tr>"
+        for (name, value, _), ranks in grouped
+    )
+    return (
+        '<section id="decisions"><h2>Decisions</h2><table>'
+        f"<tr><th>decision</th><th>value</th><th>ranks</th></tr>{rows}</table></section>"
+    )
+
+
+def timeline_html(events: Iterable[Event], *, title: str | None = None) -> str:
+    """The report of ``events`` (one rank's or a merged run), replayed with
+    the kernel's generic meaning: :func:`report_html` without slices."""
+    stored = list(events)
+    return report_html(replay(stored), stored, title=title)

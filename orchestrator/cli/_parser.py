@@ -220,7 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also export the trace: otlp | console | jaeger-json FILE",
     )
     replay.add_argument(
-        "--html", type=Path, default=None, metavar="FILE", help="also write an HTML timeline"
+        "--html",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write a self-contained HTML report (to attach to a bug report)",
     )
     replay.add_argument(
         "--slice",

@@ -124,9 +124,9 @@ def command_replay(args: argparse.Namespace) -> int:
     if export is not None:
         _export(export, events, result.root_cause)
     if args.html is not None:
-        from exporters import timeline_html
+        from exporters import report_html
 
-        page = timeline_html(events)
+        page = report_html(result, events, divergences=decisions)
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:

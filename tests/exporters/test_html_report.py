@@ -1,0 +1,192 @@
+"""The HTML report's structure and escaping, without a browser (the page as
+a browser shows it: tests/orchestrator/cli/test_html_in_browser.py)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from events import Event, replay
+from events.testing import EventStream
+from exporters import report_html, timeline_html
+
+from .html_runs import HOSTILE, synthetic_run
+
+
+def page_of(runs: list[list[Event]]) -> str:
+    return report_html(replay(runs), [event for run in runs for event in run])
+
+
+class Elements(HTMLParser):
+    """Every start tag with its attributes, in document order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(page: str) -> Elements:
+    parser = Elements()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+@pytest.fixture(scope="module")
+def failed() -> str:
+    return page_of(synthetic_run(8, failing=2, message=HOSTILE))
+
+
+def test_hostile_exception_text_stays_text(failed: str) -> None:
+    tags = parse(failed).tags
+    assert [tag for tag, _ in tags].count("script") == 1  # the page's own
+    assert "img" not in [tag for tag, _ in tags]
+    assert not any(name.startswith("on") for _, attrs in tags for name in attrs)
+    assert "window.pwned" not in failed.split("<script>")[-1]
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in failed
+    assert HOSTILE in "".join(parse(failed).text)
+
+
+def test_hostile_step_names_and_faults_stay_text() -> None:
+    stream = EventStream(run_id='r"><b>x</b>', rank=0)
+    stream.run_started(simulated="<i>sim</i>", injected=('0:a="><script>x()</script>',))
+    stream.started('s"><script>y()</script>').succeeded('s"><script>y()</script>')
+    page = timeline_html(stream.run_finished())
+    tags = parse(page).tags
+    assert [tag for tag, _ in tags].count("script") == 1
+    assert "i" not in {tag for tag, _ in tags}
+    assert "<b>x</b>" not in page
+    assert "&lt;b&gt;x&lt;/b&gt;" in page
+    steps = [attrs["data-step"] for tag, attrs in tags if "data-step" in attrs]
+    assert steps == ['s"><script>y()</script>']
+
+
+def test_the_page_fetches_nothing(failed: str) -> None:
+    tags = parse(failed).tags
+    assert not [attrs for _, attrs in tags if {"src", "href", "srcset", "action"} & set(attrs)]
+    assert not re.search(r"url\(|@import|https?://", failed)
+    [csp] = [a["content"] for t, a in tags if a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp is not None
+    assert csp.startswith("default-src 'none'")
+
+
+def test_outcome_and_root_cause_come_before_the_lanes(failed: str) -> None:
+    assert failed.index('id="outcome"') < failed.index('id="root-cause"')
+    assert failed.index('id="root-cause"') < failed.index('id="lanes"')
+    cause = failed[failed.index('id="root-cause"') : failed.index("</section>")]
+    assert "rank 2, step attention" in cause
+    assert cause.index("RuntimeError") < cause.index("caused by") < cause.index("OSError")
+    assert 'id="simulated">h200x8<' in failed
+    assert "injected faults: <code>2:x</code>" in failed
+
+
+def test_identical_ranks_share_a_lane_and_the_failed_one_comes_first(failed: str) -> None:
+    lanes = [a for t, a in parse(failed).tags if a.get("class") == "lane"]
+    assert [(a["data-ranks"], a["data-outcome"]) for a in lanes] == [
+        ("rank 2", "failed"),
+        ("ranks 0-1,3-7", "failed"),
+    ]
+
+
+def test_steps_nest_under_their_parents_in_each_lane(failed: str) -> None:
+    first_lane = failed.split('class="lane"')[1]
+    steps = re.findall(r'data-step="([^"]+)".*?padding-left:(\d+)px', first_lane)
+    assert steps[:7] == [
+        ("process_group", "0"),
+        ("platform", "0"),
+        ("platform/tpu", "14"),
+        ("platform/cuda", "14"),
+        ("platform/rocm", "14"),
+        ("attention", "0"),
+        ("attention/FLASH_ATTN", "14"),
+    ]
+    assert failed.count('class="step root"') == 1
+    assert 'class="step root" data-step="attention/FLASH_ATTN"' in failed
+
+
+def test_a_step_opens_to_its_outcome_reasons_chain_messages_and_decisions() -> None:
+    page = page_of(synthetic_run(4))
+    lane = page.split('class="lane"')[1]
+    tpu = lane[lane.index('data-step="platform/tpu"') :].split("</details>")[0]
+    assert ">absent<" in tpu
+    assert "no libtpu" in tpu
+    attention = lane[lane.index('data-step="attention"') :].split("</details>")[0]
+    assert "decision <code>attention_backend</code> = <code>&quot;FLASH_ATTN&quot;</code>" in (
+        attention
+    )
+    assert "[ranks 0-3]" in attention
+    failed = page_of(synthetic_run(4, failing=1))
+    flash = failed[failed.index('data-step="attention/FLASH_ATTN"') :].split("</details>")[0]
+    assert "RuntimeError" in flash
+    assert "caused by" in flash
+    assert "libflash.so" in flash
+    assert "messages:" in flash
+    assert "[rank 1]" in flash
+
+
+def test_messages_are_grouped_by_rank_set() -> None:
+    page = page_of(synthetic_run(16, failing=5))
+    messages = page[page.index('id="messages"') :].split("</section>")[0]
+    assert "<td>rank 5</td>" in messages
+    assert "<td>ranks 0-4,6-15</td>" in messages
+    decisions = page[page.index('id="decisions"') :].split("</section>")[0]
+    assert "attention_backend@attention" in decisions
+    assert "ranks 0-4,6-15" in decisions
+
+
+def test_a_healthy_run_says_so_and_has_one_lane() -> None:
+    page = page_of(synthetic_run(8))
+    assert 'id="root-cause" class="fine"' in page
+    assert page.count('class="lane"') == 1
+    assert 'data-ranks="ranks 0-7"' in page
+
+
+def test_a_thousand_ranks_make_a_small_page() -> None:
+    failed = page_of(synthetic_run(1024, failing=517))
+    healthy = page_of(synthetic_run(1024))
+    assert failed.count('class="lane"') == 2
+    assert healthy.count('class="lane"') == 1
+    # 16 KB and 9 KB when written; the lanes do not grow with the ranks.
+    assert len(failed.encode()) < 100_000
+    assert len(healthy.encode()) < 100_000
+
+
+def test_a_rank_without_events_gets_its_own_lane() -> None:
+    runs = synthetic_run(4)[:3]
+    page = report_html(replay(runs), [e for run in runs for e in run])
+    assert 'data-ranks="rank 3"' in page
+    assert "wrote no events (no log)" in page
+    lanes = [a["data-ranks"] for t, a in parse(page).tags if a.get("class") == "lane"]
+    assert lanes == ["rank 3", "ranks 0-2"]
+    assert page.index('id="root-cause"') < page.index('id="lanes"')
+
+
+def test_texts_that_differ_by_rank_stay_in_one_lane() -> None:
+    page = page_of(synthetic_run(1024, failing=517, distinct=True))
+    lanes = [a["data-ranks"] for t, a in parse(page).tags if a.get("class") == "lane"]
+    assert lanes == ["rank 517", "ranks 0-516,518-1023"]
+    exchange = page[page.index('data-step="exchange"') :].split("</details>")[0]
+    assert "(seen by rank 0)" in exchange
+    assert '<div class="variant">rank 7:</div>' in exchange
+    assert "1015 more variants: ranks 8-516,518-1023" in exchange
+    assert "and 1015 more step.failed messages, from ranks 8-516,518-1023" in exchange
+    messages = page[page.index('id="messages"') :]
+    # rank 517's own step.failed is one of the eight rows shown
+    assert "and 1016 more step.failed messages, from ranks 7-516,518-1023" in messages
+    # 22 KB when written (16 KB when every rank says the same).
+    assert len(page.encode()) < 100_000
+
+
+def test_no_events_make_a_page_that_does_not_say_all_is_well() -> None:
+    page = timeline_html([])
+    assert 'id="root-cause"><b>No root cause</b>: the run ended incomplete.' in page
+    assert "Ranks (0 lanes for 0 ranks)" in page
