@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from events import Event, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
+from ._live import captured_messages, quiet_opentelemetry_loggers
 from ._spans import SeverityOf, spans_from_events
 
 __all__ = ["export_events"]
@@ -53,9 +54,14 @@ def export_events(
         events = list(events)
         severity_of = step_severity_hook(events, slices=slices, policy=policy)
     spans = spans_from_events(events, severity_of=severity_of)
+    # The OpenTelemetry exporter's own log lines (one per retry) are kept
+    # off the user's terminal: the error raised below says it all.
+    quiet_opentelemetry_loggers(exporter)
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
-        if exporter.export(batch) is not SpanExportResult.SUCCESS:
+        with captured_messages():
+            result = exporter.export(batch)
+        if result is not SpanExportResult.SUCCESS:
             raise SpanExportError(
                 exporter=type(exporter).__name__, exported=start, total=len(spans)
             )
