@@ -258,6 +258,7 @@ _REASONS = (
     (re.compile(r"connection refused", re.IGNORECASE), "connection refused"),
     (re.compile(r"name or service not known|name resolution|dns", re.IGNORECASE), "unknown host"),
     (re.compile(r"certificate|ssl|tls", re.IGNORECASE), "TLS error"),
+    (re.compile(r"max retries or shutdown", re.IGNORECASE), "not reachable"),
     (re.compile(r"deadline exceeded|timed? ?out", re.IGNORECASE), "timed out"),
     (re.compile(r"StatusCode\.([A-Z_]+)"), ""),
 )
