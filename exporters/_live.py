@@ -267,7 +267,9 @@ _REASONS = (
 def _summary(messages: Sequence[str], problem: str) -> str:
     """A few words on why an export failed, from what the exporter logged
     (its own lines are long and repeat per retry)."""
-    text = " ".join(messages) or problem
+    if not messages:  # it raised, or said nothing: its own words
+        return problem if len(problem) <= 160 else problem[:157] + "..."
+    text = " ".join(messages)
     for pattern, reason in _REASONS:
         found = pattern.search(text)
         if found:

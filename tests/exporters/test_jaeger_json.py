@@ -305,3 +305,29 @@ def test_traces_are_grouped_and_odd_values_stay_valid() -> None:
     assert "otel.status_description" not in tags
     assert tags["error"] == ("bool", True)
     assert tags_of(first["processes"]["p1"]["tags"]) == {"weights": ("string", "[0.5, 1.0]")}
+
+
+def test_span_events_never_fall_after_their_span_ends() -> None:
+    """Recorded clocks round independently: an exception recorded as a step
+    ended may carry a later nanosecond than the step's end, and whole
+    microseconds may round a log past its span. Neither shows."""
+    from events import StepFailed
+    from events.testing import EventStream
+    from tests.exporters.event_streams import MNNVL_CAUSE
+
+    builder = EventStream(run_id="r", rank=0, world_size=1, wall_ns=1_000_000_999, tick_ns=1_501)
+    builder.run_started()
+    builder.started("probe")
+    builder.end(StepFailed, "probe", cause=MNNVL_CAUSE)
+    spans = spans_from_events(builder.run_finished())
+    for span in spans:
+        assert span.start_time is not None
+        assert span.end_time is not None
+        for event in span.events:
+            assert span.start_time <= event.timestamp <= span.end_time
+
+    trace = jaeger_document(spans)["data"][0]
+    for out in trace["spans"]:
+        end = out["startTime"] + out["duration"]
+        for log in out["logs"]:
+            assert out["startTime"] <= log["timestamp"] <= end

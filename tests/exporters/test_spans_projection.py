@@ -142,13 +142,41 @@ def test_attributes_carry_rank_identity_step_kind_outcome_severity_and_step_fact
     root = dict(spans[ROOT_SPAN_NAME].attributes or {})
     assert root["startup.kind"] == "run"
     assert root["startup.outcome"] == "ready"
-    assert root["startup.step"] == ""
+    assert "startup.step" not in root  # a root has no step: no empty attribute
     assert root["startup.node_rank"] == 1
     assert root["startup.local_world_size"] == 4
-    assert root["startup.host"] == "node-1"
-    assert root["startup.pid"] == 4005
+    # host and pid are the resource's host.name and process.pid, not copied
+    assert "startup.host" not in root
+    assert "startup.pid" not in root
+    resource = spans[ROOT_SPAN_NAME].resource.attributes
+    assert resource["host.name"] == "node-1"
+    assert resource["process.pid"] == 4005
     assert root["startup.graph"] == "engine"
     assert root["startup.versions.torch"] == "2.6.0"
+
+
+def test_attributes_follow_the_semantic_conventions() -> None:
+    builder = EventStream(
+        run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID, launcher_span_id=LAUNCHER_SPAN_ID
+    ).run_started(versions={"python": "3.11.7", "startup-orchestrator": "0.4.0", "torch": ""})
+    builder.started("probe")
+    builder.end(StepSucceeded, "probe")
+    spans = fed(builder.run_finished())
+    [root] = [
+        span for span in spans if span.attributes and span.attributes["startup.kind"] == "run"
+    ]
+    attributes = dict(root.attributes or {})
+    assert attributes["startup.versions.startup_orchestrator"] == "0.4.0"
+    assert attributes["startup.versions.python"] == "3.11.7"
+    assert "startup.versions.torch" not in attributes  # never an empty attribute
+    for span in spans:
+        for name, value in {**(span.attributes or {}), **span.resource.attributes}.items():
+            assert "-" not in name, name
+            assert value not in ("", ()), name
+    resource = root.resource.attributes
+    assert resource["service.version"] == "0.4.0"
+    assert resource["process.runtime.name"] == "cpython"
+    assert resource["process.runtime.version"] == "3.11.7"
 
 
 def test_recorded_facts_win_over_step_attributes_of_the_same_name() -> None:
