@@ -16,9 +16,13 @@ The mapping::
       member of its cause chain)        event's time
     decision.made                     span event "startup.decision"
 
-Span status follows severity: ``ERROR`` when the outcome's severity (from
-the ``severity_of`` hook, by default :func:`default_severity`) is WARNING or
-worse, else ``UNSET`` (never ``OK``).
+Span status follows severity, and only severity: ``ERROR`` when the
+outcome's severity (from the ``severity_of`` hook, by default
+:func:`default_severity`) is ERROR or worse, else ``UNSET`` (never ``OK``).
+A fallback the startup recovered from (WARNING) stays ``UNSET``: its span
+carries the ``exception`` events and ``startup.severity = "WARNING"``, so a
+healthy start is not a red service in a trace search; two spans with the
+same severity always get the same status.
 
 A rank whose log stops without ``run.finished`` (the process died) gets its
 open spans closed at its last event's time with status ERROR and outcome
@@ -564,7 +568,7 @@ _UNSET = Status(StatusCode.UNSET)
 def _status(severity: Severity | None, reason: Callable[[], str]) -> Status:
     # The reason is worked out only for the (few) red spans: this runs for
     # every step of a traced run.
-    if severity is not None and severity >= Severity.WARNING:
+    if severity is not None and severity >= Severity.ERROR:
         return Status(StatusCode.ERROR, reason() or None)
     return _UNSET
 

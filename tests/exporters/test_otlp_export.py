@@ -97,16 +97,15 @@ def check_reference_trace(spans: list[ReceivedSpan]) -> None:
     assert {root.parent_span_id for root in roots} == {LAUNCHER_SPAN_ID}
 
     for span in spans:
+        # The recovered fallback (WARNING) is marked by its severity and its
+        # exception event, not by a red status: no span here is ERROR.
+        assert span.status_code == STATUS_UNSET, span.name
         if span.name == "allreduce/workspace/mnnvl":
-            assert span.status_code == STATUS_ERROR
-            assert span.status_message == MNNVL_CAUSE.reason
             assert span.attributes["startup.severity"] == "WARNING"
             assert [
                 (name, attributes["exception.type"], attributes["exception.message"])
                 for name, _, attributes in span.events
             ] == [("exception", "OSError", MNNVL_CAUSE.message)]
-        else:
-            assert span.status_code == STATUS_UNSET, span.name
         if span.name == "platform/cpu/zentorch":
             assert [
                 (attributes["exception.type"], attributes["exception.message"])
