@@ -33,10 +33,12 @@ exporter modules are imported only when such an exporter is created, so
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -310,8 +312,25 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
     return ratio_sampler if name == "traceidratio" else sampling.ParentBased(ratio_sampler)
 
 
+#: Whether a bad setting is a warning here (see :func:`settings_reported`).
+_REPORTS = contextvars.ContextVar("exporters_settings_reported", default=True)
+
+
+@contextlib.contextmanager
+def settings_reported(reported: bool) -> Iterator[None]:
+    """Within it, a bad setting is a warning only if ``reported``, else a
+    DEBUG record: the ranks of a node share their environment, so one of
+    them (local rank 0) says it for all."""
+    token = _REPORTS.set(reported)
+    try:
+        yield
+    finally:
+        _REPORTS.reset(token)
+
+
 def _warn(message: str) -> None:
-    _logger.warning("tracing: %s", message)
+    level = logging.WARNING if _REPORTS.get() else logging.DEBUG
+    _logger.log(level, "tracing: %s", message)
 
 
 def _first_set(env: Mapping[str, str], *names: str) -> tuple[str, str | None]:

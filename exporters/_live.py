@@ -88,6 +88,18 @@ class LiveSpans:
         self._feed_failed = False
 
     @property
+    def peer_reports_unreachable(self) -> bool:
+        """When true, a collector that cannot be reached (refused, unknown
+        host, no answer) is logged at DEBUG, not WARNING: another rank of the
+        node, with the same settings, reports it. Other failures are still
+        warnings."""
+        return self._exporter.peer_reports_unreachable
+
+    @peer_reports_unreachable.setter
+    def peer_reports_unreachable(self, value: bool) -> None:
+        self._exporter.peer_reports_unreachable = value
+
+    @property
     def span_processor(self) -> BatchSpanProcessor:
         """The batch processor spans go through. Add it to an SDK
         ``TracerProvider`` (with :func:`~exporters.rank_resource` as its
@@ -190,6 +202,7 @@ class _GuardedExporter(SpanExporter):
         self._final = False
         self._reported = False
         self.failures = 0
+        self.peer_reports_unreachable = False
         quiet_opentelemetry_loggers(inner)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -226,7 +239,9 @@ class _GuardedExporter(SpanExporter):
                 return
             self._reported = True
         endpoint = getattr(self._inner, "_endpoint", None)
-        _logger.warning(
+        quiet = self.peer_reports_unreachable and detail in _UNREACHABLE
+        _logger.log(
+            logging.DEBUG if quiet else logging.WARNING,
             "could not export %d span(s)%s (%s); the run goes on, and its event log keeps "
             "every span for replay export",
             count,
@@ -262,6 +277,10 @@ _REASONS = (
     (re.compile(r"deadline exceeded|timed? ?out", re.IGNORECASE), "timed out"),
     (re.compile(r"StatusCode\.([A-Z_]+)"), ""),
 )
+
+
+#: Reasons that every rank sending to the same collector meets alike.
+_UNREACHABLE = frozenset({"connection refused", "unknown host", "not reachable", "timed out"})
 
 
 def _summary(messages: Sequence[str], problem: str) -> str:

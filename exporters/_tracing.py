@@ -193,6 +193,17 @@ class Tracing:
         started = next(iter(log.read()), None)
         if not isinstance(started, RunStarted):
             raise RuntimeError("attach tracing once the log holds run.started")
+        from ._environment import settings_reported
+
+        # The ranks of a node share their variables: local rank 0 speaks for
+        # them all, about bad settings and about a collector it cannot reach.
+        speaks = started.identity.local_rank == 0
+        with settings_reported(speaks):
+            self._attach(log, started, severity_of, speaks)
+
+    def _attach(
+        self, log: EventLog, started: RunStarted, severity_of: SeverityOf | None, speaks: bool
+    ) -> None:
         if not self._sampled(started):
             return  # the log keeps everything: replay export can still send it
         from ._environment import combine_exporters, console_exporter
@@ -212,6 +223,7 @@ class Tracing:
         if not exporters:
             return  # the variables asked for "none"
         self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
+        self._live.peer_reports_unreachable = not speaks
         log.subscribe(self._live, from_seq=0)
         self._install_provider(started)
 

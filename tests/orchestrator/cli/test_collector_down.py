@@ -93,8 +93,9 @@ DOWN_COST_S = 3.0
 
 def test_a_collector_that_is_down_costs_a_launch_about_a_second(tmp_path: Path) -> None:
     """With the default timeout, four ranks pay for a refused collector
-    once, in parallel, and each says so in one short line; the
-    OpenTelemetry exporters' own lines never show."""
+    once, in parallel, and one line says so (local rank 0 speaks for the
+    node: its ranks share the collector); the OpenTelemetry exporters' own
+    lines never show."""
 
     def launch(name: str, **variables: str) -> tuple[float, str]:
         started = time.monotonic()
@@ -110,8 +111,8 @@ def test_a_collector_that_is_down_costs_a_launch_about_a_second(tmp_path: Path) 
 
     assert down - quiet < DOWN_COST_S, (down, quiet)
     failures = [line for line in stderr.splitlines() if line.startswith("could not export")]
-    assert 1 <= len(failures) <= 4, stderr
-    assert all("(connection refused)" in line for line in failures), stderr
+    assert len(failures) == 1, stderr
+    assert "(connection refused)" in failures[0], stderr
     assert "Failed to export" not in stderr
     assert "Transient error" not in stderr
     assert "retrying" not in stderr

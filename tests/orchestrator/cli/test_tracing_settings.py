@@ -13,6 +13,7 @@ from events import RunFinished, RunOutcome, validate
 from tests.exporters.otlp_receivers import GrpcReceiver, HttpReceiver, OtlpReceiver
 from tests.exporters.tracing_harness import (
     cli_environment,
+    closed_port,
     expected_span_ids,
     run_cli,
     run_events,
@@ -101,3 +102,23 @@ def test_an_unsupported_value_warns_once_and_the_run_goes_on(
     assert events[-1].outcome is RunOutcome.READY
     expected = expected_span_ids(events)
     assert {span.span_id for span in received} == (expected if exported else set())
+
+
+def test_the_ranks_of_a_launch_warn_once_between_them(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", str(run_dir),
+        env=cli_environment(
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/json",
+            OTEL_TRACES_SAMPLER="sometimes",
+        ),
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len([line for line in lines if "'http/json' not supported" in line]) == 1, done.stderr
+    assert len([line for line in lines if "'sometimes' not supported" in line]) == 1, done.stderr
+    assert len([line for line in lines if line.startswith("could not export")]) == 1, done.stderr
+    assert len(list(run_dir.glob("rank-*.jsonl"))) == 2
