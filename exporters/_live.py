@@ -86,6 +86,7 @@ class LiveSpans:
         self._shutdown_lock = threading.RLock()
         self._closed = False
         self._feed_failed = False
+        self._flushed_failures = 0
 
     @property
     def peer_reports_unreachable(self) -> bool:
@@ -138,15 +139,19 @@ class LiveSpans:
         """Export every finished span now, waiting at most ``timeout_s``.
 
         Returns:
-            ``True`` when everything queued was exported successfully in
-            time; ``False`` on timeout, on a failed export, or after
-            :meth:`shutdown`.
+            ``True`` when every span finished since the last flush was
+            exported successfully in time; ``False`` on timeout, on a failed
+            export (this one's, or the background's since the last flush), or
+            after :meth:`shutdown`.
         """
         if self._closed:
             return False
-        failures = self._exporter.failures
+        # Failures since the last flush count too: the processor may have
+        # tried (and failed) to export a full batch before this call.
+        failures = self._flushed_failures
         flushed = _call_with_timeout(self._processor.force_flush, timeout_s)
-        return flushed is True and self._exporter.failures == failures
+        self._flushed_failures = self._exporter.failures
+        return flushed is True and self._flushed_failures == failures
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (waiting at most ``timeout_s`` in all), then

@@ -254,11 +254,15 @@ class Tracing:
         return activate_span
 
     def close(self, *, timeout_s: float | None = None) -> None:
-        """Export what is queued (for at most ``timeout_s``; default the OTLP
-        export timeout, ``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`` or 1 s, when
-        spans go to a collector; else 5 s) and
-        release the exporters. Closing twice, or a tracing never attached, is
-        harmless."""
+        """Export what is queued and release the exporters. Closing twice, or
+        a tracing never attached, is harmless.
+
+        Args:
+            timeout_s: the most it waits; default the OTLP export timeout
+                (``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``, else 1 s) when spans
+                go to a collector, else 5 s. The SDK's exit hook is off: this
+                is the flush.
+        """
         if self._live is not None:
             if timeout_s is None:
                 timeout_s = self._export_timeout_s() if self._uses_network else 5.0
