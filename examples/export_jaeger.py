@@ -73,9 +73,10 @@ def main() -> int:
     output = args.output or Path(f"jaeger-{events[0].run_id}.json")
     exporter = JaegerJsonExporter(output)
     try:
-        # Span status follows the messages' severities, as in the live run: a
-        # recovered failure that is a WARNING (mnnvl falling back to trtllm)
-        # is red on its attempt span. Without the hook only failures are red.
+        # Span status follows the messages' severities, as in the live run:
+        # only an ERROR is red; a recovered failure that is a WARNING (mnnvl
+        # falling back to trtllm) carries startup.severity=WARNING and its
+        # exception event instead.
         count = export_events(events, exporter, severity_of=step_severity_hook(events))
     finally:
         exporter.shutdown()

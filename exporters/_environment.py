@@ -14,7 +14,16 @@ variable wins over its generic form)::
                                       http/protobuf, as the specification says
     OTEL_EXPORTER_OTLP_[TRACES_]HEADERS   "key=value,key2=value2"
     OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT   seconds per export (as
-                                      opentelemetry-python reads it)
+                                      opentelemetry-python reads it); unset →
+                                      1 s (:data:`DEFAULT_EXPORT_TIMEOUT_S`)
+    OTEL_TRACES_SAMPLER[_ARG]         read by :func:`sampler_from_environment`
+
+A value this package does not support never fails a startup: it is logged
+once, as a warning on the ``exporters.tracing`` logger, and tracing falls
+back (an unknown OTLP protocol → ``http/protobuf`` when it names an HTTP
+encoding such as ``http/json``, else ``grpc``; an unknown exporter name is
+dropped, and when none is left tracing is off; a bad timeout → the default;
+an unknown sampler → ``parentbased_always_on``; a bad ratio → 1.0).
 
 Certificates, compression and ``..._INSECURE`` are left to the OpenTelemetry
 exporters, which read them from :data:`os.environ`. The gRPC and HTTP
@@ -24,10 +33,13 @@ exporter modules are imported only when such an exporter is created, so
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
@@ -35,21 +47,44 @@ from opentelemetry.util.re import parse_env_headers
 
 from ._errors import TracingSettingError
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.sampling import Sampler
+
 __all__ = [
+    "DEFAULT_EXPORT_TIMEOUT_S",
     "OTLP_PROTOCOLS",
+    "TRACES_SAMPLERS",
     "combine_exporters",
     "console_exporter",
+    "export_timeout_from_environment",
     "exporter_from_environment",
     "otlp_exporter",
     "otlp_grpc_exporter",
     "otlp_http_exporter",
+    "sampler_from_environment",
 ]
+
+_logger = logging.getLogger("exporters.tracing")
 
 #: The OTLP transports this package can create, as the protocol variables
 #: spell them.
 OTLP_PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
 _TRACES_EXPORTERS = ("otlp", "console", "none")
 _DEFAULT_PROTOCOL = "grpc"
+#: Bound on one OTLP export (retries included) when no timeout variable is
+#: set: the specification's 10 s would let a collector that is down hold up
+#: every startup at its end; an explicit variable wins.
+DEFAULT_EXPORT_TIMEOUT_S = 1.0
+#: The ``OTEL_TRACES_SAMPLER`` values this package honours.
+TRACES_SAMPLERS: tuple[str, ...] = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+_DEFAULT_SAMPLER = "parentbased_always_on"
 _HTTP_TRACES_PATH = "v1/traces"
 
 
@@ -142,11 +177,8 @@ def exporter_from_environment(
         environ: the variables (default :data:`os.environ`).
         timeout_s: bound on one OTLP export; overrides the timeout variables.
 
-    Raises:
-        TracingSettingError: a variable holds an unknown protocol or exporter
-            name (a ``ValueError``); the message names the variable, the value
-            and the valid ones.
-        ValueError: a timeout that is not a number.
+    A value it does not support is logged once and tracing falls back (see
+    the module documentation): nothing here raises for a bad variable.
     """
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -159,12 +191,15 @@ def exporter_from_environment(
             return None
         names_text = "otlp"
     names = [name.strip().lower() for name in names_text.split(",") if name.strip()]
-    for name in names:
-        if name not in _TRACES_EXPORTERS:
-            raise TracingSettingError(
-                "span exporter", name, _TRACES_EXPORTERS, "OTEL_TRACES_EXPORTER"
-            )
-    if "none" in names:
+    unknown = [name for name in names if name not in _TRACES_EXPORTERS]
+    if unknown:
+        names = [name for name in names if name in _TRACES_EXPORTERS]
+        _warn(
+            f"OTEL_TRACES_EXPORTER: {', '.join(map(repr, unknown))} not supported "
+            f"(valid: {', '.join(_TRACES_EXPORTERS)}); "
+            + (f"exporting with {', '.join(names)} only" if names else "tracing is off")
+        )
+    if not names or "none" in names:
         return None
     exporters = [
         _otlp_from_environment(env, timeout_s) if name == "otlp" else console_exporter()
@@ -191,7 +226,12 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     )
     protocol = (protocol or _DEFAULT_PROTOCOL).strip()
     if protocol not in OTLP_PROTOCOLS:
-        raise TracingSettingError("OTLP protocol", protocol, OTLP_PROTOCOLS, protocol_variable)
+        fallback = "http/protobuf" if protocol.lower().startswith("http") else _DEFAULT_PROTOCOL
+        _warn(
+            f"{protocol_variable}={protocol!r} not supported "
+            f"(valid: {', '.join(OTLP_PROTOCOLS)}); using {fallback}"
+        )
+        protocol = fallback
 
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
     if endpoint is None:
@@ -205,17 +245,92 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     headers = parse_env_headers(headers_text, liberal=True) if headers_text else None
 
     if timeout_s is None:
-        timeout_variable, timeout_text = _first_set(
-            env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
-        )
-        if timeout_text:
-            try:
-                timeout_s = float(timeout_text)
-            except ValueError:
-                raise ValueError(
-                    f"{timeout_variable}={timeout_text!r} is not a number of seconds"
-                ) from None
+        timeout_s = export_timeout_from_environment(env)
     return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
+
+
+def export_timeout_from_environment(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds one OTLP export may take: ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``,
+    else ``OTEL_EXPORTER_OTLP_TIMEOUT``, else :data:`DEFAULT_EXPORT_TIMEOUT_S`
+    (a value that is not a positive number is logged once and ignored)."""
+    env = os.environ if environ is None else environ
+    variable, text = _first_set(
+        env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
+    )
+    if not text:
+        return DEFAULT_EXPORT_TIMEOUT_S
+    try:
+        timeout_s = float(text)
+    except ValueError:
+        timeout_s = -1.0
+    if not timeout_s > 0 or timeout_s == float("inf"):
+        _warn(
+            f"{variable}={text!r} is not a positive number of seconds; "
+            f"using {DEFAULT_EXPORT_TIMEOUT_S:g} s"
+        )
+        return DEFAULT_EXPORT_TIMEOUT_S
+    return timeout_s
+
+
+def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sampler:
+    """The SDK sampler ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``
+    ask for (one of :data:`TRACES_SAMPLERS`; default ``parentbased_always_on``).
+
+    An unknown sampler is logged once and the default is used; a ratio that is
+    not a number in [0, 1] is logged once and 1.0 is used, as the
+    specification says.
+    """
+    from opentelemetry.sdk.trace import sampling
+
+    env = os.environ if environ is None else environ
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or _DEFAULT_SAMPLER
+    if name not in TRACES_SAMPLERS:
+        _warn(
+            f"OTEL_TRACES_SAMPLER={name!r} not supported "
+            f"(valid: {', '.join(TRACES_SAMPLERS)}); using {_DEFAULT_SAMPLER}"
+        )
+        name = _DEFAULT_SAMPLER
+    if name == "always_on":
+        return sampling.ALWAYS_ON
+    if name == "always_off":
+        return sampling.ALWAYS_OFF
+    if name == "parentbased_always_on":
+        return sampling.ParentBased(sampling.ALWAYS_ON)
+    if name == "parentbased_always_off":
+        return sampling.ParentBased(sampling.ALWAYS_OFF)
+    ratio = 1.0
+    text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if text:
+        try:
+            ratio = float(text)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
+            ratio = 1.0
+    ratio_sampler = sampling.TraceIdRatioBased(ratio)
+    return ratio_sampler if name == "traceidratio" else sampling.ParentBased(ratio_sampler)
+
+
+#: Whether a bad setting is a warning here (see :func:`settings_reported`).
+_REPORTS = contextvars.ContextVar("exporters_settings_reported", default=True)
+
+
+@contextlib.contextmanager
+def settings_reported(reported: bool) -> Iterator[None]:
+    """Within it, a bad setting is a warning only if ``reported``, else a
+    DEBUG record: the ranks of a node share their environment, so one of
+    them (local rank 0) says it for all."""
+    token = _REPORTS.set(reported)
+    try:
+        yield
+    finally:
+        _REPORTS.reset(token)
+
+
+def _warn(message: str) -> None:
+    level = logging.WARNING if _REPORTS.get() else logging.DEBUG
+    _logger.log(level, "tracing: %s", message)
 
 
 def _first_set(env: Mapping[str, str], *names: str) -> tuple[str, str | None]:

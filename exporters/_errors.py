@@ -4,9 +4,9 @@
 
     ExportersError          base of everything this package raises on purpose
     ├── SpanExportError     an exporter refused a batch of replayed spans
-    └── TracingSettingError a tracing option or OTEL_* variable holds an
-                            unknown value (also events.InvalidValueError,
-                            a ValueError)
+    └── TracingSettingError a tracing option (an argument) holds an unknown
+                            value (also events.InvalidValueError, a
+                            ValueError); an OTEL_* variable is a warning
 
 Each class's ``__module__`` is ``exporters``, its public path.
 """
@@ -46,8 +46,9 @@ class SpanExportError(ExportersError):
 
 
 class TracingSettingError(ExportersError, InvalidValueError):
-    """A tracing option or ``OTEL_*`` variable holds a value this release
-    does not support (an OTLP protocol, a span exporter name).
+    """A tracing option holds a value this release does not support (an
+    OTLP protocol given as an argument). An ``OTEL_*`` variable never raises
+    it: a bad one is logged once and tracing falls back.
 
     Attributes:
         what, value, valid, where: as :class:`events.InvalidValueError`;

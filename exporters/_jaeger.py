@@ -145,18 +145,23 @@ def _span(span: ReadableSpan, process_id: str) -> JsonObject:
         references.append(_reference("FOLLOWS_FROM", link.context.trace_id, link.context.span_id))
     start_ns = span.start_time or 0
     end_ns = span.end_time if span.end_time is not None else start_ns
+    # Whole microseconds, each time rounded down, and the duration taken
+    # between the rounded ends: a log recorded at the span's last nanosecond
+    # then never reads a microsecond after the span's end.
+    start_us = start_ns // 1000
+    end_us = max(end_ns // 1000, start_us)
     return {
         "traceID": _trace_hex(context.trace_id),
         "spanID": _span_hex(context.span_id),
         "flags": int(context.trace_flags),
         "operationName": span.name,
         "references": references,
-        "startTime": start_ns // 1000,
-        "duration": max(end_ns - start_ns, 0) // 1000,
+        "startTime": start_us,
+        "duration": end_us - start_us,
         "tags": _span_tags(span),
         "logs": [
             {
-                "timestamp": event.timestamp // 1000,
+                "timestamp": min(max(event.timestamp // 1000, start_us), end_us),
                 "fields": [
                     _tag("event", event.name),
                     *(_tag(key, value) for key, value in (event.attributes or {}).items()),

@@ -13,8 +13,10 @@ export.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -84,6 +86,19 @@ class LiveSpans:
         self._shutdown_lock = threading.RLock()
         self._closed = False
         self._feed_failed = False
+        self._flushed_failures = 0
+
+    @property
+    def peer_reports_unreachable(self) -> bool:
+        """When true, a collector that cannot be reached (refused, unknown
+        host, no answer) is logged at DEBUG, not WARNING: another rank of the
+        node, with the same settings, reports it. Other failures are still
+        warnings."""
+        return self._exporter.peer_reports_unreachable
+
+    @peer_reports_unreachable.setter
+    def peer_reports_unreachable(self, value: bool) -> None:
+        self._exporter.peer_reports_unreachable = value
 
     @property
     def span_processor(self) -> BatchSpanProcessor:
@@ -124,15 +139,19 @@ class LiveSpans:
         """Export every finished span now, waiting at most ``timeout_s``.
 
         Returns:
-            ``True`` when everything queued was exported successfully in
-            time; ``False`` on timeout, on a failed export, or after
-            :meth:`shutdown`.
+            ``True`` when every span finished since the last flush was
+            exported successfully in time; ``False`` on timeout, on a failed
+            export (this one's, or the background's since the last flush), or
+            after :meth:`shutdown`.
         """
         if self._closed:
             return False
-        failures = self._exporter.failures
+        # Failures since the last flush count too: the processor may have
+        # tried (and failed) to export a full batch before this call.
+        failures = self._flushed_failures
         flushed = _call_with_timeout(self._processor.force_flush, timeout_s)
-        return flushed is True and self._exporter.failures == failures
+        self._flushed_failures = self._exporter.failures
+        return flushed is True and self._flushed_failures == failures
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (waiting at most ``timeout_s`` in all), then
@@ -144,6 +163,7 @@ class LiveSpans:
                 return
             self._closed = True
         deadline = time.monotonic() + max(timeout_s, 0.0)
+        self._exporter.finishing()
         _call_with_timeout(self._processor.force_flush, timeout_s)
         # Abort an export still in flight (gRPC retries, a slow collector);
         # from now on exports fail fast, so the processor's own shutdown,
@@ -184,14 +204,16 @@ class _GuardedExporter(SpanExporter):
         self._inner = inner
         self._lock = threading.Lock()
         self._closed = False
+        self._final = False
         self._reported = False
         self.failures = 0
-        _quiet_opentelemetry_loggers(inner)
+        self.peer_reports_unreachable = False
+        quiet_opentelemetry_loggers(inner)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
-        with _captured_messages() as messages:
+        with captured_messages(self._give_up if self._final else None) as messages:
             try:
                 result = self._inner.export(spans)
                 problem = None if result is SpanExportResult.SUCCESS else "export failed"
@@ -199,8 +221,21 @@ class _GuardedExporter(SpanExporter):
                 result = SpanExportResult.FAILURE
                 problem = f"{type(exc).__name__}: {exc}"
         if problem is not None:
-            self._report(_describe(messages) or problem, len(spans))
+            self._report(_summary(messages, problem), len(spans))
         return result
+
+    def finishing(self) -> None:
+        """From now on an export that fails is not retried: the run is
+        ending, and the spans stay in the log for replay export."""
+        self._final = True
+
+    def _give_up(self) -> None:
+        # Called on the export thread as the OTLP exporter announces a retry,
+        # before it waits: shutting it down ends the wait and the export.
+        with self._lock:
+            self._closed = True
+        with contextlib.suppress(Exception):
+            _shutdown(self._inner, 0.0)
 
     def _report(self, detail: str, count: int) -> None:
         with self._lock:
@@ -208,12 +243,14 @@ class _GuardedExporter(SpanExporter):
             if self._reported:
                 return
             self._reported = True
-        _logger.warning(
-            "could not export %d span(s) with %s: %s. The run goes on; the spans stay in the "
-            "event log and can be exported later with replay export. Further export failures "
-            "are not logged.",
+        endpoint = getattr(self._inner, "_endpoint", None)
+        quiet = self.peer_reports_unreachable and detail in _UNREACHABLE
+        _logger.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "could not export %d span(s)%s (%s); the run goes on, and its event log keeps "
+            "every span for replay export",
             count,
-            type(self._inner).__name__,
+            f" to {endpoint}" if endpoint else f" with {type(self._inner).__name__}",
             detail,
         )
 
@@ -222,7 +259,7 @@ class _GuardedExporter(SpanExporter):
             if self._closed:
                 return
             self._closed = True
-        with _captured_messages():
+        with captured_messages():
             try:
                 _shutdown(self._inner, timeout_s)
             except Exception:
@@ -235,6 +272,34 @@ class _GuardedExporter(SpanExporter):
         if self._closed:
             return False
         return self._inner.force_flush(timeout_millis)
+
+
+_REASONS = (
+    (re.compile(r"connection refused", re.IGNORECASE), "connection refused"),
+    (re.compile(r"name or service not known|name resolution|dns", re.IGNORECASE), "unknown host"),
+    (re.compile(r"certificate|ssl|tls", re.IGNORECASE), "TLS error"),
+    (re.compile(r"max retries or shutdown", re.IGNORECASE), "not reachable"),
+    (re.compile(r"deadline exceeded|timed? ?out", re.IGNORECASE), "timed out"),
+    (re.compile(r"StatusCode\.([A-Z_]+)"), ""),
+)
+
+
+#: Reasons that every rank sending to the same collector meets alike.
+_UNREACHABLE = frozenset({"connection refused", "unknown host", "not reachable", "timed out"})
+
+
+def _summary(messages: Sequence[str], problem: str) -> str:
+    """A few words on why an export failed, from what the exporter logged
+    (its own lines are long and repeat per retry)."""
+    if not messages:  # it raised, or said nothing: its own words
+        return problem if len(problem) <= 160 else problem[:157] + "..."
+    text = " ".join(messages)
+    for pattern, reason in _REASONS:
+        found = pattern.search(text)
+        if found:
+            return reason or found.group(1).lower()
+    detail = _describe(messages) or problem
+    return detail if len(detail) <= 160 else detail[:157] + "..."
 
 
 def _describe(messages: Sequence[str]) -> str:
@@ -267,19 +332,23 @@ class _CaptureFilter(logging.Filter):
         if messages is None:
             return True
         try:
-            messages.append(record.getMessage())
+            message = record.getMessage()
         except Exception:
-            messages.append(str(record.msg))
+            message = str(record.msg)
+        messages.append(message)
+        on_retry: Callable[[], None] | None = getattr(_capture, "on_retry", None)
+        if on_retry is not None and "retrying" in message:
+            on_retry()
         return False
 
 
 _CAPTURE_FILTER = _CaptureFilter()
 
 
-def _quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
+def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
     # A fan-out exporter (OTEL_TRACES_EXPORTER=otlp,console) holds the real ones.
     for member in getattr(exporter, "members", ()):
-        _quiet_opentelemetry_loggers(member)
+        quiet_opentelemetry_loggers(member)
     for cls in type(exporter).__mro__:
         module = cls.__module__
         if module.startswith("opentelemetry."):
@@ -289,11 +358,16 @@ def _quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
 
 
 @contextmanager
-def _captured_messages() -> Iterator[list[str]]:
+def captured_messages(on_retry: Callable[[], None] | None = None) -> Iterator[list[str]]:
+    """Capture, on this thread, the OpenTelemetry exporters' log records;
+    ``on_retry()`` is called when one announces a retry (before it waits)."""
     previous: list[str] | None = getattr(_capture, "messages", None)
+    previous_on_retry = getattr(_capture, "on_retry", None)
     messages: list[str] = []
     _capture.messages = messages
+    _capture.on_retry = on_retry
     try:
         yield messages
     finally:
         _capture.messages = previous
+        _capture.on_retry = previous_on_retry

@@ -22,6 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from events import Event, RootCause, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
+from ._live import captured_messages, quiet_opentelemetry_loggers
 from ._spans import SeverityOf, spans_from_events
 
 __all__ = ["export_events", "with_root_cause"]
@@ -65,9 +66,14 @@ def export_events(
         events = list(events)
         severity_of = step_severity_hook(events, slices=slices, policy=policy)
     spans = with_root_cause(spans_from_events(events, severity_of=severity_of), root_cause)
+    # The OpenTelemetry exporter's own log lines (one per retry) are kept
+    # off the user's terminal: the error raised below says it all.
+    quiet_opentelemetry_loggers(exporter)
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
-        if exporter.export(batch) is not SpanExportResult.SUCCESS:
+        with captured_messages():
+            result = exporter.export(batch)
+        if result is not SpanExportResult.SUCCESS:
             raise SpanExportError(
                 exporter=type(exporter).__name__, exported=start, total=len(spans)
             )

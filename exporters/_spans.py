@@ -16,9 +16,13 @@ The mapping::
       member of its cause chain)        event's time
     decision.made                     span event "startup.decision"
 
-Span status follows severity: ``ERROR`` when the outcome's severity (from
-the ``severity_of`` hook, by default :func:`default_severity`) is WARNING or
-worse, else ``UNSET`` (never ``OK``).
+Span status follows severity, and only severity: ``ERROR`` when the
+outcome's severity (from the ``severity_of`` hook, by default
+:func:`default_severity`) is ERROR or worse, else ``UNSET`` (never ``OK``).
+A fallback the startup recovered from (WARNING) stays ``UNSET``: its span
+carries the ``exception`` events and ``startup.severity = "WARNING"``, so a
+healthy start is not a red service in a trace search; two spans with the
+same severity always get the same status.
 
 A rank whose log stops without ``run.finished`` (the process died) gets its
 open spans closed at its last event's time with status ERROR and outcome
@@ -31,7 +35,9 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+import re
 import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeAlias
 
@@ -140,12 +146,27 @@ def rank_resource(started: RunStarted) -> Resource:
     record), then the recorded facts (``service.instance.id =
     "{run_id}/rank-{rank}"``, ``host.name``, ``process.pid``, ``startup.run_id``,
     rank identity), which win. ``service.name`` is ``startup-orchestrator``
-    unless the environment names one.
+    unless the environment names one; ``service.version`` is the recorded
+    startup-orchestrator version unless the environment names one;
+    ``process.runtime.name`` and ``process.runtime.version`` are the
+    interpreter's.
     """
     identity = started.identity
+    facts: dict[str, AttributeValue] = {}
+    recorded = started.resource or {}
+    version = started.versions.get("startup-orchestrator")
+    if version and "service.version" not in recorded:
+        facts["service.version"] = version
+    python = started.versions.get("python")
+    if python:
+        # The log records the interpreter's version; its implementation is
+        # the one replaying it (CPython in practice).
+        facts["process.runtime.name"] = sys.implementation.name
+        facts["process.runtime.version"] = python
     return _resource(
         started.resource,
         {
+            **facts,
             "service.instance.id": f"{started.run_id}/rank-{identity.rank}",
             "host.name": started.host,
             "process.pid": started.pid,
@@ -426,13 +447,13 @@ class SpanProjection:
             identity = started.identity
             attributes["startup.local_world_size"] = identity.local_world_size
             attributes["startup.node_rank"] = identity.node_rank
-            attributes["startup.host"] = started.host
-            attributes["startup.pid"] = started.pid
+            # host.name and process.pid are on the resource: no copies here.
             if started.graph:
                 attributes["startup.graph"] = started.graph
             for name, version in started.versions.items():
-                attributes[f"startup.versions.{name}"] = version
-        attributes["startup.step"] = ""
+                if version:
+                    attributes[f"startup.versions.{_attribute_name(name)}"] = version
+        # A root has no step: no startup.step attribute (never an empty one).
         attributes["startup.kind"] = _ROOT_KIND
         attributes["startup.outcome"] = outcome.value
         attributes["startup.severity"] = severity.name
@@ -500,6 +521,11 @@ def _readable_span(
     # The SDK documents ReadableSpan as built by its tracer; building it by
     # hand is what lets a span carry recorded ids and times. The constructor
     # contract is pinned in pyproject.toml and checked by the test suite.
+    # A span event never falls outside its span: the recorded clocks round
+    # independently, so an exception recorded as the step ended may read a
+    # microsecond after the span's end.
+    if any(not start_ns <= event.timestamp <= end_ns for event in events):
+        events = [_within(event, start_ns, end_ns) for event in events]
     return ReadableSpan(
         name=name,
         context=span_context(trace_id, span_id),
@@ -520,6 +546,23 @@ def _readable_span(
     )
 
 
+def _within(event: SpanEvent, start_ns: int, end_ns: int) -> SpanEvent:
+    timestamp = min(max(event.timestamp, start_ns), end_ns)
+    if timestamp == event.timestamp:
+        return event
+    return SpanEvent(event.name, event.attributes, timestamp)
+
+
+_NAME_SEPARATORS = re.compile(r"[^a-z0-9_.]")
+
+
+def _attribute_name(name: str) -> str:
+    """A distribution name as an attribute-name part, as the semantic
+    conventions spell names: lower case, ``_`` for ``-`` and other marks
+    (``startup-orchestrator`` → ``startup_orchestrator``)."""
+    return _NAME_SEPARATORS.sub("_", name.lower())
+
+
 #: Status objects are immutable: every span that is not red shares this one.
 _UNSET = Status(StatusCode.UNSET)
 
@@ -527,7 +570,7 @@ _UNSET = Status(StatusCode.UNSET)
 def _status(severity: Severity | None, reason: Callable[[], str]) -> Status:
     # The reason is worked out only for the (few) red spans: this runs for
     # every step of a traced run.
-    if severity is not None and severity >= Severity.WARNING:
+    if severity is not None and severity >= Severity.ERROR:
         return Status(StatusCode.ERROR, reason() or None)
     return _UNSET
 

@@ -67,6 +67,9 @@ class Tracing:
         self._trace_file = None if trace_file is None else Path(trace_file)
         self._console = console
         self._live: Any = None
+        self._timeout_s: float | None = None
+        self._uses_network = False
+        self._sampler: Any = None
 
     def _otlp_exporter(self) -> Any:
         """The OTLP exporter asked for, or ``None``; the SDK is imported only
@@ -88,8 +91,60 @@ class Tracing:
 
         if self._otlp_endpoint:
             protocol = self._otlp_protocol or "grpc"
-            return otlp_exporter(protocol, endpoint=_otlp_url(self._otlp_endpoint, protocol))
-        return exporter_from_environment(env)
+            return otlp_exporter(
+                protocol,
+                endpoint=_otlp_url(self._otlp_endpoint, protocol),
+                timeout_s=self._export_timeout_s(),
+            )
+        return exporter_from_environment(env, timeout_s=self._export_timeout_s())
+
+    def _export_timeout_s(self) -> float:
+        if self._timeout_s is None:
+            from ._environment import export_timeout_from_environment
+
+            self._timeout_s = export_timeout_from_environment(self._env)
+        return self._timeout_s
+
+    def _sampled(self, started: RunStarted) -> bool:
+        """The SDK sampler's decision (``OTEL_TRACES_SAMPLER``) for the rank's
+        root span. Every rank of a launch shares the trace id and the
+        launcher's ``TRACEPARENT``, so the decision is the same on every rank:
+        a launch is traced whole or not at all."""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace.sampling import Decision
+
+        from ._environment import sampler_from_environment
+        from ._propagation import parse_traceparent, span_id_to_int, trace_id_to_int
+        from ._spans import ROOT_SPAN_NAME
+
+        sampler = self._sampler = sampler_from_environment(self._env)
+        parent = None
+        if started.parent_span_id is not None:
+            sampled = True
+            text = self._env.get("TRACEPARENT", "").strip()
+            if text:
+                try:
+                    traceparent = parse_traceparent(text)
+                except ValueError:
+                    pass
+                else:
+                    if traceparent.trace_id == started.trace_id:
+                        sampled = traceparent.sampled
+            flags = trace.TraceFlags(
+                trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT
+            )
+            parent = trace.set_span_in_context(
+                trace.NonRecordingSpan(
+                    trace.SpanContext(
+                        trace_id_to_int(started.trace_id),
+                        span_id_to_int(started.parent_span_id),
+                        is_remote=True,
+                        trace_flags=flags,
+                    )
+                )
+            )
+        result = sampler.should_sample(parent, trace_id_to_int(started.trace_id), ROOT_SPAN_NAME)
+        return result.decision is Decision.RECORD_AND_SAMPLE
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Tracing:
@@ -119,10 +174,15 @@ class Tracing:
         Call it once the log holds ``run.started``; does nothing when
         tracing is off.
 
+        Spans are exported only when the sampler (``OTEL_TRACES_SAMPLER``,
+        parent-based by default, so a ``TRACEPARENT`` whose flags say "not
+        sampled" turns export off) samples the launch's trace. A variable
+        holding a value this release does not support is logged once and
+        tracing falls back; it never raises for one.
+
         Raises:
-            TracingSettingError: an option or a variable holds a value this
-                release does not support (a ``ValueError``); the message
-                names it and the valid values.
+            TracingSettingError: the ``otlp_protocol`` option is not one of
+                ``grpc``, ``http/protobuf`` (a ``ValueError``).
             RuntimeError: it is already attached, or the log has no
                 ``run.started`` yet.
         """
@@ -133,11 +193,25 @@ class Tracing:
         started = next(iter(log.read()), None)
         if not isinstance(started, RunStarted):
             raise RuntimeError("attach tracing once the log holds run.started")
+        from ._environment import settings_reported
+
+        # The ranks of a node share their variables: local rank 0 speaks for
+        # them all, about bad settings and about a collector it cannot reach.
+        speaks = started.identity.local_rank == 0
+        with settings_reported(speaks):
+            self._attach(log, started, severity_of, speaks)
+
+    def _attach(
+        self, log: EventLog, started: RunStarted, severity_of: SeverityOf | None, speaks: bool
+    ) -> None:
+        if not self._sampled(started):
+            return  # the log keeps everything: replay export can still send it
         from ._environment import combine_exporters, console_exporter
         from ._jaeger import JaegerJsonExporter
         from ._live import LiveSpans
 
         otlp = self._otlp_exporter()
+        self._uses_network = otlp is not None
         exporters = [] if otlp is None else [otlp]
         if self._trace_file is not None:
             path = self._trace_file
@@ -149,6 +223,7 @@ class Tracing:
         if not exporters:
             return  # the variables asked for "none"
         self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
+        self._live.peer_reports_unreachable = not speaks
         log.subscribe(self._live, from_seq=0)
         self._install_provider(started)
 
@@ -161,7 +236,11 @@ class Tracing:
 
         from ._spans import rank_resource
 
-        provider = TracerProvider(resource=rank_resource(started))
+        # Our sampler, not the SDK's reading of the variables (which would
+        # log its own complaint about a value already reported).
+        provider = TracerProvider(
+            resource=rank_resource(started), sampler=self._sampler, shutdown_on_exit=False
+        )
         provider.add_span_processor(self._live.span_processor)
         trace.set_tracer_provider(provider)
 
@@ -174,10 +253,19 @@ class Tracing:
 
         return activate_span
 
-    def close(self, *, timeout_s: float = 5.0) -> None:
-        """Export what is queued (for at most ``timeout_s``) and release the
-        exporters. Closing twice, or a tracing never attached, is harmless."""
+    def close(self, *, timeout_s: float | None = None) -> None:
+        """Export what is queued and release the exporters. Closing twice, or
+        a tracing never attached, is harmless.
+
+        Args:
+            timeout_s: the most it waits; default the OTLP export timeout
+                (``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``, else 1 s) when spans
+                go to a collector, else 5 s. The SDK's exit hook is off: this
+                is the flush.
+        """
         if self._live is not None:
+            if timeout_s is None:
+                timeout_s = self._export_timeout_s() if self._uses_network else 5.0
             self._live.shutdown(timeout_s=timeout_s)
             self._live = None
 

@@ -282,9 +282,11 @@ class Startup:
             RunDirectoryError: the run directory holds another run (or this
                 rank's log exists), or cannot be written.
             FaultSpecError: an injected fault names a rank outside the world.
-            ValueError: ``TRACEPARENT`` is malformed (nothing is written), or a
-                tracing variable holds an unsupported value (the log then
-                records the start as failed).
+            ValueError: ``TRACEPARENT`` is malformed (nothing is written), or
+                the ``otlp_protocol`` of an explicit :class:`exporters.Tracing`
+                is unsupported (the log then records the start as failed). A
+                tracing variable with an unsupported value is a warning: the
+                start goes on.
             RuntimeError: opened twice.
         """
         if self._state != "new":

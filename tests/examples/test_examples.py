@@ -364,9 +364,10 @@ def test_export_jaeger_writes_one_trace_of_every_rank(tmp_path: Path) -> None:
         "allreduce_workspace/trtllm",
     } <= set(operations)
     assert len(trace["processes"]) == 8  # one per rank
-    # h200x8 has no NVSwitch multicast: the recovered mnnvl attempt is red.
-    assert _error_operations(trace) == {"allreduce_workspace/mnnvl"}
-    assert "Spans with status ERROR: allreduce_workspace/mnnvl" in made.stdout
+    # h200x8 has no NVSwitch multicast: the mnnvl attempt falls back to
+    # trtllm, a WARNING, not an error; the start is healthy, nothing is red.
+    assert _error_operations(trace) == set()
+    assert "Spans with status ERROR: none" in made.stdout
 
     # A stored run exports the same spans again, to the file named.
     again = run_example(tmp_path, "export_jaeger.py", str(run_dir), "-o", "again.json")

@@ -89,7 +89,9 @@ async def test_a_failed_run_is_red_from_the_failing_step_to_the_root(tmp_path: P
     assert all(span.status.status_code is StatusCode.UNSET for span in cancelled)
 
 
-async def test_zentorch_abi_mismatch_nests_under_the_cpu_plugin_and_is_red(tmp_path: Path) -> None:
+async def test_zentorch_abi_mismatch_nests_under_the_cpu_plugin_and_is_marked(
+    tmp_path: Path,
+) -> None:
     run = await run_engine_traced(tmp_path, **SCENARIOS["zen4 zentorch OSError"])
 
     spans = {span.name: span for span in run.live}
@@ -98,9 +100,11 @@ async def test_zentorch_abi_mismatch_nests_under_the_cpu_plugin_and_is_red(tmp_p
     assert cpu.parent is not None
     assert zentorch.parent.span_id == cpu.context.span_id
     assert cpu.parent.span_id == platform.context.span_id
-    # The WARNING (a recovered environment breakage) is on the import span;
-    # the plugin that fell back to CpuPlatform and the platform step are fine.
-    assert zentorch.status.status_code is StatusCode.ERROR
+    # The WARNING (a recovered environment breakage) is on the import span,
+    # as its severity and exception event, not a red status (the startup
+    # recovered); the plugin that fell back to CpuPlatform and the platform
+    # step are fine.
+    assert zentorch.status.status_code is StatusCode.UNSET
     assert (zentorch.attributes or {})["startup.severity"] == "WARNING"
     assert cpu.status.status_code is StatusCode.UNSET
     assert platform.status.status_code is StatusCode.UNSET

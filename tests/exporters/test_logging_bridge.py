@@ -145,7 +145,7 @@ def test_events_from_several_threads(caplog_debug: pytest.LogCaptureFixture) -> 
     assert len(records_of(caplog_debug, "allreduce.attempt_failed")) == 1  # local rank 0 only
 
 
-def test_the_bridge_gives_live_spans_their_status() -> None:
+def test_the_bridge_gives_live_spans_their_severity_and_status() -> None:
     from opentelemetry.trace import StatusCode
 
     from events import merge
@@ -160,7 +160,15 @@ def test_the_bridge_gives_live_spans_their_status() -> None:
     status = {
         (s.resource.attributes["startup.rank"], s.name): s.status.status_code for s in finished
     }
-    assert status[(1, "allreduce_workspace/mnnvl")] is StatusCode.ERROR
+    severity = {
+        (s.resource.attributes["startup.rank"], s.name): (s.attributes or {}).get(
+            "startup.severity"
+        )
+        for s in finished
+    }
+    # A recovered fallback: WARNING, and (like every span short of ERROR) unset.
+    assert severity[(1, "allreduce_workspace/mnnvl")] == "WARNING"
+    assert status[(1, "allreduce_workspace/mnnvl")] is StatusCode.UNSET
     assert status[(1, "allreduce_workspace")] is StatusCode.UNSET
     assert status[(0, "attention/FLASHINFER")] is StatusCode.UNSET
 

@@ -23,7 +23,7 @@ from tests.exporters.tracing_harness import (
 pytestmark = pytest.mark.slow
 
 #: Longer than the whole test may take: a run that waited for the exporter's
-#: own retries instead of its bounded flush would show.
+#: own retries instead of its bounded flush (which does not retry) would show.
 EXPORTER_TIMEOUT_S = 120
 #: The run's spans are flushed for at most 5 s at its end; the rest is
 #: starting Python and the run itself.
@@ -64,6 +64,7 @@ def test_a_refused_collector_neither_delays_nor_fails_the_run(
     assert len(others) == 1, done.stderr
     assert others[0].startswith("could not export")
     assert "replay export" in others[0]
+    assert len(others[0]) < 200  # the exporter's own long lines are summarised
 
     with GrpcReceiver() as receiver:
         replayed = run_cli(
@@ -83,3 +84,60 @@ def test_a_refused_collector_neither_delays_nor_fails_the_run(
         assert span.trace_id == events[0].trace_id
         assert span.resource["service.name"] == "my-engine"
         assert span.resource["deployment.environment"] == "staging"
+
+
+#: What a collector that is down may add to a launch, whatever its ranks:
+#: about the 1 s default export timeout, with room for a loaded machine.
+DOWN_COST_S = 3.0
+
+
+def test_a_collector_that_is_down_costs_a_launch_about_a_second(tmp_path: Path) -> None:
+    """With the default timeout, four ranks pay for a refused collector
+    once, in parallel, and one line says so (local rank 0 speaks for the
+    node: its ranks share the collector); the OpenTelemetry exporters' own
+    lines never show."""
+
+    def launch(name: str, **variables: str) -> tuple[float, str]:
+        started = time.monotonic()
+        done = run_cli(
+            "run", "--simulate", "h200x8", "--nproc", "4", "--run-dir", str(tmp_path / name),
+            env=cli_environment(**variables), cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return time.monotonic() - started, done.stderr
+
+    quiet, _ = launch("quiet")
+    down, stderr = launch("down", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
+
+    assert down - quiet < DOWN_COST_S, (down, quiet)
+    failures = [line for line in stderr.splitlines() if line.startswith("could not export")]
+    assert len(failures) == 1, stderr
+    assert "(connection refused)" in failures[0], stderr
+    assert "Failed to export" not in stderr
+    assert "Transient error" not in stderr
+    assert "retrying" not in stderr
+
+
+def test_replay_export_to_a_collector_that_is_down_fails_promptly_in_one_line(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        "run", "--simulate", "h200x8", "--run-dir", str(run_dir),
+        env=cli_environment(), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    started = time.monotonic()
+    replayed = run_cli(
+        "replay", str(run_dir), "--export", "otlp",
+        env=cli_environment(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+
+    assert replayed.returncode == 1, replayed.stderr
+    assert elapsed < 8.0  # starting Python, the report, and one bounded export
+    lines = replayed.stderr.splitlines()
+    assert len(lines) == 1, replayed.stderr
+    assert lines[0].startswith("startup-orchestrator: error: --export otlp: ")
+    assert "0 of" in lines[0]
