@@ -67,6 +67,26 @@ def _severity(text: str) -> Severity:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: ``--export`` kinds; jaeger-json writes a file, named in the same argument.
+_EXPORT_KINDS = "otlp, console, or jaeger-json=FILE"
+
+
+def _export_spec(text: str) -> list[str]:
+    """An argparse type: ``KIND[=FILE]``, as ``[kind]`` or ``["jaeger-json", FILE]``.
+
+    The destination is part of the one argument, so ``--export`` never takes
+    a run directory for its file, whichever side of it the paths are.
+    """
+    kind, equals, destination = text.partition("=")
+    if kind in ("otlp", "console") and not equals:
+        return [kind]
+    if kind == "jaeger-json" and destination:
+        return [kind, destination]
+    if kind == "jaeger-json":
+        raise argparse.ArgumentTypeError(f"{text!r}: name the file, as jaeger-json=FILE")
+    raise argparse.ArgumentTypeError(f"{text!r}: expected {_EXPORT_KINDS}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(
@@ -214,10 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--export",
-        nargs="+",
+        type=_export_spec,
         default=None,
-        metavar="KIND",
-        help="also export the trace: otlp | console | jaeger-json FILE",
+        metavar="KIND[=FILE]",
+        help="also export the trace: otlp (to the collector OTEL_EXPORTER_OTLP_* name), "
+        "console (spans to stderr), or jaeger-json=FILE (a Jaeger-UI JSON file)",
     )
     replay.add_argument(
         "--html",

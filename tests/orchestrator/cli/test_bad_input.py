@@ -280,7 +280,7 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
     missing = tmp_path / "no" / "such" / "dir"
 
     _one_line_error(
-        call_cli("replay", run, "--export", "jaeger-json", str(missing / "t.json"), cwd=tmp_path),
+        call_cli("replay", run, f"--export=jaeger-json={missing / 't.json'}", cwd=tmp_path),
         1,
         "--export jaeger-json",
         "cannot write",
@@ -295,7 +295,7 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
         call_cli("replay", run, "--export", "zipkin", cwd=tmp_path),
         2,
         "'zipkin'",
-        "otlp, console, or jaeger-json FILE",
+        "otlp, console, or jaeger-json=FILE",
     )
     _one_line_error(
         call_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "the run has rank 0"

@@ -93,9 +93,7 @@ def test_explain_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
 
 def test_export_a_deep_chain_to_jaeger(deep_run: Path, tmp_path: Path) -> None:
     target = tmp_path / "trace.json"
-    exported = run_cli(
-        "replay", str(deep_run), "--export", "jaeger-json", str(target), cwd=tmp_path
-    )
+    exported = run_cli("replay", str(deep_run), f"--export=jaeger-json={target}", cwd=tmp_path)
     assert_clean(exported)
     assert exported.returncode == 1, exported.describe()[:3000]
     (trace,) = json.loads(target.read_text(encoding="utf-8"))["data"]

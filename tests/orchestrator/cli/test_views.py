@@ -193,9 +193,7 @@ def test_replay_exports_every_span_to_a_jaeger_file(eight_ranks: StoredRun, tmp_
     exported = run_cli(
         "replay",
         str(eight_ranks.directory),
-        "--export",
-        "jaeger-json",
-        str(target),
+        f"--export=jaeger-json={target}",
         "--html",
         str(page),
         cwd=tmp_path,
@@ -215,6 +213,25 @@ def test_replay_exports_every_span_to_a_jaeger_file(eight_ranks: StoredRun, tmp_
     html = page.read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html")
     assert "allreduce_workspace" in html
+
+
+@pytest.mark.parametrize("export_first", [True, False], ids=["export-first", "paths-first"])
+def test_replay_export_names_its_file_in_one_argument(
+    healthy: StoredRun, tmp_path: Path, export_first: bool
+) -> None:
+    # The file is part of --export's argument, so the run directory after it
+    # is still the run directory, not a second value of --export.
+    target = tmp_path / "trace.json"
+    export = ["--export", f"jaeger-json={target}"]
+    paths = [str(healthy.directory)]
+    arguments = export + paths if export_first else paths + export
+    exported = run_cli("replay", *arguments, cwd=tmp_path)
+
+    assert exported.returncode == 0, exported.describe()
+    assert exported.lines()[0].startswith("Startup ready")
+    assert f"(jaeger-json {target})" in exported.stderr
+    [trace] = json.loads(target.read_text(encoding="utf-8"))["data"]
+    assert trace["spans"]
 
 
 def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
