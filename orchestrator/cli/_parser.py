@@ -16,10 +16,39 @@ from ._output import PROG
 __all__ = ["build_parser"]
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, except that a paragraph of a description or an
+    epilog whose lines are indented (examples, lists) keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if "\n  " in paragraph:
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    #: Text appended to the epilog when the help is printed, computed only
+    #: then: ``run --help`` lists the engine's fault targets, and importing
+    #: the engine for every command line would slow every command.
+    lazy_epilog: Callable[[], str] | None = None
+
     def error(self, message: str) -> NoReturn:
         # One line, not usage plus a message: scripts and humans both read it.
         self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = f"{self.epilog}\n\n{self.lazy_epilog()}"
+            self.lazy_epilog = None
+        return super().format_help()
 
 
 def _integer_at_least(minimum: int, expected: str) -> Callable[[str], int]:
@@ -45,6 +74,54 @@ _OUTCOMES_EPILOG = (
     "died, was killed, or never started; this outranks the others, and between failed and "
     "interrupted the root cause decides); 2 bad usage, with nothing written."
 )
+
+#: What the read-only views' help says about their exit status.
+_VIEWS_EPILOG = (
+    "exit status: 0 printed; 1 a log could not be read (corrupt, or not a log); "
+    "2 bad usage (an option, a path that does not exist, a rank outside the run)."
+)
+
+#: What a PATH argument may be.
+_PATHS_HELP = (
+    "a run directory (every rank-N.jsonl in it, and its manifest.json), or rank log files "
+    "of one run (rank-N.jsonl)"
+)
+
+#: The built-in --simulate profiles (orchestrator.engine.BUILTIN_PROFILES;
+#: named here so that --help does not import the engine).
+_BUILTIN_PROFILES = "a100x4, b200x8, h200x8, xeon, zen4"
+
+#: The values --dtype and --kv-cache-dtype take (the engine's EngineConfig checks them).
+_DTYPES = "auto, float16, bfloat16, float32"
+_KV_CACHE_DTYPES = "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {PROG} {line}" for line in lines)
+
+
+def _inject_targets() -> str:
+    """The fault targets of the reference engine: the table ``--inject`` is
+    checked against before a run starts."""
+    import textwrap
+
+    from ..engine import injection_targets
+
+    targets = injection_targets()
+    width = 78
+
+    def block(names: tuple[str, ...]) -> str:
+        return textwrap.fill(", ".join(names), width, initial_indent="  ", subsequent_indent="  ")
+
+    return "\n".join(
+        (
+            "--inject targets, modules the probes import:",
+            block(targets.modules),
+            "and step paths:",
+            block(targets.steps),
+        )
+    )
+
 
 _positive_int = _integer_at_least(1, "a positive integer")
 _non_negative_int = _integer_at_least(0, "an integer >= 0")
@@ -93,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Start an inference engine's probes as an event-sourced task graph; "
         "replay and explain failed starts from their logs.",
+        epilog="Each command has its own --help: options, exit status, examples.\n\n"
+        + _examples(
+            "run --simulate h200x8 --nproc 8",
+            "replay startup-runs/<run-id>",
+        ),
     )
     parser.add_argument(
         "--version", action=_VersionAction, nargs=0, help="show the version and exit"
@@ -108,8 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
         "run.started before anything slow, and records SIGINT/SIGTERM at any moment as "
         "interrupted; with --nproc the launcher also writes manifest.json (pids, exit "
         "statuses, signals) and its ranks never outlive it.",
-        epilog=_OUTCOMES_EPILOG,
+        epilog=_OUTCOMES_EPILOG
+        + "\n\n"
+        + _examples(
+            "run",
+            "run --simulate h200x8 --nproc 8 --run-dir startup-runs/h200",
+            "run --simulate zen4 --nproc 8 --inject '5:zentorch=RuntimeError:no such op'",
+            "run --simulate examples/profile-custom.json --timeout 5 \\\n"
+            "      --inject 'attention/FLASH_ATTN=hang'",
+        ),
     )
+    run.lazy_epilog = _inject_targets
     run.add_argument(
         "--nproc",
         type=_positive_int,
@@ -143,27 +234,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate",
         default=None,
         metavar="PROFILE",
-        help="simulate a host: h200x8, a100x4, b200x8, zen4, xeon, or a JSON file",
+        help=f"simulate a host: a built-in profile ({_BUILTIN_PROFILES}) or a JSON profile "
+        "file (its fields: docs/profiles.md; a complete one: examples/profile-custom.json) "
+        "(default: this host)",
     )
     run.add_argument(
         "--inject",
         action="append",
         default=[],
         metavar="SPEC",
-        help="inject a fault: [RANKS:]TARGET=EXCEPTION[:MESSAGE] (repeatable)",
+        help="inject a fault: [RANKS:]TARGET=ACTION[:MESSAGE] (repeatable). TARGET is a "
+        "module a probe imports or a step path (listed below); ACTION is a builtin exception "
+        "class name (raised with MESSAGE), hang (the probe never returns: a --timeout ends it) "
+        "or crash (the rank dies by SIGSEGV); RANKS like 3, 0-3 or 1,5 (default: every rank). "
+        "Checked before anything starts",
     )
     run.add_argument(
         "--inject-file",
         type=Path,
         default=None,
         metavar="FILE",
-        help="inject the faults of a JSON file (structured exception arguments)",
+        help="inject the faults of a JSON file, for structured exception arguments: a list of "
+        '{"target": ..., "exception": NAME | "hang" | "crash", "args": [...], "kwargs": {...}, '
+        '"ranks": "0-3"}',
     )
     run.add_argument(
         "--attention-backend",
         default=None,
         metavar="NAME",
-        help="use this attention backend only (no fallback)",
+        help="use this attention backend only, no fallback (default: the first of the "
+        "platform's candidates that works)",
     )
     run.add_argument(
         "--allreduce-backend",
@@ -178,10 +278,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tensor-parallel size (default: the number of ranks)",
     )
-    run.add_argument("--dtype", default="auto", help="model dtype (default: auto)")
-    run.add_argument("--head-size", type=_positive_int, default=128, metavar="N")
-    run.add_argument("--kv-cache-dtype", default="auto")
-    run.add_argument("--mla", action="store_true", help="multi-head latent attention model")
+    run.add_argument(
+        "--dtype",
+        default="auto",
+        metavar="DTYPE",
+        help=f"model dtype: {_DTYPES} (default: auto, which is bfloat16)",
+    )
+    run.add_argument(
+        "--head-size",
+        type=_positive_int,
+        default=128,
+        metavar="N",
+        help="the model's attention head size; backends that do not support it are skipped "
+        "(default: 128)",
+    )
+    run.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        metavar="DTYPE",
+        help=f"KV-cache dtype: {_KV_CACHE_DTYPES}; backends that do not support it are "
+        "skipped (default: auto)",
+    )
+    run.add_argument(
+        "--mla", action="store_true", help="a multi-head latent attention model (default: not)"
+    )
     run.add_argument(
         "--timeout",
         type=_positive_float,
@@ -197,12 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="interval",
         help="when the log is fsynced (default: interval)",
     )
-    run.add_argument("--json", action="store_true", help="print the JSON report")
+    run.add_argument(
+        "--json", action="store_true", help="print the JSON report (default: the text report)"
+    )
     run.add_argument(
         "--level",
         type=_severity,
         default=Severity.INFO,
-        help="lowest severity printed (debug, info, warning, error)",
+        help="lowest severity printed: debug, info, warning, error (default: info)",
     )
     _add_tracing_options(run)
 
@@ -213,18 +335,33 @@ def build_parser() -> argparse.ArgumentParser:
         "and messages, and print a report whose first lines name the outcome, whether the "
         "host was simulated or faults injected, and the root cause. The run is judged "
         "against every rank of its world (from manifest.json when the directory has one).",
-        epilog=_OUTCOMES_EPILOG,
+        epilog=_OUTCOMES_EPILOG
+        + "\n\n"
+        + _examples(
+            "replay startup-runs/<run-id>",
+            "replay startup-runs/<run-id> --rank 5 --level debug",
+            "replay --export jaeger-json=trace.json startup-runs/<run-id>",
+            "replay --json startup-runs/<run-id>/rank-0.jsonl startup-runs/<run-id>/rank-1.jsonl",
+        ),
     )
-    replay.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    replay.add_argument("--json", action="store_true", help="print the JSON report")
-    replay.add_argument("--rank", type=_non_negative_int, default=None, help="only this rank")
+    replay.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
+    replay.add_argument(
+        "--json", action="store_true", help="print the JSON report (default: the text report)"
+    )
+    replay.add_argument(
+        "--rank",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="only this rank (default: every rank)",
+    )
     replay.add_argument(
         "--until",
         type=_non_negative_int,
         default=None,
         metavar="SEQ",
         help="the state as it was after event SEQ of each rank (ranks not finished by then "
-        "are 'running', not crashed)",
+        "are 'running', not crashed) (default: the end of the logs)",
     )
     replay.add_argument(
         "--level",
@@ -263,20 +400,42 @@ def build_parser() -> argparse.ArgumentParser:
         ("blame", "steps by time spent"),
         ("critical-path", "the chain of steps that decided the startup's wall time"),
     ):
-        view = commands.add_parser(name, help=text, description=text)
-        view.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-        view.add_argument("--rank", type=_non_negative_int, default=None, help="only this rank")
+        view = commands.add_parser(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}, from the logs of a stored run.",
+            epilog=_VIEWS_EPILOG
+            + "\n\n"
+            + _examples(f"{name} startup-runs/<run-id>", f"{name} startup-runs/<run-id> --rank 3"),
+        )
+        view.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
+        view.add_argument(
+            "--rank",
+            type=_non_negative_int,
+            default=None,
+            metavar="N",
+            help="only this rank (default: every rank)",
+        )
 
     diff = commands.add_parser(
         "diff",
         help="what changed between two runs",
         description="Compare two runs (e.g. a healthy and a failed start): outcomes, "
         "decisions, per-rank state and messages, one line per group of ranks with the "
-        "same difference. Exit status, as diff(1): 0 the runs do not differ; 1 they "
-        "differ; 2 bad input.",
+        "same difference.",
+        epilog=(
+            "exit status, as diff(1): 0 the runs do not differ; 1 they differ, or a log could "
+            "not be read; 2 bad usage."
+        )
+        + "\n\n"
+        + _examples("diff startup-runs/healthy startup-runs/failed"),
     )
-    diff.add_argument("run_a", type=Path, metavar="RUN_A")
-    diff.add_argument("run_b", type=Path, metavar="RUN_B")
+    diff.add_argument(
+        "run_a", type=Path, metavar="RUN_A", help="the first run: a run directory (the baseline)"
+    )
+    diff.add_argument(
+        "run_b", type=Path, metavar="RUN_B", help="the second run: a run directory (compared to it)"
+    )
 
     watch = commands.add_parser(
         "watch",
@@ -289,10 +448,22 @@ def build_parser() -> argparse.ArgumentParser:
         "terminal a block redrawn in place; elsewhere plain lines, each printed once). Ends "
         "when every rank of the world (from manifest.json, else from the ranks' run.started) "
         "has finished.",
-        epilog="exit status: as replay's once every rank finished: 0 ready, 1 otherwise; 1 at "
-        "--timeout, with a line naming the ranks still running and where; 2 bad usage.",
+        epilog=(
+            "exit status: as replay's once every rank finished: 0 ready, 1 otherwise; 1 at "
+            "--timeout, with a line naming the ranks still running and where; 2 bad usage."
+        )
+        + "\n\n"
+        + _examples(
+            "watch startup-runs/<run-id>",
+            "watch startup-runs/<run-id> --stall 30 --timeout 600",
+        ),
     )
-    watch.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    watch.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="the run directory the launch writes (it may not exist yet)",
+    )
     watch.add_argument(
         "--stall",
         type=_positive_float,
@@ -318,14 +489,24 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser(
         "validate",
         help="check logs for every integrity problem (exit 1 if any)",
-        description="Check every path: a run directory as a whole (one run id in its logs, "
+        description="Check the logs of runs for every integrity problem. Check every path: "
+        "a run directory as a whole (one run id in its logs, "
         ".run-id and manifest.json; no duplicate or foreign ranks; one world size; every rank "
         "with a log that has events) and each log line by line (bad records, sequence gaps, "
         "torn tails, a missing run.started or run.finished). Files that are not regular files "
-        "are reported, never read. Goes on over every path and ends with a summary line. "
-        "Exit 0 when nothing is wrong, 1 when anything is, 2 when a path does not exist.",
+        "are reported, never read. Goes on over every path and ends with a summary line.",
+        epilog=(
+            "exit status: 0 nothing is wrong; 1 anything is; 2 bad usage (a path that does "
+            "not exist)."
+        )
+        + "\n\n"
+        + _examples(
+            "validate startup-runs/<run-id>",
+            "validate startup-runs/*/",
+            "validate startup-runs/<run-id>/rank-3.jsonl",
+        ),
     )
-    validate.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    validate.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
     return parser
 
 
@@ -336,9 +517,17 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
         "these options add or override.",
     )
     group.add_argument(
-        "--otlp-endpoint", default=None, metavar="URL", help="send spans to this OTLP collector"
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="send spans to this OTLP collector (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
-    group.add_argument("--otlp-protocol", choices=("grpc", "http/protobuf"), default=None)
+    group.add_argument(
+        "--otlp-protocol",
+        choices=("grpc", "http/protobuf"),
+        default=None,
+        help="the OTLP protocol (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+    )
     group.add_argument(
         "--trace-file",
         type=Path,
@@ -349,7 +538,9 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
         "every rank has ended; under torchrun and the like, each rank of several writes "
         "FILE with a -rank-N suffix",
     )
-    group.add_argument("--console-spans", action="store_true", help="print spans to stderr")
+    group.add_argument(
+        "--console-spans", action="store_true", help="print spans to stderr (default: not)"
+    )
 
 
 class _VersionAction(argparse.Action):
