@@ -12,7 +12,7 @@ looked at in Jaeger.
 
 Without a run directory it first starts 8 simulated H200 ranks (in this
 process) into ``./startup-runs/<run-id>``. The same export from the command
-line: ``startup-orchestrator replay RUN_DIR --export jaeger-json trace.json``.
+line: ``startup-orchestrator replay RUN_DIR --export jaeger-json=trace.json``.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def command_replay(args: argparse.Namespace) -> int:
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
     if export is not None and export[1] is not None:
-        _check_writable(f"--export jaeger-json {export[1]}", export[1])
+        _check_writable(f"--export jaeger-json={export[1]}", export[1])
     if args.html is not None:
         _check_writable(f"--html {args.html}", args.html)
     slices = [load_slice(spec) for spec in args.slices or ()]
@@ -196,7 +196,7 @@ def _parse_export(values: list[str]) -> tuple[str, Path | None]:
         return kind, None
     if kind == "jaeger-json" and len(rest) == 1:
         return kind, Path(rest[0])
-    raise UsageError(f"--export {' '.join(values)!r}: expected otlp, console, or jaeger-json FILE")
+    raise UsageError(f"--export {' '.join(values)!r}: expected otlp, console, or jaeger-json=FILE")
 
 
 def _check_writable(option: str, path: Path) -> None:
