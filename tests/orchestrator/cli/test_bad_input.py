@@ -96,6 +96,13 @@ def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]
     ("content", "fragments"),
     [
         ("{not json", ["--inject-file faults.json", "not valid JSON"]),
+        (
+            '[{"target": "a\tb"}]',
+            [
+                "--inject-file faults.json: not valid JSON at line 1 column 15: "
+                "invalid control character"
+            ],
+        ),
         ('{"target": "zentorch"}', ["expected a list of fault objects"]),
         ('[{"target": "zentorch", "exception": "Nope"}]', ["'Nope'"]),
         ('[{"target": "flashinfer", "exception": "OSError", "args": [{}]}]', ["entry 0: args"]),
@@ -114,6 +121,10 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
     ("content", "fragments"),
     [
         ('{"name": "mine", "gpus": [', ["'profile.json'", "not valid JSON"]),
+        (
+            '{"name": "a\tb"}',
+            ["'profile.json': not valid JSON at line 1 column 12: invalid control character"],
+        ),
         ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "valid fields: name"]),
         ("[]", ["'profile.json'", "expected an object"]),
     ],
