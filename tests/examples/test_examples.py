@@ -340,8 +340,10 @@ def test_export_jaeger_writes_one_trace_of_every_rank(tmp_path: Path) -> None:
 
     assert made.returncode == 0, made.stderr
     run_dir = only_run_dir(tmp_path)
-    output = tmp_path / f"jaeger-{run_dir.name}.json"
-    assert f"to {output.name}" in made.stdout
+    # Into the run directory, never the current one (a repository's root).
+    output = run_dir / f"jaeger-{run_dir.name}.json"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["startup-runs"]
+    assert f"to {output.relative_to(tmp_path)}" in made.stdout
     assert "Search -> the 'JSON File' tab" in made.stdout
     assert f"upload {output}" in made.stdout
     document = _jaeger(output)
