@@ -11,8 +11,11 @@ looked at in Jaeger.
     python examples/export_jaeger.py                                     # makes a run first
 
 Without a run directory it first starts 8 simulated H200 ranks (in this
-process) into ``./startup-runs/<run-id>``. The same export from the command
-line: ``startup-orchestrator replay RUN_DIR --export jaeger-json=trace.json``.
+process) into ``./startup-runs/<run-id>``. Without ``-o`` the file is
+written into the run directory, as ``jaeger-<run-id>.json`` (nothing is
+written into the current directory but ``startup-runs/``). The same export
+from the command line:
+``startup-orchestrator replay RUN_DIR --export jaeger-json=trace.json``.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="?", type=Path, help="a run directory (rank-*.jsonl)")
     parser.add_argument(
-        "-o", "--output", type=Path, help="the JSON file (default: jaeger-<run-id>.json)"
+        "-o", "--output", type=Path, help="the JSON file (default: RUN_DIR/jaeger-<run-id>.json)"
     )
     args = parser.parse_args()
 
@@ -70,7 +73,7 @@ def main() -> int:
     # of a launch shares one trace id, so the file holds one trace.
     logs = [read_log(path) for path in paths]
     events = list(merge(logs))
-    output = args.output or Path(f"jaeger-{events[0].run_id}.json")
+    output = args.output or run_dir / f"jaeger-{events[0].run_id}.json"
     exporter = JaegerJsonExporter(output)
     try:
         # Span status follows the messages' severities, as in the live run:

@@ -11,8 +11,12 @@ are folded by the same reducers the live run used, and the report's first
 lines name the outcome and the root cause (rank, step, exception chain).
 
 The ranks run one after the other in this process, without a process group,
-so the example needs no torch. The same failure from the command line, with
-one process per rank::
+so the example needs no torch -- and no peer waits for rank 5 in a
+collective: the report reads "1 failed, 7 ready". The same failure from the
+command line (the README's tour) starts one process per rank, and they agree
+on the all-reduce backend over a process group: when rank 5 leaves, the
+other seven fail in that agreement too, and the report reads "8 failed",
+with rank 5's failure still the root cause::
 
     startup-orchestrator run --simulate zen4 --nproc 8 \\
         --inject "5:zentorch=RuntimeError:unknown zentorch failure"
@@ -77,6 +81,12 @@ def main() -> int:
     result = replay(logs)
     print(report_text(result))
     print(f"Replay it again with: startup-orchestrator replay {run_dir}", file=sys.stderr)
+    print(
+        "(The ranks ran one after the other without a process group, so none waited for "
+        "rank 5; with `startup-orchestrator run --nproc 8` the peers fail in the all-reduce "
+        "agreement too: 8 failed.)",
+        file=sys.stderr,
+    )
     return 0 if result.outcome == "ready" else 1
 
 

@@ -47,6 +47,7 @@ import attrs
 from events import format_ranks
 
 from ._errors import FaultSpecError
+from ._json_text import not_json_text
 
 __all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges", "parse_ranks"]
 
@@ -381,9 +382,7 @@ class FaultPlan:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise FaultSpecError(
-                str(path), f"line {exc.lineno} column {exc.colno}", f"not valid JSON: {exc.msg}"
-            ) from exc
+            raise FaultSpecError(str(path), str(path), not_json_text(exc)) from exc
         return cls.from_json(data, source=str(path))
 
     def to_json(self) -> list[dict[str, Any]]:

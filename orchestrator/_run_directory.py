@@ -126,11 +126,17 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
             holds rank logs of a run that left no claim, or cannot be
             created or written.
     """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirectoryError(
+            run_dir, "is not a directory; name a directory (made if missing) with --run-dir"
+        )
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RunDirectoryError(
-            run_dir, f"cannot create the run directory: {exc.strerror or exc}"
+            run_dir,
+            f"cannot create the run directory: {exc.strerror or exc}; "
+            "name one that can be made with --run-dir",
         ) from None
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)

@@ -3,6 +3,7 @@ manifest) and log files, read strictly."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -24,7 +25,8 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
     """Expand run directories into their rank logs.
 
     Raises:
-        UsageError: a path does not exist.
+        UsageError: a path does not exist, or is a directory of run
+            directories (``startup-runs``) rather than a run directory.
         InputError: a directory holds no rank logs.
     """
     files: list[Path] = []
@@ -32,6 +34,9 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
         if path.is_dir():
             found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
             if not found and not (path / "manifest.json").exists():
+                runs = run_directories_in(path)
+                if runs:
+                    raise UsageError(_name_one_run(path, runs))
                 # With a manifest it is a launch whose ranks wrote nothing.
                 raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
             files.extend(found)
@@ -40,6 +45,45 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
         else:
             raise UsageError(f"{path}: no such file or directory")
     return files
+
+
+def run_directories_in(path: Path) -> list[Path]:
+    """The run directories directly under ``path`` (those holding rank logs
+    or a manifest), newest first."""
+    runs: list[tuple[float, str, Path]] = []
+    try:
+        children = list(path.iterdir())
+    except OSError:
+        return []
+    for child in children:
+        try:
+            if not child.is_dir():
+                continue
+            if (child / "manifest.json").exists() or next(child.glob("rank-*.jsonl"), None):
+                runs.append((child.stat().st_mtime, child.name, child))
+        except OSError:
+            continue
+    return [run for _mtime, _name, run in sorted(runs, reverse=True)]
+
+
+#: How many run directories a hint names.
+_NAMED_RUNS = 3
+
+
+def _name_one_run(path: Path, runs: list[Path]) -> str:
+    named = ", ".join(str(run) for run in runs[:_NAMED_RUNS])
+    more = f", and {len(runs) - _NAMED_RUNS} more" if len(runs) > _NAMED_RUNS else ""
+    held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
+    return f"{path}: holds {held}, not a run's logs; name one (newest first): {named}{more}"
+
+
+def _different_runs(run_of: dict[Path, str]) -> str:
+    listed = ", ".join(f"{path} (run {run_id})" for path, run_id in run_of.items())
+    text = f"the paths are of different runs: {listed}; a report is of one run"
+    if len(run_of) == 2:
+        a, b = (shlex.quote(str(path)) for path in run_of)
+        text += f"; to compare them: startup-orchestrator diff {a} {b}"
+    return text
 
 
 def _rank_key(path: Path) -> tuple[int, str]:
@@ -72,7 +116,8 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
     """Read run directories (their manifest too) or log files strictly.
 
     Raises:
-        UsageError: a path does not exist.
+        UsageError: a path does not exist, or the paths are of different
+            runs (``diff`` compares two).
         InputError: a log is corrupt or unreadable, a manifest is invalid,
             or nothing was found to report on.
     """
@@ -91,20 +136,25 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
                 raise InputError(str(exc)) from None
             if manifest is not None:
                 manifests.append((path, manifest))
-    for file in log_files(paths):
-        try:
-            read = read_log(file)
-        except EventsError as exc:
-            raise InputError(str(exc)) from exc
-        if read.events:
-            contents.append(read)
-            continue
-        rank = rank_of_file(file)
-        if rank is not None:
-            empty.append(rank)
-    if len({manifest.run_id for _path, manifest in manifests}) > 1:
-        listed = ", ".join(f"{path} ({manifest.run_id})" for path, manifest in manifests)
-        raise InputError(f"the manifests are of different runs: {listed}")
+    # The run each command-line path is of (its manifest's, or its first
+    # event's): two paths of different runs are two runs to compare.
+    run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
+    for path in paths:
+        for file in log_files([path]):
+            try:
+                read = read_log(file)
+            except EventsError as exc:
+                raise InputError(str(exc)) from exc
+            if read.events:
+                contents.append(read)
+                run_of.setdefault(path, read.events[0].run_id)
+                continue
+            rank = rank_of_file(file)
+            if rank is not None:
+                empty.append(rank)
+    if len(set(run_of.values())) > 1:
+        in_order = {path: run_of[path] for path in paths if path in run_of}
+        raise UsageError(_different_runs(in_order))
     launch = None
     if manifests:
         path, manifest = manifests[0]

@@ -53,6 +53,7 @@ import attrs
 
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
+from .._json_text import not_json_text
 from ._config import ProfileError
 from ._host import (
     GpuDevice,
@@ -493,9 +494,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
     try:
         data = json.loads(content)
     except json.JSONDecodeError as exc:
-        raise ProfileError(
-            text, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
+        raise ProfileError(text, not_json_text(exc)) from exc
     return Profile.from_json(data, source=text, default_name=path.stem)
 
 

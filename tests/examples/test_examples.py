@@ -314,6 +314,9 @@ def test_failed_start_replay_names_rank_5_and_its_exception_chain_first(tmp_path
     assert "  5        failed   -" in done.stdout
     assert "INFO [ranks 0-4,6-7] Startup ready." in done.stdout
     assert "rank 5: failed (UnspecifiedPlatformError)" in done.stderr
+    # Why the README's tour of the same case reads "8 failed".
+    assert "without a process group, so none waited for rank 5" in done.stderr
+    assert "8 failed" in done.stderr
     assert sorted(p.name for p in (tmp_path / "failed").iterdir()) == [
         f"rank-{rank}.jsonl" for rank in range(8)
     ]
@@ -340,8 +343,10 @@ def test_export_jaeger_writes_one_trace_of_every_rank(tmp_path: Path) -> None:
 
     assert made.returncode == 0, made.stderr
     run_dir = only_run_dir(tmp_path)
-    output = tmp_path / f"jaeger-{run_dir.name}.json"
-    assert f"to {output.name}" in made.stdout
+    # Into the run directory, never the current one (a repository's root).
+    output = run_dir / f"jaeger-{run_dir.name}.json"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["startup-runs"]
+    assert f"to {output.relative_to(tmp_path)}" in made.stdout
     assert "Search -> the 'JSON File' tab" in made.stdout
     assert f"upload {output}" in made.stdout
     document = _jaeger(output)
@@ -431,6 +436,17 @@ def test_readme_shows_a_command_for_every_example() -> None:
         assert f"examples/{script}" in readme
     assert "docker compose -f examples/docker-compose.yml up -d" in readme
     assert "torchrun --nproc-per-node 2 examples/launcher_torchrun.py" in readme
+
+
+def test_the_failed_start_example_and_the_readme_tour_say_why_they_differ() -> None:
+    # The example's report reads "1 failed, 7 ready", the tour's "8 failed".
+    tour = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    examples = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    assert "Startup failed: 8 failed (run " in tour
+    for text in (tour, examples):
+        flat = " ".join(text.split())
+        assert '"1 failed, 7 ready"' in flat
+        assert "no process group" in flat
 
 
 def test_examples_need_nothing_outside_the_package() -> None:

@@ -193,8 +193,10 @@ def test_a_fault_file_that_is_not_json_names_line_and_column(tmp_path: Path) -> 
     with pytest.raises(FaultSpecError) as raised:
         FaultPlan.load(path)
     assert raised.value.spec == str(path)
-    assert raised.value.part == "line 2 column 25"
-    assert "not valid JSON" in raised.value.reason
+    assert raised.value.part == str(path)
+    assert raised.value.reason == (
+        "not valid JSON at line 2 column 25: expecting property name enclosed in double quotes"
+    )
 
 
 def test_a_missing_fault_file_is_a_fault_spec_error(tmp_path: Path) -> None:

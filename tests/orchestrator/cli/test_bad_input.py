@@ -9,6 +9,7 @@ process."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -96,6 +97,13 @@ def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]
     ("content", "fragments"),
     [
         ("{not json", ["--inject-file faults.json", "not valid JSON"]),
+        (
+            '[{"target": "a\tb"}]',
+            [
+                "--inject-file faults.json: not valid JSON at line 1 column 15: "
+                "invalid control character"
+            ],
+        ),
         ('{"target": "zentorch"}', ["expected a list of fault objects"]),
         ('[{"target": "zentorch", "exception": "Nope"}]', ["'Nope'"]),
         ('[{"target": "flashinfer", "exception": "OSError", "args": [{}]}]', ["entry 0: args"]),
@@ -114,6 +122,10 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
     ("content", "fragments"),
     [
         ('{"name": "mine", "gpus": [', ["'profile.json'", "not valid JSON"]),
+        (
+            '{"name": "a\tb"}',
+            ["'profile.json': not valid JSON at line 1 column 12: invalid control character"],
+        ),
         ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "valid fields: name"]),
         ("[]", ["'profile.json'", "expected an object"]),
     ],
@@ -300,3 +312,74 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
     _one_line_error(
         call_cli("replay", run, "--rank", "4", cwd=tmp_path), 2, "--rank 4", "the run has rank 0"
     )
+
+
+@pytest.mark.parametrize("command", ["replay", "explain", "blame", "critical-path"])
+def test_a_rank_outside_the_run_is_bad_usage(
+    eight_ranks: StoredRun, tmp_path: Path, command: str
+) -> None:
+    # The views printed nothing and exited 0 for a rank the run does not have.
+    completed = call_cli(command, str(eight_ranks.directory), "--rank", "42", cwd=tmp_path)
+
+    _one_line_error(completed, 2, "--rank 42", "the run has ranks 0-7 (world size 8)")
+
+
+def test_the_directory_of_run_directories_names_the_newest(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    runs = tmp_path / "startup-runs"
+    runs.mkdir()
+    for index, stored in enumerate((healthy, attention_failure, healthy, healthy, healthy)):
+        copy = runs / f"run-{index}"
+        shutil.copytree(stored.directory, copy)
+        os.utime(copy, (1_000_000 + index, 1_000_000 + index))
+    (runs / "not-a-run").mkdir()
+
+    for command in ("replay", "explain", "blame", "critical-path"):
+        _one_line_error(
+            call_cli(command, "startup-runs", cwd=tmp_path),
+            2,
+            "startup-runs: holds 5 run directories, not a run's logs; name one (newest first): "
+            "startup-runs/run-4, startup-runs/run-3, startup-runs/run-2, and 2 more",
+        )
+
+
+def test_validate_goes_on_over_every_path(healthy: StoredRun, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    shutil.copytree(healthy.directory, tmp_path / "run")
+
+    validated = call_cli("validate", "empty", "run", cwd=tmp_path)
+
+    assert validated.returncode == 1, validated.describe()
+    out = validated.lines()
+    assert out[0] == "empty: no rank-*.jsonl logs in this directory [run, error]"
+    assert "run/rank-0.jsonl: ok" in out
+    assert out[-1] == "2 path(s), 1 file(s), 1 problem(s)"
+
+
+@pytest.mark.parametrize("logs", [False, True])
+def test_two_runs_to_replay_suggest_diff(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path, logs: bool
+) -> None:
+    # Was "two logs for rank 0 ...; pass one log per rank".
+    a, b = healthy.directory, attention_failure.directory
+    if logs:
+        a, b = a / "rank-0.jsonl", b / "rank-0.jsonl"
+
+    for command in ("replay", "explain"):
+        line = _one_line_error(
+            call_cli(command, str(a), str(b), cwd=tmp_path),
+            2,
+            "the paths are of different runs",
+            f"to compare them: startup-orchestrator diff {a} {b}",
+        )
+        assert "two logs for rank" not in line
+
+
+def test_a_run_directory_that_is_a_file_or_cannot_be_made(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("a file\n", encoding="utf-8")
+
+    for run_dir in ("README.md", "/proc/nope"):
+        completed = run_cli("run", "--simulate", "h200x8", "--run-dir", run_dir, cwd=tmp_path)
+        _one_line_error(completed, 2, f"error: {run_dir}: ", "with --run-dir")
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == "a file\n"

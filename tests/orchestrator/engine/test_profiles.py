@@ -201,7 +201,7 @@ def test_a_profile_file_that_is_not_json_says_where(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text('{"name": "x",\n  "gpus": }')
 
-    with pytest.raises(ProfileError, match=r"not valid JSON: .* line 2 column"):
+    with pytest.raises(ProfileError, match=r"not valid JSON at line 2 column 11: expecting value$"):
         load_profile(path)
 
 
