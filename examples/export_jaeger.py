@@ -13,8 +13,8 @@ looked at in Jaeger.
 Without a run directory it first starts 8 simulated H200 ranks (in this
 process) into ``./startup-runs/<run-id>``. Without ``-o`` the file is
 written into the run directory, as ``jaeger-<run-id>.json`` (nothing is
-written into the current directory but ``startup-runs/``). The same export
-from the command line:
+written into the current directory but ``startup-runs/``). The command line
+does the same with
 ``startup-orchestrator replay RUN_DIR --export jaeger-json=trace.json``.
 """
 
