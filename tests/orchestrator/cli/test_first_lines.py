@@ -29,3 +29,53 @@ def test_every_run_says_where_its_logs_are(nproc: int | None, tmp_path: Path) ->
 
     assert ran.returncode == 0, ran.describe()
     assert ran.stderr.splitlines().count(_where("run")) == 1, ran.describe()
+
+
+def test_a_ready_start_that_lost_fusion_says_so_first(tmp_path: Path) -> None:
+    # Ranks 0-1 lack flashinfer.comm: no workspace backend works on every
+    # rank, so the ranks that had it (2-3) disable fusion with an ERROR.
+    ran = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "4", "--run-dir", "run",
+        "--inject", "0-1:flashinfer.comm=PermissionError:denied",
+        cwd=tmp_path, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+
+    assert ran.returncode == 0, ran.describe()
+    lines = ran.lines()
+    assert lines[0].startswith("Startup ready, degraded: 4 ready (run "), ran.describe()
+    assert lines[2] == "Degraded: allreduce.workspace_failed on ranks 2-3", ran.describe()
+    # Its text names where it started: the ranks without flashinfer.comm.
+    assert "(no flashinfer.comm) on ranks 0-1" in lines[3]
+    assert "Root cause:" not in ran.stdout
+
+    document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
+    assert document["outcome"] == "ready"
+    assert document["degraded"] == [
+        {"code": "allreduce.workspace_failed", "severity": "error", "ranks": [2, 3]}
+    ]
+
+
+def test_a_timed_out_probe_degrades_a_ready_start(tmp_path: Path) -> None:
+    ran = run_cli(
+        "run", "--simulate", "h200x8", "--run-dir", "run", "--json",
+        "--inject", "attention/FLASH_ATTN=hang", "--timeout", "1",
+        cwd=tmp_path, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+
+    assert ran.returncode == 0, ran.describe()
+    document = ran.json()
+    assert document["outcome"] == "ready"
+    assert [entry["code"] for entry in document["degraded"]] == ["step.timed_out"]
+    text = run_cli("replay", "run", cwd=tmp_path).lines()
+    assert text[0].startswith("Startup ready, degraded: 1 ready"), text
+    assert text[2] == "Degraded: step.timed_out on rank 0"
+
+
+def test_a_healthy_start_is_not_degraded(tmp_path: Path) -> None:
+    ran = run_cli("run", "--simulate", "h200x8", "--json", "--run-dir", "run", cwd=tmp_path)
+
+    assert ran.returncode == 0, ran.describe()
+    assert (ran.json()["outcome"], ran.json()["degraded"]) == ("ready", [])
+    text = run_cli("replay", "run", cwd=tmp_path).lines()
+    assert text[0].startswith("Startup ready: 1 ready"), text
+    assert text[2] == "Root cause: none (every rank is ready)"
