@@ -79,3 +79,39 @@ def test_a_healthy_start_is_not_degraded(tmp_path: Path) -> None:
     text = run_cli("replay", "run", cwd=tmp_path).lines()
     assert text[0].startswith("Startup ready: 1 ready"), text
     assert text[2] == "Root cause: none (every rank is ready)"
+
+
+def test_one_failure_is_one_live_line_per_rank(tmp_path: Path) -> None:
+    ran = run_cli(
+        "run", "--simulate", "zen4", "--nproc", "2", "--run-dir", "run",
+        "--inject", "1:zentorch=RuntimeError:unknown zentorch failure",
+        cwd=tmp_path, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+
+    assert ran.returncode == 1, ran.describe()
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("ERROR")]
+    # Rank 1's platform failure, and rank 0's exchange that failed when rank 1
+    # left: each once, and no "Startup failed" repeating either cause.
+    assert [line.split("]")[0] for line in sorted(errors)] == [
+        "ERROR   [rank 0",
+        "ERROR   [rank 1",
+    ], ran.describe()
+    assert not any("Startup failed" in line for line in errors), ran.describe()
+    assert any("unknown zentorch failure" in line for line in errors if "[rank 1]" in line)
+    # The report keeps the run's message too.
+    assert ran.lines()[0].startswith("Startup failed: 2 failed"), ran.describe()
+    assert "ERROR [rank 1] Startup failed: " in ran.stdout
+
+
+def test_a_single_rank_failure_is_one_live_line(tmp_path: Path) -> None:
+    # A single rank whose probe raises: its step's ERROR, then nothing more.
+    ran = run_cli(
+        "run", "--simulate", "h200x8", "--run-dir", "run",
+        "--inject", "attention/FLASH_ATTN=RuntimeError:CUDA error",
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert ran.returncode == 1, ran.describe()
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, ran.describe()
+    assert errors[0].startswith("ERROR   [rank 0] Step attention/FLASH_ATTN failed: "), errors
