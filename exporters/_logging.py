@@ -77,6 +77,10 @@ class LoggingBridge:
     Thread-safe: events appended from several threads are folded one at a
     time, and records are emitted in derivation order.
 
+    One failure is one line per rank: a ``run.failed`` whose failed step
+    (or a step above or below it) already printed an ERROR on that rank is
+    not printed again (it stays in :attr:`state`, so reports keep it).
+
     Args:
         policy: severities and scopes (default :data:`events.DEFAULT_POLICY`,
             and each slice's defaults for its codes).
@@ -104,6 +108,9 @@ class LoggingBridge:
         self._tracebacks = tracebacks
         self._hold = hold_warnings
         self._held: list[Message] = []
+        # Per rank, the steps whose ERROR this bridge printed: the run's own
+        # ``run.failed`` would say that cause again.
+        self._error_steps: dict[int, set[str]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -128,7 +135,7 @@ class LoggingBridge:
             if after is None or len(after.messages) == known:
                 return
             for message in after.messages[known:]:
-                if message.printed:
+                if message.printed and not self._repeats_a_step_error(message):
                     self._emit(message, after.identity.local_rank if after.identity else None)
                 elif self._hold and message.severity is Severity.WARNING:
                     self._held.append(message)
@@ -154,7 +161,21 @@ class LoggingBridge:
         (the launcher prints what a rank held back this way)."""
         self._emit(message, local_rank)
 
+    def _repeats_a_step_error(self, message: Message) -> bool:
+        """Whether ``message`` is a ``run.failed`` whose failed step (or a
+        step above or below it) already printed its ERROR on this rank: one
+        failure is one line per rank live (the report keeps both)."""
+        if message.code != "run.failed" or not message.args or not message.args[0]:
+            return False
+        failed = message.args[0]
+        return any(
+            step == failed or failed.startswith(step + "/") or step.startswith(failed + "/")
+            for step in self._error_steps.get(message.rank, ())
+        )
+
     def _emit(self, message: Message, local_rank: int | None) -> None:
+        if message.severity >= Severity.ERROR and message.step:
+            self._error_steps.setdefault(message.rank, set()).add(message.step)
         logger = logging.getLogger(f"{self._prefix}.{message.code.partition('.')[0]}")
         level = int(message.severity)
         if not logger.isEnabledFor(level):

@@ -55,7 +55,11 @@ fields never change meaning; new fields may be added. Schema (version 1)::
          "values": [{"value": str | null, "ranks": [int, ...]}],
          "text": str}
       ],
-      "warnings": [str, ...]                   # about the logs (torn tails, missing ranks)
+      "warnings": [str, ...],                  # about the logs (torn tails, missing ranks)
+      "degraded": [                            # a ready run that lost something: its
+        {"code": str, "severity": str,         #   ERROR messages and timed-out probes,
+         "ranks": [int, ...]}                  #   grouped as in "messages"; [] otherwise
+      ]
     }
 
 The run's ``outcome`` is judged against its world (every rank of
@@ -231,7 +235,33 @@ def report_json(replay: Replay) -> dict[str, Any]:
             for divergence in replay.divergences
         ],
         "warnings": list(replay.warnings),
+        "degraded": [
+            {
+                "code": group.code,
+                "severity": group.severity.name.lower(),
+                "ranks": list(group.ranks),
+            }
+            for group in degraded_by(replay)
+        ],
     }
+
+
+# Timed-out probes are never on the critical path of a ready run (the start
+# went on without them), whatever severity their slice gives them.
+_DEGRADING_CODES = frozenset({"step.timed_out"})
+
+
+def degraded_by(replay: Replay) -> list[GroupedMessage]:
+    """What a ready run lost: its grouped messages of ERROR severity and its
+    timed-out probes, in the order of the report's messages (``[]`` unless the run, or the
+    cutoff, is ready)."""
+    if replay.outcome is not RunOutcome.READY:
+        return []
+    return [
+        group
+        for group in replay.grouped
+        if group.severity >= Severity.ERROR or group.code in _DEGRADING_CODES
+    ]
 
 
 _OUTCOME_ORDER = (
@@ -254,6 +284,8 @@ def _headline(replay: Replay) -> str:
     run = f"run {replay.run_id}, " if replay.run_id else ""
     ranks = f"{total} of {replay.world_size} ranks" if total or replay.world_size else "no ranks"
     state = f"Startup {replay.outcome.value}"
+    if degraded_by(replay):
+        state += ", degraded"
     if replay.until is not None:
         state += f" at the cutoff seq {replay.until} (the state then, not how the run ended)"
     return f"{state}: {', '.join(parts) or 'no events'} ({run}{ranks})"
@@ -311,7 +343,7 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         if replay.until is not None and replay.outcome is RunOutcome.RUNNING:
             return ["Root cause: none so far (no rank had failed by the cutoff)"]
         if replay.outcome is RunOutcome.READY:
-            return ["Root cause: none (every rank is ready)"]
+            return _degraded_lines(replay) or ["Root cause: none (every rank is ready)"]
         return ["Root cause: unknown (no rank recorded a failure)"]
     since = _launched_ns(replay)
     if cause.no_events is not None:
@@ -338,6 +370,24 @@ def _root_cause_lines(replay: Replay) -> list[str]:
     if cause.process is not None and cause.process.ended:
         lines.append(terminal_text(f"  its launcher saw: {cause.process.describe(since_ns=since)}"))
     return [terminal_text(lines[0]), *lines[1:]]
+
+
+_DEGRADED_SHOWN = 3
+
+
+def _degraded_lines(replay: Replay) -> list[str]:
+    """In place of "Root cause: none": what the ready start lost, one
+    ``Degraded:`` line per grouped message (code and ranks), its text below."""
+    groups = degraded_by(replay)
+    lines: list[str] = []
+    for group in groups[:_DEGRADED_SHOWN]:
+        lines.append(terminal_text(f"Degraded: {group.code} on {format_ranks(group.ranks)}"))
+        lines.append(terminal_text(f"  {group.text}", indent="    "))
+    if len(groups) > _DEGRADED_SHOWN:
+        rest = groups[_DEGRADED_SHOWN:]
+        codes = ", ".join(dict.fromkeys(group.code for group in rest))
+        lines.append(f"Degraded: and {len(rest)} more ({codes}); see the messages below")
+    return lines
 
 
 def _no_events_lines(replay: Replay) -> list[str]:

@@ -231,6 +231,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         ranks = ", ".join(str(exit.rank) for exit in refused)
         print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
         return 2
+    # The same line a single-rank run prints: where the record is, what next.
+    _print_where_the_logs_are(run_dir)
     return _report(args, [run_dir], hidden_warnings=True)
 
 
@@ -451,6 +453,12 @@ def _print_next_steps(run_dir: Path, identity: RankIdentity, launched: bool) -> 
     report, or the JSON document)."""
     if launched or identity.rank != 0:
         return
+    _print_where_the_logs_are(run_dir)
+
+
+def _print_where_the_logs_are(run_dir: Path) -> None:
+    """The one line every run's launcher prints on stderr, a single rank or
+    ``--nproc N`` alike."""
     print(
         f"{PROG}: the run's logs are in {run_dir}; replay {run_dir} for the report, "
         f"explain {run_dir} for every step",

@@ -106,7 +106,11 @@ def test_launcher_reports_an_injected_failure_and_exits_1(tmp_path: Path) -> Non
 
     assert done.returncode == 1, done.stderr
     assert ": failed platform=cuda (CudaPlatform) attention=-" in done.stdout
-    assert "ERROR   [rank 0] Startup failed: RuntimeError: broken build" in done.stderr
+    # Live, one line for the one failure: the step's, not the run's again.
+    assert "ERROR   [rank 0] Step attention/FLASH_ATTN failed: RuntimeError: broken build" in (
+        done.stderr
+    )
+    assert "Startup failed" not in done.stderr
     assert "Traceback" not in done.stderr
     assert len(list(only_run_dir(tmp_path).glob("rank-*.jsonl"))) == 1
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from events import MemoryLog, Severity
+from events import Event, MemoryLog, Severity
 from orchestrator.engine import ENGINE
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 from tests.orchestrator.engine.streams import RUN_ID, RankBuilder, healthy_rank
@@ -134,7 +134,7 @@ def test_events_from_several_threads(caplog_debug: pytest.LogCaptureFixture) -> 
 
     def feed(stream: list[object]) -> None:
         for event in stream:
-            bridge(event)  # type: ignore[arg-type]
+            bridge(event)
 
     threads = [threading.Thread(target=feed, args=(stream,)) for stream in streams]
     for thread in threads:
@@ -210,3 +210,40 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     state = fold(Messages(), [e for events in streams.values() for e in events])
     # A launcher that sees every rank prints it once, from the lowest rank.
     assert [(m.rank, m.code) for m in scope_hidden_warnings(state)] == [(1, "zentorch.broken")]
+
+
+def _failed_rank(*, failed_step: str | None) -> list[Event]:
+    from events import RunOutcome, StepKind
+    from tests.orchestrator.engine.streams import ATTENTION_STEP, exception
+
+    boom = exception("RuntimeError", "CUDA driver version is insufficient")
+    builder = RankBuilder(0).run_started()
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.failed("attention/FLASH_ATTN", boom)
+    builder.failed(ATTENTION_STEP, boom)
+    return list(builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step=failed_step))
+
+
+def test_one_failure_is_one_live_line(caplog_debug: pytest.LogCaptureFixture) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge(slices=(ENGINE,))
+    for event in _failed_rank(failed_step="attention/FLASH_ATTN"):
+        bridge(event)
+    errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
+    assert [r.code for r in errors] == ["step.failed"]  # type: ignore[attr-defined]
+    # The state, and so the report, keeps the run's message.
+    assert "run.failed" in [m.code for m in bridge.state.messages(0)]
+
+
+def test_a_run_failure_no_step_printed_is_still_printed(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge(slices=(ENGINE,))
+    for event in _failed_rank(failed_step=None):
+        bridge(event)
+    errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
+    assert [r.code for r in errors] == ["step.failed", "run.failed"]  # type: ignore[attr-defined]

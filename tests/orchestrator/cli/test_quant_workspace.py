@@ -32,7 +32,10 @@ def test_a_failed_quantization_workspace_is_one_error_per_rank(tmp_path: Path) -
     )
 
     assert ran.returncode == 0, ran.describe()
-    assert ran.lines()[0].startswith("Startup ready: 2 ready"), ran.describe()
+    # Ready, but the quantized workspace is lost: the first lines say so.
+    lines = ran.lines()
+    assert lines[0].startswith("Startup ready, degraded: 2 ready"), ran.describe()
+    assert lines[2] == "Degraded: allreduce.quant_workspace_failed on ranks 0-1", ran.describe()
     # Live: every rank prints its own ERROR, once, and no other ERROR.
     live = [line.split(None, 1) for line in ran.stderr.splitlines()]
     errors = [fields for fields in live if fields and fields[0] == "ERROR"]
@@ -43,6 +46,9 @@ def test_a_failed_quantization_workspace_is_one_error_per_rank(tmp_path: Path) -
     assert replayed.returncode == 0, replayed.describe()
     document = replayed.json()
     assert document["outcome"] == "ready"
+    assert document["degraded"] == [
+        {"code": "allreduce.quant_workspace_failed", "severity": "error", "ranks": [0, 1]}
+    ]
     failed = message(document, "allreduce.quant_workspace_failed")
     assert (failed["severity"], failed["ranks"], failed["text"]) == ("error", [0, 1], TEXT)
     assert [m["severity"] for m in document["messages"]].count("error") == 1
