@@ -260,6 +260,31 @@ def only_run_directory(root: Path) -> Path:
     return found[0]
 
 
+def poll_file(
+    read: Callable[[], Any],
+    found: Callable[[Any], bool],
+    *,
+    alive: Callable[[], bool],
+    deadline_s: float,
+    what: str,
+) -> Any:
+    """What ``read`` returns once ``found`` says it holds what is awaited.
+
+    The file ``read`` reads belongs to another process, so there is nothing
+    to synchronise on but the file: it is read every :data:`POLL_INTERVAL_S`
+    seconds, for at most ``deadline_s`` seconds, and the wait fails at once
+    when ``alive`` says the writer has ended.
+    """
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = read()
+        if found(value):
+            return value
+        assert alive(), f"the writer ended before {what}"
+        assert time.monotonic() < deadline, f"{what}: not in time"
+        time.sleep(POLL_INTERVAL_S)
+
+
 def wait_for_event(
     path: Path,
     matches: Callable[[dict[str, Any]], bool],
@@ -268,21 +293,16 @@ def wait_for_event(
     deadline_s: float = LAUNCH_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The first event of the log at ``path`` that ``matches``, waiting for
-    another process to write it.
-
-    The log belongs to another process, so there is nothing to synchronise
-    on but the file: it is read every :data:`POLL_INTERVAL_S` seconds, for at
-    most ``deadline_s`` seconds, and the wait fails at once when ``alive``
-    says the writer's launcher has ended.
-    """
-    deadline = time.monotonic() + deadline_s
-    while True:
-        for event in read_events(path):
-            if matches(event):
-                return event
-        assert alive(), f"the launch ended before {path.name} showed the awaited event"
-        assert time.monotonic() < deadline, f"{path} did not show the awaited event in time"
-        time.sleep(POLL_INTERVAL_S)
+    another process to write it (see :func:`poll_file`)."""
+    events = poll_file(
+        lambda: [event for event in read_events(path) if matches(event)],
+        bool,
+        alive=alive,
+        deadline_s=deadline_s,
+        what=f"{path.name} showing the awaited event",
+    )
+    first: dict[str, Any] = events[0]
+    return first
 
 
 def step_started(step: str) -> Callable[[dict[str, Any]], bool]:

@@ -30,6 +30,7 @@ from .harness import (
     call_cli,
     command,
     environment,
+    poll_file,
     read_events,
     reaping,
     start_cli,
@@ -42,14 +43,14 @@ def _wait_for_output(
     watch: Background, matches: Callable[[str], bool], deadline_s: float = LAUNCH_TIMEOUT_S
 ) -> str:
     """The watcher's stdout once ``matches`` says it holds what is awaited."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        text = watch.stdout_path.read_text(encoding="utf-8", errors="replace")
-        if matches(text):
-            return text
-        assert watch.running(), f"watch ended early:\n{text}\n{watch.stderr_path.read_text()}"
-        assert time.monotonic() < deadline, f"watch did not print what was awaited:\n{text}"
-        time.sleep(POLL_INTERVAL_S)
+    text: str = poll_file(
+        lambda: watch.stdout_path.read_text(encoding="utf-8", errors="replace"),
+        matches,
+        alive=watch.running,
+        deadline_s=deadline_s,
+        what="watch printing what was awaited",
+    )
+    return text
 
 
 @contextlib.contextmanager
