@@ -138,6 +138,13 @@ class UnsupportedVersionError(DecodeError):
             if isinstance(version, int) and version > supported
             else f"versions 0..{supported} are readable"
         )
+        if version is None:
+            # No "v" at all: most likely a JSON Lines file of something else.
+            super().__init__(
+                f"not a startup event: the record has no schema version (\"v\"){detail}; "
+                f"{hint}: is this a startup-orchestrator log?"
+            )
+            return
         super().__init__(f"unsupported schema version {version!r}{detail}; {hint}")
 
 

@@ -199,6 +199,16 @@ def test_bad_slice_is_one_line(
     _one_line_error(completed, 2, *fragments)
 
 
+def test_a_json_lines_file_of_something_else_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "other.jsonl").write_text('{"hello": 1}\n', encoding="utf-8")
+    _one_line_error(
+        call_cli("replay", "other.jsonl", cwd=tmp_path),
+        1,
+        "other.jsonl:1: not a startup event",
+        "is this a startup-orchestrator log?",
+    )
+
+
 def test_directory_without_logs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
 
