@@ -141,7 +141,7 @@ class UnsupportedVersionError(DecodeError):
         if version is None:
             # No "v" at all: most likely a JSON Lines file of something else.
             super().__init__(
-                f"not a startup event: the record has no schema version (\"v\"){detail}; "
+                f'not a startup event: the record has no schema version ("v"){detail}; '
                 f"{hint}: is this a startup-orchestrator log?"
             )
             return
