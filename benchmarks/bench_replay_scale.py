@@ -1,0 +1,320 @@
+"""Replay at scale: the read-only commands on runs of 1,024 and 8,192 ranks.
+
+Realistic runs are made from real ones: the reference engine is launched
+once per outcome on a simulated ``h200x8`` node (``startup-orchestrator run
+--simulate h200x8 --nproc 8``, one launch all ready, one with a fault
+injected on rank 3), and each node's logs are copied to every node of a
+large launch with the rank, run id, span ids and world size rewritten and
+the timestamps shifted and stretched per rank, so no two ranks have the
+same times. Three outcome mixes:
+
+- ``ready``: every rank ready;
+- ``failed``: rank 3 fails with the injected exception, every other rank
+  fails in the exchange that follows, as the engine's ranks did (a cause
+  chain: ``GroupError`` caused by the transport's error); no other rank's
+  failure is earlier than rank 3's;
+- ``node-missing``: every rank ready but the eight ranks of one node in the
+  middle of the launch (512-519 of 1,024), which have no log.
+
+Each command runs end to end in this process through the command line's
+own entry point (``orchestrator.cli._main.main``, output captured): ``replay``
+(text), ``replay --json``, ``validate`` and ``replay --html``. Each is timed
+in CPU seconds of this process (``time.process_time``, best of ``--repeat``)
+against bare ``orjson.loads`` of every line of the same files. Peak memory
+is measured in a fresh interpreter per command (``ru_maxrss``), less the
+peak of a fresh interpreter that imports the same modules and parses nothing,
+and set against the size of the logs.
+
+    .venv/bin/python benchmarks/bench_replay_scale.py [--ranks 1024,8192]
+        [--mixes ready,failed,node-missing] [--repeat 3] [--no-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+if __package__:
+    from . import _matrix_common as common
+else:
+    import _matrix_common as common
+
+
+#: Ranks per node in the template launches.
+NODE = 8
+#: The rank the ``failed`` mix injects its fault on.
+FAILED_RANK = 3
+INJECTION = f"{FAILED_RANK}:flashinfer=RuntimeError:CUDA error: an illegal memory access"
+#: How far a rank's start may lag behind the launch's, and how much longer
+#: its steps may take than the template's.
+START_JITTER_NS = 40_000_000
+STRETCH = 0.25
+MIXES = ("ready", "failed", "node-missing")
+COMMANDS: dict[str, list[str]] = {
+    "replay": ["replay"],
+    "replay --json": ["replay", "--json"],
+    "validate": ["validate"],
+    "replay --html": ["replay", "--html"],
+}
+
+
+def launch_templates(directory: Path) -> dict[str, list[list[dict[str, Any]]]]:
+    """The ranks' events of one real 8-rank launch per outcome, as JSON."""
+    templates: dict[str, list[list[dict[str, Any]]]] = {}
+    for name, extra in (("ready", []), ("failed", ["--inject", INJECTION])):
+        run_dir = directory / f"template-{name}"
+        subprocess.run(
+            common.cli(
+                "run",
+                "--simulate",
+                "h200x8",
+                "--nproc",
+                str(NODE),
+                "--run-dir",
+                str(run_dir),
+                "--durability",
+                "never",
+                *extra,
+            ),
+            env=common.environment(OTEL_SDK_DISABLED="true"),
+            check=False,
+            capture_output=True,
+        )
+        templates[name] = [
+            [orjson.loads(line) for line in (run_dir / f"rank-{n}.jsonl").read_bytes().splitlines()]
+            for n in range(NODE)
+        ]
+    return templates
+
+
+def _span(value: str | None, rank: int) -> str | None:
+    if value is None:
+        return None
+    return f"{(int(value, 16) ^ (rank * 0x9E3779B97F4A7C15)) & 0xFFFF_FFFF_FFFF_FFFF or 1:016x}"
+
+
+def rank_lines(
+    template: list[dict[str, Any]], rank: int, ranks: int, origin: tuple[int, int], jitter: Any
+) -> bytes:
+    """One rank's log: ``template`` rewritten for ``rank`` of ``ranks``."""
+    wall_origin, mono_origin = origin
+    if jitter is None:
+        start, stretch = 0, 1.0
+    else:
+        start, stretch = jitter.randrange(START_JITTER_NS), 1.0 + jitter.random() * STRETCH
+    mono_base = (rank // NODE) * 7_919_000_000_000  # each node has its own clock
+    out = []
+    for record in template:
+        event = dict(record)
+        event["rank"] = rank
+        event["run_id"] = "scale"
+        event["wall_ns"] = wall_origin + start + int((record["wall_ns"] - wall_origin) * stretch)
+        event["mono_ns"] = (
+            mono_base + mono_origin + start + int((record["mono_ns"] - mono_origin) * stretch)
+        )
+        for key in ("span_id", "parent_span_id"):
+            if key in event:
+                event[key] = _span(event[key], rank)
+        if event["type"] == "run.started":
+            event["identity"] = {
+                **record["identity"],
+                "rank": rank,
+                "local_rank": rank % NODE,
+                "world_size": ranks,
+                "node_rank": rank // NODE,
+            }
+            event["pid"] = 1000 + rank
+        for key in ("attributes", "result"):
+            value = event.get(key)
+            if isinstance(value, dict) and "world_size" in value:
+                event[key] = {**value, "world_size": ranks}
+        out.append(orjson.dumps(event))
+    return b"\n".join(out) + b"\n"
+
+
+def write_run(
+    templates: dict[str, list[list[dict[str, Any]]]], mix: str, ranks: int, directory: Path
+) -> list[Path]:
+    """A run of ``ranks`` ranks with outcome ``mix`` in ``directory``; its logs."""
+    directory.mkdir(parents=True)
+    source = templates["failed" if mix == "failed" else "ready"]
+    first = source[FAILED_RANK][0]
+    origin = (first["wall_ns"], first["mono_ns"])
+    missing = range(ranks // 2, ranks // 2 + NODE) if mix == "node-missing" else range(0)
+    jitter = random.Random(f"{mix}-{ranks}")
+    paths = []
+    for rank in range(ranks):
+        if rank in missing:
+            continue
+        local = rank % NODE
+        if mix == "failed" and local == FAILED_RANK and rank != FAILED_RANK:
+            local = FAILED_RANK - 1  # one failure: the other nodes' rank 3 is a consequence
+        path = directory / f"rank-{rank}.jsonl"
+        cause = mix == "failed" and rank == FAILED_RANK
+        path.write_bytes(rank_lines(source[local], rank, ranks, origin, None if cause else jitter))
+        paths.append(path)
+    return paths
+
+
+class Null(io.TextIOBase):
+    """Counts what is written, keeps nothing."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.chars = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        self.chars += len(text)
+        return len(text)
+
+
+def command(argv: Sequence[str]) -> tuple[int, Null]:
+    """Run the command line in this process; its exit status and output."""
+    from orchestrator.cli._main import main
+
+    out = Null()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out
+
+
+def best(repeat: int, run: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        run()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def bare(paths: Sequence[Path]) -> None:
+    for path in paths:
+        with open(path, "rb") as file:
+            for line in file:
+                orjson.loads(line)
+
+
+def argv_of(name: str, run_dir: Path, html: Path) -> list[str]:
+    argv = [*COMMANDS[name], str(run_dir)]
+    if name == "replay --html":
+        argv[1:2] = ["--html", str(html)]
+    return argv
+
+
+_PEAK = """
+import contextlib, io, resource, sys
+import orchestrator.cli._main, orchestrator.cli._views, orchestrator.engine, exporters
+from exporters import report_html, report_json, report_text
+argv = sys.argv[1:]
+if argv:
+    with contextlib.redirect_stdout(io.StringIO()):
+        orchestrator.cli._main.main(argv)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_kib(argv: Sequence[str]) -> int:
+    """The peak RSS (KiB) of a fresh interpreter running ``argv`` (none:
+    only the imports)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *argv],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OTEL_SDK_DISABLED": "true"},
+    )
+    return int(done.stdout.split()[-1])
+
+
+def measure(
+    mix: str, ranks: int, paths: list[Path], run_dir: Path, repeat: int, memory: bool
+) -> dict[str, Any]:
+    events = sum(len(path.read_bytes().splitlines()) for path in paths)
+    size = sum(path.stat().st_size for path in paths)
+    html = run_dir.parent / f"{run_dir.name}.html"
+    base = best(repeat, lambda: bare(paths))
+    rows: dict[str, Any] = {}
+    for name in COMMANDS:
+        argv = argv_of(name, run_dir, html)
+        code, out = command(argv)
+        seconds = best(repeat, lambda argv=argv: command(argv))
+        shown = (
+            f"{html.stat().st_size / 1024:.0f} KiB html"
+            if name == "replay --html"
+            else f"{out.lines} lines, {out.chars / 1024:.0f} KiB"
+        )
+        rows[name] = {"seconds": seconds, "ratio": seconds / base, "exit": code, "output": shown}
+        if memory:
+            rows[name]["peak_kib"] = peak_kib(argv)
+    return {"mix": mix, "ranks": ranks, "events": events, "bytes": size, "bare": base, **rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="1024,8192", help="comma-separated rank counts")
+    parser.add_argument("--mixes", default=",".join(MIXES), help="comma-separated outcome mixes")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    parser.add_argument("--keep", type=Path, help="write the runs here and keep them")
+    args = parser.parse_args()
+    mixes = args.mixes.split(",")
+    unknown = set(mixes) - set(MIXES)
+    if unknown:
+        parser.error(f"unknown mixes {sorted(unknown)}; valid: {', '.join(MIXES)}")
+    print(f"cores: {os.cpu_count()}; best of {args.repeat}; CPU time of this process\n")
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            directory = args.keep
+            directory.mkdir(parents=True, exist_ok=True)
+        else:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        templates = launch_templates(directory)
+        baseline = 0 if args.no_memory else peak_kib([])
+        if baseline:
+            print(f"fresh interpreter with the command line's modules: {baseline / 1024:.0f} MiB")
+        header = f"{'':>6} {'mix':<13} {'command':<14} {'seconds':>8} {'ratio':>7} {'output':<24}"
+        if not args.no_memory:
+            header += f" {'peak-base':>10} {'B/event':>8}"
+        for ranks in (int(value) for value in args.ranks.split(",")):
+            for mix in mixes:
+                run_dir = directory / f"{mix}-{ranks}"
+                paths = write_run(templates, mix, ranks, run_dir)
+                row = measure(mix, ranks, paths, run_dir, args.repeat, not args.no_memory)
+                print(
+                    f"\n{ranks} ranks, {mix}: {row['events']} events, "
+                    f"{row['bytes'] / 2**20:.1f} MiB of logs "
+                    f"({row['bytes'] / row['events']:.0f} B/event); "
+                    f"bare orjson.loads {row['bare']:.3f} s"
+                )
+                print(header)
+                for name in COMMANDS:
+                    cells = row[name]
+                    line = (
+                        f"{ranks:>6} {mix:<13} {name:<14} {cells['seconds']:8.3f} "
+                        f"{cells['ratio']:6.1f}x {cells['output']:<24}"
+                    )
+                    if "peak_kib" in cells:
+                        grown = (cells["peak_kib"] - baseline) * 1024
+                        line += f" {grown / 2**20:7.0f} MiB {grown / row['events']:8.0f}"
+                    print(line, flush=True)
+                if args.keep is None:
+                    for path in run_dir.iterdir():
+                        path.unlink()
+                    run_dir.rmdir()
+
+
+if __name__ == "__main__":
+    main()
