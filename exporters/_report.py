@@ -109,6 +109,10 @@ REPORT_VERSION = 1
 _GROUPS_PER_CODE = 8
 
 
+#: At most this many ranks without events are described one by one (with
+#: what their launcher saw); the rest are listed as rank ranges.
+_RANKS_DESCRIBED = 8
+
 #: Links of a root cause's chain nested in the JSON document: the outermost
 #: ones and the innermost (the root). A log may hold any depth; a document
 #: nested thousands deep is one no JSON reader should have to walk.
@@ -304,6 +308,10 @@ def _provenance_line(replay: Replay) -> list[str]:
     return [terminal_text(f"Not a real start: {text}")]
 
 
+#: At most this many ranks without events are described one by one (with
+#: what their launcher saw); the rest are listed as rank ranges.
+_RANKS_DESCRIBED = 8
+
 #: Links of a root cause's chain the text report shows: the outermost ones
 #: and the root, with a count of those in between.
 _TEXT_CHAIN_LINKS = 12
@@ -396,12 +404,24 @@ def _no_events_lines(replay: Replay) -> list[str]:
         return []
     since = _launched_ns(replay)
     lines = ["", "Ranks without events:"]
+    # Ranks the launcher saw are described one by one (each has its own pid
+    # and exit), up to a node's worth; the others, and the rest, are grouped
+    # by why they have no events, so a lost node of a large launch is a line.
+    unseen: dict[str, list[int]] = {}
+    described = 0
     for rank, why in sorted(replay.no_events.items()):
         process = _process_of(replay, rank)
-        if process is not None:
+        if process is not None and described < _RANKS_DESCRIBED:
+            described += 1
             lines.append(f"  {process.describe(since_ns=since)}; {why}")
         else:
-            lines.append(f"  rank {rank}: {why} (never started, or killed before its first event)")
+            unseen.setdefault(why, []).append(rank)
+    for why, ranks in unseen.items():
+        lines.append(
+            terminal_text(
+                f"  {format_ranks(ranks)}: {why} (never started, or killed before its first event)"
+            )
+        )
     return lines
 
 
@@ -437,9 +457,12 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
         state = replay.states.get(rank)
         cells = tuple(terminal_text(cell) for cell in _cells(replay, state, rank, columns))
         rows.setdefault(cells, []).append(rank)
+    # The ranks that differ come first: fewest ranks first, then by lowest
+    # rank, so the one failed rank of a thousand is the first row, not the
+    # last, and the rows for the run's common state end the table.
     lines = [
         (format_ranks(ranks, label=False), *cells)
-        for cells, ranks in sorted(rows.items(), key=lambda row: row[1][0])
+        for cells, ranks in sorted(rows.items(), key=lambda row: (len(row[1]), row[1][0]))
     ]
     header = ("RANKS", "OUTCOME", *(column.title for column in columns), "LAST STEP")
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]

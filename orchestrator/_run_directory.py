@@ -44,7 +44,7 @@ from typing import Any
 
 import attrs
 
-from events import LaunchRecord, RankProcess
+from events import LaunchRecord, RankProcess, format_ranks
 
 from ._errors import OrchestratorError
 
@@ -600,16 +600,19 @@ def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
             RunProblem(path=run_dir, message=f"the world sizes differ: {'; '.join(parts)}")
         )
     world = max(world_sizes, default=0)
-    for rank in range(world):
-        if rank not in found.logs:
-            problems.append(
-                RunProblem(
-                    path=run_dir,
-                    message=f"rank {rank} of world size {world} has no log "
-                    "(never started, or killed before its first event)",
-                    fatal=False,
-                )
+    # The ranks without a log are one problem, as rank ranges: a lost node of
+    # a large launch is one line, not one per rank.
+    missing = [rank for rank in range(world) if rank not in found.logs]
+    if missing:
+        problems.append(
+            RunProblem(
+                path=run_dir,
+                message=f"{format_ranks(missing)} of world size {world} "
+                f"{'has' if len(missing) == 1 else 'have'} no log "
+                "(never started, or killed before its first event)",
+                fatal=False,
             )
+        )
     for rank in found.logs:
         if world and rank >= world:
             problems.append(

@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from events import Event, LogContents, LogError, Slice, merge, replay, validate
+import attrs
+
+from events import Event, LogContents, LogError, Slice, format_ranks, merge, replay, validate
 
 from ._errors import InputError, UsageError
 from ._output import emit, to_json_text
-from ._run_logs import RunLogs, read_run
+from ._run_logs import RunLogs, rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
 
@@ -126,7 +128,7 @@ def command_replay(args: argparse.Namespace) -> int:
     if args.html is not None:
         from exporters import report_html
 
-        page = report_html(result, events, divergences=decisions)
+        page = report_html(result, events, divergences=grouped_decision_divergences(decisions))
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
@@ -174,8 +176,42 @@ def decision_divergences_text(found: list[Any]) -> str:
     if not found:
         return ""
     lines = ["Decision divergences (the current code decides differently than the run did):"]
-    lines.extend(f"  ERROR {divergence.text}" for divergence in found)
+    lines.extend(f"  ERROR {divergence.text}" for divergence in grouped_decision_divergences(found))
     return "\n".join(lines)
+
+
+def grouped_decision_divergences(found: list[Any]) -> list[Any]:
+    """Decision divergences that differ only in their rank, as one each with
+    every such rank (``ranks 0-1023 seq 17 (attention): ...``), in the order
+    of their first rank: a decider that changed decides differently on every
+    rank of a large launch alike. The JSON report keeps one per rank."""
+    groups: dict[tuple[str, ...], list[Any]] = {}
+    for divergence in found:
+        key = (
+            repr(divergence.seq),
+            repr(divergence.step),
+            divergence.subject,
+            divergence.values[0][0],
+            repr(divergence.recomputed),
+            divergence.text.removeprefix(f"rank {divergence.ranks[0]} "),
+        )
+        groups.setdefault(key, []).append(divergence)
+    grouped = []
+    for members in groups.values():
+        first = members[0]
+        prefix = f"rank {first.ranks[0]} "
+        if len(members) == 1 or not all(m.text.startswith(f"rank {m.ranks[0]} ") for m in members):
+            grouped.extend(members)
+            continue
+        ranks = tuple(sorted(rank for member in members for rank in member.ranks))
+        grouped.append(
+            attrs.evolve(
+                first,
+                values=((first.values[0][0], ranks),),
+                text=f"{format_ranks(ranks)} {first.text.removeprefix(prefix)}",
+            )
+        )
+    return grouped
 
 
 def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
@@ -313,17 +349,40 @@ def command_validate(args: argparse.Namespace) -> int:
             problems += len(run_problems)
         else:
             logs = [path]
+        clean: list[Path] = []
         for file in logs:
             files += 1
             found = validate(file)
             problems += len(found)
             if not found:
-                emit(terminal_line(f"{file}: ok"))
+                clean.append(file)
             for problem in found:
                 kind = "error" if problem.fatal else "warning"
                 emit(terminal_line(f"{problem} [{problem.kind}, {kind}]"))
+        for line in _clean_lines(path, clean):
+            emit(terminal_line(line))
     emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
     return 1 if problems else 0
+
+
+#: Up to this many clean logs of a run directory are named one per line (a
+#: node's worth); more are one line of rank ranges.
+_CLEAN_LOGS_NAMED = 8
+
+
+def _clean_lines(path: Path, clean: list[Path]) -> list[str]:
+    """What ``validate`` says of the logs without problems: ``FILE: ok`` for
+    each, or, for more than a node's worth in one run directory, one line
+    with their ranks (a clean 1,024-rank run is not 1,024 lines)."""
+    if len(clean) <= _CLEAN_LOGS_NAMED or not path.is_dir():
+        return [f"{file}: ok" for file in clean]
+    ranks = [rank_of_file(file) for file in clean]
+    named = [file for file, rank in zip(clean, ranks, strict=True) if rank is None]
+    numbered = [rank for rank in ranks if rank is not None]
+    return [
+        *(f"{file}: ok" for file in named),
+        f"{path}: {len(numbered)} logs ok, {format_ranks(numbered)}",
+    ]
 
 
 def terminal_line(text: str) -> str:

@@ -1,0 +1,124 @@
+"""The read-only commands stay readable at 1,024 ranks: identical ranks are
+rank ranges, the ranks that differ come first, and no output grows with the
+number of ranks that are alike (``replay``, ``validate``, ``replay --html``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from events import Event, RunOutcome, StepKind, encode
+from orchestrator.engine import ATTENTION_STEP
+from tests.orchestrator.cli.harness import call_cli
+from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
+
+WORLD = 1024
+#: The node of eight ranks the ``node-missing`` run has no logs of.
+MISSING = range(512, 520)
+#: The rank the ``failed`` run fails on.
+FAILING = 700
+
+
+def _failing_rank(rank: int) -> list[Event]:
+    boom = exception("RuntimeError", "CUDA error: an illegal memory access")
+    builder = RankBuilder(rank, world_size=WORLD, offset_ns=1).run_started()
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.failed("attention/FLASH_ATTN", boom)
+    builder.failed(ATTENTION_STEP, boom)
+    return builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+
+
+def _write(run_dir: Path, streams: Iterable[list[Event]]) -> None:
+    run_dir.mkdir()
+    for events in streams:
+        rank = events[0].rank
+        (run_dir / f"rank-{rank}.jsonl").write_bytes(
+            b"".join(encode(event) + b"\n" for event in events)
+        )
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("scale")
+    healthy = [healthy_rank(rank, world_size=WORLD) for rank in range(WORLD)]
+    made = {name: root / name for name in ("ready", "failed", "node-missing")}
+    _write(made["ready"], healthy)
+    _write(made["failed"], (_failing_rank(r) if r == FAILING else s for r, s in enumerate(healthy)))
+    _write(made["node-missing"], (s for r, s in enumerate(healthy) if r not in MISSING))
+    return made
+
+
+def _table(lines: list[str]) -> list[str]:
+    start = lines.index("Ranks:") + 2  # after the header row
+    return lines[start : lines.index("", start)]
+
+
+def test_replay_of_a_ready_run_is_one_row(runs: dict[str, Path], tmp_path: Path) -> None:
+    replayed = call_cli("replay", str(runs["ready"]), cwd=tmp_path)
+
+    assert replayed.returncode == 0, replayed.describe()
+    lines = replayed.lines()
+    assert lines[0].startswith(f"Startup ready: {WORLD} ready")
+    assert [row.split()[0] for row in _table(lines)] == [f"0-{WORLD - 1}"]
+    assert len(lines) < 30
+
+
+def test_replay_puts_the_failed_rank_first(runs: dict[str, Path], tmp_path: Path) -> None:
+    replayed = call_cli("replay", str(runs["failed"]), cwd=tmp_path)
+
+    assert replayed.returncode == 1, replayed.describe()
+    lines = replayed.lines()
+    assert lines[1].startswith(f"Root cause: rank {FAILING}, step attention/FLASH_ATTN")
+    assert [row.split()[:2] for row in _table(lines)] == [
+        [str(FAILING), "failed"],
+        [f"0-{FAILING - 1},{FAILING + 1}-{WORLD - 1}", "ready"],
+    ]
+    assert len(lines) < 40
+
+
+def test_replay_of_a_missing_node_is_one_line_per_reason(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    replayed = call_cli("replay", str(runs["node-missing"]), cwd=tmp_path)
+
+    assert replayed.returncode == 1, replayed.describe()
+    lines = replayed.lines()
+    assert lines[0].startswith(f"Startup incomplete: {WORLD - 8} ready, 8 without events")
+    missing = "ranks 512-519: no log (never started, or killed before its first event)"
+    assert lines[lines.index("Ranks without events:") + 1] == f"  {missing}"
+    assert [row.split()[:2] for row in _table(lines)] == [
+        ["512-519", "incomplete"],
+        [f"0-511,520-{WORLD - 1}", "ready"],
+    ]
+    assert len(lines) < 40
+
+
+def test_validate_groups_clean_logs_and_missing_ranks(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    run = runs["node-missing"]
+    checked = call_cli("validate", str(run), cwd=tmp_path)
+
+    assert checked.returncode == 1, checked.describe()
+    assert checked.lines() == [
+        f"{run}: ranks 512-519 of world size {WORLD} have no log (never started, or killed "
+        "before its first event) [run, warning]",
+        f"{run}: {WORLD - 8} logs ok, ranks 0-511,520-{WORLD - 1}",
+        f"1 path(s), {WORLD - 8} file(s), 1 problem(s)",
+    ]
+
+
+def test_html_report_does_not_grow_with_alike_ranks(runs: dict[str, Path], tmp_path: Path) -> None:
+    sizes = {}
+    for name, run in runs.items():
+        page = tmp_path / f"{name}.html"
+        call_cli("replay", "--html", str(page), str(run), cwd=tmp_path)
+        sizes[name] = page.stat().st_size
+        text = page.read_text(encoding="utf-8")
+        assert text.count("<tr") < 40, name
+    # A thousand ranks alike are a row, not a thousand rows.
+    assert max(sizes.values()) < 256 * 1024, sizes
