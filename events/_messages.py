@@ -271,6 +271,27 @@ class Messages:
         ranks[event.rank] = updated
         return MessagesState(ranks=ranks)
 
+    def apply_many(self, state: MessagesState, events: Iterable[Event]) -> MessagesState:
+        """The state after every event of ``events`` in turn, as :meth:`apply`
+        makes it one event at a time (:func:`events.fold` calls this): each
+        rank's messages are derived by the same code, but the mapping of
+        ranks is built once, not once per event."""
+        setup = self._setup
+        ranks = dict(state.ranks)
+        changed = False
+        number = -1
+        base = current = RankMessages(rank=number)
+        for event in events:
+            if event.rank != number:
+                if current is not base:
+                    ranks[number], changed = current, True
+                number = event.rank
+                base = current = ranks.get(number) or RankMessages(rank=number)
+            current = _Derivation(setup, current, event).run()
+        if current is not base:
+            ranks[number], changed = current, True
+        return MessagesState(ranks=ranks) if changed else state
+
 
 def step_severity(state: MessagesState, rank: int, step: str) -> Severity | None:
     """The highest severity derived for ``step`` on ``rank`` (scope does not

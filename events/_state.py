@@ -51,7 +51,7 @@ from ._model import (
 from ._policy import SeverityPolicy
 from ._rank_state import RankState, RootCause, _root_cause
 from ._reader import LogContents
-from ._reducers import Composite, fold
+from ._reducers import fold
 from ._severity import Scope, Severity
 from ._slices import Slice
 from ._timeline import RankTimeline, Timeline, TimelineState
@@ -118,6 +118,27 @@ class RankStates:
         ranks = dict(state)
         ranks[event.rank] = updated
         return ranks
+
+    def apply_many(
+        self, state: Mapping[int, RankState], events: Iterable[Event]
+    ) -> Mapping[int, RankState]:
+        """The state after every event of ``events`` in turn, as :meth:`apply`
+        makes it one event at a time (:func:`events.fold` calls this): each
+        rank's state by :meth:`apply_rank`, the mapping of ranks built once."""
+        ranks = dict(state)
+        changed = False
+        number = -1
+        base = current = self.new(number, None)
+        for event in events:
+            if event.rank != number:
+                if current is not base:
+                    ranks[number], changed = current, True
+                number = event.rank
+                base = current = ranks.get(number) or self.new(number, event.run_id)
+            current = self.apply_rank(current, event)
+        if current is not base:
+            ranks[number], changed = current, True
+        return ranks if changed else state
 
     def apply_rank(self, state: RankState, event: Event) -> RankState:
         """One rank's state after ``event``."""
@@ -490,20 +511,22 @@ def replay(
             f"the logs of run {sorted(run_ids)[0]}; pass the manifest of the same run"
         )
 
-    # Each rank is folded alone: its states stay small and a 1,024-rank run
-    # never copies a 1,024-entry mapping per event.
+    # Each rank is folded alone, and each projection over the rank's whole
+    # stream (their apply_many): the projections are independent, so this is
+    # what one Composite fold gives, without a mapping per event. The order
+    # is checked once, by the first fold.
     messages_projection = Messages(policy, slices=slices)
-    composite: Composite[Any] = Composite(
-        states=RankStates(slices), messages=messages_projection, timeline=Timeline()
-    )
+    rank_states = RankStates(slices)
+    timeline = Timeline()
     states: dict[int, RankState] = {}
     rank_messages: dict[int, RankMessages] = {}
     timelines: dict[int, RankTimeline] = {}
     for rank in sorted(by_rank):
-        folded = fold(composite, by_rank[rank])
-        states.update(folded["states"])
-        rank_messages.update(folded["messages"].ranks)
-        timelines.update(folded["timeline"].ranks)
+        events = by_rank[rank]
+        folded: Mapping[int, RankState] = fold(rank_states, events)
+        states.update(folded)
+        rank_messages.update(fold(messages_projection, events, check_order=False).ranks)
+        timelines.update(fold(timeline, events, check_order=False).ranks)
 
     logged_world = max(
         (s.identity.world_size for s in states.values() if s.identity is not None),

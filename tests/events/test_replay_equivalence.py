@@ -1,0 +1,100 @@
+"""The fast paths of replay give what the straightforward fold gives.
+
+:func:`events.replay` folds each rank's whole stream through each
+projection's ``apply_many`` and builds the run from the ranks' results; the
+reference here folds the merged run through a :class:`events.Composite`, one
+event at a time through each projection's ``apply``, as the projections
+define it. For varied runs (any events, several ranks, interleaved), the
+states, messages, timeline, root cause, divergences and the report text are
+the same, with the kernel's generic meaning and with the engine's slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import events
+from events import Composite, Messages, RankStates, Timeline, find_divergences, merge, replay
+
+from .strategies import streams
+
+PROPERTY = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> list[list[events.Event]]:
+    """One to four ranks of one run, each a stream of any events."""
+    count = draw(st.integers(1, 4))
+    ranks = draw(st.lists(st.integers(0, 7), min_size=count, max_size=count, unique=True))
+    return [
+        [attrs.evolve(event, run_id="run", rank=rank) for event in draw(streams(max_size=10))]
+        for rank in ranks
+    ]
+
+
+def _slices(engine: bool) -> tuple[events.Slice, ...]:
+    if not engine:
+        return ()
+    from orchestrator.engine import ENGINE
+
+    return (ENGINE,)
+
+
+def _apply_one_by_one(projection: Any, stream: Sequence[events.Event]) -> Any:
+    state = projection.initial()
+    for event in stream:
+        state = projection.apply(state, event)
+    return state
+
+
+@PROPERTY
+@given(run=runs(), engine=st.booleans())
+def test_each_projection_folds_a_stream_as_its_apply_does(
+    run: list[list[events.Event]], engine: bool
+) -> None:
+    slices = _slices(engine)
+    merged = list(merge(run))
+    for projection in (RankStates(slices), Messages(slices=slices), Timeline()):
+        assert events.fold(projection, merged) == _apply_one_by_one(projection, merged)
+
+
+@PROPERTY
+@given(run=runs(), engine=st.booleans())
+def test_replay_is_the_one_event_at_a_time_fold(
+    run: list[list[events.Event]], engine: bool
+) -> None:
+    from exporters import report_json, report_text
+
+    slices = _slices(engine)
+    result = replay(run, slices=slices)
+    composite: Composite[Any] = Composite(
+        states=RankStates(slices), messages=Messages(slices=slices), timeline=Timeline()
+    )
+    reference = _apply_one_by_one(composite, list(merge(run)))
+
+    assert result.states == reference["states"]
+    assert result.messages == reference["messages"].messages()
+    assert dict(result.message_state.ranks) == dict(reference["messages"].ranks)
+    assert dict(result.timeline.ranks) == dict(reference["timeline"].ranks)
+    assert result.divergences == find_divergences(reference["states"], slices=slices)
+    straightforward = attrs.evolve(
+        result,
+        states=reference["states"],
+        message_state=reference["messages"],
+        messages=reference["messages"].messages(),
+        timeline=reference["timeline"],
+    )
+    assert report_text(result) == report_text(straightforward)
+    assert report_json(result) == report_json(straightforward)
+    if not result.no_events:
+        assert result.root_cause == events.root_cause(reference["states"])
