@@ -21,9 +21,10 @@ own entry point (``orchestrator.cli._main.main``, output captured): ``replay``
 (text), ``replay --json``, ``validate`` and ``replay --html``. Each is timed
 in CPU seconds of this process (``time.process_time``, best of ``--repeat``)
 against bare ``orjson.loads`` of every line of the same files. Peak memory
-is measured in a fresh interpreter per command (``ru_maxrss``), less the
-peak of a fresh interpreter that imports the same modules and parses nothing,
-and set against the size of the logs.
+is measured in a fresh interpreter per command (its high-water mark,
+``VmHWM``: Linux only), less the peak of a fresh interpreter that imports the
+same modules and parses nothing, and set against the number of events and
+the size of the logs.
 
     .venv/bin/python benchmarks/bench_replay_scale.py [--ranks 1024,8192]
         [--mixes ready,failed,node-missing] [--repeat 3] [--no-memory]
@@ -214,21 +215,24 @@ def argv_of(name: str, run_dir: Path, html: Path) -> list[str]:
     return argv
 
 
+# The peak is the process's own high-water mark (VmHWM), not ru_maxrss:
+# Linux carries a parent's peak over to a child through fork and exec.
 _PEAK = """
-import contextlib, io, resource, sys
+import contextlib, io, sys
 import orchestrator.cli._main, orchestrator.cli._views, orchestrator.engine, exporters
 from exporters import report_html, report_json, report_text
 argv = sys.argv[1:]
 if argv:
     with contextlib.redirect_stdout(io.StringIO()):
         orchestrator.cli._main.main(argv)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+with open("/proc/self/status") as status:
+    print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
 """
 
 
 def peak_kib(argv: Sequence[str]) -> int:
     """The peak RSS (KiB) of a fresh interpreter running ``argv`` (none:
-    only the imports)."""
+    only the imports). Linux only (``/proc/self/status``)."""
     done = subprocess.run(
         [sys.executable, "-c", _PEAK, *argv],
         check=True,
