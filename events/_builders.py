@@ -28,12 +28,12 @@ attrs.
 from __future__ import annotations
 
 import keyword
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["builder", "field_names", "replacer", "twin"]
+__all__ = ["builder", "evolve", "field_names", "replacer", "twin"]
 
 T = TypeVar("T")
 
@@ -76,6 +76,50 @@ def replacer(cls: type[T], name: str) -> Callable[[T, Any], T]:
     ]
     replaced: Callable[[T, Any], T] = _compile(cls, "replace", body)
     return replaced
+
+
+def evolve(instance: T, changes: Mapping[str, Any]) -> T:
+    """A copy of ``instance`` with the fields ``changes`` names set to their
+    values: what ``attrs.evolve(instance, **changes)`` returns, built as the
+    other functions here build (once per class, a function that copies every
+    field). A class that does not qualify is evolved by attrs.
+
+    Raises:
+        TypeError: ``changes`` names a field the class does not have.
+    """
+    cls = type(instance)
+    made = _EVOLVERS.get(cls)
+    if made is None:
+        made = _EVOLVERS[cls] = _evolver(cls)
+    evolved: T = made(instance, changes)
+    return evolved
+
+
+_EVOLVERS: dict[type[Any], Callable[[Any, Mapping[str, Any]], Any]] = {}
+
+
+def _by_attrs(instance: Any, changes: Mapping[str, Any]) -> Any:
+    return attrs.evolve(instance, **changes)
+
+
+def _evolver(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
+    try:
+        fields = field_names(cls)
+    except TypeError:
+        return _by_attrs
+    body = [
+        "def evolve(source, changes):",
+        "    if not changes.keys() <= names:",
+        "        unknown = sorted(changes.keys() - names)",
+        "        raise TypeError(f'{cls.__qualname__} has no fields {unknown}')",
+        "    get = changes.get",
+        "    obj = mutable()",
+    ]
+    body += [f"    obj.{field} = get({field!r}, source.{field})" for field in fields]
+    made: Callable[[Any, Mapping[str, Any]], Any] = _compile(
+        cls, "evolve", body, names=frozenset(fields)
+    )
+    return made
 
 
 def twin(cls: type[Any]) -> type[Any]:
@@ -147,7 +191,7 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
     return names
 
 
-def _compile(cls: type[T], function: str, body: list[str]) -> Any:
+def _compile(cls: type[T], function: str, body: list[str], **constants: Any) -> Any:
     # As attrs does for __init__: the source is built from the class
     # definition alone (field names, which field_names() checked are
     # identifiers) and compiled into a private namespace holding only the
@@ -156,7 +200,7 @@ def _compile(cls: type[T], function: str, body: list[str]) -> Any:
     if getattr(cls, "__attrs_post_init__", None) is not None:
         body.append("    obj.__attrs_post_init__()")
     body.append("    return obj")
-    namespace: dict[str, Any] = {"cls": cls, "mutable": twin(cls)}
+    namespace: dict[str, Any] = {"cls": cls, "mutable": twin(cls), **constants}
     filename = f"<events generated {function} {cls.__module__}.{cls.__qualname__}>"
     exec(compile("\n".join(body) + "\n", filename, "exec"), namespace)
     made: Any = namespace[function]

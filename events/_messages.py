@@ -41,6 +41,7 @@ from typing import Any
 
 import attrs
 
+from ._builders import evolve
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
 from ._model import (
@@ -459,7 +460,7 @@ class _Derivation:
                 self.track(slices=memories)
         tracking = self.tracking
         if tracking is not self.state.tracking:
-            self.state = attrs.evolve(self.state, tracking=tracking)
+            self.state = evolve(self.state, {"tracking": tracking})
         return self.state
 
     def _call(
@@ -479,7 +480,7 @@ class _Derivation:
     @property
     def tracking(self) -> _Tracking:
         if self._changes:
-            self._tracking = attrs.evolve(self._tracking, **self._changes)
+            self._tracking = evolve(self._tracking, self._changes)
             self._changes = {}
         return self._tracking
 
@@ -492,7 +493,7 @@ class _Derivation:
             return
         severities = dict(self.state.severities)
         severities[step] = severity
-        self.state = attrs.evolve(self.state, severities=severities)
+        self.state = evolve(self.state, {"severities": severities})
 
     def emit(
         self,
@@ -522,15 +523,16 @@ class _Derivation:
             printed=_printed(severity, scope, identity),
             wall_ns=self.event.wall_ns,
         )
-        self.state = attrs.evolve(
-            self.state, messages=(*self.state.messages, message), seen=self.state.seen | {key}
+        self.state = evolve(
+            self.state,
+            {"messages": (*self.state.messages, message), "seen": self.state.seen | {key}},
         )
         self.raise_severity(step, severity)
 
     # -- run ---------------------------------------------------------------
 
     def run_started(self, event: RunStarted) -> None:
-        self.state = attrs.evolve(self.state, identity=event.identity)
+        self.state = evolve(self.state, {"identity": event.identity})
         self.track(root_span_id=event.span_id)
 
     def run_finished(self, event: RunFinished) -> None:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import attrs
 import orjson
 
+from ._builders import evolve
 from ._errors import LogError
 from ._failures import _top_level, _track
 from ._launch import LaunchRecord, RankProcess
@@ -152,11 +153,11 @@ class RankStates:
             changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
             changes["last_event_step"] = event.step
             if isinstance(event, StepCancelled):
-                tracking = attrs.evolve(tracking, cancelled=(*tracking.cancelled, event.step))
+                tracking = evolve(tracking, {"cancelled": (*tracking.cancelled, event.step)})
             tracked = _track(
                 tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
             )
-            tracking = attrs.evolve(tracking, failures=tracked.pending)
+            tracking = evolve(tracking, {"failures": tracked.pending})
             if tracked.settled is not None and state.failure is None:
                 changes["failure"] = _root_cause(state, tracked.settled, None)
             settles = True
@@ -165,16 +166,18 @@ class RankStates:
         elif isinstance(event, RunStarted):
             changes["identity"] = event.identity
             changes["run_id"] = event.run_id
-            tracking = attrs.evolve(tracking, root_span_id=event.span_id)
+            tracking = evolve(tracking, {"root_span_id": event.span_id})
         elif isinstance(event, RunFinished):
             tracked = _track(tracking.failures, event, top_level=True)
-            tracking = attrs.evolve(
+            tracking = evolve(
                 tracking,
-                failures=(),
-                finish_cause=event.cause,
-                failed_step=event.failed_step,
-                finish_wall_ns=event.wall_ns,
-                finish_seq=event.seq,
+                {
+                    "failures": (),
+                    "finish_cause": event.cause,
+                    "failed_step": event.failed_step,
+                    "finish_wall_ns": event.wall_ns,
+                    "finish_seq": event.seq,
+                },
             )
             changes["outcome"] = event.outcome
             if tracked.settled is not None and state.failure is None:
@@ -188,7 +191,7 @@ class RankStates:
             if facts is not None:
                 changes["facts"] = facts
         changes["tracking"] = tracking
-        return attrs.evolve(state, **changes)
+        return evolve(state, changes)
 
     def _settled_facts(
         self, facts: Mapping[str, JsonValue], event: Event

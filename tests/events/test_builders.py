@@ -5,10 +5,11 @@ from __future__ import annotations
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import events
 from events import Outcome
-from events._builders import builder, replacer, twin
+from events._builders import builder, evolve, replacer, twin
 
 from .samples import PERMISSION_DENIED
 from .strategies import EVENTS
@@ -155,3 +156,35 @@ def test_logs_copy_other_classes_with_attrs() -> None:
     second = log.events[1]
     assert type(second) is CheckedStart
     assert second == attrs.evolve(event, seq=1)
+
+
+@PROPERTY
+@given(event=EVENTS, data=st.data())
+def test_evolved_instances_are_what_attrs_evolve_builds(
+    event: events.Event, data: st.DataObject
+) -> None:
+    names = [field.name for field in attrs.fields(type(event))]
+    changed = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=3))
+    values = fields_of(event)
+    changes = {name: values[name] for name in changed} | (
+        {"seq": event.seq + 1} if "seq" in changed else {}
+    )
+    evolved = evolve(event, changes)
+    assert type(evolved) is type(event)
+    assert evolved == attrs.evolve(event, **changes)
+    assert fields_of(evolved) == fields_of(attrs.evolve(event, **changes))
+    with pytest.raises(TypeError, match="has no fields"):
+        evolve(event, {"nope": 1})
+
+
+@pytest.mark.parametrize("cls", [Validated, Converted, Private, CachedHash, WithDict])
+def test_classes_that_do_not_qualify_are_evolved_by_attrs(cls: type[object]) -> None:
+    source = cls(level=2)  # type: ignore[call-arg]
+    assert evolve(source, {"level": 3}) == attrs.evolve(source, level=3)  # type: ignore[misc]
+
+
+def test_evolve_keeps_post_init_invariants() -> None:
+    envelope = {"run_id": "r", "rank": 0, "seq": 0, "wall_ns": 1, "mono_ns": 1}
+    fine = events.StepUnavailable(**envelope, outcome=Outcome.ABSENT, cause=PERMISSION_DENIED)
+    with pytest.raises(ValueError, match="must be absent, unavailable or invalid"):
+        evolve(fine, {"outcome": Outcome.FAILED})
