@@ -980,6 +980,10 @@ def _tree_encoder(
     return encode_tree
 
 
+#: Decoded exception trees kept per class by their JSON text.
+_DECODED_TREES = 256
+
+
 def _tree_decoder(
     cls: type[Any], decode_node: Callable[[dict[str, Any]], Any], links: _Links
 ) -> Callable[[Any], Any]:
@@ -994,9 +998,32 @@ def _tree_decoder(
         except _ReadyMade:
             raise _Irregular from None
 
+    # A run's ranks record the same exception trees (the same failure, the
+    # same frames), so decoded trees are kept by their JSON text, with the
+    # record decoded: a record with the same text that is also equal to it
+    # (a list is not equal to a tuple, which has the same text) decodes to
+    # an equal tree, and the instances are frozen, so sharing one is the
+    # same as building another. Bounded: emptied when full.
+    decoded: dict[bytes, tuple[dict[str, Any], Any]] = {}
+    dumps = orjson.dumps
+
     def decode_tree(record: Any) -> Any:
         if type(record) is not dict:
             raise _Irregular
+        try:
+            key = dumps(record)
+        except TypeError:  # not JSON: the walk says what is wrong
+            return walk(record)
+        found = decoded.get(key)
+        if found is not None and found[0] == record:
+            return found[1]
+        tree = walk(record)
+        if len(decoded) >= _DECODED_TREES:
+            decoded.clear()
+        decoded[key] = (record, tree)
+        return tree
+
+    def walk(record: dict[str, Any]) -> Any:
         # The usual shape, a chain of single links without group members, is
         # decoded from its innermost record outwards; any other shape takes
         # the general walk.
