@@ -98,3 +98,44 @@ def test_replay_is_the_one_event_at_a_time_fold(
     assert report_json(result) == report_json(straightforward)
     if not result.no_events:
         assert result.root_cause == events.root_cause(reference["states"])
+
+
+def _engine_runs() -> dict[str, list[list[events.Event]]]:
+    """Engine runs of 64 ranks: all ready, one failed (and one that died),
+    a node of eight missing."""
+    from tests.orchestrator.engine.streams import healthy_rank
+    from tests.orchestrator.engine.test_state import dead_rank, failed_rank
+
+    healthy = [healthy_rank(rank, world_size=64) for rank in range(64)]
+    failed = list(healthy)
+    failed[5] = failed_rank(5, offset_ns=3)
+    failed[40] = dead_rank(40, offset_ns=9, world_size=64)
+    return {
+        "ready": healthy,
+        "failed": failed,
+        "node-missing": [s for rank, s in enumerate(healthy) if not 16 <= rank < 24],
+    }
+
+
+def test_replay_of_engine_runs_is_the_one_event_at_a_time_fold() -> None:
+    from exporters import report_json, report_text
+    from orchestrator.engine import ENGINE
+
+    for name, run in _engine_runs().items():
+        result = replay(run, slices=(ENGINE,))
+        composite: Composite[Any] = Composite(
+            states=RankStates((ENGINE,)), messages=Messages(slices=(ENGINE,)), timeline=Timeline()
+        )
+        reference = _apply_one_by_one(composite, list(merge(run)))
+        assert result.states == reference["states"], name
+        assert result.messages == reference["messages"].messages(), name
+        assert dict(result.timeline.ranks) == dict(reference["timeline"].ranks), name
+        straightforward = attrs.evolve(
+            result,
+            states=reference["states"],
+            message_state=reference["messages"],
+            messages=reference["messages"].messages(),
+            timeline=reference["timeline"],
+        )
+        assert report_text(result) == report_text(straightforward), name
+        assert report_json(result) == report_json(straightforward), name
