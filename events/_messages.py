@@ -282,13 +282,19 @@ class Messages:
         changed = False
         number = -1
         base = current = RankMessages(rank=number)
+        tracking = base.tracking
         for event in events:
             if event.rank != number:
+                if tracking is not current.tracking:
+                    current = evolve(current, {"tracking": tracking})
                 if current is not base:
                     ranks[number], changed = current, True
                 number = event.rank
                 base = current = ranks.get(number) or RankMessages(rank=number)
-            current = _Derivation(setup, current, event).run()
+                tracking = current.tracking
+            current, tracking = _Derivation(setup, current, event, tracking).derive()
+        if tracking is not current.tracking:
+            current = evolve(current, {"tracking": tracking})
         if current is not base:
             ranks[number], changed = current, True
         return MessagesState(ranks=ranks) if changed else state
@@ -416,13 +422,19 @@ class _Derivation:
     dropped; the result is a new :class:`RankMessages` (or the same one).
     It is the :class:`~events.MessageContext` the slices' hooks see."""
 
-    def __init__(self, setup: _Setup, state: RankMessages, event: Event) -> None:
+    def __init__(
+        self,
+        setup: _Setup,
+        state: RankMessages,
+        event: Event,
+        tracking: _Tracking | None = None,
+    ) -> None:
         self.setup = setup
         self.state = state
         self.event = event
         self.started: StepStarted | None = None
         self.originated = False
-        self._tracking = state.tracking
+        self._tracking = state.tracking if tracking is None else tracking
         # Changes to the bookkeeping are gathered and applied at once: a
         # 1,024-rank replay folds tens of thousands of events.
         self._changes: dict[str, Any] = {}
@@ -435,6 +447,15 @@ class _Derivation:
         return self.setup.rule(code)[0]
 
     def run(self) -> RankMessages:
+        state, tracking = self.derive()
+        if tracking is not state.tracking:
+            state = evolve(state, {"tracking": tracking})
+        return state
+
+    def derive(self) -> tuple[RankMessages, _Tracking]:
+        """The rank's messages after the event, whose ``tracking`` is left as
+        it was, and the bookkeeping after the event: folding a whole stream,
+        the bookkeeping is put in once, at the end (nothing sees it before)."""
         event = self.event
         terminal = isinstance(event, TERMINAL_STEP_EVENTS)
         if terminal:
@@ -458,10 +479,7 @@ class _Derivation:
             memories = self._call(hooks, memories, before=False)
             if memories is not kept:
                 self.track(slices=memories)
-        tracking = self.tracking
-        if tracking is not self.state.tracking:
-            self.state = evolve(self.state, {"tracking": tracking})
-        return self.state
+        return self.state, self.tracking
 
     def _call(
         self, hooks: tuple[MessageHook, ...], memories: tuple[Any, ...], *, before: bool
