@@ -208,3 +208,32 @@ def test_report_text_collapses_1024_ranks() -> None:
     assert table[1].startswith("  1023 ")
     assert table[2].startswith("  0-1022 ")
     assert len(lines) < 40
+
+
+def test_ranks_without_events_stay_a_few_lines_at_scale() -> None:
+    from events import LaunchRecord, RankProcess
+    from exporters import report_text
+
+    # 1,024 ranks, 24 without events: 12 the launcher saw exit, 12 it never
+    # recorded (8 with no log, 4 with an empty one).
+    seen = range(100, 112)
+    unrecorded = range(500, 512)
+    silent = {*seen, *unrecorded}
+    streams = [healthy_rank(rank, world_size=1024) for rank in range(1024) if rank not in silent]
+    launch = LaunchRecord(
+        run_id=streams[0][0].run_id,
+        world_size=1024,
+        processes={rank: RankProcess(rank=rank, pid=1000 + rank, exit_code=1) for rank in seen},
+        empty_logs=frozenset(range(508, 512)),
+    )
+    lines = report_text(replay(streams, launch=launch)).splitlines()
+    start = lines.index("Ranks without events:") + 1
+    listed = lines[start : lines.index("", start)]
+    # A node's worth described one by one, the rest as rank ranges by reason.
+    assert listed[:8] == [
+        f"  rank {r} (pid {1000 + r}) exited with code 1; no log" for r in seen[:8]
+    ]
+    assert listed[8:] == [
+        "  ranks 108-111,500-507: no log (never started, or killed before its first event)",
+        "  ranks 508-511: empty log (never started, or killed before its first event)",
+    ]
