@@ -494,7 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
         ".run-id and manifest.json; no duplicate or foreign ranks; one world size; every rank "
         "with a log that has events) and each log line by line (bad records, sequence gaps, "
         "torn tails, a missing run.started or run.finished). Files that are not regular files "
-        "are reported, never read. Goes on over every path and ends with a summary line.",
+        "are reported, never read. A directory of run directories (startup-runs) is checked "
+        "run by run. Goes on over every path and ends with a summary line.",
         epilog=(
             "exit status: 0 nothing is wrong; 1 anything is; 2 bad usage (a path that does "
             "not exist)."
@@ -502,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
         + "\n\n"
         + _examples(
             "validate startup-runs/<run-id>",
-            "validate startup-runs/*/",
+            "validate startup-runs",
             "validate startup-runs/<run-id>/rank-3.jsonl",
         ),
     )

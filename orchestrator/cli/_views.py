@@ -304,7 +304,7 @@ def command_validate(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: no such file or directory")
     files = 0
     problems = 0
-    for path in args.paths:
+    for path in _expand_run_parents(args.paths):
         if path.is_dir():
             logs, run_problems = check_run_directory(path)
             for run_problem in run_problems:
@@ -324,6 +324,26 @@ def command_validate(args: argparse.Namespace) -> int:
                 emit(terminal_line(f"{problem} [{problem.kind}, {kind}]"))
     emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
     return 1 if problems else 0
+
+
+def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
+    """The paths, with a directory of run directories (``startup-runs``)
+    replaced by the run directories it holds, oldest first; says so."""
+    from ._run_logs import run_directories_in
+
+    expanded: list[Path] = []
+    for path in paths:
+        holds_logs = path.is_dir() and (
+            (path / "manifest.json").exists() or next(path.glob("rank-*.jsonl"), None)
+        )
+        runs = run_directories_in(path) if path.is_dir() and not holds_logs else []
+        if not runs:
+            expanded.append(path)
+            continue
+        held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
+        emit(terminal_line(f"{path}: holds {held}; checking each"))
+        expanded.extend(reversed(runs))
+    return expanded
 
 
 def terminal_line(text: str) -> str:
