@@ -295,24 +295,33 @@ def command_diff(args: argparse.Namespace) -> int:
 
 def command_validate(args: argparse.Namespace) -> int:
     """Every integrity problem of every path, a run directory checked as a
-    whole; goes on over every path and ends with a summary; exit 1 if there
-    is any problem."""
-    from .._run_directory import check_run_directory
+    whole (the directories of one run id together: one per node of a
+    multi-node run); goes on over every path and ends with a summary; exit
+    1 if there is any problem."""
+    from .._run_directory import check_run_directories, run_id_of
 
     for path in args.paths:
         if not (path.exists() or path.is_symlink()):
             raise UsageError(f"{path}: no such file or directory")
+    # The directories of one run are checked together, at the place of the
+    # first of them; a directory whose run is not known stands alone.
+    runs: dict[object, list[Path]] = {}
+    for index, path in enumerate(args.paths):
+        if path.is_dir():
+            runs.setdefault(run_id_of(path) or index, []).append(path)
+        else:
+            runs[index] = [path]
     files = 0
     problems = 0
-    for path in args.paths:
-        if path.is_dir():
-            logs, run_problems = check_run_directory(path)
+    for group in runs.values():
+        if group[0].is_dir():
+            logs, run_problems = check_run_directories(group)
             for run_problem in run_problems:
                 kind = "error" if run_problem.fatal else "warning"
                 emit(terminal_line(f"{run_problem} [run, {kind}]"))
             problems += len(run_problems)
         else:
-            logs = [path]
+            logs = group
         for file in logs:
             files += 1
             found = validate(file)
