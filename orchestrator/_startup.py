@@ -121,6 +121,11 @@ _MAILBOX_PREFIX = "startup-orchestrator"
 #: seconds before it kills them, and the ranks stopped together post at once.
 _INTERRUPTED_COLLECTION_S = 5.0
 
+#: How long rank 0 still waits for the other ranks' logs after the last
+#: exchange, however long that took: the ranks post right after it, and a
+#: last exchange that timed out on every rank ends at about the same moment.
+_LAST_POSTS_S = 2.0
+
 
 @attrs.frozen(kw_only=True)
 class StartupResult:
@@ -575,11 +580,12 @@ class Startup:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 await self._run_watching_signals()
+            end_started = anyio.current_time()
             if self._outcome() is not RunOutcome.INTERRUPTED:
                 await self._exchange_with_peers()
             elif self._bridge is not None:
                 self._bridge.release()
-            await self._collect_logs()
+            await self._collect_logs(end_started)
         finally:
             self._scope = None
             if opened_here:
@@ -704,10 +710,12 @@ class Startup:
         with contextlib.suppress(GroupError):
             group.post(self._mailbox_key("peer", identity.rank), _json_bytes(whereabouts))
 
-    async def _collect_logs(self) -> None:
+    async def _collect_logs(self, end_started: float) -> None:
         """The run's logs in one place: every rank but 0 posts its whole log
         (``run.finished`` is in it) to the process group's store; rank 0
-        takes them, waiting at most the group timeout from here (or
+        takes them, until the group timeout has passed since the end of its
+        run (``end_started``, before the last exchange; at least
+        :data:`_LAST_POSTS_S` after that exchange; at most
         :data:`_INTERRUPTED_COLLECTION_S` when the run was interrupted), and
         stores those its run directory lacks (a shared filesystem already
         has them). Rank 0 then writes the run's manifest: every rank, where
@@ -741,7 +749,8 @@ class Startup:
             # Asked to stop during the run: the peers were most likely
             # stopped together and post at once; do not hold the launcher.
             bound = min(bound, _INTERRUPTED_COLLECTION_S)
-        entries = await self._take_logs(identity, run_dir, mailbox, bound)
+        deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
+        entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
         manifest = Manifest(
             run_id=str(self.run_id),
             world_size=identity.world_size,
@@ -757,10 +766,14 @@ class Startup:
             manifest.write(run_dir, exclusive=True)
 
     async def _take_logs(
-        self, identity: RankIdentity, run_dir: Path, mailbox: Mailbox | None, bound: float
+        self,
+        identity: RankIdentity,
+        run_dir: Path,
+        mailbox: Mailbox | None,
+        bound: float,
+        deadline: float,
     ) -> list[ManifestRank]:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
-        deadline = anyio.current_time() + bound
         entries = [
             ManifestRank(
                 rank=identity.rank,
@@ -783,8 +796,8 @@ class Startup:
                 reason = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
                     reason = (
-                        f"did not deliver its log to rank 0 within {bound:g} s "
-                        "(dead, partitioned, or still running)"
+                        f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
+                        "end (dead, partitioned, or still running)"
                     )
                     entry = _whereabouts(entry, await self._take(mailbox, "peer", rank, 0.0))
                     wait = max(0.0, deadline - anyio.current_time())
