@@ -440,13 +440,24 @@ def build_parser() -> argparse.ArgumentParser:
             "not be read; 2 bad usage."
         )
         + "\n\n"
-        + _examples("diff startup-runs/healthy startup-runs/failed"),
+        + _examples(
+            "diff startup-runs/healthy startup-runs/failed",
+            "diff healthy/node0 healthy/node1 failed/node0 failed/node1",
+        ),
     )
     diff.add_argument(
         "run_a", type=Path, metavar="RUN_A", help="the first run: a run directory (the baseline)"
     )
     diff.add_argument(
         "run_b", type=Path, metavar="RUN_B", help="the second run: a run directory (compared to it)"
+    )
+    diff.add_argument(
+        "more",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="with more than two paths, the run directories of two multi-node runs (one per "
+        "node): grouped into the two runs by run id, the run of the first path the baseline",
     )
 
     watch = commands.add_parser(

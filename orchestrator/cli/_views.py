@@ -274,10 +274,12 @@ def command_diff(args: argparse.Namespace) -> int:
     from exporters import decisions_of, diff_text, report_json, run_differences
 
     sides = []
-    for path in (args.run_a, args.run_b):
-        run = read_run([path])
+    labels = []
+    for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
+        run = read_run(paths)
         events = _events(run.contents)
         sides.append((report_json(_replay(run)), decisions_of(events)))
+        labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(
         diff_text(
@@ -285,12 +287,43 @@ def command_diff(args: argparse.Namespace) -> int:
             b,
             decisions_a=decisions_a,
             decisions_b=decisions_b,
-            label_a=str(args.run_a),
-            label_b=str(args.run_b),
+            label_a=labels[0],
+            label_b=labels[1],
         )
     )
     differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
     return 1 if differ else 0
+
+
+def _diff_sides(paths: list[Path]) -> list[list[Path]]:
+    """The two runs ``diff`` compares: two paths are one run each (two
+    copies of one run may be compared); more are the directories of two
+    multi-node runs, grouped by run id in the order given.
+
+    Raises:
+        UsageError: more than two paths that do not hold exactly two runs.
+    """
+    if len(paths) == 2:
+        return [[paths[0]], [paths[1]]]
+    from .._run_directory import run_id_of
+
+    runs: dict[str, list[Path]] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise UsageError(
+                f"{path}: not a run directory; with more than two paths, diff compares the "
+                "run directories of two multi-node runs"
+            )
+        run_id = run_id_of(path)
+        if run_id is None:
+            raise UsageError(f"{path}: holds no run (no claim, manifest or event)")
+        runs.setdefault(run_id, []).append(path)
+    if len(runs) != 2:
+        listed = "; ".join(
+            f"run {run_id}: {', '.join(str(p) for p in found)}" for run_id, found in runs.items()
+        )
+        raise UsageError(f"diff compares two runs; the paths hold {len(runs)}: {listed}")
+    return list(runs.values())
 
 
 def command_validate(args: argparse.Namespace) -> int:

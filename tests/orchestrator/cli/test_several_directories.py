@@ -72,3 +72,26 @@ def test_two_different_logs_of_one_rank_are_an_error(
     validated = call_cli("validate", "node0", "node1", cwd=tmp_path)
     assert validated.returncode == 1, validated.describe()
     assert "rank 3 has two different logs" in validated.stdout, validated.describe()
+
+
+def test_diff_compares_two_multi_node_runs(eight_ranks: StoredRun, tmp_path: Path) -> None:
+    _split(eight_ranks, tmp_path)
+    # The same start again under another run id, in its nodes' directories.
+    run_id = eight_ranks.directory.name
+    for node in ("node0", "node1"):
+        again = tmp_path / "again" / node
+        again.mkdir(parents=True)
+        for path in (tmp_path / node).iterdir():
+            text = path.read_text(encoding="utf-8").replace(run_id, "run-again")
+            (again / path.name).write_text(text, encoding="utf-8")
+
+    same = call_cli("diff", "node0", "node1", "again/node1", "again/node0", cwd=tmp_path)
+    assert same.returncode == 0, same.describe()
+    # Without its node 1, the second run is incomplete: they differ.
+    differ = call_cli("diff", "node0", "node1", "again/node0", cwd=tmp_path)
+    assert differ.returncode == 1, differ.describe()
+    assert "node0 node1" in differ.stdout, differ.describe()
+    assert "incomplete" in differ.stdout, differ.describe()
+    one_run = call_cli("diff", "node0", "node1", "node0", cwd=tmp_path)
+    assert one_run.returncode == 2, one_run.describe()
+    assert "diff compares two runs; the paths hold 1" in one_run.stderr, one_run.describe()
