@@ -40,6 +40,9 @@ class RankProcess:
         not_delivered: why its log did not reach the run directory that
             collected the run's logs (``"did not deliver its log to rank 0
             within 30 s"``), when it did not.
+        collected: for a run whose logs one rank collected (see
+            ``not_delivered``), whether this rank's log is in that rank's
+            run directory; ``None`` for a launcher's record.
     """
 
     rank: int
@@ -53,6 +56,7 @@ class RankProcess:
     node_rank: int | None = None
     local_rank: int | None = None
     not_delivered: str | None = None
+    collected: bool | None = None
 
     @property
     def ended(self) -> bool:
@@ -70,6 +74,10 @@ class RankProcess:
         who = f"rank {self.rank}" + (f" ({', '.join(where)})" if where else "")
         if self.not_delivered is not None:
             return f"{who} {self.not_delivered}"
+        if self.collected is not None:
+            # The collecting rank knows where the log is, not how the
+            # process ended.
+            return f"{who}: its log is {'' if self.collected else 'not '}in the run directory"
         if self.pid is None:
             return f"{who} was never started: its launcher stopped first"
         at = ""

@@ -210,6 +210,7 @@ class ManifestRank:
     node_rank: int | None = None
     local_rank: int | None = None
     not_delivered: str | None = None
+    collected: bool | None = None
 
     def to_process(self) -> RankProcess:
         """As the kernel's :class:`~events.RankProcess`."""
@@ -225,6 +226,7 @@ class ManifestRank:
             node_rank=self.node_rank,
             local_rank=self.local_rank,
             not_delivered=self.not_delivered,
+            collected=self.collected,
         )
 
 
@@ -349,7 +351,7 @@ class Manifest:
 
 #: Fields of a rank entry written only when set (added after version 1 was
 #: first released; older readers ignore them, this one defaults them).
-_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered")
+_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered", "collected")
 
 
 def _rank_json(rank: ManifestRank) -> dict[str, Any]:
@@ -365,6 +367,14 @@ def _optional_int(value: object) -> int | None:
         return None
     if type(value) is not int:
         raise TypeError(f"expected an integer or null, got {value!r}")
+    return value
+
+
+def _optional_bool(value: object) -> bool | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true, false or null, got {value!r}")
     return value
 
 
@@ -405,6 +415,7 @@ def _manifest_from_json(data: object) -> Manifest:
                 node_rank=_optional_int(entry.get("node_rank")),
                 local_rank=_optional_int(entry.get("local_rank")),
                 not_delivered=_optional_str(entry.get("not_delivered")),
+                collected=_optional_bool(entry.get("collected")),
             )
         )
     world_size = data["world_size"]

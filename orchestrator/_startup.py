@@ -781,6 +781,7 @@ class Startup:
                 host=socket.gethostname(),
                 node_rank=identity.node_rank,
                 local_rank=identity.local_rank,
+                collected=True,
             )
         ]
         group_state = (
@@ -816,10 +817,13 @@ class Startup:
                             )
                 elif not rank_log_path(run_dir, rank).exists():
                     entry = attrs.evolve(entry, not_delivered=reason)
-                entries.append(entry)
+                present = rank_log_path(run_dir, rank).exists()
+                entries.append(attrs.evolve(entry, collected=present))
         if scope.cancelled_caught:
             entries.extend(
-                ManifestRank(rank=rank, not_delivered="not collected: rank 0 was stopped")
+                ManifestRank(
+                    rank=rank, not_delivered="not collected: rank 0 was stopped", collected=False
+                )
                 for rank in range(len(entries), identity.world_size)
                 if not rank_log_path(run_dir, rank).exists()
             )

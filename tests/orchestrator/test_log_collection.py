@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,15 @@ async def test_rank_0_stores_the_logs_posted_and_names_the_rank_that_did_not(
     assert sorted(entries) == [0, 1, 2]
     assert (entries[1].pid, entries[1].node_rank) == (os.getpid(), 1)
     assert entries[1].not_delivered is None
+    assert (entries[0].collected, entries[1].collected, entries[2].collected) == (
+        True,
+        True,
+        False,
+    )
+    assert entries[1].to_process().describe() == (
+        f"rank 1 (pid {os.getpid()}, node 1, host {socket.gethostname()}): "
+        "its log is in the run directory"
+    )
     assert entries[2].pid is None
     assert entries[2].not_delivered is not None
     assert entries[2].not_delivered.startswith("did not deliver its log to rank 0 within 0.5 s")
