@@ -195,7 +195,9 @@ class Startup:
             :class:`~orchestrator.Group` to use one you formed; ``None`` for
             none (each rank decides alone).
         group_timeout_s: how long forming the group and each exchange may
-            wait for the other ranks.
+            wait for the other ranks; at the end, how long rank 0 waits for
+            the other ranks' logs (5 s at most when the run was
+            interrupted).
         tracing: ``"auto"`` reads the ``OTEL_*`` variables; a
             :class:`exporters.Tracing`; ``None`` for none.
         configure_logging: add a stderr handler to the ``orchestrator``
@@ -206,8 +208,11 @@ class Startup:
             run with :meth:`stop`.
         wait_for_peers: at the end, exchange with the other ranks (who
             finished; which WARNINGs each printed, so one that only this
-            rank saw is printed here). A launcher that reads every rank's
-            log afterwards passes ``False``.
+            rank saw is printed here), and collect every rank's log into
+            rank 0's run directory when the group is a
+            :class:`~orchestrator.Mailbox` (as torch's is), rank 0 then
+            writing the run's manifest. A launcher that reads every rank's
+            log afterwards and writes its own manifest passes ``False``.
         environ: the environment to read (default :data:`os.environ`).
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,

@@ -16,10 +16,20 @@ import os
 import socket
 from pathlib import Path
 
+import anyio
 import pytest
 
-from events import JsonValue, RankIdentity, RunOutcome, read_log, replay
-from orchestrator import Graph, Mailbox, Startup, Step
+from events import (
+    Event,
+    JsonValue,
+    RankIdentity,
+    RunFinished,
+    RunOutcome,
+    StepStarted,
+    read_log,
+    replay,
+)
+from orchestrator import Graph, Mailbox, Startup, StartupInterrupted, Step
 from orchestrator._run_directory import Collected, read_manifest, store_collected_log
 
 RUN_ID = "collected"
@@ -63,6 +73,8 @@ def _rank(
     waits: list[float] | None = None,
     *,
     wait_for_peers: bool = True,
+    group_timeout_s: float = 0.5,
+    faults: list[str] | None = None,
 ) -> Startup:
     group = MailboxGroup(rank, mailbox, [] if waits is None else waits)
     assert isinstance(group, Mailbox)
@@ -74,7 +86,8 @@ def _rank(
         run_id=RUN_ID,
         run_dir=tmp_path / f"node{rank}",
         group=group,
-        group_timeout_s=0.5,
+        group_timeout_s=group_timeout_s,
+        faults=faults,
         tracing=None,
         configure_logging=False,
         handle_signals=False,
@@ -182,3 +195,51 @@ def test_a_collected_log_is_written_once_extended_or_refused(tmp_path: Path) -> 
     assert (tmp_path / "rank-3.jsonl").read_bytes() == log
     # No temporary file is left behind.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-3.jsonl"]
+
+
+async def _run_until_stopped(startup: Startup) -> None:
+    """Run ``startup`` (whose probe hangs) and stop it once the probe runs,
+    as a launcher that stops its ranks would."""
+    probing = anyio.Event()
+
+    def watch(event: Event) -> None:
+        if isinstance(event, StepStarted) and event.step == "probe":
+            probing.set()
+
+    assert startup.log is not None
+    with startup.log.subscribe(watch):
+        async with anyio.create_task_group() as group:
+
+            async def stop_when_probing() -> None:
+                await probing.wait()
+                startup.stop()
+
+            group.start_soon(stop_when_probing)
+            with pytest.raises(StartupInterrupted):
+                await startup.arun()
+
+
+@pytest.mark.anyio
+async def test_an_interrupted_run_is_collected_within_a_short_bound(tmp_path: Path) -> None:
+    mailbox: dict[str, bytes] = {}
+    with _rank(tmp_path, 1, mailbox, group_timeout_s=60.0, faults=["probe=hang"]) as peer:
+        await _run_until_stopped(peer)
+    waits: list[float] = []
+    with _rank(
+        tmp_path, 0, mailbox, waits, group_timeout_s=60.0, faults=["probe=hang"]
+    ) as collector:
+        await _run_until_stopped(collector)
+
+    node0 = tmp_path / "node0"
+    # The stopped peer's log, its interruption recorded, reached rank 0.
+    collected = read_log(node0 / "rank-1.jsonl").events
+    assert isinstance(collected[-1], RunFinished)
+    assert collected[-1].outcome is RunOutcome.INTERRUPTED
+    # Rank 0 waited for rank 2 a few seconds, not the group timeout.
+    assert waits
+    assert 0 < max(waits) <= 5.0
+    manifest = read_manifest(node0)
+    assert manifest is not None
+    entries = {entry.rank: entry for entry in manifest.ranks}
+    assert entries[2].not_delivered is not None
+    assert "within 5 s" in entries[2].not_delivered
