@@ -195,6 +195,10 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     text = run_cli("replay", "node0", cwd=tmp_path).lines()
     assert text[2].startswith("Root cause: rank 2"), text
     assert "did not deliver its log to rank 0" in text[2], text
+    validated = run_cli("validate", "node0", cwd=tmp_path)
+    assert validated.returncode == 1, validated.describe()
+    assert "rank 2 of world size 4 has no log" in validated.stdout, validated.describe()
+    assert "did not deliver its log to rank 0" in validated.stdout, validated.describe()
     # With node 1's own directory, its ranks are there: they died mid-start.
     together = _replay(tmp_path, "node0", "node1")
     assert together["outcome"] == "incomplete"
