@@ -274,6 +274,7 @@ class Startup:
         self._error: BaseException | None = None
         self._peers_finished: bool | None = None
         self._opened_wall_ns = 0
+        self._injected: tuple[str, ...] = ()
         self._ran = False
         self.identity: RankIdentity | None = None
         self.run_id: str | None = None
@@ -326,6 +327,7 @@ class Startup:
             raise RuntimeError("a Startup opens once; make a new one for the next run")
         identity = self._identity or identity_from_environment(self._env)
         faults = self._fault_plan(identity)
+        self._injected = tuple(fault.describe() for fault in faults.faults)
         parent = _trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
@@ -760,6 +762,7 @@ class Startup:
             run_id=str(self.run_id),
             world_size=identity.world_size,
             simulated=self._simulated_name(),
+            injected=self._injected,
             started_wall_ns=self._opened_wall_ns,
             finished_wall_ns=time.time_ns(),
             ranks=tuple(entries),

@@ -240,6 +240,7 @@ async def test_an_interrupted_run_is_collected_within_a_short_bound(tmp_path: Pa
     assert 0 < max(waits) <= 5.0
     manifest = read_manifest(node0)
     assert manifest is not None
+    assert manifest.injected == ("probe=hang",)
     entries = {entry.rank: entry for entry in manifest.ranks}
     assert entries[2].not_delivered is not None
     assert "within 5 s" in entries[2].not_delivered
