@@ -244,3 +244,29 @@ async def test_an_interrupted_run_is_collected_within_a_short_bound(tmp_path: Pa
     entries = {entry.rank: entry for entry in manifest.ranks}
     assert entries[2].not_delivered is not None
     assert "within 5 s" in entries[2].not_delivered
+
+
+@pytest.mark.anyio
+async def test_without_a_process_group_the_ranks_without_a_log_are_named(tmp_path: Path) -> None:
+    # No group could be formed (torch missing, or none asked): nothing can
+    # be delivered, and rank 0's record says so for every rank it lacks.
+    startup = Startup(
+        graph=Graph("tiny", [Step(name="probe", body=lambda _context: {"ok": True})]),
+        identity=RankIdentity(rank=0, world_size=2, local_world_size=1),
+        run_id=RUN_ID,
+        run_dir=tmp_path / "node0",
+        group=None,
+        tracing=None,
+        configure_logging=False,
+        handle_signals=False,
+        environ={},
+    )
+    with startup:
+        await startup.arun()
+
+    manifest = read_manifest(tmp_path / "node0")
+    assert manifest is not None
+    assert [(entry.rank, entry.not_delivered) for entry in manifest.ranks] == [
+        (0, None),
+        (1, "did not deliver its log to rank 0 (no process group was formed)"),
+    ]
