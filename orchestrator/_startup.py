@@ -86,7 +86,7 @@ from events import (
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
 from ._faults import FaultPlan
 from ._graph import Graph
-from ._group import DeferredGroup, Group, GroupError, Mailbox, process_group_step
+from ._group import DeferredGroup, Group, Mailbox, process_group_step
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
 from ._run_directory import (
     Collected,
@@ -714,7 +714,9 @@ class Startup:
             "node_rank": identity.node_rank,
             "local_rank": identity.local_rank,
         }
-        with contextlib.suppress(GroupError):
+        # Any error: a group of the caller's own may break its contract, and
+        # delivery never fails a run.
+        with contextlib.suppress(Exception):
             group.post(self._mailbox_key("peer", identity.rank), _json_bytes(whereabouts))
 
     async def _collect_logs(self, end_started: float) -> None:
@@ -744,7 +746,7 @@ class Startup:
             if mailbox is None:
                 return
             content = log.path.read_bytes()
-            with anyio.move_on_after(bound), contextlib.suppress(GroupError):
+            with anyio.move_on_after(bound), contextlib.suppress(Exception):
                 await anyio.to_thread.run_sync(
                     mailbox.post,
                     self._mailbox_key("log", identity.rank),
@@ -838,11 +840,13 @@ class Startup:
         return entries
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
+        """What ``rank`` posted under ``kind``; ``None`` when nothing came or
+        the store cannot be reached (the rank is then named missing)."""
         try:
             return await anyio.to_thread.run_sync(
                 mailbox.take, self._mailbox_key(kind, rank), wait, abandon_on_cancel=True
             )
-        except GroupError:
+        except Exception:
             return None
 
     def _simulated_name(self) -> str | None:
