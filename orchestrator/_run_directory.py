@@ -4,7 +4,8 @@ Layout::
 
     startup-runs/<run-id>/
         .run-id            the run that owns the directory (the claim)
-        manifest.json      written by a launcher that starts the ranks itself
+        manifest.json      written by a launcher that starts the ranks itself,
+                           or by the rank 0 that collected a multi-node run
         rank-0.jsonl       one JSON Lines log per rank
         rank-1.jsonl
         ...
@@ -26,6 +27,15 @@ over the old) as the launch goes, so whatever kills the launcher, the
 manifest on disk is whole. The views read it when it is there
 (:func:`read_run_directory`) to tell what the logs cannot: "rank 0 (pid
 1373) was killed by SIGKILL at +4.1 s; its log is empty".
+
+A launch without a launcher of ours (torchrun across nodes) gets its
+manifest from its rank 0, which collects the other ranks' logs at the end
+of the startup (:func:`store_collected_log`) and records every rank, where
+it ran, and why a log did not arrive (``collected_by``,
+``not_delivered``). The logs of one run may then lie in several
+directories, one per node: :func:`check_run_directories` checks them as
+one run, reading a rank's log once when its copies are the same log
+(:func:`longer_copy`).
 """
 
 from __future__ import annotations
