@@ -36,9 +36,11 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 #: loaded cores (six processes import torch); past it the launch is hung.
 NODE_TIMEOUT_S = 120.0
 
-#: The group timeout the nodes run with: how long a rank waits for a peer
-#: that never comes, and rank 0 for the logs of ranks that do not deliver.
-GROUP_TIMEOUT_S = 8.0
+#: The group timeout of a launch whose node dies: how long a rank waits for
+#: a peer that never comes, and rank 0 for the logs of ranks that do not
+#: deliver. Forming the group must fit in it (the ranks of the two nodes
+#: import torch at about the same time); the other launches keep a wide one.
+GROUP_TIMEOUT_S = 12.0
 
 
 def _free_port() -> int:
@@ -48,7 +50,9 @@ def _free_port() -> int:
         return port
 
 
-def _start_nodes(tmp_path: Path, *options: str) -> tuple[Background, Background]:
+def _start_nodes(
+    tmp_path: Path, *options: str, group_timeout_s: float = 60.0
+) -> tuple[Background, Background]:
     """Node 0 and node 1 of one launch (two ranks each), with run
     directories ``node0`` and ``node1``."""
     if not TORCHRUN.exists():
@@ -62,7 +66,7 @@ def _start_nodes(tmp_path: Path, *options: str) -> tuple[Background, Background]
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
             "--rdzv-id", "two-nodes", "--rdzv-conf", f"is_host={int(node == 0)}",
             "-m", "orchestrator", "run", "--run-dir", f"node{node}",
-            "--group-timeout", str(GROUP_TIMEOUT_S), *options,
+            "--group-timeout", str(group_timeout_s), *options,
         ]  # fmt: skip
         nodes.append(
             Background(
@@ -153,7 +157,12 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     # Node 1's ranks hang in a probe (past forming the process group), so
     # the machine goes down while they are mid-start, whatever the timing.
     node0, node1 = _start_nodes(
-        tmp_path, "--simulate", "h200x8", "--inject", "2-3:attention/FLASH_ATTN=hang"
+        tmp_path,
+        "--simulate",
+        "h200x8",
+        "--inject",
+        "2-3:attention/FLASH_ATTN=hang",
+        group_timeout_s=GROUP_TIMEOUT_S,
     )
     try:
         for rank in (2, 3):
