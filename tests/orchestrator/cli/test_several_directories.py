@@ -51,6 +51,9 @@ def test_the_directories_of_the_nodes_replay_as_one_run(
     validated = call_cli("validate", "node0", "node1", cwd=tmp_path)
     assert validated.returncode == 0, validated.describe()
     assert validated.lines()[-1] == "2 path(s), 8 file(s), 0 problem(s)"
+    page = call_cli("replay", "node0", "node1", "--html", "run.html", cwd=tmp_path)
+    assert page.returncode == 0, page.describe()
+    assert "Ranks (1 lane for 8 ranks)" in (tmp_path / "run.html").read_text(encoding="utf-8")
     # Either directory alone is an incomplete run.
     alone = call_cli("replay", "--json", "node1", cwd=tmp_path)
     assert alone.json()["outcome"] == "incomplete"
