@@ -146,6 +146,9 @@ class StartupResult:
         run_dir: the run directory every rank of the launch writes to.
         peers_finished: whether every rank reached the end of its startup
             (the last exchange); ``None`` when there was no exchange.
+        undelivered: on the rank 0 that collected the run's logs, the ranks
+            whose log is not in its run directory (the manifest says why);
+            empty elsewhere.
     """
 
     run_id: str
@@ -161,6 +164,7 @@ class StartupResult:
     log_path: Path
     run_dir: Path
     peers_finished: bool | None = None
+    undelivered: tuple[int, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -275,6 +279,7 @@ class Startup:
         self._peers_finished: bool | None = None
         self._opened_wall_ns = 0
         self._injected: tuple[str, ...] = ()
+        self._undelivered: tuple[int, ...] = ()
         self._ran = False
         self.identity: RankIdentity | None = None
         self.run_id: str | None = None
@@ -760,6 +765,7 @@ class Startup:
             bound = min(bound, _INTERRUPTED_COLLECTION_S)
         deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
         entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
+        self._undelivered = tuple(entry.rank for entry in entries if entry.not_delivered)
         manifest = Manifest(
             run_id=str(self.run_id),
             world_size=identity.world_size,
@@ -892,6 +898,7 @@ class Startup:
             log_path=self._log.path,
             run_dir=self.run_dir,
             peers_finished=self._peers_finished,
+            undelivered=self._undelivered,
         )
 
     def _returned(self) -> StartupResult:

@@ -102,13 +102,14 @@ async def test_rank_0_stores_the_logs_posted_and_names_the_rank_that_did_not(
 ) -> None:
     mailbox: dict[str, bytes] = {}
     with _rank(tmp_path, 1, mailbox) as peer:
-        await peer.arun()
+        assert (await peer.arun()).undelivered == ()
     # Rank 2 never gets to the end: it posts nothing.
     waits: list[float] = []
     with _rank(tmp_path, 0, mailbox, waits) as collector:
         result = await collector.arun()
 
     assert result.ready
+    assert result.undelivered == (2,)
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
     assert (node0 / "rank-1.jsonl").read_bytes() == (node1 / "rank-1.jsonl").read_bytes()
     assert not (node0 / "rank-2.jsonl").exists()
