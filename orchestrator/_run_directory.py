@@ -602,7 +602,24 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             if kept is None:
                 logs[rank] = path
                 continue
-            longer = longer_copy(kept, path)
+            # Comparing copies reads them: only regular files (a FIFO would
+            # block), each reported below or here.
+            if not _regular(path):
+                problems.append(
+                    RunProblem(path=path, message="is not a regular file; it was not read")
+                )
+                continue
+            if not _regular(kept):
+                problems.append(
+                    RunProblem(path=kept, message="is not a regular file; it was not read")
+                )
+                logs[rank] = path
+                continue
+            try:
+                longer = longer_copy(kept, path)
+            except OSError as exc:
+                problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+                continue
             if longer is None:
                 problems.append(
                     RunProblem(
@@ -738,6 +755,13 @@ def run_id_of(run_dir: Path) -> str | None:
             if line.endswith(b"\n"):
                 return decode(line.rstrip(b"\n")).run_id
     return None
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _name(path: Path, with_directory: bool) -> str:

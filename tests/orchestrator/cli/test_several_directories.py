@@ -5,6 +5,7 @@ rank are a clear error."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -98,3 +99,18 @@ def test_diff_compares_two_multi_node_runs(eight_ranks: StoredRun, tmp_path: Pat
     one_run = call_cli("diff", "node0", "node1", "node0", cwd=tmp_path)
     assert one_run.returncode == 2, one_run.describe()
     assert "diff compares two runs; the paths hold 1" in one_run.stderr, one_run.describe()
+
+
+def test_a_fifo_beside_a_copy_of_its_rank_is_reported_not_read(
+    eight_ranks: StoredRun, tmp_path: Path
+) -> None:
+    node0, _ = _split(eight_ranks, tmp_path)
+    fifo = node0 / "rank-3.jsonl"
+    fifo.unlink()
+    os.mkfifo(fifo)
+
+    validated = call_cli("validate", "node0", "node1", cwd=tmp_path)
+    assert validated.returncode == 1, validated.describe()
+    assert "node0/rank-3.jsonl: is not a regular file; it was not read" in validated.stdout
+    # Node 1's copy of rank 3 is checked instead.
+    assert "node1/rank-3.jsonl: ok" in validated.stdout, validated.describe()
