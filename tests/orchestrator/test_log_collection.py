@@ -17,6 +17,7 @@ import socket
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
 from events import (
@@ -29,8 +30,14 @@ from events import (
     read_log,
     replay,
 )
-from orchestrator import Graph, Mailbox, Startup, StartupInterrupted, Step
-from orchestrator._run_directory import Collected, read_manifest, store_collected_log
+from orchestrator import Graph, Mailbox, RunDirectoryError, Startup, StartupInterrupted, Step
+from orchestrator._run_directory import (
+    Collected,
+    Manifest,
+    ManifestRank,
+    read_manifest,
+    store_collected_log,
+)
 
 RUN_ID = "collected"
 WORLD = 3
@@ -271,3 +278,41 @@ async def test_without_a_process_group_the_ranks_without_a_log_are_named(tmp_pat
         (0, None),
         (1, "did not deliver its log to rank 0 (no process group was formed)"),
     ]
+
+
+def test_a_manifest_reads_with_or_without_the_collected_fields() -> None:
+    older = {
+        "manifest_version": 1,
+        "run_id": RUN_ID,
+        "command": ["startup-orchestrator", "run"],
+        "world_size": 2,
+        "simulated": None,
+        "injected": [],
+        "launcher": {"pid": 10, "host": "a", "started_wall_ns": 1, "finished_wall_ns": 2},
+        "ranks": [{"rank": 0, "pid": 11, "exit_code": 0}],
+    }
+    read = Manifest.from_json(older)
+    assert read.collected_by is None
+    assert read.ranks == (ManifestRank(rank=0, pid=11, exit_code=0),)
+    # A launcher's manifest is written as it always was.
+    assert "collected_by" not in read.to_json()
+    assert set(read.to_json()["ranks"][0]) == {
+        "rank",
+        "pid",
+        "started_wall_ns",
+        "ended_wall_ns",
+        "exit_code",
+        "signal",
+        "stopped_by_launcher",
+    }
+    collected = attrs.evolve(
+        read,
+        collected_by=0,
+        ranks=(
+            ManifestRank(rank=0, pid=11, host="a", node_rank=0, local_rank=0, collected=True),
+            ManifestRank(rank=1, not_delivered="did not deliver", collected=False),
+        ),
+    )
+    assert Manifest.from_json(json.loads(json.dumps(collected.to_json()))) == collected
+    with pytest.raises(RunDirectoryError, match="not a valid manifest"):
+        Manifest.from_json({**older, "ranks": [{"rank": 0, "collected": "yes"}]})
