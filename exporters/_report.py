@@ -146,6 +146,10 @@ def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any]
         "exit_code": process.exit_code,
         "signal": process.signal,
         "stopped_by_launcher": process.stopped_by_launcher,
+        "host": process.host,
+        "node_rank": process.node_rank,
+        "local_rank": process.local_rank,
+        "not_delivered": process.not_delivered,
         "description": process.describe(since_ns=_launched_ns(replay)),
     }
 

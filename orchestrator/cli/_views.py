@@ -274,10 +274,12 @@ def command_diff(args: argparse.Namespace) -> int:
     from exporters import decisions_of, diff_text, report_json, run_differences
 
     sides = []
-    for path in (args.run_a, args.run_b):
-        run = read_run([path])
+    labels = []
+    for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
+        run = read_run(paths)
         events = _events(run.contents)
         sides.append((report_json(_replay(run)), decisions_of(events)))
+        labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(
         diff_text(
@@ -285,34 +287,74 @@ def command_diff(args: argparse.Namespace) -> int:
             b,
             decisions_a=decisions_a,
             decisions_b=decisions_b,
-            label_a=str(args.run_a),
-            label_b=str(args.run_b),
+            label_a=labels[0],
+            label_b=labels[1],
         )
     )
     differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
     return 1 if differ else 0
 
 
+def _diff_sides(paths: list[Path]) -> list[list[Path]]:
+    """The two runs ``diff`` compares: two paths are one run each (two
+    copies of one run may be compared); more are the directories of two
+    multi-node runs, grouped by run id in the order given.
+
+    Raises:
+        UsageError: more than two paths that do not hold exactly two runs.
+    """
+    if len(paths) == 2:
+        return [[paths[0]], [paths[1]]]
+    from .._run_directory import run_id_of
+
+    runs: dict[str, list[Path]] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise UsageError(
+                f"{path}: not a run directory; with more than two paths, diff compares the "
+                "run directories of two multi-node runs"
+            )
+        run_id = run_id_of(path)
+        if run_id is None:
+            raise UsageError(f"{path}: holds no run (no claim, manifest or event)")
+        runs.setdefault(run_id, []).append(path)
+    if len(runs) != 2:
+        listed = "; ".join(
+            f"run {run_id}: {', '.join(str(p) for p in found)}" for run_id, found in runs.items()
+        )
+        raise UsageError(f"diff compares two runs; the paths hold {len(runs)}: {listed}")
+    return list(runs.values())
+
+
 def command_validate(args: argparse.Namespace) -> int:
     """Every integrity problem of every path, a run directory checked as a
-    whole; goes on over every path and ends with a summary; exit 1 if there
-    is any problem."""
-    from .._run_directory import check_run_directory
+    whole (the directories of one run id together: one per node of a
+    multi-node run); goes on over every path and ends with a summary; exit
+    1 if there is any problem."""
+    from .._run_directory import check_run_directories, run_id_of
 
     for path in args.paths:
         if not (path.exists() or path.is_symlink()):
             raise UsageError(f"{path}: no such file or directory")
+    # The directories of one run are checked together, at the place of the
+    # first of them; a directory whose run is not known stands alone.
+    runs: dict[object, list[Path]] = {}
+    for index, path in enumerate(_expand_run_parents(args.paths)):
+        if path.is_dir():
+            runs.setdefault(run_id_of(path) or index, []).append(path)
+        else:
+            runs[index] = [path]
     files = 0
     problems = 0
-    for path in _expand_run_parents(args.paths):
-        if path.is_dir():
-            logs, run_problems = check_run_directory(path)
+    for group in runs.values():
+        if group[0].is_dir():
+            logs, run_problems = check_run_directories(group)
             for run_problem in run_problems:
                 kind = "error" if run_problem.fatal else "warning"
                 emit(terminal_line(f"{run_problem} [run, {kind}]"))
             problems += len(run_problems)
         else:
-            logs = [path]
+            logs = group
         for file in logs:
             files += 1
             found = validate(file)

@@ -155,7 +155,16 @@ def test_launcher_under_torchrun_shares_one_run_and_agrees_over_gloo(tmp_path: P
 
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = only_run_dir(tmp_path)
-    assert sorted(p.name for p in run_dir.iterdir()) == [".run-id", "rank-0.jsonl", "rank-1.jsonl"]
+    # Rank 0 collected the run (both logs were already here) and recorded it.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".run-id",
+        "manifest.json",
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+    ]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["collected_by"] == 0
+    assert [entry.get("not_delivered") for entry in manifest["ranks"]] == [None, None]
     logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in (0, 1)]
     assert {contents.events[0].run_id for contents in logs} == {run_dir.name}
     for rank in (0, 1):
