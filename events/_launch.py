@@ -35,6 +35,10 @@ class RankProcess:
         stopped_by_launcher: why the launcher signalled it, when it did
             (``"SIGTERM: rank 2 died"``): such an end is a consequence of
             something else, never a root cause.
+        lost: what the launcher knows of a rank that ended without an exit
+            status it could read (a Ray actor that died or stopped answering:
+            ``"Ray actor 9f3c... on node 1a2b...: ActorDiedError: ..."``);
+            ``None`` otherwise.
     """
 
     rank: int
@@ -44,11 +48,12 @@ class RankProcess:
     exit_code: int | None = None
     signal: str | None = None
     stopped_by_launcher: str | None = None
+    lost: str | None = None
 
     @property
     def ended(self) -> bool:
-        """Whether the launcher saw the process end."""
-        return self.exit_code is not None or self.signal is not None
+        """Whether the launcher saw the process end (or lost it)."""
+        return self.exit_code is not None or self.signal is not None or self.lost is not None
 
     def describe(self, *, since_ns: int | None = None) -> str:
         """``"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s"`` and the
@@ -63,6 +68,8 @@ class RankProcess:
             how = f"was killed by {self.signal}{at}"
         elif self.exit_code is not None:
             how = f"exited with code {self.exit_code}{at}"
+        elif self.lost is not None:
+            how = f"was lost{at}: {self.lost}"
         else:
             how = "had not ended when its launcher stopped"
         if self.stopped_by_launcher:

@@ -141,6 +141,7 @@ def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any]
         "exit_code": process.exit_code,
         "signal": process.signal,
         "stopped_by_launcher": process.stopped_by_launcher,
+        "lost": process.lost,
         "description": process.describe(since_ns=_launched_ns(replay)),
     }
 

@@ -200,6 +200,7 @@ class ManifestRank:
     exit_code: int | None = None
     signal: str | None = None
     stopped_by_launcher: str | None = None
+    lost: str | None = None
 
     def to_process(self) -> RankProcess:
         """As the kernel's :class:`~events.RankProcess`."""
@@ -211,6 +212,7 @@ class ManifestRank:
             exit_code=self.exit_code,
             signal=self.signal,
             stopped_by_launcher=self.stopped_by_launcher,
+            lost=self.lost,
         )
 
 
@@ -364,6 +366,7 @@ def _manifest_from_json(data: object) -> Manifest:
                 exit_code=_optional_int(entry.get("exit_code")),
                 signal=_optional_str(entry.get("signal")),
                 stopped_by_launcher=_optional_str(entry.get("stopped_by_launcher")),
+                lost=_optional_str(entry.get("lost")),
             )
         )
     world_size = data["world_size"]
