@@ -24,6 +24,7 @@ Importing this package does not import Ray; :func:`launch_on_ray` needs it
 
 from __future__ import annotations
 
+from ._actor import ActorPlace as ActorPlace
 from ._actor import RankActor as RankActor
 from ._actor import RankAssignment as RankAssignment
 from ._actor import RankReport as RankReport
@@ -34,6 +35,7 @@ from ._launch import RayRank as RayRank
 from ._launch import launch_on_ray as launch_on_ray
 
 __all__ = [
+    "ActorPlace",
     "RankActor",
     "RankAssignment",
     "RankReport",

@@ -3,9 +3,11 @@
 The driver (:func:`orchestrator.ray.launch_on_ray`) gives each actor a
 :class:`RankAssignment`; the actor runs :func:`run_assigned_rank`, which runs
 one :class:`~orchestrator.Startup` with that identity and run id into a run
-directory of its own (a temporary directory on the actor's node: no shared
-filesystem is assumed), bounded by the launch's timeout, and hands back a
-:class:`RankReport` carrying the rank's whole log. An engine whose workers
+directory of its own (a workspace in a temporary directory on the actor's
+node: no shared filesystem is assumed), bounded by the launch's timeout, and
+hands back a :class:`RankReport` carrying the rank's whole log. The
+workspace is removed once the log is read; an actor that dies leaves it, and
+the driver reads what it holds when the actor ran on the driver's node. An engine whose workers
 are already Ray actors of its own calls :func:`run_assigned_rank` from one
 of their methods; :class:`RankActor` is the actor the launcher creates when
 it makes its own.
@@ -36,7 +38,7 @@ from .._startup import Startup
 if TYPE_CHECKING:
     from ..engine import EngineConfig, Profile
 
-__all__ = ["RankActor", "RankAssignment", "RankReport", "run_assigned_rank"]
+__all__ = ["ActorPlace", "RankActor", "RankAssignment", "RankReport", "run_assigned_rank"]
 
 
 @attrs.frozen(kw_only=True)
@@ -98,7 +100,9 @@ class RankReport:
     node_id: str | None = None
 
 
-def run_assigned_rank(assignment: RankAssignment, *, node_id: str | None = None) -> RankReport:
+def run_assigned_rank(
+    assignment: RankAssignment, *, node_id: str | None = None, workspace: Path | None = None
+) -> RankReport:
     """Run one rank's startup as assigned, in a run directory of its own,
     and return its outcome and its log.
 
@@ -106,10 +110,17 @@ def run_assigned_rank(assignment: RankAssignment, *, node_id: str | None = None)
     one). The rendezvous variables are set in this process's environment,
     where ``torch.distributed`` reads them. The startup's own errors never
     leave this function: they are in the log and in the report.
+
+    Args:
+        assignment: who this rank is and how to start.
+        node_id: the Ray node it runs on, for the report.
+        workspace: an empty directory for the rank's run directory (default:
+            a new temporary one); removed before returning.
     """
     os.environ.update(assignment.rendezvous)
     environ = {**os.environ, **assignment.environ}
-    workspace = Path(tempfile.mkdtemp(prefix="startup-orchestrator-ray-"))
+    if workspace is None:
+        workspace = new_workspace()
     try:
         startup = Startup(
             assignment.config,
@@ -182,26 +193,54 @@ async def _run_bounded(startup: Startup, timeout_s: float) -> Exception | None:
     return failure
 
 
+def new_workspace() -> Path:
+    """A new, empty temporary directory for one rank's run directory."""
+    return Path(tempfile.mkdtemp(prefix="startup-orchestrator-ray-"))
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+@attrs.frozen(kw_only=True)
+class ActorPlace:
+    """Where an actor landed: its node (id and address), process and
+    workspace (where its rank's log will be written)."""
+
+    node_id: str
+    node_ip: str
+    pid: int
+    workspace: Path
+
+
 class RankActor:
     """The actor :func:`~orchestrator.ray.launch_on_ray` creates per rank
-    (wrapped with ``ray.remote`` by the driver). One startup per actor."""
+    (wrapped with ``ray.remote`` by the driver). One startup per actor:
+    :meth:`where`, then :meth:`run`."""
 
-    def where(self) -> tuple[str, str, int]:
-        """``(node id, node IP address, pid)`` of this actor, for the driver
-        to number nodes and place rank 0."""
+    def __init__(self) -> None:
+        self._workspace: Path | None = None
+
+    def where(self) -> ActorPlace:
+        """Where this actor runs, its workspace made, for the driver to
+        number nodes, place rank 0, and find the log of an actor that died."""
         import ray
 
         context: Any = ray.get_runtime_context()
         util: Any = ray.util  # partly typed: its helpers are untyped
-        return str(context.get_node_id()), str(util.get_node_ip_address()), os.getpid()
+        self._workspace = new_workspace()
+        return ActorPlace(
+            node_id=str(context.get_node_id()),
+            node_ip=str(util.get_node_ip_address()),
+            pid=os.getpid(),
+            workspace=self._workspace,
+        )
 
     def run(self, assignment: RankAssignment) -> RankReport:
         """Run the assigned rank (see :func:`run_assigned_rank`)."""
         import ray
 
         context: Any = ray.get_runtime_context()
-        return run_assigned_rank(assignment, node_id=str(context.get_node_id()))
+        return run_assigned_rank(
+            assignment, node_id=str(context.get_node_id()), workspace=self._workspace
+        )

@@ -20,7 +20,10 @@ workers, and keeps the record a replay needs:
    ``rank-N.jsonl``, and records in the manifest how each rank ended: an
    actor that died (``ActorDiedError``), never answered, or never opened its
    log is **lost**, with its actor id, node and the error, so a replay names
-   it rather than leaving it silently absent.
+   it rather than leaving it silently absent. When such an actor ran on the
+   driver's node, what it had logged is read from its workspace (a replay
+   then shows the step it died in); on another node the manifest says where
+   that log was left.
 
 Then ``startup-orchestrator replay <run-dir>`` reads one run with every rank.
 """
@@ -31,6 +34,7 @@ import contextlib
 import datetime
 import importlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -52,7 +56,7 @@ from .._run_directory import (
     rank_log_path,
 )
 from .._startup import DEFAULT_RUNS_ROOT
-from ._actor import RankActor, RankAssignment, RankReport
+from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
 if TYPE_CHECKING:
     from events import Replay
@@ -91,11 +95,13 @@ class RayRank:
 
     Attributes:
         rank: the global rank.
-        outcome: how its startup ended; ``None`` when it was lost (no log
-            came back).
+        outcome: how its startup ended; ``None`` when it was lost (the
+            actor died, never answered, or never opened its log).
         error: the error its startup raised, or why it was lost.
         actor_id, node_id, pid: where it ran, when known.
-        log_path: its log in the driver's run directory, when it came back.
+        log_path: its log in the driver's run directory: the one it sent
+            back, or what a lost actor on the driver's node had written;
+            ``None`` when there is none.
     """
 
     rank: int
@@ -108,8 +114,8 @@ class RayRank:
 
     @property
     def lost(self) -> bool:
-        """Whether no log came back from this rank."""
-        return self.log_path is None
+        """Whether the actor was lost (no report came back from it)."""
+        return self.outcome is None
 
 
 @attrs.frozen(kw_only=True)
@@ -281,6 +287,7 @@ class _Actor:
     node_id: str | None = None
     node_ip: str | None = None
     pid: int | None = None
+    workspace: Path | None = None
     rank: int | None = None
     pending: Any = None  # the ObjectRef of its run, while it runs
     report: RankReport | None = None
@@ -294,6 +301,7 @@ class _Launch:
         self.manifest = manifest
         self.world_size = world_size
         self.actors: list[_Actor] = []
+        self.driver_node = str(ray.get_runtime_context().get_node_id())
 
     def place(self, options: Mapping[str, Any] | None, *, timeout_s: float) -> None:
         """Create the actors, learn where each landed, and number the ranks
@@ -308,12 +316,12 @@ class _Launch:
         answers = self._wait(where, timeout_s)
         for actor in self.actors:
             answer = answers.get(id(actor))
-            if isinstance(answer, tuple):
-                actor.node_id, actor.node_ip, actor.pid = answer
+            if isinstance(answer, ActorPlace):
+                actor.node_id, actor.node_ip = answer.node_id, answer.node_ip
+                actor.pid, actor.workspace = answer.pid, answer.workspace
             else:
                 actor.lost = _lost(actor, answer, f"was not placed within {timeout_s:g} s")
-        driver_node = str(self.ray.get_runtime_context().get_node_id())
-        nodes: dict[str | None, int] = {driver_node: 0}
+        nodes: dict[str | None, int] = {self.driver_node: 0}
         for actor in self.actors:
             nodes.setdefault(actor.node_id, len(nodes))
         ordered = sorted(self.actors, key=lambda actor: nodes[actor.node_id])
@@ -358,6 +366,9 @@ class _Launch:
         answers = self._wait(running, timeout_s, on_answer=self._record)
         for actor in self.actors:
             if actor.pending is not None and id(actor) not in answers:
+                # Killed before its workspace is read: nothing writes to it.
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor.handle)
                 self._record(id(actor), None)
         self.manifest = attrs.evolve(self.manifest, finished_wall_ns=time.time_ns())
         self.manifest.write(self.run_dir)
@@ -374,11 +385,31 @@ class _Launch:
             actor.lost = _lost(actor, None, f"did not start: {answer.error}")
         else:
             actor.lost = _lost(actor, answer, "did not answer in time; the launcher killed it")
+            actor.lost += self._recover(actor)
         entry = self.manifest.rank(actor.rank) or ManifestRank(rank=actor.rank)
         self.manifest = self.manifest.with_rank(
             attrs.evolve(entry, ended_wall_ns=time.time_ns(), lost=actor.lost)
         )
         self.manifest.write(self.run_dir)
+
+    def _recover(self, actor: _Actor) -> str:
+        """Read what a lost actor had logged when it ran on this node (its
+        workspace is then removed); say where it was left otherwise."""
+        assert actor.rank is not None
+        if actor.workspace is None:
+            return ""
+        if actor.node_id != self.driver_node:
+            return f"; what it logged was left on that node in {actor.workspace}"
+        left = rank_log_path(actor.workspace / self.manifest.run_id, actor.rank)
+        try:
+            content = left.read_bytes()
+        except OSError:
+            content = b""
+        shutil.rmtree(actor.workspace, ignore_errors=True)
+        if not content:
+            return ""
+        _write_new(rank_log_path(self.run_dir, actor.rank), content)
+        return "; what it logged until then was read from its workspace on this node"
 
     def _wait(
         self, refs: Mapping[int, Any], timeout_s: float, on_answer: Any = None
@@ -427,7 +458,7 @@ class _Launch:
                     actor_id=actor.actor_id,
                     node_id=actor.node_id,
                     pid=actor.pid,
-                    log_path=None if lost else log,
+                    log_path=log if log.exists() else None,
                 )
             )
         return tuple(sorted(launched, key=lambda rank: rank.rank))
