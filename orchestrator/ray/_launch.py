@@ -176,10 +176,10 @@ def launch_on_ray(
     """Start ``world_size`` ranks, one per Ray actor, and gather their logs
     into the driver's run directory.
 
-    Uses the Ray cluster this process is connected to (``ray.init`` first;
-    otherwise Ray starts a local one with its defaults). Returns once every
-    rank has ended or been given up on; a failed start is a result, not an
-    exception.
+    Uses the Ray cluster this process is connected to (call ``ray.init``
+    first). Returns once every rank has ended or been given up on; a failed
+    start is a result, not an exception. Every input is checked before
+    anything is written.
 
     Args:
         world_size: how many ranks (actors), at least 1.
@@ -223,7 +223,8 @@ def launch_on_ray(
         RunDirectoryError: the run directory holds another run or cannot be
             written.
         RayLaunchError: Ray (or torch, for the process group) is not
-            installed on the driver.
+            installed on the driver, or this process is not connected to a
+            Ray cluster.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, not {world_size}")
@@ -231,9 +232,9 @@ def launch_on_ray(
         raise ValueError(
             f"timeouts must be > 0, not timeout_s={timeout_s}, group_timeout_s={group_timeout_s}"
         )
-    ray = _import_ray()
     plan = _fault_plan(faults, world_size)
     run_id = _checked_run_id(run_id)
+    ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
     env = os.environ if environ is None else environ
     manifest = Manifest(
@@ -492,13 +493,21 @@ def _write_new(path: Path, content: bytes) -> None:
 # --- the pieces ---------------------------------------------------------------------------
 
 
-def _import_ray() -> Any:
+def _connected_ray() -> Any:
+    """The ``ray`` module, connected to a cluster."""
     try:
         import ray
     except ImportError as exc:
         raise RayLaunchError(
             f"Ray is not importable ({exc})", f"install it: {INSTALL_HINT}"
         ) from None
+    if not ray.is_initialized():
+        # Ray would start a cluster of every CPU by itself: the caller says
+        # which cluster, and with what resources.
+        raise RayLaunchError(
+            "this process is not connected to a Ray cluster",
+            "call ray.init() first (ray.init(address=...) joins a running cluster)",
+        )
     return ray
 
 
