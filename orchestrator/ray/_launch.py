@@ -37,7 +37,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -330,7 +330,7 @@ class _Launch:
             actor.rank = rank
         self.actors = ordered
 
-    def start(self, assign: Any) -> None:
+    def start(self, assign: Callable[[RankIdentity], RankAssignment]) -> None:
         """Give every placed actor its assignment; record each start."""
         per_node: dict[str | None, list[_Actor]] = {}
         for actor in self.actors:
@@ -413,7 +413,10 @@ class _Launch:
         return "; what it logged until then was read from its workspace on this node"
 
     def _wait(
-        self, refs: Mapping[int, Any], timeout_s: float, on_answer: Any = None
+        self,
+        refs: Mapping[int, Any],
+        timeout_s: float,
+        on_answer: Callable[[int, object], None] | None = None,
     ) -> dict[int, object]:
         """Each ref's value, or the exception getting it raised, as they
         come, for at most ``timeout_s``: the keys not in the result did not

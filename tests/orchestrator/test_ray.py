@@ -7,7 +7,8 @@ gigabyte), and three launches the tests read, never change:
 
 - a healthy start under the caller's ``TRACEPARENT``;
 - ``RuntimeError`` injected into rank 2's FLASH_ATTN probe;
-- rank 1's process killed by SIGSEGV in that probe (the actor dies).
+- rank 1's process killed by SIGSEGV in that probe (the actor dies);
+- rank 1's probe hanging until the launch's timeout.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from events import RankIdentity, RunStarted, StepSucceeded, read_log
+from events import RankIdentity, RunOutcome, RunStarted, StepSucceeded, read_log
 from orchestrator._runner import derive_trace_id
 from tests.orchestrator.cli.harness import Completed, call_cli, environment
 
@@ -37,8 +38,9 @@ RANKS = 4
 PROFILE = "h200x8"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 LAUNCHER_SPAN_ID = "00f067aa0ba902b7"
-#: Small, so the peers of a failed rank give up soon.
-GROUP_TIMEOUT_S = 10.0
+#: Forming the group waits for the slowest rank's torch import (seconds; far
+#: more on loaded cores).
+GROUP_TIMEOUT_S = 30.0
 #: A launch ends in well under a minute; this bounds a broken one.
 LAUNCH_TIMEOUT_S = 120.0
 
@@ -108,6 +110,24 @@ def crashed(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> RayL
     return launch(
         tmp_path_factory.mktemp("crashed"),
         faults=["1:attention/FLASH_ATTN=crash"],
+        environ={},
+    )
+
+
+#: Well beyond a healthy start of four actors on two cores (10-20 s; 30 s seen
+#: under a load average of 17).
+HANG_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def hung(ray_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> RayLaunch:
+    return launch_on_ray(
+        RANKS,
+        profile=PROFILE,
+        run_dir=tmp_path_factory.mktemp("hung") / "run",
+        faults=["1:attention/FLASH_ATTN=hang"],
+        group_timeout_s=GROUP_TIMEOUT_S,
+        timeout_s=HANG_TIMEOUT_S,
         environ={},
     )
 
@@ -235,3 +255,19 @@ def test_the_text_report_says_what_the_driver_saw_of_the_lost_actor(crashed: Ray
         line.strip().startswith("its launcher saw: rank 1 (pid ") and "ActorDiedError" in line
         for line in lines
     ), done.describe()
+
+
+def test_a_rank_that_hangs_is_stopped_at_the_timeout_and_its_log_comes_back(
+    hung: RayLaunch,
+) -> None:
+    stuck = hung.ranks[1]
+    assert stuck.outcome is RunOutcome.INTERRUPTED
+    reason = f"not ended within the Ray launch's {HANG_TIMEOUT_S:g} s"
+    assert stuck.error == f"StartupInterrupted: stopped: {reason}"
+    done, document = replay_json(hung)
+
+    assert done.returncode == 1, done.describe()
+    cause = document["root_cause"]
+    assert (cause["rank"], cause["step"]) == (1, "attention/FLASH_ATTN")
+    assert cause["exception"]["type"] == "orchestrator.StartupInterrupted"
+    assert reason in cause["exception"]["message"]
