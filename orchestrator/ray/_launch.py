@@ -198,8 +198,8 @@ def launch_on_ray(
         runs_root: where run directories go by default.
         timeout_s: each actor stops its startup (recorded as
             ``interrupted``) when it has not ended this long after it began;
-            an actor that has not answered ``GRACE_S`` later is killed and
-            reported lost.
+            an actor that has not answered 15 s later (its log flushed and
+            sent) is killed and reported lost.
         group_timeout_s: how long forming the gloo group and each exchange
             may wait for the other ranks.
         process_group: form a torch.distributed (gloo) group across the
