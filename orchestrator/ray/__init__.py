@@ -13,7 +13,8 @@ manifest that names any actor that died or never answered::
     launch = launch_on_ray(4, profile="h200x8", faults=["2:flash_attn=RuntimeError:bad"])
     print(launch.ready, launch.run_dir)  # startup-orchestrator replay <run_dir>
 
-An engine that already has its own worker actors calls
+An engine that already has its own worker actors numbers them with
+:func:`rank_identities` (from the nodes they landed on), calls
 :func:`run_assigned_rank` from one of their methods with a
 :class:`RankAssignment` and sends the :class:`RankReport` back.
 
@@ -33,6 +34,7 @@ from ._launch import RayLaunch as RayLaunch
 from ._launch import RayLaunchError as RayLaunchError
 from ._launch import RayRank as RayRank
 from ._launch import launch_on_ray as launch_on_ray
+from ._launch import rank_identities as rank_identities
 
 __all__ = [
     "ActorPlace",
@@ -43,5 +45,6 @@ __all__ = [
     "RayLaunchError",
     "RayRank",
     "launch_on_ray",
+    "rank_identities",
     "run_assigned_rank",
 ]

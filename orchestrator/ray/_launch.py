@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
     from ..engine import EngineConfig, Profile
 
-__all__ = ["RayLaunch", "RayLaunchError", "RayRank", "launch_on_ray"]
+__all__ = ["RayLaunch", "RayLaunchError", "RayRank", "launch_on_ray", "rank_identities"]
 
 #: The install command that brings Ray (and torch, for the process group).
 INSTALL_HINT = "pip install 'startup-orchestrator[torch,ray]'"
@@ -279,6 +279,38 @@ def launch_on_ray(
 # --- the launch, step by step ------------------------------------------------------------
 
 
+def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankIdentity]:
+    """Each actor's identity, given the node each landed on (in the order
+    they were created; ``None`` for one that was never placed): ranks are
+    numbered node by node, the driver's node first, then the others in the
+    order they first appear (the unplaced last); within a node, in creation
+    order. Node rank and local rank follow."""
+    first_seen: dict[str, int] = {driver_node: 0}
+    for node in nodes:
+        if node is not None:
+            first_seen.setdefault(node, len(first_seen))
+
+    def place(index: int) -> tuple[int, int]:
+        node = nodes[index]
+        return (len(first_seen) if node is None else first_seen[node]), index
+
+    by_rank = sorted(range(len(nodes)), key=place)
+    node_rank: dict[str | None, int] = {}
+    for index in by_rank:
+        node_rank.setdefault(nodes[index], len(node_rank))
+    identities: list[RankIdentity | None] = [None] * len(nodes)
+    for rank, index in enumerate(by_rank):
+        peers = [other for other in by_rank if nodes[other] == nodes[index]]
+        identities[index] = RankIdentity(
+            rank=rank,
+            local_rank=peers.index(index),
+            world_size=len(nodes),
+            local_world_size=len(peers),
+            node_rank=node_rank[nodes[index]],
+        )
+    return [identity for identity in identities if identity is not None]
+
+
 @attrs.define
 class _Actor:
     """One actor of the launch and what the driver knows of it."""
@@ -289,10 +321,15 @@ class _Actor:
     node_ip: str | None = None
     pid: int | None = None
     workspace: Path | None = None
-    rank: int | None = None
+    identity: RankIdentity | None = None
     pending: Any = None  # the ObjectRef of its run, while it runs
     report: RankReport | None = None
     lost: str | None = None
+
+    @property
+    def rank(self) -> int:
+        assert self.identity is not None, "ranks are numbered once the actors are placed"
+        return self.identity.rank
 
 
 class _Launch:
@@ -322,31 +359,17 @@ class _Launch:
                 actor.pid, actor.workspace = answer.pid, answer.workspace
             else:
                 actor.lost = _lost(actor, answer, f"was not placed within {timeout_s:g} s")
-        nodes: dict[str | None, int] = {self.driver_node: 0}
-        for actor in self.actors:
-            nodes.setdefault(actor.node_id, len(nodes))
-        ordered = sorted(self.actors, key=lambda actor: nodes[actor.node_id])
-        for rank, actor in enumerate(ordered):
-            actor.rank = rank
-        self.actors = ordered
+        identities = rank_identities([actor.node_id for actor in self.actors], self.driver_node)
+        for actor, identity in zip(self.actors, identities, strict=True):
+            actor.identity = identity
+        self.actors.sort(key=lambda actor: actor.rank)
 
     def start(self, assign: Callable[[RankIdentity], RankAssignment]) -> None:
         """Give every placed actor its assignment; record each start."""
-        per_node: dict[str | None, list[_Actor]] = {}
-        for actor in self.actors:
-            per_node.setdefault(actor.node_id, []).append(actor)
-        node_rank = {node: index for index, node in enumerate(per_node)}
         now = time.time_ns()
         for actor in self.actors:
-            assert actor.rank is not None
-            peers = per_node[actor.node_id]
-            identity = RankIdentity(
-                rank=actor.rank,
-                local_rank=peers.index(actor),
-                world_size=self.world_size,
-                local_world_size=len(peers),
-                node_rank=node_rank[actor.node_id],
-            )
+            assert actor.identity is not None
+            identity = actor.identity
             if actor.lost is None:
                 actor.pending = actor.handle.run.remote(assign(identity))
             self.manifest = self.manifest.with_rank(
@@ -376,7 +399,6 @@ class _Launch:
 
     def _record(self, key: int, answer: object) -> None:
         actor = next(actor for actor in self.actors if id(actor) == key)
-        assert actor.rank is not None
         actor.pending = None
         if isinstance(answer, RankReport) and answer.outcome is not None:
             actor.report = answer
@@ -396,7 +418,6 @@ class _Launch:
     def _recover(self, actor: _Actor) -> str:
         """Read what a lost actor had logged when it ran on this node (its
         workspace is then removed); say where it was left otherwise."""
-        assert actor.rank is not None
         if actor.workspace is None:
             return ""
         if actor.node_id != self.driver_node:
@@ -450,7 +471,6 @@ class _Launch:
     def ranks(self) -> tuple[RayRank, ...]:
         launched = []
         for actor in self.actors:
-            assert actor.rank is not None
             report = actor.report
             log = rank_log_path(self.run_dir, actor.rank)
             lost = actor.lost is not None

@@ -1,6 +1,7 @@
-"""The Ray driver refuses what it cannot launch before writing anything, in
-one line that says what to do; and importing the Ray embedding imports
-neither Ray nor torch. No Ray cluster is started here."""
+"""The Ray driver numbers ranks node by node and refuses what it cannot
+launch before writing anything, in one line that says what to do; importing
+the Ray embedding imports neither Ray nor torch. No Ray cluster is started
+here."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from events import RankIdentity
 from orchestrator import FaultSpecError, RankEnvironmentError
-from orchestrator.ray import RayLaunchError, launch_on_ray
+from orchestrator.ray import RayLaunchError, launch_on_ray, rank_identities
 
 
 def test_importing_the_embedding_imports_neither_ray_nor_torch() -> None:
@@ -90,3 +92,42 @@ def test_bad_sizes_and_timeouts_are_value_errors(tmp_path: Path, options: dict[s
         launch_on_ray(runs_root=tmp_path, **options)
 
     assert list(tmp_path.iterdir()) == []
+
+
+def identity(rank: int, local_rank: int, local_world_size: int, node_rank: int) -> RankIdentity:
+    return RankIdentity(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=4,
+        local_world_size=local_world_size,
+        node_rank=node_rank,
+    )
+
+
+def test_ranks_are_numbered_node_by_node_the_drivers_node_first() -> None:
+    identities = rank_identities(["node-b", "node-a", "node-b", "node-a"], driver_node="node-a")
+
+    assert identities == [
+        identity(2, 0, 2, 1),  # created first, on the other node
+        identity(0, 0, 2, 0),
+        identity(3, 1, 2, 1),
+        identity(1, 1, 2, 0),
+    ]
+
+
+def test_without_an_actor_on_the_drivers_node_the_first_node_seen_is_node_0() -> None:
+    identities = rank_identities(["node-x", "node-y", "node-x", "node-x"], driver_node="driver")
+
+    assert [(i.rank, i.node_rank, i.local_rank) for i in identities] == [
+        (0, 0, 0),
+        (3, 1, 0),
+        (1, 0, 1),
+        (2, 0, 2),
+    ]
+
+
+def test_an_actor_never_placed_gets_the_last_rank() -> None:
+    identities = rank_identities([None, "node-a", "node-a", "node-a"], driver_node="node-a")
+
+    assert [i.rank for i in identities] == [3, 0, 1, 2]
+    assert identities[0].node_rank == 1
