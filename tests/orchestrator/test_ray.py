@@ -190,6 +190,9 @@ def test_the_manifest_records_every_actor(healthy: RayLaunch) -> None:
     assert [entry["pid"] for entry in manifest["ranks"]] == [r.pid for r in healthy.ranks]
     assert all(entry["ended_wall_ns"] and entry["lost"] is None for entry in manifest["ranks"])
     assert manifest["launcher"]["finished_wall_ns"]
+    # The directory passes every integrity check, as a local launch's does.
+    done = call_cli("validate", str(healthy.run_dir), cwd=healthy.run_dir)
+    assert done.returncode == 0, done.describe()
 
 
 def test_a_fault_on_one_actor_is_the_root_cause(faulty: RayLaunch) -> None:
