@@ -244,33 +244,36 @@ def launch_on_ray(
         simulated=_simulated(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
     )
-    # Claimed, and the manifest created exclusively, before any actor starts:
-    # a second launch into the same directory stops here having written
+    # The rendezvous first: without torch nothing is written. Then claimed,
+    # and the manifest created exclusively, before any actor starts: a
+    # second launch into the same directory stops there having written
     # nothing.
-    claim_run_directory(directory, run_id)
-    manifest.write(directory, exclusive=True)
     store = _rendezvous_store(ray) if process_group and world_size > 1 else None
-    launch = _Launch(ray=ray, run_dir=directory, manifest=manifest, world_size=world_size)
     try:
-        launch.place(actor_options, timeout_s=timeout_s)
-        rendezvous = {} if store is None else store.variables
-        launch.start(
-            lambda identity: RankAssignment(
-                identity=identity,
-                run_id=run_id,
-                rendezvous=rendezvous,
-                environ=_trace_variables(env),
-                config=config,
-                profile=profile,
-                faults=plan,
-                group_timeout_s=group_timeout_s,
-                timeout_s=timeout_s,
-                durability=Durability(durability),
+        claim_run_directory(directory, run_id)
+        manifest.write(directory, exclusive=True)
+        launch = _Launch(ray=ray, run_dir=directory, manifest=manifest, world_size=world_size)
+        try:
+            launch.place(actor_options, timeout_s=timeout_s)
+            rendezvous = {} if store is None else store.variables
+            launch.start(
+                lambda identity: RankAssignment(
+                    identity=identity,
+                    run_id=run_id,
+                    rendezvous=rendezvous,
+                    environ=_trace_variables(env),
+                    config=config,
+                    profile=profile,
+                    faults=plan,
+                    group_timeout_s=group_timeout_s,
+                    timeout_s=timeout_s,
+                    durability=Durability(durability),
+                )
             )
-        )
-        launch.gather(timeout_s=timeout_s + GRACE_S)
+            launch.gather(timeout_s=timeout_s + GRACE_S)
+        finally:
+            launch.release()
     finally:
-        launch.release()
         if store is not None:
             store.close()
     return RayLaunch(run_id=run_id, run_dir=directory, ranks=launch.ranks())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,23 @@ def test_without_a_cluster_the_error_says_to_call_ray_init(tmp_path: Path) -> No
         launch_on_ray(2, run_dir=tmp_path / "run")
 
     assert not ray.is_initialized()  # no cluster was started on the caller's behalf
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_torch_on_the_driver_the_error_offers_no_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cluster is connected (as far as the driver asks), torch is not there.
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+
+    with pytest.raises(RayLaunchError) as raised:
+        launch_on_ray(2, run_dir=tmp_path / "run")
+
+    assert raised.value.problem.startswith("torch is not importable on the driver")
+    assert raised.value.remedy == (
+        "install it (pip install 'startup-orchestrator[torch,ray]'), or pass process_group=False"
+    )
     assert not (tmp_path / "run").exists()
 
 
