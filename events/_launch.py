@@ -43,6 +43,10 @@ class RankProcess:
         collected: for a run whose logs one rank collected (see
             ``not_delivered``), whether this rank's log is in that rank's
             run directory; ``None`` for a launcher's record.
+        lost: what the launcher knows of a rank that ended without an exit
+            status it could read (a Ray actor that died or stopped answering:
+            ``"Ray actor 9f3c... on node 1a2b...: ActorDiedError: ..."``);
+            ``None`` otherwise.
     """
 
     rank: int
@@ -57,11 +61,12 @@ class RankProcess:
     local_rank: int | None = None
     not_delivered: str | None = None
     collected: bool | None = None
+    lost: str | None = None
 
     @property
     def ended(self) -> bool:
-        """Whether the launcher saw the process end."""
-        return self.exit_code is not None or self.signal is not None
+        """Whether the launcher saw the process end (or lost it)."""
+        return self.exit_code is not None or self.signal is not None or self.lost is not None
 
     def describe(self, *, since_ns: int | None = None) -> str:
         """``"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s"`` and the
@@ -87,6 +92,8 @@ class RankProcess:
             how = f"was killed by {self.signal}{at}"
         elif self.exit_code is not None:
             how = f"exited with code {self.exit_code}{at}"
+        elif self.lost is not None:
+            how = f"was lost{at}: {self.lost}"
         else:
             how = "had not ended when its launcher stopped"
         if self.stopped_by_launcher:

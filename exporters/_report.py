@@ -60,7 +60,7 @@ fields never change meaning; new fields may be added. Schema (version 1)::
         {"code": str, "severity": str,         #   ERROR messages and timed-out probes,
          "ranks": [int, ...]}                  #   grouped as in "messages"; [] otherwise
       ],
-      "lost": [                                # what a degraded run lost (the slices'
+      "losses": [                              # what a degraded run lost (the slices'
         {"fact": str, "what": str,             #   losses) on which ready ranks;
          "ranks": [int, ...]}                  #   [] unless degraded
       ]
@@ -150,6 +150,7 @@ def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any]
         "node_rank": process.node_rank,
         "local_rank": process.local_rank,
         "not_delivered": process.not_delivered,
+        "lost": process.lost,
         "description": process.describe(since_ns=_launched_ns(replay)),
     }
 
@@ -252,7 +253,7 @@ def report_json(replay: Replay) -> dict[str, Any]:
             }
             for group in degraded_by(replay)
         ],
-        "lost": [
+        "losses": [
             {"fact": loss.fact, "what": loss.what, "ranks": list(ranks)}
             for loss, ranks in lost_by(replay)
         ],

@@ -221,6 +221,7 @@ class ManifestRank:
     local_rank: int | None = None
     not_delivered: str | None = None
     collected: bool | None = None
+    lost: str | None = None
 
     def to_process(self) -> RankProcess:
         """As the kernel's :class:`~events.RankProcess`."""
@@ -237,6 +238,7 @@ class ManifestRank:
             local_rank=self.local_rank,
             not_delivered=self.not_delivered,
             collected=self.collected,
+            lost=self.lost,
         )
 
 
@@ -426,6 +428,7 @@ def _manifest_from_json(data: object) -> Manifest:
                 local_rank=_optional_int(entry.get("local_rank")),
                 not_delivered=_optional_str(entry.get("not_delivered")),
                 collected=_optional_bool(entry.get("collected")),
+                lost=_optional_str(entry.get("lost")),
             )
         )
     world_size = data["world_size"]

@@ -59,7 +59,7 @@ def test_a_ready_start_that_lost_fusion_says_so_first(tmp_path: Path) -> None:
     assert document["degraded"] == [
         {"code": "allreduce.workspace_failed", "severity": "error", "ranks": [2, 3]}
     ]
-    assert document["lost"] == [
+    assert document["losses"] == [
         {"fact": "fusion_lost", "what": "all-reduce fusion off", "ranks": [0, 1, 2, 3]}
     ]
     assert [d["code"] for d in document["divergences"]] == ["flashinfer_comm.divergence"]
@@ -91,14 +91,15 @@ def test_a_timed_out_probe_degrades_a_ready_start(tmp_path: Path) -> None:
     assert text[0].startswith("Startup ready, degraded: 1 ready"), text
     # One rank (tensor parallel size 1): fusion does not apply, nothing lost.
     assert text[2] == "Degraded: step.timed_out on rank 0"
-    assert document["lost"] == []
+    assert document["losses"] == []
 
 
 def test_a_healthy_start_is_not_degraded(tmp_path: Path) -> None:
     ran = run_cli("run", "--simulate", "h200x8", "--json", "--run-dir", "run", cwd=tmp_path)
 
     assert ran.returncode == 0, ran.describe()
-    assert (ran.json()["outcome"], ran.json()["degraded"], ran.json()["lost"]) == ("ready", [], [])
+    document = ran.json()
+    assert (document["outcome"], document["degraded"], document["losses"]) == ("ready", [], [])
     text = run_cli("replay", "run", cwd=tmp_path).lines()
     assert text[0].startswith("Startup ready: 1 ready"), text
     assert text[2] == "Root cause: none (every rank is ready)"
