@@ -363,7 +363,7 @@ class Manifest:
 
 #: Fields of a rank entry written only when set (added after version 1 was
 #: first released; older readers ignore them, this one defaults them).
-_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered", "collected")
+_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered", "collected", "lost")
 
 
 def _rank_json(rank: ManifestRank) -> dict[str, Any]:
