@@ -21,8 +21,9 @@ launcher sent it and why, as it ends), rewriting it atomically each time.
 Ranks never outlive the launcher: each learns its launcher's pid and asks
 the kernel for SIGTERM when the launcher dies (see ``_signals``).
 
-Beyond one machine, use torchrun, SLURM or Ray with the same ``run``
-command and a shared ``--run-dir``.
+Beyond one machine, use torchrun or SLURM with the same ``run`` command
+(rank 0's run directory collects every rank's log at the end, no shared
+filesystem needed), or :mod:`orchestrator.ray` for Ray actors.
 """
 
 from __future__ import annotations
