@@ -506,14 +506,15 @@ def part_b(launches: int, nproc: int, baseline: Path | None, scratch: Path) -> N
     for index in range(launches):
         order = trees if index % 2 == 0 else trees[::-1]
         for label, tree in order:
-            launch, _ = simulated_launch(tree, scratch, f"b-{index}-{len(results[label])}", nproc)
+            name = f"b-{index}-{trees.index((label, tree))}"
+            launch, _ = simulated_launch(tree, scratch, name, nproc)
             results[label].append(launch)
     print(f"  load {load()}")
     for label, _ in trees:
         print_launches(label, results[label])
     for label, tree in trees:
         _, records = simulated_launch(
-            tree, scratch, f"importtime-{label[:4]}", nproc, importtime=True
+            tree, scratch, f"importtime-{trees.index((label, tree))}", nproc, importtime=True
         )
         shares = import_shares(records, nproc)
         print(f"  {label}: imports per rank (python -X importtime, mean over ranks)")
