@@ -21,15 +21,19 @@ imports, and prints what it decided:
 4. the all-reduce fusion workspace decision (off: tensor parallel size 1).
 
 It writes no event log and records nothing: this is what the orchestrated
-run is compared with.
+run is compared with. With ``--exit-now`` it ends as the command line does
+(``atexit`` hooks, flushed output, then ``os._exit``) instead of with the
+interpreter's teardown.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -240,4 +244,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    if "--exit-now" in sys.argv[1:]:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)

@@ -7,13 +7,18 @@ Run from the repository root::
 
 Every figure is a fresh process (or a fresh launch of processes), started
 with this checkout first on ``PYTHONPATH``, tracing off (no ``OTEL_*``
-variables), in a scratch directory.
+variables), in a scratch directory. ``PYTHONDONTWRITEBYTECODE`` is dropped
+from the children's environment: an installed package has its bytecode
+cached, and the warm-up writes the caches a checkout lacks (without them
+every process compiles this project's modules again, 0.1-0.4 s here).
 
 (a) This host, for real. ``python -m orchestrator run`` (the reference graph:
     real imports of torch, zentorch, the attention backends, flashinfer.comm;
     a fresh ``--run-dir`` each time) against ``benchmarks/_plain_startup.py``,
     a plain sequential loop doing the same probes the way an engine does
-    today (try/except imports, log lines, no event log), and against
+    today (try/except imports, log lines, no event log; and the same loop
+    ending as the command line does, with ``os._exit`` after the ``atexit``
+    hooks, so that the exit is alike on both sides), and against
     ``python -c "import torch"`` (the floor: most of a real start is torch's
     import) and ``python -c pass``. The commands run in turns, one of each
     per round, the order rotating between rounds, after one warm-up round;
@@ -153,7 +158,7 @@ def environment(tree: Path, *extra_path: Path, **variables: str) -> dict[str, st
         for name, value in os.environ.items()
         if not name.startswith(("OTEL_", "STARTUP_ORCHESTRATOR_", "TORCHELASTIC_", "BENCH_"))
         and name not in launcher
-        and name not in ("TRACEPARENT", "PYTHONPROFILEIMPORTTIME")
+        and name not in ("TRACEPARENT", "PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE")
     }
     path = [*map(str, extra_path), str(tree)]
     if env.get("PYTHONPATH"):
@@ -214,6 +219,7 @@ def part_a(repeat: int, baseline: Path | None, scratch: Path) -> None:
         Command("python -c pass", [python, "-c", "pass"], ROOT),
         Command('python -c "import torch"', [python, "-c", "import torch"], ROOT),
         Command("plain sequential probes", [python, str(PLAIN)], ROOT),
+        Command("  the same, ending with os._exit", [python, str(PLAIN), "--exit-now"], ROOT),
         Command("python -m orchestrator run", [python, "-m", "orchestrator", "run"], ROOT, True),
     ]
     if baseline is not None:
@@ -270,7 +276,7 @@ def part_a(repeat: int, baseline: Path | None, scratch: Path) -> None:
         events = read_log(last_log).events
         durations = step_durations(events)
         run_s = (events[-1].mono_ns - events[0].mono_ns) / 1e9
-        longest = max(durations.items(), key=lambda item: item[1])
+        longest = max(leaves(durations).items(), key=lambda item: item[1])
         print(
             "  the last orchestrated run's log: run.started -> run.finished "
             f"{ms(run_s).strip()} ms; longest probe {longest[0]} {ms(longest[1]).strip()} ms"
