@@ -38,9 +38,11 @@ every process compiles this project's modules again, 0.1-0.4 s here).
       which notes when the interpreter reached it (the end of Python's own
       start), the time its ``atexit`` hook runs (the last one: after the
       command returned and the non-daemon threads were joined, before the
-      interpreter tears its modules down), the process's CPU time then, and
+      interpreter tears its modules down), the process's CPU time then,
       how long ``os.write`` and ``os.fsync`` took in the process (the log's
-      appends and its durability);
+      appends and its durability), and how long the first
+      ``importlib.import_module("torch.distributed")`` took (the process
+      group's import of torch);
     - the rank's log (``events.read_log``): ``run.started``, the
       ``process_group`` step (importing torch and forming the gloo group),
       the probes and their durations, ``run.finished``.
@@ -127,6 +129,24 @@ if os.environ.get("RANK") is not None and os.environ.get("BENCH_STARTUP_RECORDS"
     os.write = _timed("write", os.write)
     os.fsync = _timed("fsync", os.fsync)
 
+    import importlib
+
+    _first_imports = {}
+    _import_module = importlib.import_module
+
+    def _import_timed(name, package=None):
+        # The process group imports torch.distributed by name: how long the
+        # first such import of each torch module took.
+        if name.partition(".")[0] != "torch" or name in _first_imports:
+            return _import_module(name, package)
+        start = time.perf_counter_ns()
+        try:
+            return _import_module(name, package)
+        finally:
+            _first_imports.setdefault(name, time.perf_counter_ns() - start)
+
+    importlib.import_module = _import_timed
+
     def _record():
         usage = resource.getrusage(resource.RUSAGE_SELF)
         record = {
@@ -137,6 +157,7 @@ if os.environ.get("RANK") is not None and os.environ.get("BENCH_STARTUP_RECORDS"
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "threads": threading.active_count(),
             "io": _io,
+            "imports": _first_imports,
         }
         path = os.path.join(_directory, f"record-{os.environ['RANK']}.json")
         with open(path, "w", encoding="utf-8") as file:
@@ -326,6 +347,7 @@ class RankTimes:
     fsync: tuple[int, float]
     probe_sum: float
     agree: float
+    torch_import: float
 
 
 @attrs.frozen
@@ -397,6 +419,7 @@ def simulated_launch(
                 fsync=(record["io"]["fsync"][0], record["io"]["fsync"][1] / 1e9),
                 probe_sum=probe_sum,
                 agree=durations.get("allreduce_workspace/agree", 0.0),
+                torch_import=record["imports"].get("torch.distributed", 0) / 1e9,
             )
         )
     launcher = manifest["launcher"]
@@ -470,6 +493,17 @@ def print_launches(label: str, launches: Sequence[Launch]) -> str:
         values = [r.phases[phase] for r in ranks]
         medians[phase] = median(values)
         print(f"    {phase:<28} {ms(medians[phase])} {ms(max(values))}   {what}")
+        if phase == "process group":
+            imports = [r.torch_import for r in ranks]
+            rest = [r.phases[phase] - r.torch_import for r in ranks]
+            print(
+                f"    {'  of which import torch':<28} {ms(median(imports))} {ms(max(imports))}"
+                "   (importlib.import_module('torch.distributed'), first call)"
+            )
+            print(
+                f"    {'  the rest (rendezvous)':<28} {ms(median(rest))} {ms(max(rest))}"
+                "   (init_process_group: waiting for the last rank to import torch)"
+            )
     totals = [r.total for r in ranks]
     print(f"    {'total, exec -> exit':<28} {ms(median(totals))} {ms(max(totals))}")
     cpus = [r.cpu for r in ranks]
