@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -124,8 +123,7 @@ def launch_local(
         manifest: the launch's manifest, already written to ``run_dir``;
             kept up to date there as ranks start and end.
         tick: called about every 0.1 s while the launcher waits for its
-            ranks, and as soon as one ends, in the launcher's thread (a
-            live view looks at the logs).
+            ranks, in the launcher's thread (a live view looks at the logs).
         relay: when given, the ranks' stderr is read by the launcher and
             each of its lines handed to ``relay`` (so that a live view can
             print them above itself); otherwise the ranks share the
@@ -210,10 +208,6 @@ class _Launch:
         self.relay = relay
         #: rank -> what its stderr pipe has given that is not yet a whole line
         self.partial: dict[int, bytes] = {}
-        #: rank -> a descriptor that becomes readable when the rank ends
-        #: (Linux's pidfd), so that the launcher wakes at once, not at its
-        #: next look
-        self.pidfds: dict[int, int] = {}
 
     def forward(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
@@ -243,8 +237,6 @@ class _Launch:
             )
             if process.stderr is not None:
                 os.set_blocking(process.stderr.fileno(), False)
-            with contextlib.suppress(AttributeError, OSError):
-                self.pidfds[rank] = os.pidfd_open(process.pid)
             self.processes.append(process)
             self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
             if self.received:
@@ -297,24 +289,6 @@ class _Launch:
             self.manifest.write(self.run_dir)
 
     def wait_all(self) -> None:
-        try:
-            self.wait_and_escalate()
-        finally:
-            for pidfd in self.pidfds.values():
-                os.close(pidfd)
-            self.pidfds.clear()
-
-    def wait_a_moment(self, running: Sequence[subprocess.Popen[bytes]]) -> None:
-        """Until one of ``running`` ends, or 0.1 s at most."""
-        ranks = [self.processes.index(process) for process in running]
-        if all(rank in self.pidfds for rank in ranks):
-            with contextlib.suppress(OSError):
-                select.select([self.pidfds[rank] for rank in ranks], [], [], 0.1)
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            running[0].wait(timeout=0.1)
-
-    def wait_and_escalate(self) -> None:
         processes = self.processes
         deadline: float | None = None
         escalation = 0  # 0: waiting, 1: asked to terminate, 2: killed
@@ -363,7 +337,8 @@ class _Launch:
                             process.kill()
                 escalation += 1
                 deadline = time.monotonic() + self.grace_s
-            self.wait_a_moment(running)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running[0].wait(timeout=0.1)
 
     def relay_output(self, *, final: bool = False) -> None:
         """Hand the ranks' whole stderr lines read so far to ``relay``; with
