@@ -35,6 +35,18 @@ class RankProcess:
         stopped_by_launcher: why the launcher signalled it, when it did
             (``"SIGTERM: rank 2 died"``): such an end is a consequence of
             something else, never a root cause.
+        host, node_rank, local_rank: where it ran, when known (a multi-node
+            run's collecting rank learns them over the process group).
+        not_delivered: why its log did not reach the run directory that
+            collected the run's logs (``"did not deliver its log to rank 0
+            within 30 s"``), when it did not.
+        collected: for a run whose logs one rank collected (see
+            ``not_delivered``), whether this rank's log is in that rank's
+            run directory; ``None`` for a launcher's record.
+        lost: what the launcher knows of a rank that ended without an exit
+            status it could read (a Ray actor that died or stopped answering:
+            ``"Ray actor 9f3c... on node 1a2b...: ActorDiedError: ..."``);
+            ``None`` otherwise.
     """
 
     rank: int
@@ -44,16 +56,33 @@ class RankProcess:
     exit_code: int | None = None
     signal: str | None = None
     stopped_by_launcher: str | None = None
+    host: str | None = None
+    node_rank: int | None = None
+    local_rank: int | None = None
+    not_delivered: str | None = None
+    collected: bool | None = None
+    lost: str | None = None
 
     @property
     def ended(self) -> bool:
-        """Whether the launcher saw the process end."""
-        return self.exit_code is not None or self.signal is not None
+        """Whether the launcher saw the process end (or lost it)."""
+        return self.exit_code is not None or self.signal is not None or self.lost is not None
 
     def describe(self, *, since_ns: int | None = None) -> str:
         """``"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s"`` and the
         like; times are relative to ``since_ns`` (the launch) when given."""
-        who = f"rank {self.rank}" + (f" (pid {self.pid})" if self.pid is not None else "")
+        where = [
+            *([f"pid {self.pid}"] if self.pid is not None else []),
+            *([f"node {self.node_rank}"] if self.node_rank is not None else []),
+            *([f"host {self.host}"] if self.host else []),
+        ]
+        who = f"rank {self.rank}" + (f" ({', '.join(where)})" if where else "")
+        if self.not_delivered is not None:
+            return f"{who} {self.not_delivered}"
+        if self.collected is not None:
+            # The collecting rank knows where the log is, not how the
+            # process ended.
+            return f"{who}: its log is {'' if self.collected else 'not '}in the run directory"
         if self.pid is None:
             return f"{who} was never started: its launcher stopped first"
         at = ""
@@ -63,6 +92,8 @@ class RankProcess:
             how = f"was killed by {self.signal}{at}"
         elif self.exit_code is not None:
             how = f"exited with code {self.exit_code}{at}"
+        elif self.lost is not None:
+            how = f"was lost{at}: {self.lost}"
         else:
             how = "had not ended when its launcher stopped"
         if self.stopped_by_launcher:

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Agreement",
     "Column",
+    "Loss",
     "MessageContext",
     "MessageHook",
     "MessageRule",
@@ -384,6 +385,24 @@ class MessageHook(Protocol):
         ...
 
 
+@attrs.frozen(kw_only=True)
+class Loss:
+    """A capability a rank can lose while the start still reaches ready.
+
+    A rank has lost it when its fact ``fact`` is true. Losses do not make a
+    run degraded by themselves (an absence can be expected); when a ready run
+    is degraded (ERROR messages, timed-out probes), its report names what was
+    lost and on which ranks in its first lines.
+
+    Attributes:
+        fact: the rank's fact that says the capability is lost.
+        what: what was lost, as a phrase (``all-reduce fusion off``).
+    """
+
+    fact: str
+    what: str
+
+
 #: ``facts(facts, event)``: the facts ``event`` changes, or ``None``.
 FactsHook = Callable[[Mapping[str, JsonValue], Event], Mapping[str, JsonValue] | None]
 
@@ -404,6 +423,8 @@ class Slice:
             every fact).
         columns: the report's table columns.
         agreements: facts every rank must agree on.
+        losses: capabilities a ready rank can lose (named first in the
+            report of a degraded run).
         derive_facts: a :data:`FactsHook`, or ``None``.
         messages: a :class:`MessageHook`, or ``None``.
         state_type: the per-rank state class, a subclass of
@@ -418,6 +439,7 @@ class Slice:
     report_facts: tuple[str, ...] | None = None
     columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple)
     agreements: tuple[Agreement, ...] = attrs.field(default=(), converter=_tuple)
+    losses: tuple[Loss, ...] = attrs.field(default=(), converter=_tuple)
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
     state_type: type[RankState] | None = None

@@ -32,6 +32,7 @@ from events import (
     Divergence,
     Event,
     ExceptionInfo,
+    GroupedMessage,
     Replay,
     RunOutcome,
     Severity,
@@ -45,6 +46,8 @@ from events import (
     outcome_of,
     replay,
 )
+
+from ._report import degraded_by, lost_by
 
 __all__ = ["report_html", "timeline_html"]
 
@@ -86,6 +89,7 @@ _CSS = (
     ".bad{background:#c8372d}.run{background:#3d6fb6}.none{background:#444}"
     "#root-cause{border:2px solid #c8372d;border-radius:4px;padding:.4em .8em;margin:.6em 0}"
     "#root-cause.fine{border-color:#3c9a5f}"
+    "#degraded{border:2px solid #c98a1b;border-radius:4px;padding:.4em .8em;margin:.6em 0}"
     ".chain{margin:.2em 0 .2em 1em;padding:0;list-style:none}"
     ".chain li{margin:.15em 0}.link{color:#555;font-style:italic}"
     ".lane{border:1px solid #d5dae0;border-radius:4px;margin:.5em 0}"
@@ -244,6 +248,30 @@ def _tree(timings: Sequence[StepTiming]) -> list[tuple[int, StepTiming]]:
     return out
 
 
+def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
+    """A ready run that lost something: what was lost, the messages that
+    degraded it and where the ranks differ (as the text report's first
+    lines)."""
+    items = [
+        f'<li class="lost"><b>Lost</b>: {_e(loss.what)} on {_e(format_ranks(ranks))}</li>'
+        for loss, ranks in lost_by(result)
+    ]
+    items += [
+        f"<li><b>{_e(group.code)}</b> on {_e(format_ranks(group.ranks))}: {_e(group.text)}</li>"
+        for group in degraded
+    ]
+    for divergence in result.divergences:
+        ranks = sorted(rank for _value, members in divergence.values for rank in members)
+        items.append(
+            f'<li class="differ"><b>Ranks differ</b> ({_e(divergence.code)}) on '
+            f"{_e(format_ranks(ranks))}: {_e(divergence.text)}</li>"
+        )
+    return (
+        '<section id="degraded"><b>Ready, degraded</b>: the start reached ready without '
+        f"everything it was set up for.<ul>{''.join(items)}</ul></section>"
+    )
+
+
 def report_html(
     result: Replay,
     events: Iterable[Event],
@@ -315,7 +343,10 @@ def report_html(
     out.append(f'<p class="meta">{" · ".join(meta)}</p>')
 
     cause = result.root_cause
-    if cause is None:
+    degraded = degraded_by(result)
+    if cause is None and degraded:
+        out.append(_degraded_html(result, degraded))
+    elif cause is None:
         fine = ' class="fine"' if result.outcome is RunOutcome.READY else ""
         out.append(
             f'<section id="root-cause"{fine}><b>No root cause</b>: '

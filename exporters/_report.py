@@ -59,6 +59,10 @@ fields never change meaning; new fields may be added. Schema (version 1)::
       "degraded": [                            # a ready run that lost something: its
         {"code": str, "severity": str,         #   ERROR messages and timed-out probes,
          "ranks": [int, ...]}                  #   grouped as in "messages"; [] otherwise
+      ],
+      "losses": [                              # what a degraded run lost (the slices'
+        {"fact": str, "what": str,             #   losses) on which ready ranks;
+         "ranks": [int, ...]}                  #   [] unless degraded
       ]
     }
 
@@ -87,6 +91,7 @@ from events import (
     ExceptionInfo,
     GroupedMessage,
     JsonValue,
+    Loss,
     RankProcess,
     RankState,
     RankStates,
@@ -145,6 +150,11 @@ def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any]
         "exit_code": process.exit_code,
         "signal": process.signal,
         "stopped_by_launcher": process.stopped_by_launcher,
+        "host": process.host,
+        "node_rank": process.node_rank,
+        "local_rank": process.local_rank,
+        "not_delivered": process.not_delivered,
+        "lost": process.lost,
         "description": process.describe(since_ns=_launched_ns(replay)),
     }
 
@@ -246,6 +256,10 @@ def report_json(replay: Replay) -> dict[str, Any]:
                 "ranks": list(group.ranks),
             }
             for group in degraded_by(replay)
+        ],
+        "losses": [
+            {"fact": loss.fact, "what": loss.what, "ranks": list(ranks)}
+            for loss, ranks in lost_by(replay)
         ],
     }
 
@@ -383,11 +397,36 @@ def _root_cause_lines(replay: Replay) -> list[str]:
 _DEGRADED_SHOWN = 3
 
 
+def lost_by(replay: Replay) -> list[tuple[Loss, tuple[int, ...]]]:
+    """The capabilities a degraded ready run lost (its slices'
+    :class:`~events.Loss`), each with the ready ranks that lost it (``[]``
+    unless the run is degraded)."""
+    if not degraded_by(replay):
+        return []
+    found = []
+    for part in replay.slices:
+        for loss in part.losses:
+            ranks = tuple(
+                rank
+                for rank, state in sorted(replay.states.items())
+                if state.facts.get(loss.fact) is True
+                and replay.outcome_of(rank) is RunOutcome.READY
+            )
+            if ranks:
+                found.append((loss, ranks))
+    return found
+
+
 def _degraded_lines(replay: Replay) -> list[str]:
-    """In place of "Root cause: none": what the ready start lost, one
-    ``Degraded:`` line per grouped message (code and ranks), its text below."""
+    """In place of "Root cause: none": what the ready start lost (its
+    slices' losses, with their ranks), one ``Degraded:`` line per grouped
+    message (code and ranks) with its text below, then where the ranks
+    differ (divergences often name where the loss began)."""
     groups = degraded_by(replay)
-    lines: list[str] = []
+    lines: list[str] = [
+        terminal_text(f"Lost: {loss.what} on {format_ranks(ranks)}")
+        for loss, ranks in lost_by(replay)
+    ]
     for group in groups[:_DEGRADED_SHOWN]:
         lines.append(terminal_text(f"Degraded: {group.code} on {format_ranks(group.ranks)}"))
         lines.append(terminal_text(f"  {group.text}", indent="    "))
@@ -395,6 +434,11 @@ def _degraded_lines(replay: Replay) -> list[str]:
         rest = groups[_DEGRADED_SHOWN:]
         codes = ", ".join(dict.fromkeys(group.code for group in rest))
         lines.append(f"Degraded: and {len(rest)} more ({codes}); see the messages below")
+    if groups:
+        for divergence in replay.divergences:
+            ranks = sorted(rank for _value, ranks in divergence.values for rank in ranks)
+            lines.append(terminal_text(f"Ranks differ: {divergence.code} on {format_ranks(ranks)}"))
+            lines.append(terminal_text(f"  {divergence.text}", indent="    "))
     return lines
 
 

@@ -67,6 +67,7 @@ if typing.TYPE_CHECKING:
     from ._group import Group as Group
     from ._group import GroupError as GroupError
     from ._group import LocalGroup as LocalGroup
+    from ._group import Mailbox as Mailbox
     from ._group import TorchDistributedGroup as TorchDistributedGroup
     from ._identity import RUN_ID_VARIABLE as RUN_ID_VARIABLE
     from ._identity import new_run_id as new_run_id

@@ -20,10 +20,12 @@
     │   ├── ProfileError             (also ValueError)
     │   ├── PlatformConflictError    (also RuntimeError)
     │   └── UnspecifiedPlatformError (also RuntimeError)
-    └── orchestrator.cli:          the command line's (``cli/_errors``)
-        └── CommandLineError
-            ├── UsageError
-            └── InputError
+    ├── orchestrator.cli:          the command line's (``cli/_errors``)
+    │   └── CommandLineError
+    │       ├── UsageError
+    │       └── InputError
+    └── orchestrator.ray:          the Ray embedding's (``ray/_launch``)
+        └── RayLaunchError           a launch on Ray could not be made
 
 Every error the orchestrator raises on purpose is under
 :class:`OrchestratorError`; where a builtin base was promised

@@ -12,13 +12,22 @@ backend to use, which run id to share) exchange JSON values through a
 A failed or timed-out exchange raises :class:`GroupError` naming the rank.
 Values always travel as JSON text, so every implementation hands back
 plain JSON copies, never the caller's objects.
+
+A group may also be a :class:`Mailbox`: a key-value store every rank of it
+reaches (torch's is the process group's own store), through which one rank
+hands bytes to another without a collective. The ranks' logs reach the
+launch's rank 0 that way at the end of a multi-node run: a post never waits
+for the other ranks, so ranks that left the startup's collectives at
+different points (one failed early) still deliver.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import os
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -36,6 +45,7 @@ __all__ = [
     "Group",
     "GroupError",
     "LocalGroup",
+    "Mailbox",
     "TorchDistributedGroup",
     "init_torch_distributed_group",
     "process_group_step",
@@ -95,6 +105,27 @@ class Group(Protocol):
 
     def all_gather(self, value: JsonValue) -> list[JsonValue]:
         """Every rank's ``value``, in rank order."""
+        ...
+
+
+@runtime_checkable
+class Mailbox(Protocol):
+    """An optional capability of a :class:`Group`: bytes left under a key by
+    one rank and taken by another, with no collective (neither side waits
+    for the other ranks to call anything).
+
+    Raises (from both methods):
+        GroupError: the store cannot be reached.
+    """
+
+    def post(self, key: str, data: bytes) -> None:
+        """Leave ``data`` under ``key`` (replacing what was there)."""
+        ...
+
+    def take(self, key: str, timeout_s: float) -> bytes | None:
+        """The bytes under ``key``, removed from the store, waiting at most
+        ``timeout_s`` seconds for them (``0``: only look); ``None`` when
+        nothing was posted by then."""
         ...
 
 
@@ -248,6 +279,51 @@ class TorchDistributedGroup:
             bytes(item[:size].cpu().tolist()) for item, size in zip(received, sizes, strict=True)
         ]
 
+    def post(self, key: str, data: bytes) -> None:
+        """Leave ``data`` under ``key`` in the process group's store (bounded
+        by the store's timeout, the group's).
+
+        Raises:
+            GroupError: the store cannot be reached.
+        """
+        try:
+            self._store().set(key, data)
+        except Exception as exc:
+            raise GroupError(
+                self._rank, self._world_size, "post", f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def take(self, key: str, timeout_s: float) -> bytes | None:
+        """The bytes under ``key`` in the process group's store, removed from
+        it, waiting at most ``timeout_s`` seconds; ``None`` when nothing was
+        posted by then.
+
+        Raises:
+            GroupError: the store cannot be reached.
+        """
+        try:
+            store = self._store()
+            if timeout_s > 0:
+                # A wait that times out raises; whether the key came is
+                # asked once more below.
+                with contextlib.suppress(Exception):
+                    store.wait([key], datetime.timedelta(seconds=timeout_s))
+            if not store.check([key]):
+                return None
+            data = bytes(store.get(key))
+            store.delete_key(key)
+        except Exception as exc:
+            raise GroupError(
+                self._rank, self._world_size, "take", f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return data
+
+    def _store(self) -> Any:
+        c10d = importlib.import_module("torch.distributed.distributed_c10d")
+        if self._group is None:
+            return c10d._get_default_store()
+        return c10d._get_process_group_store(self._group)
+
     def close(self) -> None:
         """Destroy the default process group if this object created it;
         otherwise do nothing (the caller owns the group)."""
@@ -366,6 +442,7 @@ def process_group_step(
     *,
     backend: str = "gloo",
     timeout_s: float = 120.0,
+    on_formed: Callable[[Group], None] | None = None,
 ) -> Step:
     """The ``process_group`` set-up step: import torch and form the
     ``torch.distributed`` default group from the launcher environment
@@ -378,6 +455,8 @@ def process_group_step(
     rendezvous that fails or times out (a peer died or never came) is a
     :class:`GroupError` that fails the run. The step itself is bounded a
     little beyond ``timeout_s`` (a hang in it fails the run too).
+    ``on_formed`` is called with the group once it is formed (its errors
+    fail the step).
     """
 
     def form(_context: object) -> JsonValue:
@@ -387,6 +466,8 @@ def process_group_step(
                 "torch.distributed is not available; the ranks decide alone", name="torch"
             )
         into.set(group)
+        if on_formed is not None:
+            on_formed(group)
         return {"backend": backend, "world_size": group.world_size}
 
     return Step(

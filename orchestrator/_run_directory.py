@@ -4,7 +4,8 @@ Layout::
 
     startup-runs/<run-id>/
         .run-id            the run that owns the directory (the claim)
-        manifest.json      written by a launcher that starts the ranks itself
+        manifest.json      written by a launcher that starts the ranks itself,
+                           or by the rank 0 that collected a multi-node run
         rank-0.jsonl       one JSON Lines log per rank
         rank-1.jsonl
         ...
@@ -26,11 +27,21 @@ over the old) as the launch goes, so whatever kills the launcher, the
 manifest on disk is whole. The views read it when it is there
 (:func:`read_run_directory`) to tell what the logs cannot: "rank 0 (pid
 1373) was killed by SIGKILL at +4.1 s; its log is empty".
+
+A launch without a launcher of ours (torchrun across nodes) gets its
+manifest from its rank 0, which collects the other ranks' logs at the end
+of the startup (:func:`store_collected_log`) and records every rank, where
+it ran, and why a log did not arrive (``collected_by``,
+``not_delivered``). The logs of one run may then lie in several
+directories, one per node: :func:`check_run_directories` checks them as
+one run, reading a rank's log once when its copies are the same log
+(:func:`longer_copy`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import re
@@ -51,16 +62,21 @@ from ._errors import OrchestratorError
 __all__ = [
     "CLAIM_FILE",
     "MANIFEST_FILE",
+    "Collected",
     "Manifest",
     "ManifestRank",
     "RunDirectory",
     "RunDirectoryError",
     "RunProblem",
+    "check_run_directories",
     "check_run_directory",
     "claim_run_directory",
+    "longer_copy",
     "rank_log_path",
     "read_manifest",
     "read_run_directory",
+    "run_id_of",
+    "store_collected_log",
 ]
 
 #: The file whose content is the id of the run that owns the directory.
@@ -200,6 +216,12 @@ class ManifestRank:
     exit_code: int | None = None
     signal: str | None = None
     stopped_by_launcher: str | None = None
+    host: str | None = None
+    node_rank: int | None = None
+    local_rank: int | None = None
+    not_delivered: str | None = None
+    collected: bool | None = None
+    lost: str | None = None
 
     def to_process(self) -> RankProcess:
         """As the kernel's :class:`~events.RankProcess`."""
@@ -211,6 +233,12 @@ class ManifestRank:
             exit_code=self.exit_code,
             signal=self.signal,
             stopped_by_launcher=self.stopped_by_launcher,
+            host=self.host,
+            node_rank=self.node_rank,
+            local_rank=self.local_rank,
+            not_delivered=self.not_delivered,
+            collected=self.collected,
+            lost=self.lost,
         )
 
 
@@ -228,6 +256,11 @@ class Manifest:
         started_wall_ns: when the launch began.
         finished_wall_ns: when the launcher saw the last rank end.
         ranks: one entry per rank started so far, by rank.
+        collected_by: for a manifest written by a rank that collected the
+            other ranks' logs over the process group (a launch without a
+            launcher of ours, e.g. torchrun across nodes), that rank; its
+            pid and host are then the launcher's. ``None`` for a launcher's
+            manifest.
     """
 
     run_id: str
@@ -240,10 +273,12 @@ class Manifest:
     started_wall_ns: int = attrs.field(factory=time.time_ns)
     finished_wall_ns: int | None = None
     ranks: tuple[ManifestRank, ...] = ()
+    collected_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest document."""
-        return {
+        """The manifest document (the fields added since version 1 only
+        when set, so a launcher's manifest reads as it always did)."""
+        document: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
             "run_id": self.run_id,
             "command": list(self.command),
@@ -256,8 +291,11 @@ class Manifest:
                 "started_wall_ns": self.started_wall_ns,
                 "finished_wall_ns": self.finished_wall_ns,
             },
-            "ranks": [attrs.asdict(rank) for rank in self.ranks],
+            "ranks": [_rank_json(rank) for rank in self.ranks],
         }
+        if self.collected_by is not None:
+            document["collected_by"] = self.collected_by
+        return document
 
     @classmethod
     def from_json(cls, data: object, *, source: str = MANIFEST_FILE) -> Manifest:
@@ -323,11 +361,32 @@ class Manifest:
             ) from None
 
 
+#: Fields of a rank entry written only when set (added after version 1 was
+#: first released; older readers ignore them, this one defaults them).
+_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered", "collected", "lost")
+
+
+def _rank_json(rank: ManifestRank) -> dict[str, Any]:
+    entry = attrs.asdict(rank)
+    for name in _OPTIONAL_RANK_FIELDS:
+        if entry[name] is None:
+            del entry[name]
+    return entry
+
+
 def _optional_int(value: object) -> int | None:
     if value is None:
         return None
     if type(value) is not int:
         raise TypeError(f"expected an integer or null, got {value!r}")
+    return value
+
+
+def _optional_bool(value: object) -> bool | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true, false or null, got {value!r}")
     return value
 
 
@@ -364,6 +423,12 @@ def _manifest_from_json(data: object) -> Manifest:
                 exit_code=_optional_int(entry.get("exit_code")),
                 signal=_optional_str(entry.get("signal")),
                 stopped_by_launcher=_optional_str(entry.get("stopped_by_launcher")),
+                host=_optional_str(entry.get("host")),
+                node_rank=_optional_int(entry.get("node_rank")),
+                local_rank=_optional_int(entry.get("local_rank")),
+                not_delivered=_optional_str(entry.get("not_delivered")),
+                collected=_optional_bool(entry.get("collected")),
+                lost=_optional_str(entry.get("lost")),
             )
         )
     world_size = data["world_size"]
@@ -387,6 +452,7 @@ def _manifest_from_json(data: object) -> Manifest:
         started_wall_ns=_optional_int(launcher.get("started_wall_ns")) or 0,
         finished_wall_ns=_optional_int(launcher.get("finished_wall_ns")),
         ranks=tuple(ranks),
+        collected_by=_optional_int(data.get("collected_by")),
     )
 
 
@@ -498,11 +564,20 @@ class RunProblem:
 
 
 def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
-    """Check a run directory as a whole: one run id (logs, claim and
-    manifest agree), no duplicate or foreign ranks, one world size, every
-    rank of it with a non-empty log; and name the log files to check line by
-    line. Files that are not regular (a FIFO named ``rank-0.jsonl``) are
-    problems and are never opened.
+    """:func:`check_run_directories` of one directory."""
+    return check_run_directories([run_dir])
+
+
+def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[RunProblem]]:
+    """Check run directories as one run (one directory, or one per node of
+    a multi-node run): one run id (logs, claims and manifests agree), no
+    duplicate or foreign ranks, one world size, every rank of it with a
+    non-empty log; and name the log files to check line by line. A rank
+    whose log is in several directories is one log when the copies are the
+    same log (identical, or one a prefix of the other: the longer one is
+    checked); two different logs of one rank are a problem. Files that are
+    not regular (a FIFO named ``rank-0.jsonl``) are problems and are never
+    opened.
 
     Returns:
         The regular log files, in rank order, and the run's problems.
@@ -510,21 +585,62 @@ def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
     from events import DecodeError, RunStarted, decode
 
     problems: list[RunProblem] = []
-    try:
-        found = read_run_directory(run_dir)
-    except RunDirectoryError as exc:
-        found = _list_logs(run_dir)
-        problems.append(RunProblem(path=exc.path, message=exc.reason))
-    for odd in found.odd_logs:
-        problems.append(
-            RunProblem(path=odd, message="not a rank log name (rank-<N>.jsonl); ignored")
-        )
+    where = run_dirs[0] if len(run_dirs) == 1 else Path(", ".join(str(d) for d in run_dirs))
+    listed: list[RunDirectory] = []
+    for run_dir in run_dirs:
+        try:
+            found = read_run_directory(run_dir)
+        except RunDirectoryError as exc:
+            found = _list_logs(run_dir)
+            problems.append(RunProblem(path=exc.path, message=exc.reason))
+        listed.append(found)
+        for odd in found.odd_logs:
+            problems.append(
+                RunProblem(path=odd, message="not a rank log name (rank-<N>.jsonl); ignored")
+            )
+    logs: dict[int, Path] = {}
+    for found in listed:
+        for rank, path in found.logs.items():
+            kept = logs.get(rank)
+            if kept is None:
+                logs[rank] = path
+                continue
+            # Comparing copies reads them: only regular files (a FIFO would
+            # block), each reported below or here.
+            if not _regular(path):
+                problems.append(
+                    RunProblem(path=path, message="is not a regular file; it was not read")
+                )
+                continue
+            if not _regular(kept):
+                problems.append(
+                    RunProblem(path=kept, message="is not a regular file; it was not read")
+                )
+                logs[rank] = path
+                continue
+            try:
+                longer = longer_copy(kept, path)
+            except OSError as exc:
+                problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+                continue
+            if longer is None:
+                problems.append(
+                    RunProblem(
+                        path=path,
+                        message=f"rank {rank} has two different logs, {kept} and {path} "
+                        "(neither is a copy or a prefix of the other): they are of different "
+                        "runs or one was changed; keep the directories of one run only",
+                    )
+                )
+            else:
+                logs[rank] = longer
+    manifests = [(found.path, found.manifest) for found in listed if found.manifest is not None]
+    claims = [(found.path, found.claim) for found in listed if found.claim is not None]
     files: list[Path] = []
     run_ids: dict[str, list[Path]] = {}
     worlds: dict[int, list[Path]] = {}
     holders: dict[int, list[Path]] = {}
-    present: set[int] = set()
-    for rank, path in found.logs.items():
+    for rank, path in sorted(logs.items()):
         try:
             mode = path.lstat().st_mode
         except OSError as exc:
@@ -554,7 +670,6 @@ def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
             first = decode(first_line.rstrip(b"\n"))
         except DecodeError:
             continue  # the line-by-line check reports it
-        present.add(rank)
         run_ids.setdefault(first.run_id, []).append(path)
         holders.setdefault(first.rank, []).append(path)
         if first.rank != rank:
@@ -571,56 +686,183 @@ def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
         if len(paths) > 1:
             problems.append(
                 RunProblem(
-                    path=run_dir,
+                    path=where,
                     message=f"{len(paths)} logs hold rank {rank}: "
                     f"{', '.join(p.name for p in paths)}",
                 )
             )
-    expected_ids = {found.claim, found.manifest.run_id if found.manifest else None} - {None}
-    all_ids = set(run_ids) | expected_ids
+    named = len(run_dirs) > 1
+    all_ids = set(run_ids) | {claim for _, claim in claims} | {m.run_id for _, m in manifests}
     if len(all_ids) > 1:
         parts = [
-            f"{run_id} ({', '.join(p.name for p in paths)})" for run_id, paths in run_ids.items()
+            f"{run_id} ({', '.join(_name(p, named) for p in paths)})"
+            for run_id, paths in run_ids.items()
         ]
-        if found.claim:
-            parts.append(f"{found.claim} ({CLAIM_FILE})")
-        if found.manifest:
-            parts.append(f"{found.manifest.run_id} ({MANIFEST_FILE})")
-        problems.append(
-            RunProblem(path=run_dir, message=f"more than one run id: {'; '.join(parts)}")
-        )
-    world_sizes = set(worlds)
-    if found.manifest is not None:
-        world_sizes.add(found.manifest.world_size)
+        parts += [f"{claim} ({_name(d / CLAIM_FILE, named)})" for d, claim in claims]
+        parts += [f"{m.run_id} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
+        problems.append(RunProblem(path=where, message=f"more than one run id: {'; '.join(parts)}"))
+    world_sizes = set(worlds) | {manifest.world_size for _, manifest in manifests}
     if len(world_sizes) > 1:
-        parts = [f"{size} ({', '.join(p.name for p in paths)})" for size, paths in worlds.items()]
-        if found.manifest is not None:
-            parts.append(f"{found.manifest.world_size} ({MANIFEST_FILE})")
+        parts = [
+            f"{size} ({', '.join(_name(p, named) for p in paths)})"
+            for size, paths in worlds.items()
+        ]
+        parts += [f"{m.world_size} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
         problems.append(
-            RunProblem(path=run_dir, message=f"the world sizes differ: {'; '.join(parts)}")
+            RunProblem(path=where, message=f"the world sizes differ: {'; '.join(parts)}")
         )
     world = max(world_sizes, default=0)
-    # The ranks without a log are one problem, as rank ranges: a lost node of
-    # a large launch is one line, not one per rank.
-    missing = [rank for rank in range(world) if rank not in found.logs]
-    if missing:
+    # The ranks without a log that nothing more is known of are one problem,
+    # as rank ranges: a lost node of a large launch is one line, not one per
+    # rank. A rank whose launcher says more of it keeps a line of its own.
+    manifested = [manifest for _, manifest in manifests]
+    silent: list[int] = []
+    for rank in range(world):
+        if rank in logs:
+            continue
+        more = _not_delivered(rank, manifested)
+        if not more:
+            silent.append(rank)
+            continue
         problems.append(
             RunProblem(
-                path=run_dir,
-                message=f"{format_ranks(missing)} of world size {world} "
-                f"{'has' if len(missing) == 1 else 'have'} no log "
+                path=where,
+                message=f"rank {rank} of world size {world} has no log "
+                "(never started, or killed before its first event)" + more,
+                fatal=False,
+            )
+        )
+    if silent:
+        problems.append(
+            RunProblem(
+                path=where,
+                message=f"{format_ranks(silent)} of world size {world} "
+                f"{'has' if len(silent) == 1 else 'have'} no log "
                 "(never started, or killed before its first event)",
                 fatal=False,
             )
         )
-    for rank in found.logs:
+    for rank in logs:
         if world and rank >= world:
             problems.append(
                 RunProblem(
-                    path=found.logs[rank],
+                    path=logs[rank],
                     message=f"rank {rank} is outside the world size {world}",
                 )
             )
-    if not found.logs and not problems:
-        problems.append(RunProblem(path=run_dir, message="no rank-*.jsonl logs in this directory"))
+    if not logs and not problems:
+        problems.append(RunProblem(path=where, message="no rank-*.jsonl logs in this directory"))
     return files, problems
+
+
+def run_id_of(run_dir: Path) -> str | None:
+    """The run a directory holds, as far as a glance tells: its claim, else
+    its manifest's, else its first log's first event; ``None`` when none
+    says (an empty or unreadable directory)."""
+    from events import DecodeError, decode
+
+    found = _list_logs(run_dir)
+    if found.claim is not None:
+        return found.claim
+    with contextlib.suppress(RunDirectoryError):
+        manifest = read_manifest(run_dir)
+        if manifest is not None:
+            return manifest.run_id
+    for path in found.logs.values():
+        with contextlib.suppress(OSError, DecodeError):
+            if not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            with path.open("rb") as file:
+                line = file.readline()
+            if line.endswith(b"\n"):
+                return decode(line.rstrip(b"\n")).run_id
+    return None
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _name(path: Path, with_directory: bool) -> str:
+    return str(path) if with_directory else path.name
+
+
+def _not_delivered(rank: int, manifests: Sequence[Manifest]) -> str:
+    for manifest in manifests:
+        entry = manifest.rank(rank)
+        if entry is not None and entry.not_delivered:
+            return f"; {entry.to_process().describe()}"
+    return ""
+
+
+# --- one rank's log in several places ----------------------------------------------------
+
+
+def longer_copy(a: Path, b: Path) -> Path | None:
+    """Of two files holding a rank's log (one node's own copy and the copy
+    another node collected), the one to read: the longer when one is a
+    prefix of the other (identical files included: then ``a``), ``None``
+    when they differ (two different logs).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    if a.samefile(b):
+        return a
+    first, second = a.read_bytes(), b.read_bytes()
+    if second.startswith(first):
+        return b if len(second) > len(first) else a
+    if first.startswith(second):
+        return a
+    return None
+
+
+class Collected(enum.StrEnum):
+    """What :func:`store_collected_log` did with a rank's log."""
+
+    #: The directory had no log of the rank: it was written.
+    WRITTEN = "written"
+    #: The directory already held the same log, or a longer one (a shared
+    #: filesystem: the rank wrote it here itself).
+    PRESENT = "present"
+    #: The directory held a prefix of it (a copy not yet up to date): it
+    #: was replaced by the whole log, atomically.
+    EXTENDED = "extended"
+    #: The directory holds a different log of the rank: it was kept and
+    #: nothing was written.
+    CONFLICT = "conflict"
+
+
+def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
+    """Put ``content`` (rank ``rank``'s whole log, received over the
+    process group) into ``run_dir`` as ``rank-<rank>.jsonl``, unless the
+    directory already has it. A log is never half written (a complete
+    temporary file is linked or renamed to its name) and a different log
+    already there is never overwritten.
+
+    Raises:
+        RunDirectoryError: the directory cannot be written or read.
+    """
+    path = rank_log_path(run_dir, rank)
+    try:
+        if _link_new_file(path, content):
+            return Collected.WRITTEN
+        present = path.read_bytes()
+        if present.startswith(content):
+            return Collected.PRESENT
+        if not content.startswith(present):
+            return Collected.CONFLICT
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        with temporary.open("wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        return Collected.EXTENDED
+    except OSError as exc:
+        raise RunDirectoryError(
+            run_dir, f"cannot store the log of rank {rank}: {exc.strerror or exc}"
+        ) from None

@@ -31,7 +31,10 @@ Constructed with nothing, it reads everything from the environment:
   configured logging;
 * **signals** — SIGINT and SIGTERM are recorded as ``interrupted`` whenever
   they arrive (a launcher that owns its signals passes
-  ``handle_signals=False`` and calls :meth:`Startup.stop`).
+  ``handle_signals=False`` and calls :meth:`Startup.stop`);
+* **the whole run in one place** — at the end, every rank's log reaches the
+  run directory of the launch's rank 0 over the process group, so that a
+  multi-node run needs no shared filesystem (:meth:`Startup.arun`).
 
 Lifecycle: :meth:`Startup.open` (or entering the ``with`` block) claims the
 directory, creates this rank's log and records ``run.started`` before
@@ -53,8 +56,10 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -63,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import anyio
 import anyio.to_thread
 import attrs
+import orjson
 
 from events import (
     Durability,
@@ -80,9 +86,17 @@ from events import (
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
 from ._faults import FaultPlan
 from ._graph import Graph
-from ._group import DeferredGroup, Group, process_group_step
+from ._group import DeferredGroup, Group, Mailbox, process_group_step
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
-from ._run_directory import RunDirectoryError, claim_run_directory, rank_log_path
+from ._run_directory import (
+    Collected,
+    Manifest,
+    ManifestRank,
+    RunDirectoryError,
+    claim_run_directory,
+    rank_log_path,
+    store_collected_log,
+)
 from ._runner import Runner
 from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
@@ -98,6 +112,19 @@ DEFAULT_RUNS_ROOT = Path("startup-runs")
 
 #: Tags the ranks' last exchange (see :meth:`Startup.arun`).
 _END_OF_RUN = "run.finished"
+
+#: Where, in the process group's store, the ranks leave what rank 0 collects.
+_MAILBOX_PREFIX = "startup-orchestrator"
+
+#: How long rank 0 of an interrupted run waits for the other ranks' logs (at
+#: most the group timeout): a launcher that stops its ranks gives them a few
+#: seconds before it kills them, and the ranks stopped together post at once.
+_INTERRUPTED_COLLECTION_S = 5.0
+
+#: How long rank 0 still waits for the other ranks' logs after the last
+#: exchange, however long that took: the ranks post right after it, and a
+#: last exchange that timed out on every rank ends at about the same moment.
+_LAST_POSTS_S = 2.0
 
 
 @attrs.frozen(kw_only=True)
@@ -119,6 +146,9 @@ class StartupResult:
         run_dir: the run directory every rank of the launch writes to.
         peers_finished: whether every rank reached the end of its startup
             (the last exchange); ``None`` when there was no exchange.
+        undelivered: on the rank 0 that collected the run's logs, the ranks
+            whose log is not in its run directory (the manifest says why);
+            empty elsewhere.
     """
 
     run_id: str
@@ -134,6 +164,7 @@ class StartupResult:
     log_path: Path
     run_dir: Path
     peers_finished: bool | None = None
+    undelivered: tuple[int, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -168,7 +199,9 @@ class Startup:
             :class:`~orchestrator.Group` to use one you formed; ``None`` for
             none (each rank decides alone).
         group_timeout_s: how long forming the group and each exchange may
-            wait for the other ranks.
+            wait for the other ranks; at the end, how long rank 0 waits for
+            the other ranks' logs (5 s at most when the run was
+            interrupted).
         tracing: ``"auto"`` reads the ``OTEL_*`` variables; a
             :class:`exporters.Tracing`; ``None`` for none.
         configure_logging: add a stderr handler to the ``orchestrator``
@@ -179,8 +212,11 @@ class Startup:
             run with :meth:`stop`.
         wait_for_peers: at the end, exchange with the other ranks (who
             finished; which WARNINGs each printed, so one that only this
-            rank saw is printed here). A launcher that reads every rank's
-            log afterwards passes ``False``.
+            rank saw is printed here), and collect every rank's log into
+            rank 0's run directory when the group is a
+            :class:`~orchestrator.Mailbox` (as torch's is), rank 0 then
+            writing the run's manifest. A launcher that reads every rank's
+            log afterwards and writes its own manifest passes ``False``.
         environ: the environment to read (default :data:`os.environ`).
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,
@@ -241,6 +277,9 @@ class Startup:
         self._finished: RunFinished | None = None
         self._error: BaseException | None = None
         self._peers_finished: bool | None = None
+        self._opened_wall_ns = 0
+        self._injected: tuple[str, ...] = ()
+        self._undelivered: tuple[int, ...] = ()
         self._ran = False
         self.identity: RankIdentity | None = None
         self.run_id: str | None = None
@@ -293,6 +332,7 @@ class Startup:
             raise RuntimeError("a Startup opens once; make a new one for the next run")
         identity = self._identity or identity_from_environment(self._env)
         faults = self._fault_plan(identity)
+        self._injected = tuple(fault.describe() for fault in faults.faults)
         parent = _trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
@@ -319,6 +359,7 @@ class Startup:
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
             ) from None
         self._log = log
+        self._opened_wall_ns = time.time_ns()
         self._state = "open"
         self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
         launcher_pid = _launcher_pid(self._env)
@@ -350,6 +391,8 @@ class Startup:
             self._group.set(early_group)
         elif isinstance(self._group_choice, Group):
             self._group.set(self._group_choice)
+        if self._group.group is not None:
+            self._announce(self._group.group)
         setup = None
         if (
             self._group_choice == "auto"
@@ -357,7 +400,9 @@ class Startup:
             and identity.world_size > 1
             and self._env.get("MASTER_ADDR", "").strip()
         ):
-            setup = process_group_step(identity, self._group, timeout_s=self._group_timeout_s)
+            setup = process_group_step(
+                identity, self._group, timeout_s=self._group_timeout_s, on_formed=self._announce
+            )
         runner, graph = self._runner_and_graph(identity, faults, parent)
         if setup is not None:
             graph = graph.after(setup)
@@ -547,10 +592,12 @@ class Startup:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 await self._run_watching_signals()
+            end_started = anyio.current_time()
             if self._outcome() is not RunOutcome.INTERRUPTED:
                 await self._exchange_with_peers()
             elif self._bridge is not None:
                 self._bridge.release()
+            await self._collect_logs(end_started)
         finally:
             self._scope = None
             if opened_here:
@@ -654,6 +701,171 @@ class Startup:
         else:
             bridge.release()
 
+    # --- the whole run in one place ------------------------------------------------------
+
+    def _mailbox_key(self, kind: str, rank: int) -> str:
+        return f"{_MAILBOX_PREFIX}/{self.run_id}/{kind}/{rank}"
+
+    def _announce(self, group: Group) -> None:
+        """Tell rank 0, as soon as the group is formed, where this rank runs:
+        if it never delivers its log, the run's record still says who it
+        was. Best effort: a store that cannot be reached only loses that."""
+        identity = self.identity
+        if identity is None or identity.rank == 0 or not isinstance(group, Mailbox):
+            return
+        whereabouts: JsonValue = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node_rank": identity.node_rank,
+            "local_rank": identity.local_rank,
+        }
+        # Any error: a group of the caller's own may break its contract, and
+        # delivery never fails a run.
+        with contextlib.suppress(Exception):
+            group.post(self._mailbox_key("peer", identity.rank), _json_bytes(whereabouts))
+
+    async def _collect_logs(self, end_started: float) -> None:
+        """The run's logs in one place: every rank but 0 posts its whole log
+        (``run.finished`` is in it) to the process group's store; rank 0
+        takes them, until the group timeout has passed since the end of its
+        run (``end_started``, before the last exchange; at least
+        :data:`_LAST_POSTS_S` after that exchange; at most
+        :data:`_INTERRUPTED_COLLECTION_S` when the run was interrupted), and
+        stores those its run directory lacks (a shared filesystem already
+        has them). Rank 0 then writes the run's manifest: every rank, where
+        it ran, and for a rank whose log is not there, that it did not
+        deliver and why. Skipped when the caller reads every log itself
+        (``wait_for_peers=False``) and for a world of one. A stop asked
+        meanwhile ends the wait."""
+        identity, log, run_dir = self.identity, self._log, self.run_dir
+        if identity is None or log is None or run_dir is None:
+            return
+        if not self._wait_for_peers or identity.world_size == 1:
+            return
+        group = self._group.group
+        mailbox = group if isinstance(group, Mailbox) else None
+        bound = self._group_timeout_s
+        if self._outcome() is RunOutcome.INTERRUPTED:
+            bound = min(bound, _INTERRUPTED_COLLECTION_S)
+        if identity.rank != 0:
+            if mailbox is None:
+                return
+            content = log.path.read_bytes()
+            with anyio.move_on_after(bound), contextlib.suppress(Exception):
+                await anyio.to_thread.run_sync(
+                    mailbox.post,
+                    self._mailbox_key("log", identity.rank),
+                    content,
+                    abandon_on_cancel=True,
+                )
+            return
+        if self._stops is not None and self._stops.requested and mailbox is not None:
+            # Asked to stop during the run: the peers were most likely
+            # stopped together and post at once; do not hold the launcher.
+            bound = min(bound, _INTERRUPTED_COLLECTION_S)
+        deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
+        entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
+        self._undelivered = tuple(entry.rank for entry in entries if entry.not_delivered)
+        manifest = Manifest(
+            run_id=str(self.run_id),
+            world_size=identity.world_size,
+            simulated=self._simulated_name(),
+            injected=self._injected,
+            started_wall_ns=self._opened_wall_ns,
+            finished_wall_ns=time.time_ns(),
+            ranks=tuple(entries),
+            collected_by=identity.rank,
+        )
+        # A launcher's manifest (one that started the ranks itself) is
+        # never replaced: it knows more.
+        with contextlib.suppress(RunDirectoryError):
+            manifest.write(run_dir, exclusive=True)
+
+    async def _take_logs(
+        self,
+        identity: RankIdentity,
+        run_dir: Path,
+        mailbox: Mailbox | None,
+        bound: float,
+        deadline: float,
+    ) -> list[ManifestRank]:
+        """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
+        entries = [
+            ManifestRank(
+                rank=identity.rank,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                node_rank=identity.node_rank,
+                local_rank=identity.local_rank,
+                collected=True,
+            )
+        ]
+        group_state = (
+            "no store to deliver it through"
+            if self._group.group is not None
+            else "no process group was formed"
+        )
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            for rank in range(1, identity.world_size):
+                entry = ManifestRank(rank=rank)
+                content: bytes | None = None
+                reason = f"did not deliver its log to rank 0 ({group_state})"
+                if mailbox is not None:
+                    reason = (
+                        f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
+                        "end (dead, partitioned, or still running)"
+                    )
+                    entry = _whereabouts(entry, await self._take(mailbox, "peer", rank, 0.0))
+                    wait = max(0.0, deadline - anyio.current_time())
+                    content = await self._take(mailbox, "log", rank, wait)
+                if content is not None:
+                    try:
+                        stored = store_collected_log(run_dir, rank, content)
+                    except RunDirectoryError as exc:
+                        entry = attrs.evolve(entry, not_delivered=f"delivered, not stored: {exc}")
+                    else:
+                        if stored is Collected.CONFLICT:
+                            entry = attrs.evolve(
+                                entry,
+                                not_delivered="delivered a log that differs from the one "
+                                f"already in {rank_log_path(run_dir, rank).name} (kept)",
+                            )
+                elif not rank_log_path(run_dir, rank).exists():
+                    entry = attrs.evolve(entry, not_delivered=reason)
+                present = rank_log_path(run_dir, rank).exists()
+                entries.append(attrs.evolve(entry, collected=present))
+        if scope.cancelled_caught:
+            entries.extend(
+                ManifestRank(
+                    rank=rank, not_delivered="not collected: rank 0 was stopped", collected=False
+                )
+                for rank in range(len(entries), identity.world_size)
+                if not rank_log_path(run_dir, rank).exists()
+            )
+        return entries
+
+    async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
+        """What ``rank`` posted under ``kind``; ``None`` when nothing came or
+        the store cannot be reached (the rank is then named missing)."""
+        try:
+            return await anyio.to_thread.run_sync(
+                mailbox.take, self._mailbox_key(kind, rank), wait, abandon_on_cancel=True
+            )
+        except Exception:
+            return None
+
+    def _simulated_name(self) -> str | None:
+        if self._simulated is not None:
+            return self._simulated
+        profile = self._profile
+        name = getattr(profile, "name", None)
+        if isinstance(name, str):
+            return name
+        if isinstance(profile, str | os.PathLike):
+            return os.fspath(profile)
+        return None
+
     # --- results -----------------------------------------------------------------------
 
     def _outcome(self) -> RunOutcome:
@@ -686,6 +898,7 @@ class Startup:
             log_path=self._log.path,
             run_dir=self.run_dir,
             peers_finished=self._peers_finished,
+            undelivered=self._undelivered,
         )
 
     def _returned(self) -> StartupResult:
@@ -701,6 +914,35 @@ class Startup:
         if result.outcome is RunOutcome.INTERRUPTED:
             raise StartupInterrupted(None, "the run was cancelled")
         raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
+
+
+def _json_bytes(value: JsonValue) -> bytes:
+    return orjson.dumps(value)
+
+
+def _whereabouts(entry: ManifestRank, posted: bytes | None) -> ManifestRank:
+    """``entry`` with what the rank announced of itself, when it did."""
+    if posted is None:
+        return entry
+    try:
+        data = orjson.loads(posted)
+    except orjson.JSONDecodeError:
+        return entry
+    if not isinstance(data, dict):
+        return entry
+
+    def number(name: str) -> int | None:
+        value = data.get(name)
+        return value if type(value) is int else None
+
+    host = data.get("host")
+    return attrs.evolve(
+        entry,
+        pid=number("pid"),
+        host=host if isinstance(host, str) else None,
+        node_rank=number("node_rank"),
+        local_rank=number("local_rank"),
+    )
 
 
 def _interruption(message: str) -> tuple[str | None, str | None]:

@@ -16,7 +16,7 @@ import pytest
 #: The distribution's top-level packages (each ships ``py.typed``).
 TOP_LEVEL = ["events", "orchestrator", "exporters"]
 #: Every package with a curated public surface.
-PACKAGES = [*TOP_LEVEL, "orchestrator.cli"]
+PACKAGES = [*TOP_LEVEL, "orchestrator.cli", "orchestrator.ray"]
 #: The packages whose names load on first use, each declared once under
 #: ``if TYPE_CHECKING:`` (``events/_surface.py``).
 LAZY_PACKAGES = ["events", "exporters", "orchestrator", "orchestrator.engine"]

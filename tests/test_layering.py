@@ -53,6 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "orchestrator.engine._slice",
     ),
     "cli": ("orchestrator.cli", "orchestrator.__main__"),
+    "ray-embedding": ("orchestrator.ray",),
 }
 
 _BASICS = frozenset({"attrs", "orjson"})
@@ -85,6 +86,13 @@ RULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "embedding": (
         frozenset({"events", "errors", "runtime", "embedding", "anyio"}) | _BASICS,
         frozenset({"engine", "engine-pure", "exporters"}),
+    ),
+    # The Ray embedding: the embedding API in each actor; Ray itself, and the
+    # engine (fault targets, replay), only inside the functions that use
+    # them, so importing orchestrator.ray needs no Ray.
+    "ray-embedding": (
+        frozenset({"events", "errors", "runtime", "embedding", "ray-embedding", "anyio"}) | _BASICS,
+        frozenset({"engine", "engine-pure", "ray"}),
     ),
     # The command line: on top of everything; nothing imports it.
     "cli": (

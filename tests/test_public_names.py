@@ -24,6 +24,7 @@ ROOTS: dict[str, type[Exception]] = {
     "orchestrator": orchestrator.OrchestratorError,
     "orchestrator.engine": orchestrator.OrchestratorError,
     "orchestrator.cli": orchestrator.OrchestratorError,
+    "orchestrator.ray": orchestrator.OrchestratorError,
     "exporters": exporters.ExportersError,
 }
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import InputError, UsageError
-from ._output import PROG, exit_now_if_threads_linger
+from ._output import PROG, exit_now_if_threads_linger, exit_program
 from ._parser import build_parser
 
-__all__ = ["main"]
+__all__ = ["main", "program"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,3 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def program() -> NoReturn:
+    """The ``startup-orchestrator`` program: :func:`main`, then the process
+    ends with its status, its atexit hooks run and its output flushed,
+    without the interpreter's teardown (``python -m orchestrator`` does the
+    same)."""
+    exit_program(main())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["PROG", "emit", "exit_now_if_threads_linger", "to_json_text"]
+__all__ = ["PROG", "emit", "exit_now_if_threads_linger", "exit_program", "to_json_text"]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"
@@ -41,3 +41,33 @@ def exit_now_if_threads_linger(code: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def exit_program(code: int) -> NoReturn:
+    """End the program with ``code`` as the interpreter would, without its
+    teardown: the ``atexit`` hooks run and stdout and stderr are flushed,
+    then the process ends (``os._exit``) instead of freeing every module
+    and object one by one. A run imports torch, whose teardown alone takes
+    longer than the startup it recorded; the log, the report and every file
+    of the run are closed before this is called.
+
+    With a thread still running that is not a daemon, the interpreter's own
+    exit (which waits for it) is kept.
+    """
+    import atexit
+    import threading
+
+    if any(
+        thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
+        for thread in threading.enumerate()
+    ):
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            # What the interpreter does when it cannot flush stdout at exit.
+            code = 120 if stream is sys.stdout else code
+    os._exit(code)

@@ -84,7 +84,9 @@ _VIEWS_EPILOG = (
 #: What a PATH argument may be.
 _PATHS_HELP = (
     "a run directory (every rank-N.jsonl in it, and its manifest.json), or rank log files "
-    "of one run (rank-N.jsonl)"
+    "of one run (rank-N.jsonl); several run directories of one run (one per node, copied "
+    "from each) are read as one run: a rank log found in several is read once when the "
+    "copies are the same log (the longer when one is a prefix of the other)"
 )
 
 #: The built-in --simulate profiles (orchestrator.engine.BUILTIN_PROFILES;
@@ -229,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="ID",
         help="the run id (default: from the launcher, else a new one)",
+    )
+    run.add_argument(
+        "--group-timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="S",
+        help="seconds forming the ranks' process group and each exchange over it may wait "
+        "for the other ranks; at the end, how long rank 0 waits for the other ranks' logs "
+        "(a rank that did not deliver by then is named missing in rank 0's run directory) "
+        "(default: 120)",
     )
     run.add_argument(
         "--simulate",
@@ -428,13 +440,24 @@ def build_parser() -> argparse.ArgumentParser:
             "not be read; 2 bad usage."
         )
         + "\n\n"
-        + _examples("diff startup-runs/healthy startup-runs/failed"),
+        + _examples(
+            "diff startup-runs/healthy startup-runs/failed",
+            "diff healthy/node0 healthy/node1 failed/node0 failed/node1",
+        ),
     )
     diff.add_argument(
         "run_a", type=Path, metavar="RUN_A", help="the first run: a run directory (the baseline)"
     )
     diff.add_argument(
         "run_b", type=Path, metavar="RUN_B", help="the second run: a run directory (compared to it)"
+    )
+    diff.add_argument(
+        "more",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="with more than two paths, the run directories of two multi-node runs (one per "
+        "node): grouped into the two runs by run id, the run of the first path the baseline",
     )
 
     watch = commands.add_parser(
@@ -494,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
         ".run-id and manifest.json; no duplicate or foreign ranks; one world size; every rank "
         "with a log that has events) and each log line by line (bad records, sequence gaps, "
         "torn tails, a missing run.started or run.finished). Files that are not regular files "
-        "are reported, never read. Goes on over every path and ends with a summary line.",
+        "are reported, never read. A directory of run directories (startup-runs) is checked "
+        "run by run. Goes on over every path and ends with a summary line.",
         epilog=(
             "exit status: 0 nothing is wrong; 1 anything is; 2 bad usage (a path that does "
             "not exist)."
@@ -502,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         + "\n\n"
         + _examples(
             "validate startup-runs/<run-id>",
-            "validate startup-runs/*/",
+            "validate startup-runs",
             "validate startup-runs/<run-id>/rank-3.jsonl",
         ),
     )

@@ -404,6 +404,7 @@ def _run_rank(
         profile=profile,
         simulated=_simulated(args),
         faults=faults,
+        group_timeout_s=args.group_timeout,
         tracing=Tracing(
             otlp_endpoint=args.otlp_endpoint,
             otlp_protocol=args.otlp_protocol,

@@ -86,6 +86,28 @@ def _different_runs(run_of: dict[Path, str]) -> str:
     return text
 
 
+def _same_log(kept: Path, found: Path, rank: int) -> Path:
+    """Of two files holding ``rank``'s log, the one to read (see
+    :func:`orchestrator._run_directory.longer_copy`).
+
+    Raises:
+        InputError: they are two different logs, or one cannot be read.
+    """
+    from .._run_directory import longer_copy
+
+    try:
+        longer = longer_copy(kept, found)
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot read: {exc.strerror or exc}") from None
+    if longer is None:
+        raise InputError(
+            f"rank {rank} has two different logs, {kept} and {found} (neither is a copy or a "
+            "prefix of the other): they are of different runs, or one was changed; "
+            "pass the directories of one run only"
+        )
+    return longer
+
+
 def _rank_key(path: Path) -> tuple[int, str]:
     stem = path.stem.removeprefix("rank-")
     return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
@@ -113,13 +135,19 @@ class RunLogs(NamedTuple):
 
 
 def read_run(paths: Sequence[Path]) -> RunLogs:
-    """Read run directories (their manifest too) or log files strictly.
+    """Read run directories (their manifest too) or log files strictly, as
+    one run: several directories are one run's when they are of one run id
+    (one per node of a multi-node run). A rank whose log is in several
+    places is read once: the copies must be the same log (identical, or one
+    a prefix of the other: the longer is read). Of several manifests, the
+    first is the launch record.
 
     Raises:
         UsageError: a path does not exist, or the paths are of different
             runs (``diff`` compares two).
         InputError: a log is corrupt or unreadable, a manifest is invalid,
-            or nothing was found to report on.
+            a rank has two different logs, or nothing was found to report
+            on.
     """
     from events import read_log
 
@@ -139,6 +167,10 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
     # The run each command-line path is of (its manifest's, or its first
     # event's): two paths of different runs are two runs to compare.
     run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
+    # rank -> where its log was read: a rank's log may be in several of the
+    # directories of a multi-node run (node 0's collected copy and the
+    # node's own), to be read once.
+    read_from: dict[int, tuple[Path, int]] = {}
     for path in paths:
         for file in log_files([path]):
             try:
@@ -146,15 +178,27 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
             except EventsError as exc:
                 raise InputError(str(exc)) from exc
             if read.events:
-                contents.append(read)
                 run_of.setdefault(path, read.events[0].run_id)
+                rank = read.events[0].rank
+                if rank not in read_from:
+                    read_from[rank] = (file, len(contents))
+                    contents.append(read)
+                    continue
+                kept, index = read_from[rank]
+                if read.events[0].run_id != contents[index].events[0].run_id:
+                    continue  # two runs: named below
+                longer = _same_log(kept, file, rank)
+                if longer == file:
+                    read_from[rank] = (file, index)
+                    contents[index] = read
                 continue
-            rank = rank_of_file(file)
-            if rank is not None:
-                empty.append(rank)
+            named = rank_of_file(file)
+            if named is not None:
+                empty.append(named)
     if len(set(run_of.values())) > 1:
         in_order = {path: run_of[path] for path in paths if path in run_of}
         raise UsageError(_different_runs(in_order))
+    empty = [rank for rank in empty if rank not in read_from]
     launch = None
     if manifests:
         path, manifest = manifests[0]

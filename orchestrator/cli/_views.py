@@ -312,10 +312,12 @@ def command_diff(args: argparse.Namespace) -> int:
     from exporters import decisions_of, diff_text, report_json, run_differences
 
     sides = []
-    for path in (args.run_a, args.run_b):
-        run = read_run([path])
+    labels = []
+    for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
+        run = read_run(paths)
         events = _events(run.contents)
         sides.append((report_json(_replay(run)), decisions_of(events)))
+        labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(
         diff_text(
@@ -323,34 +325,74 @@ def command_diff(args: argparse.Namespace) -> int:
             b,
             decisions_a=decisions_a,
             decisions_b=decisions_b,
-            label_a=str(args.run_a),
-            label_b=str(args.run_b),
+            label_a=labels[0],
+            label_b=labels[1],
         )
     )
     differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
     return 1 if differ else 0
 
 
+def _diff_sides(paths: list[Path]) -> list[list[Path]]:
+    """The two runs ``diff`` compares: two paths are one run each (two
+    copies of one run may be compared); more are the directories of two
+    multi-node runs, grouped by run id in the order given.
+
+    Raises:
+        UsageError: more than two paths that do not hold exactly two runs.
+    """
+    if len(paths) == 2:
+        return [[paths[0]], [paths[1]]]
+    from .._run_directory import run_id_of
+
+    runs: dict[str, list[Path]] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise UsageError(
+                f"{path}: not a run directory; with more than two paths, diff compares the "
+                "run directories of two multi-node runs"
+            )
+        run_id = run_id_of(path)
+        if run_id is None:
+            raise UsageError(f"{path}: holds no run (no claim, manifest or event)")
+        runs.setdefault(run_id, []).append(path)
+    if len(runs) != 2:
+        listed = "; ".join(
+            f"run {run_id}: {', '.join(str(p) for p in found)}" for run_id, found in runs.items()
+        )
+        raise UsageError(f"diff compares two runs; the paths hold {len(runs)}: {listed}")
+    return list(runs.values())
+
+
 def command_validate(args: argparse.Namespace) -> int:
     """Every integrity problem of every path, a run directory checked as a
-    whole; goes on over every path and ends with a summary; exit 1 if there
-    is any problem."""
-    from .._run_directory import check_run_directory
+    whole (the directories of one run id together: one per node of a
+    multi-node run); goes on over every path and ends with a summary; exit
+    1 if there is any problem."""
+    from .._run_directory import check_run_directories, run_id_of
 
     for path in args.paths:
         if not (path.exists() or path.is_symlink()):
             raise UsageError(f"{path}: no such file or directory")
+    # The directories of one run are checked together, at the place of the
+    # first of them; a directory whose run is not known stands alone.
+    runs: dict[object, list[Path]] = {}
+    for index, path in enumerate(_expand_run_parents(args.paths)):
+        if path.is_dir():
+            runs.setdefault(run_id_of(path) or index, []).append(path)
+        else:
+            runs[index] = [path]
     files = 0
     problems = 0
-    for path in args.paths:
-        if path.is_dir():
-            logs, run_problems = check_run_directory(path)
+    for group in runs.values():
+        if group[0].is_dir():
+            logs, run_problems = check_run_directories(group)
             for run_problem in run_problems:
                 kind = "error" if run_problem.fatal else "warning"
                 emit(terminal_line(f"{run_problem} [run, {kind}]"))
             problems += len(run_problems)
         else:
-            logs = [path]
+            logs = group
         clean: list[Path] = []
         for file in logs:
             files += 1
@@ -361,10 +403,30 @@ def command_validate(args: argparse.Namespace) -> int:
             for problem in found:
                 kind = "error" if problem.fatal else "warning"
                 emit(terminal_line(f"{problem} [{problem.kind}, {kind}]"))
-        for line in _clean_lines(path, clean):
+        for line in _clean_lines(group, clean):
             emit(terminal_line(line))
     emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
     return 1 if problems else 0
+
+
+def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
+    """The paths, with a directory of run directories (``startup-runs``)
+    replaced by the run directories it holds, oldest first; says so."""
+    from ._run_logs import run_directories_in
+
+    expanded: list[Path] = []
+    for path in paths:
+        holds_logs = path.is_dir() and (
+            (path / "manifest.json").exists() or next(path.glob("rank-*.jsonl"), None)
+        )
+        runs = run_directories_in(path) if path.is_dir() and not holds_logs else []
+        if not runs:
+            expanded.append(path)
+            continue
+        held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
+        emit(terminal_line(f"{path}: holds {held}; checking each"))
+        expanded.extend(reversed(runs))
+    return expanded
 
 
 #: Up to this many clean logs of a run directory are named one per line (a
@@ -372,18 +434,19 @@ def command_validate(args: argparse.Namespace) -> int:
 _CLEAN_LOGS_NAMED = 8
 
 
-def _clean_lines(path: Path, clean: list[Path]) -> list[str]:
-    """What ``validate`` says of the logs without problems: ``FILE: ok`` for
-    each, or, for more than a node's worth in one run directory, one line
-    with their ranks (a clean 1,024-rank run is not 1,024 lines)."""
-    if len(clean) <= _CLEAN_LOGS_NAMED or not path.is_dir():
+def _clean_lines(group: list[Path], clean: list[Path]) -> list[str]:
+    """What ``validate`` says of the logs without problems of one run (its
+    directories, or one file): ``FILE: ok`` for each, or, for more than a
+    node's worth, one line with their ranks (a clean 1,024-rank run is not
+    1,024 lines)."""
+    if len(clean) <= _CLEAN_LOGS_NAMED or not group[0].is_dir():
         return [f"{file}: ok" for file in clean]
     ranks = [rank_of_file(file) for file in clean]
     named = [file for file, rank in zip(clean, ranks, strict=True) if rank is None]
     numbered = [rank for rank in ranks if rank is not None]
     return [
         *(f"{file}: ok" for file in named),
-        f"{path}: {len(numbered)} logs ok, {format_ranks(numbered)}",
+        f"{', '.join(map(str, group))}: {len(numbered)} logs ok, {format_ranks(numbered)}",
     ]
 
 

@@ -97,6 +97,7 @@ from ._conventions import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
     ALLREDUCE_STEP,
+    ALLREDUCE_TP1_REASON,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
 )
@@ -400,7 +401,7 @@ class _Setup:
 
     async def run(self) -> JsonValue:
         if self.config.tp == 1:
-            return self.finish(None, "tensor parallel size is 1")
+            return self.finish(None, ALLREDUCE_TP1_REASON)
         if not self.ctx.dependency(FLASHINFER_COMM_STEP).ok:
             await self.join_without_flashinfer()
             return self.finish(None, "flashinfer.comm unavailable")

@@ -49,6 +49,7 @@ __all__ = [
     "ALLREDUCE_AGREE_STEP",
     "ALLREDUCE_QUANT_STEP",
     "ALLREDUCE_STEP",
+    "ALLREDUCE_TP1_REASON",
     "ATTENTION_STEP",
     "FLASHINFER_COMM_STEP",
     "PLATFORM_STEP",
@@ -62,3 +63,6 @@ FLASHINFER_COMM_STEP = "flashinfer_comm"
 ALLREDUCE_STEP = "allreduce_workspace"
 ALLREDUCE_AGREE_STEP = "allreduce_workspace/agree"
 ALLREDUCE_QUANT_STEP = "allreduce_workspace/quant"
+
+#: The all-reduce step's ``reason`` when fusion does not apply (nothing lost).
+ALLREDUCE_TP1_REASON = "tensor parallel size is 1"

@@ -185,6 +185,8 @@ EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     "platform.divergence": (_ERROR, _GLOBAL),
     # Different attention kernels still run; outputs and speed may differ.
     "attention.divergence": (_WARNING, _GLOBAL),
+    # A rank without flashinfer.comm costs every rank the fusion (recovered).
+    "flashinfer_comm.divergence": (_WARNING, _GLOBAL),
 }
 
 #: The severities and scopes of SPEC §3.6: the reference engine's policy.

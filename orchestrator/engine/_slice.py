@@ -9,14 +9,20 @@ The engine's facts per rank, from the events its graph writes::
 
     platform ok                 platform (plugin), platform_class
     attention ok                attention_backend
-    flashinfer_comm ok|other    flashinfer_comm_available
-    allreduce_workspace ok      fusion_enabled, allreduce_backend, allreduce_settled
+    flashinfer_comm ok|other    flashinfer_comm_available, flashinfer_comm (what it was:
+                                "available", "not installed", "unavailable (reason)")
+    allreduce_workspace ok      fusion_enabled, allreduce_backend, allreduce_settled,
+                                fusion_lost (off for any reason but tensor parallel size 1)
     decision allreduce.agreed   allreduce_backend (what every rank uses)
 
 Ranks must agree on the all-reduce backend (``allreduce.divergence``, ERROR:
 divergent backends hang collectives, compared among ranks whose all-reduce
 step ended ok), the platform class (``platform.divergence``, ERROR) and the
-attention backend (``attention.divergence``, WARNING).
+attention backend (``attention.divergence``, WARNING); and they should
+agree on ``flashinfer.comm`` (``flashinfer_comm.divergence``, WARNING): a
+rank without it keeps every rank from building a fusion workspace, so in a
+degraded start this names the ranks where the loss began. A ready start
+that is degraded names the ranks that lost the all-reduce fusion first.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from events import (
     JsonValue,
     LaunchRecord,
     LogContents,
+    Loss,
     Messages,
     RankState,
     RankStates,
@@ -43,6 +50,7 @@ from events import (
     Slice,
     StepFailed,
     StepSucceeded,
+    StepUnavailable,
 )
 from events import find_divergences as kernel_find_divergences
 from events import replay as kernel_replay
@@ -50,6 +58,7 @@ from events import step_severity_hook as kernel_step_severity_hook
 
 from ._conventions import (
     ALLREDUCE_STEP,
+    ALLREDUCE_TP1_REASON,
     ATTENTION_STEP,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
@@ -144,13 +153,34 @@ def _engine_facts(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, 
     if step == ATTENTION_STEP:
         return {"attention_backend": _text(_field(result, "backend"))} if ok else None
     if step == FLASHINFER_COMM_STEP:
-        return {"flashinfer_comm_available": ok and _field(result, "available") is not False}
+        available = ok and _field(result, "available") is not False
+        return {
+            "flashinfer_comm_available": available,
+            "flashinfer_comm": _flashinfer_comm(event, available),
+        }
     if step == ALLREDUCE_STEP:
         if not ok:
-            return {"fusion_enabled": False, "allreduce_backend": None}
+            return {"fusion_enabled": False, "allreduce_backend": None, "fusion_lost": True}
         enabled = _field(result, "enabled") is True
         backend = _text(_field(result, "backend")) if enabled else None
-        return {"fusion_enabled": enabled, "allreduce_backend": backend, "allreduce_settled": True}
+        return {
+            "fusion_enabled": enabled,
+            "allreduce_backend": backend,
+            "allreduce_settled": True,
+            "fusion_lost": not enabled and _field(result, "reason") != ALLREDUCE_TP1_REASON,
+        }
+    return None
+
+
+def _flashinfer_comm(event: Event, available: bool) -> str | None:
+    """What ``flashinfer.comm`` was on this rank, as compared across ranks."""
+    if available:
+        return "available"
+    if isinstance(event, StepUnavailable):
+        if event.outcome == "absent":
+            return "not installed"
+        reason = event.reasons[0] if event.reasons else "no reason recorded"
+        return f"unavailable ({reason})"
     return None
 
 
@@ -175,7 +205,9 @@ ENGINE = Slice(
         "allreduce_backend": None,
         "fusion_enabled": False,
         "flashinfer_comm_available": None,
+        "flashinfer_comm": None,
         "allreduce_settled": False,
+        "fusion_lost": False,
     },
     report_facts=(
         "platform",
@@ -217,7 +249,15 @@ ENGINE = Slice(
             advice="outputs and speed may differ between ranks; name one attention backend "
             "that works on every rank.",
         ),
+        Agreement(
+            code="flashinfer_comm.divergence",
+            fact="flashinfer_comm",
+            what="Ranks differ in flashinfer.comm",
+            advice="all-reduce fusion needs it on every rank; install the same flashinfer "
+            "everywhere and make it importable on the ranks where it is not.",
+        ),
     ),
+    losses=(Loss(fact="fusion_lost", what="all-reduce fusion off"),),
     derive_facts=_engine_facts,
     messages=EngineMessageHook(),
     state_type=EngineState,

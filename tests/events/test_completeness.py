@@ -105,6 +105,34 @@ def test_the_manifest_says_how_a_silent_rank_ended() -> None:
     assert document["root_cause"]["description"].startswith("rank 0 (pid 1373) was killed")
 
 
+def test_a_rank_its_launcher_lost_is_reported_with_what_the_launcher_knows() -> None:
+    launch = LaunchRecord(
+        run_id="run-7f3a",
+        world_size=2,
+        started_wall_ns=BASE_NS,
+        processes={
+            0: RankProcess(rank=0, pid=51, ended_wall_ns=BASE_NS + 9_000_000_000),
+            1: RankProcess(
+                rank=1,
+                pid=52,
+                ended_wall_ns=BASE_NS + 3_500_000_000,
+                lost="Ray actor 9f3c on node 1a2b: ActorDiedError: the actor died unexpectedly",
+            ),
+        },
+    )
+    result = replay([healthy_rank(0, world_size=2)], launch=launch)
+
+    assert result.root_cause is not None
+    assert result.root_cause.rank == 1
+    lines = report_text(result).splitlines()
+    assert lines[1] == (
+        "Root cause: rank 1 (pid 52) was lost at +3.5 s: Ray actor 9f3c on node 1a2b: "
+        "ActorDiedError: the actor died unexpectedly; its log is missing"
+    )
+    document = report_json(result)
+    assert document["ranks"][1]["process"]["lost"].startswith("Ray actor 9f3c")
+
+
 def test_a_manifest_of_another_run_is_refused() -> None:
     from events import LogError
 

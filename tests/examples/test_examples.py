@@ -155,7 +155,16 @@ def test_launcher_under_torchrun_shares_one_run_and_agrees_over_gloo(tmp_path: P
 
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = only_run_dir(tmp_path)
-    assert sorted(p.name for p in run_dir.iterdir()) == [".run-id", "rank-0.jsonl", "rank-1.jsonl"]
+    # Rank 0 collected the run (both logs were already here) and recorded it.
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        ".run-id",
+        "manifest.json",
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+    ]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["collected_by"] == 0
+    assert [entry.get("not_delivered") for entry in manifest["ranks"]] == [None, None]
     logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in (0, 1)]
     assert {contents.events[0].run_id for contents in logs} == {run_dir.name}
     for rank in (0, 1):
@@ -426,6 +435,39 @@ def test_docker_compose_starts_jaeger_with_otlp_and_the_ui() -> None:
     assert set(jaeger["ports"]) >= {"16686:16686", "4317:4317", "4318:4318"}
 
 
+_NO_RAY = importlib.util.find_spec("ray") is None or importlib.util.find_spec("torch") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_NO_RAY, reason="needs Ray and torch: pip install -e '.[test,torch,ray]'")
+def test_ray_launch_replays_four_actors_and_names_the_injected_rank(tmp_path: Path) -> None:
+    done = run_example(
+        tmp_path,
+        "ray_launch.py",
+        "--inject",
+        "2:flash_attn=RuntimeError:broken build",
+        timeout=240.0,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+
+    assert done.returncode == 1, done.stderr
+    run_dir = only_run_dir(tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Startup failed: ")
+    assert lines[0].endswith("4 of 4 ranks)")
+    assert lines[2] == "Root cause: rank 2, step attention/FLASH_ATTN"
+    assert lines[3].strip() == "RuntimeError: broken build"
+    assert lines[-2:] == [
+        f"The run directory: {Path('startup-runs') / run_dir.name}",
+        f"Replay it: startup-orchestrator replay {Path('startup-runs') / run_dir.name}",
+    ]
+    assert sorted(p.name for p in run_dir.glob("rank-*.jsonl")) == [
+        f"rank-{rank}.jsonl" for rank in range(4)
+    ]
+    assert json.loads((run_dir / "manifest.json").read_text())["world_size"] == 4
+
+
 def test_readme_shows_a_command_for_every_example() -> None:
     readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
     scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
@@ -435,6 +477,7 @@ def test_readme_shows_a_command_for_every_example() -> None:
         "failed_start_and_replay.py",
         "launcher_spawn.py",
         "launcher_torchrun.py",
+        "ray_launch.py",
     ]
     for script in scripts:
         assert f"examples/{script}" in readme
@@ -455,12 +498,15 @@ def test_the_failed_start_example_and_the_readme_tour_say_why_they_differ() -> N
 
 def test_examples_need_nothing_outside_the_package() -> None:
     # Copyable means importable from the installed packages and the standard
-    # library alone; torch is reached only through the orchestrator's group.
+    # library alone; torch is reached only through the orchestrator's group,
+    # and Ray, which the ray extra brings, only by the example about it.
     allowed = {"anyio", "events", "exporters", "orchestrator"}
+    extras = {"ray_launch.py": {"ray"}}
     for script in EXAMPLES.glob("*.py"):
         for line in script.read_text(encoding="utf-8").splitlines():
             if line.startswith(("import ", "from ")):
                 top = line.split()[1].split(".")[0]
-                assert top in allowed or top in sys.stdlib_module_names or top == "__future__", (
+                permitted = allowed | extras.get(script.name, set())
+                assert top in permitted or top in sys.stdlib_module_names or top == "__future__", (
                     f"{script.name}: {line}"
                 )

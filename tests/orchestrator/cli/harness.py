@@ -188,13 +188,29 @@ class Background:
     pipe nobody reads could fill up and block it)."""
 
     def __init__(
-        self, args: list[str], *, cwd: Path, env: Mapping[str, str], name: str = "launcher"
+        self,
+        args: list[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        name: str = "launcher",
+        new_session: bool = False,
     ) -> None:
+        """With ``new_session`` the command leads a process group of its own,
+        which :meth:`kill_group` kills whole (a launcher and its ranks, as a
+        machine that goes down)."""
         self.args = tuple(args)
         self.stdout_path = cwd / f"{name}.stdout"
         self.stderr_path = cwd / f"{name}.stderr"
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
-            self.process = subprocess.Popen(args, cwd=cwd, env=dict(env), stdout=out, stderr=err)
+            self.process = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=dict(env),
+                stdout=out,
+                stderr=err,
+                start_new_session=new_session,
+            )
 
     @property
     def pid(self) -> int:
@@ -219,6 +235,14 @@ class Background:
             stdout=self.stdout_path.read_text(encoding="utf-8", errors="replace"),
             stderr=self.stderr_path.read_text(encoding="utf-8", errors="replace"),
         )
+
+    def kill_group(self) -> None:
+        """SIGKILL its whole process group (started with ``new_session``),
+        and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
 
     def kill(self) -> None:
         """SIGKILL it if it still runs, and reap it."""

@@ -367,6 +367,26 @@ def test_validate_goes_on_over_every_path(healthy: StoredRun, tmp_path: Path) ->
     assert out[-1] == "2 path(s), 1 file(s), 1 problem(s)"
 
 
+def test_validate_checks_each_run_a_directory_of_runs_holds(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    runs = tmp_path / "startup-runs"
+    shutil.copytree(healthy.directory, runs / "a")
+    shutil.copytree(attention_failure.directory, runs / "b")
+    (runs / "b" / "rank-0.jsonl").write_bytes(b"{not json\n")
+    (runs / "not-a-run").mkdir()
+
+    validated = call_cli("validate", "startup-runs", cwd=tmp_path)
+
+    assert validated.returncode == 1, validated.describe()
+    out = validated.lines()
+    assert out[0] == "startup-runs: holds 2 run directories; checking each"
+    assert "startup-runs/a/rank-0.jsonl: ok" in out
+    assert any(line.startswith("startup-runs/b/rank-0.jsonl:1: ") for line in out), out
+    assert not any("not-a-run" in line for line in out)
+    assert out[-1].startswith("1 path(s), 2 file(s), "), out
+
+
 @pytest.mark.parametrize("logs", [False, True])
 def test_two_runs_to_replay_suggest_diff(
     healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path, logs: bool

@@ -43,9 +43,15 @@ def test_a_ready_start_that_lost_fusion_says_so_first(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.describe()
     lines = ran.lines()
     assert lines[0].startswith("Startup ready, degraded: 4 ready (run "), ran.describe()
-    assert lines[2] == "Degraded: allreduce.workspace_failed on ranks 2-3", ran.describe()
-    # Its text names where it started: the ranks without flashinfer.comm.
-    assert "(no flashinfer.comm) on ranks 0-1" in lines[3]
+    # What was lost, on every rank, not only where the ERROR was printed.
+    assert lines[2] == "Lost: all-reduce fusion off on ranks 0-3", ran.describe()
+    assert lines[3] == "Degraded: allreduce.workspace_failed on ranks 2-3", ran.describe()
+    # Where it started: the ranks without flashinfer.comm, and why.
+    assert lines[5] == "Ranks differ: flashinfer_comm.divergence on ranks 0-3", ran.describe()
+    assert lines[6].startswith(
+        "  Ranks differ in flashinfer.comm: unavailable (PermissionError: denied) on ranks 0-1; "
+        "available on ranks 2-3."
+    ), ran.describe()
     assert "Root cause:" not in ran.stdout
 
     document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
@@ -53,6 +59,21 @@ def test_a_ready_start_that_lost_fusion_says_so_first(tmp_path: Path) -> None:
     assert document["degraded"] == [
         {"code": "allreduce.workspace_failed", "severity": "error", "ranks": [2, 3]}
     ]
+    assert document["losses"] == [
+        {"fact": "fusion_lost", "what": "all-reduce fusion off", "ranks": [0, 1, 2, 3]}
+    ]
+    assert [d["code"] for d in document["divergences"]] == ["flashinfer_comm.divergence"]
+
+    # The HTML report says the same at its top, before the swimlanes.
+    run_cli("replay", "run", "--html", "report.html", cwd=tmp_path)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    degraded = page.index('<section id="degraded">')
+    assert degraded < page.index('class="lane"')
+    section = page[degraded : page.index("</section>", degraded)]
+    assert "<b>Lost</b>: all-reduce fusion off on ranks 0-3" in section
+    assert "<b>allreduce.workspace_failed</b> on ranks 2-3" in section
+    assert "(flashinfer_comm.divergence) on ranks 0-3" in section
+    assert 'id="root-cause"' not in page
 
 
 def test_a_timed_out_probe_degrades_a_ready_start(tmp_path: Path) -> None:
@@ -68,14 +89,17 @@ def test_a_timed_out_probe_degrades_a_ready_start(tmp_path: Path) -> None:
     assert [entry["code"] for entry in document["degraded"]] == ["step.timed_out"]
     text = run_cli("replay", "run", cwd=tmp_path).lines()
     assert text[0].startswith("Startup ready, degraded: 1 ready"), text
+    # One rank (tensor parallel size 1): fusion does not apply, nothing lost.
     assert text[2] == "Degraded: step.timed_out on rank 0"
+    assert document["losses"] == []
 
 
 def test_a_healthy_start_is_not_degraded(tmp_path: Path) -> None:
     ran = run_cli("run", "--simulate", "h200x8", "--json", "--run-dir", "run", cwd=tmp_path)
 
     assert ran.returncode == 0, ran.describe()
-    assert (ran.json()["outcome"], ran.json()["degraded"]) == ("ready", [])
+    document = ran.json()
+    assert (document["outcome"], document["degraded"], document["losses"]) == ("ready", [], [])
     text = run_cli("replay", "run", cwd=tmp_path).lines()
     assert text[0].startswith("Startup ready: 1 ready"), text
     assert text[2] == "Root cause: none (every rank is ready)"

@@ -77,22 +77,26 @@ def test_the_manifest_says_what_happened_to_a_rank_without_events(
     assert lines[2].endswith("s; its log is empty")
 
 
-def test_validate_checks_a_run_directory_as_a_whole(eight_ranks: StoredRun, tmp_path: Path) -> None:
+def test_validate_checks_a_run_directory_as_a_whole(
+    eight_ranks: StoredRun, healthy: StoredRun, tmp_path: Path
+) -> None:
     run = _copy_run(eight_ranks, tmp_path)
     # rank 4's log renamed over rank 5's: a foreign rank and a missing one.
     (run / "rank-4.jsonl").replace(run / "rank-5.jsonl")
     other = tmp_path / "empty-dir"
     other.mkdir()
 
-    validated = run_cli("validate", "run", "empty-dir", str(eight_ranks.directory), cwd=tmp_path)
+    # A run other than the broken one (directories of one run are checked
+    # together, as the nodes of one run).
+    validated = run_cli("validate", "run", "empty-dir", str(healthy.directory), cwd=tmp_path)
     assert validated.returncode == 1, validated.describe()
     out = validated.stdout
     assert "rank-5.jsonl: holds the events of rank 4, not of rank 5" in out
     assert "rank 4 of world size 8 has no log" in out
     assert "empty-dir: no rank-*.jsonl logs in this directory" in out
     # It went on to the healthy run after the broken ones and summarised.
-    assert f"{eight_ranks.directory / 'rank-7.jsonl'}: ok" in out
-    assert validated.lines()[-1].startswith("3 path(s), 15 file(s), ")
+    assert f"{healthy.directory / 'rank-0.jsonl'}: ok" in out
+    assert validated.lines()[-1].startswith("3 path(s), 8 file(s), ")
 
 
 def test_a_fifo_named_like_a_log_is_refused_at_once(eight_ranks: StoredRun, tmp_path: Path) -> None:

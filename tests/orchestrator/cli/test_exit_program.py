@@ -1,0 +1,118 @@
+"""How the program ends: its atexit hooks and its output, without the
+interpreter's teardown; the interpreter's own exit when a thread still runs."""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli._output import exit_program
+
+from .harness import environment
+
+
+class _Exited(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@pytest.fixture
+def ended(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What ``exit_program`` did, in order; ``os._exit`` raises instead."""
+    done: list[str] = []
+
+    def exit_now(code: int) -> None:
+        done.append(f"_exit {code}")
+        raise _Exited(code)
+
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: done.append("atexit"))
+    monkeypatch.setattr(os, "_exit", exit_now)
+    return done
+
+
+class _Stream(io.StringIO):
+    def __init__(self, name: str, done: list[str], fails: bool = False) -> None:
+        super().__init__()
+        self.name, self.done, self.fails = name, done, fails
+
+    def flush(self) -> None:
+        self.done.append(f"flush {self.name}")
+        if self.fails:
+            raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_runs_the_hooks_then_flushes_then_ends(
+    ended: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _Stream("stdout", ended))
+    monkeypatch.setattr(sys, "stderr", _Stream("stderr", ended))
+
+    with pytest.raises(_Exited) as exited:
+        exit_program(3)
+
+    assert exited.value.code == 3
+    assert ended == ["atexit", "flush stdout", "flush stderr", "_exit 3"]
+
+
+def test_stdout_that_cannot_be_flushed_ends_with_120_as_the_interpreter_does(
+    ended: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdout", _Stream("stdout", ended, fails=True))
+    monkeypatch.setattr(sys, "stderr", _Stream("stderr", ended))
+
+    with pytest.raises(_Exited) as exited:
+        exit_program(0)
+
+    assert exited.value.code == 120
+
+
+def test_a_running_thread_that_is_not_a_daemon_keeps_the_interpreters_exit(
+    ended: list[str],
+) -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, daemon=False)
+    thread.start()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            exit_program(1)
+    finally:
+        release.set()
+        thread.join()
+
+    assert exited.value.code == 1
+    assert ended == []
+
+
+def test_the_program_runs_atexit_hooks_and_prints_everything(tmp_path: Path) -> None:
+    # python -m orchestrator, with an atexit hook of someone else's and a
+    # report longer than a pipe's buffer would hold unflushed.
+    code = textwrap.dedent(
+        """
+        import atexit, runpy, sys
+        atexit.register(lambda: sys.stderr.write("hook ran\\n"))
+        sys.argv = ["orchestrator", "run", "--simulate", "h200x8", "--run-dir", "run"]
+        runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.endswith("hook ran\n")
+    assert "Startup ready" in done.stdout
+    assert done.stdout.endswith("\n")

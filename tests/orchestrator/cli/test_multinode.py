@@ -1,0 +1,214 @@
+"""A run across two nodes without a shared filesystem (SPEC §5): two
+torchrun launchers, one per "node", rendezvous over c10d on this machine and
+start two ranks each, every node writing its own run directory. At the end
+of the startup rank 0's directory holds the whole run; a node that died is
+named missing there, bounded by the group timeout; and the nodes'
+directories, copied side by side, read as one run.
+
+Both nodes run on this machine, so both would take the rendezvous endpoint
+for their own address: ``is_host`` says which one hosts the rendezvous store
+(as a real second node, whose address differs, would find by itself).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from .harness import (
+    Background,
+    environment,
+    read_events,
+    run_cli,
+    step_started,
+    wait_for_event,
+)
+
+pytestmark = pytest.mark.slow
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+#: Upper bound for one two-node launch: about 20 s when healthy on two
+#: loaded cores (six processes import torch); past it the launch is hung.
+NODE_TIMEOUT_S = 120.0
+
+#: The group timeout of a launch whose node dies: how long a rank waits for
+#: a peer that never comes, and rank 0 for the logs of ranks that do not
+#: deliver. Forming the group must fit in it (the ranks of the two nodes
+#: import torch at about the same time); the other launches keep a wide one.
+GROUP_TIMEOUT_S = 12.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _start_nodes(
+    tmp_path: Path, *options: str, group_timeout_s: float = 60.0
+) -> tuple[Background, Background]:
+    """Node 0 and node 1 of one launch (two ranks each), with run
+    directories ``node0`` and ``node1``."""
+    if not TORCHRUN.exists():
+        pytest.skip("torch (and its torchrun) is not installed")
+    port = _free_port()
+    nodes = []
+    for node in (0, 1):
+        command = [
+            str(TORCHRUN),
+            "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--rdzv-id", "two-nodes", "--rdzv-conf", f"is_host={int(node == 0)}",
+            "-m", "orchestrator", "run", "--run-dir", f"node{node}",
+            "--group-timeout", str(group_timeout_s), *options,
+        ]  # fmt: skip
+        nodes.append(
+            Background(
+                command, cwd=tmp_path, env=environment(), name=f"node{node}", new_session=True
+            )
+        )
+    return nodes[0], nodes[1]
+
+
+def _replay(tmp_path: Path, *paths: str) -> dict[str, object]:
+    replayed = run_cli("replay", "--json", *paths, cwd=tmp_path)
+    document: dict[str, object] = replayed.json()
+    return document
+
+
+def _manifest_ranks(run_dir: Path) -> dict[int, dict[str, object]]:
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["collected_by"] == 0
+    return {entry["rank"]: entry for entry in manifest["ranks"]}
+
+
+def test_rank_0s_directory_holds_the_whole_run(tmp_path: Path) -> None:
+    node0, node1 = _start_nodes(tmp_path, "--simulate", "h200x8")
+    try:
+        done0, done1 = node0.finish(NODE_TIMEOUT_S), node1.finish(NODE_TIMEOUT_S)
+    finally:
+        node0.kill_group()
+        node1.kill_group()
+
+    assert done0.returncode == 0, done0.describe()
+    assert done1.returncode == 0, done1.describe()
+    # Each node wrote its own ranks' logs; rank 0 collected the others.
+    assert sorted(p.name for p in (tmp_path / "node1").glob("rank-*.jsonl")) == [
+        "rank-2.jsonl",
+        "rank-3.jsonl",
+    ]
+    node0_dir = tmp_path / "node0"
+    assert sorted(p.name for p in node0_dir.glob("rank-*.jsonl")) == [
+        f"rank-{rank}.jsonl" for rank in range(4)
+    ]
+    for rank in (2, 3):
+        copied = (node0_dir / f"rank-{rank}.jsonl").read_bytes()
+        assert copied == (tmp_path / "node1" / f"rank-{rank}.jsonl").read_bytes()
+    # Rank 0's own report (torchrun's output) is of the whole run.
+    assert "Startup ready: 4 ready (run two-nodes, 4 of 4 ranks)" in done0.stdout, done0.describe()
+    document = _replay(tmp_path, "node0")
+    assert (document["outcome"], document["world_size"]) == ("ready", 4)
+    ranks = _manifest_ranks(node0_dir)
+    assert [(ranks[r]["node_rank"], ranks[r]["local_rank"]) for r in range(4)] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    assert not any("not_delivered" in entry for entry in ranks.values())
+    # The nodes' directories side by side are one run: the ranks both hold
+    # are read once.
+    together = _replay(tmp_path, "node1", "node0")
+    assert (together["outcome"], together["world_size"]) == ("ready", 4)
+    assert [r["rank"] for r in together["ranks"]] == [0, 1, 2, 3]  # type: ignore[index]
+    validated = run_cli("validate", "node0", "node1", cwd=tmp_path)
+    assert validated.returncode == 0, validated.describe()
+
+
+def test_a_failure_on_the_other_node_is_the_root_cause_in_rank_0s_report(tmp_path: Path) -> None:
+    fault = "3:zentorch=RuntimeError:unknown zentorch failure"
+    node0, node1 = _start_nodes(tmp_path, "--simulate", "zen4", "--inject", fault)
+    try:
+        done0, done1 = node0.finish(NODE_TIMEOUT_S), node1.finish(NODE_TIMEOUT_S)
+    finally:
+        node0.kill_group()
+        node1.kill_group()
+
+    assert done0.returncode != 0, done0.describe()
+    assert done1.returncode != 0, done1.describe()
+    lines = done0.stdout.splitlines()
+    assert "Root cause: rank 3, step platform" in lines, done0.describe()
+    document = _replay(tmp_path, "node0")
+    assert document["outcome"] == "failed"
+    assert document["world_size"] == 4
+    root = document["root_cause"]
+    assert isinstance(root, dict)
+    assert (root["rank"], root["step"]) == (3, "platform")
+    assert "unknown zentorch failure" in json.dumps(root["exception"])
+
+
+def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Path) -> None:
+    # Node 1's ranks hang in a probe (past forming the process group), so
+    # the machine goes down while they are mid-start, whatever the timing.
+    node0, node1 = _start_nodes(
+        tmp_path,
+        "--simulate",
+        "h200x8",
+        "--inject",
+        "2-3:attention/FLASH_ATTN=hang",
+        group_timeout_s=GROUP_TIMEOUT_S,
+    )
+    try:
+        for rank in (2, 3):
+            wait_for_event(
+                tmp_path / "node1" / f"rank-{rank}.jsonl",
+                step_started("attention/FLASH_ATTN"),
+                alive=node1.running,
+                deadline_s=NODE_TIMEOUT_S,
+            )
+        node1.kill_group()
+        done0 = node0.finish(NODE_TIMEOUT_S)
+    finally:
+        node0.kill_group()
+        node1.kill_group()
+
+    assert done0.returncode != 0, done0.describe()
+    node0_dir = tmp_path / "node0"
+    assert sorted(p.name for p in node0_dir.glob("rank-*.jsonl")) == [
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+    ]
+    ranks = _manifest_ranks(node0_dir)
+    for rank in (2, 3):
+        assert ranks[rank]["not_delivered"] == (
+            f"did not deliver its log to rank 0 within {GROUP_TIMEOUT_S:g} s of rank 0's end "
+            "(dead, partitioned, or still running)"
+        )
+        # What rank 0 knows of it: it announced itself once the group formed.
+        assert (ranks[rank]["node_rank"], ranks[rank]["local_rank"]) == (1, rank - 2)
+        assert (
+            ranks[rank]["pid"] == read_events(tmp_path / "node1" / f"rank-{rank}.jsonl")[0]["pid"]
+        )
+    document = _replay(tmp_path, "node0")
+    assert document["outcome"] == "incomplete"
+    assert document["world_size"] == 4
+    root = document["root_cause"]
+    assert isinstance(root, dict)
+    assert root["rank"] == 2
+    text = run_cli("replay", "node0", cwd=tmp_path).lines()
+    assert text[2].startswith("Root cause: rank 2"), text
+    assert "did not deliver its log to rank 0" in text[2], text
+    validated = run_cli("validate", "node0", cwd=tmp_path)
+    assert validated.returncode == 1, validated.describe()
+    assert "rank 2 of world size 4 has no log" in validated.stdout, validated.describe()
+    assert "did not deliver its log to rank 0" in validated.stdout, validated.describe()
+    # With node 1's own directory, its ranks are there: they died mid-start.
+    together = _replay(tmp_path, "node0", "node1")
+    assert together["outcome"] == "incomplete"
+    assert [r["rank"] for r in together["ranks"]] == [0, 1, 2, 3]  # type: ignore[index]
