@@ -452,8 +452,9 @@ def replay(
     until: int | None = None,
 ) -> Replay:
     """Re-derive a run: rank state, messages, root cause, divergences and
-    timeline, folding each rank's events once through one
-    :class:`~events.Composite`, and judge it against its expected ranks.
+    timeline, folding each rank's events through each projection (as one
+    :class:`~events.Composite` fold would), and judge it against its
+    expected ranks.
 
     ``slices`` say what the run's steps mean (their facts, message rules,
     agreements and report columns); without them the run gets the kernel's
