@@ -366,10 +366,11 @@ class Startup:
         self._stops = StopRequests(launcher_pid=launcher_pid)
         if self._handle_signals:
             self._stops.install()
-            if launcher_pid is not None:
+            followed = launcher_pid if launcher_pid is not None else _elastic_agent(self._env)
+            if followed is not None:
                 # A rank never outlives its launcher; asked once stops are
                 # caught, so a launcher that is already gone is recorded.
-                follow_launcher(launcher_pid)
+                follow_launcher(followed)
         try:
             self._prepare(identity, faults, early_group, parent)
         except BaseException:
@@ -979,6 +980,16 @@ def _printed_below(
 def _launcher_pid(env: Mapping[str, str]) -> int | None:
     text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
     return int(text) if text.isdigit() else None
+
+
+def _elastic_agent(env: Mapping[str, str]) -> int | None:
+    """The torchrun agent that started this rank, when it did: its workers
+    run in sessions of their own, so an agent killed outright (its node
+    going down, the OOM killer) would otherwise leave them running."""
+    if "TORCHELASTIC_RUN_ID" not in env or "TORCHELASTIC_RESTART_COUNT" not in env:
+        return None
+    parent = os.getppid()
+    return parent if parent > 1 else None
 
 
 def _trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
