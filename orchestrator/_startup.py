@@ -86,7 +86,7 @@ from events import (
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
 from ._faults import FaultPlan
 from ._graph import Graph
-from ._group import DeferredGroup, Group, Mailbox, process_group_step
+from ._group import DeferredGroup, Group, GroupError, Mailbox, process_group_step
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
 from ._run_directory import (
     Collected,
@@ -145,7 +145,8 @@ class StartupResult:
         log_path: this rank's log.
         run_dir: the run directory every rank of the launch writes to.
         peers_finished: whether every rank reached the end of its startup
-            (the last exchange); ``None`` when there was no exchange.
+            (the last exchange; ``False`` without one when the run failed in
+            an exchange with its peers); ``None`` when there was no exchange.
         undelivered: on the rank 0 that collected the run's logs, the ranks
             whose log is not in its run directory (the manifest says why);
             empty elsewhere.
@@ -594,10 +595,17 @@ class Startup:
                 self._scope = scope
                 await self._run_watching_signals()
             end_started = anyio.current_time()
-            if self._outcome() is not RunOutcome.INTERRUPTED:
+            if self._outcome() is RunOutcome.INTERRUPTED:
+                if self._bridge is not None:
+                    self._bridge.release()
+            elif self._group_broken():
+                # Known without asking: the ranks did not end together.
+                if self._wait_for_peers and self._group.group is not None:
+                    self._peers_finished = False
+                if self._bridge is not None:
+                    self._bridge.release()
+            else:
                 await self._exchange_with_peers()
-            elif self._bridge is not None:
-                self._bridge.release()
             await self._collect_logs(end_started)
         finally:
             self._scope = None
@@ -655,6 +663,15 @@ class Startup:
         self._runner.stopping(reason)
         if self._scope is not None:
             self._scope.cancel()
+
+    def _group_broken(self) -> bool:
+        """Whether the run failed in an exchange with its peers (a peer
+        gone, out of step, or silent): the ranks' collectives no longer
+        line up, so a last exchange would only wait out the group timeout."""
+        if isinstance(self._error, GroupError):
+            return True
+        cause = self._finished.cause if self._finished is not None else None
+        return cause is not None and cause.name == _GROUP_ERROR_NAME
 
     async def _exchange_with_peers(self) -> None:
         """The ranks' last exchange: who finished, and which WARNINGs each
@@ -980,6 +997,10 @@ def _printed_below(
 def _launcher_pid(env: Mapping[str, str]) -> int | None:
     text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
     return int(text) if text.isdigit() else None
+
+
+#: How a recorded cause names a GroupError.
+_GROUP_ERROR_NAME = f"{GroupError.__module__}.{GroupError.__qualname__}"
 
 
 def _elastic_agent(env: Mapping[str, str]) -> int | None:

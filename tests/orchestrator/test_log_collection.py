@@ -316,3 +316,53 @@ def test_a_manifest_reads_with_or_without_the_collected_fields() -> None:
     assert Manifest.from_json(json.loads(json.dumps(collected.to_json()))) == collected
     with pytest.raises(RunDirectoryError, match="not a valid manifest"):
         Manifest.from_json({**older, "ranks": [{"rank": 0, "collected": "yes"}]})
+
+
+class CountingGroup(MailboxGroup):
+    """A :class:`MailboxGroup` that counts its collectives."""
+
+    def __init__(self, rank: int, mailbox: dict[str, bytes], waits: list[float]) -> None:
+        super().__init__(rank, mailbox, waits)
+        self.collectives = 0
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        self.collectives += 1
+        return super().all_gather(value)
+
+
+@pytest.mark.anyio
+async def test_a_rank_that_failed_in_an_exchange_posts_its_log_without_another(
+    tmp_path: Path,
+) -> None:
+    # Its peers' collectives no longer line up with its own (one left
+    # early, or went silent): a last exchange would only wait out the
+    # group timeout before the log is posted.
+    from orchestrator import GroupError
+
+    def exchange(_context: object) -> JsonValue:
+        raise GroupError(1, WORLD, "all_gather", "rank 2 is not in the exchange")
+
+    mailbox: dict[str, bytes] = {}
+    group = CountingGroup(1, mailbox, [])
+    startup = Startup(
+        graph=Graph("tiny", [Step(name="exchange", body=exchange)]),
+        identity=RankIdentity(rank=1, local_rank=0, world_size=WORLD, local_world_size=1),
+        run_id=RUN_ID,
+        run_dir=tmp_path / "node1",
+        group=group,
+        group_timeout_s=0.5,
+        tracing=None,
+        configure_logging=False,
+        handle_signals=False,
+        environ={},
+    )
+    with startup, pytest.raises(GroupError):
+        await startup.arun()
+
+    assert group.collectives == 0
+    result = startup.result
+    assert result is not None
+    assert (result.outcome, result.peers_finished) == (RunOutcome.FAILED, False)
+    posted = [key for key in mailbox if key.endswith("/log/1")]
+    assert len(posted) == 1
+    assert mailbox[posted[0]] == (tmp_path / "node1" / "rank-1.jsonl").read_bytes()
