@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import anyio
@@ -113,10 +114,13 @@ def _probe_xpu(ctx: StepContext) -> JsonValue:
     return _activation("XpuPlatform" if devices else None, "xpu")
 
 
-def _usable_accelerators(ctx: StepContext) -> list[str]:
-    """The accelerator kinds the host reports as usable. A query that raises
-    counts as "not usable": the accelerator's own plugin records the error,
-    and the run lands on the CPU with a warning instead of nowhere."""
+async def _usable_accelerators(ctx: StepContext) -> list[str]:
+    """The accelerator kinds the host reports as usable, asked all at once.
+    A query that raises, or that has not answered within half a step's
+    bound, counts as "not usable": the accelerator's own plugin records the
+    error or its own timeout, and the run lands on the CPU with a warning
+    instead of nowhere (a hung driver would otherwise time the cpu plugin
+    out too)."""
     host = ctx.host
     queries: Sequence[tuple[str, Callable[[StepContext], object]]] = (
         ("nvidia", host.nvidia_devices),
@@ -124,14 +128,21 @@ def _usable_accelerators(ctx: StepContext) -> list[str]:
         ("tpu", host.tpu_present),
         ("xpu", host.xpu_devices),
     )
-    usable = []
-    for kind, query in queries:
+    usable: set[str] = set()
+
+    async def ask(kind: str, query: Callable[[StepContext], object]) -> None:
         try:
-            if query(ctx):
-                usable.append(kind)
+            if await ctx.to_thread(query, ctx):
+                usable.add(kind)
         except Exception:  # recorded by that accelerator's plugin
-            continue
-    return usable
+            return
+
+    bound = _probe_timeout(ctx, 1)
+    with anyio.move_on_after(math.inf if bound is None else bound / 2):
+        async with anyio.create_task_group() as group:
+            for kind, query in queries:
+                group.start_soon(ask, kind, query)
+    return [kind for kind, _query in queries if kind in usable]
 
 
 def _import_zentorch(ctx: StepContext) -> JsonValue:
@@ -140,7 +151,7 @@ def _import_zentorch(ctx: StepContext) -> JsonValue:
 
 
 async def _probe_cpu(ctx: StepContext) -> JsonValue:
-    if await ctx.to_thread(_usable_accelerators, ctx):
+    if await _usable_accelerators(ctx):
         return _activation(None, None)
     cpuinfo = await ctx.to_thread(ctx.host.read_cpuinfo)
     platform_class = "CpuPlatform"
