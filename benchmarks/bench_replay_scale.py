@@ -40,12 +40,12 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+from bench_scale import best
 
 if __package__:
     from . import _matrix_common as common
@@ -190,15 +190,6 @@ def command(argv: Sequence[str]) -> tuple[int, Null]:
     with contextlib.redirect_stdout(out):
         code = main(list(argv))
     return code, out
-
-
-def best(repeat: int, run: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        run()
-        times.append(time.process_time() - start)
-    return min(times)
 
 
 def bare(paths: Sequence[Path]) -> None:
