@@ -417,6 +417,13 @@ class _Launch:
             attrs.evolve(entry, ended_wall_ns=time.time_ns(), lost=actor.lost)
         )
         self.manifest.write(self.run_dir)
+        if isinstance(answer, RankReport):
+            # Done with this launch: its process ends now, as a torchrun
+            # worker's does, so peers still waiting on it in a collective
+            # (its own was cut short by its failure) fail at once instead of
+            # at the group timeout.
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor.handle)
 
     def _recover(self, actor: _Actor) -> str:
         """Read what a lost actor had logged when it ran on this node (its
