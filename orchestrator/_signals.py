@@ -68,6 +68,17 @@ class StopRequests:
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
 
+    def reinstall(self) -> None:
+        """Catch SIGINT and SIGTERM again after something else handled them
+        for a while (an event loop's signal receiver puts the default
+        handlers back when it closes, not ours); :meth:`restore` still puts
+        back what :meth:`install` found."""
+        if threading.current_thread() is not threading.main_thread() or not self._previous:
+            return
+        for signum in STOP_SIGNALS:
+            with contextlib.suppress(ValueError):
+                signal.signal(signum, self._handle)
+
     def restore(self) -> None:
         """Put back the handlers :meth:`install` replaced."""
         for signum, handler in self._previous.items():

@@ -126,6 +126,10 @@ _INTERRUPTED_COLLECTION_S = 5.0
 #: last exchange that timed out on every rank ends at about the same moment.
 _LAST_POSTS_S = 2.0
 
+#: The longest single wait on the store while collecting (a stop is noticed
+#: between two).
+_TAKE_SLICE_S = 0.5
+
 
 @attrs.frozen(kw_only=True)
 class StartupResult:
@@ -591,27 +595,30 @@ class Startup:
             raise RuntimeError("a Startup runs once, while open")
         self._ran = True
         try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                await self._run_watching_signals()
-            end_started = anyio.current_time()
-            if self._outcome() is RunOutcome.INTERRUPTED:
-                if self._bridge is not None:
-                    self._bridge.release()
-            elif self._group_broken():
-                # Known without asking: the ranks did not end together.
-                if self._wait_for_peers and self._group.group is not None:
-                    self._peers_finished = False
-                if self._bridge is not None:
-                    self._bridge.release()
-            else:
-                await self._exchange_with_peers()
-            await self._collect_logs(end_started)
+            await self._run_watching_signals()
         finally:
             self._scope = None
             if opened_here:
                 self.close()
         return self._returned()
+
+    async def _end_with_peers(self) -> None:
+        """After the run: the last exchange (unless the run was interrupted
+        or failed in an exchange), then the logs in one place. A stop asked
+        meanwhile ends whichever wait is going on."""
+        end_started = anyio.current_time()
+        if self._outcome() is RunOutcome.INTERRUPTED:
+            if self._bridge is not None:
+                self._bridge.release()
+        elif self._group_broken():
+            # Known without asking: the ranks did not end together.
+            if self._wait_for_peers and self._group.group is not None:
+                self._peers_finished = False
+            if self._bridge is not None:
+                self._bridge.release()
+        else:
+            await self._exchange_with_peers()
+        await self._collect_logs(end_started)
 
     async def _run_watching_signals(self) -> None:
         assert self._runner is not None
@@ -619,32 +626,49 @@ class Startup:
         assert self._stops is not None
         stops = self._stops
         watch = self._handle_signals and threading.current_thread() is threading.main_thread()
-        async with anyio.create_task_group() as group:
+        # Made before the signals are watched: a stop asked before the loop
+        # ran cancels it at once, and the run then begins cancelled.
+        run_scope = self._scope = anyio.CancelScope()
+        try:
+            async with anyio.create_task_group() as group:
+                if watch:
+
+                    async def watch_signals(
+                        *, task_status: Any = anyio.TASK_STATUS_IGNORED
+                    ) -> None:
+                        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                            task_status.started()
+                            async for signum in signals:
+                                stops.record(signum)
+
+                    await group.start(watch_signals)
+                    stops.on_signal = lambda _signum: self.stop()
+                    if stops.requested:
+                        # Asked to stop before the loop ran: the run begins
+                        # cancelled and records that at once.
+                        self.stop()
+                try:
+                    with run_scope:
+                        try:
+                            await self._runner.run(self._graph_to_run)
+                        except anyio.get_cancelled_exc_class():
+                            raise
+                        except BaseException as exc:
+                            # Recorded in the log (run.finished names it);
+                            # raised to the caller once everything is flushed.
+                            self._error = exc
+                    # Still watching: a stop during the last exchange or the
+                    # collection of the logs ends that wait, not the process.
+                    await self._end_with_peers()
+                finally:
+                    stops.on_signal = None
+                    group.cancel_scope.cancel()
+        finally:
             if watch:
-
-                async def watch_signals(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-                    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                        task_status.started()
-                        async for signum in signals:
-                            stops.record(signum)
-
-                await group.start(watch_signals)
-                stops.on_signal = lambda _signum: self.stop()
-                if stops.requested:
-                    # Asked to stop before the loop ran: the run begins
-                    # cancelled and records that at once.
-                    self.stop()
-            try:
-                await self._runner.run(self._graph_to_run)
-            except anyio.get_cancelled_exc_class():
-                raise
-            except BaseException as exc:
-                # Recorded in the log (run.finished names it); raised to the
-                # caller once everything is flushed.
-                self._error = exc
-            finally:
-                stops.on_signal = None
-                group.cancel_scope.cancel()
+                # The receiver closed and put the default handlers back: a
+                # stop from now on (the launcher's, while the logs are
+                # collected) is recorded, not the process's end.
+                stops.reinstall()
 
     def stop(self, reason: BaseException | None = None) -> None:
         """Stop the running startup: it ends ``interrupted`` with ``reason``
@@ -865,13 +889,27 @@ class Startup:
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
         """What ``rank`` posted under ``kind``; ``None`` when nothing came or
-        the store cannot be reached (the rank is then named missing)."""
-        try:
-            return await anyio.to_thread.run_sync(
-                mailbox.take, self._mailbox_key(kind, rank), wait, abandon_on_cancel=True
-            )
-        except Exception:
-            return None
+        the store cannot be reached (the rank is then named missing). Waits
+        in short slices: a stop asked meanwhile (the launcher stopping every
+        rank once one ended) cuts the wait to
+        :data:`_INTERRUPTED_COLLECTION_S` from then, so the run's record is
+        written before a launcher's kill."""
+        key = self._mailbox_key(kind, rank)
+        deadline = anyio.current_time() + wait
+        stopped_at: float | None = None
+        while True:
+            if stopped_at is None and self._stops is not None and self._stops.requested:
+                stopped_at = anyio.current_time()
+                deadline = min(deadline, stopped_at + _INTERRUPTED_COLLECTION_S)
+            remaining = max(0.0, deadline - anyio.current_time())
+            try:
+                content = await anyio.to_thread.run_sync(
+                    mailbox.take, key, min(remaining, _TAKE_SLICE_S), abandon_on_cancel=True
+                )
+            except Exception:
+                return None
+            if content is not None or remaining <= _TAKE_SLICE_S:
+                return content
 
     def _simulated_name(self) -> str | None:
         if self._simulated is not None:

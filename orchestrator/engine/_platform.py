@@ -116,11 +116,12 @@ def _probe_xpu(ctx: StepContext) -> JsonValue:
 
 async def _usable_accelerators(ctx: StepContext) -> list[str]:
     """The accelerator kinds the host reports as usable, asked all at once.
-    A query that raises, or that has not answered within half a step's
-    bound, counts as "not usable": the accelerator's own plugin records the
-    error or its own timeout, and the run lands on the CPU with a warning
-    instead of nowhere (a hung driver would otherwise time the cpu plugin
-    out too)."""
+    A query that raises, or that has not answered by the time its own
+    plugin times out (a plugin's bound), counts as "not usable": that
+    plugin records the error or its timeout, and the run lands on the CPU
+    with a warning instead of nowhere (a hung driver would otherwise time
+    the cpu plugin out too). A slow query that answers in time still
+    counts."""
     host = ctx.host
     queries: Sequence[tuple[str, Callable[[StepContext], object]]] = (
         ("nvidia", host.nvidia_devices),
@@ -137,8 +138,8 @@ async def _usable_accelerators(ctx: StepContext) -> list[str]:
         except Exception:  # recorded by that accelerator's plugin
             return
 
-    bound = _probe_timeout(ctx, 1)
-    with anyio.move_on_after(math.inf if bound is None else bound / 2):
+    bound = _probe_timeout(ctx, 2)
+    with anyio.move_on_after(math.inf if bound is None else bound):
         async with anyio.create_task_group() as group:
             for kind, query in queries:
                 group.start_soon(ask, kind, query)
@@ -407,9 +408,10 @@ def make_platform_step(
                 spec.body,
                 kind=StepKind.CANDIDATE,
                 policy=ANY_EXCEPTION_POLICY,
-                # A plugin's own check, then (the cpu plugin) its zentorch
-                # import below it.
-                timeout=config.bound(2),
+                # A plugin's own check; the cpu plugin waits for the other
+                # plugins' device queries as long as those plugins may take,
+                # then imports zentorch below it: one level more.
+                timeout=config.bound(3 if spec.name == "cpu" else 2),
                 attributes={
                     "plugin": spec.name,
                     "builtin": spec.builtin,
@@ -453,7 +455,7 @@ def make_platform_step(
         name=PLATFORM_STEP,
         body=detect_platform,
         policy=PLATFORM_POLICY,
-        # Plugin, then the cpu plugin's zentorch import: each level times out
-        # before the one above it.
-        timeout=config.bound(3),
+        # Plugins (the cpu plugin's queries, then its zentorch import): each
+        # level times out before the one above it.
+        timeout=config.bound(4),
     )

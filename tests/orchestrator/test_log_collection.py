@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -366,3 +367,47 @@ async def test_a_rank_that_failed_in_an_exchange_posts_its_log_without_another(
     posted = [key for key in mailbox if key.endswith("/log/1")]
     assert len(posted) == 1
     assert mailbox[posted[0]] == (tmp_path / "node1" / "rank-1.jsonl").read_bytes()
+
+
+class SignallingGroup(MailboxGroup):
+    """A :class:`MailboxGroup` whose first look for a rank's log brings this
+    process a SIGTERM (the launcher stopping every rank once one ended)."""
+
+    sent = False
+
+    def take(self, key: str, timeout_s: float) -> bytes | None:
+        if "/log/" in key and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().take(key, timeout_s)
+
+
+@pytest.mark.anyio
+async def test_a_stop_while_rank_0_collects_ends_the_wait_and_the_record_is_written(
+    tmp_path: Path,
+) -> None:
+    # The event loop's signal receiver puts the default handlers back when
+    # it closes; a SIGTERM after the run used to end the process there, with
+    # no manifest. It is now recorded, and it ends the wait.
+    group = SignallingGroup(0, {}, [])
+    startup = Startup(
+        graph=Graph("tiny", [Step(name="probe", body=lambda _context: {"ok": True})]),
+        identity=RankIdentity(rank=0, local_rank=0, world_size=WORLD, local_world_size=1),
+        run_id=RUN_ID,
+        run_dir=tmp_path / "node0",
+        group=group,
+        group_timeout_s=30.0,
+        tracing=None,
+        configure_logging=False,
+        handle_signals=True,
+        environ={},
+    )
+    with startup:
+        result = await startup.arun()
+
+    assert group.sent
+    assert result.ready
+    assert result.undelivered == (1, 2)
+    manifest = read_manifest(tmp_path / "node0")
+    assert manifest is not None
+    assert [entry.not_delivered is not None for entry in manifest.ranks] == [False, True, True]

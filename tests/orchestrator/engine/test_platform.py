@@ -467,7 +467,7 @@ async def test_a_plugin_interrupted_by_a_base_exception_propagates() -> None:
 async def test_a_hung_driver_times_the_gpu_plugin_out_and_lands_on_the_cpu() -> None:
     # NVML hangs: the cuda plugin times out at its own bound, before the
     # platform step's. The cpu plugin asks NVML too, but a query that has
-    # not answered within half a step's bound counts as "no usable
+    # not answered by the time its own plugin times out counts as "no usable
     # accelerator" (as one that raises does): the run lands on the CPU,
     # with the broken plugin named in a WARNING.
     engine = await run("h200x8", config=EngineConfig(step_timeout=0.2), faults=["pynvml=hang"])
