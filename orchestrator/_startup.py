@@ -847,6 +847,12 @@ class Startup:
             if self._group.group is not None
             else "no process group was formed"
         )
+        # Where each rank ran, as it announced once the group formed: one
+        # quick look each, first, so a stop while waiting loses none of it.
+        announced: dict[int, bytes | None] = {}
+        if mailbox is not None:
+            for rank in range(1, identity.world_size):
+                announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
         with anyio.CancelScope() as scope:
             self._scope = scope
             for rank in range(1, identity.world_size):
@@ -858,7 +864,9 @@ class Startup:
                         f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
                         "end (dead, partitioned, or still running)"
                     )
-                    entry = _whereabouts(entry, await self._take(mailbox, "peer", rank, 0.0))
+                    if announced.get(rank) is None:  # a late announcement
+                        announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
+                    entry = _whereabouts(entry, announced.get(rank))
                     wait = max(0.0, deadline - anyio.current_time())
                     content = await self._take(mailbox, "log", rank, wait)
                 if content is not None:
@@ -878,13 +886,13 @@ class Startup:
                 present = rank_log_path(run_dir, rank).exists()
                 entries.append(attrs.evolve(entry, collected=present))
         if scope.cancelled_caught:
-            entries.extend(
-                ManifestRank(
+            for rank in range(len(entries), identity.world_size):
+                if rank_log_path(run_dir, rank).exists():
+                    continue
+                entry = ManifestRank(
                     rank=rank, not_delivered="not collected: rank 0 was stopped", collected=False
                 )
-                for rank in range(len(entries), identity.world_size)
-                if not rank_log_path(run_dir, rank).exists()
-            )
+                entries.append(_whereabouts(entry, announced.get(rank)))
         return entries
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:

@@ -213,9 +213,12 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     ]
     ranks = _manifest_ranks(node0_dir)
     for rank in (2, 3):
-        assert ranks[rank]["not_delivered"] == (
+        # Rank 0 waited the group timeout for it, or was stopped first (its
+        # agent stops every rank once rank 1 has failed): either way named.
+        assert ranks[rank]["not_delivered"] in (
             f"did not deliver its log to rank 0 within {GROUP_TIMEOUT_S:g} s of rank 0's end "
-            "(dead, partitioned, or still running)"
+            "(dead, partitioned, or still running)",
+            "not collected: rank 0 was stopped",
         )
         # What rank 0 knows of it: it announced itself once the group formed.
         assert (ranks[rank]["node_rank"], ranks[rank]["local_rank"]) == (1, rank - 2)
@@ -229,12 +232,13 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     assert isinstance(root, dict)
     assert root["rank"] == 2
     text = run_cli("replay", "node0", cwd=tmp_path).lines()
-    assert text[2].startswith("Root cause: rank 2"), text
-    assert "did not deliver its log to rank 0" in text[2], text
+    assert text[2].startswith("Root cause: rank 2 (pid "), text
+    assert "its log is missing" in text[2], text
+    assert ranks[2]["not_delivered"] in text[2], text
     validated = run_cli("validate", "node0", cwd=tmp_path)
     assert validated.returncode == 1, validated.describe()
     assert "rank 2 of world size 4 has no log" in validated.stdout, validated.describe()
-    assert "did not deliver its log to rank 0" in validated.stdout, validated.describe()
+    assert str(ranks[2]["not_delivered"]) in validated.stdout, validated.describe()
     # With node 1's own directory, its ranks are there: they died mid-start.
     together = _replay(tmp_path, "node0", "node1")
     assert together["outcome"] == "incomplete"
