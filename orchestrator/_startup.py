@@ -126,10 +126,6 @@ _INTERRUPTED_COLLECTION_S = 5.0
 #: last exchange that timed out on every rank ends at about the same moment.
 _LAST_POSTS_S = 2.0
 
-#: The longest single wait on the store while collecting (a stop is noticed
-#: between two).
-_TAKE_SLICE_S = 0.5
-
 
 @attrs.frozen(kw_only=True)
 class StartupResult:
@@ -897,27 +893,14 @@ class Startup:
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
         """What ``rank`` posted under ``kind``; ``None`` when nothing came or
-        the store cannot be reached (the rank is then named missing). Waits
-        in short slices: a stop asked meanwhile (the launcher stopping every
-        rank once one ended) cuts the wait to
-        :data:`_INTERRUPTED_COLLECTION_S` from then, so the run's record is
-        written before a launcher's kill."""
-        key = self._mailbox_key(kind, rank)
-        deadline = anyio.current_time() + wait
-        stopped_at: float | None = None
-        while True:
-            if stopped_at is None and self._stops is not None and self._stops.requested:
-                stopped_at = anyio.current_time()
-                deadline = min(deadline, stopped_at + _INTERRUPTED_COLLECTION_S)
-            remaining = max(0.0, deadline - anyio.current_time())
-            try:
-                content = await anyio.to_thread.run_sync(
-                    mailbox.take, key, min(remaining, _TAKE_SLICE_S), abandon_on_cancel=True
-                )
-            except Exception:
-                return None
-            if content is not None or remaining <= _TAKE_SLICE_S:
-                return content
+        the store cannot be reached (the rank is then named missing). A stop
+        asked meanwhile cancels the wait (see :meth:`stop`)."""
+        try:
+            return await anyio.to_thread.run_sync(
+                mailbox.take, self._mailbox_key(kind, rank), wait, abandon_on_cancel=True
+            )
+        except Exception:
+            return None
 
     def _simulated_name(self) -> str | None:
         if self._simulated is not None:

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -83,11 +84,18 @@ def _rank(
     wait_for_peers: bool = True,
     group_timeout_s: float = 0.5,
     faults: list[str] | None = None,
+    group: MailboxGroup | None = None,
+    body: Callable[[object], JsonValue] = lambda _context: {"ok": True},
+    handle_signals: bool = False,
 ) -> Startup:
-    group = MailboxGroup(rank, mailbox, [] if waits is None else waits)
+    """Rank ``rank`` of a tiny graph (one step running ``body``), in run
+    directory ``node<rank>``, its group a :class:`MailboxGroup` (or
+    ``group``) over ``mailbox``."""
+    if group is None:
+        group = MailboxGroup(rank, mailbox, [] if waits is None else waits)
     assert isinstance(group, Mailbox)
     return Startup(
-        graph=Graph("tiny", [Step(name="probe", body=lambda _context: {"ok": True})]),
+        graph=Graph("tiny", [Step(name="probe", body=body)]),
         identity=RankIdentity(
             rank=rank, local_rank=0, world_size=WORLD, local_world_size=1, node_rank=rank
         ),
@@ -98,7 +106,7 @@ def _rank(
         faults=faults,
         tracing=None,
         configure_logging=False,
-        handle_signals=False,
+        handle_signals=handle_signals,
         wait_for_peers=wait_for_peers,
         environ={},
     )
@@ -345,18 +353,7 @@ async def test_a_rank_that_failed_in_an_exchange_posts_its_log_without_another(
 
     mailbox: dict[str, bytes] = {}
     group = CountingGroup(1, mailbox, [])
-    startup = Startup(
-        graph=Graph("tiny", [Step(name="exchange", body=exchange)]),
-        identity=RankIdentity(rank=1, local_rank=0, world_size=WORLD, local_world_size=1),
-        run_id=RUN_ID,
-        run_dir=tmp_path / "node1",
-        group=group,
-        group_timeout_s=0.5,
-        tracing=None,
-        configure_logging=False,
-        handle_signals=False,
-        environ={},
-    )
+    startup = _rank(tmp_path, 1, mailbox, group=group, body=exchange)
     with startup, pytest.raises(GroupError):
         await startup.arun()
 
@@ -390,17 +387,8 @@ async def test_a_stop_while_rank_0_collects_ends_the_wait_and_the_record_is_writ
     # it closes; a SIGTERM after the run used to end the process there, with
     # no manifest. It is now recorded, and it ends the wait.
     group = SignallingGroup(0, {}, [])
-    startup = Startup(
-        graph=Graph("tiny", [Step(name="probe", body=lambda _context: {"ok": True})]),
-        identity=RankIdentity(rank=0, local_rank=0, world_size=WORLD, local_world_size=1),
-        run_id=RUN_ID,
-        run_dir=tmp_path / "node0",
-        group=group,
-        group_timeout_s=30.0,
-        tracing=None,
-        configure_logging=False,
-        handle_signals=True,
-        environ={},
+    startup = _rank(
+        tmp_path, 0, group.mailbox, group=group, group_timeout_s=30.0, handle_signals=True
     )
     with startup:
         result = await startup.arun()
