@@ -59,22 +59,25 @@ def builder(cls: type[T], names: Sequence[str] | None = None) -> Callable[..., T
     return built
 
 
-def replacer(cls: type[T], name: str) -> Callable[[T, Any], T]:
-    """A function ``(instance, value)`` returning a copy of ``instance`` with
-    the field ``name`` set to ``value``, as ``attrs.evolve`` would.
+def replacer(cls: type[T], *names: str) -> Callable[..., T]:
+    """A function ``(instance, value, ...)`` returning a copy of ``instance``
+    with the fields ``names`` set to the values that follow it, in that
+    order, as ``attrs.evolve`` would.
 
     Raises:
-        TypeError: ``cls`` does not qualify or has no field ``name``.
+        TypeError: ``cls`` does not qualify, has no field of one of
+            ``names``, or ``names`` is empty or names a field twice.
     """
     fields = field_names(cls)
-    if name not in fields:
-        raise TypeError(f"{cls.__qualname__} has no field {name!r}")
-    body = ["def replace(source, value):", "    obj = mutable()"]
-    body += [
-        f"    obj.{field} = value" if field == name else f"    obj.{field} = source.{field}"
-        for field in fields
-    ]
-    replaced: Callable[[T, Any], T] = _compile(cls, "replace", body)
+    if not names or len(set(names)) != len(names):
+        raise TypeError(f"replacer needs distinct field names, not {list(names)}")
+    for name in names:
+        if name not in fields:
+            raise TypeError(f"{cls.__qualname__} has no field {name!r}")
+    arguments = {name: f"value{index}" for index, name in enumerate(names)}
+    body = [f"def replace(source, {', '.join(arguments.values())}):", "    obj = mutable()"]
+    body += [f"    obj.{field} = {arguments.get(field, f'source.{field}')}" for field in fields]
+    replaced: Callable[..., T] = _compile(cls, "replace", body)
     return replaced
 
 

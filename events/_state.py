@@ -18,12 +18,14 @@ time among ranks that did not end ready.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 import orjson
 
+from ._alike import Shape
 from ._builders import evolve
 from ._errors import LogError
 from ._failures import _top_level, _track
@@ -52,6 +54,7 @@ from ._model import (
 from ._policy import SeverityPolicy
 from ._rank_state import RankState, RootCause, _root_cause
 from ._reader import LogContents
+from ._rebase import Rebase, Unlike
 from ._reducers import fold
 from ._severity import Scope, Severity
 from ._slices import Slice
@@ -67,6 +70,8 @@ __all__ = [
     "replay",
     "root_cause",
 ]
+
+_rank_of = operator.attrgetter("rank")
 
 
 class RankStates:
@@ -483,9 +488,20 @@ def replay(
     """
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}
+    shapes: dict[int, Shape] = {}
     warnings: list[str] = []
 
     def take(events: Iterable[Event], owner: str | None) -> None:
+        if owner is not None and isinstance(events, tuple) and events:
+            # A log's events, in the usual case all of one rank: taken at once.
+            number = events[0].rank
+            if len(set(map(_rank_of, events))) == 1:
+                previous = owners.setdefault(number, owner)
+                if previous == owner:
+                    if until is not None:
+                        events = tuple(e for e in events if e.seq <= until)
+                    by_rank.setdefault(number, []).extend(events)
+                    return
         for event in events:
             if until is not None and event.seq > until:
                 continue
@@ -504,6 +520,8 @@ def replay(
         elif isinstance(item, LogContents):
             warnings.extend(item.warnings)
             take(item.events, str(item.path))
+            if item.shape is not None and item.events:
+                shapes[item.events[0].rank] = item.shape
         else:
             take(item, f"event stream {index}")
     run_ids = {events[0].run_id for events in by_rank.values()}
@@ -518,15 +536,39 @@ def replay(
     # Each rank is folded alone, and each projection over the rank's whole
     # stream (their apply_many): the projections are independent, so this is
     # what one Composite fold gives, without a mapping per event. The order
-    # is checked once, by the first fold.
+    # is checked once, by the first fold. A rank whose log is like one folded
+    # already (the same shape) gets that rank's state and messages with its
+    # own values put back, when every slice allows it.
     messages_projection = Messages(policy, slices=slices)
     rank_states = RankStates(slices)
     timeline = Timeline()
     states: dict[int, RankState] = {}
     rank_messages: dict[int, RankMessages] = {}
     timelines: dict[int, RankTimeline] = {}
+    alike = all(part.rank_independent for part in slices)
+    folded_first: dict[int, int] = {}  # id of a shape -> the rank folded
     for rank in sorted(by_rank):
         events = by_rank[rank]
+        shape = shapes.get(rank) if alike else None
+        if shape is not None:
+            first = folded_first.setdefault(id(shape), rank)
+            if first != rank:
+                try:
+                    rebase = Rebase(by_rank[first], events)
+                    own_state = rebase.state(states[first])
+                    # A rank whose events derived no messages has none.
+                    first_messages = rank_messages.get(first)
+                    own_messages = (
+                        None if first_messages is None else rebase.messages(first_messages)
+                    )
+                except Unlike:
+                    pass
+                else:
+                    timelines.update(fold(timeline, events).ranks)
+                    states[rank] = own_state
+                    if own_messages is not None:
+                        rank_messages[rank] = own_messages
+                    continue
         folded: Mapping[int, RankState] = fold(rank_states, events)
         states.update(folded)
         rank_messages.update(fold(messages_projection, events, check_order=False).ranks)

@@ -341,7 +341,6 @@ def _report(
     messages, the exit status its own outcome. With ``hidden_warnings`` (the
     launcher), first print on stderr, as the live stream would have, the
     WARNINGs scope kept off the terminal that no printing rank saw."""
-    from events import merge
     from exporters import report_json, report_text
 
     from ..engine import replay
@@ -359,7 +358,7 @@ def _report(
         bridge = _live_printer(args.level)
         for message in scope_hidden_warnings(result.message_state):
             bridge.log(message)
-    decisions = decision_divergences(merge(run.contents))
+    decisions = decision_divergences(run.contents)
     document = with_decision_divergences(report_json(result), decisions)
     if own_rank is not None:
         print(

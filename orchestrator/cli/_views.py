@@ -116,8 +116,7 @@ def command_replay(args: argparse.Namespace) -> int:
     run = read_run(args.paths)
     result = _replay(run, args.until, slices)
     _check_rank(args.rank, result)
-    events = _events(run.contents, until=args.until)
-    decisions = decision_divergences(events)
+    decisions = decision_divergences(run.contents, until=args.until)
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
@@ -125,6 +124,8 @@ def command_replay(args: argparse.Namespace) -> int:
         emit(report_text(result, min_severity=args.level, rank=args.rank))
         if decisions:
             emit(decision_divergences_text(decisions))
+    if export is not None or args.html is not None:
+        events = _events(run.contents, until=args.until)
     if export is not None:
         _export(export, events, result.root_cause)
     if args.html is not None:
@@ -138,13 +139,34 @@ def command_replay(args: argparse.Namespace) -> int:
     return 0 if document["outcome"] == "ready" else 1
 
 
-def decision_divergences(events: Iterable[Event]) -> list[Any]:
+def decision_divergences(contents: Sequence[LogContents], *, until: int | None = None) -> list[Any]:
     """Recorded decisions that the current deciders would make differently
-    (a changed reducer shows up here, never as a silent change)."""
+    (a changed reducer shows up here, never as a silent change), in the
+    order they were made (wall-clock time, then rank).
+
+    Each rank's decisions are recomputed from its own events. A rank whose
+    log is like one already checked (the same :attr:`events.LogContents.shape`)
+    decides as that rank did, since the deciders read no rank's own values:
+    when that rank's decisions all agree, so do its."""
     from .._decisions import check_decisions
     from ..engine import ENGINE_DECIDERS
 
-    return check_decisions(events, ENGINE_DECIDERS)
+    found: list[tuple[int, int, int, Any]] = []
+    agreed: set[int] = set()  # ids of the shapes whose first rank's decisions agree
+    for log in sorted((log for log in contents if log.events), key=lambda log: log.events[0].rank):
+        shape = log.shape
+        if shape is not None and id(shape) in agreed:
+            continue
+        events = log.events if until is None else [e for e in log.events if e.seq <= until]
+        divergences = check_decisions(events, ENGINE_DECIDERS)
+        if not divergences and shape is not None:
+            agreed.add(id(shape))
+        for divergence in divergences:
+            assert divergence.seq is not None  # a recorded decision's
+            made = events[divergence.seq]
+            found.append((made.wall_ns, made.rank, made.seq, divergence))
+    found.sort(key=lambda item: item[:3])
+    return [divergence for *_key, divergence in found]
 
 
 def with_decision_divergences(document: dict[str, Any], found: list[Any]) -> dict[str, Any]:
