@@ -51,6 +51,9 @@ ENVELOPE = frozenset(
         "parent_span_id",
     }
 )
+#: The envelopes of a line built from its template: every field, or every
+#: field but ``parent_span_id`` (a root span's, or a decision's).
+_ENVELOPES = (ENVELOPE, ENVELOPE - {"parent_span_id"})
 #: What a ``run.started`` records of the rank's place.
 PLACE = frozenset({"identity", "host", "pid"})
 #: The most shapes one reader keeps: beyond that, logs are read as they are.
@@ -64,7 +67,18 @@ COMPARED = 1
 class TemplateLine:
     """One line of a shape: its tail and what the part before it holds."""
 
-    __slots__ = ("build", "event", "key", "kind", "prefix", "size", "tail", "top")
+    __slots__ = (
+        "build",
+        "event",
+        "key",
+        "kind",
+        "parented",
+        "pathless",
+        "prefix",
+        "size",
+        "tail",
+        "top",
+    )
 
     def __init__(
         self, event: Event, kind: int, tail: bytes, size: int, prefix: frozenset[str], top: bool
@@ -75,6 +89,10 @@ class TemplateLine:
         self.size = size
         self.prefix = prefix
         self.top = top
+        #: whether the line has a ``parent_span_id`` (else it is ``None``)
+        self.parented = "parent_span_id" in prefix
+        #: whether its step is at the top of the tree by its path alone
+        self.pathless = "/" not in event.step
         #: ``(template, rank, wall_ns, mono_ns, span_id, parent_span_id)`` ->
         #: the event of a line like this one
         self.build = rebuilder(type(event))
@@ -163,7 +181,7 @@ def _template(content: bytes, event: Event, root: str | None) -> TemplateLine | 
         return None
     kind = (
         FROM_TEMPLATE
-        if prefix == ENVELOPE and not isinstance(event, RunStarted | RunFinished)
+        if prefix in _ENVELOPES and not isinstance(event, RunStarted | RunFinished)
         else COMPARED
     )
     top = top_level(event.step, event.parent_span_id, root)

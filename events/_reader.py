@@ -398,7 +398,9 @@ def _from_template(
         wall_ns = record["wall_ns"]
         mono_ns = record["mono_ns"]
         span_id = record["span_id"]
-        parent = record["parent_span_id"]
+        # Without one in the template, the record has none either: it has
+        # as many fields, every other one of the envelope, and the tail's.
+        parent = record["parent_span_id"] if line.parented else None
         number = record["seq"]
         alike = (
             record["type"] == template.TYPE
@@ -414,10 +416,13 @@ def _from_template(
         or type(wall_ns) is not int
         or type(mono_ns) is not int
         or type(span_id) is not str
-        or type(parent) is not str
+        or (type(parent) is not str and parent is not None)
         or type(number) is not int
         or number != seq
-        or (parent == root if root is not None else "/" not in template.step) != line.top
+        # top_level(), inline: a child of the root span, or a step path
+        # without a parent.
+        or (parent == root if root is not None and parent is not None else line.pathless)
+        != line.top
     ):
         return None
     return line.build(template, own_rank, wall_ns, mono_ns, span_id, parent)

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._builders import evolve
+from ._builders import evolve, replacer
 from ._failures import _Failure
 from ._messages import Message, RankMessages, _printed
 from ._model import Event, RankIdentity, RunStarted
 from ._rank_state import RankState, RootCause
 
 __all__: list[str] = []
+
+
+_own_message = replacer(Message, "rank", "wall_ns", "printed")
 
 
 class Unlike(Exception):
@@ -116,13 +119,11 @@ class Rebase:
     def message(self, message: Message, identity: RankIdentity | None) -> Message:
         if not message.seqs:
             raise Unlike
-        return evolve(
+        return _own_message(
             message,
-            {
-                "rank": self.rank,
-                "wall_ns": self.wall(message.wall_ns, message.seqs[-1]),
-                "printed": _printed(message.severity, message.scope, identity),
-            },
+            self.rank,
+            self.wall(message.wall_ns, message.seqs[-1]),
+            _printed(message.severity, message.scope, identity),
         )
 
     def messages(self, state: RankMessages) -> RankMessages:
