@@ -49,6 +49,19 @@ def test_replaced_instances_are_what_evolve_builds(event: events.Event) -> None:
     assert event.seq != 41 or event == replaced
 
 
+@PROPERTY
+@given(event=EVENTS)
+def test_several_fields_are_replaced_in_the_order_named(event: events.Event) -> None:
+    replace = replacer(type(event), "wall_ns", "rank", "parent_span_id")
+    replaced = replace(event, 7, 3, None)
+    assert type(replaced) is type(event)
+    assert replaced == attrs.evolve(event, wall_ns=7, rank=3, parent_span_id=None)
+    with pytest.raises(TypeError, match="distinct field names"):
+        replacer(type(event), "rank", "rank")
+    with pytest.raises(TypeError, match="distinct field names"):
+        replacer(type(event))
+
+
 def test_arguments_follow_the_given_order() -> None:
     order = ("node_rank", "world_size", "rank", "local_rank", "local_world_size")
     build = builder(events.RankIdentity, order)

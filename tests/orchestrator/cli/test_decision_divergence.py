@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -65,3 +66,53 @@ def test_a_tampered_decision_is_reported_and_a_faithful_log_is_not(tmp_path: Pat
     assert "decision candidates.select was 'TRITON_ATTN' live, replay decides 'FLASH_ATTN'" in (
         text.stdout
     )
+
+
+def test_every_rank_alike_that_diverges_is_reported_in_the_order_decided(tmp_path: Path) -> None:
+    # Ranks alike are checked once, unless their decisions diverge: then
+    # each is, and all of them are reported, as the merged run's check finds
+    # them (in wall-clock order). Six ranks made from a real rank's log, four
+    # of them with the attention selection rewritten.
+    from events import LogReader, merge
+    from orchestrator._decisions import check_decisions
+    from orchestrator.cli._views import decision_divergences
+    from orchestrator.engine import ENGINE_DECIDERS
+    from tests.events.test_alike import as_rank
+
+    healthy = _run(tmp_path, "run", "--simulate", "h200x8", "--run-id", "six")
+    assert healthy.returncode == 0, healthy.stderr
+    real = list(read_log(tmp_path / "startup-runs" / "six" / "rank-0.jsonl").events)
+
+    def made(rank: int) -> list[Any]:
+        stream = as_rank(real, rank, seed=rank)
+        if rank not in (1, 2, 3, 4):
+            return stream
+        return [
+            attrs.evolve(event, value="TRITON_ATTN")
+            if isinstance(event, DecisionMade) and event.name == "candidates.select"
+            else event
+            for event in stream
+        ]
+
+    reader = LogReader()
+    contents = []
+    for rank in range(6):
+        stream = made(rank)
+        path = tmp_path / f"rank-{rank}.jsonl"
+        log = JsonlLog(path, run_id=stream[0].run_id, rank=rank, durability="never")
+        for event in stream:
+            log.append(event)
+        log.close()
+        contents.append(reader.read(path))
+    assert contents[1].shape is contents[4].shape is not None
+    assert contents[0].shape is contents[5].shape is not contents[1].shape
+
+    assert check_decisions(contents[0].events, ENGINE_DECIDERS) == []
+    found = decision_divergences(contents)
+    merged = check_decisions(merge(contents), ENGINE_DECIDERS)
+    assert sorted(d.ranks for d in found) == [(1,), (2,), (3,), (4,)]
+    assert sorted(found, key=lambda d: d.ranks) == sorted(merged, key=lambda d: d.ranks)
+    # In the order they were decided (each rank's clock is shifted its own way).
+    decided = [contents[d.ranks[0]].events[d.seq].wall_ns for d in found if d.seq is not None]
+    assert decided == sorted(decided)
+    assert len(decided) == 4
