@@ -76,14 +76,15 @@ class LogContents:
         path: the file.
         events: every complete event, in order.
         torn_tail: the torn last line, if there was one.
+        shape: set by a :class:`LogReader`: logs of one run with the same
+            shape hold events that differ only in the rank's own values
+            (see :class:`LogReader`); ``None``: not known to be like
+            another. Not compared by ``==``.
     """
 
     path: Path
     events: tuple[Event, ...]
     torn_tail: TornTail | None = None
-    #: Set by a :class:`LogReader`: logs of one run with the same shape hold
-    #: events that differ only in the rank's own values (see
-    #: :class:`LogReader`); ``None``: not known to be like another.
     shape: _alike.Shape | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
