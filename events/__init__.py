@@ -105,6 +105,7 @@ if typing.TYPE_CHECKING:
     from ._severity import Scope as Scope
     from ._severity import Severity as Severity
     from ._slices import Agreement as Agreement
+    from ._slices import Collective as Collective
     from ._slices import Column as Column
     from ._slices import Loss as Loss
     from ._slices import MessageContext as MessageContext

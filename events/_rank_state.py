@@ -36,6 +36,10 @@ class RootCause:
         no_events: why the rank has no events, when it has none
             (``"no log"`` or ``"empty log"``).
         process: what its launcher saw of its process, when known.
+        left_out: what the rank went on without (a :class:`~events.Collective`'s
+            ``what``, ``the process group``) when that is why it is the root
+            cause: its own outcome may then be ``ready``, its peers' failures
+            being its doing; ``step`` and ``exception`` say where and why.
     """
 
     rank: int
@@ -47,6 +51,7 @@ class RootCause:
     in_flight: tuple[str, ...] = ()
     no_events: str | None = None
     process: RankProcess | None = None
+    left_out: str | None = None
 
     def describe(self, *, since_ns: int | None = None) -> str:
         """One line: ``rank 5, step cache_dir: RuntimeError: ...``; for a rank
@@ -60,6 +65,9 @@ class RootCause:
                 "or killed before its first event"
             )
         where = f"rank {self.rank}" + (f", step {self.step}" if self.step else "")
+        if self.left_out is not None:
+            why = "" if self.exception is None else f": {self.exception.reason}"
+            return f"{where}{why}; {self.left_out_text()}"
         if self.exception is not None:
             return f"{where}: {self.exception.reason}"
         if self.outcome is RunOutcome.INCOMPLETE:
@@ -71,6 +79,15 @@ class RootCause:
         if self.process is not None and self.process.ended:
             text += f"; {self.process.describe(since_ns=since_ns)}"
         return text
+
+    def left_out_text(self) -> str:
+        """What going on without a collective did (``""`` when it did not)."""
+        if self.left_out is None:
+            return ""
+        return (
+            f"rank {self.rank} went on without {self.left_out}, and the ranks that "
+            "waited for it there failed"
+        )
 
 
 def _log_state(cause: RootCause) -> str:

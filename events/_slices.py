@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agreement",
+    "Collective",
     "Column",
     "Loss",
     "MessageContext",
@@ -403,6 +404,28 @@ class Loss:
     what: str
 
 
+@attrs.frozen(kw_only=True)
+class Collective:
+    """A step every rank of a launch joins together: a rank that ends it
+    other than ``ok`` (unavailable, absent, invalid: recorded and gone on
+    without it) leaves its peers waiting in it, and their failures there or
+    in later exchanges are that rank's doing.
+
+    When a run does not end ready, replay names such a rank as the root
+    cause if it left before anything else failed (a peer failing at the
+    rendezvous long after is not the first failure): the report says the
+    rank went on without ``what`` and why (:attr:`RootCause.left_out`).
+    Only a run of more than one rank has peers to leave.
+
+    Attributes:
+        step: the step path (``process_group``).
+        what: what the step forms, as a phrase (``the process group``).
+    """
+
+    step: str
+    what: str
+
+
 #: ``facts(facts, event)``: the facts ``event`` changes, or ``None``.
 FactsHook = Callable[[Mapping[str, JsonValue], Event], Mapping[str, JsonValue] | None]
 
@@ -425,6 +448,8 @@ class Slice:
         agreements: facts every rank must agree on.
         losses: capabilities a ready rank can lose (named first in the
             report of a degraded run).
+        collectives: steps every rank must join (a rank that went on
+            without one is named as the root cause of its peers' failures).
         derive_facts: a :data:`FactsHook`, or ``None``.
         messages: a :class:`MessageHook`, or ``None``.
         state_type: the per-rank state class, a subclass of
@@ -449,6 +474,7 @@ class Slice:
     columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple)
     agreements: tuple[Agreement, ...] = attrs.field(default=(), converter=_tuple)
     losses: tuple[Loss, ...] = attrs.field(default=(), converter=_tuple)
+    collectives: tuple[Collective, ...] = attrs.field(default=(), converter=_tuple)
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
     state_type: type[RankState] | None = None

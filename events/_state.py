@@ -44,6 +44,7 @@ from ._model import (
     DecisionMade,
     Event,
     JsonValue,
+    Outcome,
     RunFinished,
     RunOutcome,
     RunStarted,
@@ -57,7 +58,7 @@ from ._reader import LogContents
 from ._rebase import Rebase, Unlike
 from ._reducers import fold
 from ._severity import Scope, Severity
-from ._slices import Slice
+from ._slices import Slice, cause_of
 from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
@@ -622,7 +623,13 @@ def replay(
         message_state=message_state,
         messages=messages,
         grouped=tuple(grouped),
-        root_cause=_run_root_cause(states, no_events, launch, until),
+        root_cause=_run_root_cause(
+            states,
+            no_events,
+            launch,
+            until,
+            _left_out(slices, by_rank, timelines, states) if world_size > 1 else [],
+        ),
         divergences=divergences,
         timeline=TimelineState(ranks=timelines),
         warnings=tuple(warnings),
@@ -635,13 +642,58 @@ def replay(
     )
 
 
+#: How a rank ends a collective step and goes on without it.
+_WENT_ON = frozenset({Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID})
+
+
+def _left_out(
+    slices: Sequence[Slice],
+    by_rank: Mapping[int, Sequence[Event]],
+    timelines: Mapping[int, RankTimeline],
+    states: Mapping[int, RankState],
+) -> list[RootCause]:
+    """The ranks that went on without a collective step (see
+    :class:`~events.Collective`), each at the event that ended it, the
+    earliest collective first."""
+    collectives = [collective for part in slices for collective in part.collectives]
+    found: list[RootCause] = []
+    if not collectives:
+        return found
+    for rank, timeline in timelines.items():
+        for collective in collectives:
+            timing = timeline.steps.get(collective.step)
+            if timing is None or timing.outcome not in _WENT_ON:
+                continue  # not ended, joined, or failed there (a failure of its own)
+            end = next(
+                event
+                for event in reversed(by_rank[rank])
+                if event.step == collective.step and isinstance(event, TERMINAL_STEP_EVENTS)
+            )
+            found.append(
+                RootCause(
+                    rank=rank,
+                    step=collective.step,
+                    exception=cause_of(end),
+                    outcome=states[rank].outcome,
+                    wall_ns=end.wall_ns,
+                    seq=end.seq,
+                    left_out=collective.what,
+                )
+            )
+            break
+    return found
+
+
 def _run_root_cause(
     states: Mapping[int, RankState],
     no_events: Mapping[int, str],
     launch: LaunchRecord | None,
     until: int | None,
+    left_out: Sequence[RootCause] = (),
 ) -> RootCause | None:
-    """The rank to look at first (see :func:`replay`)."""
+    """The rank to look at first (see :func:`replay`); a rank that went on
+    without a collective step (``left_out``) when it left before any rank
+    failed on its own."""
     processes = launch.processes if launch is not None else {}
     stopped = {rank for rank, process in processes.items() if process.stopped_by_launcher}
     # The launcher stops ranks only after one ended on its own: a stopped
@@ -682,6 +734,13 @@ def _run_root_cause(
         if cause is not None:
             process = processes.get(state.rank)
             causes.append(cause if process is None else attrs.evolve(cause, process=process))
+    if causes and left_out:
+        # Its peers' failures are its doing if it left before they failed.
+        first = min(causes, key=lambda cause: (cause.wall_ns, cause.rank))
+        gone = min(left_out, key=lambda cause: (cause.wall_ns, cause.rank))
+        if gone.wall_ns <= first.wall_ns:
+            process = processes.get(gone.rank)
+            causes = [gone if process is None else attrs.evolve(gone, process=process)]
     for candidates in (
         [cause for cause in silent if cause.rank not in stopped],
         [cause for cause in causes if cause.rank not in stopped],

@@ -119,6 +119,9 @@ def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> l
 
 def _cause_text(cause: RootCause) -> str:
     where = "" if cause.step is None else f"step {cause.step}: "
+    if cause.left_out is not None:
+        why = "" if cause.exception is None else f"{cause.exception.reason}; "
+        return f"{where}{why}{cause.left_out_text()}"
     if cause.exception is not None:
         return f"{where}{cause.exception.reason}"
     if cause.no_events is not None:

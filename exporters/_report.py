@@ -37,7 +37,9 @@ fields never change meaning; new fields may be added. Schema (version 1)::
       "root_cause": null | {
         "rank": int,
         "step": str | null,
-        "outcome": "failed" | "interrupted" | "incomplete",   # that rank's outcome
+        "outcome": "failed" | "interrupted"    # that rank's outcome (ready when
+                   | "incomplete" | "ready",   #   it went on without a collective)
+        "left_out": str | null,                # the collective it went on without
         "description": str,                    # one line, as the text report says it
         "no_events": null | "no log" | "empty log",
         "in_flight": [str, ...],
@@ -230,6 +232,7 @@ def report_json(replay: Replay) -> dict[str, Any]:
             "rank": cause.rank,
             "step": cause.step,
             "outcome": cause.outcome.value,
+            "left_out": cause.left_out,
             "description": cause.describe(since_ns=_launched_ns(replay)),
             "no_events": cause.no_events,
             "in_flight": list(cause.in_flight),
@@ -381,6 +384,8 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         ]
     else:
         lines = [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
+    if cause.left_out is not None:
+        lines.append(terminal_text(f"  {cause.left_out_text()}"))
     if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):
         lines.append(
             terminal_text(

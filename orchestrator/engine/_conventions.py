@@ -7,6 +7,10 @@ by the projections of another. This module imports nothing.
 
 Steps (``kind`` in brackets, payloads as JSON)::
 
+    process_group                     [step]       the runtime's (orchestrator._group)
+      result   {"backend", "world_size"}
+      unavailable (torch missing or unloadable: the rank decides alone, and
+      its peers wait for it at the rendezvous) | failed (GroupError, timeout)
     platform                          [step]
       result   {"plugin", "platform_class", "device", "builtin"}
       failure  cause PlatformConflictError | UnspecifiedPlatformError
@@ -53,9 +57,13 @@ __all__ = [
     "ATTENTION_STEP",
     "FLASHINFER_COMM_STEP",
     "PLATFORM_STEP",
+    "PROCESS_GROUP_STEP",
     "ZENTORCH_STEP",
 ]
 
+#: The runtime's step (orchestrator._group.PROCESS_GROUP_STEP), named here
+#: for the pure modules, which cannot import the runtime.
+PROCESS_GROUP_STEP = "process_group"
 PLATFORM_STEP = "platform"
 ZENTORCH_STEP = "platform/cpu/zentorch"
 ATTENTION_STEP = "attention"

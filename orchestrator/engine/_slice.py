@@ -33,6 +33,7 @@ import attrs
 
 from events import (
     Agreement,
+    Collective,
     Column,
     DecisionMade,
     Divergence,
@@ -62,6 +63,7 @@ from ._conventions import (
     ATTENTION_STEP,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
+    PROCESS_GROUP_STEP,
 )
 from ._messages import _TABLE, ENGINE_POLICY, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook
 
@@ -258,6 +260,9 @@ ENGINE = Slice(
         ),
     ),
     losses=(Loss(fact="fusion_lost", what="all-reduce fusion off"),),
+    # A rank without torch.distributed decides alone; its peers wait for it
+    # at the rendezvous and fail there, long after.
+    collectives=(Collective(step=PROCESS_GROUP_STEP, what="the process group"),),
     derive_facts=_engine_facts,
     messages=EngineMessageHook(),
     state_type=EngineState,

@@ -190,3 +190,42 @@ def test_explicit_backend_environment_failure_keeps_its_cause(tmp_path: Path) ->
     assert (invalid["severity"], invalid["ranks"]) == ("error", [0])
     # No fallback: no other candidate was probed.
     assert [m for m in ran.json()["messages"] if m["code"] == "attention.selected"] == []
+
+
+def test_a_rank_that_never_joined_the_process_group_is_the_root_cause(tmp_path: Path) -> None:
+    # RELIABILITY.md, finding 4: rank 1 cannot import torch.distributed,
+    # records process_group unavailable and decides alone; its peers wait at
+    # the rendezvous until the group timeout and fail there. The report
+    # names rank 1, why, and what its going on alone did.
+    ran = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "4",
+        "--grace",
+        "1",
+        "--group-timeout",
+        "3",
+        "--run-dir",
+        "run",
+        "--inject",
+        "1:process_group=ImportError:no torch.distributed here",
+        cwd=tmp_path,
+    )
+
+    assert ran.returncode == 1, ran.describe()
+    replayed = run_cli("replay", "run", cwd=tmp_path)
+    lines = replayed.lines()
+    assert lines[0].startswith("Startup failed: 3 failed, 1 ready"), replayed.describe()
+    root = lines.index("Root cause: rank 1, step process_group")
+    assert lines[root + 1] == "  ImportError: no torch.distributed here"
+    assert (
+        "  rank 1 went on without the process group, and the ranks that waited for it there "
+        "failed" in lines
+    )
+    document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
+    cause = document["root_cause"]
+    assert (cause["rank"], cause["step"], cause["outcome"]) == (1, "process_group", "ready")
+    assert cause["left_out"] == "the process group"
+    assert document["outcome"] == "failed"
