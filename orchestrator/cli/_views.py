@@ -124,14 +124,22 @@ def command_replay(args: argparse.Namespace) -> int:
         emit(report_text(result, min_severity=args.level, rank=args.rank))
         if decisions:
             emit(decision_divergences_text(decisions))
-    if export is not None or args.html is not None:
-        events = _events(run.contents, until=args.until)
     if export is not None:
-        _export(export, events, result.root_cause)
+        _export(export, _events(run.contents, until=args.until), result.root_cause)
     if args.html is not None:
         from exporters import report_html
 
-        page = report_html(result, events, divergences=grouped_decision_divergences(decisions))
+        # The page takes each rank's events apart: no need to merge them.
+        page = report_html(
+            result,
+            (
+                event
+                for log in run.contents
+                for event in log.events
+                if args.until is None or event.seq <= args.until
+            ),
+            divergences=grouped_decision_divergences(decisions),
+        )
         try:
             args.html.write_text(page, encoding="utf-8")
         except OSError as exc:
