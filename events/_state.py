@@ -477,10 +477,18 @@ def replay(
     run ``incomplete`` and is named first: it is the root cause unless its
     launcher stopped it because of something else. Otherwise the root cause
     is the earliest failure by wall-clock time among the ranks that did not
-    end ready, preferring ranks the launcher did not stop.
+    end ready, preferring ranks the launcher did not stop; or a rank that
+    went on without a :class:`~events.Collective` step before any of them
+    failed.
 
     With ``until``, each rank's events after ``seq`` ``until`` are left out:
     the state at that point, where an unfinished rank is ``running``.
+
+    Logs read by one :class:`~events.LogReader` that share a shape (their
+    ranks' logs differ only in the ranks' own values) are folded once, each
+    other rank getting that state and those messages with its own values
+    put back, when every slice is :attr:`~events.Slice.rank_independent`;
+    the result is what folding each rank gives.
 
     Raises:
         LogError: two logs of the same rank, logs of different runs, or a
