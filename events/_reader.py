@@ -208,13 +208,19 @@ class LogReader:
     line of a log like one already read is decoded from that log's line.
 
     The events read are the same as :func:`read_log`'s, and so are the
-    errors. A reader keeps up to 64 shapes (one per kind of rank, typically
-    a handful), with one log's events each.
+    errors. A log's lines are compared with those of earlier logs with as
+    many lines only: the first log of a length is kept aside (up to 1 MiB
+    of it) and made a shape when a second of that length comes, so a run
+    whose logs all differ in length costs what :func:`read_log` costs. A
+    reader keeps up to 64 shapes and logs aside in all (one per kind of
+    rank, typically a handful).
     """
 
     def __init__(self, *, upcasters: Upcasters = UPCASTERS) -> None:
         self._upcasters = upcasters
         self._shapes: dict[int, list[_alike.Shape]] = {}
+        #: logs not made shapes yet, by their number of lines
+        self._aside: dict[int, list[tuple[bytes, list[Event]]]] = {}
         self._count = 0
         #: where to start looking, per line count: after the last match
         self._start: dict[int, int] = {}
@@ -231,7 +237,10 @@ class LogReader:
     def _candidates(self, lines: list[bytes]) -> list[_alike.Shape]:
         """The known shapes whose tails every line of ``lines`` ends with,
         the likeliest first: the one after the last log's (a launch's logs
-        come in rank order, its kinds of rank in turn)."""
+        come in rank order, its kinds of rank in turn). The logs of this
+        length kept aside are made shapes first."""
+        for data, events in self._aside.pop(len(lines), ()):
+            self._learn(data, events)
         shapes = self._shapes.get(len(lines))
         if not shapes:
             return []
@@ -246,16 +255,23 @@ class LogReader:
                 found.append(shape)
         return found
 
-    def _learn(self, data: bytes, events: list[Event]) -> _alike.Shape | None:
-        if self._count >= _alike.MAX_SHAPES:
-            return None
+    def _aside_for_later(self, data: bytes, events: list[Event]) -> None:
+        """Keep a log that is like no shape, to make it one if another log
+        of its length comes."""
+        if self._count < _alike.MAX_SHAPES and len(data) <= _ASIDE_BYTES and events:
+            self._count += 1
+            self._aside.setdefault(len(events), []).append((data, events))
+
+    def _learn(self, data: bytes, events: list[Event]) -> None:
         lines = data.split(b"\n")
         lines.pop()
         shape = _alike.learn(lines, events)
         if shape is not None:
-            self._count += 1
             self._shapes.setdefault(len(lines), []).append(shape)
-        return shape
+
+
+#: The largest log a reader keeps aside to compare later ones with.
+_ASIDE_BYTES = 1 << 20
 
 
 def _read(file: Path, data: bytes, upcasters: Upcasters, reader: LogReader | None) -> LogContents:
@@ -337,8 +353,8 @@ def _read(file: Path, data: bytes, upcasters: Upcasters, reader: LogReader | Non
                 raise SequenceGapError(file, number, expected, event.seq)
         append(event)
         expected += 1
-    if reader is not None and shape is None:
-        shape = reader._learn(data, events)
+    if reader is not None and shape is None and not tail:
+        reader._aside_for_later(data, events)
     torn = None
     if tail:
         torn = TornTail(path=file, line=count + 1, offset=len(data) - len(tail), length=len(tail))

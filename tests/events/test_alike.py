@@ -146,8 +146,11 @@ def test_logs_alike_share_a_shape_and_replay_as_every_rank_folded(
         logs[odd] = as_rank([attrs.evolve(e, run_id=stream[0].run_id) for e in other], odd, seed=99)
     alone, together = read_both([write(directory, log) for log in logs])
     alike = [c for rank, c in enumerate(together) if rank != odd or not other]
-    assert alike[0].shape is not None
-    assert all(c.shape is alike[0].shape for c in alike)
+    # The first log of a kind is what its shape is made of, once a second
+    # log of its length comes: the logs alike after it share the shape.
+    if len(alike) > 1:
+        assert alike[1].shape is not None
+        assert all(c.shape is alike[1].shape for c in alike[1:])
     assert_same_replay(alone, together, _engine() if engine else ())
 
 
@@ -160,8 +163,13 @@ def test_a_run_of_engine_ranks_is_read_as_a_few_shapes(tmp_path: Path) -> None:
     streams_[40] = dead_rank(40, offset_ns=9, world_size=64)
     logs = [as_rank(s, s[0].rank, seed=s[0].rank) for s in streams_]
     alone, together = read_both([write(tmp_path, log) for log in logs])
-    shapes = {id(c.shape) for c in together}
-    assert len(shapes) == 3  # the healthy ranks, rank 5, rank 40
+    # The healthy ranks after the first share a shape; rank 5 and rank 40
+    # are like no other rank.
+    healthy = [c for c in together[1:] if c.events[0].rank not in (5, 40)]
+    assert healthy[0].shape is not None
+    assert all(c.shape is healthy[0].shape for c in healthy)
+    assert together[5].shape is None
+    assert together[40].shape is None
     assert_same_replay(alone, together, _engine())
     # Cut short anywhere, the ranks are still alike.
     for until in (0, 3, 17):
@@ -208,8 +216,8 @@ def _edited(tmp_path: Path, old: bytes, new: bytes, *, count: int = 1) -> list[L
 def test_a_line_that_differs_in_anything_else_is_read_as_written_and_not_alike(
     tmp_path: Path, old: bytes, new: bytes
 ) -> None:
-    first, second = _edited(tmp_path, old, new)
-    assert second.shape is not first.shape
+    _first, second = _edited(tmp_path, old, new)
+    assert second.shape is None
 
 
 def test_fields_in_another_order_are_read_as_written(tmp_path: Path) -> None:
@@ -235,7 +243,7 @@ def test_a_field_written_twice_reads_as_the_decoder_reads_it(tmp_path: Path) -> 
     path.write_bytes(b"\n".join(lines))
     _alone, (first, second) = read_both([tmp_path / "rank-0.jsonl", path])
     assert second.events[2].attributes == first.events[2].attributes
-    assert second.shape is first.shape
+    assert second.shape is not None  # alike all the same
 
 
 def test_a_record_with_an_unknown_field_fails_as_read_log_fails(tmp_path: Path) -> None:
@@ -262,8 +270,8 @@ def test_a_step_under_another_parent_is_not_alike(tmp_path: Path) -> None:
         f'"parent_span_id":"{probe.parent_span_id}"'.encode(), f'"parent_span_id":"{root}"'.encode()
     )
     path.write_bytes(data.replace(line, moved))
-    _alone, (first, second) = read_both([tmp_path / "rank-0.jsonl", path])
-    assert second.shape is not first.shape
+    _alone, (_first, second) = read_both([tmp_path / "rank-0.jsonl", path])
+    assert second.shape is None
 
 
 def test_a_slice_whose_hooks_read_the_rank_folds_every_rank() -> None:
@@ -281,7 +289,8 @@ def test_a_slice_whose_hooks_read_the_rank_folds_every_rank() -> None:
 
     directory_streams = [as_rank(healthy_rank(0, world_size=4), r, seed=r) for r in range(4)]
     contents = _read_all(directory_streams)
-    assert len({id(c.shape) for c in contents}) == 1
+    assert contents[1].shape is not None
+    assert len({id(c.shape) for c in contents[1:]}) == 1
     result = replay(contents, slices=(*_engine(), reading))
     assert [result.states[r].facts["parity"] for r in range(4)] == [0, 1, 0, 1]
 

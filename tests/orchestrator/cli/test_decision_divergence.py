@@ -104,8 +104,11 @@ def test_every_rank_alike_that_diverges_is_reported_in_the_order_decided(tmp_pat
             log.append(event)
         log.close()
         contents.append(reader.read(path))
-    assert contents[1].shape is contents[4].shape is not None
-    assert contents[0].shape is contents[5].shape is not contents[1].shape
+    # Rank 0's and rank 1's logs are the first of their kinds, what ranks
+    # 5 and 2-4 are read against.
+    assert contents[2].shape is contents[4].shape is not None
+    assert contents[5].shape is not None
+    assert contents[5].shape is not contents[2].shape
 
     assert check_decisions(contents[0].events, ENGINE_DECIDERS) == []
     found = decision_divergences(contents)
