@@ -523,16 +523,26 @@ def replay(
                     )
             by_rank.setdefault(event.rank, []).append(event)
 
+    # A rank's shape holds when all its events are its log's: any other
+    # event of the rank (an event or a stream beside the log) and it does not.
+    mixed: set[int] = set()
     for index, item in enumerate(source):
         if isinstance(item, Event):
             take((item,), None)
+            mixed.add(item.rank)
         elif isinstance(item, LogContents):
             warnings.extend(item.warnings)
+            if item.events and item.events[0].rank in by_rank:
+                mixed.add(item.events[0].rank)
             take(item.events, str(item.path))
             if item.shape is not None and item.events:
                 shapes[item.events[0].rank] = item.shape
         else:
-            take(item, f"event stream {index}")
+            stream = item if isinstance(item, Sequence) else list(item)
+            take(stream, f"event stream {index}")
+            mixed.update(event.rank for event in stream)
+    for rank in mixed:
+        shapes.pop(rank, None)
     run_ids = {events[0].run_id for events in by_rank.values()}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
@@ -573,7 +583,9 @@ def replay(
                 except Unlike:
                     pass
                 else:
-                    timelines.update(fold(timeline, events).ranks)
+                    # A log with a shape was read by a LogReader, which
+                    # checked its order: seq 0, 1, 2... of one rank.
+                    timelines.update(fold(timeline, events, check_order=False).ranks)
                     states[rank] = own_state
                     if own_messages is not None:
                         rank_messages[rank] = own_messages

@@ -301,3 +301,37 @@ def _read_all(streams_: Sequence[Sequence[Event]]) -> list[LogContents]:
     with tempfile.TemporaryDirectory() as directory:
         reader = LogReader()
         return [reader.read(write(Path(directory), s)) for s in streams_]
+
+
+def test_events_beside_a_rank_s_log_are_not_taken_as_alike(tmp_path: Path) -> None:
+    # Each rank's log is alike, but more events of two ranks are passed
+    # beside them, different ones: those ranks are folded from all their
+    # events, as without a shape.
+    from tests.orchestrator.engine.streams import exception, healthy_rank
+
+    logs = [as_rank(healthy_rank(0, world_size=4), rank, seed=rank) for rank in range(4)]
+    _alone, together = read_both([write(tmp_path, log) for log in logs])
+    assert together[1].shape is together[3].shape is not None
+    boom = exception("RuntimeError", "late")
+    after_one = attrs.evolve(logs[1][-2], seq=len(logs[1]), step="late")
+    after_three = events.StepFailed(
+        run_id=logs[3][0].run_id,
+        rank=3,
+        seq=len(logs[3]),
+        wall_ns=logs[3][-1].wall_ns + 1,
+        mono_ns=logs[3][-1].mono_ns + 1,
+        step="platform",
+        cause=boom,
+    )
+    result = replay([*together, after_one, after_three], slices=_engine())
+    each = replay(
+        [together[0], [*logs[1], after_one], together[2], [*logs[3], after_three]],
+        slices=_engine(),
+    )
+    assert result.states == each.states
+    assert result.messages == each.messages
+    assert dict(result.timeline.ranks) == dict(each.timeline.ranks)
+    # Out of order beside the log: the order check still sees it.
+    late = attrs.evolve(after_three, seq=len(logs[3]) + 5)
+    with pytest.raises(events.FoldError):
+        replay([*together, late], slices=_engine())
