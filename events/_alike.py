@@ -3,16 +3,18 @@
 The ranks of a launch run the same steps and mostly record the same thing:
 the logs of two ranks differ in the rank, its place (``identity``), host
 and pid, the times and the span ids, and in nothing else. A
-:class:`LogReader` that reads a run's logs notes which logs are alike in
-that sense (a :class:`Shape` they share), and decodes a line of a log like
-one it has read from that log's line (the *template*) instead of field by
-field. :func:`events.replay` folds each shape once and puts each rank's own
-values back.
+:class:`~events.LogReader` that reads a run's logs notes which logs are alike in
+that sense (a :class:`Shape` they share, made of the first such log once a
+second log of its length is read), and builds a line of a log like one it
+has read from that log's line (the *template*) instead of decoding it field
+by field. :func:`events.replay` folds each shape once and puts each rank's
+own values back (``events._rebase``).
 
 Two lines are alike when, after the values that are the rank's own, they
 are the same bytes. A template line is cut where its own values end (after
-``parent_span_id``; after ``span_id`` for ``run.finished``; after ``pid``
-for ``run.started``): the *tail* after the cut holds every other field, and
+``parent_span_id``; after ``span_id`` in a line without a parent span, such
+as ``run.finished`` or a decision; after ``pid`` in ``run.started``): the
+*tail* after the cut holds every other field, and
 the part before it only the envelope (and the place). A line is like the
 template when it ends with the template's tail, has as many fields, and its
 envelope fields other than the rank's own are equal. That is exact: a tail
