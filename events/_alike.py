@@ -203,21 +203,7 @@ def _envelope(event: Event) -> tuple[Any, ...]:
 def same_envelope(event: Event, template: Event) -> bool:
     """Whether a log's event decoded in full is like its template's event in
     what the part before the cut holds (the rank's own values aside)."""
-    if (
-        type(event) is not type(template)
-        or event.run_id != template.run_id
-        or event.step != template.step
-        or event.trace_id != template.trace_id
-        or event.schema_version != template.schema_version
-    ):
-        return False
-    if isinstance(event, RunStarted):
-        assert isinstance(template, RunStarted)
-        return (
-            event.identity.world_size == template.identity.world_size
-            and event.identity.local_world_size == template.identity.local_world_size
-        )
-    return True
+    return _envelope(event) == _envelope(template)
 
 
 _REBUILDERS: dict[type[Any], Callable[..., Any]] = {}

@@ -274,7 +274,7 @@ def test_a_step_under_another_parent_is_not_alike(tmp_path: Path) -> None:
     assert second.shape is None
 
 
-def test_a_slice_whose_hooks_read_the_rank_folds_every_rank() -> None:
+def test_a_slice_whose_hooks_read_the_rank_folds_every_rank(tmp_path: Path) -> None:
     # A slice with a hook is folded rank by rank unless it says its hooks
     # never read the rank's own values.
     from tests.orchestrator.engine.streams import healthy_rank
@@ -287,20 +287,15 @@ def test_a_slice_whose_hooks_read_the_rank_folds_every_rank() -> None:
     assert Slice(name="plain").rank_independent
     assert attrs.evolve(reading, hooks_rank_independent=True).rank_independent
 
-    directory_streams = [as_rank(healthy_rank(0, world_size=4), r, seed=r) for r in range(4)]
-    contents = _read_all(directory_streams)
+    reader = LogReader()
+    contents = [
+        reader.read(write(tmp_path, as_rank(healthy_rank(0, world_size=4), r, seed=r)))
+        for r in range(4)
+    ]
     assert contents[1].shape is not None
     assert len({id(c.shape) for c in contents[1:]}) == 1
     result = replay(contents, slices=(*_engine(), reading))
     assert [result.states[r].facts["parity"] for r in range(4)] == [0, 1, 0, 1]
-
-
-def _read_all(streams_: Sequence[Sequence[Event]]) -> list[LogContents]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as directory:
-        reader = LogReader()
-        return [reader.read(write(Path(directory), s)) for s in streams_]
 
 
 def test_events_beside_a_rank_s_log_are_not_taken_as_alike(tmp_path: Path) -> None:
