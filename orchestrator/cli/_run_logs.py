@@ -180,7 +180,13 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
             except EventsError as exc:
                 raise InputError(str(exc)) from exc
             if read.events:
-                run_of.setdefault(path, read.events[0].run_id)
+                run_id = run_of.setdefault(path, read.events[0].run_id)
+                if read.events[0].run_id != run_id:
+                    raise InputError(
+                        f"{file}: a log of run {read.events[0].run_id} in {path}, which holds "
+                        f"run {run_id}; a report is of one run: move that log out, or replay "
+                        "it on its own"
+                    )
                 rank = read.events[0].rank
                 if rank not in read_from:
                     read_from[rank] = (file, len(contents))
@@ -188,7 +194,7 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
                     continue
                 kept, index = read_from[rank]
                 if read.events[0].run_id != contents[index].events[0].run_id:
-                    continue  # two runs: named below
+                    continue  # two paths of two runs: named below
                 longer = _same_log(kept, file, rank)
                 if longer == file:
                     read_from[rank] = (file, index)

@@ -406,6 +406,25 @@ def test_two_runs_to_replay_suggest_diff(
         assert "two logs for rank" not in line
 
 
+def test_a_log_of_another_run_in_a_run_directory_is_named(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    # Another run's log of a rank the directory has a log of, copied in
+    # beside it: it was left out without a word.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(healthy.directory, mixed)
+    stranger = mixed / "rank-0-other.jsonl"
+    shutil.copy(attention_failure.directory / "rank-0.jsonl", stranger)
+
+    for command in ("replay", "explain"):
+        _one_line_error(
+            call_cli(command, str(mixed), cwd=tmp_path),
+            1,
+            f"{stranger}: a log of run ",
+            "a report is of one run: move that log out, or replay it on its own",
+        )
+
+
 def test_a_run_directory_that_is_a_file_or_cannot_be_made(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("a file\n", encoding="utf-8")
 
