@@ -47,18 +47,23 @@ class NoValidCandidateError(OrchestratorError, ValueError):
     Attributes:
         what: what was being chosen (``backend``).
         reasons: each candidate's reasons, by name, in priority order.
+        where: for what it was chosen (``this configuration``).
     """
 
     __module__ = "orchestrator"
 
-    def __init__(self, what: str, reasons: Mapping[str, Sequence[str]]) -> None:
+    def __init__(
+        self, what: str, reasons: Mapping[str, Sequence[str]], where: str = "this configuration"
+    ) -> None:
         self.what = what
+        self.where = where
         self.reasons = {name: tuple(found) for name, found in reasons.items()}
-        details = "; ".join(f"{name}: {list(found)}" for name, found in self.reasons.items())
-        super().__init__(f"No valid {what} found for this configuration. Reasons: {{{details}}}")
+        # As vLLM 0.33 writes it: {NAME: [reason, reason], NAME: [...]}.
+        details = ", ".join(f"{name}: [{', '.join(found)}]" for name, found in self.reasons.items())
+        super().__init__(f"No valid {what} found for {where}. Reasons: {{{details}}}.")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.what, self.reasons)
+        return type(self), (self.what, self.reasons, self.where)
 
 
 class ExplicitCandidateInvalidError(OrchestratorError, ValueError):
@@ -131,6 +136,11 @@ class Selection:
         """The names of the candidates that were probed, in priority order."""
         return tuple(r.name for r in self.reports)
 
+    @property
+    def valid(self) -> tuple[str, ...]:
+        """The names of the valid candidates, in priority order."""
+        return tuple(r.name for r in self.reports if r.valid)
+
 
 def _wrap(candidate: Candidate) -> Callable[[StepContext], Any]:
     """The child-step body for ``candidate``: keeps a blocking probe blocking
@@ -191,6 +201,7 @@ async def select_candidate(
     *,
     explicit: str | None = None,
     what: str = "backend",
+    where: str = "this configuration",
     policy: ErrorPolicy | None = None,
     timeout: float | None = None,
 ) -> Selection:
@@ -201,8 +212,8 @@ async def select_candidate(
     Explicit: only the named candidate is probed, with no fallback.
 
     Raises:
-        NoValidCandidateError: no candidate is valid (the message lists
-            every candidate's reasons).
+        NoValidCandidateError: no candidate is valid (``No valid WHAT found
+            for WHERE. Reasons: {NAME: [reason, ...], ...}.``).
         ExplicitCandidateInvalidError: the explicit candidate is not valid
             (``Selected backend X is not valid for this configuration.
             Reason: ...``: ``[Type: message]``, raised from the original
@@ -234,7 +245,7 @@ async def select_candidate(
     reports = tuple(_report(c, results[c.name]) for c in ordered)
     selected = context.decide("candidates.select", {"parent": context.step})
     if selected is None:
-        raise NoValidCandidateError(what, {r.name: r.reasons for r in reports})
+        raise NoValidCandidateError(what, {r.name: r.reasons for r in reports}, where)
     return Selection(selected=str(selected), explicit=False, reports=reports)
 
 

@@ -477,7 +477,7 @@ class Startup:
             if self._graph is None:
                 from .engine import injection_targets
 
-                targets = injection_targets()
+                targets = injection_targets(engine=self._engine_options.get("engine", "reference"))
             else:
                 targets = [*self._graph.steps, *_modules_any(plan)]
             plan.check(world_size=identity.world_size, targets=targets)

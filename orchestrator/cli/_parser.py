@@ -271,6 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
         '"ranks": "0-3"}',
     )
     run.add_argument(
+        "--engine",
+        choices=("reference", "vllm"),
+        default="reference",
+        help="whose platform detection runs: the reference engine's plugins, or vLLM's own "
+        "(vllm.platforms: its plugins, their log lines and its resolution, on this host; "
+        "the other steps are the reference engine's model of the platform it selects) "
+        "(default: reference)",
+    )
+    run.add_argument(
+        "--target-device",
+        choices=("cuda", "rocm", "cpu", "tpu", "xpu"),
+        default=None,
+        help="what the engine build targets, as VLLM_TARGET_DEVICE: the cpu plugin "
+        "activates only for a CPU build, and cpu probes it alone (default: "
+        "$VLLM_TARGET_DEVICE, else the installed torch build, or the simulated profile's)",
+    )
+    run.add_argument(
         "--attention-backend",
         default=None,
         metavar="NAME",

@@ -65,7 +65,7 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
     if plan:
         from ..engine import injection_targets
 
-        targets = injection_targets()
+        targets = injection_targets(engine=args.engine)
         try:
             plan.check(world_size=world_size, targets=(*targets.modules, *targets.steps))
         except FaultSpecError as exc:
@@ -124,10 +124,31 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
             head_size=args.head_size,
             kv_cache_dtype=args.kv_cache_dtype,
             use_mla=args.mla,
+            target_device=args.target_device,
             step_timeout=args.timeout,
         )
     except EngineConfigError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _engine(args: argparse.Namespace) -> str:
+    """The engine whose platform code runs, checked before anything is
+    written."""
+    if args.engine != "vllm":
+        return str(args.engine)
+    from ..engine import EngineConfigError
+    from ..engine._vllm import vllm_version
+
+    if args.simulate is not None:
+        raise UsageError(
+            "--engine vllm runs vLLM's platform code on this host; --simulate is for the "
+            "reference engine"
+        )
+    try:
+        vllm_version()
+    except EngineConfigError as exc:
+        raise UsageError(f"--engine vllm: {exc.reason}") from None
+    return "vllm"
 
 
 def _check_run_id(run_id: str) -> str:
@@ -150,6 +171,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.run_id is not None:
         _check_run_id(args.run_id)
     profile = _profile(args)
+    _engine(args)
     if args.nproc is not None and args.nproc > 1 and not launched:
         if under_launcher:
             raise UsageError(
@@ -414,6 +436,7 @@ def _run_rank(
         level=args.level,
         # Under our launcher, the launcher reads every log at the end.
         wait_for_peers=not launched,
+        engine=args.engine,
     )
     try:
         startup.open()

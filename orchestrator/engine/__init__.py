@@ -40,12 +40,15 @@ if typing.TYPE_CHECKING:
     from ._conventions import ALLREDUCE_STEP as ALLREDUCE_STEP
     from ._conventions import ATTENTION_STEP as ATTENTION_STEP
     from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
+    from ._conventions import PLATFORM_BUILD_STEP as PLATFORM_BUILD_STEP
     from ._conventions import PLATFORM_STEP as PLATFORM_STEP
     from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
     from ._flashinfer_comm import FLASHINFER_COMM_SYMBOLS as FLASHINFER_COMM_SYMBOLS
     from ._flashinfer_comm import make_flashinfer_comm_step as make_flashinfer_comm_step
     from ._graph import ENGINE_DECIDERS as ENGINE_DECIDERS
     from ._graph import build_engine_graph as build_engine_graph
+    from ._host import BuildTarget as BuildTarget
+    from ._host import Devices as Devices
     from ._host import GpuDevice as GpuDevice
     from ._host import HostFacts as HostFacts
     from ._host import RealHost as RealHost
@@ -56,6 +59,7 @@ if typing.TYPE_CHECKING:
     from ._platform import PLATFORM_PLUGIN_GROUP as PLATFORM_PLUGIN_GROUP
     from ._platform import PlatformPlugin as PlatformPlugin
     from ._platform import decide_platform as decide_platform
+    from ._platform import decline as decline
     from ._platform import make_platform_step as make_platform_step
     from ._profiles import BUILTIN_PROFILES as BUILTIN_PROFILES
     from ._profiles import CpuFacts as CpuFacts

@@ -4,8 +4,9 @@ When tensor parallelism is on (``tp > 1``) and ``flashinfer.comm`` is
 usable, each rank creates a fusion workspace. The backend chain comes from
 the configuration:
 
-* ``auto``   — ``[mnnvl, trtllm]`` on one node, ``[mnnvl]`` on several
-  (trtllm only reaches within a node);
+* ``auto``   — ``[mnnvl, trtllm]`` on one node; ``[mnnvl]`` on several
+  with an MNNVL-capable (Blackwell, SM100) system, else none: the fusion is
+  off at DEBUG, as vLLM 0.33 leaves it (trtllm only reaches within a node);
 * ``mnnvl``  — ``[mnnvl]``, no fallback;
 * ``trtllm`` — ``[trtllm]``, no fallback; on several nodes a terminal
   :class:`~orchestrator.engine.EngineConfigError`.
@@ -98,6 +99,7 @@ from ._conventions import (
     ALLREDUCE_QUANT_STEP,
     ALLREDUCE_STEP,
     ALLREDUCE_TP1_REASON,
+    ALLREDUCE_UNSUPPORTED_REASON,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
 )
@@ -299,8 +301,13 @@ def _choose_factory(ctx: StepContext) -> WorkspaceFactory:
 # The chain ------------------------------------------------------------------------------
 
 
-def allreduce_chain(requested: AllreduceBackend | str, nodes: int) -> tuple[str, ...]:
-    """The backends to try, in order, for ``requested`` on ``nodes`` nodes.
+def allreduce_chain(
+    requested: AllreduceBackend | str, nodes: int, capability: tuple[int, int] | None = None
+) -> tuple[str, ...]:
+    """The backends to try, in order, for ``requested`` on ``nodes`` nodes
+    of GPUs of compute ``capability`` (``None``: unknown). Empty when
+    ``auto`` has none for the launch: several nodes without a known
+    MNNVL-capable (SM100 or newer) GPU.
 
     Raises:
         EngineConfigError: trtllm requested on several nodes, or an unknown
@@ -312,7 +319,9 @@ def allreduce_chain(requested: AllreduceBackend | str, nodes: int) -> tuple[str,
         valid = [b.value for b in AllreduceBackend]
         raise EngineConfigError("allreduce_backend", requested, valid=valid) from None
     if backend is AllreduceBackend.AUTO:
-        return (MNNVL, TRTLLM) if nodes == 1 else (MNNVL,)
+        if nodes == 1:
+            return (MNNVL, TRTLLM)
+        return (MNNVL,) if capability is not None and capability >= (10, 0) else ()
     if backend is AllreduceBackend.TRTLLM and nodes > 1:
         raise EngineConfigError(
             "allreduce_backend",
@@ -399,13 +408,27 @@ class _Setup:
             "nodes": self.nodes,
         }
 
+    async def launch_chain(self) -> tuple[str, ...]:
+        """The chain for this launch (the GPUs' capability matters only for
+        ``auto`` on several nodes)."""
+        capability = None
+        if self.nodes > 1 and self.config.allreduce_backend is AllreduceBackend.AUTO:
+            platform = self.ctx.result(PLATFORM_STEP)
+            if isinstance(platform, dict) and platform.get("device") == "cuda":
+                devices = await self.ctx.to_thread(self.ctx.host.nvidia_devices, self.ctx)
+                capability = devices.found[0].capability if devices.found else None
+        return allreduce_chain(self.config.allreduce_backend, self.nodes, capability)
+
     async def run(self) -> JsonValue:
         if self.config.tp == 1:
             return self.finish(None, ALLREDUCE_TP1_REASON)
         if not self.ctx.dependency(FLASHINFER_COMM_STEP).ok:
             await self.join_without_flashinfer()
             return self.finish(None, "flashinfer.comm unavailable")
-        self.chain = allreduce_chain(self.config.allreduce_backend, self.nodes)
+        self.chain = await self.launch_chain()
+        if not self.chain:
+            # Every rank of the launch finds the same: no exchange needed.
+            return self.finish(None, ALLREDUCE_UNSUPPORTED_REASON)
         self.factory = _choose_factory(self.ctx)
         chain = await run_fallback_chain(
             self.ctx,
@@ -429,10 +452,11 @@ class _Setup:
         if self.group is None:
             return
         try:
-            self.chain = allreduce_chain(self.config.allreduce_backend, self.nodes)
+            self.chain = await self.launch_chain()
         except EngineConfigError:
             return
-        await self.agree(None, dict.fromkeys(self.chain, _UNAVAILABLE), ())
+        if self.chain:
+            await self.agree(None, dict.fromkeys(self.chain, _UNAVAILABLE), ())
 
     def attempt(self, backend: str) -> StepBody:
         async def create(attempt: StepContext) -> JsonValue | Unavailable:

@@ -278,8 +278,17 @@ def _device_capability(ctx: StepContext, device: str | None) -> tuple[int, int] 
         devices = ctx.host.amd_devices(ctx)
     else:
         return None
-    capability: tuple[int, int] | None = devices[0].capability if devices else None
+    capability: tuple[int, int] | None = devices.found[0].capability if devices.found else None
     return capability
+
+
+def _selector_config(config: EngineConfig) -> str:
+    """The configuration as vLLM 0.33 names it when no backend fits."""
+    return (
+        f"AttentionSelectorConfig(head_size={config.head_size}, "
+        f"dtype=torch.{config.resolved_dtype}, kv_cache_dtype={config.kv_cache_dtype}, "
+        f"block_size={config.block_size}, use_mla={config.use_mla})"
+    )
 
 
 def _candidate(
@@ -300,7 +309,10 @@ def make_attention_step(config: EngineConfig) -> Step:
     """The ``attention`` step (depends on ``platform``).
 
     Result: ``{"backend", "explicit" (bool), "considered" (names in
-    priority order)}``. Raises ValueError when no candidate is valid, or when
+    priority order), "valid" (those that fit, in priority order)}``. Raises
+    ValueError when no candidate is valid (``No valid backend found for
+    attention on cuda with AttentionSelectorConfig(...). Reasons: {...}.``,
+    as vLLM 0.33 words it), or when
     the explicit backend is unknown (listing the valid names) or not valid
     (``Selected backend X is not valid for this configuration. Reason:
     [OSError: ...]``, raised from the original exception, when it cannot be
@@ -341,6 +353,7 @@ def make_attention_step(config: EngineConfig) -> Step:
             candidates,
             explicit=explicit,
             what="backend",
+            where=f"attention on {device} with {_selector_config(config)}",
             policy=PROBE_POLICY,
             timeout=config.bound(1),
         )
@@ -348,6 +361,7 @@ def make_attention_step(config: EngineConfig) -> Step:
             "backend": selection.selected,
             "explicit": selection.explicit,
             "considered": list(selection.considered),
+            "valid": list(selection.valid),
         }
 
     return Step(

@@ -13,6 +13,7 @@ from events import InvalidValueError
 from .._errors import OrchestratorError
 
 __all__ = [
+    "BUILD_TARGETS",
     "AllreduceBackend",
     "EngineConfig",
     "EngineConfigError",
@@ -78,36 +79,51 @@ class PlatformConflictError(OrchestratorError, RuntimeError):
 
     def __init__(self, plugins: list[str]) -> None:
         self.plugins = list(plugins)
+        advice = "uninstall or disable all but one"
+        if "cpu" in self.plugins:
+            # vLLM's cpu plugin activates for a CPU build whatever GPUs the
+            # host has (vLLM #11739).
+            advice += (
+                "; a CPU build runs on a host whose accelerator also activated: set "
+                "VLLM_TARGET_DEVICE=cpu to start on the CPU, or install the accelerator's build"
+            )
         super().__init__(
-            f"Only one platform plugin can be activated, but got: {self.plugins}; "
-            "uninstall or disable all but one"
+            f"Only one platform plugin can be activated, but got: {self.plugins}; {advice}"
         )
 
 
 class UnspecifiedPlatformError(OrchestratorError, RuntimeError):
     """No platform plugin activated (SPEC §3.2). The message names every
-    plugin that failed and why; the first failure is the ``__cause__``.
+    plugin's reason, in priority order: what it looked for and did not find
+    when it declined, its exception chain when it failed, and what would
+    change the answer where that is known; the first failure is the
+    ``__cause__``.
 
     Attributes:
-        failures: plugin name -> the reason it failed.
+        reasons: plugin name -> why it did not activate, in priority order.
+        declined: the plugins that declined, with their reasons.
+        failures: the plugins that failed (raised, timed out), with their
+            reasons.
     """
 
     __module__ = "orchestrator.engine"
 
-    def __init__(self, failures: Mapping[str, str]) -> None:
-        self.failures = dict(failures)
-        if self.failures:
-            details = "; ".join(f"{name}: {reason}" for name, reason in self.failures.items())
-            text = (
-                "Failed to infer device type: no platform plugin activated. "
-                f"Failed plugins: {details}"
-            )
-        else:
-            text = (
-                "Failed to infer device type: no platform plugin activated and none failed "
-                "(no supported device found on this host)"
-            )
-        super().__init__(text)
+    def __init__(self, reasons: Mapping[str, str], failed: Iterable[str] = ()) -> None:
+        self.reasons = dict(reasons)
+        failing = set(failed)
+        self.failures = {name: why for name, why in self.reasons.items() if name in failing}
+        self.declined = {name: why for name, why in self.reasons.items() if name not in failing}
+        details = "; ".join(
+            f"{name} failed: {why}" if name in failing else f"{name}: {why}"
+            for name, why in self.reasons.items()
+        )
+        super().__init__(
+            "Failed to infer device type: no platform plugin activated. "
+            + (details or "No platform plugin ran.")
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reasons, tuple(self.failures)))
 
 
 class AllreduceBackend(enum.StrEnum):
@@ -117,6 +133,9 @@ class AllreduceBackend(enum.StrEnum):
     MNNVL = "mnnvl"
     TRTLLM = "trtllm"
 
+
+#: What a build of the engine can target (vLLM's ``VLLM_TARGET_DEVICE``).
+BUILD_TARGETS = ("cuda", "rocm", "cpu", "tpu", "xpu")
 
 _DTYPES = ("auto", "float16", "bfloat16", "float32")
 _KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -161,6 +180,12 @@ class EngineConfig:
         use_mla: multi-head latent attention (changes the candidate lists).
         block_size: KV-cache block size.
         quant_fusion: also set up the quantization-fusion workspace.
+        target_device: what the engine build targets (``cuda``, ``rocm``,
+            ``cpu``, ``tpu``, ``xpu``), as ``VLLM_TARGET_DEVICE``; ``None``
+            reads the host (``VLLM_TARGET_DEVICE``, else the installed torch
+            build, or a simulated profile's ``build``). ``cpu`` probes the
+            cpu plugin alone. With vLLM's own platform code
+            (``engine="vllm"``) it is handed to vLLM as ``VLLM_TARGET_DEVICE``.
         step_timeout: seconds each probe may take (a plugin's check, an
             import, a candidate, an attempt, an exchange), or ``None``. A
             step that waits for probes may take that long per level of
@@ -181,6 +206,9 @@ class EngineConfig:
     use_mla: bool = False
     block_size: int = attrs.field(default=16, validator=_positive("block_size"))
     quant_fusion: bool = True
+    target_device: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_one_of("target_device", BUILD_TARGETS))
+    )
     step_timeout: float | None = None
 
     def bound(self, levels: int = 1) -> float | None:
@@ -205,6 +233,7 @@ class EngineConfig:
             "use_mla": self.use_mla,
             "block_size": self.block_size,
             "quant_fusion": self.quant_fusion,
+            "target_device": self.target_device,
             "step_timeout": self.step_timeout,
         }
 

@@ -11,17 +11,30 @@ Steps (``kind`` in brackets, payloads as JSON)::
       result   {"backend", "world_size"}
       unavailable (torch missing or unloadable: the rank decides alone, and
       its peers wait for it at the rendezvous) | failed (GroupError, timeout)
-    platform                          [step]
+    platform                          [step]       attributes {} | {"engine": "vllm",
+                                                   "vllm_version", "vllm_tested"}
       result   {"plugin", "platform_class", "device", "builtin"}
+               (+ "qualname", "handed_back" with engine vllm)
       failure  cause PlatformConflictError | UnspecifiedPlatformError
       decision "platform.select" -> {"plugin", "platform_class"} | null
+    platform/build                    [step]       the reference engine's build target
+      result   {"device", "source", "explicit": bool} | unavailable (cause)
     platform/<plugin>                 [candidate]  attributes {"plugin", "builtin", "priority"}
-      result   {"activated": bool, "platform_class": str | null, "device": str | null}
-      a plugin that raised ends unavailable (or failed) with the cause
+      result   {"activated": true, "platform_class": str, "device": str | null}
+               (+ "qualname" with engine vllm)
+      absent (declined: reasons) | unavailable without a cause (declined, its
+      hardware present but unusable: reasons) | unavailable (or failed) with
+      the cause (it raised); logs of earlier releases record a decline as
+      ok {"activated": false}
+    platform/<plugin>/register        [step]       engine vllm: the plugin's own function
+      result   {"returned": qualname | null, "records": [{"logger", "level", "message"}]}
+    platform/<plugin>/load_class      [step]       engine vllm: importing the class it named
+      result   {"qualname", "device"}
     platform/cpu/zentorch             [step]       optional-module policy
       ok {"loaded": true} | absent | unavailable (broken) | failed
     attention                         [step]       attributes {"explicit": name | null}
-      result   {"backend", "explicit": bool, "considered": [names by priority]}
+      result   {"backend", "explicit": bool, "considered": [names by priority],
+                "valid": [the valid ones, by priority]}
                (the candidates depend on the platform, known only at run time)
       failure  orchestrator.ExplicitCandidateInvalidError | orchestrator.NoValidCandidateError
                (both ValueError; logs of earlier releases record a plain
@@ -54,8 +67,10 @@ __all__ = [
     "ALLREDUCE_QUANT_STEP",
     "ALLREDUCE_STEP",
     "ALLREDUCE_TP1_REASON",
+    "ALLREDUCE_UNSUPPORTED_REASON",
     "ATTENTION_STEP",
     "FLASHINFER_COMM_STEP",
+    "PLATFORM_BUILD_STEP",
     "PLATFORM_STEP",
     "PROCESS_GROUP_STEP",
     "ZENTORCH_STEP",
@@ -65,6 +80,7 @@ __all__ = [
 #: for the pure modules, which cannot import the runtime.
 PROCESS_GROUP_STEP = "process_group"
 PLATFORM_STEP = "platform"
+PLATFORM_BUILD_STEP = "platform/build"
 ZENTORCH_STEP = "platform/cpu/zentorch"
 ATTENTION_STEP = "attention"
 FLASHINFER_COMM_STEP = "flashinfer_comm"
@@ -74,3 +90,8 @@ ALLREDUCE_QUANT_STEP = "allreduce_workspace/quant"
 
 #: The all-reduce step's ``reason`` when fusion does not apply (nothing lost).
 ALLREDUCE_TP1_REASON = "tensor parallel size is 1"
+
+#: Its ``reason`` when ``auto`` has no backend for the launch (several
+#: nodes without an MNNVL-capable system): off as vLLM 0.33 leaves it,
+#: nothing lost.
+ALLREDUCE_UNSUPPORTED_REASON = "multi-node process groups require an MNNVL-capable Blackwell system"

@@ -1,10 +1,12 @@
 """Host facts: what the platform probes ask about the machine.
 
 The probes never know whether the host is real. They ask a :class:`HostFacts`
-object for ``/proc/cpuinfo`` and for the devices of each vendor, handing it
-the run's importer, so every driver library they touch (``pynvml``,
-``amdsmi``, ``libtpu``, ``torch``) is imported through the importer — where
-faults are injected and where a simulated profile decides what exists.
+object for ``/proc/cpuinfo``, for the build target and for the devices of
+each vendor, handing it the run's importer, so every driver library they
+touch (``pynvml``, ``amdsmi``, ``libtpu``, ``torch``) is imported through the
+importer — where faults are injected and where a simulated profile decides
+what exists. A device query answers with :class:`Devices`: what it found, or
+why there is nothing, in the terms a user can act on.
 
 :class:`RealHost` reads this machine; :class:`~orchestrator.engine.SimulatedHost`
 answers from a profile. Both can be rebuilt in an isolated step's child
@@ -13,8 +15,9 @@ process from ``isolation_spec()``.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,15 +26,22 @@ import attrs
 from .._importer import Importer
 
 __all__ = [
+    "TARGET_DEVICE_VARIABLE",
+    "BuildTarget",
+    "Devices",
     "GpuDevice",
     "HostFacts",
     "RealHost",
     "amd_devices_from_amdsmi",
+    "build_target_of_torch",
     "is_amd_zen",
     "nvidia_devices_from_nvml",
-    "tpu_present",
+    "tpu_devices",
     "xpu_devices_from_torch",
 ]
+
+#: The variable that names the build target, as in vLLM.
+TARGET_DEVICE_VARIABLE = "VLLM_TARGET_DEVICE"
 
 
 @attrs.frozen(kw_only=True)
@@ -53,6 +63,45 @@ class GpuDevice:
     index: int
 
 
+@attrs.frozen(kw_only=True)
+class Devices:
+    """What one device query found.
+
+    Attributes:
+        found: the devices, by index; empty when there are none.
+        reason: when ``found`` is empty, why, in the terms a user can act on
+            (``pynvml is not installed``, ``NVML Shared Library Not
+            Found``, ``NVML reports no devices``); empty otherwise.
+        present: the hardware is evidently there (device nodes, driver
+            files, a profile's GPUs) although nothing usable was found:
+            ``reason`` then says what is missing and what to do.
+    """
+
+    found: tuple[GpuDevice, ...] = ()
+    reason: str = ""
+    present: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class BuildTarget:
+    """What the engine's build targets, which decides whether the CPU
+    platform may be used (as vLLM's ``VLLM_TARGET_DEVICE`` and build do).
+
+    Attributes:
+        device: ``cuda``, ``rocm``, ``cpu``, ``tpu`` or ``xpu`` (or what
+            ``VLLM_TARGET_DEVICE`` says, lower-cased).
+        source: where it came from, for the record
+            (``torch 2.13.0+cpu``, ``VLLM_TARGET_DEVICE``, ``profile xeon``).
+        explicit: named by the user (``VLLM_TARGET_DEVICE`` or
+            ``--target-device``) rather than read off the installed build:
+            an explicit ``cpu`` probes the cpu plugin alone, as vLLM does.
+    """
+
+    device: str
+    source: str
+    explicit: bool = False
+
+
 @runtime_checkable
 class HostFacts(Protocol):
     """What the platform probes may ask about a host.
@@ -72,20 +121,24 @@ class HostFacts(Protocol):
         """The text of ``/proc/cpuinfo``; ``None`` if there is no such file."""
         ...
 
-    def nvidia_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
-        """NVIDIA GPUs (NVML through ``pynvml`` when importable, else the
-        driver's files)."""
+    def build_target(self, importer: Importer) -> BuildTarget:
+        """What the build targets (the installed torch, or what the user
+        named)."""
         ...
 
-    def amd_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
+    def nvidia_devices(self, importer: Importer) -> Devices:
+        """NVIDIA GPUs, through NVML (``pynvml``)."""
+        ...
+
+    def amd_devices(self, importer: Importer) -> Devices:
         """AMD GPUs (``amdsmi`` when importable, else the KFD topology)."""
         ...
 
-    def tpu_present(self, importer: Importer) -> bool:
-        """Whether ``libtpu`` is installed."""
+    def tpu_devices(self, importer: Importer) -> Devices:
+        """A TPU when ``libtpu`` is installed."""
         ...
 
-    def xpu_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
+    def xpu_devices(self, importer: Importer) -> Devices:
         """Intel XPUs (``torch.xpu``; torch is imported only if findable)."""
         ...
 
@@ -121,15 +174,34 @@ def is_amd_zen(cpuinfo: str | None) -> bool:
     return vendor and avx512
 
 
-def tpu_present(importer: Importer) -> bool:
-    """Whether ``libtpu`` imports through ``importer`` (as vLLM's TPU plugin
-    decides: installed means a TPU host). Not findable is ``False``; an
-    import that raises propagates, so a broken or injected ``libtpu`` is a
-    failed plugin, never a TPU."""
+def tpu_devices(importer: Importer) -> Devices:
+    """A TPU when ``libtpu`` imports through ``importer`` (as vLLM's TPU
+    plugin decides: installed means a TPU host). An import that raises
+    propagates, so a broken or injected ``libtpu`` is a failed plugin, never
+    a TPU."""
     if importer.find_spec("libtpu") is None:
-        return False
+        return Devices(reason="libtpu is not installed")
     importer.import_module("libtpu")
-    return True
+    return Devices(found=(GpuDevice(vendor="google", name="TPU", capability=None, index=0),))
+
+
+def build_target_of_torch(importer: Importer) -> BuildTarget:
+    """The build target of the installed torch: ``torch.version.cuda`` ->
+    cuda, ``.hip`` -> rocm, ``.xpu`` -> xpu, a CPU build or no torch -> cpu.
+    A torch that fails to import propagates."""
+    if importer.find_spec("torch") is None:
+        return BuildTarget(device="cpu", source="no torch installed")
+    torch = importer.import_module("torch")
+    version = getattr(torch, "version", None)
+    release = getattr(torch, "__version__", "")
+    for attribute, device, kind in (
+        ("cuda", "cuda", "CUDA"),
+        ("hip", "rocm", "ROCm"),
+        ("xpu", "xpu", "XPU"),
+    ):
+        if getattr(version, attribute, None):
+            return BuildTarget(device=device, source=f"torch {release}, a {kind} build")
+    return BuildTarget(device="cpu", source=f"torch {release}, a CPU build")
 
 
 def _library_reports_no_driver(exc: Exception, library: str) -> bool:
@@ -140,16 +212,19 @@ def _library_reports_no_driver(exc: Exception, library: str) -> bool:
     return module == library or module.startswith(library + ".")
 
 
-def nvidia_devices_from_nvml(importer: Importer) -> tuple[GpuDevice, ...] | None:
-    """Ask NVML through ``pynvml``; ``None`` when pynvml is not installed."""
+def nvidia_devices_from_nvml(importer: Importer) -> Devices:
+    """Ask NVML through ``pynvml``. Not installed, an NVML that cannot load
+    (``NVML Shared Library Not Found``: no driver, or a container started
+    without the NVIDIA runtime) or no devices is an empty answer with its
+    reason; anything else pynvml raises propagates."""
     if importer.find_spec("pynvml") is None:
-        return None
+        return Devices(reason="pynvml is not installed")
     nvml = importer.import_module("pynvml")
     try:
         nvml.nvmlInit()
     except Exception as exc:
         if _library_reports_no_driver(exc, "pynvml"):
-            return ()
+            return Devices(reason=str(exc) or type(exc).__name__)
         raise
     try:
         devices = []
@@ -167,9 +242,9 @@ def nvidia_devices_from_nvml(importer: Importer) -> tuple[GpuDevice, ...] | None
                     index=index,
                 )
             )
-        return tuple(devices)
     finally:
         nvml.nvmlShutdown()
+    return Devices(found=tuple(devices), reason="" if devices else "NVML reports no devices")
 
 
 def gfx_capability(target: str | None) -> tuple[int, int] | None:
@@ -181,7 +256,7 @@ def gfx_capability(target: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2], 16)
 
 
-def amd_devices_from_amdsmi(importer: Importer) -> tuple[GpuDevice, ...] | None:
+def amd_devices_from_amdsmi(importer: Importer) -> Devices | None:
     """Ask AMD SMI through ``amdsmi``; ``None`` when it is not installed."""
     if importer.find_spec("amdsmi") is None:
         return None
@@ -190,7 +265,7 @@ def amd_devices_from_amdsmi(importer: Importer) -> tuple[GpuDevice, ...] | None:
         smi.amdsmi_init()
     except Exception as exc:
         if _library_reports_no_driver(exc, "amdsmi"):
-            return ()
+            return Devices(reason=f"AMD SMI: {exc or type(exc).__name__}")
         raise
     try:
         devices = []
@@ -204,25 +279,50 @@ def amd_devices_from_amdsmi(importer: Importer) -> tuple[GpuDevice, ...] | None:
                     index=index,
                 )
             )
-        return tuple(devices)
     finally:
         smi.amdsmi_shut_down()
+    return Devices(found=tuple(devices), reason="" if devices else "AMD SMI reports no devices")
 
 
-def xpu_devices_from_torch(importer: Importer) -> tuple[GpuDevice, ...]:
+def xpu_devices_from_torch(importer: Importer) -> Devices:
     """Ask ``torch.xpu``; importing torch takes seconds, so it happens only
     when torch is findable."""
     if importer.find_spec("torch") is None:
-        return ()
+        return Devices(reason="torch is not installed")
     torch = importer.import_module("torch")
     xpu = getattr(torch, "xpu", None)
-    if xpu is None or not xpu.is_available():
-        return ()
-    return tuple(
-        GpuDevice(
-            vendor="intel", name=str(xpu.get_device_name(index)), capability=None, index=index
+    if xpu is None:
+        return Devices(reason="this torch build has no XPU support")
+    if not xpu.is_available():
+        return Devices(reason="torch.xpu reports no XPU devices")
+    return Devices(
+        found=tuple(
+            GpuDevice(
+                vendor="intel", name=str(xpu.get_device_name(index)), capability=None, index=index
+            )
+            for index in range(xpu.device_count())
         )
-        for index in range(xpu.device_count())
+    )
+
+
+#: What to do when NVIDIA GPUs are there but NVML cannot be used.
+_NVIDIA_RUNTIME_HINT = (
+    "the container was probably started without the NVIDIA runtime "
+    "(docker run --gpus all, or the NVIDIA Container Toolkit)"
+)
+
+
+def unusable_nvidia_gpus(evidence: str, devices: Devices) -> Devices:
+    """``devices`` (an empty NVML answer) on a host where ``evidence``
+    shows NVIDIA GPUs: the reason says that they are there, why NVML cannot
+    use them, and what to do."""
+    hint = (
+        "install nvidia-ml-py"
+        if devices.reason == "pynvml is not installed"
+        else _NVIDIA_RUNTIME_HINT
+    )
+    return Devices(
+        reason=f"NVIDIA GPUs are present ({evidence}) but {devices.reason}: {hint}", present=True
     )
 
 
@@ -239,12 +339,15 @@ class RealHost:
     Args:
         root: the file-system root the driver files are read under (tests
             point it at a fake tree; default ``/``).
+        environ: the environment ``VLLM_TARGET_DEVICE`` is read from
+            (default :data:`os.environ`).
     """
 
     name = "real"
 
-    def __init__(self, root: str | Path = "/") -> None:
+    def __init__(self, root: str | Path = "/", environ: Mapping[str, str] | None = None) -> None:
         self._root = Path(root)
+        self._environ = os.environ if environ is None else environ
 
     def __repr__(self) -> str:
         return f"RealHost(root={str(self._root)!r})"
@@ -256,27 +359,34 @@ class RealHost:
         """``/proc/cpuinfo``, or ``None`` when the file does not exist."""
         return _read_text(self._path("/proc/cpuinfo"))
 
-    def nvidia_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
-        """NVML when ``pynvml`` is importable, else one device per
-        ``/proc/driver/nvidia/gpus/*`` entry (capability unknown)."""
-        devices = nvidia_devices_from_nvml(importer)
-        if devices is not None:
-            return devices
-        found = []
-        for index, gpu in enumerate(_sorted_entries(self._path("/proc/driver/nvidia/gpus"))):
-            information = _read_text(gpu / "information") or ""
-            model = re.search(r"^Model:\s*(.+)$", information, re.MULTILINE)
-            found.append(
-                GpuDevice(
-                    vendor="nvidia",
-                    name=model[1].strip() if model else "NVIDIA GPU",
-                    capability=None,
-                    index=index,
-                )
+    def build_target(self, importer: Importer) -> BuildTarget:
+        """``VLLM_TARGET_DEVICE`` when set, else the installed torch's build
+        (:func:`build_target_of_torch`)."""
+        named = self._environ.get(TARGET_DEVICE_VARIABLE, "").strip().lower()
+        if named:
+            return BuildTarget(
+                device=named, source=f"named by {TARGET_DEVICE_VARIABLE}", explicit=True
             )
-        return tuple(found)
+        return build_target_of_torch(importer)
 
-    def amd_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
+    def nvidia_devices(self, importer: Importer) -> Devices:
+        """NVML (vLLM asks nothing else). When it finds nothing while the
+        driver's device nodes or files show GPUs, the answer says they are
+        ``present`` and why they cannot be used."""
+        devices = nvidia_devices_from_nvml(importer)
+        if devices.found:
+            return devices
+        evidence = [
+            *sorted(str(path) for path in self._path("/dev").glob("nvidia[0-9]*")),
+            *(str(gpu) for gpu in _sorted_entries(self._path("/proc/driver/nvidia/gpus"))),
+        ]
+        if not evidence:
+            return devices
+        shown = ", ".join("/" + str(Path(path).relative_to(self._root)) for path in evidence[:3])
+        more = f" and {len(evidence) - 3} more" if len(evidence) > 3 else ""
+        return unusable_nvidia_gpus(shown + more, devices)
+
+    def amd_devices(self, importer: Importer) -> Devices:
         """AMD SMI when ``amdsmi`` is importable, else the KFD topology nodes
         with SIMD units (CPU nodes have none), else one device of unknown
         kind if ``/dev/kfd`` exists."""
@@ -296,13 +406,15 @@ class RealHost:
             )
         if not found and self._path("/dev/kfd").exists():
             found.append(GpuDevice(vendor="amd", name="AMD GPU", capability=None, index=0))
-        return tuple(found)
+        if not found:
+            return Devices(reason="amdsmi is not installed and no KFD GPU nodes")
+        return Devices(found=tuple(found))
 
-    def tpu_present(self, importer: Importer) -> bool:
-        """Whether ``libtpu`` imports (see :func:`tpu_present`)."""
-        return tpu_present(importer)
+    def tpu_devices(self, importer: Importer) -> Devices:
+        """A TPU when ``libtpu`` imports (see :func:`tpu_devices`)."""
+        return tpu_devices(importer)
 
-    def xpu_devices(self, importer: Importer) -> tuple[GpuDevice, ...]:
+    def xpu_devices(self, importer: Importer) -> Devices:
         """``torch.xpu`` devices (torch imported only when findable)."""
         return xpu_devices_from_torch(importer)
 

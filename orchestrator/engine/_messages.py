@@ -5,8 +5,14 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
 (``step.*``, ``run.*``); this module adds the engine's, for the steps of
 :mod:`orchestrator.engine._conventions`::
 
+    platform/<p> ends absent (declined)                 platform.plugin_declined
+    platform/<p> ends unavailable without a cause       platform.device_unusable
+      (declined, its hardware present but unusable)
     platform/<p> ends unavailable|failed with a cause   platform.plugin_failed
       (or timed out or crashed)
+    platform started with vLLM's own code               platform.vllm_code, and
+                                                        platform.vllm_untested outside
+                                                        the vLLM releases tested
     platform ok                                         platform.detected
     platform ok after some plugin failed                platform.fallback (one per plugin)
     platform failed: PlatformConflictError              platform.conflict          [rule]
@@ -25,6 +31,8 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
                                                        when the parent step ends
     allreduce_workspace ok, enabled                     allreduce.workspace_ready
     allreduce_workspace ok, disabled, attempts ran      allreduce.workspace_failed
+    allreduce_workspace ok, disabled, no backend        allreduce.unsupported
+      for the launch (auto on several nodes without MNNVL)
     allreduce_workspace/quant ends unavailable,         allreduce.quant_workspace_failed
       timed out or crashed (quantization fusion off)
 
@@ -73,8 +81,10 @@ from ._conventions import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
     ALLREDUCE_STEP,
+    ALLREDUCE_UNSUPPORTED_REASON,
     ATTENTION_STEP,
     FLASHINFER_COMM_STEP,
+    PLATFORM_BUILD_STEP,
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
@@ -149,6 +159,7 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
 #: SPEC §3.6, row by row, then the codes this release adds to it: the
 #: engine's policy (severity and scope of every code an engine run derives).
 _TABLE: dict[str, tuple[Severity, Scope]] = {
+    "platform.plugin_declined": (_DEBUG, _PROCESS),
     "platform.plugin_failed": (_DEBUG, _PROCESS),
     "platform.detected": (_INFO, _LOCAL),
     "platform.fallback": (_WARNING, _PROCESS),
@@ -187,6 +198,13 @@ EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     "attention.divergence": (_WARNING, _GLOBAL),
     # A rank without flashinfer.comm costs every rank the fusion (recovered).
     "flashinfer_comm.divergence": (_WARNING, _GLOBAL),
+    # Beyond vLLM: GPUs evidently there (device nodes) that cannot be used.
+    "platform.device_unusable": (_WARNING, _PROCESS),
+    # Which steps ran a real engine's own code (engine="vllm").
+    "platform.vllm_code": (_INFO, _LOCAL),
+    "platform.vllm_untested": (_WARNING, _LOCAL),
+    # vLLM 0.33 leaves multi-node fusion off without MNNVL, at DEBUG.
+    "allreduce.unsupported": (_DEBUG, _LOCAL),
 }
 
 #: The severities and scopes of SPEC §3.6: the reference engine's policy.
@@ -296,6 +314,8 @@ class EngineMessageHook:
     def after(self, context: MessageContext, memory: _Memory) -> _Memory:
         event = context.event
         if isinstance(event, StepStarted):
+            if event.step == PLATFORM_STEP:
+                _real_engine_code(context, event)
             return _attempt_started(context, memory, event)
         if outcome_of(event) is None:
             return memory
@@ -305,7 +325,9 @@ class EngineMessageHook:
         if step == PLATFORM_STEP:
             _platform(context, memory)
         elif parent == PLATFORM_STEP:
-            return _plugin(context, memory, started, name)
+            # Every child but the build target is a plugin.
+            if step != PLATFORM_BUILD_STEP:
+                return _plugin(context, memory, started, name)
         elif step == ZENTORCH_STEP:
             _zentorch(context, memory)
         elif step == ATTENTION_STEP:
@@ -343,15 +365,33 @@ def _legacy(context: MessageContext) -> None:
 def _plugin(
     context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
 ) -> _Memory:
-    # A plugin that raised, timed out or crashed failed: not activated, and
-    # worth a WARNING if the run goes on on another platform.
+    # A plugin that declined says why at DEBUG (at WARNING when its hardware
+    # is evidently there but unusable); one that raised, timed out or
+    # crashed failed: not activated, and worth a WARNING if the run goes on
+    # on another platform.
     event = context.event
     cause = cause_of(event)
+    plugin = _attribute(started, "plugin", name)
+    reason = reason_of(event)
+    if isinstance(event, StepUnavailable) and cause is None:
+        if event.outcome is Outcome.ABSENT:
+            context.emit(
+                "platform.plugin_declined",
+                f"Platform plugin {plugin} declined: {reason}",
+                step=event.step,
+                args=(plugin, reason),
+            )
+        else:
+            context.emit(
+                "platform.device_unusable",
+                f"Platform plugin {plugin} cannot use this host's devices: {reason}",
+                step=event.step,
+                args=(plugin, reason),
+            )
+        return memory
     stopped = isinstance(event, StepTimedOut | StepCrashed)
     if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
         return memory
-    plugin = _attribute(started, "plugin", name)
-    reason = reason_of(event)
     context.emit(
         "platform.plugin_failed",
         f"Platform plugin {plugin} failed: {reason}",
@@ -383,6 +423,33 @@ def _platform(context: MessageContext, memory: _Memory) -> None:
             step=event.step,
             args=(plugin, reason, platform_class),
             seqs=(seq,),
+        )
+
+
+def _real_engine_code(context: MessageContext, event: StepStarted) -> None:
+    """Say which steps ran a real engine's own code, and whether that
+    engine's release is one this one was tested with."""
+    attributes = event.attributes
+    if attributes.get("engine") != "vllm":
+        return
+    version = _text(attributes.get("vllm_version")) or "unknown"
+    context.emit(
+        "platform.vllm_code",
+        f"Platform detection runs vLLM {version}'s own plugins (vllm.platforms); "
+        "attention, flashinfer_comm and allreduce_workspace are the reference engine's "
+        "model of the platform it selects.",
+        step=event.step,
+        args=(version,),
+    )
+    tested = _text(attributes.get("vllm_tested"))
+    if attributes.get("vllm_supported") is False:
+        context.emit(
+            "platform.vllm_untested",
+            f"vLLM {version} is outside the releases this startup-orchestrator was tested "
+            f"with ({tested}); its platform plugins still run, but what they log may not "
+            "give the reasons recorded for tested releases.",
+            step=event.step,
+            args=(version,),
         )
 
 
@@ -446,10 +513,14 @@ def _attention(context: MessageContext, started: StepStarted | None) -> None:
             args=(backend,),
         )
         return
-    considered = _field(result, "considered")
-    if not isinstance(considered, list) and started is not None:
-        considered = started.attributes.get("candidates")
-    names = [str(item) for item in considered] if isinstance(considered, list) else []
+    # vLLM 0.33 lists the valid candidates; logs of earlier releases have
+    # only every candidate probed.
+    valid = _field(result, "valid")
+    if not isinstance(valid, list):
+        valid = _field(result, "considered")
+    if not isinstance(valid, list) and started is not None:
+        valid = started.attributes.get("candidates")
+    names = [str(item) for item in valid] if isinstance(valid, list) else []
     context.emit(
         "attention.selected",
         f"Using {backend} attention backend out of potential backends: {names!r}",
@@ -571,13 +642,20 @@ def _allreduce(context: MessageContext, memory: _Memory) -> None:
         )
         return
     attempts = memory.attempts
+    reason = _text(_field(result, "reason"))
+    if reason == ALLREDUCE_UNSUPPORTED_REASON:
+        context.emit(
+            "allreduce.unsupported",
+            f"FlashInfer allreduce fusion is disabled: {reason}.",
+            step=event.step,
+            args=(reason,),
+        )
+        return
     if not attempts:
         return
     last_backend = attempts[-1][0]
-    failures = [reason for _backend, reason, _seq in attempts if reason is not None]
-    reason = _text(_field(result, "reason")) or (
-        failures[-1] if failures else "the ranks did not agree on a backend"
-    )
+    failures = [why for _backend, why, _seq in attempts if why is not None]
+    reason = reason or (failures[-1] if failures else "the ranks did not agree on a backend")
     context.emit(
         "allreduce.workspace_failed",
         f"Failed to initialize FlashInfer allreduce fusion workspace with "

@@ -1,35 +1,55 @@
 """The ``platform`` step: which platform is this host (SPEC §3.2)?
 
-Built-in plugins (tpu, cuda, rocm, xpu, cpu) and third-party plugins (from
-the entry-point group :data:`PLATFORM_PLUGIN_GROUP`, or handed in directly)
-are probed concurrently, each as a child step ``platform/<plugin>`` of kind
-``candidate``. A plugin that raises any ``Exception`` is recorded and counts
-as not activated; BaseExceptions propagate.
+Platform plugins are probed concurrently, each as a child step
+``platform/<plugin>`` of kind ``candidate``. A plugin answers in one of three
+ways:
+
+* **activated** — it returns the qualified name of its platform class; the
+  step ends ``ok`` with ``{"activated": true, "platform_class", "device"}``;
+* **declined** — it returns :func:`decline` with what it looked for and did
+  not find (``NVML Shared Library Not Found``); the step ends ``absent``
+  with that reason (``platform.plugin_declined``, DEBUG). A decline whose
+  hardware is evidently there but unusable (GPU device nodes, no NVML) ends
+  ``unavailable`` (``platform.device_unusable``, WARNING). ``None`` is a
+  decline that gives no reason;
+* **failed** — it raises an ``Exception``: recorded (``unavailable`` with
+  the cause) and not activated. BaseExceptions propagate.
+
+Whose plugins run is the engine's choice: the reference engine's built-ins
+(tpu, cuda, rocm, xpu, cpu, below) and the third-party plugins of the
+entry-point group :data:`PLATFORM_PLUGIN_GROUP` (or handed in directly), or
+vLLM's own (:mod:`orchestrator.engine._vllm`, ``engine="vllm"``).
 
 Resolution, a pure function of the plugins' outcomes (recorded as the
-``platform.select`` decision, so replay recomputes it)::
+``platform.select`` decision, so replay recomputes it), as vLLM's::
 
     exactly one third-party plugin activated     -> it
     two or more third-party plugins activated    -> PlatformConflictError
     none third-party, exactly one built-in       -> it
     none third-party, two or more built-in       -> PlatformConflictError
     nothing activated                            -> UnspecifiedPlatformError,
-        naming every failed plugin and its exception chain, raised from the
-        first failure
+        naming every plugin's reason (declined) or exception chain (failed),
+        raised from the first failure
 
-The cpu plugin activates when the host has no usable accelerator. On an AMD
-Zen host (AuthenticAMD with AVX-512) it runs ``platform/cpu/zentorch``
-under the optional-module policy: zentorch loads -> ``ZenCpuPlatform``;
-absent or broken (OSError, other ImportError) -> ``CpuPlatform``; anything
-else fails the cpu plugin.
+The reference built-ins. First ``platform/build`` records what the build
+targets (:meth:`HostFacts.build_target`; ``EngineConfig.target_device``
+wins): the cpu plugin activates only for a CPU build, and the cuda plugin
+declines on one, as vLLM's do. A target named explicitly as ``cpu`` (as
+``VLLM_TARGET_DEVICE=cpu``) probes the cpu plugin alone, vLLM's fast path.
+The accelerator plugins activate when their device query finds devices. On
+an AMD Zen host (AuthenticAMD with AVX-512) the cpu plugin runs
+``platform/cpu/zentorch`` under the optional-module policy: zentorch loads
+-> ``ZenCpuPlatform``; absent or broken (OSError, other ImportError) ->
+``CpuPlatform``; anything else fails the cpu plugin.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 import anyio
 import attrs
@@ -42,15 +62,16 @@ from events import (
     StepKind,
     StepStarted,
     StepSucceeded,
+    StepUnavailable,
     outcome_of,
 )
 
-from .._context import StepBody, StepContext, StepResult
+from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy, optional_module_policy
 from ._config import EngineConfig, PlatformConflictError, UnspecifiedPlatformError
-from ._conventions import PLATFORM_STEP
-from ._host import is_amd_zen
+from ._conventions import PLATFORM_BUILD_STEP, PLATFORM_STEP
+from ._host import BuildTarget, Devices, HostFacts, is_amd_zen
 
 __all__ = [
     "BUILTIN_PLATFORM_PLUGINS",
@@ -58,20 +79,24 @@ __all__ = [
     "PLATFORM_POLICY",
     "PlatformPlugin",
     "PluginOutcome",
+    "PluginSpec",
     "Resolution",
     "decide_platform",
+    "decline",
     "make_platform_step",
     "resolve_platform",
 ]
 
 #: The entry-point group third-party platform plugins register under. Each
-#: entry point loads to a callable ``(ctx) -> str | None``: the qualified
-#: name of its platform class when it activates, else ``None``.
+#: entry point loads to a callable ``(ctx) -> str | Unavailable | None``: the
+#: qualified name of its platform class when it activates, else
+#: :func:`decline` with the reason (or ``None``, a decline without one).
 PLATFORM_PLUGIN_GROUP = "startup_orchestrator.platform_plugins"
 
 #: A third-party plugin: blocking (run in a worker thread) or async.
 PlatformPlugin = (
-    Callable[[StepContext], str | None] | Callable[[StepContext], Awaitable[str | None]]
+    Callable[[StepContext], str | Unavailable | None]
+    | Callable[[StepContext], Awaitable[str | Unavailable | None]]
 )
 
 #: The platform step's own errors (conflict, none) are terminal, and so is a
@@ -82,68 +107,91 @@ PLATFORM_POLICY = ErrorPolicy(name="platform", on_timeout=Action.PROPAGATE)
 #: resolution never depends on it).
 BUILTIN_PLATFORM_PLUGINS = ("tpu", "cuda", "rocm", "xpu", "cpu")
 
-
-def _activation(platform_class: str | None, device: str | None) -> dict[str, JsonValue]:
-    return {
-        "activated": platform_class is not None,
-        "platform_class": platform_class,
-        "device": device if platform_class is not None else None,
-    }
+#: How the reference engine's own errors name a target device to change to.
+_CPU_HINT = "set VLLM_TARGET_DEVICE=cpu to start on the CPU"
 
 
-# --- built-in plugins ---------------------------------------------------------------
+def decline(reason: str, *, present: bool = False) -> Unavailable:
+    """What a platform plugin returns when it does not activate.
 
-
-def _probe_tpu(ctx: StepContext) -> JsonValue:
-    present = ctx.host.tpu_present(ctx)
-    return _activation("TpuPlatform" if present else None, "tpu")
-
-
-def _probe_cuda(ctx: StepContext) -> JsonValue:
-    devices = ctx.host.nvidia_devices(ctx)
-    return _activation("CudaPlatform" if devices else None, "cuda")
-
-
-def _probe_rocm(ctx: StepContext) -> JsonValue:
-    devices = ctx.host.amd_devices(ctx)
-    return _activation("RocmPlatform" if devices else None, "rocm")
-
-
-def _probe_xpu(ctx: StepContext) -> JsonValue:
-    devices = ctx.host.xpu_devices(ctx)
-    return _activation("XpuPlatform" if devices else None, "xpu")
-
-
-async def _usable_accelerators(ctx: StepContext) -> list[str]:
-    """The accelerator kinds the host reports as usable, asked all at once.
-    A query that raises, or that has not answered by the time its own
-    plugin times out (a plugin's bound), counts as "not usable": that
-    plugin records the error or its timeout, and the run lands on the CPU
-    with a warning instead of nowhere (a hung driver would otherwise time
-    the cpu plugin out too). A slow query that answers in time still
-    counts."""
-    host = ctx.host
-    queries: Sequence[tuple[str, Callable[[StepContext], object]]] = (
-        ("nvidia", host.nvidia_devices),
-        ("amd", host.amd_devices),
-        ("tpu", host.tpu_present),
-        ("xpu", host.xpu_devices),
+    Args:
+        reason: what it looked for and did not find, in the terms a user can
+            act on (``libtpu is not installed``).
+        present: the hardware is evidently there but cannot be used (the
+            step then ends ``unavailable`` and the run warns), rather than
+            simply absent.
+    """
+    return Unavailable(
+        outcome=Outcome.UNAVAILABLE if present else Outcome.ABSENT, reasons=(reason,)
     )
-    usable: set[str] = set()
 
-    async def ask(kind: str, query: Callable[[StepContext], object]) -> None:
-        try:
-            if await ctx.to_thread(query, ctx):
-                usable.add(kind)
-        except Exception:  # recorded by that accelerator's plugin
-            return
 
-    bound = _probe_timeout(ctx, 2)
-    with anyio.move_on_after(math.inf if bound is None else bound):
-        async with anyio.create_task_group() as group:
-            for kind, query in queries:
-                group.start_soon(ask, kind, query)
-    return [kind for kind, _query in queries if kind in usable]
+def _activated(platform_class: str, device: str | None) -> dict[str, JsonValue]:
+    return {"activated": True, "platform_class": platform_class, "device": device}
+
+
+def _declined(devices: Devices) -> Unavailable:
+    return decline(devices.reason or "no devices found", present=devices.present)
+
+
+@attrs.frozen(kw_only=True)
+class PluginSpec:
+    """One plugin of a platform step: its name, whether it is a built-in
+    (third-party plugins win over built-ins), its report order and what it
+    runs (a step body whose value is an activation, or a decline)."""
+
+    name: str
+    builtin: bool
+    priority: int
+    body: StepBody
+    #: Extra attributes of its ``platform/<name>`` step.
+    attributes: Mapping[str, JsonValue] = attrs.field(factory=dict)
+
+
+class PluginSet(Protocol):
+    """Whose plugins a platform step runs (the reference engine's, or a real
+    engine's own), and what it does around them."""
+
+    #: Attributes of the ``platform`` step (which engine's code it runs).
+    attributes: Mapping[str, JsonValue]
+
+    def plugin_timeout(self, name: str) -> float | None:
+        """How long plugin ``name`` may take."""
+        ...
+
+    def session(self) -> contextlib.AbstractContextManager[object]:
+        """Held while the plugins run (capture what they log)."""
+        ...
+
+    async def specs(self, ctx: StepContext) -> list[PluginSpec]:
+        """The plugins to probe (may record child steps first)."""
+        ...
+
+    async def adopt(
+        self, ctx: StepContext, selected: PluginOutcome, results: Mapping[str, StepResult]
+    ) -> Mapping[str, JsonValue]:
+        """Act on the selected plugin (hand the decision back); what to add
+        to the step's result."""
+        ...
+
+
+# --- the reference engine's built-in plugins -----------------------------------------
+
+
+def _accelerator(
+    query: Callable[[HostFacts], Callable[[StepContext], Devices]],
+    platform_class: str,
+    device: str,
+    build: BuildTarget | None,
+) -> StepBody:
+    def probe(ctx: StepContext) -> JsonValue | Unavailable:
+        # vLLM's cuda plugin declines on a CPU build whatever the GPUs say.
+        if device == "cuda" and build is not None and build.device == "cpu":
+            return decline(f"this build targets cpu ({build.source})")
+        devices = query(ctx.host)(ctx)
+        return _activated(platform_class, device) if devices.found else _declined(devices)
+
+    return probe
 
 
 def _import_zentorch(ctx: StepContext) -> JsonValue:
@@ -151,52 +199,39 @@ def _import_zentorch(ctx: StepContext) -> JsonValue:
     return {"loaded": True}
 
 
-async def _probe_cpu(ctx: StepContext) -> JsonValue:
-    if await _usable_accelerators(ctx):
-        return _activation(None, None)
-    cpuinfo = await ctx.to_thread(ctx.host.read_cpuinfo)
-    platform_class = "CpuPlatform"
-    if is_amd_zen(cpuinfo):
-        zentorch = await ctx.run_child(
-            "zentorch",
-            _import_zentorch,
-            policy=optional_module_policy("zentorch"),
-            timeout=_probe_timeout(ctx, 1),
-        )
-        if zentorch.ok:
-            platform_class = "ZenCpuPlatform"
-    return _activation(platform_class, "cpu")
+def _cpu(config: EngineConfig, build: BuildTarget | None, unknown: str) -> StepBody:
+    async def probe(ctx: StepContext) -> JsonValue | Unavailable:
+        if build is None:
+            return decline(f"the build target is unknown ({unknown})")
+        if build.device != "cpu":
+            return decline(f"this build targets {build.device} ({build.source}; {_CPU_HINT})")
+        cpuinfo = await ctx.to_thread(ctx.host.read_cpuinfo)
+        platform_class = "CpuPlatform"
+        if is_amd_zen(cpuinfo):
+            zentorch = await ctx.run_child(
+                "zentorch",
+                _import_zentorch,
+                policy=optional_module_policy("zentorch"),
+                timeout=config.bound(1),
+            )
+            if zentorch.ok:
+                platform_class = "ZenCpuPlatform"
+        return _activated(platform_class, "cpu")
+
+    return probe
 
 
-def _probe_timeout(ctx: StepContext, levels: int) -> float | None:
-    """:meth:`EngineConfig.bound` from the run's recorded configuration."""
-    seconds = ctx.config.get("step_timeout")
-    return float(seconds) * levels if isinstance(seconds, int | float) else None
-
-
-_BUILTIN_BODIES: Mapping[str, StepBody] = {
-    "tpu": _probe_tpu,
-    "cuda": _probe_cuda,
-    "rocm": _probe_rocm,
-    "xpu": _probe_xpu,
-    "cpu": _probe_cpu,
-}
-
-
-# --- third-party plugins ------------------------------------------------------------
-
-
-def _check_result(plugin: str, value: object) -> str | None:
-    if value is None or isinstance(value, str):
+def _check_result(plugin: str, value: object) -> str | Unavailable | None:
+    if value is None or isinstance(value, str | Unavailable):
         return value
     raise TypeError(
         f"platform plugin {plugin!r} returned {type(value).__name__}; a plugin returns the "
-        "qualified name of its platform class (str) or None"
+        "qualified name of its platform class (str), decline(reason), or None"
     )
 
 
 def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
-    async def probe(ctx: StepContext) -> JsonValue:
+    async def probe(ctx: StepContext) -> JsonValue | Unavailable:
         plugin = await ctx.to_thread(load)
         if not callable(plugin):
             raise TypeError(f"platform plugin {name!r} loaded {plugin!r}, which is not callable")
@@ -204,7 +239,12 @@ def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
             value = await plugin(ctx)
         else:
             value = await ctx.to_thread(plugin, ctx)
-        return _activation(_check_result(name, value), None)
+        answer = _check_result(name, value)
+        if answer is None:
+            return decline(f"platform plugin {name!r} declined without a reason (returned None)")
+        if isinstance(answer, Unavailable):
+            return answer
+        return _activated(answer, None)
 
     return probe
 
@@ -218,10 +258,10 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 def _check_plugin_name(name: str, seen: Iterable[str], origin: str) -> None:
     if not name or "/" in name:
         raise ValueError(f"platform plugin name {name!r} ({origin}) must be non-empty without '/'")
-    if name in BUILTIN_PLATFORM_PLUGINS:
+    if name in BUILTIN_PLATFORM_PLUGINS or name == PLATFORM_BUILD_STEP.rpartition("/")[2]:
         raise ValueError(
             f"third-party platform plugin {name!r} ({origin}) has the name of a built-in "
-            f"plugin ({', '.join(BUILTIN_PLATFORM_PLUGINS)}); rename it"
+            f"plugin or step ({', '.join(BUILTIN_PLATFORM_PLUGINS)}, build); rename it"
         )
     if name in seen:
         raise ValueError(f"two third-party platform plugins are named {name!r} ({origin})")
@@ -231,36 +271,95 @@ def _loaded(plugin: PlatformPlugin) -> Callable[[], object]:
     return lambda: plugin
 
 
-@attrs.frozen(kw_only=True)
-class _PluginSpec:
-    name: str
-    builtin: bool
-    priority: int
-    body: StepBody
+class _ReferencePlugins:
+    """The reference engine's built-ins, after ``platform/build``, and the
+    third-party plugins."""
 
+    attributes: Mapping[str, JsonValue] = {}
 
-def _plugin_specs(
-    entry_points: Sequence[importlib.metadata.EntryPoint],
-    extra: Mapping[str, PlatformPlugin],
-) -> list[_PluginSpec]:
-    specs = [
-        _PluginSpec(name=name, builtin=True, priority=index, body=_BUILTIN_BODIES[name])
-        for index, name in enumerate(BUILTIN_PLATFORM_PLUGINS)
-    ]
-    third: dict[str, Callable[[], object]] = {}
-    for entry_point in entry_points:
-        _check_plugin_name(entry_point.name, third, f"entry point {entry_point.value}")
-        third[entry_point.name] = entry_point.load
-    for name, plugin in extra.items():
-        _check_plugin_name(name, third, "given to the engine")
-        third[name] = _loaded(plugin)
-    for index, name in enumerate(sorted(third), start=len(specs)):
-        specs.append(
-            _PluginSpec(
-                name=name, builtin=False, priority=index, body=_third_party_body(name, third[name])
+    def __init__(
+        self, config: EngineConfig, extra: Mapping[str, PlatformPlugin], discover: bool
+    ) -> None:
+        self.config = config
+        self.extra = extra
+        self.discover = discover
+
+    def plugin_timeout(self, name: str) -> float | None:
+        # A plugin's own check; the cpu plugin imports zentorch below it.
+        return self.config.bound(2)
+
+    def session(self) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
+
+    async def specs(self, ctx: StepContext) -> list[PluginSpec]:
+        build, unknown = await self.build(ctx)
+        bodies: dict[str, StepBody] = {
+            "tpu": _accelerator(lambda host: host.tpu_devices, "TpuPlatform", "tpu", build),
+            "cuda": _accelerator(lambda host: host.nvidia_devices, "CudaPlatform", "cuda", build),
+            "rocm": _accelerator(lambda host: host.amd_devices, "RocmPlatform", "rocm", build),
+            "xpu": _accelerator(lambda host: host.xpu_devices, "XpuPlatform", "xpu", build),
+            "cpu": _cpu(self.config, build, unknown),
+        }
+        specs = [
+            PluginSpec(name=name, builtin=True, priority=index, body=bodies[name])
+            for index, name in enumerate(BUILTIN_PLATFORM_PLUGINS)
+        ]
+        if build is not None and build.explicit and build.device == "cpu":
+            # vLLM's fast path: an explicit CPU target is authoritative.
+            return [spec for spec in specs if spec.name == "cpu"]
+        entry_points = await ctx.to_thread(_entry_points) if self.discover else []
+        third: dict[str, Callable[[], object]] = {}
+        for entry_point in entry_points:
+            _check_plugin_name(entry_point.name, third, f"entry point {entry_point.value}")
+            third[entry_point.name] = entry_point.load
+        for name, plugin in self.extra.items():
+            _check_plugin_name(name, third, "given to the engine")
+            third[name] = _loaded(plugin)
+        for index, name in enumerate(sorted(third), start=len(specs)):
+            specs.append(
+                PluginSpec(
+                    name=name,
+                    builtin=False,
+                    priority=index,
+                    body=_third_party_body(name, third[name]),
+                )
             )
+        return specs
+
+    async def build(self, ctx: StepContext) -> tuple[BuildTarget | None, str]:
+        """Record ``platform/build``: the build target, or why it is unknown."""
+        named = self.config.target_device
+
+        def find(child: StepContext) -> JsonValue:
+            target = (
+                BuildTarget(device=named, source="named by --target-device", explicit=True)
+                if named is not None
+                else child.host.build_target(child)
+            )
+            return {"device": target.device, "source": target.source, "explicit": target.explicit}
+
+        result = await ctx.run_child(
+            PLATFORM_BUILD_STEP.rpartition("/")[2],
+            find,
+            policy=ANY_EXCEPTION_POLICY,
+            timeout=self.config.bound(1),
         )
-    return specs
+        value = result.value
+        if not result.ok or not isinstance(value, dict):
+            return None, "; ".join(result.reasons) or str(result.outcome)
+        return (
+            BuildTarget(
+                device=str(value["device"]),
+                source=str(value["source"]),
+                explicit=value["explicit"] is True,
+            ),
+            "",
+        )
+
+    async def adopt(
+        self, ctx: StepContext, selected: PluginOutcome, results: Mapping[str, StepResult]
+    ) -> Mapping[str, JsonValue]:
+        return {}
 
 
 # --- resolution ---------------------------------------------------------------------
@@ -276,6 +375,8 @@ class PluginOutcome:
     outcome: Outcome | None
     platform_class: str | None = None
     device: str | None = None
+    #: Why it did not activate (its decline's reason, or its failure).
+    reason: str | None = None
 
     @property
     def activated(self) -> bool:
@@ -284,8 +385,9 @@ class PluginOutcome:
 
     @property
     def failed(self) -> bool:
-        """Whether the plugin did not end ``ok`` (it raised, timed out...)."""
-        return self.outcome is not Outcome.OK
+        """Whether the plugin neither activated nor declined (it raised,
+        timed out, or found its hardware unusable)."""
+        return self.outcome not in (Outcome.OK, Outcome.ABSENT)
 
 
 @attrs.frozen(kw_only=True)
@@ -327,12 +429,19 @@ def _plugin_outcomes(events: Iterable[Event], parent: str) -> list[PluginOutcome
     for step, start in started.items():
         end = ended.get(step)
         value = end.result if isinstance(end, StepSucceeded) else None
-        outcomes.append(_outcome(start.attributes, outcome_of(end) if end else None, value, step))
+        reasons = end.reasons if isinstance(end, StepUnavailable) else ()
+        outcomes.append(
+            _outcome(start.attributes, outcome_of(end) if end else None, value, reasons, step)
+        )
     return outcomes
 
 
 def _outcome(
-    attributes: Mapping[str, JsonValue], outcome: Outcome | None, value: JsonValue, step: str
+    attributes: Mapping[str, JsonValue],
+    outcome: Outcome | None,
+    value: JsonValue,
+    reasons: Sequence[str],
+    step: str,
 ) -> PluginOutcome:
     result: Mapping[str, JsonValue] = value if isinstance(value, dict) else {}
     platform_class = result.get("platform_class")
@@ -347,6 +456,7 @@ def _outcome(
         if isinstance(platform_class, str) and result.get("activated") is True
         else None,
         device=device if isinstance(device, str) else None,
+        reason="; ".join(reasons) or None,
     )
 
 
@@ -365,7 +475,7 @@ def decide_platform(events: Sequence[Event], inputs: Mapping[str, JsonValue]) ->
     return {"plugin": selected.plugin, "platform_class": selected.platform_class}
 
 
-def _failure_text(result: StepResult) -> str:
+def _reason(result: StepResult) -> str:
     if result.exception is not None:
         return ", caused by ".join(link.reason for link in result.exception.chain())
     return "; ".join(result.reasons) or str(result.outcome)
@@ -379,14 +489,17 @@ def make_platform_step(
     *,
     plugins: Mapping[str, PlatformPlugin] | None = None,
     discover: bool = True,
+    plugin_set: PluginSet | None = None,
 ) -> Step:
     """The ``platform`` step.
 
     Args:
-        config: the engine configuration (for the step timeout).
+        config: the engine configuration (step timeout, target device).
         plugins: third-party plugins to probe besides those registered under
             :data:`PLATFORM_PLUGIN_GROUP`, by name.
         discover: whether to look up the entry-point group at all.
+        plugin_set: whose plugins run instead of the reference engine's
+            (vLLM's: :class:`orchestrator.engine._vllm.VllmPlugins`).
 
     The step raises :class:`PlatformConflictError` or
     :class:`UnspecifiedPlatformError` (both terminal); a third-party plugin
@@ -396,32 +509,32 @@ def make_platform_step(
     extra = dict(plugins or {})
     for name in extra:
         _check_plugin_name(name, (), "given to the engine")
+    if plugin_set is None:
+        plugin_set = _ReferencePlugins(config, extra, discover)
 
     async def detect_platform(ctx: StepContext) -> JsonValue:
-        entry_points = await ctx.to_thread(_entry_points) if discover else []
-        specs = _plugin_specs(entry_points, extra)
         results: dict[str, StepResult] = {}
+        with plugin_set.session():
+            specs = await plugin_set.specs(ctx)
 
-        async def probe(spec: _PluginSpec) -> None:
-            results[spec.name] = await ctx.run_child(
-                spec.name,
-                spec.body,
-                kind=StepKind.CANDIDATE,
-                policy=ANY_EXCEPTION_POLICY,
-                # A plugin's own check; the cpu plugin waits for the other
-                # plugins' device queries as long as those plugins may take,
-                # then imports zentorch below it: one level more.
-                timeout=config.bound(3 if spec.name == "cpu" else 2),
-                attributes={
-                    "plugin": spec.name,
-                    "builtin": spec.builtin,
-                    "priority": spec.priority,
-                },
-            )
+            async def probe(spec: PluginSpec) -> None:
+                results[spec.name] = await ctx.run_child(
+                    spec.name,
+                    spec.body,
+                    kind=StepKind.CANDIDATE,
+                    policy=ANY_EXCEPTION_POLICY,
+                    timeout=plugin_set.plugin_timeout(spec.name),
+                    attributes={
+                        "plugin": spec.name,
+                        "builtin": spec.builtin,
+                        "priority": spec.priority,
+                        **spec.attributes,
+                    },
+                )
 
-        async with anyio.create_task_group() as group:
-            for spec in specs:
-                group.start_soon(probe, spec)
+            async with anyio.create_task_group() as group:
+                for spec in specs:
+                    group.start_soon(probe, spec)
 
         ctx.decide("platform.select", {"parent": ctx.step})
         outcomes = [
@@ -429,6 +542,7 @@ def make_platform_step(
                 {"plugin": s.name, "builtin": s.builtin, "priority": s.priority},
                 results[s.name].outcome,
                 results[s.name].value,
+                results[s.name].reasons,
                 s.name,
             )
             for s in specs
@@ -438,24 +552,34 @@ def make_platform_step(
             raise PlatformConflictError(list(resolution.conflict))
         selected = resolution.selected
         if selected is None:
-            failed = [results[s.name] for s in specs if results[s.name].outcome is not Outcome.OK]
+            # A decline (absent, or unusable hardware: unavailable with no
+            # exception) is not a failure; an exception or a timeout is.
+            failed = [
+                s.name
+                for s in specs
+                if results[s.name].exception is not None
+                or results[s.name].outcome not in (Outcome.ABSENT, Outcome.UNAVAILABLE)
+            ]
             error = UnspecifiedPlatformError(
-                {r.step.rpartition("/")[2]: _failure_text(r) for r in failed}
+                {s.name: _reason(results[s.name]) for s in specs}, failed=failed
             )
-            cause = next((r.error for r in failed if r.error is not None), None)
+            cause = next((results[name].error for name in failed if results[name].error), None)
             raise error from cause
         return {
             "plugin": selected.plugin,
             "platform_class": selected.platform_class,
             "device": selected.device,
             "builtin": selected.builtin,
+            **(await plugin_set.adopt(ctx, selected, results)),
         }
 
     return Step(
         name=PLATFORM_STEP,
         body=detect_platform,
         policy=PLATFORM_POLICY,
-        # Plugins (the cpu plugin's queries, then its zentorch import): each
-        # level times out before the one above it.
+        # The build target, then the plugins (the cpu plugin imports
+        # zentorch below its own check): each level times out before the
+        # one above it.
         timeout=config.bound(4),
+        attributes=dict(plugin_set.attributes),
     )

@@ -19,6 +19,9 @@ The JSON form (also what a profile file holds)::
       "gpus": {"vendor": "nvidia", "count": 8, "name": "NVIDIA H200",
                "capability": [9, 0]},                   (vendor nvidia | amd | none)
       "nodes": 1,
+      "build": "cuda",           (what the engine build targets: cuda | rocm | cpu | tpu | xpu;
+                                  default from the devices: nvidia -> cuda, amd -> rocm,
+                                  a TPU -> tpu, XPUs -> xpu, none -> cpu)
       "nvswitch_multicast": false,
       "tpu": false,
       "xpu": 0,                                          (number of Intel XPUs)
@@ -54,12 +57,15 @@ import attrs
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
 from .._json_text import not_json_text
-from ._config import ProfileError
+from ._config import BUILD_TARGETS, ProfileError
 from ._host import (
+    BuildTarget,
+    Devices,
     GpuDevice,
     amd_devices_from_amdsmi,
     nvidia_devices_from_nvml,
-    tpu_present,
+    tpu_devices,
+    unusable_nvidia_gpus,
     xpu_devices_from_torch,
 )
 
@@ -165,6 +171,10 @@ class Profile:
         cpu: the CPU, or ``None`` for a host without ``/proc/cpuinfo``.
         gpus: the GPUs of each node.
         nodes: how many nodes the launch spans.
+        build: what the engine build targets (``cuda``, ``rocm``, ``cpu``,
+            ``tpu``, ``xpu``): the cpu plugin activates only for a CPU
+            build, as vLLM's does. ``None`` derives it from the devices
+            (:attr:`build_target`).
         nvswitch_multicast: whether multi-node NVLink multicast works.
         tpu: whether a TPU (``libtpu``) is present.
         xpu: how many Intel XPUs there are.
@@ -176,10 +186,25 @@ class Profile:
     cpu: CpuFacts | None = None
     gpus: GpuFacts = GpuFacts()
     nodes: int = 1
+    build: str | None = None
     nvswitch_multicast: bool = False
     tpu: bool = False
     xpu: int = 0
     modules: Mapping[str, ModuleRule] = attrs.field(factory=dict)
+
+    @property
+    def build_target(self) -> str:
+        """:attr:`build`, or what the devices imply: NVIDIA GPUs -> cuda,
+        AMD GPUs -> rocm, a TPU -> tpu, XPUs -> xpu, none -> cpu."""
+        if self.build is not None:
+            return self.build
+        if self.gpus.count and self.gpus.vendor == "nvidia":
+            return "cuda"
+        if self.gpus.count and self.gpus.vendor == "amd":
+            return "rocm"
+        if self.tpu:
+            return "tpu"
+        return "xpu" if self.xpu else "cpu"
 
     def devices(self, vendor: str) -> tuple[GpuDevice, ...]:
         """The GPUs of ``vendor`` (``nvidia`` or ``amd``) on one node."""
@@ -225,6 +250,7 @@ class Profile:
                 "capability": None if self.gpus.capability is None else list(self.gpus.capability),
             },
             "nodes": self.nodes,
+            "build": self.build,
             "nvswitch_multicast": self.nvswitch_multicast,
             "tpu": self.tpu,
             "xpu": self.xpu,
@@ -291,6 +317,7 @@ class _ProfileReader:
             cpu=self.cpu(top.get("cpu")),
             gpus=self.gpus(top.get("gpus", {})),
             nodes=self.integer(top.get("nodes", 1), "nodes", 1),
+            build=self.build(top.get("build")),
             nvswitch_multicast=self.boolean(
                 top.get("nvswitch_multicast", False), "nvswitch_multicast"
             ),
@@ -298,6 +325,13 @@ class _ProfileReader:
             xpu=self.integer(top.get("xpu", 0), "xpu", 0),
             modules=self.modules(top.get("modules", {})),
         )
+
+    def build(self, value: object) -> str | None:
+        if value is None:
+            return None
+        if value not in BUILD_TARGETS:
+            raise self.fail("build", f"{value!r} is not valid; valid: {', '.join(BUILD_TARGETS)}")
+        return str(value)
 
     def cpu(self, value: object) -> CpuFacts | None:
         if value is None:
@@ -525,22 +559,36 @@ class SimulatedHost:
         """The profile's CPU as ``/proc/cpuinfo`` text (``None`` without one)."""
         return None if self.profile.cpu is None else self.profile.cpu.cpuinfo()
 
-    def nvidia_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
-        """NVML through the importer, else the profile's NVIDIA GPUs."""
-        devices = nvidia_devices_from_nvml(importer)
-        return self.profile.devices("nvidia") if devices is None else devices
+    def build_target(self, importer: Any) -> BuildTarget:
+        """The profile's build target (:attr:`Profile.build_target`): a
+        simulated host is hermetic, so ``VLLM_TARGET_DEVICE`` does not
+        reach it (``--target-device`` does)."""
+        return BuildTarget(device=self.profile.build_target, source=f"profile {self.profile.name}")
 
-    def amd_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
+    def nvidia_devices(self, importer: Any) -> Devices:
+        """NVML through the importer; when it finds nothing on a profile
+        with NVIDIA GPUs, they are ``present`` but unusable."""
+        devices = nvidia_devices_from_nvml(importer)
+        gpus = self.profile.devices("nvidia")
+        if devices.found or not gpus:
+            return devices
+        evidence = f"profile {self.profile.name}: {len(gpus)} x {gpus[0].name}"
+        return unusable_nvidia_gpus(evidence, devices)
+
+    def amd_devices(self, importer: Any) -> Devices:
         """AMD SMI through the importer, else the profile's AMD GPUs."""
         devices = amd_devices_from_amdsmi(importer)
-        return self.profile.devices("amd") if devices is None else devices
+        if devices is not None:
+            return devices
+        found = self.profile.devices("amd")
+        return Devices(found=found, reason="" if found else "amdsmi is not installed")
 
-    def tpu_present(self, importer: Any) -> bool:
-        """Whether ``libtpu`` imports through the importer (see
-        :func:`~orchestrator.engine._host.tpu_present`)."""
-        return tpu_present(importer)
+    def tpu_devices(self, importer: Any) -> Devices:
+        """A TPU when ``libtpu`` imports through the importer (see
+        :func:`~orchestrator.engine._host.tpu_devices`)."""
+        return tpu_devices(importer)
 
-    def xpu_devices(self, importer: Any) -> tuple[GpuDevice, ...]:
+    def xpu_devices(self, importer: Any) -> Devices:
         """``torch.xpu`` through the importer."""
         return xpu_devices_from_torch(importer)
 

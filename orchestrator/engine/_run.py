@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from events import EventLog, RankIdentity
 
@@ -11,7 +11,7 @@ from .._faults import FaultPlan
 from .._graph import Graph
 from .._importer import Importer, RealImporter
 from .._runner import Runner, RunResult, SpanActivator
-from ._config import EngineConfig
+from ._config import EngineConfig, EngineConfigError
 from ._graph import ENGINE_DECIDERS, build_engine_graph
 from ._host import HostFacts, RealHost
 from ._platform import PlatformPlugin
@@ -36,6 +36,7 @@ def prepare_engine(
     discover_plugins: bool = True,
     host: HostFacts | None = None,
     importer: Importer | None = None,
+    engine: Literal["reference", "vllm"] = "reference",
     **runner_options: Any,
 ) -> tuple[Runner, Graph]:
     """The :class:`~orchestrator.Runner` and graph of the engine startup for
@@ -44,8 +45,17 @@ def prepare_engine(
     runner.run(graph)`` runs it. Takes the arguments of :func:`run_engine`.
 
     Raises:
-        ValueError: a plugin name or a runner option is not valid.
+        ValueError: a plugin name or a runner option is not valid, or
+            ``engine="vllm"`` with vLLM not installed or on a simulated
+            host (:class:`~orchestrator.engine.EngineConfigError`).
     """
+    if engine == "vllm" and profile is not None:
+        raise EngineConfigError(
+            "engine",
+            engine,
+            "vLLM's platform code probes this host; a simulated host is for the reference "
+            "engine's plugins",
+        )
     if host is None:
         host = RealHost() if profile is None else SimulatedHost(profile)
     if importer is None:
@@ -72,7 +82,9 @@ def prepare_engine(
         span_activator=span_activator,
         **runner_options,
     )
-    graph = build_engine_graph(config, plugins=plugins, discover_plugins=discover_plugins)
+    graph = build_engine_graph(
+        config, plugins=plugins, discover_plugins=discover_plugins, engine=engine
+    )
     return runner, graph
 
 
@@ -92,6 +104,7 @@ async def run_engine(
     discover_plugins: bool = True,
     host: HostFacts | None = None,
     importer: Importer | None = None,
+    engine: Literal["reference", "vllm"] = "reference",
     **runner_options: Any,
 ) -> RunResult:
     """Run the engine startup graph for one rank, recording it in ``log``.
@@ -115,6 +128,10 @@ async def run_engine(
         discover_plugins: whether to look up platform plugin entry points.
         host, importer: override the host facts or the importer (a fake
             host for tests, or the real importer on simulated host facts).
+        engine: whose platform plugins run: the reference engine's, or
+            ``vllm``'s own (vLLM's real platform code, on this host; the
+            other steps are the reference engine's model for the platform
+            it selects).
         runner_options: passed on to :class:`~orchestrator.Runner`.
 
     Returns:
@@ -141,6 +158,7 @@ async def run_engine(
         discover_plugins=discover_plugins,
         host=host,
         importer=importer,
+        engine=engine,
         **runner_options,
     )
     return await runner.run(graph)

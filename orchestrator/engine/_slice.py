@@ -12,7 +12,8 @@ The engine's facts per rank, from the events its graph writes::
     flashinfer_comm ok|other    flashinfer_comm_available, flashinfer_comm (what it was:
                                 "available", "not installed", "unavailable (reason)")
     allreduce_workspace ok      fusion_enabled, allreduce_backend, allreduce_settled,
-                                fusion_lost (off for any reason but tensor parallel size 1)
+                                fusion_lost (off for any reason but one that does not
+                                apply: tensor parallel size 1, several nodes without MNNVL)
     decision allreduce.agreed   allreduce_backend (what every rank uses)
 
 Ranks must agree on the all-reduce backend (``allreduce.divergence``, ERROR:
@@ -60,6 +61,7 @@ from events import step_severity_hook as kernel_step_severity_hook
 from ._conventions import (
     ALLREDUCE_STEP,
     ALLREDUCE_TP1_REASON,
+    ALLREDUCE_UNSUPPORTED_REASON,
     ATTENTION_STEP,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
@@ -169,9 +171,14 @@ def _engine_facts(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, 
             "fusion_enabled": enabled,
             "allreduce_backend": backend,
             "allreduce_settled": True,
-            "fusion_lost": not enabled and _field(result, "reason") != ALLREDUCE_TP1_REASON,
+            "fusion_lost": not enabled and _field(result, "reason") not in _NOT_LOST,
         }
     return None
+
+
+#: Why the fusion may be off without anything lost: it does not apply to
+#: this launch (tensor parallel size 1; several nodes without MNNVL).
+_NOT_LOST = (ALLREDUCE_TP1_REASON, ALLREDUCE_UNSUPPORTED_REASON)
 
 
 def _flashinfer_comm(event: Event, available: bool) -> str | None:

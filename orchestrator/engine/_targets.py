@@ -15,12 +15,16 @@ Modules (a package of one is a valid target too, see ``FaultPlan.check``)::
     allreduce_workspace   flashinfer.comm, torch (the real workspace factory)
 
 (``process_group`` imports torch for real, never through the run's importer:
-a fault on ``torch`` does not reach it; target ``process_group`` itself.)
+a fault on ``torch`` does not reach it; target ``process_group`` itself.
+With ``engine="vllm"`` the platform plugins are vLLM's own code, which
+imports its driver libraries itself: target their steps instead.)
 
 Step paths::
 
-    platform, platform/<built-in plugin>, platform/cpu/zentorch,
+    platform, platform/build, platform/<built-in plugin>, platform/cpu/zentorch,
     platform/<third-party plugin> (entry points of PLATFORM_PLUGIN_GROUP)
+    (engine vllm: platform, platform/<vLLM plugin>, .../register, .../load_class,
+    for vLLM's built-ins and its vllm.platform_plugins entry points)
     attention, attention/<every name in ATTENTION_BACKENDS>
     flashinfer_comm
     allreduce_workspace, allreduce_workspace/<every backend a chain can try>,
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Collection, Iterable, Iterator
+from typing import Literal
 
 import attrs
 
@@ -49,10 +54,12 @@ from ._conventions import (
     ALLREDUCE_STEP,
     ATTENTION_STEP,
     FLASHINFER_COMM_STEP,
+    PLATFORM_BUILD_STEP,
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
 from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP
+from ._vllm import VLLM_PLUGIN_GROUP
 
 __all__ = ["InjectionTargets", "injection_targets"]
 
@@ -93,7 +100,10 @@ class InjectionTargets(Collection[str]):
 
 
 def injection_targets(
-    *, plugins: Iterable[str] = (), discover_plugins: bool = True
+    *,
+    plugins: Iterable[str] = (),
+    discover_plugins: bool = True,
+    engine: Literal["reference", "vllm"] = "reference",
 ) -> InjectionTargets:
     """The modules and step paths a fault may target in the engine graph.
 
@@ -106,12 +116,18 @@ def injection_targets(
             listed, never loaded: a plugin's code does not run here. What a
             third-party plugin runs beneath its own step is unknown and not
             listed.
+        engine: ``vllm`` lists the steps of vLLM's plugins (the names of
+            vLLM's built-ins and of its ``vllm.platform_plugins`` entry
+            points) in place of the reference engine's, and leaves out the
+            driver modules vLLM imports itself.
 
     Returns:
         :class:`InjectionTargets` with ``modules`` and ``steps``.
     """
     modules = {backend.module for backend in ATTENTION_BACKENDS.values()}
-    modules.update(_PLATFORM_MODULES, _FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
+    modules.update(_FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
+    if engine == "reference":
+        modules.update(_PLATFORM_MODULES)
     # A fault on a package breaks the import of its submodules.
     for module in list(modules):
         parts = module.split(".")
@@ -119,10 +135,7 @@ def injection_targets(
 
     third_party = set(plugins)
     if discover_plugins:
-        third_party.update(
-            entry_point.name
-            for entry_point in importlib.metadata.entry_points(group=PLATFORM_PLUGIN_GROUP)
-        )
+        third_party.update(_entry_point_names(PLATFORM_PLUGIN_GROUP))
     # Names the platform step would refuse (empty, nested, or shadowing a
     # built-in) never become steps.
     third_party = {
@@ -131,12 +144,26 @@ def injection_targets(
         if name and "/" not in name and name not in BUILTIN_PLATFORM_PLUGINS
     }
 
-    steps = {PLATFORM_STEP, ZENTORCH_STEP, ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP}
-    steps.update(f"{PLATFORM_STEP}/{name}" for name in (*BUILTIN_PLATFORM_PLUGINS, *third_party))
+    steps = {PLATFORM_STEP, ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP}
+    if engine == "vllm":
+        vllm_plugins = {*BUILTIN_PLATFORM_PLUGINS, *_entry_point_names(VLLM_PLUGIN_GROUP)}
+        for name in vllm_plugins:
+            steps.update(
+                f"{PLATFORM_STEP}/{name}{child}" for child in ("", "/register", "/load_class")
+            )
+    else:
+        steps.update((PLATFORM_BUILD_STEP, ZENTORCH_STEP))
+        steps.update(
+            f"{PLATFORM_STEP}/{name}" for name in (*BUILTIN_PLATFORM_PLUGINS, *third_party)
+        )
     steps.update(f"{ATTENTION_STEP}/{name}" for name in ATTENTION_BACKENDS)
     steps.update(f"{ALLREDUCE_STEP}/{backend}" for backend in _chain_backends())
     steps.update((ALLREDUCE_AGREE_STEP, ALLREDUCE_QUANT_STEP, PROCESS_GROUP_STEP))
     return InjectionTargets(modules=tuple(sorted(modules)), steps=tuple(sorted(steps)))
+
+
+def _entry_point_names(group: str) -> set[str]:
+    return {entry_point.name for entry_point in importlib.metadata.entry_points(group=group)}
 
 
 def _chain_backends() -> set[str]:

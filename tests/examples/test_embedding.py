@@ -57,7 +57,9 @@ def _free_port() -> int:
 
 
 def test_the_readme_has_the_embedding_snippet() -> None:
-    [snippet] = [block for block in python_blocks() if "Startup" in block]
+    [snippet] = [
+        block for block in python_blocks() if "from orchestrator import Startup\n" in block
+    ]
     assert "from orchestrator import Startup" in snippet
     assert len(snippet.strip().splitlines()) <= 6
 
@@ -88,7 +90,9 @@ def test_the_readme_snippet_under_torchrun(tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torch (and its torchrun) is not installed")
-    [snippet] = [block for block in python_blocks() if "Startup" in block]
+    [snippet] = [
+        block for block in python_blocks() if "from orchestrator import Startup\n" in block
+    ]
     script = tmp_path / "snippet.py"
     script.write_text(snippet, encoding="utf-8")
     done = _run([str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)], tmp_path)

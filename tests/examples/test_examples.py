@@ -321,8 +321,9 @@ def test_failed_start_replay_names_rank_5_and_its_exception_chain_first(tmp_path
     assert lines[2] == "Root cause: rank 5, step platform"
     assert lines[3].startswith(
         "  UnspecifiedPlatformError: Failed to infer device type: no platform plugin "
-        "activated. Failed plugins: cpu: RuntimeError: unknown zentorch failure"
+        "activated. tpu: libtpu is not installed; "
     )
+    assert lines[3].endswith("; cpu failed: RuntimeError: unknown zentorch failure")
     assert "  caused by RuntimeError: unknown zentorch failure" in lines[4:7]
     assert "  5        failed   -" in done.stdout
     assert "INFO [ranks 0-4,6-7] Startup ready." in done.stdout

@@ -116,7 +116,7 @@ async def test_environment_failures_are_recorded_and_nothing_valid_raises_value_
 
     message = str(raised.value)
     for name, error in errors.items():
-        assert f"{name}: {[f'{type(error).__name__}: {error}']}" in message
+        assert f"{name}: [{type(error).__name__}: {error}]" in message
     step_failed = only(log, StepFailed, "attention")
     assert step_failed.cause.type == "orchestrator.NoValidCandidateError"
     assert step_failed.cause.message == message

@@ -70,7 +70,7 @@ def test_unknown_zentorch_failure_names_the_cause_of_unspecified_platform(
     ), first
     assert first[2] == "Root cause: rank 0, step platform", first
     assert first[3].strip().startswith("UnspecifiedPlatformError: Failed to infer device type")
-    assert "cpu: RuntimeError: unknown zentorch failure" in first[3]
+    assert "; cpu failed: RuntimeError: unknown zentorch failure" in first[3]
     assert "caused by RuntimeError: unknown zentorch failure" in [line.strip() for line in first]
     replayed = run_cli("replay", "--json", "run", cwd=tmp_path)
     assert replayed.returncode == 1

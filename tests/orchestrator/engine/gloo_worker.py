@@ -27,7 +27,14 @@ from events import JsonlLog, JsonValue, Outcome
 from orchestrator import FaultPlan, Graph, Runner, Step, StepContext, Unavailable
 from orchestrator._group import init_torch_distributed_group
 from orchestrator._identity import identity_from_environment, run_id_from_environment
-from orchestrator.engine import ALLREDUCE_STEP, FLASHINFER_COMM_STEP, PLATFORM_STEP, EngineConfig
+from orchestrator.engine import (
+    ALLREDUCE_STEP,
+    FLASHINFER_COMM_STEP,
+    PLATFORM_STEP,
+    Devices,
+    EngineConfig,
+    GpuDevice,
+)
 from orchestrator.engine._allreduce import SimulatedWorkspaceFactory, make_allreduce_step
 
 #: Only rank 2 fails to build the trtllm workspace.
@@ -36,17 +43,23 @@ RANK_2_TRTLLM_FAULT = "2:allreduce_workspace/trtllm=RuntimeError:cannot map trtl
 
 @attrs.frozen(kw_only=True)
 class FakeHost:
-    """Host facts the all-reduce step reads; ``nodes=None`` means unknown."""
+    """Host facts the all-reduce step reads; ``nodes=None`` means unknown,
+    ``capability`` is the GPUs' (an SM100 Blackwell by default)."""
 
     name: str = "fake"
     multicast: bool = False
     node_count: int | None = 1
+    capability: tuple[int, int] | None = (10, 0)
 
     def nvswitch_multicast(self) -> bool:
         return self.multicast
 
     def nodes(self) -> int | None:
         return self.node_count
+
+    def nvidia_devices(self, importer: object) -> Devices:
+        gpu = GpuDevice(vendor="nvidia", name="GPU", capability=self.capability, index=0)
+        return Devices(found=(gpu,))
 
 
 class RecordingFactory:

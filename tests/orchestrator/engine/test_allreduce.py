@@ -27,6 +27,7 @@ from events import (
     RankIdentity,
     RunFinished,
     RunOutcome,
+    Severity,
     StepKind,
     StepStarted,
     StepSucceeded,
@@ -50,6 +51,7 @@ from orchestrator.engine import (
     AllreduceBackend,
     EngineConfig,
     EngineConfigError,
+    replay,
 )
 from orchestrator.engine._allreduce import (
     SimulatedWorkspace,
@@ -239,6 +241,30 @@ async def test_auto_on_several_nodes_tries_only_mnnvl(
     assert rank.finished().outcome is RunOutcome.READY
 
 
+async def test_auto_on_several_nodes_without_mnnvl_gpus_is_off_at_debug() -> None:
+    # vLLM 0.33: multi-node auto needs an MNNVL-capable (Blackwell) system;
+    # without one the fusion is off at DEBUG, with nothing tried and
+    # nothing lost (an H200 pair of nodes is a healthy start).
+    rank = await run_rank(
+        EngineConfig(tp=16),
+        host=FakeHost(multicast=True, node_count=2, capability=(9, 0)),
+        world_size=16,
+        local_world_size=8,
+    )
+
+    assert rank.attempts() == []
+    assert rank.result["enabled"] is False
+    assert rank.result["reason"] == (
+        "multi-node process groups require an MNNVL-capable Blackwell system"
+    )
+    assert not rank.started(ALLREDUCE_AGREE_STEP)
+    replayed = replay(rank.log.read())
+    messages = [(m.code, m.severity) for m in replayed.messages]
+    assert ("allreduce.unsupported", Severity.DEBUG) in messages
+    assert "allreduce.workspace_failed" not in dict(messages)
+    assert replayed.states[0].facts["fusion_lost"] is False
+
+
 @pytest.mark.parametrize(
     ("config", "comm_missing", "reason"),
     [
@@ -368,7 +394,9 @@ async def test_a_factory_returning_none_makes_the_attempt_unavailable() -> None:
 
 def test_the_chain_follows_the_configuration_and_the_node_count() -> None:
     assert allreduce_chain(AllreduceBackend.AUTO, 1) == ("mnnvl", "trtllm")
-    assert allreduce_chain("auto", 2) == ("mnnvl",)
+    assert allreduce_chain("auto", 2, (10, 0)) == ("mnnvl",)
+    assert allreduce_chain("auto", 2, (9, 0)) == ()
+    assert allreduce_chain("auto", 2) == (), "an unknown capability is not MNNVL-capable"
     assert allreduce_chain("mnnvl", 4) == ("mnnvl",)
     assert allreduce_chain("trtllm", 1) == ("trtllm",)
     with pytest.raises(EngineConfigError, match="spans 3 nodes"):

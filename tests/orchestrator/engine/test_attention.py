@@ -66,6 +66,7 @@ async def test_environment_failure_is_recorded_and_the_others_are_still_probed(
         "backend": "FLASH_ATTN",
         "explicit": False,
         "considered": CUDA_LIST,
+        "valid": [name for name in CUDA_LIST if name != "FLASHINFER"],
     }
     assert engine.decision("candidates.select").value == "FLASH_ATTN"
     assert check_decisions(engine.events, ENGINE_DECIDERS) == []
@@ -161,6 +162,7 @@ async def test_explicit_backend_that_works_is_the_only_one_probed() -> None:
         "backend": "TRITON_ATTN",
         "explicit": True,
         "considered": ["TRITON_ATTN"],
+        "valid": ["TRITON_ATTN"],
     }
     assert engine.steps("attention/") == ["attention/TRITON_ATTN"]
     assert check_decisions(engine.events, ENGINE_DECIDERS) == []
@@ -230,11 +232,14 @@ async def test_automatic_selection_takes_the_best_valid_candidate(
 ) -> None:
     engine = await run(profile, config=config)
 
+    valid = [name for name in considered if engine.outcome(f"attention/{name}") is Outcome.OK]
     assert engine.value(ATTENTION_STEP) == {
         "backend": backend,
         "explicit": False,
         "considered": considered,
+        "valid": valid,
     }
+    assert valid[0] == backend
     assert engine.started(ATTENTION_STEP).attributes == {"explicit": None}
     for priority, name in enumerate(considered):
         assert engine.started(f"attention/{name}").attributes == {
@@ -258,9 +263,16 @@ async def test_no_valid_candidate_is_a_terminal_value_error_listing_every_reason
 
     assert isinstance(engine.error, ValueError)
     message = str(engine.error)
-    assert message.startswith("No valid backend found for this configuration.")
+    # vLLM 0.33's words: the device, the selector's configuration, then
+    # each backend's reasons as {NAME: [reason, ...], ...}.
+    assert message.startswith(
+        "No valid backend found for attention on cuda with AttentionSelectorConfig("
+        "head_size=7, dtype=torch.bfloat16, kv_cache_dtype=auto, block_size=16, "
+        "use_mla=False). Reasons: {FLASH_ATTN: [head_size 7 not supported], "
+    )
+    assert message.endswith("}.")
     for name in CUDA_LIST:
-        assert name in message
+        assert f"{name}: [" in message
         invalid = engine.terminal(f"attention/{name}")
         assert isinstance(invalid, StepUnavailable)
         assert invalid.outcome is Outcome.INVALID

@@ -34,7 +34,7 @@ def test_the_errors_are_public_value_errors_that_survive_pickling() -> None:
         assert type(copy) is type(error)
         assert str(copy) == str(error)
     assert str(none_valid) == (
-        "No valid backend found for this configuration. Reasons: {A: ['too small']; B: []}"
+        "No valid backend found for this configuration. Reasons: {A: [too small], B: []}."
     )
     assert none_valid.reasons == {"A": ("too small",), "B": ()}
     assert str(explicit) == (

@@ -19,21 +19,25 @@ from events import (
     StepSucceeded,
     StepUnavailable,
 )
-from orchestrator import FaultPlan, StepContext, StepTimeoutError
+from events.testing import EventStream
+from orchestrator import FaultPlan, RealImporter, StepContext, StepTimeoutError
 from orchestrator._decisions import check_decisions
 from orchestrator.engine import (
     ATTENTION_STEP,
     BUILTIN_PROFILES,
     ENGINE_DECIDERS,
+    PLATFORM_BUILD_STEP,
     PLATFORM_PLUGIN_GROUP,
     PLATFORM_STEP,
     ZENTORCH_STEP,
     EngineConfig,
     PlatformConflictError,
     Profile,
+    RealHost,
     UnspecifiedPlatformError,
     build_engine_graph,
     decide_platform,
+    decline,
     is_amd_zen,
     replay,
 )
@@ -163,7 +167,7 @@ async def test_other_zentorch_errors_leave_no_platform_and_name_the_cause() -> N
 
     error = engine.error
     assert isinstance(error, UnspecifiedPlatformError)
-    assert "cpu: RuntimeError: unknown zentorch failure" in str(error)
+    assert "; cpu failed: RuntimeError: unknown zentorch failure" in str(error)
     assert error.failures == {"cpu": "RuntimeError: unknown zentorch failure"}
     assert type(error.__cause__) is RuntimeError
     assert str(error.__cause__) == "unknown zentorch failure"
@@ -231,20 +235,140 @@ async def test_every_builtin_plugin_is_a_candidate_child_with_its_facts() -> Non
         started = engine.started(f"platform/{plugin}")
         assert started.kind is StepKind.CANDIDATE
         assert started.attributes == {"plugin": plugin, "builtin": True, "priority": priority}
-    results = {p: engine.terminal(f"platform/{p}") for p in PLUGINS}
-    assert all(isinstance(r, StepSucceeded) for r in results.values())
-    assert results["cuda"].result == {  # type: ignore[attr-defined]
-        "activated": True,
-        "platform_class": "CudaPlatform",
-        "device": "cuda",
+    cuda = engine.terminal("platform/cuda")
+    assert isinstance(cuda, StepSucceeded)
+    assert cuda.result == {"activated": True, "platform_class": "CudaPlatform", "device": "cuda"}
+    declined = {p: engine.terminal(f"platform/{p}") for p in ("tpu", "rocm", "xpu", "cpu")}
+    assert {p: (e.outcome, e.reasons) for p, e in declined.items()} == {  # type: ignore[attr-defined]
+        "tpu": (Outcome.ABSENT, ("libtpu is not installed",)),
+        "rocm": (Outcome.ABSENT, ("amdsmi is not installed",)),
+        "xpu": (Outcome.ABSENT, ("torch.xpu reports no XPU devices",)),
+        "cpu": (
+            Outcome.ABSENT,
+            (
+                "this build targets cuda (profile h200x8; set VLLM_TARGET_DEVICE=cpu to start on "
+                "the CPU)",
+            ),
+        ),
     }
-    for plugin in ("tpu", "rocm", "xpu", "cpu"):
-        assert results[plugin].result == {  # type: ignore[attr-defined]
-            "activated": False,
-            "platform_class": None,
-            "device": None,
-        }
+    assert engine.started(PLATFORM_BUILD_STEP).kind is StepKind.STEP
+    assert engine.terminal(PLATFORM_BUILD_STEP).result == {  # type: ignore[attr-defined]
+        "device": "cuda",
+        "source": "profile h200x8",
+        "explicit": False,
+    }
     assert platform(engine) == ("cuda", "CudaPlatform")
+
+
+async def test_a_decline_is_a_debug_message_with_its_reason_and_a_span_attribute() -> None:
+    engine = await run("xeon")
+
+    messages = {m.code: m for m in replay(engine.events).messages if m.step == "platform/tpu"}
+    declined = messages["platform.plugin_declined"]
+    assert declined.severity is Severity.DEBUG
+    assert declined.text == "Platform plugin tpu declined: libtpu is not installed"
+    from exporters import spans_from_events
+
+    (tpu,) = [
+        span
+        for span in spans_from_events(engine.events)
+        if span.attributes is not None and span.attributes.get("startup.step") == "platform/tpu"
+    ]
+    assert tpu.attributes is not None
+    assert tpu.attributes["startup.outcome"] == "absent"
+    assert list(tpu.attributes["startup.reasons"]) == ["libtpu is not installed"]
+
+
+async def test_nothing_activated_names_every_reason_and_what_would_change_it() -> None:
+    # A CUDA build on a host without GPUs fails as vLLM does, saying why.
+    engine = await run("xeon", config=EngineConfig(target_device="cuda"))
+
+    error = engine.error
+    assert isinstance(error, UnspecifiedPlatformError)
+    assert str(error) == (
+        "Failed to infer device type: no platform plugin activated. "
+        "tpu: libtpu is not installed; cuda: pynvml is not installed; "
+        "rocm: amdsmi is not installed; xpu: torch.xpu reports no XPU devices; "
+        "cpu: this build targets cuda (named by --target-device; set VLLM_TARGET_DEVICE=cpu "
+        "to start on the CPU)"
+    )
+    assert error.failures == {}
+    assert error.declined["cpu"].startswith("this build targets cuda")
+    assert error.__cause__ is None
+    (unspecified,) = [m for m in replay(engine.events).messages if m.code == "platform.unspecified"]
+    assert unspecified.severity is Severity.ERROR
+    assert unspecified.text == str(error)
+
+
+async def test_an_explicit_cpu_target_probes_the_cpu_plugin_alone() -> None:
+    # vLLM's fast path: VLLM_TARGET_DEVICE=cpu is authoritative, on a GPU
+    # host too, and out-of-tree plugins are not even asked.
+    asked: list[str] = []
+
+    def acme(ctx: StepContext) -> str:
+        asked.append(ctx.step)
+        return "acme.AcmePlatform"
+
+    engine = await run("h200x8", config=EngineConfig(target_device="cpu"), plugins={"acme": acme})
+
+    assert platform(engine) == ("cpu", "CpuPlatform")
+    assert engine.steps("platform/") == [PLATFORM_BUILD_STEP, "platform/cpu"]
+    assert asked == []
+
+
+async def test_a_cpu_build_on_an_amd_gpu_host_is_vllms_conflict() -> None:
+    # vLLM #11739: the cpu plugin activates for a CPU build whatever the
+    # host has, and the rocm plugin does not look at the build.
+    profile = variant(
+        "xeon",
+        build="cpu",
+        gpus={"vendor": "amd", "count": 8, "name": "AMD Instinct MI300X", "capability": [9, 4]},
+    )
+    engine = await run(profile)
+
+    assert isinstance(engine.error, PlatformConflictError)
+    assert engine.error.plugins == ["rocm", "cpu"]
+    assert "set VLLM_TARGET_DEVICE=cpu to start on the CPU" in str(engine.error)
+    # ... and the cuda plugin declines on a CPU build, as vLLM's does.
+    on_nvidia = await run(variant("h200x8", build="cpu"))
+    assert platform(on_nvidia) == ("cpu", "CpuPlatform")
+    assert on_nvidia.terminal("platform/cuda").reasons == (  # type: ignore[attr-defined]
+        "this build targets cpu (profile h200x8-variant)",
+    )
+
+
+async def test_gpus_there_without_a_usable_nvml_warn_that_the_runtime_is_missing(
+    tmp_path: Path,
+) -> None:
+    # A GPU container started without the NVIDIA runtime: device nodes, and
+    # the real nvidia-ml-py finding no NVML library. vLLM says "NVML Shared
+    # Library Not Found" at DEBUG; this says what happened, at WARNING, and
+    # the start still fails as vLLM's does.
+    pytest.importorskip("pynvml", reason="install the test extra: pip install -e '.[test]'")
+    (tmp_path / "dev").mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (tmp_path / "dev" / name).write_text("")
+    engine = await run(
+        None,
+        host=RealHost(tmp_path, environ={}),
+        importer=RealImporter(),
+        config=EngineConfig(target_device="cuda"),
+    )
+
+    cuda = engine.terminal("platform/cuda")
+    assert isinstance(cuda, StepUnavailable)
+    assert cuda.outcome is Outcome.UNAVAILABLE
+    assert cuda.cause is None
+    assert cuda.reasons == (
+        "NVIDIA GPUs are present (/dev/nvidia0, /dev/nvidia1) but NVML Shared Library Not "
+        "Found: the container was probably started without the NVIDIA runtime (docker run "
+        "--gpus all, or the NVIDIA Container Toolkit)",
+    )
+    (warning,) = [m for m in replay(engine.events).messages if m.code == "platform.device_unusable"]
+    assert warning.severity is Severity.WARNING
+    assert "started without the NVIDIA runtime" in warning.text
+    assert isinstance(engine.error, UnspecifiedPlatformError)
+    assert "cuda: NVIDIA GPUs are present" in str(engine.error)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +397,7 @@ async def test_each_accelerator_is_detected(
     engine = await run(variant("xeon", **changes))
 
     assert platform(engine) == expected
-    assert engine.terminal("platform/cpu").result["activated"] is False  # type: ignore[attr-defined]
+    assert engine.outcome("platform/cpu") is Outcome.ABSENT
 
 
 async def test_rocm_selects_its_own_attention_backend() -> None:
@@ -363,11 +487,26 @@ async def test_a_third_party_plugin_that_fails_is_recorded_and_not_activated(
     failed = engine.terminal("platform/acme")
     assert isinstance(failed, StepUnavailable)
     assert failed.reasons[0].startswith(reason)
-    assert engine.terminal("platform/nop").result == {  # type: ignore[attr-defined]
-        "activated": False,
-        "platform_class": None,
-        "device": None,
-    }
+    declined = engine.terminal("platform/nop")
+    assert isinstance(declined, StepUnavailable)
+    assert (declined.outcome, declined.reasons) == (
+        Outcome.ABSENT,
+        ("platform plugin 'nop' declined without a reason (returned None)",),
+    )
+
+
+async def test_a_third_party_plugin_declines_with_its_reason() -> None:
+    def acme(ctx: StepContext) -> Any:
+        return decline("no Acme accelerator: /dev/acme0 is missing")
+
+    engine = await run("xeon", plugins={"acme": acme})
+
+    assert platform(engine) == ("cpu", "CpuPlatform")
+    declined = engine.terminal("platform/acme")
+    assert isinstance(declined, StepUnavailable)
+    assert declined.reasons == ("no Acme accelerator: /dev/acme0 is missing",)
+    texts = [m.text for m in replay(engine.events).messages]
+    assert "Platform plugin acme declined: no Acme accelerator: /dev/acme0 is missing" in texts
 
 
 @pytest.mark.parametrize("name", ["cuda", "a/b", ""])
@@ -406,15 +545,27 @@ async def test_plugins_registered_as_entry_points_are_discovered(
     assert platform(ignored) == ("cpu", "CpuPlatform")
 
 
-async def test_a_broken_gpu_driver_library_leaves_the_run_on_the_cpu() -> None:
+async def test_a_broken_gpu_driver_library_on_a_cuda_build_leaves_no_platform() -> None:
+    # As vLLM decides: a CUDA build does not fall back to the CPU.
     engine = await run("h200x8", faults=["pynvml=RuntimeError:NVML is broken"])
 
-    assert platform(engine) == ("cpu", "CpuPlatform")
+    assert isinstance(engine.error, UnspecifiedPlatformError)
+    assert engine.error.failures == {"cuda": "RuntimeError: NVML is broken"}
+    assert type(engine.error.__cause__) is RuntimeError
     cuda = engine.terminal("platform/cuda")
     assert isinstance(cuda, StepUnavailable)
     assert cuda.reasons == ("RuntimeError: NVML is broken",)
+
+
+async def test_a_failed_plugin_that_leaves_the_run_on_the_cpu_is_a_warning() -> None:
+    engine = await run("xeon", faults=["platform/xpu=RuntimeError:XPU runtime is broken"])
+
+    assert platform(engine) == ("cpu", "CpuPlatform")
     assert engine.value(ATTENTION_STEP)["backend"] == "CPU_ATTN"
     assert engine.finished.outcome is RunOutcome.READY
+    (fallback,) = [m for m in replay(engine.events).messages if m.code == "platform.fallback"]
+    assert fallback.severity is Severity.WARNING
+    assert "xpu failed (RuntimeError: XPU runtime is broken)" in fallback.text
 
 
 async def test_a_broken_gpu_plugin_on_healthy_gpus_leaves_no_platform() -> None:
@@ -464,23 +615,17 @@ async def test_a_plugin_interrupted_by_a_base_exception_propagates() -> None:
     assert engine.finished.outcome is RunOutcome.INTERRUPTED
 
 
-async def test_a_hung_driver_times_the_gpu_plugin_out_and_lands_on_the_cpu() -> None:
+async def test_a_hung_driver_times_the_gpu_plugin_out_and_names_it() -> None:
     # NVML hangs: the cuda plugin times out at its own bound, before the
-    # platform step's. The cpu plugin asks NVML too, but a query that has
-    # not answered by the time its own plugin times out counts as "no usable
-    # accelerator" (as one that raises does): the run lands on the CPU,
-    # with the broken plugin named in a WARNING.
+    # platform step's, and the run fails naming it (a CUDA build does not
+    # land on the CPU).
     engine = await run("h200x8", config=EngineConfig(step_timeout=0.2), faults=["pynvml=hang"])
 
-    assert engine.error is None
+    assert isinstance(engine.error, UnspecifiedPlatformError)
     assert engine.outcome("platform/cuda") is Outcome.TIMED_OUT
-    assert engine.outcome("platform/cpu") is Outcome.OK
-    assert engine.outcome(PLATFORM_STEP) is Outcome.OK
-    assert engine.finished.outcome is RunOutcome.READY
-    messages = replay(engine.events).messages
-    fallback = [m for m in messages if m.code == "platform.fallback"]
-    assert [m.severity for m in fallback] == [Severity.WARNING]
-    assert "cuda failed (timed out after 0.4 s)" in fallback[0].text
+    assert engine.outcome("platform/cpu") is Outcome.ABSENT
+    assert engine.error.failures == {"cuda": "timed out after 0.4 s"}
+    assert engine.finished.outcome is RunOutcome.FAILED
 
 
 async def test_a_platform_step_that_hangs_itself_times_out() -> None:
@@ -514,3 +659,31 @@ def _fields(event: Any) -> dict[str, Any]:
     import attrs
 
     return attrs.asdict(event, recurse=False)
+
+
+@pytest.mark.parametrize(("supported", "warned"), [(True, False), (False, True)])
+def test_a_vllm_release_outside_the_tested_ones_is_a_warning(supported: bool, warned: bool) -> None:
+    # What the platform step of `--engine vllm` records at its start.
+    stream = EventStream().run_started()
+    stream.started(
+        PLATFORM_STEP,
+        attributes={
+            "engine": "vllm",
+            "vllm_version": "0.33.0" if supported else "0.40.1",
+            "vllm_tested": "0.33",
+            "vllm_supported": supported,
+        },
+    )
+    events = stream.succeeded(
+        PLATFORM_STEP, {"plugin": "cpu", "platform_class": "CpuPlatform", "device": "cpu"}
+    ).run_finished()
+
+    messages = {m.code: m for m in replay(events).messages}
+    assert messages["platform.vllm_code"].severity is Severity.INFO
+    assert ("platform.vllm_untested" in messages) is warned
+    if warned:
+        untested = messages["platform.vllm_untested"]
+        assert untested.severity is Severity.WARNING
+        assert untested.text.startswith(
+            "vLLM 0.40.1 is outside the releases this startup-orchestrator was tested with (0.33)"
+        )

@@ -18,6 +18,8 @@ from orchestrator.engine import (
     ENGINE_DECIDERS,
     PLATFORM_STEP,
     ZENTORCH_STEP,
+    BuildTarget,
+    Devices,
     EngineConfig,
     GpuDevice,
     HostFacts,
@@ -51,13 +53,13 @@ def test_the_builtins_are_exactly_the_documented_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "vendor", "count", "capability", "multicast", "zen"),
+    ("name", "vendor", "count", "capability", "multicast", "zen", "build"),
     [
-        ("h200x8", "nvidia", 8, (9, 0), False, False),
-        ("a100x4", "nvidia", 4, (8, 0), False, False),
-        ("b200x8", "nvidia", 8, (10, 0), True, False),
-        ("zen4", "none", 0, None, False, True),
-        ("xeon", "none", 0, None, False, False),
+        ("h200x8", "nvidia", 8, (9, 0), False, False, "cuda"),
+        ("a100x4", "nvidia", 4, (8, 0), False, False, "cuda"),
+        ("b200x8", "nvidia", 8, (10, 0), True, False, "cuda"),
+        ("zen4", "none", 0, None, False, True, "cpu"),
+        ("xeon", "none", 0, None, False, False, "cpu"),
     ],
 )
 def test_builtin_profiles_describe_the_documented_hosts(
@@ -67,6 +69,7 @@ def test_builtin_profiles_describe_the_documented_hosts(
     capability: tuple[int, int] | None,
     multicast: bool,
     zen: bool,
+    build: str,
 ) -> None:
     profile = load_profile(name)
     host = SimulatedHost(profile)
@@ -80,10 +83,12 @@ def test_builtin_profiles_describe_the_documented_hosts(
     assert host.nodes() == 1
     assert host.nvswitch_multicast() is multicast
     assert is_amd_zen(host.read_cpuinfo()) is zen
-    assert len(host.nvidia_devices(importer)) == count
-    assert host.amd_devices(importer) == ()
-    assert host.tpu_present(importer) is False
-    assert host.xpu_devices(importer) == ()
+    assert len(host.nvidia_devices(importer).found) == count
+    assert host.amd_devices(importer).found == ()
+    assert host.tpu_devices(importer).found == ()
+    assert host.xpu_devices(importer).found == ()
+    # The GPU profiles are GPU builds, the CPU hosts CPU builds.
+    assert host.build_target(importer) == BuildTarget(device=build, source=f"profile {name}")
 
 
 def test_h200x8_has_the_cuda_modules() -> None:
@@ -298,12 +303,13 @@ def test_device_libraries_follow_the_device_facts() -> None:
     assert importer.find_spec("pynvml") is None
     assert importer.find_spec("libtpu") is None, "an explicit entry wins"
     host = SimulatedHost(importer.profile)
-    assert host.amd_devices(importer) == (
+    assert host.amd_devices(importer).found == (
         GpuDevice(vendor="amd", name="MI300X", capability=(9, 4), index=0),
         GpuDevice(vendor="amd", name="MI300X", capability=(9, 4), index=1),
     )
-    assert host.tpu_present(importer) is False
-    assert [d.vendor for d in host.xpu_devices(importer)] == ["intel"]
+    assert host.tpu_devices(importer) == Devices(reason="libtpu is not installed")
+    assert [d.vendor for d in host.xpu_devices(importer).found] == ["intel"]
+    assert importer.profile.build_target == "rocm", "the build follows the GPUs"
 
 
 def test_simulated_nvml_answers_from_the_profile() -> None:
@@ -319,12 +325,30 @@ def test_simulated_nvml_answers_from_the_profile() -> None:
         nvml.nvmlDeviceGetHandleByIndex(8)
 
 
-def test_without_pynvml_the_simulated_host_reads_its_driver_facts() -> None:
+def test_without_pynvml_the_simulated_gpus_are_present_but_unusable() -> None:
     importer = importer_for(
-        {"pynvml": "absent"}, gpus={"vendor": "nvidia", "count": 2, "capability": [8, 0]}
+        {"pynvml": "absent"},
+        gpus={"vendor": "nvidia", "count": 2, "name": "NVIDIA A100", "capability": [8, 0]},
     )
 
-    assert len(SimulatedHost(importer.profile).nvidia_devices(importer)) == 2
+    assert SimulatedHost(importer.profile).nvidia_devices(importer) == Devices(
+        reason="NVIDIA GPUs are present (profile t: 2 x NVIDIA A100) but pynvml is not "
+        "installed: install nvidia-ml-py",
+        present=True,
+    )
+
+
+@pytest.mark.parametrize("build", ["cuda", "rocm", "cpu", "tpu", "xpu"])
+def test_a_profile_names_its_build(build: str) -> None:
+    profile = Profile.from_json({"name": "mine", "build": build}, source="test")
+
+    assert profile.build_target == build
+    assert Profile.from_json(profile.to_json(), source="round trip") == profile
+
+
+def test_an_unknown_build_is_refused_with_the_valid_ones() -> None:
+    with pytest.raises(ProfileError, match="field build: 'gpu' is not valid; valid: cuda, rocm"):
+        Profile.from_json({"name": "mine", "build": "gpu"}, source="test")
 
 
 # --- fake hosts and isolation -------------------------------------------------------------

@@ -16,6 +16,8 @@ from orchestrator import RealImporter
 from orchestrator.engine import (
     PLATFORM_STEP,
     ZENTORCH_STEP,
+    BuildTarget,
+    Devices,
     GpuDevice,
     HostFacts,
     Profile,
@@ -25,7 +27,7 @@ from orchestrator.engine import (
     is_amd_zen,
     load_profile,
 )
-from orchestrator.engine._host import gfx_capability
+from orchestrator.engine._host import build_target_of_torch, gfx_capability
 
 from .harness import run
 
@@ -52,15 +54,20 @@ def test_a_host_without_cpuinfo_or_devices(tmp_path: Path) -> None:
     assert isinstance(host, HostFacts)
     assert host.name == "real"
     assert host.read_cpuinfo() is None
-    assert host.nvidia_devices(NO_MODULES) == ()
-    assert host.amd_devices(NO_MODULES) == ()
-    assert host.tpu_present(NO_MODULES) is False
-    assert host.xpu_devices(NO_MODULES) == ()
+    # Each query says why it found nothing, in words a user can act on.
+    assert host.nvidia_devices(NO_MODULES) == Devices(reason="pynvml is not installed")
+    assert host.amd_devices(NO_MODULES) == Devices(
+        reason="amdsmi is not installed and no KFD GPU nodes"
+    )
+    assert host.tpu_devices(NO_MODULES) == Devices(reason="libtpu is not installed")
+    assert host.xpu_devices(NO_MODULES) == Devices(reason="torch is not installed")
     assert host.nvswitch_multicast() is False
     assert host.nodes() is None
 
 
-def test_nvidia_driver_files_without_nvml(tmp_path: Path) -> None:
+def test_nvidia_driver_files_without_nvml_are_gpus_present_but_unusable(tmp_path: Path) -> None:
+    # vLLM asks NVML only; the driver's files are evidence the GPUs are
+    # there, so the answer says what is missing instead of "no GPU".
     for bus in ("0000:1b:00.0", "0000:0a:00.0"):
         write(
             tmp_path,
@@ -70,11 +77,53 @@ def test_nvidia_driver_files_without_nvml(tmp_path: Path) -> None:
     write(tmp_path, "/proc/driver/nvidia/capabilities/fabric-imex-mgmt", "DeviceFileMinor: 1\n")
     host = RealHost(tmp_path)
 
-    assert host.nvidia_devices(NO_MODULES) == (
-        GpuDevice(vendor="nvidia", name="NVIDIA H100 80GB HBM3", capability=None, index=0),
-        GpuDevice(vendor="nvidia", name="NVIDIA H100 80GB HBM3", capability=None, index=1),
+    assert host.nvidia_devices(NO_MODULES) == Devices(
+        reason="NVIDIA GPUs are present (/proc/driver/nvidia/gpus/0000:0a:00.0, "
+        "/proc/driver/nvidia/gpus/0000:1b:00.0) but pynvml is not installed: "
+        "install nvidia-ml-py",
+        present=True,
     )
     assert host.nvswitch_multicast() is True
+
+
+def test_the_build_target_is_named_or_read_off_torch(tmp_path: Path) -> None:
+    named = RealHost(tmp_path, environ={"VLLM_TARGET_DEVICE": " CPU "})
+    assert named.build_target(NO_MODULES) == BuildTarget(
+        device="cpu", source="named by VLLM_TARGET_DEVICE", explicit=True
+    )
+    unnamed = RealHost(tmp_path, environ={})
+    assert unnamed.build_target(NO_MODULES) == BuildTarget(
+        device="cpu", source="no torch installed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "build"),
+    [
+        ({"cuda": "12.8", "hip": None}, "cuda"),
+        ({"cuda": None, "hip": "6.4.4"}, "rocm"),
+        ({"cuda": None, "hip": None, "xpu": "20250101"}, "xpu"),
+        ({"cuda": None, "hip": None}, "cpu"),
+    ],
+    ids=["cuda", "rocm", "xpu", "cpu"],
+)
+def test_the_torch_build_decides_the_target(version: dict[str, Any], build: str) -> None:
+    class TorchOf:
+        def find_spec(self, name: str) -> Any:
+            return object() if name == "torch" else None
+
+        def import_module(self, name: str) -> ModuleType:
+            torch = ModuleType("torch")
+            torch.__version__ = "2.13.0"  # type: ignore[attr-defined]
+            torch.version = ModuleType("torch.version")  # type: ignore[attr-defined]
+            vars(torch.version).update(version)  # type: ignore[attr-defined]
+            return torch
+
+    target = build_target_of_torch(TorchOf())  # type: ignore[arg-type]
+
+    assert target.device == build
+    assert target.source.startswith("torch 2.13.0, a ")
+    assert target.explicit is False
 
 
 def test_amd_kfd_topology_without_amdsmi(tmp_path: Path) -> None:
@@ -83,7 +132,7 @@ def test_amd_kfd_topology_without_amdsmi(tmp_path: Path) -> None:
     write(tmp_path, f"{nodes}/1/properties", "simd_count 1216\ngfx_target_version 90402\n")
     write(tmp_path, f"{nodes}/1/name", "gfx942\n")
 
-    assert RealHost(tmp_path).amd_devices(NO_MODULES) == (
+    assert RealHost(tmp_path).amd_devices(NO_MODULES).found == (
         GpuDevice(vendor="amd", name="gfx942", capability=(9, 4), index=0),
     )
 
@@ -93,13 +142,13 @@ def test_dev_kfd_alone_is_one_amd_device(tmp_path: Path) -> None:
 
     devices = RealHost(tmp_path).amd_devices(NO_MODULES)
 
-    assert [(d.vendor, d.capability) for d in devices] == [("amd", None)]
+    assert [(d.vendor, d.capability) for d in devices.found] == [("amd", None)]
 
 
 def test_nvml_is_asked_through_the_importer(tmp_path: Path) -> None:
     host = RealHost(tmp_path)
 
-    devices = host.nvidia_devices(SimulatedImporter(load_profile("h200x8")))
+    devices = host.nvidia_devices(SimulatedImporter(load_profile("h200x8"))).found
 
     assert len(devices) == 8
     assert devices[0] == GpuDevice(vendor="nvidia", name="NVIDIA H200", capability=(9, 0), index=0)
@@ -128,7 +177,12 @@ def test_nvml_saying_there_is_no_driver_means_no_devices(tmp_path: Path) -> None
     class NVMLError_DriverNotLoaded(Exception):
         __module__ = "pynvml"
 
-    assert RealHost(tmp_path).nvidia_devices(FakeNvml(NVMLError_DriverNotLoaded())) == ()  # type: ignore[arg-type]
+        def __str__(self) -> str:
+            return "Driver Not Loaded"
+
+    assert RealHost(tmp_path).nvidia_devices(
+        FakeNvml(NVMLError_DriverNotLoaded())  # type: ignore[arg-type]
+    ) == Devices(reason="Driver Not Loaded")
 
 
 def test_any_other_nvml_failure_is_raised(tmp_path: Path) -> None:
@@ -156,12 +210,8 @@ def test_the_real_host_rebuilds_from_its_isolation_spec(tmp_path: Path) -> None:
 # --- this machine ---------------------------------------------------------------------------
 
 
-def this_machine_has_no_accelerator() -> bool:
-    paths = ("/proc/driver/nvidia/gpus", "/dev/kfd", "/dev/nvidia0", "/dev/accel0")
-    modules = ("pynvml", "amdsmi", "libtpu")
-    return not any(Path(p).exists() for p in paths) and not any(
-        importlib.util.find_spec(m) for m in modules
-    )
+def this_is_a_cpu_build() -> bool:
+    return RealHost().build_target(RealImporter()).device == "cpu"
 
 
 @REAL_TORCH
@@ -173,7 +223,8 @@ async def test_the_engine_runs_on_this_host_with_real_probes() -> None:
     assert engine.finished.outcome is RunOutcome.READY
     cpuinfo = RealHost().read_cpuinfo()
     zen = is_amd_zen(cpuinfo)
-    if this_machine_has_no_accelerator():
+    if this_is_a_cpu_build():
+        # The CPU build (torch's, or VLLM_TARGET_DEVICE=cpu) decides.
         assert engine.value(PLATFORM_STEP)["plugin"] == "cpu"
         expected = {"CpuPlatform"} if not zen else {"CpuPlatform", "ZenCpuPlatform"}
         assert engine.value(PLATFORM_STEP)["platform_class"] in expected
