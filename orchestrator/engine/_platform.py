@@ -75,12 +75,15 @@ from ._host import BuildTarget, Devices, HostFacts, is_amd_zen
 
 __all__ = [
     "BUILTIN_PLATFORM_PLUGINS",
+    "CPU_TARGET_HINT",
     "PLATFORM_PLUGIN_GROUP",
     "PLATFORM_POLICY",
     "PlatformPlugin",
     "PluginOutcome",
+    "PluginSet",
     "PluginSpec",
     "Resolution",
+    "check_plugin_name",
     "decide_platform",
     "decline",
     "make_platform_step",
@@ -107,8 +110,8 @@ PLATFORM_POLICY = ErrorPolicy(name="platform", on_timeout=Action.PROPAGATE)
 #: resolution never depends on it).
 BUILTIN_PLATFORM_PLUGINS = ("tpu", "cuda", "rocm", "xpu", "cpu")
 
-#: How the reference engine's own errors name a target device to change to.
-_CPU_HINT = "set VLLM_TARGET_DEVICE=cpu to start on the CPU"
+#: What a declined cpu plugin says would change the answer.
+CPU_TARGET_HINT = "set VLLM_TARGET_DEVICE=cpu to start on the CPU"
 
 
 def decline(reason: str, *, present: bool = False) -> Unavailable:
@@ -204,7 +207,7 @@ def _cpu(config: EngineConfig, build: BuildTarget | None, unknown: str) -> StepB
         if build is None:
             return decline(f"the build target is unknown ({unknown})")
         if build.device != "cpu":
-            return decline(f"this build targets {build.device} ({build.source}; {_CPU_HINT})")
+            return decline(f"this build targets {build.device} ({build.source}; {CPU_TARGET_HINT})")
         cpuinfo = await ctx.to_thread(ctx.host.read_cpuinfo)
         platform_class = "CpuPlatform"
         if is_amd_zen(cpuinfo):
@@ -255,7 +258,13 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
     )
 
 
-def _check_plugin_name(name: str, seen: Iterable[str], origin: str) -> None:
+def check_plugin_name(name: str, seen: Iterable[str], origin: str) -> None:
+    """Refuse a third-party plugin name that cannot be a step of its own
+    (empty, nested, a built-in's, or another plugin's).
+
+    Raises:
+        ValueError: naming the plugin and where it came from.
+    """
     if not name or "/" in name:
         raise ValueError(f"platform plugin name {name!r} ({origin}) must be non-empty without '/'")
     if name in BUILTIN_PLATFORM_PLUGINS or name == PLATFORM_BUILD_STEP.rpartition("/")[2]:
@@ -310,10 +319,10 @@ class _ReferencePlugins:
         entry_points = await ctx.to_thread(_entry_points) if self.discover else []
         third: dict[str, Callable[[], object]] = {}
         for entry_point in entry_points:
-            _check_plugin_name(entry_point.name, third, f"entry point {entry_point.value}")
+            check_plugin_name(entry_point.name, third, f"entry point {entry_point.value}")
             third[entry_point.name] = entry_point.load
         for name, plugin in self.extra.items():
-            _check_plugin_name(name, third, "given to the engine")
+            check_plugin_name(name, third, "given to the engine")
             third[name] = _loaded(plugin)
         for index, name in enumerate(sorted(third), start=len(specs)):
             specs.append(
@@ -508,7 +517,7 @@ def make_platform_step(
     """
     extra = dict(plugins or {})
     for name in extra:
-        _check_plugin_name(name, (), "given to the engine")
+        check_plugin_name(name, (), "given to the engine")
     if plugin_set is None:
         plugin_set = _ReferencePlugins(config, extra, discover)
 

@@ -47,7 +47,7 @@ from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._policy import ANY_EXCEPTION_POLICY
 from ._config import EngineConfig, EngineConfigError
 from ._host import TARGET_DEVICE_VARIABLE
-from ._platform import PluginOutcome, PluginSpec, decline
+from ._platform import CPU_TARGET_HINT, PluginOutcome, PluginSpec, check_plugin_name, decline
 
 __all__ = [
     "INSTALL_COMMAND",
@@ -234,9 +234,12 @@ class VllmPlugins:
             return specs
         allowed = envs.VLLM_PLUGINS
         entry_points = sorted(await ctx.to_thread(_vllm_entry_points), key=lambda ep: ep.name)
+        seen: set[str] = set()
         for entry_point in entry_points:
             if allowed is not None and entry_point.name not in allowed:
                 continue
+            check_plugin_name(entry_point.name, seen, f"entry point {entry_point.value}")
+            seen.add(entry_point.name)
             specs.append(
                 PluginSpec(
                     name=entry_point.name,
@@ -296,7 +299,7 @@ class VllmPlugins:
 
         return register
 
-    def _records(self, name: str) -> list[dict[str, JsonValue]]:
+    def _records(self, name: str | None) -> list[dict[str, JsonValue]]:
         return [] if self._capture is None else self._capture.take(name)
 
     def _load_class(self, name: str, qualname: str) -> StepBody:
@@ -323,7 +326,7 @@ class VllmPlugins:
             target = os.environ.get(TARGET_DEVICE_VARIABLE, "cuda").lower()
             return (
                 f"vLLM {self.version} is not a CPU build and {TARGET_DEVICE_VARIABLE} is "
-                f"{target!r} (set {TARGET_DEVICE_VARIABLE}=cpu to start on the CPU)"
+                f"{target!r} ({CPU_TARGET_HINT})"
             )
         if name == "xpu":
             return "torch.xpu is not available"
@@ -343,7 +346,12 @@ class VllmPlugins:
         handed_back = platforms._current_platform is None and cls is not None
         if cls is not None and handed_back:
             platforms._current_platform = await ctx.to_thread(cls)
-        return {
+        found: dict[str, JsonValue] = {
             "qualname": qualname if isinstance(qualname, str) else None,
             "handed_back": handed_back,
         }
+        elsewhere: list[JsonValue] = list(self._records(None))
+        if elsewhere:
+            # What vLLM logged outside any plugin (importing its platforms).
+            found["records"] = elsewhere
+        return found
