@@ -388,3 +388,87 @@ def test_every_rank_of_a_launch_runs_vllms_platform_code(tmp_path: Path) -> None
     assert [rank["platform_class"] for rank in document["ranks"]] == ["CpuPlatform"] * 2
     (said,) = [m for m in document["messages"] if m["code"] == "platform.vllm_code"]
     assert said["ranks"] == [0, 1]
+
+
+# --- vLLM's loggers while its plugins run -------------------------------------------------
+
+CAPTURE = textwrap.dedent(
+    """
+    import anyio, json, logging
+    from events import MemoryLog, StepSucceeded
+    from orchestrator.engine import EngineConfig, run_engine
+
+    seen = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append([record.levelname, record.getMessage()])
+    logger = logging.getLogger("vllm")
+    mine = Keep(logging.WARNING)
+    logger.addHandler(mine)
+    before = (logger.level, list(logger.handlers), logger.propagate)
+
+    async def main():
+        log = MemoryLog("capture", 0)
+        try:
+            await run_engine(EngineConfig(), log, engine="vllm")
+        except Exception:
+            pass
+        register = [
+            e.result for e in log.read()
+            if isinstance(e, StepSucceeded) and e.step == "platform/acme/register"
+        ]
+        after = (logger.level, list(logger.handlers), logger.propagate)
+        print(json.dumps({"seen": seen, "kept": register[0]["records"],
+                          "restored": after == before}))
+
+    anyio.run(main)
+    """
+)
+
+
+@needs_vllm
+def test_vllms_loggers_are_captured_at_debug_and_still_reach_their_handlers(
+    tmp_path: Path,
+) -> None:
+    site = plugin_distribution(
+        tmp_path / "site",
+        "acme_vllm_platform",
+        """
+        import logging
+        log = logging.getLogger("vllm.plugins.acme")
+
+        def register():
+            log.debug("looking for /dev/acme0")
+            log.warning("the acme driver is older than the runtime")
+            return None
+        """,
+    )
+    env = environment(PYTHONPATH=str(site))
+    env.pop("VLLM_TARGET_DEVICE", None)
+    process = subprocess.run(
+        [sys.executable, "-c", CAPTURE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    assert process.returncode == 0, process.stderr
+    answer = json.loads(process.stdout.splitlines()[-1])
+
+    # The plugin's own lines are kept with it, DEBUG included ...
+    assert answer["kept"] == [
+        {"logger": "vllm.plugins.acme", "level": "DEBUG", "message": "looking for /dev/acme0"},
+        {
+            "logger": "vllm.plugins.acme",
+            "level": "WARNING",
+            "message": "the acme driver is older than the runtime",
+        },
+    ]
+    # ... a handler that was there gets what it would have got anyway ...
+    assert ["WARNING", "the acme driver is older than the runtime"] in answer["seen"]
+    assert ["DEBUG", "looking for /dev/acme0"] not in answer["seen"]
+    assert all(level != "DEBUG" for level, _ in answer["seen"])
+    # ... and vLLM's logger is as it was.
+    assert answer["restored"] is True

@@ -34,6 +34,7 @@ from orchestrator.engine import (
     PlatformConflictError,
     Profile,
     RealHost,
+    SimulatedImporter,
     UnspecifiedPlatformError,
     build_engine_graph,
     decide_platform,
@@ -368,7 +369,35 @@ async def test_gpus_there_without_a_usable_nvml_warn_that_the_runtime_is_missing
     assert warning.severity is Severity.WARNING
     assert "started without the NVIDIA runtime" in warning.text
     assert isinstance(engine.error, UnspecifiedPlatformError)
-    assert "cuda: NVIDIA GPUs are present" in str(engine.error)
+    # Unusable hardware is a decline with its reason, not a failed plugin.
+    assert "; cuda: NVIDIA GPUs are present (/dev/nvidia0" in str(engine.error)
+    assert "cuda" not in engine.error.failures
+
+
+async def test_a_build_target_that_cannot_be_read_is_named_by_the_cpu_plugin(
+    tmp_path: Path,
+) -> None:
+    # torch itself is broken: the build is unknown, so the cpu plugin
+    # declines saying why; the xpu plugin, which imports torch too, fails.
+    engine = await run(
+        None,
+        host=RealHost(tmp_path, environ={}),
+        importer=SimulatedImporter(BUILTIN_PROFILES["xeon"]),
+        faults=["torch=ImportError:libtorch_cpu.so: cannot open shared object file"],
+    )
+
+    build = engine.terminal(PLATFORM_BUILD_STEP)
+    assert isinstance(build, StepUnavailable)
+    assert build.cause is not None
+    assert isinstance(engine.error, UnspecifiedPlatformError)
+    assert engine.error.declined["cpu"] == (
+        "the build target is unknown (ImportError: libtorch_cpu.so: cannot open shared object file)"
+    )
+    assert set(engine.error.failures) == {"xpu"}
+    # The build target is not a plugin: no plugin message names it.
+    plugins = [m.args[0] for m in replay(engine.events).messages if m.code.startswith("platform.p")]
+    assert "build" not in plugins
+    assert sorted(plugins) == ["cpu", "cuda", "rocm", "tpu", "xpu"]
 
 
 @pytest.mark.parametrize(
