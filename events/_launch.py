@@ -47,6 +47,8 @@ class RankProcess:
             status it could read (a Ray actor that died or stopped answering:
             ``"Ray actor 9f3c... on node 1a2b...: ActorDiedError: ..."``);
             ``None`` otherwise.
+        observer: who saw it end, when that is not the launcher: the rank
+            that started it and watched it (``rank 1, engine core``).
     """
 
     rank: int
@@ -62,6 +64,7 @@ class RankProcess:
     not_delivered: str | None = None
     collected: bool | None = None
     lost: str | None = None
+    observer: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -85,6 +88,10 @@ class RankProcess:
             return f"{who}: its log is {'' if self.collected else 'not '}in the run directory"
         if self.pid is None:
             return f"{who} was never started: its launcher stopped first"
+        return f"{who} {self.how(since_ns=since_ns)}"
+
+    def how(self, *, since_ns: int | None = None) -> str:
+        """How it ended: ``was killed by SIGKILL at +4.1 s`` and the like."""
         at = ""
         if self.ended_wall_ns is not None and since_ns is not None:
             at = f" at +{max(0, self.ended_wall_ns - since_ns) / 1e9:.1f} s"
@@ -98,7 +105,7 @@ class RankProcess:
             how = "had not ended when its launcher stopped"
         if self.stopped_by_launcher:
             how += f" (the launcher sent {self.stopped_by_launcher})"
-        return f"{who} {how}"
+        return how
 
 
 @attrs.frozen(kw_only=True)

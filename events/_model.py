@@ -119,13 +119,21 @@ class StepKind(enum.StrEnum):
 
 @attrs.frozen(kw_only=True)
 class RankIdentity:
-    """Where a process sits in the launch (torchrun conventions)."""
+    """Where a process sits in the launch (torchrun conventions).
+
+    ``role`` names what the process is where a launch's processes are not
+    all alike (an engine's own start, recorded in each of its processes:
+    ``main``, ``engine core``, ``worker TP1``), and ``parent_pid`` the
+    process that started it; both are ``None`` for a launcher's ranks.
+    """
 
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
     local_world_size: int = 1
     node_rank: int = 0
+    role: str | None = None
+    parent_pid: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -19,6 +19,7 @@ time among ranks that did not end ready.
 from __future__ import annotations
 
 import operator
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -49,6 +50,7 @@ from ._model import (
     RunOutcome,
     RunStarted,
     StepCancelled,
+    StepCrashed,
     StepStarted,
     StepSucceeded,
 )
@@ -385,6 +387,7 @@ class Replay:
         until: the cutoff (``seq``) the run was replayed to, if any.
         simulated: the simulated host the ranks ran on, if any.
         injected: the faults injected on any rank, each once.
+        pids: rank -> the process id its ``run.started`` recorded.
     """
 
     run_id: str | None
@@ -404,6 +407,7 @@ class Replay:
     simulated: str | None = None
     injected: tuple[str, ...] = ()
     slices: tuple[Slice, ...] = ()
+    pids: Mapping[int, int] = attrs.field(factory=dict)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -595,6 +599,18 @@ def replay(
         rank_messages.update(fold(messages_projection, events, check_order=False).ranks)
         timelines.update(fold(timeline, events, check_order=False).ranks)
 
+    watched = _watched_processes(by_rank, states)
+    if watched:
+        known = launch.processes if launch is not None else {}
+        seen = {rank: process for rank, process in watched.items() if rank not in known}
+        first_start = min(
+            (events[0].wall_ns for events in by_rank.values() if events), default=None
+        )
+        launch = (
+            LaunchRecord(processes=seen, started_wall_ns=first_start)
+            if launch is None
+            else attrs.evolve(launch, processes={**known, **seen})
+        )
     logged_world = max(
         (s.identity.world_size for s in states.values() if s.identity is not None),
         default=0,
@@ -659,7 +675,57 @@ def replay(
         simulated=next((event.simulated for event in started if event.simulated), None),
         injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
         slices=tuple(slices),
+        pids={event.rank: event.pid for event in started},
     )
+
+
+def _watched_processes(
+    by_rank: Mapping[int, Sequence[Event]], states: Mapping[int, RankState]
+) -> dict[int, RankProcess]:
+    """How the processes a rank started and watched ended, for the ranks
+    those processes are: a step with a ``pid`` attribute that ended
+    ``crashed`` saw that process end (a recorded engine's parent process
+    watching its children), and the rank whose log that pid wrote, on the
+    same host, is described with it."""
+    ranks_by_pid = {
+        (first.host, first.pid): rank
+        for rank, events in by_rank.items()
+        if events and isinstance(first := events[0], RunStarted)
+    }
+    found: dict[int, RankProcess] = {}
+    for rank, events in by_rank.items():
+        opening = events[0] if events else None
+        if not isinstance(opening, RunStarted):
+            continue
+        watching: dict[str, StepStarted] = {}
+        for event in events:
+            if isinstance(event, StepStarted):
+                if isinstance(event.attributes.get("pid"), int):
+                    watching[event.span_id] = event
+            elif isinstance(event, StepCrashed) and event.span_id in watching:
+                pid = watching[event.span_id].attributes["pid"]
+                watched = ranks_by_pid.get((opening.host, pid)) if isinstance(pid, int) else None
+                if watched is None or watched == rank or watched in found:
+                    continue
+                identity = states[rank].identity if rank in states else None
+                role = identity.role if identity is not None else None
+                found[watched] = RankProcess(
+                    rank=watched,
+                    pid=pid if isinstance(pid, int) else None,
+                    started_wall_ns=watching[event.span_id].wall_ns,
+                    ended_wall_ns=event.wall_ns,
+                    exit_code=event.exit_code,
+                    signal=None if event.signal is None else _signal_name(event.signal),
+                    observer=f"rank {rank}" + (f", {role}" if role else ""),
+                )
+    return found
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 #: How a rank ends a collective step and goes on without it.

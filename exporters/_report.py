@@ -23,9 +23,12 @@ fields never change meaning; new fields may be added. Schema (version 1)::
          "last_step": str | null,              # for a rank that died: the step it was in
          "in_flight": [str, ...],              # steps running when it died or was
                                                #   interrupted (innermost only)
+         "role": str,                          # only where its log names one (a
+                                               #   recorded engine process: "worker TP1")
          "process": null | {"pid": int | null, "exit_code": int | null,
                             "signal": str | null, "stopped_by_launcher": str | null,
-                            "description": str}}   # from the launcher's manifest
+                            "observer": str | null,   # who saw it end, when not
+                            "description": str}}      #   its launcher
       ],
       "messages": [                            # grouped across ranks; severity
         {"code": str,                          #   descending, then first appearance
@@ -79,8 +82,9 @@ any rank failed; else ``interrupted`` if any rank was interrupted; else
 simulated and which faults were injected (so an injected failure never looks
 real), the root cause, the ranks without events, the ranks' state (identical
 rows collapsed into rank ranges), the grouped messages, the divergences and
-the warnings about the logs. The state table's columns are OUTCOME, the
-columns the replay's slices declare (:class:`events.Column`), then LAST STEP.
+the warnings about the logs. The state table's columns are ROLE (where the
+logs name the ranks' roles), OUTCOME, the columns the replay's slices declare
+(:class:`events.Column`), then LAST STEP.
 """
 
 from __future__ import annotations
@@ -157,6 +161,7 @@ def _process_json(process: RankProcess | None, replay: Replay) -> dict[str, Any]
         "local_rank": process.local_rank,
         "not_delivered": process.not_delivered,
         "lost": process.lost,
+        "observer": process.observer,
         "description": process.describe(since_ns=_launched_ns(replay)),
     }
 
@@ -187,6 +192,9 @@ def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
         entry[fact] = state.facts.get(fact)
     entry["last_step"] = state.last_step
     entry["in_flight"] = list(state.in_flight)
+    role = _role(replay.states.get(rank))
+    if role:
+        entry["role"] = role
     entry["process"] = _process_json(_process_of(replay, rank), replay)
     return entry
 
@@ -373,10 +381,15 @@ def _root_cause_lines(replay: Replay) -> list[str]:
     since = _launched_ns(replay)
     if cause.no_events is not None:
         return [terminal_text(f"Root cause: {cause.describe(since_ns=since)}")]
-    where = f"rank {cause.rank}" + (f", step {cause.step}" if cause.step else "")
+    where = rank_label(replay, cause.rank) + (f", step {cause.step}" if cause.step else "")
+    process = cause.process if cause.process is not None and cause.process.ended else None
     lines: list[str]
     if cause.exception is not None:
         lines = [f"Root cause: {where}", *_chain_lines(cause.exception)]
+    elif cause.outcome is RunOutcome.INCOMPLETE and process is not None and process.observer:
+        # Its parent watched it die: how, and when, in its own words.
+        lines = [f"Root cause: {where}: {process.how(since_ns=since)} (seen by {process.observer})"]
+        process = None
     elif cause.outcome is RunOutcome.INCOMPLETE:
         lines = [
             f"Root cause: {where}: the process died before the rank finished "
@@ -394,9 +407,20 @@ def _root_cause_lines(replay: Replay) -> list[str]:
                 else f"  the step in flight: {cause.in_flight[0]}"
             )
         )
-    if cause.process is not None and cause.process.ended:
-        lines.append(terminal_text(f"  its launcher saw: {cause.process.describe(since_ns=since)}"))
+    if process is not None:
+        seen = f"seen by {process.observer}" if process.observer else "its launcher saw"
+        lines.append(terminal_text(f"  {seen}: {process.describe(since_ns=since)}"))
     return [terminal_text(lines[0]), *lines[1:]]
+
+
+def rank_label(replay: Replay, rank: int) -> str:
+    """``rank 3``, with the rank's role and pid where its log names a role
+    (``rank 3 (worker TP1, pid 4711)``)."""
+    role = _role(replay.states.get(rank))
+    if not role:
+        return f"rank {rank}"
+    pid = replay.pids.get(rank)
+    return f"rank {rank} ({role}" + (f", pid {pid})" if pid is not None else ")")
 
 
 _DEGRADED_SHOWN = 3
@@ -499,12 +523,21 @@ def _cells(
     )
 
 
+def _role(state: RankState | None) -> str | None:
+    return state.identity.role if state is not None and state.identity is not None else None
+
+
 def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
     columns = _columns(replay)
+    # A launch whose processes are not alike (an engine's own start) says
+    # what each one is first.
+    roles = any(_role(state) for state in replay.states.values())
     rows: dict[tuple[str, ...], list[int]] = {}
     for rank in ranks:
         state = replay.states.get(rank)
         cells = tuple(terminal_text(cell) for cell in _cells(replay, state, rank, columns))
+        if roles:
+            cells = (terminal_text(_role(state) or "-"), *cells)
         rows.setdefault(cells, []).append(rank)
     # The ranks that differ come first: fewest ranks first, then by lowest
     # rank, so the one failed rank of a thousand is the first row, not the
@@ -513,7 +546,13 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
         (format_ranks(ranks, label=False), *cells)
         for cells, ranks in sorted(rows.items(), key=lambda row: (len(row[1]), row[1][0]))
     ]
-    header = ("RANKS", "OUTCOME", *(column.title for column in columns), "LAST STEP")
+    header = (
+        "RANKS",
+        *(("ROLE",) if roles else ()),
+        "OUTCOME",
+        *(column.title for column in columns),
+        "LAST STEP",
+    )
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return [
         "  "

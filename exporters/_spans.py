@@ -10,7 +10,8 @@ replay of the stored log (:func:`spans_from_events`) produce equal spans.
 
 The mapping::
 
-    run.started ... run.finished      root span "startup rank N" of rank N
+    run.started ... run.finished      root span "startup rank N" of rank N ("startup rank N
+                                      (ROLE)" when its identity names a role)
     step.started ... terminal event   span named by the step path
     recorded exception (and every     span event "exception" at the terminal
       member of its cause chain)        event's time
@@ -447,6 +448,10 @@ class SpanProjection:
             identity = started.identity
             attributes["startup.local_world_size"] = identity.local_world_size
             attributes["startup.node_rank"] = identity.node_rank
+            if identity.role is not None:
+                attributes["startup.role"] = identity.role
+            if identity.parent_pid is not None:
+                attributes["startup.parent_pid"] = identity.parent_pid
             # host.name and process.pid are on the resource: no copies here.
             if started.graph:
                 attributes["startup.graph"] = started.graph
@@ -470,7 +475,8 @@ class SpanProjection:
             reason = f"rank {state.rank} stopped before the run finished (outcome {_INCOMPLETE})"
         start_ns = started.wall_ns if started is not None else state.first_wall_ns
         return _readable_span(
-            name=f"{ROOT_SPAN_NAME} rank {state.rank}",
+            name=f"{ROOT_SPAN_NAME} rank {state.rank}"
+            + (f" ({started.identity.role})" if started and started.identity.role else ""),
             trace_id=head.trace_id,
             span_id=head.span_id,
             parent_span_id=head.parent_span_id,

@@ -243,7 +243,10 @@ def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
         groups.setdefault(key, []).append(r)
     out: list[str] = []
     for ranks in groups.values():
-        out.append(f"== {format_ranks(ranks)} ==")
+        first = by_rank[ranks[0]][0] if by_rank[ranks[0]] else None
+        role = first.identity.role if isinstance(first, RunStarted) else None
+        label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
+        out.append(f"== {format_ranks(ranks)}{label} ==")
         out.extend(_tree_lines(by_rank[ranks[0]], with_times=True))
         out.append("")
     # The tree lines are escaped already.

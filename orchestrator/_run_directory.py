@@ -640,6 +640,10 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     run_ids: dict[str, list[Path]] = {}
     worlds: dict[int, list[Path]] = {}
     holders: dict[int, list[Path]] = {}
+    # The processes of a recorded engine start (each names its role) join
+    # the run as they are started, each knowing the world so far: their
+    # world sizes differ by design, and the run's is the largest.
+    joined = True
     for rank, path in sorted(logs.items()):
         try:
             mode = path.lstat().st_mode
@@ -682,6 +686,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             )
         if isinstance(first, RunStarted):
             worlds.setdefault(first.identity.world_size, []).append(path)
+            joined = joined and first.identity.role is not None
     for rank, paths in sorted(holders.items()):
         if len(paths) > 1:
             problems.append(
@@ -702,7 +707,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         parts += [f"{m.run_id} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
         problems.append(RunProblem(path=where, message=f"more than one run id: {'; '.join(parts)}"))
     world_sizes = set(worlds) | {manifest.world_size for _, manifest in manifests}
-    if len(world_sizes) > 1:
+    if len(world_sizes) > 1 and not (joined and worlds and not manifests):
         parts = [
             f"{size} ({', '.join(_name(p, named) for p in paths)})"
             for size, paths in worlds.items()

@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "cli": ("orchestrator.cli", "orchestrator.__main__"),
     "ray-embedding": ("orchestrator.ray",),
+    "recording": ("orchestrator.recording",),
 }
 
 _BASICS = frozenset({"attrs", "orjson"})
@@ -93,6 +94,13 @@ RULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ray-embedding": (
         frozenset({"events", "errors", "runtime", "embedding", "ray-embedding", "anyio"}) | _BASICS,
         frozenset({"engine", "engine-pure", "ray"}),
+    ),
+    # Recording a real engine's own start: the runtime, and the engine's
+    # platform code only once a recording starts, so that the entry point an
+    # engine loads in every process imports nothing while recording is off.
+    "recording": (
+        frozenset({"events", "errors", "runtime", "recording", "anyio"}) | _BASICS,
+        frozenset({"engine", "engine-pure"}),
     ),
     # The command line: on top of everything; nothing imports it.
     "cli": (

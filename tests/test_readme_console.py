@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -23,25 +22,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+from .readme import blocks, missing
 
 pytestmark = pytest.mark.slow
-
-
-def _blocks(kind: str) -> list[list[str]]:
-    blocks: list[list[str]] = []
-    current: list[str] | None = None
-    for line in README.read_text(encoding="utf-8").splitlines():
-        if current is None:
-            if line.strip() == f"```{kind}":
-                current = []
-        elif line.strip() == "```":
-            blocks.append(current)
-            current = None
-        else:
-            current.append(line)
-    return blocks
 
 
 def _runnable(block: list[str]) -> bool:
@@ -51,43 +34,7 @@ def _runnable(block: list[str]) -> bool:
     )
 
 
-CONSOLE = [block for block in _blocks("console") if _runnable(block)]
-
-
-def _pattern(line: str) -> re.Pattern[str]:
-    """A README line as a pattern: its elisions and run-specific values match
-    anything of their kind."""
-    parts = re.split(
-        r"(\.\.\.|<run-id>|\b\d{8}T\d{6}-[0-9a-f]{6}\b|pid \d+|\+\d+(?:\.\d+)? s)", line
-    )
-    pattern = []
-    for index, part in enumerate(parts):
-        if index % 2 == 0:
-            pattern.append(re.escape(part))
-        elif part == "...":
-            pattern.append(".*")
-        elif part.startswith("pid "):
-            pattern.append(r"pid \d+")
-        elif part.startswith("+"):
-            pattern.append(r"\+\d+(?:\.\d+)? s")
-        else:
-            pattern.append(r"\d{8}T\d{6}-[0-9a-f]{6}")
-    return re.compile("".join(pattern) + r"\Z")
-
-
-def _missing(expected: list[str], printed: list[str]) -> str | None:
-    """The first expected line not found in order in ``printed``, else None."""
-    position = 0
-    for line in expected:
-        if line.strip() == "...":
-            continue
-        pattern = _pattern(line)
-        while position < len(printed) and not pattern.match(printed[position]):
-            position += 1
-        if position == len(printed):
-            return line
-        position += 1
-    return None
+CONSOLE = [block for block in blocks("console") if _runnable(block)]
 
 
 def _run(command: str, cwd: Path, run_ids: list[str]) -> list[str]:
@@ -135,7 +82,7 @@ VLLM_MISSING = importlib.util.find_spec("vllm") is None and (
 def test_a_console_block_prints_what_the_readme_shows(block: list[str], tmp_path: Path) -> None:
     if VLLM_MISSING and any("--engine vllm" in line for line in block if line.startswith("$ ")):
         pytest.skip("vLLM is not installed: pip install --no-deps vllm==0.33.0")
-    (faults,) = _blocks("json")
+    (faults,) = blocks("json")
     (tmp_path / "faults.json").write_text(
         json.dumps(json.loads("\n".join(faults))), encoding="utf-8"
     )
@@ -145,5 +92,5 @@ def test_a_console_block_prints_what_the_readme_shows(block: list[str], tmp_path
         end = commands[number + 1] if number + 1 < len(commands) else len(block)
         expected = block[index + 1 : end]
         printed = _run(block[index][2:], tmp_path, run_ids)
-        missing = _missing(expected, printed)
-        assert missing is None, f"{block[index]}\nnot printed: {missing}\n" + "\n".join(printed)
+        absent = missing(expected, printed)
+        assert absent is None, f"{block[index]}\nnot printed: {absent}\n" + "\n".join(printed)

@@ -433,13 +433,18 @@ def _real_engine_code(context: MessageContext, event: StepStarted) -> None:
     if attributes.get("engine") != "vllm":
         return
     version = _text(attributes.get("vllm_version")) or "unknown"
+    modelled = attributes.get("modelled", [ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP])
+    names = [str(name) for name in modelled] if isinstance(modelled, list) else []
+    text = f"Platform detection runs vLLM {version}'s own plugins (vllm.platforms)"
+    if names:
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        verb = "are" if len(names) > 1 else "is"
+        text += f"; {listed} {verb} the reference engine's model of the platform it selects"
     context.emit(
         "platform.vllm_code",
-        f"Platform detection runs vLLM {version}'s own plugins (vllm.platforms); "
-        "attention, flashinfer_comm and allreduce_workspace are the reference engine's "
-        "model of the platform it selects.",
+        text + ".",
         step=event.step,
-        args=(version,),
+        args=(version, *names),
     )
     tested = _text(attributes.get("vllm_tested"))
     if attributes.get("vllm_supported") is False:

@@ -38,7 +38,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from events import JsonValue, Redactor
@@ -59,7 +59,7 @@ __all__ = [
 
 #: The vLLM releases (major.minor) whose platform code this module was
 #: tested against.
-TESTED_RELEASES = ("0.33",)
+TESTED_RELEASES = ("0.32", "0.33")
 
 #: How to install vLLM's platform code without its CUDA dependencies.
 INSTALL_COMMAND = "pip install --no-deps vllm==0.33.0 && pip install packaging regex psutil"
@@ -184,11 +184,23 @@ def _given(func: Callable[[], object]) -> Callable[[], object]:
 class VllmPlugins:
     """vLLM's platform plugins, for :func:`~orchestrator.engine.make_platform_step`.
 
+    Args:
+        config: the engine configuration (step timeout, target device).
+        discover: whether to look up vLLM's out-of-tree plugins.
+        modelled: the graph's steps that are the reference engine's model
+            rather than vLLM's code (recorded, and said in the report).
+
     Raises:
         EngineConfigError: vLLM is not installed.
     """
 
-    def __init__(self, config: EngineConfig, *, discover: bool = True) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        discover: bool = True,
+        modelled: Sequence[str] = ("attention", "flashinfer_comm", "allreduce_workspace"),
+    ) -> None:
         self.config = config
         self.discover = discover
         self.version = vllm_version()
@@ -197,6 +209,7 @@ class VllmPlugins:
             "vllm_version": self.version,
             "vllm_tested": ", ".join(TESTED_RELEASES),
             "vllm_supported": _tested(self.version),
+            "modelled": list(modelled),
         }
         self._capture: _Capture | None = None
         self._load_errors: dict[str, BaseException] = {}

