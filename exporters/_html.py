@@ -47,7 +47,7 @@ from events import (
     replay,
 )
 
-from ._report import degraded_by, lost_by
+from ._report import degraded_by, lost_by, rank_label
 
 __all__ = ["report_html", "timeline_html"]
 
@@ -432,9 +432,12 @@ def _lane(
     first = members[0]
     timeline = result.timeline.ranks[first]
     cause = result.root_cause
+    # A lane of one rank that names its role (a recorded engine process)
+    # says it, as the text report does.
+    label = rank_label(result, first) if len(members) == 1 else who
     rows: list[str] = [
         f'<div class="lane" data-ranks="{_e(who)}" data-outcome="{_e(rank_outcome.value)}">'
-        f"<h3>{_e(who)} {_badge(rank_outcome.value)}</h3>"
+        f"<h3>{_e(label)} {_badge(rank_outcome.value)}</h3>"
     ]
     for depth, timing in _tree(tuple(timeline.steps.values())):
         step = timing.step

