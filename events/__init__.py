@@ -48,6 +48,7 @@ if typing.TYPE_CHECKING:
     from ._exception_info import ExceptionInfo as ExceptionInfo
     from ._exception_info import FrameInfo as FrameInfo
     from ._exception_info import Redactor as Redactor
+    from ._exception_info import ThreadStack as ThreadStack
     from ._launch import LaunchRecord as LaunchRecord
     from ._launch import RankProcess as RankProcess
     from ._log import Durability as Durability
@@ -76,10 +77,12 @@ if typing.TYPE_CHECKING:
     from ._model import RunFinished as RunFinished
     from ._model import RunOutcome as RunOutcome
     from ._model import RunStarted as RunStarted
+    from ._model import StallReason as StallReason
     from ._model import StepCancelled as StepCancelled
     from ._model import StepCrashed as StepCrashed
     from ._model import StepFailed as StepFailed
     from ._model import StepKind as StepKind
+    from ._model import StepStalled as StepStalled
     from ._model import StepStarted as StepStarted
     from ._model import StepSucceeded as StepSucceeded
     from ._model import StepTimedOut as StepTimedOut

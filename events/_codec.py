@@ -46,7 +46,7 @@ import orjson
 
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
-from ._exception_info import ExceptionInfo, FrameInfo
+from ._exception_info import ExceptionInfo, FrameInfo, ThreadStack
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity
 from ._type_names import public_type_names
 
@@ -1073,7 +1073,7 @@ def _accepts(tp: Any, default: Any) -> bool:
     return shape[0] == "scalar" and shape[1] is not float and type(default) is shape[1]
 
 
-_NESTED = (RankIdentity, FrameInfo, ExceptionInfo)
+_NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack)
 
 # Nested checks are looked up when a record is read, so ExceptionInfo may
 # refer to itself.

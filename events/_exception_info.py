@@ -14,12 +14,12 @@ import os
 import re
 import traceback
 from collections.abc import Mapping
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import attrs
 
-__all__ = ["ExceptionInfo", "FrameInfo", "Redactor"]
+__all__ = ["ExceptionInfo", "FrameInfo", "Redactor", "ThreadStack"]
 
 #: How many links of ``__cause__``/``__context__``/group members are kept in
 #: total before the record says ``truncated``. Deep enough for any real chain,
@@ -124,6 +124,68 @@ class FrameInfo:
     lineno: int | None
     name: str
     line: str | None = None
+
+    def where(self) -> str:
+        """``wait (threading.py:331)``: the function and its place."""
+        place = os.path.basename(self.filename)
+        return f"{self.name} ({place}:{self.lineno})" if self.lineno else f"{self.name} ({place})"
+
+
+@attrs.frozen(kw_only=True)
+class ThreadStack:
+    """Where one thread was at a moment: its name and its frames, outermost
+    first as in a traceback, the innermost :data:`MAX_FRAMES` kept, texts
+    redacted and bounded as an exception's are.
+
+    Attributes:
+        thread: the thread's name (``step attention/FLASH_ATTN``).
+        frames: its stack.
+    """
+
+    thread: str
+    frames: tuple[FrameInfo, ...] = ()
+
+    @classmethod
+    def capture(
+        cls, thread: str, frame: FrameType | None, *, redactor: Redactor | None = None
+    ) -> ThreadStack:
+        """The stack of ``frame`` (a thread's current frame, as
+        :func:`sys._current_frames` gives it); never raises."""
+        capture = _Capture(redactor or Redactor.from_environment(), MAX_CHAIN)
+        try:
+            summary = traceback.extract_stack(frame) if frame is not None else []
+        except Exception:
+            summary = []
+        return cls(thread=capture._text(thread), frames=capture.frames(summary))
+
+    @property
+    def innermost(self) -> FrameInfo | None:
+        """The frame the thread was in."""
+        return self.frames[-1] if self.frames else None
+
+    def innermost_first(self, limit: int) -> tuple[tuple[FrameInfo, ...], int]:
+        """At most ``limit`` frames, innermost first, and how many more the
+        stack has."""
+        shown = tuple(reversed(self.frames[-limit:])) if limit > 0 else ()
+        return shown, len(self.frames) - len(shown)
+
+    @property
+    def waiting_in(self) -> FrameInfo | None:
+        """The innermost frame outside Python's standard library (the
+        caller of ``Event.wait``, not ``wait``), else the innermost."""
+        for frame in reversed(self.frames):
+            if not _in_stdlib(frame.filename):
+                return frame
+        return self.innermost
+
+
+#: A file of an interpreter's standard library, as a recording machine
+#: names it (``/usr/lib/python3.11/threading.py``, ``<frozen os>``).
+_STDLIB = re.compile(r"^<frozen |[/\\]lib[/\\]python3\.\d+[/\\](?!(site|dist)-packages[/\\])")
+
+
+def _in_stdlib(filename: str) -> bool:
+    return _STDLIB.search(filename) is not None
 
 
 # Equality, hashing and repr are written by hand: the ones attrs generates
@@ -481,6 +543,10 @@ class _Capture:
             summary = traceback.extract_tb(tb)
         except Exception:
             return ()
+        return self.frames(summary)
+
+    def frames(self, summary: traceback.StackSummary | list[Any]) -> tuple[FrameInfo, ...]:
+        """The innermost frames of ``summary``, redacted and bounded."""
         frames = [
             FrameInfo(
                 filename=self._text(frame.filename),

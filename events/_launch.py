@@ -121,6 +121,9 @@ class LaunchRecord:
         empty_logs: ranks whose log file exists but holds no complete event
             (the rank is known by the file's name only).
         source: where the facts come from, for reports (a manifest path).
+        running: ranks whose process the reader of the logs saw alive
+            (their log has no end, and the process that wrote it runs on the
+            reader's host): still running, not dead.
     """
 
     run_id: str | None = None
@@ -129,3 +132,4 @@ class LaunchRecord:
     processes: Mapping[int, RankProcess] = attrs.field(factory=dict)
     empty_logs: frozenset[int] = frozenset()
     source: str | None = None
+    running: frozenset[int] = frozenset()

@@ -9,6 +9,9 @@ The kernel derives these for every graph (``<step>`` is the step path)::
 
     an error that reached the graph                  step.failed (its deepest step only)
     a step timed out | an isolated step crashed      step.timed_out | step.crashed
+      (a timeout names where the step waited)
+    a step ran past the stall threshold (its first   step.stalled
+      step.stalled: where it waits)
     a candidate step ends unavailable | invalid      candidate.unavailable
       | absent
     an attempt step fails with a fallback left,      fallback.used, derived when the next
@@ -52,9 +55,11 @@ from ._model import (
     RunFinished,
     RunOutcome,
     RunStarted,
+    StallReason,
     StepCrashed,
     StepFailed,
     StepKind,
+    StepStalled,
     StepStarted,
     StepTimedOut,
     StepUnavailable,
@@ -135,6 +140,8 @@ class _Tracking:
     fallbacks: Mapping[str, _PendingFallback] = attrs.field(factory=dict)
     #: the memory of each slice's message hook, in slice order
     slices: tuple[Any, ...] | None = None
+    #: open step -> where it was last seen waiting
+    waiting: Mapping[str, StepStalled] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -471,6 +478,8 @@ class _Derivation:
             self.step_started(event)
         elif terminal:
             self.ended(event)
+        elif isinstance(event, StepStalled):
+            self.step_stalled(event)
         elif isinstance(event, RunStarted):
             self.run_started(event)
         elif isinstance(event, RunFinished):
@@ -614,6 +623,18 @@ class _Derivation:
                     seqs=(pending.seq,),
                 )
 
+    def step_stalled(self, event: StepStalled) -> None:
+        self.track(waiting={**self.tracking.waiting, event.step: event})
+        frame = event.waiting_in
+        if event.why is StallReason.STALLED and frame is not None:
+            self.emit(
+                "step.stalled",
+                f"Step {event.step} is still running after {event.elapsed_ns / 1e9:.1f} s, "
+                f"waiting in {frame.where()}.",
+                step=event.step,
+                args=(event.step,),
+            )
+
     def ended(self, event: Event) -> None:
         tracking = self.tracking
         started = self.started
@@ -653,6 +674,8 @@ class _Derivation:
         rules = setup.rules_for(step)
         if rules:
             self.apply_rules(event, rules)
+        if step in tracking.waiting:
+            self.track(waiting={k: v for k, v in tracking.waiting.items() if k != step})
 
     def generic(self, event: Event, started: StepStarted) -> None:
         """The messages of candidates and attempts no slice claims."""
@@ -698,10 +721,14 @@ class _Derivation:
 
     def step_stopped(self, event: Event) -> None:
         if isinstance(event, StepTimedOut):
+            stall = self.tracking.waiting.get(event.step)
+            frame = stall.waiting_in if stall is not None else None
+            where = "find what it waits for" if frame is None else "fix what it waits for"
             self.emit(
                 "step.timed_out",
-                f"Step {event.step} timed out after {event.timeout_s:g} s; raise its timeout "
-                "if the probe is only slow, or find what it waits for.",
+                f"Step {event.step} timed out after {event.timeout_s:g} s"
+                + ("" if frame is None else f", waiting in {frame.where()}")
+                + f"; raise its timeout if the probe is only slow, or {where}.",
                 step=event.step,
                 args=(event.step,),
             )

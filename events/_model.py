@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
 
-from ._exception_info import ExceptionInfo
+from ._exception_info import ExceptionInfo, FrameInfo, ThreadStack
 
 __all__ = [
     "EVENT_TYPES",
@@ -44,10 +44,12 @@ __all__ = [
     "RunFinished",
     "RunOutcome",
     "RunStarted",
+    "StallReason",
     "StepCancelled",
     "StepCrashed",
     "StepFailed",
     "StepKind",
+    "StepStalled",
     "StepStarted",
     "StepSucceeded",
     "StepTimedOut",
@@ -283,6 +285,49 @@ class StepCrashed(Event):
     stderr_tail: tuple[str, ...] = ()
 
 
+class StallReason(enum.StrEnum):
+    """Why a running step's threads were looked at (:class:`StepStalled`)."""
+
+    #: It has run past the rank's stall threshold (again, with backoff).
+    STALLED = "stalled"
+    #: It timed out: where it was when the run gave up on it.
+    TIMED_OUT = "timed out"
+    #: It was cancelled (a stop, or a sibling's failure) while its thread
+    #: still ran: the thread is abandoned where it was.
+    ABANDONED = "abandoned"
+
+
+_WHEN = {StallReason.TIMED_OUT: ", at its timeout", StallReason.ABANDONED: ", abandoned"}
+
+
+@attrs.frozen(kw_only=True)
+class StepStalled(Event):
+    """A step was still running: for how long, why it was looked at, and
+    the stacks of the threads doing its work (the worker thread of a
+    blocking step; the event loop's thread for an async step). Not a
+    terminal event: the step goes on, or ends later."""
+
+    TYPE: ClassVar[str] = "step.stalled"
+
+    elapsed_ns: int
+    why: StallReason = StallReason.STALLED
+    threads: tuple[ThreadStack, ...] = ()
+
+    @property
+    def waiting_in(self) -> FrameInfo | None:
+        """Where the step's first thread waits (:attr:`ThreadStack.waiting_in`)."""
+        return next((t.waiting_in for t in self.threads if t.waiting_in is not None), None)
+
+    def summary(self) -> str:
+        """``waiting in wait_for_fabric (fabric.py:42) after 30.0 s`` (and
+        ``, abandoned`` or ``, at its timeout``); ``""`` without a stack."""
+        frame = self.waiting_in
+        if frame is None:
+            return ""
+        when = _WHEN.get(self.why, "")
+        return f"waiting in {frame.where()} after {self.elapsed_ns / 1e9:.1f} s{when}"
+
+
 @attrs.frozen(kw_only=True)
 class DecisionMade(Event):
     """The live run acted on a derived decision (``name``, ``value``).
@@ -321,6 +366,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         StepTimedOut,
         StepCancelled,
         StepCrashed,
+        StepStalled,
         DecisionMade,
         RunFinished,
     )
@@ -347,6 +393,7 @@ _OUTCOMES: Mapping[type[Event], Outcome | None] = {
     StepTimedOut: Outcome.TIMED_OUT,
     StepCancelled: Outcome.CANCELLED,
     StepCrashed: Outcome.CRASHED,
+    StepStalled: None,
     DecisionMade: None,
     RunFinished: None,
 }

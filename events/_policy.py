@@ -41,6 +41,8 @@ _GENERIC: dict[str, Rule] = {
     "step.failed": (_ERROR, _PROCESS),
     "step.timed_out": (_ERROR, _PROCESS),
     "step.crashed": (_ERROR, _PROCESS),
+    # A step past the stall threshold: once per step, once per node.
+    "step.stalled": (_INFO, _LOCAL),
     "run.ready": (_INFO, _GLOBAL),
     "run.failed": (_ERROR, _PROCESS),
     "run.interrupted": (_ERROR, _PROCESS),

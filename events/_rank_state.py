@@ -10,7 +10,7 @@ import attrs
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure
 from ._launch import RankProcess
-from ._model import JsonValue, RankIdentity, RunOutcome
+from ._model import JsonValue, RankIdentity, RunOutcome, StepStalled
 
 __all__ = ["RankState", "RootCause"]
 
@@ -40,6 +40,9 @@ class RootCause:
             ``what``, ``the process group``) when that is why it is the root
             cause: its own outcome may then be ``ready``, its peers' failures
             being its doing; ``step`` and ``exception`` say where and why.
+        waiting: where ``step`` was last seen waiting (its latest
+            ``step.stalled``: at its timeout, its abandonment, or the last
+            look of the watchdog), when it was seen so.
     """
 
     rank: int
@@ -52,6 +55,7 @@ class RootCause:
     no_events: str | None = None
     process: RankProcess | None = None
     left_out: str | None = None
+    waiting: StepStalled | None = None
 
     def describe(self, *, since_ns: int | None = None) -> str:
         """One line: ``rank 5, step cache_dir: RuntimeError: ...``; for a rank
@@ -78,7 +82,13 @@ class RootCause:
             text += f"; steps in flight: {', '.join(self.in_flight)}"
         if self.process is not None and self.process.ended:
             text += f"; {self.process.describe(since_ns=since_ns)}"
-        return text
+        waiting = self.waiting_text()
+        return f"{text}; {waiting}" if waiting else text
+
+    def waiting_text(self) -> str:
+        """Where the step waited (:meth:`StepStalled.summary`), or ``""``
+        when it was never seen waiting."""
+        return "" if self.waiting is None else self.waiting.summary()
 
     def left_out_text(self) -> str:
         """What going on without a collective did (``""`` when it did not)."""
@@ -135,6 +145,9 @@ class RankState:
         open_steps: steps started and not ended, in start order.
         last_event_step: the step of the latest step event.
         last_wall_ns, last_seq: the latest event.
+        stalls: each step's latest ``step.stalled``: where it was last seen
+            waiting (a step that ran past the stall threshold, timed out or
+            was abandoned).
         tracking: derivation bookkeeping; not part of the stable surface.
     """
 
@@ -148,6 +161,7 @@ class RankState:
     last_event_step: str | None = None
     last_wall_ns: int = 0
     last_seq: int = -1
+    stalls: Mapping[str, StepStalled] = attrs.field(factory=dict)
     tracking: _StateTracking = attrs.field(factory=_StateTracking)
 
     @property
@@ -186,23 +200,27 @@ class RankState:
             going_up = [f for f in tracking.failures if f.cause is not None]
             if going_up:
                 return _root_cause(self, going_up[0], None)
+            step = _one_step(in_flight, self.last_step)
             return RootCause(
                 rank=self.rank,
-                step=_one_step(in_flight, self.last_step),
+                step=step,
                 exception=None,
                 outcome=self.outcome,
                 wall_ns=self.last_wall_ns,
                 seq=self.last_seq,
                 in_flight=in_flight,
+                waiting=self.stalls.get(step) if step is not None else None,
             )
+        step = tracking.failed_step or _one_step(in_flight, self.last_step)
         return RootCause(
             rank=self.rank,
-            step=tracking.failed_step or _one_step(in_flight, self.last_step),
+            step=step,
             exception=tracking.finish_cause,
             outcome=self.outcome,
             wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
             seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
             in_flight=in_flight,
+            waiting=self.stalls.get(step) if step is not None else None,
         )
 
 
@@ -221,4 +239,5 @@ def _root_cause(state: RankState, failure: _Failure, fallback: ExceptionInfo | N
         outcome=state.outcome,
         wall_ns=failure.wall_ns,
         seq=failure.seq,
+        waiting=state.stalls.get(failure.step),
     )

@@ -80,12 +80,14 @@ class Rebase:
     def cause(self, cause: RootCause | None) -> RootCause | None:
         if cause is None:
             return None
-        if cause.process is not None or cause.no_events is not None:
+        if cause.process is not None or cause.no_events is not None or cause.waiting is not None:
             raise Unlike
         return evolve(cause, {"rank": self.rank, "wall_ns": self.wall(cause.wall_ns, cause.seq)})
 
     def state(self, state: RankState) -> RankState:
         """``state``, the source's, with this rank's own values."""
+        if state.stalls:
+            raise Unlike  # each rank's own stacks and times: folded on its own
         tracking = state.tracking
         finish = tracking.finish_wall_ns
         if finish is not None:
@@ -130,6 +132,8 @@ class Rebase:
         """``state``, the source's, with this rank's own values."""
         identity = self.own_identity(state.identity)
         tracking = state.tracking
+        if tracking.waiting:
+            raise Unlike  # each rank's own stacks and times: folded on its own
         opened = {}
         for step, started in tracking.open.items():
             if not 0 <= started.seq < len(self.source) or self.source[started.seq] is not started:

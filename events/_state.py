@@ -51,6 +51,7 @@ from ._model import (
     RunStarted,
     StepCancelled,
     StepCrashed,
+    StepStalled,
     StepStarted,
     StepSucceeded,
 )
@@ -171,6 +172,8 @@ class RankStates:
             settles = True
         elif isinstance(event, DecisionMade):
             settles = True
+        elif isinstance(event, StepStalled):
+            changes["stalls"] = {**state.stalls, event.step: event}
         elif isinstance(event, RunStarted):
             changes["identity"] = event.identity
             changes["run_id"] = event.run_id
@@ -416,13 +419,20 @@ class Replay:
 
     def outcome_of(self, rank: int) -> RunOutcome:
         """A rank's outcome (``incomplete`` for a rank without events;
-        ``running`` for an unfinished rank at a cutoff)."""
+        ``running`` for an unfinished rank at a cutoff, or one whose
+        process was seen alive)."""
         state = self.states.get(rank)
         if state is None:
             return RunOutcome.INCOMPLETE
-        if self.until is not None and not state.finished:
+        if not state.finished and (self.until is not None or rank in self.running):
             return RunOutcome.RUNNING
         return state.outcome
+
+    @property
+    def running(self) -> frozenset[int]:
+        """The ranks seen still running when the logs were read
+        (:attr:`LaunchRecord.running`)."""
+        return self.launch.running if self.launch is not None else frozenset()
 
     @property
     def outcome(self) -> RunOutcome:
@@ -433,7 +443,8 @@ class Replay:
         made the other ranks fail in their exchanges is an interrupted run;
         a failure that the others were then stopped for is a failed one);
         else ``ready``. At a cutoff (``until``), a rank that had not finished
-        yet is ``running``, and so is the run unless a rank had already
+        yet is ``running``, as is an unfinished rank seen alive
+        (:attr:`running`), and so is the run unless a rank had already
         failed or been interrupted. No ranks at all is ``incomplete``."""
         outcomes = {self.outcome_of(rank) for rank in range(self.world_size)}
         outcomes.update(self.outcome_of(rank) for rank in self.states)
@@ -813,9 +824,10 @@ def _run_root_cause(
         for rank, why in sorted(no_events.items())
     ]
     causes = []
+    running = launch.running if launch is not None else frozenset()
     for state in states.values():
-        if until is not None and not state.finished:
-            continue  # still running at the cutoff: nothing to blame yet
+        if (until is not None or state.rank in running) and not state.finished:
+            continue  # still running (at the cutoff, or now): nothing to blame yet
         cause = state.root_cause
         if cause is not None:
             process = processes.get(state.rank)

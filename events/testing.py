@@ -43,7 +43,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from ._exception_info import ExceptionInfo, FrameInfo
+from ._exception_info import ExceptionInfo, FrameInfo, ThreadStack
 from ._model import (
     DecisionMade,
     Event,
@@ -53,10 +53,12 @@ from ._model import (
     RunFinished,
     RunOutcome,
     RunStarted,
+    StallReason,
     StepCancelled,
     StepCrashed,
     StepFailed,
     StepKind,
+    StepStalled,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
@@ -372,6 +374,36 @@ class EventStream:
         return self.end(
             StepCrashed, step, exit_code=exit_code, signal=signal, stderr_tail=tuple(stderr_tail)
         )
+
+    def stalled(
+        self,
+        step: str,
+        elapsed_s: float = 10.0,
+        *,
+        waiting_in: FrameInfo | None = None,
+        why: StallReason = StallReason.STALLED,
+    ) -> Self:
+        """Append ``step.stalled`` on the span of the open ``step``: its
+        worker thread waits in ``waiting_in`` (by default
+        ``wait_for_fabric (fabric.py:42)``).
+
+        Raises:
+            ValueError: ``step`` is not open.
+        """
+        if step not in self._open:
+            raise ValueError(f"a stall needs its step open; {step!r} is not")
+        span_id, parent_span = self._open[step]
+        frame = waiting_in or FrameInfo(filename="fabric.py", lineno=42, name="wait_for_fabric")
+        self._append(
+            StepStalled,
+            step,
+            span_id,
+            parent_span,
+            elapsed_ns=round(elapsed_s * 1e9),
+            why=why,
+            threads=(ThreadStack(thread=f"step {step}", frames=(frame,)),),
+        )
+        return self
 
     def decision(
         self,

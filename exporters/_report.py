@@ -49,12 +49,22 @@ fields never change meaning; new fields may be added. Schema (version 1)::
         "process": null | {...},               # as in "ranks"
         "exception": null | {"type": str,      # qualified type name
                              "message": str,
-                             "cause": {...} | null}   # the next link: __cause__,
-      },                                               # else __context__; at most
+                             "cause": {...} | null},  # the next link: __cause__,
+                                                       # else __context__; at most
                                                        # 32 links: the outermost and
                                                        # the root, the link before
                                                        # the root then carrying
                                                        # "omitted_links": int
+        "waiting": null | {                    # where the step was last seen waiting
+          "step": str,                         #   (its latest step.stalled)
+          "why": "stalled" | "timed out" | "abandoned",
+          "elapsed_s": float,                  # how long it had run then
+          "waiting_in": str | null,            # "wait_for_fabric (fabric.py:42)"
+          "threads": [{"thread": str,          # the threads doing its work, their
+                       "frames": [{"filename": str, "lineno": int | null,
+                                   "name": str}]}]   # frames innermost first
+        }
+      },
       "divergences": [
         {"code": str, "severity": str, "subject": str,
          "values": [{"value": str | null, "ranks": [int, ...]}],
@@ -104,6 +114,7 @@ from events import (
     Replay,
     RunOutcome,
     Severity,
+    StepStalled,
     format_ranks,
     group_messages,
 )
@@ -128,6 +139,69 @@ _RANKS_DESCRIBED = 8
 #: ones and the innermost (the root). A log may hold any depth; a document
 #: nested thousands deep is one no JSON reader should have to walk.
 _JSON_CHAIN_LINKS = 32
+
+
+#: Frames of a stuck thread the text views show, innermost first.
+STACK_FRAMES = 8
+
+
+def stall_lines(stall: StepStalled, *, indent: str) -> list[str]:
+    """Where a stuck step waited, then each of its threads' innermost frames
+    (innermost first), for the text views."""
+    summary = stall.summary()
+    if not summary:
+        return []
+    lines = [terminal_text(f"{indent}{summary}")]
+    for thread in stall.threads:
+        frames, more = thread.innermost_first(STACK_FRAMES)
+        lines.append(terminal_text(f"{indent}  thread {thread.thread!r}, innermost first:"))
+        lines.extend(
+            terminal_text(f"{indent}    {frame.name} ({frame.filename}:{frame.lineno})")
+            for frame in frames
+        )
+        if more:
+            lines.append(f"{indent}    ... {more} outer frames")
+    return lines
+
+
+def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
+    """A ``step.stalled`` for the JSON document (see the module docstring)."""
+    if stall is None:
+        return None
+    frame = stall.waiting_in
+    return {
+        "step": stall.step,
+        "why": stall.why.value,
+        "elapsed_s": round(stall.elapsed_ns / 1e9, 3),
+        "waiting_in": None if frame is None else frame.where(),
+        "threads": [
+            {
+                "thread": thread.thread,
+                "frames": [
+                    {"filename": f.filename, "lineno": f.lineno, "name": f.name}
+                    for f in reversed(thread.frames)
+                ],
+            }
+            for thread in stall.threads
+        ],
+    }
+
+
+def _running_lines(replay: Replay) -> list[str]:
+    """The ranks still running as the logs were read: where each is, and
+    where its step was last seen waiting."""
+    lines: list[str] = []
+    for rank in sorted(replay.running):
+        state = replay.states.get(rank)
+        if state is None or state.finished:
+            continue
+        step = state.last_step
+        where = f", in {step}" if step else ""
+        lines.append(terminal_text(f"  {rank_label(replay, rank)} is still running{where}"))
+        stall = state.stalls.get(step) if step else None
+        if stall is not None:
+            lines.extend(stall_lines(stall, indent="    "))
+    return lines
 
 
 def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
@@ -246,6 +320,7 @@ def report_json(replay: Replay) -> dict[str, Any]:
             "in_flight": list(cause.in_flight),
             "process": _process_json(cause.process, replay),
             "exception": _exception_json(cause.exception),
+            "waiting": stall_json(cause.waiting),
         },
         "divergences": [
             {
@@ -373,8 +448,10 @@ def _link_text(link: ExceptionInfo) -> str:
 def _root_cause_lines(replay: Replay) -> list[str]:
     cause = replay.root_cause
     if cause is None:
-        if replay.until is not None and replay.outcome is RunOutcome.RUNNING:
+        if replay.outcome is RunOutcome.RUNNING and replay.until is not None:
             return ["Root cause: none so far (no rank had failed by the cutoff)"]
+        if replay.outcome is RunOutcome.RUNNING:
+            return ["Root cause: none so far (no rank has failed)", *_running_lines(replay)]
         if replay.outcome is RunOutcome.READY:
             return _degraded_lines(replay) or ["Root cause: none (every rank is ready)"]
         return ["Root cause: unknown (no rank recorded a failure)"]
@@ -397,6 +474,8 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         ]
     else:
         lines = [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
+    if cause.waiting is not None:
+        lines.extend(stall_lines(cause.waiting, indent="  "))
     if cause.left_out is not None:
         lines.append(terminal_text(f"  {cause.left_out_text()}"))
     if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):

@@ -28,6 +28,7 @@ from events import (
     RunStarted,
     StepCrashed,
     StepFailed,
+    StepStalled,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
@@ -36,6 +37,7 @@ from events import (
     outcome_of,
 )
 
+from ._report import stall_lines
 from ._terminal import terminal_text
 
 __all__ = [
@@ -67,6 +69,8 @@ class _Node:
     start_mono: int
     depends_on: tuple[str, ...]
     end: Event | None = None
+    #: its latest step.stalled: where it was last seen waiting
+    stall: StepStalled | None = None
 
 
 def _by_rank(events: Iterable[Event]) -> dict[int, list[Event]]:
@@ -92,6 +96,8 @@ def _nodes(events: Sequence[Event]) -> tuple[list[_Node], RunStarted | None, Run
             )
         elif isinstance(event, TERMINAL_STEP_EVENTS) and event.span_id in nodes:
             nodes[event.span_id] = attrs.evolve(nodes[event.span_id], end=event)
+        elif isinstance(event, StepStalled) and event.span_id in nodes:
+            nodes[event.span_id] = attrs.evolve(nodes[event.span_id], stall=event)
         elif isinstance(event, RunStarted):
             started = event
         elif isinstance(event, RunFinished):
@@ -206,6 +212,7 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
         parent = node.parent_span_id if node.parent_span_id in known else root_span
         children.setdefault(parent, []).append(node)
     lines: list[str] = []
+    last_mono = events[-1].mono_ns if events else 0
 
     def walk(parent: str | None, prefix: str) -> None:
         kids = children.get(parent, [])
@@ -215,10 +222,16 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
             duration = ""
             if with_times and node.end is not None:
                 duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
+            elif with_times:
+                # In flight when the log ends: it ran at least until the
+                # rank's last sign of life.
+                duration = f" [>= {_seconds(last_mono - node.start_mono)}]"
             below = prefix + ("   " if last else "│  ")
             line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
             # A multi-line reason continues under its step, inside the tree.
             lines.append(terminal_text(line, indent=below + "   "))
+            if node.stall is not None and with_times:
+                lines.extend(stall_lines(node.stall, indent=below + "   "))
             walk(node.span_id, below)
 
     outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
@@ -256,21 +269,25 @@ def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
 def blame_text(events: Iterable[Event], *, rank: int | None = None) -> str:
     """Steps by time spent, slowest first (as ``systemd-analyze blame``); for
     several ranks, each step's slowest rank."""
-    slowest: dict[str, tuple[int, int]] = {}
+    slowest: dict[str, tuple[int, int, bool]] = {}
     for r, rank_events in _by_rank(events).items():
         if rank is not None and r != rank:
             continue
         nodes, _, _ = _nodes(rank_events)
+        last_mono = rank_events[-1].mono_ns
         for node in nodes:
-            if node.end is None:
-                continue
-            duration = node.end.mono_ns - node.start_mono
+            # A step in flight when the log ends ran at least until the
+            # rank's last sign of life.
+            end = node.end.mono_ns if node.end is not None else last_mono
+            duration = end - node.start_mono
             if node.step not in slowest or duration > slowest[node.step][0]:
-                slowest[node.step] = (duration, r)
+                slowest[node.step] = (duration, r, node.end is None)
     rows = sorted(slowest.items(), key=lambda item: -item[1][0])
-    width = max((len(_seconds(d)) for _, (d, _) in rows), default=0)
+    width = max((len(_seconds(d)) for _, (d, _, _) in rows), default=0)
     return _printable(
-        f"{_seconds(duration):>{width}} {step} (rank {r})" for step, (duration, r) in rows
+        f"{_seconds(duration):>{width}} {step} (rank {r}"
+        + (", still running when its log ends)" if open_ else ")")
+        for step, (duration, r, open_) in rows
     )
 
 
@@ -302,8 +319,16 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
         chain.append(current)
         deps = [top[d] for d in current.depends_on if d in top]
         current = max(deps, key=end_of) if deps else None
-    outcome = "incomplete" if finished is None else str(finished.outcome)
+    # The run is incomplete while any of its ranks is (a rank that died
+    # may not be the slowest one).
+    unfinished = [r for r, e in by_rank.items() if not any(isinstance(x, RunFinished) for x in e)]
+    outcome = "incomplete" if finished is None or unfinished else str(finished.outcome)
     lines = [f"run {outcome} +{_seconds(total(rank_events))} (rank {chosen}, the slowest)"]
+    if unfinished and rank is None:
+        lines.append(
+            f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
+            "the last sign of life"
+        )
     for depth, node in enumerate(chain):
         start = node.start_mono - origin
         lines.append(

@@ -112,6 +112,7 @@ def test_every_type_tag_is_known() -> None:
         "step.cancelled",
         "step.crashed",
         "step.failed",
+        "step.stalled",
         "step.started",
         "step.succeeded",
         "step.timed_out",

@@ -59,6 +59,7 @@ def every_event_type(rank: int = 0, *, world_size: int = 2) -> list[events.Event
     stream.succeeded("platform", "cuda")
     for step in ("slow", "gone", "stopped"):
         stream.started(step, depends_on=("platform",))
+    stream.stalled("slow", 2.0)
     stream.timed_out("slow", 2.5)
     stream.crashed("gone", signal=11, stderr_tail=("Segmentation fault",))
     stream.cancelled("stopped", "another step failed")
