@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
-import anyio
-import anyio.to_thread
 import attrs
 
 from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
@@ -117,9 +115,8 @@ class StepRun(Protocol):
         """The importer every probe imports through."""
         ...
 
-    @property
-    def limiter(self) -> anyio.CapacityLimiter | None:
-        """The capacity limiter of worker threads (``None``: anyio's default)."""
+    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a daemon worker thread at work for ``step``."""
         ...
 
     async def run_child(
@@ -259,10 +256,11 @@ class StepContext:
     async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking ``fn(*args)`` in a worker thread under the run's
         capacity limiter; abandoned (not waited for) if this step is
-        cancelled or times out."""
-        return await anyio.to_thread.run_sync(
-            fn, *args, limiter=self._run.limiter, abandon_on_cancel=True
-        )
+        cancelled or times out. The thread is a daemon: a call that never
+        returns does not keep the process alive, and while it runs the
+        watchdog knows it works for this step (its stack is what a stall
+        of this step records)."""
+        return await self._run.in_thread(self.step, fn, *args)
 
     async def run_child(
         self,

@@ -16,7 +16,7 @@ or from a JSON file for structured arguments::
       "ranks": "0-3"}]
 
 TARGET is a module a probe imports or a step path. EXCEPTION is the name of
-a builtin exception class, ``hang`` (never returns until the run releases it)
+a builtin exception class, ``hang`` (never returns, as a real hang)
 or ``crash`` (the process dies with SIGSEGV). Exception classes are looked up
 among the builtins only; nothing named in a spec is imported or evaluated.
 
@@ -259,14 +259,14 @@ class Fault:
         parts.extend(f"{key}={value!r}" for key, value in self.kwargs.items())
         return f"{self.exception}({', '.join(parts)})"
 
-    def fire(self, release: threading.Event) -> None:
-        """Do what the fault says: raise, block until ``release`` is set (then
-        raise TimeoutError, as the result is no longer wanted), or crash."""
+    def fire(self) -> None:
+        """Do what the fault says: raise, block forever (as a hung driver
+        call does: nothing releases it, so what a run does with a real hang
+        is what it does with this one), or crash."""
         if self.action is FaultAction.RAISE:
             raise self.make_exception()
         if self.action is FaultAction.HANG:
-            release.wait()
-            raise TimeoutError(f"injected hang on {self.target!r} was released")
+            threading.Event().wait()
         # A real crash: the process dies by signal, no Python cleanup runs.
         os.kill(os.getpid(), signal.SIGSEGV)
         signal.pause()  # pragma: no cover - the signal ends the process

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
-import threading
 from types import ModuleType
 from typing import Protocol, runtime_checkable
 
@@ -57,15 +56,14 @@ class InjectingImporter:
 
     A module with a fault on this rank is findable (so probes that check
     ``find_spec`` first go on to import it) and its import fires the fault.
-    Hanging imports block until :meth:`release` is called; the runner calls it
-    when the run ends so no worker thread is left blocked.
+    A hanging import never returns, as a real one: its step's daemon thread
+    is abandoned at the step's timeout or the run's end.
     """
 
     def __init__(self, base: Importer, plan: FaultPlan, rank: int) -> None:
         self._base = base
         self._plan = plan
         self._rank = rank
-        self._release = threading.Event()
 
     @property
     def plan(self) -> FaultPlan:
@@ -85,7 +83,7 @@ class InjectingImporter:
         for end in range(1, len(parts) + 1):
             fault = self._plan.for_target(".".join(parts[:end]), self._rank)
             if fault is not None:
-                fault.fire(self._release)
+                fault.fire()
         return self._base.import_module(name)
 
     def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
@@ -94,7 +92,3 @@ class InjectingImporter:
         if any(t == name or t.startswith(name + ".") for t in targets):
             return importlib.machinery.ModuleSpec(name, loader=None)
         return self._base.find_spec(name)
-
-    def release(self) -> None:
-        """Let every hanging import return (with TimeoutError)."""
-        self._release.set()

@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -50,8 +50,11 @@ from ._errors import IsolatedStepError
 from ._faults import Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
 from ._policy import ErrorPolicy, qualified_name
+from ._threads import StepThreads
 
 __all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
+
+T = TypeVar("T")
 
 #: Lines of the child's stderr kept for the crash record.
 STDERR_TAIL_LINES = 20
@@ -243,7 +246,7 @@ class _ChildRun:
         self.config: Mapping[str, JsonValue] = job["config"]
         self.trace_id: str = job["trace_id"]
         self.services: Mapping[str, Any] = {}
-        self.limiter: anyio.CapacityLimiter | None = None
+        self._threads = StepThreads()
         base = _rebuild(job["importer"]) if job["importer"] else RealImporter()
         plan = FaultPlan.from_json(job["faults"], source="parent")
         self.importer: Importer = (
@@ -263,6 +266,9 @@ class _ChildRun:
         attributes: Mapping[str, JsonValue],
     ) -> StepResult:
         raise _refused(f"run child step {name!r}")
+
+    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
+        return await self._threads.run(step, fn, *args)
 
     def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
         raise _refused(f"decide {name!r}")
@@ -333,7 +339,6 @@ def _step_span(job: Mapping[str, Any]) -> Iterator[None]:
 
 
 def _child_main() -> int:
-    import threading
 
     from events import Outcome
 
@@ -371,7 +376,7 @@ def _child_main() -> int:
     try:
         if job["step_fault"] is not None:
             fault = FaultPlan.from_json([job["step_fault"]], source="parent").faults[0]
-            fault.fire(threading.Event())
+            fault.fire()
         with _step_span(job):
             if inspect.iscoroutinefunction(body):
                 value = anyio.run(body, context)

@@ -4,7 +4,9 @@ Every transition of every step becomes an event in the log: ``step.started``
 then exactly one of succeeded / unavailable / failed / timed_out / cancelled /
 crashed. A step starts as soon as its dependencies have finished; independent
 steps run concurrently; blocking bodies run in worker threads under a
-capacity limiter.
+capacity limiter, each in a daemon thread of its own (a call that never
+returns is abandoned, and never keeps the process alive); a watchdog records
+where a step that runs past the stall threshold waits.
 
 When an error propagates (the step's policy does not record it), the runner
 records it with its full cause chain and flushes the log, cancels every other
@@ -19,17 +21,16 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import math
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 import attrs
 import orjson
 
@@ -45,14 +46,17 @@ from events import (
     RunFinished,
     RunOutcome,
     RunStarted,
+    StallReason,
     StepCancelled,
     StepCrashed,
     StepFailed,
     StepKind,
+    StepStalled,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+    ThreadStack,
 )
 
 from ._context import StepBody, StepContext, StepResult, Unavailable
@@ -63,8 +67,12 @@ from ._graph import Graph, Isolation, Step
 from ._importer import Importer, InjectingImporter, RealImporter
 from ._isolation import IsolatedCrash, IsolatedError, run_isolated
 from ._policy import Action, ErrorPolicy
+from ._threads import StepThreads
+from ._watchdog import DEFAULT_STALL_S, InFlight, Watchdog
 
 __all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
+
+T = TypeVar("T")
 
 #: Makes ``(trace_id, span_id)`` the current span while a step body runs, so
 #: spans user code creates nest under the step (see ``exporters``).
@@ -181,6 +189,9 @@ class Runner:
         simulated: the simulated host the probes answer from (a profile
             name, or a file with its content hash), recorded in
             ``run.started`` so no report mistakes the run for a real one.
+        stall_s: seconds a step may run before the rank records where it
+            waits (``step.stalled``, with its threads' stacks; again at
+            twice, four times... that while it stays); ``None`` for never.
     """
 
     def __init__(
@@ -201,6 +212,7 @@ class Runner:
         redactor: Redactor | None = None,
         clock: Callable[[], tuple[int, int]] | None = None,
         simulated: str | None = None,
+        stall_s: float | None = DEFAULT_STALL_S,
     ) -> None:
         self.log = log
         self.identity = identity or RankIdentity(rank=log.rank, world_size=log.rank + 1)
@@ -225,6 +237,9 @@ class Runner:
         self.redactor = redactor or Redactor.from_environment()
         self.clock = clock or (lambda: (time.time_ns(), time.monotonic_ns()))
         self.simulated = simulated
+        if stall_s is not None and not (0 < stall_s < math.inf):
+            raise ValueError(f"stall_s must be a positive number of seconds, not {stall_s!r}")
+        self.stall_s = stall_s
         self._used = False
         self._began: tuple[Graph, str] | None = None
         self._stop_cause: ExceptionInfo | None = None
@@ -351,13 +366,13 @@ class _Run:
         self.services = runner.services
         self.trace_id = runner.trace_id
         self.limiter = anyio.CapacityLimiter(runner.max_threads)
+        self.threads = StepThreads(self.limiter)
+        self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}
         self.done: dict[str, anyio.Event] = {}
         self.cancel_reason: str | None = None
-        # Set when the run ends, so injected hangs in abandoned threads return.
-        self.release = threading.Event()
 
     # Events ----------------------------------------------------------------------------
 
@@ -385,6 +400,30 @@ class _Run:
     def capture(self, exc: BaseException) -> ExceptionInfo:
         return ExceptionInfo.capture(exc, redactor=self.runner.redactor)
 
+    def record_stall(
+        self, flight: InFlight, why: StallReason, elapsed_ns: int, threads: tuple[ThreadStack, ...]
+    ) -> None:
+        """Where a step in flight waits (the watchdog's, or a step's end)."""
+        self.emit(
+            StepStalled,
+            step=flight.step,
+            span_id=flight.span_id,
+            parent=flight.parent,
+            elapsed_ns=elapsed_ns,
+            why=why,
+            threads=threads,
+        )
+
+    def left_behind(self, step: str, why: StallReason) -> None:
+        """A step that ends while its worker thread still runs (it timed out,
+        or was cancelled): where that thread is, abandoned."""
+        flight = self.watchdog.ended(step)
+        if flight is None:
+            return
+        threads = self.watchdog.stacks_of(flight)
+        if threads:
+            self.record_stall(flight, why, time.monotonic_ns() - flight.started_ns, threads)
+
     def stop_reason(self) -> str:
         cause = self.runner._stop_cause
         if cause is None:
@@ -395,6 +434,7 @@ class _Run:
 
     async def execute(self) -> RunResult:
         self.done = {name: anyio.Event() for name in self.graph.steps}
+        self.watchdog.start()
         failure: _Propagating | None = None
         try:
             try:
@@ -416,9 +456,7 @@ class _Run:
             self.finish(RunOutcome.FAILED, self.capture(unexpected), None)
             raise
         finally:
-            self.release.set()
-            if isinstance(self.importer, InjectingImporter):
-                self.importer.release()
+            self.watchdog.stop()
         if failure is not None:
             original = failure.original
             # A KeyboardInterrupt is someone asking to stop; any other error,
@@ -441,6 +479,7 @@ class _Run:
         )
 
     def finish(self, outcome: RunOutcome, cause: ExceptionInfo | None, step: str | None) -> None:
+        self.watchdog.stop()
         self.emit(
             RunFinished,
             span_id=self.root_span_id,
@@ -540,6 +579,7 @@ class _Run:
         end = functools.partial(self.emit, step=name, span_id=span_id, parent=parent_span)
         context = StepContext(self, step=name, span_id=span_id, dependencies=dependencies)
         started_ns = time.monotonic_ns()
+        self.watchdog.started(name, span_id, parent_span, getattr(body, "__code__", None))
         value: Any = None
         timed_out = False
         try:
@@ -552,12 +592,15 @@ class _Run:
                     timed_out = scope.cancelled_caught
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
+                self.left_behind(name, StallReason.ABANDONED)
                 end(StepCancelled, reason=self.cancel_reason or self.stop_reason())
             raise
         except BaseException as exc:
+            self.watchdog.ended(name)
             return self.handle_error(exc, name=name, policy=policy, end=end)
         if timed_out:
             assert timeout is not None
+            self.left_behind(name, StallReason.TIMED_OUT)
             elapsed = time.monotonic_ns() - started_ns
             end(StepTimedOut, timeout_s=timeout, elapsed_ns=elapsed)
             if policy.on_timeout is Action.PROPAGATE:
@@ -567,6 +610,7 @@ class _Run:
             return StepResult(
                 step=name, outcome=Outcome.TIMED_OUT, reasons=(f"timed out after {timeout:g} s",)
             )
+        self.watchdog.ended(name)
         if isinstance(value, IsolatedCrash):
             end(
                 StepCrashed,
@@ -673,14 +717,15 @@ class _Run:
                 self, body, context, fault, span_activator=self.runner.span_activator
             )
         if fault is not None:
-            return await anyio.to_thread.run_sync(
-                fault.fire, self.release, limiter=self.limiter, abandon_on_cancel=True
-            )
+            return await self.threads.run(name, fault.fire)
         if inspect.iscoroutinefunction(body):
             return await body(context)
-        return await anyio.to_thread.run_sync(
-            body, context, limiter=self.limiter, abandon_on_cancel=True
-        )
+        return await self.threads.run(name, body, context)
+
+    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread of ``step``'s (see
+        :class:`~orchestrator._threads.StepThreads`)."""
+        return await self.threads.run(step, fn, *args)
 
     # Decisions -------------------------------------------------------------------------
 

@@ -66,7 +66,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 import anyio
-import anyio.to_thread
 import attrs
 import orjson
 
@@ -99,6 +98,8 @@ from ._run_directory import (
 )
 from ._runner import Runner
 from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
+from ._threads import StepThreads
+from ._watchdog import DEFAULT_STALL_S
 
 if TYPE_CHECKING:
     from exporters import LoggingBridge, Tracing
@@ -203,6 +204,9 @@ class Startup:
             wait for the other ranks; at the end, how long rank 0 waits for
             the other ranks' logs (5 s at most when the run was
             interrupted).
+        stall_s: seconds a step may run before this rank records where it
+            waits (``step.stalled``, with the stacks of the threads doing
+            its work); ``None`` for never.
         tracing: ``"auto"`` reads the ``OTEL_*`` variables; a
             :class:`exporters.Tracing`; ``None`` for none.
         configure_logging: add a stderr handler to the ``orchestrator``
@@ -239,6 +243,7 @@ class Startup:
         faults: FaultPlan | Sequence[str] | None = None,
         group: Group | Literal["auto"] | None = "auto",
         group_timeout_s: float = 120.0,
+        stall_s: float | None = DEFAULT_STALL_S,
         tracing: Tracing | Literal["auto"] | None = "auto",
         configure_logging: bool | None = None,
         level: Severity = Severity.INFO,
@@ -260,6 +265,7 @@ class Startup:
         self._faults = faults
         self._group_choice = group
         self._group_timeout_s = group_timeout_s
+        self._stall_s = stall_s
         self._tracing_choice = tracing
         self._configure_logging = configure_logging
         self._level = level
@@ -273,6 +279,8 @@ class Startup:
         self._runner: Runner | None = None
         self._graph_to_run: Graph | None = None
         self._group: DeferredGroup = DeferredGroup()
+        # The end-of-run exchanges with peers that may hang: daemon threads.
+        self._threads = StepThreads()
         self._bridge: LoggingBridge | None = None
         self._tracing: Tracing | None = None
         self._finished: RunFinished | None = None
@@ -436,7 +444,7 @@ class Startup:
         self, identity: RankIdentity, faults: FaultPlan, parent: tuple[str, str] | None
     ) -> tuple[Runner, Graph]:
         assert self._log is not None
-        options: dict[str, Any] = dict(self._engine_options)
+        options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
         if parent is not None:
             options.update(trace_id=parent[0], parent_span_id=parent[1])
         if self._graph is not None:
@@ -722,8 +730,8 @@ class Startup:
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                gathered = await anyio.to_thread.run_sync(
-                    group.all_gather, payload, abandon_on_cancel=True
+                gathered = await self._threads.run(
+                    "", group.all_gather, payload, name="startup: end-of-run exchange"
                 )
         except Exception:
             gathered = []
@@ -790,11 +798,12 @@ class Startup:
                 return
             content = log.path.read_bytes()
             with anyio.move_on_after(bound), contextlib.suppress(Exception):
-                await anyio.to_thread.run_sync(
+                await self._threads.run(
+                    "",
                     mailbox.post,
                     self._mailbox_key("log", identity.rank),
                     content,
-                    abandon_on_cancel=True,
+                    name="startup: log hand-in",
                 )
             return
         if self._stops is not None and self._stops.requested and mailbox is not None:
@@ -896,8 +905,12 @@ class Startup:
         the store cannot be reached (the rank is then named missing). A stop
         asked meanwhile cancels the wait (see :meth:`stop`)."""
         try:
-            return await anyio.to_thread.run_sync(
-                mailbox.take, self._mailbox_key(kind, rank), wait, abandon_on_cancel=True
+            return await self._threads.run(
+                "",
+                mailbox.take,
+                self._mailbox_key(kind, rank),
+                wait,
+                name="startup: log collection",
             )
         except Exception:
             return None

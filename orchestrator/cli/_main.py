@@ -12,7 +12,7 @@ from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import InputError, UsageError
-from ._output import PROG, exit_now_if_threads_linger, exit_program
+from ._output import PROG, exit_program
 from ._parser import build_parser
 
 __all__ = ["main", "program"]
@@ -25,9 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 success (the startup is ``ready``), 1 failure, 2
         bad usage. ``--help`` and ``--version`` print and return 0.
 
-    Never raises for bad input: every error is one line on stderr. A run
-    whose probe threads linger past their timeouts ends the process at once
-    (``os._exit``) once its report is printed.
+    Never raises for bad input: every error is one line on stderr. A probe
+    thread left hung past its timeout is a daemon and never holds the
+    process.
     """
     parser = build_parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -41,9 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from ._run import command_run
 
-            code = command_run(args)
-            exit_now_if_threads_linger(code)
-            return code
+            return command_run(args)
         if args.command == "watch":
             from ._watch import command_watch
 

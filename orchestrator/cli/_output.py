@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["PROG", "emit", "exit_now_if_threads_linger", "exit_program", "to_json_text"]
+__all__ = ["PROG", "emit", "exit_program", "to_json_text"]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"
@@ -24,23 +24,6 @@ def to_json_text(document: Any) -> str:
     import json
 
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
-
-
-def exit_now_if_threads_linger(code: int) -> None:
-    """A probe thread abandoned at its timeout may still be blocked (a hung
-    driver call, an import that never returns). Python would wait for it at
-    exit forever; the log and the report are complete, so leave at once."""
-    import threading
-
-    lingering = [
-        thread
-        for thread in threading.enumerate()
-        if thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
-    ]
-    if lingering:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def exit_program(code: int) -> NoReturn:

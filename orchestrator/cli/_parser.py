@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from events import Severity
 
+from .._watchdog import DEFAULT_STALL_S
 from ._output import PROG
 
 __all__ = ["build_parser"]
@@ -241,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
         "for the other ranks; at the end, how long rank 0 waits for the other ranks' logs "
         "(a rank that did not deliver by then is named missing in rank 0's run directory) "
         "(default: 120)",
+    )
+    run.add_argument(
+        "--stall",
+        type=_positive_float,
+        default=DEFAULT_STALL_S,
+        metavar="S",
+        help="seconds a step may run before its rank records where it waits (the stacks of "
+        "the threads doing its work, in the log; again at twice, four times... that while "
+        f"it stays) (default: {DEFAULT_STALL_S:g})",
     )
     run.add_argument(
         "--simulate",

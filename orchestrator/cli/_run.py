@@ -426,6 +426,7 @@ def _run_rank(
         simulated=_simulated(args),
         faults=faults,
         group_timeout_s=args.group_timeout,
+        stall_s=args.stall,
         tracing=Tracing(
             otlp_endpoint=args.otlp_endpoint,
             otlp_protocol=args.otlp_protocol,

@@ -4,7 +4,7 @@ manifest) and log files, read strictly."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -219,4 +219,52 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
         launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
     if not contents and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
+    running = frozenset(_still_running(contents, launch))
+    if running:
+        import attrs
+
+        from events import LaunchRecord
+
+        launch = attrs.evolve(launch or LaunchRecord(), running=running)
     return RunLogs(contents=contents, launch=launch)
+
+
+def _still_running(contents: Sequence[LogContents], launch: LaunchRecord | None) -> Iterator[int]:
+    """The ranks whose log has no end and whose process runs here now: the
+    log's ``run.started`` names this host and a live pid that started no
+    later than the log did (so a pid used again since is not taken for it),
+    and no launcher saw it end."""
+    import socket
+
+    from events import RunFinished, RunStarted
+
+    host = socket.gethostname()
+    processes = launch.processes if launch is not None else {}
+    for read in contents:
+        first, last = read.events[0], read.events[-1]
+        if not isinstance(first, RunStarted) or isinstance(last, RunFinished):
+            continue
+        ended = processes.get(first.rank)
+        if first.host != host or (ended is not None and ended.ended):
+            continue
+        started_ns = _process_started_ns(first.pid)
+        if started_ns is not None and started_ns <= first.wall_ns + 1_000_000_000:
+            yield first.rank
+
+
+def _process_started_ns(pid: int) -> int | None:
+    """When process ``pid`` started (wall clock, to the kernel's clock tick),
+    ``None`` if it does not run (or this system does not say)."""
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        with open("/proc/stat", "rb") as system:
+            boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime"))
+        if fields[0] == b"Z":
+            return None  # a zombie: it ended, its parent has not reaped it
+        ticks = int(fields[19])
+        return boot * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None

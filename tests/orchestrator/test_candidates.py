@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -206,9 +207,12 @@ async def test_a_propagating_error_leaves_run_with_its_own_type(
         await wait_for_siblings()
         raise error
 
+    loop = anyio.lowlevel.current_token()
+
     def failing_blocking(ctx: StepContext) -> list[str]:
-        # Runs in a worker thread; the siblings are async tasks on the loop.
-        anyio.from_thread.run(wait_for_siblings)
+        # Runs in a worker thread of its own (not anyio's, so it takes the
+        # loop's token); the siblings are async tasks on the loop.
+        anyio.from_thread.run(wait_for_siblings, token=loop)
         raise error
 
     async def other(ctx: StepContext) -> None:

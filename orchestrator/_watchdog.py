@@ -1,0 +1,200 @@
+"""Where a stuck step waits, recorded while it waits.
+
+A rank's watchdog is a daemon thread of its own, so it sees the steps in
+flight even when the event loop itself is blocked. A step that has run
+longer than the stall threshold gets a ``step.stalled`` event with the
+stacks of the threads doing its work, and again at twice, four times...
+the threshold while it stays in flight:
+
+* a blocking step's (or an async step's ``to_thread`` call's) worker
+  thread, from :class:`~orchestrator._threads.StepThreads`;
+* for an async step with no worker thread, the event loop's thread when
+  the loop does not answer (something called a blocking function on it):
+  recorded for the steps whose code is on that stack.
+
+A healthy step costs nothing: the watchdog wakes once per threshold, or
+earlier for a step that is due, and looks at a dictionary.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING
+
+import attrs
+
+from events import Redactor, StallReason, ThreadStack
+
+if TYPE_CHECKING:
+    from ._threads import StepThreads
+
+__all__ = ["DEFAULT_STALL_S", "InFlight", "Watchdog"]
+
+#: Seconds a step may run before its rank records where it waits.
+DEFAULT_STALL_S = 10.0
+
+#: How long the loop has to answer before it counts as blocked.
+_LOOP_ANSWER_S = 0.5
+
+
+@attrs.define
+class InFlight:
+    """A step that started and has not ended."""
+
+    step: str
+    span_id: str
+    parent: str
+    started_ns: int
+    code: CodeType | None
+    #: When it is next due to be looked at (``time.monotonic_ns()``).
+    due_ns: int
+
+
+#: Records one stall: (step in flight, why, elapsed ns, the stacks).
+Record = Callable[[InFlight, StallReason, int, tuple[ThreadStack, ...]], None]
+
+
+class Watchdog:
+    """Watches one run's steps in flight (see the module docstring).
+
+    Args:
+        threads: the run's worker threads.
+        threshold_s: the stall threshold, or ``None`` for no watching.
+        record: appends a stall to the run's log.
+        redactor: for the captured stacks.
+    """
+
+    def __init__(
+        self,
+        threads: StepThreads,
+        threshold_s: float | None,
+        record: Record,
+        redactor: Redactor,
+    ) -> None:
+        self._threads = threads
+        self._threshold_ns = None if threshold_s is None else int(threshold_s * 1e9)
+        self._record = record
+        self._redactor = redactor
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, InFlight] = {}
+        self._stopped = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop_ident: int | None = None
+        self._loop_token: object | None = None
+
+    # --- the run's side (its event loop's thread) ------------------------------------------
+
+    def start(self) -> None:
+        """Start watching, from the run's event loop."""
+        import anyio.lowlevel
+
+        self._loop_ident = threading.get_ident()
+        self._loop_token = anyio.lowlevel.current_token()
+        if self._threshold_ns is None:
+            return
+        self._thread = threading.Thread(target=self._watch, name="startup watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching; nothing is recorded after this returns."""
+        self._stopped.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def started(self, step: str, span_id: str, parent: str, code: CodeType | None) -> None:
+        now = time.monotonic_ns()
+        due = now + self._threshold_ns if self._threshold_ns is not None else 0
+        with self._lock:
+            self._in_flight[step] = InFlight(step, span_id, parent, now, code, due)
+
+    def ended(self, step: str) -> InFlight | None:
+        with self._lock:
+            return self._in_flight.pop(step, None)
+
+    def stacks_of(self, flight: InFlight) -> tuple[ThreadStack, ...]:
+        """The stacks of the threads at work for ``flight`` now (its worker
+        threads: the abandoned ones of a step that timed out or was
+        cancelled)."""
+        return tuple(
+            ThreadStack.capture(thread.name, thread.frame(), redactor=self._redactor)
+            for thread in self._threads.of(flight.step)
+        )
+
+    # --- the watchdog's thread ----------------------------------------------------------------
+
+    def _watch(self) -> None:
+        assert self._threshold_ns is not None
+        while not self._stopped.is_set():
+            now = time.monotonic_ns()
+            with self._lock:
+                due = [f for f in self._in_flight.values() if f.due_ns <= now]
+                soonest = min((f.due_ns for f in self._in_flight.values()), default=None)
+            if due:
+                self._look_at(due, now)
+                continue
+            wait_ns = self._threshold_ns if soonest is None else max(soonest - now, 1_000_000)
+            self._wake.wait(wait_ns / 1e9)
+            self._wake.clear()
+
+    def _look_at(self, due: Sequence[InFlight], now: int) -> None:
+        loop_stack: ThreadStack | None = None
+        loop_checked = False
+        for flight in due:
+            with self._lock:
+                if self._in_flight.get(flight.step) is not flight:
+                    continue  # ended meanwhile
+                elapsed = now - flight.started_ns
+                # Backoff: looked at again at twice the time it has run.
+                flight.due_ns = flight.started_ns + 2 * elapsed
+            stacks = self.stacks_of(flight)
+            if not stacks:
+                if not loop_checked:
+                    loop_stack, loop_checked = self._blocked_loop(), True
+                if loop_stack is None or not _runs(loop_stack, flight.code):
+                    continue  # waiting on its children, which are looked at themselves
+                stacks = (loop_stack,)
+            if self._stopped.is_set():
+                return
+            self._record(flight, StallReason.STALLED, elapsed, stacks)
+
+    def _blocked_loop(self) -> ThreadStack | None:
+        """The event loop thread's stack, when the loop does not answer
+        within half a second (a blocking call on it), else ``None``."""
+        import anyio.from_thread
+
+        token = self._loop_token
+        if token is None or self._loop_ident is None:
+            return None
+        answered = threading.Event()
+
+        def ask() -> None:
+            # Blocks while the loop does: a daemon of its own.
+            try:
+                anyio.from_thread.run_sync(answered.set, token=token)  # type: ignore[arg-type]
+            except Exception:
+                answered.set()
+
+        threading.Thread(target=ask, name="startup watchdog: loop check", daemon=True).start()
+        if answered.wait(_LOOP_ANSWER_S):
+            return None
+        frame: FrameType | None = sys._current_frames().get(self._loop_ident)
+        return ThreadStack.capture("event loop", frame, redactor=self._redactor)
+
+
+def _runs(stack: ThreadStack, code: CodeType | None) -> bool:
+    """Whether ``code`` (a step body's) is on ``stack``."""
+    if code is None:
+        return False
+    return any(
+        frame.name == code.co_name
+        and frame.lineno is not None
+        and frame.filename == code.co_filename
+        for frame in stack.frames
+    )
