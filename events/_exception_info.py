@@ -163,11 +163,16 @@ class ThreadStack:
         """The frame the thread was in."""
         return self.frames[-1] if self.frames else None
 
-    def innermost_first(self, limit: int) -> tuple[tuple[FrameInfo, ...], int]:
-        """At most ``limit`` frames, innermost first, and how many more the
-        stack has."""
-        shown = tuple(reversed(self.frames[-limit:])) if limit > 0 else ()
-        return shown, len(self.frames) - len(shown)
+    def format(self, limit: int = 8) -> list[str]:
+        """At most ``limit`` frames (by default the 8 a reader looks at),
+        innermost first, one line each (``wait (/usr/lib/python3.11/
+        threading.py:327)``), then a line saying how many outer frames are
+        left out, if any."""
+        shown = self.frames[-limit:] if limit > 0 else ()
+        lines = [f"{frame.name} ({frame.filename}:{frame.lineno})" for frame in reversed(shown)]
+        if len(self.frames) > len(shown):
+            lines.append(f"... {len(self.frames) - len(shown)} outer frames")
+        return lines
 
     @property
     def waiting_in(self) -> FrameInfo | None:

@@ -73,17 +73,19 @@ class RootCause:
             why = "" if self.exception is None else f": {self.exception.reason}"
             return f"{where}{why}; {self.left_out_text()}"
         if self.exception is not None:
-            return f"{where}: {self.exception.reason}"
-        if self.outcome is RunOutcome.INCOMPLETE:
-            text = f"{where}: the process died before the rank finished (no run.finished)"
+            parts = [f"{where}: {self.exception.reason}"]
         else:
-            text = f"{where}: {self.outcome.value}, no exception recorded"
-        if len(self.in_flight) > 1:
-            text += f"; steps in flight: {', '.join(self.in_flight)}"
-        if self.process is not None and self.process.ended:
-            text += f"; {self.process.describe(since_ns=since_ns)}"
-        waiting = self.waiting_text()
-        return f"{text}; {waiting}" if waiting else text
+            parts = [
+                f"{where}: the process died before the rank finished (no run.finished)"
+                if self.outcome is RunOutcome.INCOMPLETE
+                else f"{where}: {self.outcome.value}, no exception recorded"
+            ]
+            if len(self.in_flight) > 1:
+                parts.append(f"steps in flight: {', '.join(self.in_flight)}")
+            if self.process is not None and self.process.ended:
+                parts.append(self.process.describe(since_ns=since_ns))
+        parts.append(self.waiting_text())
+        return "; ".join(part for part in parts if part)
 
     def waiting_text(self) -> str:
         """Where the step waited (:meth:`StepStalled.summary`), or ``""``

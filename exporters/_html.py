@@ -356,6 +356,13 @@ def report_html(
         parts = [f"<b>Root cause</b>: {_e(cause.describe(since_ns=origin or None))}"]
         if cause.exception is not None:
             parts.append(_chain_html(cause.exception))
+        if cause.waiting is not None:
+            parts.extend(
+                f"<details open><summary>where thread <code>{_e(thread.thread)}</code> "
+                f"waited, innermost first</summary><pre>{_e(chr(10).join(thread.format()))}</pre>"
+                "</details>"
+                for thread in cause.waiting.threads
+            )
         if cause.in_flight:
             parts.append(f"<div>in flight: {_e(', '.join(cause.in_flight))}</div>")
         if cause.process is not None and cause.no_events is None:

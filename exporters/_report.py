@@ -141,10 +141,6 @@ _RANKS_DESCRIBED = 8
 _JSON_CHAIN_LINKS = 32
 
 
-#: Frames of a stuck thread the text views show, innermost first.
-STACK_FRAMES = 8
-
-
 def stall_lines(stall: StepStalled, *, indent: str) -> list[str]:
     """Where a stuck step waited, then each of its threads' innermost frames
     (innermost first), for the text views."""
@@ -153,14 +149,8 @@ def stall_lines(stall: StepStalled, *, indent: str) -> list[str]:
         return []
     lines = [terminal_text(f"{indent}{summary}")]
     for thread in stall.threads:
-        frames, more = thread.innermost_first(STACK_FRAMES)
         lines.append(terminal_text(f"{indent}  thread {thread.thread!r}, innermost first:"))
-        lines.extend(
-            terminal_text(f"{indent}    {frame.name} ({frame.filename}:{frame.lineno})")
-            for frame in frames
-        )
-        if more:
-            lines.append(f"{indent}    ... {more} outer frames")
+        lines.extend(terminal_text(f"{indent}    {line}") for line in thread.format())
     return lines
 
 

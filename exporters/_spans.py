@@ -16,6 +16,9 @@ The mapping::
     recorded exception (and every     span event "exception" at the terminal
       member of its cause chain)        event's time
     decision.made                     span event "startup.decision"
+    step.stalled                      span event "startup.stalled" on the step's
+                                        span: where it waits, for how long,
+                                        and its threads' innermost frames
 
 Span status follows severity, and only severity: ``ERROR`` when the
 outcome's severity (from the ``severity_of`` hook, by default
@@ -62,6 +65,7 @@ from events import (
     StepCrashed,
     StepFailed,
     StepKind,
+    StepStalled,
     StepStarted,
     StepTimedOut,
     StepUnavailable,
@@ -225,6 +229,8 @@ class _Rank:
     last_wall_ns: int = 0
     open_steps: dict[str, StepStarted] = dataclasses.field(default_factory=dict)
     pending_events: dict[str, list[SpanEvent]] = dataclasses.field(default_factory=dict)
+    #: open step's span id -> where it was last seen waiting
+    waiting: dict[str, StepStalled] = dataclasses.field(default_factory=dict)
 
 
 class SpanProjection:
@@ -278,8 +284,12 @@ class SpanProjection:
                 case DecisionMade():
                     self._record_decision(state, event)
                     return []
+                case StepStalled():
+                    self._record_stall(state, event)
+                    return []
                 case _ if outcome_of(event) is not None:
                     started = state.open_steps.pop(event.span_id, None)
+                    state.waiting.pop(event.span_id, None)
                     return [self._step_span(state, started, event)]
                 case _:
                     return []
@@ -368,6 +378,31 @@ class SpanProjection:
             SpanEvent("startup.decision", attributes, decision.wall_ns)
         )
 
+    @staticmethod
+    def _record_stall(state: _Rank, stall: StepStalled) -> None:
+        if stall.span_id not in state.open_steps:
+            return
+        attributes: dict[str, AttributeValue] = {
+            "startup.stall.why": stall.why.value,
+            "startup.stall.elapsed_s": round(stall.elapsed_ns / 1e9, 3),
+        }
+        frame = stall.waiting_in
+        if frame is not None:
+            attributes["startup.stall.waiting_in"] = frame.where()
+            attributes["code.function"] = frame.name
+            attributes["code.filepath"] = frame.filename
+            if frame.lineno is not None:
+                attributes["code.lineno"] = frame.lineno
+        attributes["startup.stall.stacks"] = "\n".join(
+            line
+            for thread in stall.threads
+            for line in (f"thread {thread.thread!r}, innermost first:", *thread.format())
+        )
+        state.pending_events.setdefault(stall.span_id, []).append(
+            SpanEvent("startup.stalled", attributes, stall.wall_ns)
+        )
+        state.waiting[stall.span_id] = stall
+
     # Span construction ----------------------------------------------------------------
 
     def _step_span(self, state: _Rank, started: StepStarted | None, end: Event) -> ReadableSpan:
@@ -393,6 +428,8 @@ class SpanProjection:
         )
 
     def _incomplete_step_span(self, state: _Rank, started: StepStarted) -> ReadableSpan:
+        stall = state.waiting.pop(started.span_id, None)
+        waiting = "" if stall is None else stall.summary()
         attributes = self._step_attributes(
             state, started, started.step, _INCOMPLETE, Severity.ERROR
         )
@@ -409,7 +446,7 @@ class SpanProjection:
             status=Status(
                 StatusCode.ERROR,
                 f"rank {state.rank} stopped before step {started.step} finished "
-                f"(outcome {_INCOMPLETE})",
+                f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
             ),
             resource=self._resource_of(state),
         )

@@ -190,3 +190,16 @@ def test_no_events_make_a_page_that_does_not_say_all_is_well() -> None:
     page = timeline_html([])
     assert 'id="root-cause"><b>No root cause</b>: the run ended incomplete.' in page
     assert "Ranks (0 lanes for 0 ranks)" in page
+
+
+def test_a_rank_that_died_hung_says_where_it_waited_and_shows_the_stack() -> None:
+    stream = EventStream(run_id="hung", rank=0)
+    stream.run_started()
+    stream.started("attention")
+    stream.stalled("attention", 20.0)
+    page = page_of([stream.events])
+    cause = page[page.index('id="root-cause"') :].split("</section>")[0]
+    assert "the process died before the rank finished" in cause
+    assert "waiting in wait_for_fabric (fabric.py:42) after 20.0 s" in cause
+    assert "where thread <code>step attention</code> waited, innermost first" in cause
+    assert "<pre>wait_for_fabric (fabric.py:42)</pre>" in cause

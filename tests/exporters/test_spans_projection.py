@@ -504,6 +504,36 @@ def test_a_rank_that_stopped_closes_its_open_spans_as_incomplete() -> None:
     assert projection.finish() == []
 
 
+def test_a_stall_is_a_span_event_and_a_hung_span_says_where_it_waited() -> None:
+    builder = started_rank(1)
+    builder.started("attention")
+    builder.stalled("attention", 10.0)
+    builder.stalled("attention", 20.0)
+    last = builder.events[-1].wall_ns
+    projection = SpanProjection()
+    assert [span for event in builder.events for span in projection.feed(event)] == []
+
+    hung, _root = projection.finish()
+    first, second = hung.events
+    assert first.name == "startup.stalled"
+    assert dict(second.attributes or {}) == {
+        "startup.stall.why": "stalled",
+        "startup.stall.elapsed_s": 20.0,
+        "startup.stall.waiting_in": "wait_for_fabric (fabric.py:42)",
+        "code.function": "wait_for_fabric",
+        "code.filepath": "fabric.py",
+        "code.lineno": 42,
+        "startup.stall.stacks": (
+            "thread 'step attention', innermost first:\nwait_for_fabric (fabric.py:42)"
+        ),
+    }
+    # It lasts until its rank's last sign of life, and says where it waited.
+    assert hung.end_time == last
+    assert (hung.status.description or "").endswith(
+        "(outcome incomplete), waiting in wait_for_fabric (fabric.py:42) after 20.0 s"
+    )
+
+
 def test_spans_are_returned_as_each_step_ends() -> None:
     builder = reference_rank(0)
     projection = SpanProjection()
