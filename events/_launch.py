@@ -133,3 +133,9 @@ class LaunchRecord:
     empty_logs: frozenset[int] = frozenset()
     source: str | None = None
     running: frozenset[int] = frozenset()
+
+    def ended_wall_ns(self, rank: int) -> int | None:
+        """When the launcher (or a watching parent) saw ``rank``'s process
+        end, wall-clock ns; ``None`` when it did not see it end."""
+        process = self.processes.get(rank)
+        return None if process is None else process.ended_wall_ns

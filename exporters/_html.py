@@ -314,6 +314,17 @@ def report_html(
             ends.append(timing.end_wall_ns or timing.start_wall_ns)
         if rank_timeline.end_wall_ns is not None:
             ends.append(rank_timeline.end_wall_ns)
+    # A rank that died lasts until its launcher saw its process end (cut at
+    # --until, it is running there, however it ended later).
+    launch = result.launch if result.until is None else None
+    died = {
+        rank: at
+        for rank, rank_timeline in ranks.items()
+        if launch is not None
+        and rank_timeline.end_wall_ns is None
+        and (at := launch.ended_wall_ns(rank)) is not None
+    }
+    ends.extend(died.values())
     last = max(ends)
     span = max(last - origin, 1)
     run_id = result.run_id or "(no events)"
@@ -410,7 +421,14 @@ def report_html(
     for (rank_outcome, _steps), members in ordered:
         out.append(
             _lane(
-                result, members, rank_outcome, ended, step_messages, decisions, origin, span, last
+                result,
+                members,
+                rank_outcome,
+                ended,
+                step_messages,
+                decisions,
+                (origin, span, last),
+                died.get(members[0]),
             )
         )
     out.append("</section>")
@@ -429,12 +447,15 @@ def _lane(
     ended: Mapping[int, Mapping[str, _Ended]],
     step_messages: Mapping[tuple[int, str], list[Any]],
     decisions: Mapping[tuple[int, str], list[DecisionMade]],
-    origin: int,
-    span: int,
-    last: int,
+    scale: tuple[int, int, int],
+    died: int | None,
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
-    the first, with the duration range across all of them."""
+    the first, with the duration range across all of them; ``scale`` is
+    the page's (origin, span, last) wall clock, ``died`` when the first
+    member's process was seen to end, if it died (its steps in flight last
+    until then)."""
+    origin, span, last = scale
     who = format_ranks(members)
     first = members[0]
     timeline = result.timeline.ranks[first]
@@ -448,8 +469,12 @@ def _lane(
     ]
     for depth, timing in _tree(tuple(timeline.steps.values())):
         step = timing.step
-        outcome = timing.outcome.value if timing.outcome is not None else "running"
-        end = timing.end_wall_ns or timeline.end_wall_ns or last
+        if timing.outcome is not None:
+            outcome = timing.outcome.value
+        else:
+            # In flight when the log ends: running, or cut short by a death.
+            outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
+        end = timing.end_wall_ns or timeline.end_wall_ns or died or last
         left = (timing.start_wall_ns - origin) / span * 100
         width = max((end - timing.start_wall_ns) / span * 100, 0.0)
         durations = [
@@ -458,12 +483,16 @@ def _lane(
             if (t := result.timeline.ranks[rank].steps.get(step)) is not None
             and (d := t.duration_ns) is not None
         ]
-        duration = _ms(timing.duration_ns)
+        duration = (
+            _ms(timing.duration_ns)
+            if timing.duration_ns is not None
+            else f">= {_ms(end - timing.start_wall_ns)}"
+        )
         if len(durations) > 1 and min(durations) != max(durations):
             duration = f"{_ms(min(durations))} to {_ms(max(durations))} across {who}"
         is_root = cause is not None and cause.step == step and cause.rank in members
         info = [
-            f"<div>outcome {_badge(outcome)} · {_e(timing.kind.value)} · duration {duration}"
+            f"<div>outcome {_badge(outcome)} · {_e(timing.kind.value)} · duration {_e(duration)}"
             f" · started at +{_ms(timing.start_wall_ns - origin)}</div>"
         ]
         if timing.depends_on:
@@ -519,7 +548,7 @@ def _lane(
             )
             info.append(f'<div>decisions:<ul class="decisions">{items}</ul></div>')
         tone = _TONE.get(outcome, "none")
-        tip = f"{step}: {outcome}, {_ms(timing.duration_ns)}"
+        tip = f"{step}: {outcome}, {duration}"
         rows.append(
             f'<details class="step{" root" if is_root else ""}" data-step="{_e(step)}"'
             f' data-outcome="{_e(outcome)}"><summary title="{_e(tip)}">'

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from events import Event, RootCause, SeverityPolicy, Slice, step_severity_hook
+from events import Event, LaunchRecord, RootCause, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
 from ._live import captured_messages, quiet_opentelemetry_loggers
@@ -40,6 +40,7 @@ def export_events(
     policy: SeverityPolicy | None = None,
     batch_size: int = 512,
     root_cause: RootCause | None = None,
+    launch: LaunchRecord | None = None,
 ) -> int:
     """Rebuild the spans of ``events`` (one rank, or several ranks merged with
     :func:`events.merge`) and send them to ``exporter`` in batches of at most
@@ -50,7 +51,8 @@ def export_events(
     events with ``slices`` and ``policy`` (:func:`events.step_severity_hook`),
     as it did live, unless ``severity_of`` says otherwise. With the run's
     ``root_cause`` (:attr:`events.Replay.root_cause`), the ranks' root spans
-    say which rank caused the failure (:func:`with_root_cause`).
+    say which rank caused the failure (:func:`with_root_cause`). With its
+    ``launch``, a dead rank's open spans last until its process ended.
 
     Returns:
         The number of spans exported.
@@ -65,7 +67,9 @@ def export_events(
     if severity_of is None:
         events = list(events)
         severity_of = step_severity_hook(events, slices=slices, policy=policy)
-    spans = with_root_cause(spans_from_events(events, severity_of=severity_of), root_cause)
+    spans = with_root_cause(
+        spans_from_events(events, severity_of=severity_of, launch=launch), root_cause
+    )
     # The OpenTelemetry exporter's own log lines (one per retry) are kept
     # off the user's terminal: the error raised below says it all.
     quiet_opentelemetry_loggers(exporter)

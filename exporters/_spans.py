@@ -56,6 +56,7 @@ from events import (
     DecisionMade,
     Event,
     ExceptionInfo,
+    LaunchRecord,
     Outcome,
     RunFinished,
     RunOutcome,
@@ -299,16 +300,21 @@ class SpanProjection:
                 f"step {event.step!r}): {exc}"
             ) from exc
 
-    def finish(self) -> list[ReadableSpan]:
+    def finish(self, *, launch: LaunchRecord | None = None) -> list[ReadableSpan]:
         """Close every span still open, as ``incomplete``: the rank stopped.
 
-        Each ends at its rank's last event time with status ERROR. Ranks come
+        Each ends at its rank's last event time, or when the run's
+        ``launch`` saw the rank's process end if that is later, with status
+        ERROR. Ranks come
         in (run id, rank) order, inner spans before outer ones. The projection
         is empty afterwards.
         """
         spans: list[ReadableSpan] = []
         for key in sorted(self._ranks):
             state = self._ranks[key]
+            ended = None if launch is None else launch.ended_wall_ns(state.rank)
+            if ended is not None and not state.finished:
+                state.last_wall_ns = max(state.last_wall_ns, ended)
             for started in reversed(tuple(state.open_steps.values())):
                 spans.append(self._incomplete_step_span(state, started))
             state.open_steps.clear()
@@ -530,11 +536,15 @@ class SpanProjection:
 
 
 def spans_from_events(
-    events: Iterable[Event], *, severity_of: SeverityOf | None = None
+    events: Iterable[Event],
+    *,
+    severity_of: SeverityOf | None = None,
+    launch: LaunchRecord | None = None,
 ) -> list[ReadableSpan]:
     """Every span of a stored stream (one rank, or several merged with
     :func:`events.merge`), in the order they finished, then the spans a
-    stopped rank left open (as ``incomplete``).
+    stopped rank left open (as ``incomplete``, lasting until its process
+    ended when the run's ``launch`` saw that).
 
     Raises:
         ValueError: an event's trace or span id is malformed.
@@ -543,7 +553,7 @@ def spans_from_events(
     spans: list[ReadableSpan] = []
     for event in events:
         spans.extend(projection.feed(event))
-    spans.extend(projection.finish())
+    spans.extend(projection.finish(launch=launch))
     return spans
 
 

@@ -24,6 +24,7 @@ from events import (
     DecisionMade,
     Event,
     ExceptionInfo,
+    LaunchRecord,
     RunFinished,
     RunStarted,
     StepCrashed,
@@ -203,7 +204,20 @@ def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
     return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
 
 
-def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
+def alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -> int:
+    """Until when a rank's steps in flight ran, on its monotonic clock: when
+    its process was seen to end, for a rank whose log has no end and whose
+    launcher saw it die; else its last sign of life (its last event)."""
+    last = events[-1]
+    ended = None if launch is None else launch.ended_wall_ns(last.rank)
+    if ended is None or isinstance(last, RunFinished):
+        return last.mono_ns
+    return last.mono_ns + max(0, ended - last.wall_ns)
+
+
+def _tree_lines(
+    events: Sequence[Event], *, with_times: bool, launch: LaunchRecord | None = None
+) -> list[str]:
     nodes, started, finished = _nodes(events)
     children: dict[str | None, list[_Node]] = {}
     root_span = started.span_id if started is not None else None
@@ -212,7 +226,7 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
         parent = node.parent_span_id if node.parent_span_id in known else root_span
         children.setdefault(parent, []).append(node)
     lines: list[str] = []
-    last_mono = events[-1].mono_ns if events else 0
+    last_mono = alive_until_mono_ns(events, launch) if events else 0
 
     def walk(parent: str | None, prefix: str) -> None:
         kids = children.get(parent, [])
@@ -224,7 +238,7 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
                 duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
             elif with_times:
                 # In flight when the log ends: it ran at least until the
-                # rank's last sign of life.
+                # rank's process ended, or its last sign of life.
                 duration = f" [>= {_seconds(last_mono - node.start_mono)}]"
             below = prefix + ("   " if last else "│  ")
             line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
@@ -243,10 +257,13 @@ def _tree_lines(events: Sequence[Event], *, with_times: bool) -> list[str]:
     return lines
 
 
-def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+def explain_text(
+    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
+) -> str:
     """The fallback tree of every step of every rank, with outcomes, causes
     and decisions; ranks with identical trees are shown once (timings of the
-    first rank of the group)."""
+    first rank of the group). With the run's ``launch``, a step in flight
+    when its rank died lasts until the process ended."""
     by_rank = _by_rank(events)
     if rank is not None:
         by_rank = {r: e for r, e in by_rank.items() if r == rank}
@@ -260,24 +277,26 @@ def explain_text(events: Iterable[Event], *, rank: int | None = None) -> str:
         role = first.identity.role if isinstance(first, RunStarted) else None
         label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
         out.append(f"== {format_ranks(ranks)}{label} ==")
-        out.extend(_tree_lines(by_rank[ranks[0]], with_times=True))
+        out.extend(_tree_lines(by_rank[ranks[0]], with_times=True, launch=launch))
         out.append("")
     # The tree lines are escaped already.
     return "\n".join(out).rstrip() + "\n"
 
 
-def blame_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+def blame_text(
+    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
+) -> str:
     """Steps by time spent, slowest first (as ``systemd-analyze blame``); for
-    several ranks, each step's slowest rank."""
+    several ranks, each step's slowest rank. A step in flight when its log
+    ends counts until its rank's process ended (``launch``), else until the
+    rank's last event."""
     slowest: dict[str, tuple[int, int, bool]] = {}
     for r, rank_events in _by_rank(events).items():
         if rank is not None and r != rank:
             continue
         nodes, _, _ = _nodes(rank_events)
-        last_mono = rank_events[-1].mono_ns
+        last_mono = alive_until_mono_ns(rank_events, launch)
         for node in nodes:
-            # A step in flight when the log ends ran at least until the
-            # rank's last sign of life.
             end = node.end.mono_ns if node.end is not None else last_mono
             duration = end - node.start_mono
             if node.step not in slowest or duration > slowest[node.step][0]:
@@ -291,10 +310,13 @@ def blame_text(events: Iterable[Event], *, rank: int | None = None) -> str:
     )
 
 
-def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> str:
+def critical_path_text(
+    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
+) -> str:
     """The chain of steps that decided the startup's wall time, on the rank
     that took longest: each line ``@start +duration`` relative to the rank's
-    start, like ``systemd-analyze critical-chain``."""
+    start, like ``systemd-analyze critical-chain``. A rank that died lasts
+    until its process ended (``launch``), else until its last event."""
     by_rank = _by_rank(events)
     if rank is not None:
         by_rank = {r: e for r, e in by_rank.items() if r == rank}
@@ -302,7 +324,7 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
         return "no events\n"
 
     def total(rank_events: list[Event]) -> int:
-        return rank_events[-1].mono_ns - rank_events[0].mono_ns
+        return alive_until_mono_ns(rank_events, launch) - rank_events[0].mono_ns
 
     chosen = max(by_rank, key=lambda r: total(by_rank[r]))
     rank_events = by_rank[chosen]
@@ -310,8 +332,10 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
     origin = started.mono_ns if started is not None else rank_events[0].mono_ns
     top = {n.step: n for n in nodes if started is None or n.parent_span_id == started.span_id}
 
+    alive_until = alive_until_mono_ns(rank_events, launch)
+
     def end_of(node: _Node) -> int:
-        return node.end.mono_ns if node.end is not None else rank_events[-1].mono_ns
+        return node.end.mono_ns if node.end is not None else alive_until
 
     chain: list[_Node] = []
     current = max(top.values(), key=end_of) if top else None
@@ -327,7 +351,7 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
     if unfinished and rank is None:
         lines.append(
             f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
-            "the last sign of life"
+            "the process ended, else the last sign of life"
         )
     for depth, node in enumerate(chain):
         start = node.start_mono - origin
@@ -345,10 +369,16 @@ def critical_path_text(events: Iterable[Event], *, rank: int | None = None) -> s
     return _printable(lines)
 
 
+#: Messages about how long a step took and where it was at a moment: they
+#: differ between any two launches, as durations do, and are no difference.
+_TIMING_CODES = frozenset({"step.stalled"})
+
+
 def _message_keys(document: Mapping[str, Any]) -> dict[tuple[str, str, str], list[int]]:
     return {
         (m["severity"], m["code"], m["text"]): list(m["ranks"])
         for m in document.get("messages", [])
+        if m["code"] not in _TIMING_CODES
     }
 
 
@@ -383,8 +413,9 @@ def run_differences(
 
     Ranks with the same difference share one line (``ranks 0-7: ...``), for
     state and decisions alike. What differs between any two launches (a
-    rank's pid, and the description that quotes it and its timing) is not
-    a difference; how a rank's process ended is."""
+    rank's pid, and the description that quotes it and its timing; a
+    ``step.stalled`` message, which says how long a step had run and where
+    it was then) is not a difference; how a rank's process ended is."""
     lines: list[str] = []
     if a.get("outcome") != b.get("outcome"):
         lines.append(f"outcome: {a.get('outcome')} -> {b.get('outcome')}")

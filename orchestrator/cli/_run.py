@@ -299,7 +299,8 @@ def _write_launch_trace(run_dir: Path, path: Path) -> None:
         events = list(merge(run.contents))
         cause = replay(run.contents, launch=run.launch).root_cause
         spans = with_root_cause(
-            spans_from_events(events, severity_of=step_severity_hook(events)), cause
+            spans_from_events(events, severity_of=step_severity_hook(events), launch=run.launch),
+            cause,
         )
         text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
         temporary = path.with_name(f".{path.name}.tmp")

@@ -19,7 +19,17 @@ from typing import Any
 
 import attrs
 
-from events import Event, LogContents, LogError, Slice, format_ranks, merge, replay, validate
+from events import (
+    Event,
+    LaunchRecord,
+    LogContents,
+    LogError,
+    Slice,
+    format_ranks,
+    merge,
+    replay,
+    validate,
+)
 
 from ._errors import InputError, UsageError
 from ._output import emit, to_json_text
@@ -125,7 +135,9 @@ def command_replay(args: argparse.Namespace) -> int:
         if decisions:
             emit(decision_divergences_text(decisions))
     if export is not None:
-        _export(export, _events(run.contents, until=args.until), result.root_cause)
+        # Cut at --until, a rank is running there, however it ended later.
+        launch = run.launch if args.until is None else None
+        _export(export, _events(run.contents, until=args.until), result.root_cause, launch)
     if args.html is not None:
         from exporters import report_html
 
@@ -277,7 +289,12 @@ def _check_writable(option: str, path: Path) -> None:
         raise InputError(f"{option}: cannot write: {exc.strerror}") from None
 
 
-def _export(export: tuple[str, Path | None], events: Iterable[Event], root_cause: Any) -> None:
+def _export(
+    export: tuple[str, Path | None],
+    events: Iterable[Event],
+    root_cause: Any,
+    launch: LaunchRecord | None,
+) -> None:
     import sys
 
     from exporters import (
@@ -306,7 +323,11 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], root_cause
 
     try:
         count = export_events(
-            events, exporter, severity_of=step_severity_hook(events), root_cause=root_cause
+            events,
+            exporter,
+            severity_of=step_severity_hook(events),
+            root_cause=root_cause,
+            launch=launch,
         )
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None
@@ -330,7 +351,7 @@ def _view(
             # The run's outcome, what was simulated or injected, and the
             # ranks without events come first, as in the report.
             emit(report_header(result))
-        emit(render(_events(run.contents), rank=args.rank))
+        emit(render(_events(run.contents), rank=args.rank, launch=run.launch))
         return 0
 
     return command
@@ -488,22 +509,22 @@ def terminal_line(text: str) -> str:
     return terminal_text(text)
 
 
-def _explain(events: list[Event], rank: int | None = None) -> str:
+def _explain(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
     from exporters import explain_text
 
-    return explain_text(events, rank=rank)
+    return explain_text(events, rank=rank, launch=launch)
 
 
-def _blame(events: list[Event], rank: int | None = None) -> str:
+def _blame(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
     from exporters import blame_text
 
-    return blame_text(events, rank=rank)
+    return blame_text(events, rank=rank, launch=launch)
 
 
-def _critical(events: list[Event], rank: int | None = None) -> str:
+def _critical(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
     from exporters import critical_path_text
 
-    return critical_path_text(events, rank=rank)
+    return critical_path_text(events, rank=rank, launch=launch)
 
 
 def _without_cycle_collection(

@@ -1,0 +1,66 @@
+"""A step in flight when its rank died lasts until the death: the views,
+the spans and the HTML report measure it to when the launcher saw the
+process end, not to the rank's last event."""
+
+from __future__ import annotations
+
+from events import LaunchRecord, RankProcess, replay
+from events.testing import EventStream
+from exporters import (
+    blame_text,
+    critical_path_text,
+    explain_text,
+    report_html,
+    spans_from_events,
+)
+
+#: The rank's process ended this long after its last event.
+AFTER_S = 30
+
+
+def _died() -> tuple[EventStream, LaunchRecord]:
+    stream = EventStream(run_id="died", rank=0, tick_ns=1_000_000)
+    stream.run_started()
+    stream.started("attention")
+    stream.stalled("attention", 2.0)
+    died = stream.events[-1].wall_ns + AFTER_S * 1_000_000_000
+    launch = LaunchRecord(
+        run_id="died",
+        world_size=1,
+        processes={0: RankProcess(rank=0, pid=7, ended_wall_ns=died, signal=9)},
+    )
+    return stream, launch
+
+
+def test_blame_explain_and_the_critical_path_count_until_the_process_ended() -> None:
+    stream, launch = _died()
+    # attention started 1 ms before its last event (the stall), the rank
+    # 1 ms before that; the process ended 30 s after the last event.
+    assert blame_text(stream.events, launch=launch).splitlines()[0] == (
+        "30.001s attention (rank 0, still running when its log ends)"
+    )
+    assert "attention: still running when the log ends [>= 30.001s]" in explain_text(
+        stream.events, launch=launch
+    )
+    assert critical_path_text(stream.events, launch=launch).startswith("run incomplete +30.002s")
+    # Without the launcher's record: until the last sign of life.
+    assert blame_text(stream.events).splitlines()[0] == (
+        "1.0ms attention (rank 0, still running when its log ends)"
+    )
+
+
+def test_the_dead_ranks_spans_and_report_lane_end_at_its_death() -> None:
+    stream, launch = _died()
+    died = launch.ended_wall_ns(0)
+    assert died is not None
+    attention, root = spans_from_events(stream.events, launch=launch)
+    assert attention.name == "attention"
+    assert (attention.end_time, root.end_time) == (died, died)
+    assert spans_from_events(stream.events)[0].end_time == stream.events[-1].wall_ns
+
+    page = report_html(replay(stream.events, launch=launch), stream.events)
+    step = page[page.index('data-step="attention"') :].split("</details>")[0]
+    assert 'data-outcome="incomplete"' in step
+    # The page's time axis runs to the death, and the step's bar with it.
+    assert 'style="left:0.00%;width:100.00%"' in step
+    assert "duration &gt;= 30.00 s" in step
