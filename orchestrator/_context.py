@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
+from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind, ThreadStack
 
 from ._importer import Importer
 from ._policy import ErrorPolicy
@@ -146,6 +146,11 @@ class StepRun(Protocol):
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         """The results of ``step``'s children so far, in the order they ended."""
+        ...
+
+    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
+        """Where the child process of isolated ``step`` was when the step was
+        given up (its timeout, a stop); recorded as the step ends."""
         ...
 
 

@@ -1,13 +1,16 @@
 """Process isolation: run a step body in a fresh Python subprocess.
 
-The parent sends the child a JSON job on stdin: the body's import path, the
-step's identity and configuration, its dependencies' results, the fault plan
-and how to rebuild the importer and host facts. The child runs the body and
-writes one JSON result to a private descriptor (its stdout is redirected to
-stderr, so user prints never corrupt the result). The parent reads the result
-and the last stderr lines; a child that dies without a result is a crash
-(exit code or signal), and a child still running when the step's timeout
-cancels it is killed.
+The parent sends the child a JSON job, one line on stdin: the body's import
+path, the step's identity and configuration, its dependencies' results, the
+fault plan and how to rebuild the importer and host facts. The child runs
+the body and writes one JSON result line to a private descriptor (its
+stdout is redirected to stderr, so user prints never corrupt the result).
+The parent reads the result and the last stderr lines; a child that dies
+without a result is a crash (exit code or signal). A child still running
+when the step's timeout or a stop cancels it is asked for its threads'
+stacks (a ``stacks`` line on its stdin, answered by a daemon thread of the
+child's with a ``stacks`` result line, within :data:`STACKS_WAIT_S`), which
+the run records as where the step was left, and then killed.
 
 The child's environment names the step's span in ``TRACEPARENT``; when the
 run traces (it has a span activator), the child makes that span current with
@@ -28,6 +31,7 @@ import importlib
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -38,9 +42,11 @@ import orjson
 
 from events import (
     ExceptionInfo,
+    FrameInfo,
     JsonValue,
     RankIdentity,
     StepKind,
+    ThreadStack,
     decode_exception,
     encode_exception,
 )
@@ -58,6 +64,9 @@ T = TypeVar("T")
 
 #: Lines of the child's stderr kept for the crash record.
 STDERR_TAIL_LINES = 20
+
+#: How long a child given up has to send its stacks before it is killed.
+STACKS_WAIT_S = 1.0
 #: Exit code the child uses when it could not even start the body.
 _SETUP_FAILED = 86
 
@@ -149,8 +158,8 @@ async def run_isolated(
         assert process.stdin is not None
         assert process.stdout is not None
         assert process.stderr is not None
-        await process.stdin.send(orjson.dumps(job))
-        await process.stdin.aclose()
+        # stdin stays open: the parent asks a child it gives up for its stacks.
+        await process.stdin.send(orjson.dumps(job) + b"\n")
 
         async def drain(stream: Any, into: bytearray) -> None:
             async for chunk in stream:
@@ -163,6 +172,9 @@ async def run_isolated(
     finally:
         if process.returncode is None:
             with anyio.CancelScope(shield=True):
+                stacks = await _stacks_of(process, stdout)
+                if stacks:
+                    run.left_in_child(context.step, stacks)
                 process.kill()
                 await process.wait()
         with anyio.CancelScope(shield=True):
@@ -182,15 +194,44 @@ async def run_isolated(
     raise IsolatedError(info, result.get("mro", ()), result.get("module_name"))
 
 
-def _parse_result(data: bytes) -> dict[str, Any] | None:
-    text = data.strip()
-    if not text:
-        return None
+async def _stacks_of(process: Any, stdout: bytearray) -> tuple[ThreadStack, ...]:
+    """The stacks of a child still running: asked for on its stdin, read
+    from its result descriptor within :data:`STACKS_WAIT_S` (``()`` when it
+    does not answer, as a child holding the GIL cannot)."""
+    with anyio.move_on_after(STACKS_WAIT_S):
+        try:
+            await process.stdin.send(b"stacks\n")
+            while True:
+                for line in bytes(stdout).splitlines():
+                    answer = _parse_line(line)
+                    if answer is not None and answer.get("status") == "stacks":
+                        return tuple(
+                            ThreadStack(
+                                thread=str(thread["thread"]),
+                                frames=tuple(
+                                    FrameInfo(filename=f, lineno=n, name=name)
+                                    for f, n, name in thread["frames"]
+                                ),
+                            )
+                            for thread in answer["threads"]
+                        )
+                stdout.extend(await process.stdout.receive())
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, KeyError, TypeError):
+            pass
+    return ()
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | None:
     try:
-        result = orjson.loads(text.splitlines()[-1])
+        parsed = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    return result if isinstance(result, dict) else None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _parse_result(data: bytes) -> dict[str, Any] | None:
+    text = data.strip()
+    return _parse_line(text.splitlines()[-1]) if text else None
 
 
 @attrs.frozen(kw_only=True)
@@ -281,6 +322,9 @@ class _ChildRun:
     def children_of(self, step: str) -> Sequence[StepResult]:
         raise _refused("read its children's results")
 
+    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
+        raise _refused("isolate a step of its own")
+
 
 def _refused(what: str) -> RuntimeError:
     return RuntimeError(
@@ -346,12 +390,19 @@ def _child_main() -> int:
     result_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    writing = threading.Lock()
 
     def answer(payload: dict[str, Any]) -> None:
-        os.write(result_fd, orjson.dumps(payload) + b"\n")
+        data = orjson.dumps(payload) + b"\n"
+        with writing:
+            while data:
+                data = data[os.write(result_fd, data) :]
 
     try:
-        job = orjson.loads(sys.stdin.buffer.read())
+        job = orjson.loads(sys.stdin.buffer.readline())
+        threading.Thread(
+            target=_answer_stacks, args=(answer, job["step"]), name="stacks", daemon=True
+        ).start()
         sys.path[:] = job["sys_path"]
         run = _ChildRun(job)
         body = _load_body(job["body"])
@@ -404,6 +455,40 @@ def _child_main() -> int:
             }
         )
     return 0
+
+
+def _answer_stacks(answer: Callable[[dict[str, Any]], None], step: str) -> None:
+    """In the child: answer each ``stacks`` line on stdin with the stacks of
+    every other thread (the body's first), until stdin closes."""
+    me = threading.get_ident()
+    for line in sys.stdin.buffer:
+        if line.strip() != b"stacks":
+            continue
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        main = threading.main_thread().ident
+        frames = sorted(sys._current_frames().items(), key=lambda item: item[0] != main)
+        stacks = [
+            ThreadStack.capture(
+                f"isolated step {step} (pid {os.getpid()})"
+                if ident == main
+                else names.get(ident, f"thread {ident}"),
+                frame,
+            )
+            for ident, frame in frames
+            if ident != me
+        ]
+        answer(
+            {
+                "status": "stacks",
+                "threads": [
+                    {
+                        "thread": stack.thread,
+                        "frames": [[f.filename, f.lineno, f.name] for f in stack.frames],
+                    }
+                    for stack in stacks
+                ],
+            }
+        )
 
 
 if __name__ == "__main__":

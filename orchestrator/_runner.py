@@ -373,6 +373,8 @@ class _Run:
         self.children: dict[str, list[StepResult]] = {}
         self.done: dict[str, anyio.Event] = {}
         self.cancel_reason: str | None = None
+        #: isolated step -> its child's stacks, when it was given up
+        self.child_stacks: dict[str, tuple[ThreadStack, ...]] = {}
 
     # Events ----------------------------------------------------------------------------
 
@@ -415,12 +417,13 @@ class _Run:
         )
 
     def left_behind(self, step: str, why: StallReason) -> None:
-        """A step that ends while its worker thread still runs (it timed out,
-        or was cancelled): where that thread is, abandoned."""
+        """A step that ends while its worker thread or child process still
+        runs (it timed out, or was cancelled): where they are, abandoned."""
         flight = self.watchdog.ended(step)
+        child = self.child_stacks.pop(step, ())
         if flight is None:
             return
-        threads = self.watchdog.stacks_of(flight)
+        threads = self.watchdog.stacks_of(flight) + child
         if threads:
             self.record_stall(flight, why, time.monotonic_ns() - flight.started_ns, threads)
 
@@ -546,6 +549,9 @@ class _Run:
                 return self.graph[step].policy
             step = step.rpartition("/")[0]
         raise KeyError(step)  # pragma: no cover - children always have a graph ancestor
+
+    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
+        self.child_stacks[step] = stacks
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         return tuple(self.children.get(step, ()))

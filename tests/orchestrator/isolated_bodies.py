@@ -47,6 +47,19 @@ def hang(ctx: StepContext) -> JsonValue:
         time.sleep(60)
 
 
+def wait_for_the_device(ctx: StepContext) -> JsonValue:
+    """Block as a driver call that never returns (see below)."""
+    block_in_the_driver(str(ctx.config["ready_fifo"]))
+    return None  # pragma: no cover - never returns
+
+
+def block_in_the_driver(fifo: str) -> None:
+    """Write more than a pipe holds to the test's FIFO: once the test has
+    read the first byte, the child is here, in a write that never returns."""
+    with open(fifo, "wb", buffering=0) as out:
+        out.write(b"x" * (16 * 1024 * 1024))
+
+
 def permission_denied(ctx: StepContext) -> JsonValue:
     """A recorded environment failure."""
     raise PermissionError(13, "Permission denied", "/root/.cache/flashinfer")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
 import attrs
@@ -20,8 +20,11 @@ from events import (
     Outcome,
     RunFinished,
     RunOutcome,
+    StallReason,
+    StepCancelled,
     StepCrashed,
     StepFailed,
+    StepStalled,
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
@@ -38,7 +41,7 @@ from orchestrator import (
 )
 
 from . import isolated_bodies
-from .harness import DEADLINE_S, assert_log_contract, new_log, only
+from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
 pytestmark = pytest.mark.anyio
 
@@ -141,6 +144,42 @@ async def test_a_hanging_child_is_killed_at_the_timeout(tmp_path: Path) -> None:
     if pid_file.exists():  # the child got as far as the body before the timeout
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid_file.read_text()), 0)
+    assert_log_contract(log)
+
+
+def open_reader(fifo: Path) -> BinaryIO:
+    return fifo.open("rb", buffering=0)
+
+
+async def test_a_child_given_up_records_where_it_was_before_it_is_killed(tmp_path: Path) -> None:
+    fifo = tmp_path / "in-body"
+    os.mkfifo(fifo)
+    log = new_log()
+    graph = isolated(isolated_bodies.wait_for_the_device)
+
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as group:
+
+            async def start() -> None:
+                await orchestrator.run(graph, log, config={"ready_fifo": str(fifo)}, stall_s=None)
+
+            group.start_soon(start)
+            # Once the first byte arrives, the child is blocked in its write
+            # (the reader stays open, so the write neither ends nor fails).
+            # (Opening a FIFO blocks until its writer opens it: in a thread.)
+            reader = await anyio.to_thread.run_sync(open_reader, fifo, abandon_on_cancel=True)
+            with reader:
+                await anyio.to_thread.run_sync(reader.read, 1, abandon_on_cancel=True)
+                group.cancel_scope.cancel()
+
+    (left,) = of_type(log, StepStalled, "probe")
+    assert left.why is StallReason.ABANDONED
+    (thread,) = left.threads
+    assert thread.thread.startswith("isolated step probe (pid ")
+    assert left.waiting_in is not None
+    assert left.waiting_in.name == "block_in_the_driver"
+    assert left.seq == only(log, StepCancelled, "probe").seq - 1
+    assert isolated_children() == []
     assert_log_contract(log)
 
 
