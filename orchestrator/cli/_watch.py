@@ -17,9 +17,19 @@ lines (plain ANSI cursor movement: no dependency); elsewhere (CI, a pipe)
 every line is printed once, and the groups only when they changed, at most
 once per stall period.
 
-It ends when every rank of the world has recorded ``run.finished``, with
-``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout`` (exit 1,
-saying which ranks are still running where).
+Each rank's ``step.stalled`` events say where its step waits (the lines
+name the function); they are not progress. A rank that appended no progress
+for longer than the stall threshold while its peers did, or while they are
+elsewhere, is stalled; every rank of the world in one step together is that
+step being slow, said once. The manifest is read again at each look: a
+rank whose process ended without ``run.finished`` is a death, said as it
+lands with where its step waited.
+
+It ends when every rank of the world has recorded ``run.finished`` or died,
+with ``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout``
+(exit 1, saying which ranks are still running where). A path that is not a
+run directory and does not become one within the stall threshold is one
+line and exit 2.
 """
 
 from __future__ import annotations
@@ -33,15 +43,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from events import (
     DecodeError,
     Event,
     Outcome,
+    RankProcess,
     RunFinished,
     RunOutcome,
     RunStarted,
+    StepStalled,
     Timeline,
     TimelineState,
     decode,
@@ -51,6 +63,9 @@ from events import (
 
 from ._errors import InputError, UsageError
 from ._run_logs import rank_of_file
+
+if TYPE_CHECKING:
+    from .._run_directory import Manifest
 
 __all__ = [
     "Follower",
@@ -147,19 +162,21 @@ class RunWatcher:
         self._progress: dict[int, tuple[float, float]] = {}
         self._last_seq: dict[int, int] = {}
         self.finished: dict[int, RunFinished] = {}
+        #: rank -> how its launcher saw its process end, for a rank that
+        #: ended without ``run.finished`` (it died)
+        self.died: dict[int, RankProcess] = {}
+        #: when the launch began (the manifest's), for times as ``+25 s``
+        self.launched_ns: int | None = None
+        #: rank -> where its steps in flight were last seen waiting
+        self.waiting: dict[int, dict[str, StepStalled]] = {}
 
     def poll(self) -> list[Event]:
         """Read what was appended since the last poll; return the new events."""
-        if self._manifest_world is None and (self.run_dir / "manifest.json").is_file():
-            from .._run_directory import RunDirectoryError, read_manifest
-
-            try:
-                manifest = read_manifest(self.run_dir)
-            except RunDirectoryError:
-                manifest = None  # being written, or not ours: the logs still say
-            if manifest is not None:
-                self._manifest_world = manifest.world_size
-                self.run_id = self.run_id or manifest.run_id
+        manifest = self._read_manifest()
+        if manifest is not None:
+            self._manifest_world = manifest.world_size
+            self.run_id = self.run_id or manifest.run_id
+            self.launched_ns = manifest.started_wall_ns
         if self.run_dir.is_dir():
             for path in self.run_dir.glob("rank-*.jsonl"):
                 rank = rank_of_file(path)
@@ -174,19 +191,59 @@ class RunWatcher:
                 continue
             for event in events:
                 self.state = self._timeline.apply(self.state, event)
+                waiting = self.waiting.setdefault(rank, {})
+                if isinstance(event, StepStalled):
+                    waiting[event.step] = event
+                    continue  # where it waits, not progress
+                waiting.pop(event.step, None)
                 if isinstance(event, RunStarted):
                     self.run_id = self.run_id or event.run_id
                     size = event.identity.world_size
                     self.world_size = max(self.world_size or 0, size)
                 elif isinstance(event, RunFinished):
                     self.finished[rank] = event
-            last = events[-1]
-            self._last_seq[rank] = last.seq
-            self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now)
+            progress = [e for e in events if not isinstance(e, StepStalled)]
+            if progress:
+                last = progress[-1]
+                self._last_seq[rank] = last.seq
+                self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now)
+            elif rank not in self._progress:
+                # A log that so far holds only stalls still says it is alive.
+                self._progress[rank] = (max(0.0, (now_wall - events[0].wall_ns) / 1e9), now)
             new.extend(events)
+        if manifest is not None:
+            for entry in manifest.ranks:
+                process = entry.to_process()
+                if process.ended and entry.rank not in self.finished:
+                    self.died.setdefault(entry.rank, process)
         if self._manifest_world is not None:
             self.world_size = self._manifest_world
         return new
+
+    def _read_manifest(self) -> Manifest | None:
+        """The manifest as it is now (rewritten as ranks end), or ``None``."""
+        if not (self.run_dir / "manifest.json").is_file():
+            return None
+        from .._run_directory import RunDirectoryError, read_manifest
+
+        try:
+            return read_manifest(self.run_dir)
+        except RunDirectoryError:
+            return None  # being written, or not ours: the logs still say
+
+    def is_run_directory(self) -> bool:
+        """Whether the directory holds a run yet (a claim, a manifest or a log)."""
+        return self.run_dir.is_dir() and (
+            bool(self._tails)
+            or (self.run_dir / "manifest.json").exists()
+            or (self.run_dir / ".run-id").exists()
+        )
+
+    def waiting_in(self, rank: int) -> StepStalled | None:
+        """Where the rank's innermost step in flight was last seen waiting."""
+        stalls = self.waiting.get(rank, {})
+        steps, _ = self.in_progress(rank)
+        return next((stalls[step] for step in steps if step in stalls), None)
 
     @property
     def ranks(self) -> list[int]:
@@ -195,10 +252,10 @@ class RunWatcher:
         return sorted(known)
 
     def done(self) -> bool:
-        """Whether every rank of the world has finished."""
+        """Whether every rank of the world has finished or died."""
         if self.world_size is None:
             return False
-        return all(rank in self.finished for rank in self.ranks)
+        return all(rank in self.finished or rank in self.died for rank in self.ranks)
 
     def idle_s(self, rank: int) -> float | None:
         """Seconds since the rank last appended an event (``None``: no event yet)."""
@@ -240,6 +297,9 @@ class RunWatcher:
             where = f" at {finished.failed_step}" if finished.failed_step else ""
             key = f"{finished.outcome.value}{where}"
             return key, f"{key} in", took
+        if rank in self.died:
+            death = self.death(rank)
+            return death, death, 0.0
         if rank not in self._progress:
             return "no log yet", "no log yet", 0.0
         steps, for_s = self.in_progress(rank)
@@ -248,13 +308,24 @@ class RunWatcher:
         key = f"in {_steps_text(steps)}"
         return key, f"{key} for", for_s
 
+    def death(self, rank: int) -> str:
+        """``killed by SIGKILL at +25 s in attention/FLASH_ATTN, waiting in
+        wait_for_fabric (fabric.py:42) after 22.0 s``: how a rank that died
+        ended, where, and where it was last seen waiting."""
+        how = self.died[rank].how(since_ns=self.launched_ns).removeprefix("was ")
+        steps, _ = self.in_progress(rank)
+        where = f" in {_steps_text(steps)}" if steps else ""
+        stall = self.waiting_in(rank)
+        summary = stall.summary() if stall is not None else ""
+        return f"{how}{where}" + (f", {summary}" if summary else "")
+
     def groups(self, *, running: bool = False) -> list[tuple[str, tuple[int, ...], float]]:
         """(text without ranks, ranks, longest duration) per group of ranks in
         the same state, in the order of their lowest rank (``running``: only
         the ranks not finished)."""
         grouped: dict[str, tuple[str, list[int], float]] = {}
         for rank in self.ranks:
-            if running and rank in self.finished:
+            if running and (rank in self.finished or rank in self.died):
                 continue
             key, text, seconds = self.describe(rank)
             if key in grouped:
@@ -363,29 +434,56 @@ def _outcome_lines(events: Iterable[Event], watcher: RunWatcher) -> list[str]:
 
 
 class _Stalls:
-    """Which ranks were reported stalled, so that each stall is said once."""
+    """Which ranks were reported stalled, so that each stall is said once.
+
+    A stall is a rank that appended no progress (``step.stalled`` events are
+    where it waits, not progress) for longer than the threshold while a peer
+    did, or while its peers are elsewhere. Every rank of the world in one
+    step together, none making progress, is that step being slow: said once
+    for the step, not once per rank.
+    """
 
     def __init__(self, threshold_s: float) -> None:
         self.threshold_s = threshold_s
         self.reported: dict[int, int | None] = {}  # rank -> its last seq then
+        self.slow: set[tuple[str, ...]] = set()  # steps said to be slow
 
     def lines(self, watcher: RunWatcher) -> list[str]:
+        running = [r for r in watcher.ranks if r not in watcher.finished and r not in watcher.died]
+        idle = {r: watcher.idle_s(r) for r in running}
+        stuck = [r for r in running if (i := idle[r]) is not None and i > self.threshold_s]
+        if not stuck:
+            return []
+        together = {watcher.in_progress(r)[0] for r in running}
+        if len(running) > 1 and len(stuck) == len(running) and len(together) == 1:
+            (steps,) = together
+            for rank in stuck:
+                self.reported[rank] = watcher.last_seq(rank)
+            if not steps or steps in self.slow:
+                return []
+            self.slow.add(steps)
+            longest = max(i for r in stuck if (i := idle[r]) is not None)
+            return [
+                f"{format_ranks(running)}: {_steps_text(steps)} is slow "
+                f"({_seconds(longest)} so far, every rank in it together)"
+            ]
         grouped: dict[str, tuple[list[int], float]] = {}
-        for rank in watcher.ranks:
-            idle = watcher.idle_s(rank)
-            if rank in watcher.finished or idle is None or idle <= self.threshold_s:
-                continue
+        for rank in stuck:
             seq = watcher.last_seq(rank)
             if rank in self.reported and self.reported[rank] == seq:
                 continue
             self.reported[rank] = seq
             steps, _ = watcher.in_progress(rank)
             where = _steps_text(steps) if steps else "no step (between steps)"
+            stall = watcher.waiting_in(rank)
+            frame = stall.waiting_in if stall is not None else None
+            if frame is not None:
+                where += f", waiting in {frame.where()}"
             ranks, longest = grouped.get(where, ([], 0.0))
-            grouped[where] = ([*ranks, rank], max(longest, idle))
+            grouped[where] = ([*ranks, rank], max(longest, idle[rank] or 0.0))
         return [
-            f"{format_ranks(ranks)} stalled {_seconds(idle)} in {where}"
-            for where, (ranks, idle) in grouped.items()
+            f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
+            for where, (ranks, longest) in grouped.items()
         ]
 
 
@@ -410,6 +508,7 @@ class Follower:
         self.stall_s = stall_s
         self.header = header
         self._stalls = _Stalls(stall_s)
+        self._deaths: set[int] = set()
         self._announced = False
         self._last_status: list[str] | None = None
         self._last_status_at = float("-inf")
@@ -426,6 +525,9 @@ class Follower:
             )
         for text in _outcome_lines(new, watcher):
             screen.line(text)
+        for rank in sorted(set(watcher.died) - self._deaths):
+            self._deaths.add(rank)
+            screen.line(f"rank {rank}: {watcher.death(rank)}")
         for text in self._stalls.lines(watcher):
             screen.line(text)
         if watcher.done():
@@ -457,13 +559,26 @@ def follow(
     timeout_s: float | None = None,
     header: bool = True,
 ) -> bool:
-    """Watch until every rank of the world finished (``True``) or the
-    timeout passed (``False``)."""
+    """Watch until every rank of the world finished or died (``True``) or
+    the timeout passed (``False``).
+
+    Raises:
+        UsageError: the directory is not a run directory and did not become
+            one within ``stall_s`` seconds.
+    """
     follower = Follower(watcher, screen, stall_s=stall_s, header=header)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    began = time.monotonic()
+    deadline = None if timeout_s is None else began + timeout_s
     while True:
         if follower.step():
             return True
+        if not watcher.is_run_directory() and time.monotonic() - began >= stall_s:
+            screen.close()
+            what = "no such directory" if not watcher.run_dir.exists() else "nothing of a run in it"
+            raise UsageError(
+                f"{watcher.run_dir}: not a run directory ({what} after {stall_s:g} s: no "
+                "manifest.json, .run-id or rank-N.jsonl); give the directory a launch writes to"
+            )
         if deadline is not None and time.monotonic() >= deadline:
             screen.close()
             return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import select
 import shutil
 import signal
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli._watch import RunWatcher, Screen, follow
+from events import encode
+from events.testing import EventStream
+from orchestrator.cli._watch import Follower, RunWatcher, Screen, follow
 
 from .conftest import StoredRun
 from .harness import (
@@ -272,3 +275,100 @@ def test_help(tmp_path: Path) -> None:
     assert shown.stdout.startswith("usage: startup-orchestrator watch")
     for word in ("RUN_DIR", "--stall", "--interval", "--timeout", "exit status"):
         assert word in shown.stdout, word
+
+
+def _write_logs(run_dir: Path, streams: list[EventStream]) -> None:
+    run_dir.mkdir(exist_ok=True)
+    for stream in streams:
+        (run_dir / f"rank-{stream.rank}.jsonl").write_bytes(
+            b"".join(encode(event) + b"\n" for event in stream.events)
+        )
+
+
+def _ranks_in(step: str, world: int, *, ago_s: float) -> list[EventStream]:
+    """``world`` ranks whose last progress, ``ago_s`` seconds ago, was
+    entering ``step``."""
+    streams = []
+    for rank in range(world):
+        stream = EventStream(
+            run_id="slow", rank=rank, world_size=world, wall_ns=time.time_ns() - int(ago_s * 1e9)
+        )
+        stream.run_started()
+        stream.started(step)
+        streams.append(stream)
+    return streams
+
+
+def test_every_rank_in_one_step_together_is_that_step_being_slow_said_once(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    _write_logs(run_dir, _ranks_in("process_group", 8, ago_s=30))
+    out = io.StringIO()
+    follower = Follower(RunWatcher(run_dir), Screen(out, live=False), stall_s=10, header=False)
+
+    assert not follower.step()
+    assert not follower.step()
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith("ranks 0-7: process_group is slow (")
+    assert line.endswith(" so far, every rank in it together)")
+    assert "stalled" not in out.getvalue()
+
+
+def test_a_rank_behind_its_peers_is_stalled_and_named_where_it_waits(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    behind, ahead = _ranks_in("attention", 2, ago_s=30)
+    behind.stalled("attention", 20.0)  # where it waits: not progress
+    ahead.succeeded("attention")
+    ahead.advance(30 * 10**9 - 2 * 10**6)  # its last progress: now
+    ahead.started("allreduce_workspace")
+    _write_logs(run_dir, [behind, ahead])
+    out = io.StringIO()
+    follower = Follower(RunWatcher(run_dir), Screen(out, live=False), stall_s=10, header=False)
+
+    assert not follower.step()
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith(
+        "rank 0 stalled 30 s in attention, waiting in wait_for_fabric (fabric.py:42)"
+    )
+
+
+def test_a_rank_killed_while_it_hangs_is_said_with_where_it_waited(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launch = start_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--grace", "1", "--stall", "0.2",
+        "--inject", "1:attention/FLASH_ATTN=hang", "--run-dir", str(run_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    log = run_dir / "rank-1.jsonl"
+    with (
+        reaping(launch, run_dir),
+        _watching(run_dir, tmp_path, "--stall", "60", "--interval", "0.1") as watch,
+    ):
+        wait_for_event(
+            log,
+            lambda e: e["type"] == "step.stalled" and e["step"] == "attention/FLASH_ATTN",
+            alive=launch.running,
+        )
+        os.kill(read_events(log)[0]["pid"], signal.SIGKILL)
+        finished = watch.finish()
+        launch.finish()
+
+    assert finished.returncode == 1, finished.describe()
+    (death,) = [line for line in finished.lines() if line.startswith("rank 1: ")]
+    assert re.fullmatch(
+        r"rank 1: killed by SIGKILL at \+\d+\.\d s in attention/FLASH_ATTN, "
+        r"waiting in fire \(_faults\.py:\d+\) after \d+\.\d s",
+        death,
+    ), death
+    assert finished.lines()[-1].endswith(": incomplete"), finished.describe()
+
+
+def test_a_path_that_does_not_become_a_run_directory_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    completed = call_cli("watch", "misspelt", "--stall", "0.3", "--interval", "0.05", cwd=tmp_path)
+    assert completed.returncode == 2, completed.describe()
+    assert completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("startup-orchestrator: error: misspelt: not a run directory (no such ")
