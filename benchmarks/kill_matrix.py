@@ -4,6 +4,16 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/kill_matrix.py [--trials 72] [--seed 9] [--nproc 3]
         [--profile h200x8] [--grace 1] [--out kill-matrix.json]
+        [--hang 1:attention/FLASH_ATTN=hang]
+
+With ``--hang SPEC`` every trial is a launch where a rank hangs for real
+(the injected fault blocks a thread forever), run with ``--stall 0.5``, and
+each signal is sent once the hung rank has recorded where it waits (its
+first ``step.stalled``); a rank kind signals the hung rank. Beside the
+figures below, each such trial says whether ``explain`` names the function
+the rank hung in, and, for a stop (every kind but SIGKILL of the hung rank:
+a signal it handles, or its launcher's death), whether the hung rank
+recorded where its thread was abandoned. There are no edge trials then.
 
 First one healthy launch (``run --simulate PROFILE --nproc N --grace G``) is
 timed from its start to the end of its startup (the last rank's
@@ -301,7 +311,13 @@ class Trial:
 
 
 def launch_command(
-    *, profile: str, nproc: int, run_dir: Path, grace_s: float, inject: Sequence[str] = ()
+    *,
+    profile: str,
+    nproc: int,
+    run_dir: Path,
+    grace_s: float,
+    inject: Sequence[str] = (),
+    stall_s: float | None = None,
 ) -> list[str]:
     """``python -m orchestrator run --simulate PROFILE --nproc N ...``."""
     return common.cli(
@@ -315,6 +331,7 @@ def launch_command(
         "--grace",
         f"{grace_s:g}",
         *(part for spec in inject for part in ("--inject", spec)),
+        *(("--stall", f"{stall_s:g}") if stall_s is not None else ()),
     )
 
 
@@ -331,6 +348,7 @@ def run_trial(
     orphan_window_s: float = ORPHAN_WINDOW_S,
     launch_deadline_s: float = LAUNCH_DEADLINE_S,
     inject: Sequence[str] = (),
+    stall_s: float | None = None,
     edge: bool = False,
 ) -> Trial:
     """Launch ``run --simulate PROFILE --nproc N``, disrupt it once as
@@ -355,7 +373,12 @@ def run_trial(
         edge=edge,
     )
     args = launch_command(
-        profile=profile, nproc=nproc, run_dir=run_dir, grace_s=grace_s, inject=inject
+        profile=profile,
+        nproc=nproc,
+        run_dir=run_dir,
+        grace_s=grace_s,
+        inject=inject,
+        stall_s=stall_s,
     )
     stderr_path = trial_dir / "launcher.stderr"
     with (trial_dir / "launcher.stdout").open("wb") as out, stderr_path.open("wb") as err:
@@ -886,6 +909,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rank has started but before any log is open)",
     )
     parser.add_argument("--quiet", action="store_true", help="no line per trial")
+    parser.add_argument(
+        "--hang",
+        metavar="SPEC",
+        help="a rank hangs for real in every trial (RANK:STEP=hang); signals are sent once it "
+        "has recorded where it waits",
+    )
     options = parser.parse_args(argv)
     if options.trials < 1 or options.nproc < 1 or not options.grace > 0:
         parser.error("--trials and --nproc must be at least 1, --grace above 0")
@@ -904,12 +933,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{options.trials} trials, seed {options.seed}, run directories in {workdir}",
             flush=True,
         )
-        trials = [
-            (kind, Trigger(after_s=delay), rank, False)
-            for kind, delay, rank in plan(options.trials, options.nproc, healthy_s, rng)
-        ]
-        if options.edges:
-            trials += edge_trials(options.nproc)
+        hang = _hang(options.hang) if options.hang else None
+        if hang is None:
+            trials = [
+                (kind, Trigger(after_s=delay), rank, False)
+                for kind, delay, rank in plan(options.trials, options.nproc, healthy_s, rng)
+            ]
+            if options.edges:
+                trials += edge_trials(options.nproc)
+        else:
+            hung_rank, hung_step = hang
+            stalled = Trigger(rank=hung_rank, event="step.stalled", step=hung_step)
+            trials = [
+                (kind, stalled, hung_rank, False)
+                for kind, _delay, _rank in plan(options.trials, options.nproc, healthy_s, rng)
+            ]
+        hangs: list[dict[str, Any]] = []
         for index, (kind, trigger, rank, edge) in enumerate(trials):
             trial = run_trial(
                 kind,
@@ -921,9 +960,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 grace_s=options.grace,
                 target_rank=rank,
                 orphan_window_s=options.orphan_window,
+                inject=[options.hang] if hang is not None else (),
+                stall_s=HUNG_STALL_S if hang is not None else None,
                 edge=edge,
             )
             results.append(trial)
+            if hang is not None:
+                hangs.append(_judge_hang(trial, *hang))
             if trial.clean and not options.keep:
                 shutil.rmtree(Path(trial.run_dir).parent, ignore_errors=True)
             if not options.quiet:
@@ -946,6 +989,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nat the edges (as the first rank starts; every rank started, no log open):")
         print(summarise(edges))
         print(_phases(edges))
+    if hangs:
+        print("\nwith a rank hung in " + options.hang + ":")
+        print(_hang_table(hangs))
     problems = [t for t in results if t.problems]
     if problems:
         print("\nproblems (figures that must be 0):")
@@ -974,6 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "grace_s": options.grace,
                     "elapsed_s": round(elapsed, 1),
                     "trials": [asdict(t) for t in results],
+                    "hangs": hangs,
                 },
                 indent=2,
             )
@@ -984,6 +1031,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir.rmdir()  # only when every trial's directory was removed
     clean = all(t.clean for t in results)
     return 0 if clean else 1
+
+
+#: The stall threshold of the hung launches.
+HUNG_STALL_S = 0.5
+
+
+def _hang(spec: str) -> tuple[int, str]:
+    """The hung rank and step of ``RANK:STEP=hang``."""
+    where, _, fault = spec.partition("=")
+    rank, _, step = where.rpartition(":")
+    if fault != "hang" or not rank.isdigit() or not step:
+        raise SystemExit(f"--hang: expected RANK:STEP=hang, got {spec!r}")
+    return int(rank), step
+
+
+def _judge_hang(trial: Trial, rank: int, step: str) -> dict[str, Any]:
+    """What the record of a trial with a hung rank says of the hang: whether
+    ``explain`` names where the hung step waited, and whether the hung rank
+    recorded the abandoned thread's stack (a stop: every kind but a SIGKILL
+    of the hung rank)."""
+    run_dir = Path(trial.run_dir)
+    explained = subprocess.run(
+        common.cli("explain", str(run_dir)), capture_output=True, text=True, timeout=120
+    )
+    events, _ = common.read_events(run_dir / f"rank-{rank}.jsonl")
+    abandoned = any(
+        e.get("type") == "step.stalled" and e.get("step") == step and e.get("why") == "abandoned"
+        for e in events
+    )
+    return {
+        "index": trial.index,
+        "kind": trial.kind,
+        "named": "waiting in fire (_faults.py:" in explained.stdout,
+        "abandoned_recorded": abandoned,
+        # Every kind but a SIGKILL of the hung rank itself stops it: a
+        # signal it handles, or its launcher's death.
+        "stopped": trial.kind != "rank-sigkill",
+    }
+
+
+def _hang_table(hangs: Sequence[Mapping[str, Any]]) -> str:
+    """Per kind: trials, how many name the hang in explain, and (for the
+    stops) how many recorded the abandoned stack."""
+    lines = [f"{'KIND':<18}{'TRIALS':>7}{'NAMED':>7}{'ABANDONED STACK':>17}"]
+    for kind in KINDS:
+        of_kind = [h for h in hangs if h["kind"] == kind]
+        if not of_kind:
+            continue
+        stops = [h for h in of_kind if h["stopped"]]
+        abandoned = f"{sum(h['abandoned_recorded'] for h in stops)}" if stops else "-"
+        lines.append(
+            f"{kind:<18}{len(of_kind):>7}{sum(h['named'] for h in of_kind):>7}{abandoned:>17}"
+        )
+    return "\n".join(lines)
 
 
 def _print_trial(trial: Trial) -> None:

@@ -180,6 +180,33 @@ def test_a_failure_on_the_other_node_is_the_root_cause_in_rank_0s_report(tmp_pat
     assert "unknown zentorch failure" in json.dumps(root["exception"])
 
 
+def test_a_probe_that_hangs_on_the_other_node_ends_in_time_and_is_named(tmp_path: Path) -> None:
+    # A real hang (never released) on rank 3: its probe is abandoned at the
+    # timeout, every process ends, and rank 0's report says where it hung.
+    node0, node1 = _start_nodes(
+        tmp_path, "--simulate", "h200x8", "--inject", "3:attention/FLASH_ATTN=hang",
+        "--timeout", "2", "--stall", "0.5",
+    )  # fmt: skip
+    try:
+        done0, done1 = node0.finish(NODE_TIMEOUT_S), node1.finish(NODE_TIMEOUT_S)
+    finally:
+        node0.kill_group()
+        node1.kill_group()
+
+    assert done0.returncode == 0, done0.describe()
+    assert done1.returncode == 0, done1.describe()
+    document = _replay(tmp_path, "node0")
+    assert document["outcome"] == "ready"
+    (timed_out,) = [m for m in document["messages"] if m["code"] == "step.timed_out"]
+    assert timed_out["ranks"] == [3]
+    assert timed_out["text"].startswith(
+        "Step attention/FLASH_ATTN timed out after 2 s, waiting in fire (_faults.py:"
+    )
+    explained = run_cli("explain", "node0", "--rank", "3", cwd=tmp_path).stdout
+    assert "waiting in fire (_faults.py:" in explained
+    assert ", at its timeout" in explained
+
+
 def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Path) -> None:
     # Node 1's ranks hang in a probe (past forming the process group), so
     # the machine goes down while they are mid-start, whatever the timing.
