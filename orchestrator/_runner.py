@@ -39,6 +39,7 @@ from events import (
     Event,
     EventLog,
     ExceptionInfo,
+    JsonlLog,
     JsonValue,
     Outcome,
     RankIdentity,
@@ -367,7 +368,16 @@ class _Run:
         self.trace_id = runner.trace_id
         self.limiter = anyio.CapacityLimiter(runner.max_threads)
         self.threads = StepThreads(self.limiter)
-        self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
+        self.watchdog = Watchdog(
+            self.threads,
+            runner.stall_s,
+            self.record_stall,
+            runner.redactor,
+            # Beside a log file: rank-N.stacks, for a hang that holds the GIL.
+            dump_path=(
+                self.log.path.with_suffix(".stacks") if isinstance(self.log, JsonlLog) else None
+            ),
+        )
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}
