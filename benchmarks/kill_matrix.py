@@ -981,7 +981,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     timed = [t for t in results if not t.edge]
     edges = [t for t in results if t.edge]
-    print(f"\nat random times (0 to {healthy_s:.2f} s):")
+    if hang is None:
+        print(f"\nat random times (0 to {healthy_s:.2f} s):")
+    else:
+        print(f"\nonce rank {hang[0]} recorded where it waits in {hang[1]}:")
     print(summarise(timed))
     print("\nwhere the signal landed (the target, or the least advanced rank):")
     print(_phases(timed))
