@@ -1,13 +1,15 @@
 """The threads that do steps' blocking work.
 
-A blocking probe runs in a thread of its own, a daemon thread made for the
-call: a call that never returns (a driver blocked in the kernel, an
-injected ``hang``) is abandoned where it is when its step times out or the
-run stops, and, being a daemon, never keeps the process from exiting — in
-the command line and in any process that embeds a run. The capacity limiter
-still bounds how many run at once; an abandoned thread gives its place up.
+A blocking probe runs in a daemon thread: a call that never returns (a
+driver blocked in the kernel, an injected ``hang``) is abandoned where it
+is when its step times out or the run stops, and, being a daemon, never
+keeps the process from exiting — in the command line and in any process
+that embeds a run. Threads whose call returned wait :data:`IDLE_S` for the
+next call before they end, so a graph of many blocking probes does not
+start a thread per probe. The capacity limiter still bounds how many calls
+run at once; an abandoned thread gives its place up.
 
-Each running thread is known by the step it works for, so the watchdog
+Each running call is known by the step it works for, so the watchdog
 (:mod:`orchestrator._watchdog`) can say where a stuck step waits.
 
 These are not anyio's worker threads (those keep a process alive while a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import queue
 import sys
 import threading
 import time
@@ -28,7 +31,6 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 import attrs
 
@@ -52,6 +54,51 @@ class StepThread:
         return sys._current_frames().get(self.ident)
 
 
+#: Seconds a thread whose call returned waits for the next before it ends.
+IDLE_S = 10.0
+
+#: One call for a thread: it runs ``work`` (which reports its own end).
+_Job = Callable[[], None]
+
+
+class _Pool:
+    """The process's daemon worker threads: a call goes to an idle one, or
+    to a new one; an idle one ends after :data:`IDLE_S`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._idle = 0
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+        threading.Thread(target=self._work, args=(job,), name="step worker", daemon=True).start()
+
+    def _work(self, job: _Job) -> None:
+        while True:
+            job()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    job = self._jobs.get(timeout=IDLE_S)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        # A job handed to an idle thread is in the queue
+                        # before the count drops: take it, or end.
+                        if self._jobs.empty():
+                            self._idle -= 1
+                            return
+
+
+_POOL = _Pool()
+
+
 class StepThreads:
     """Runs blocking calls for steps in daemon threads, and knows which are
     running for which step.
@@ -66,8 +113,8 @@ class StepThreads:
         self._running: dict[int, StepThread] = {}
 
     async def run(self, step: str, fn: Callable[..., T], *args: Any, name: str = "") -> T:
-        """``fn(*args)`` in a daemon thread of its own (named ``name``, by
-        default ``step STEP``), in this task's context variables; its
+        """``fn(*args)`` in a daemon thread (named ``name``, by default
+        ``step STEP``, while it runs), in this task's context variables; its
         result, or what it raised. Cancelled, the call is abandoned: the
         thread goes on until ``fn`` returns, if ever, and then does nothing
         more."""
@@ -82,7 +129,9 @@ class StepThreads:
         error: list[BaseException] = []
 
         def work() -> None:
+            thread = threading.current_thread()
             ident = threading.get_ident()
+            thread.name = name
             with self._lock:
                 self._running[ident] = StepThread(
                     step=step, name=name, started_ns=time.monotonic_ns(), ident=ident
@@ -94,11 +143,14 @@ class StepThreads:
             finally:
                 with self._lock:
                     self._running.pop(ident, None)
-                # The run may be gone (an abandoned call that ended late).
+                thread.name = "step worker (idle)"
+                # Scheduled on the loop without waiting for it (the thread is
+                # free at once); the run may be gone (an abandoned call that
+                # ended late).
                 with contextlib.suppress(Exception):
-                    anyio.from_thread.run_sync(done.set, token=token)
+                    token.backend_class.run_sync_soon(done.set, (), token.native_token)
 
-        threading.Thread(target=work, name=name, daemon=True).start()
+        _POOL.submit(work)
         await done.wait()
         if error:
             raise error[0]

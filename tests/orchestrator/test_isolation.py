@@ -157,20 +157,27 @@ async def test_a_child_given_up_records_where_it_was_before_it_is_killed(tmp_pat
     log = new_log()
     graph = isolated(isolated_bodies.wait_for_the_device)
 
-    with anyio.fail_after(DEADLINE_S):
-        async with anyio.create_task_group() as group:
+    readers: list[BinaryIO] = []
+    try:
+        with anyio.fail_after(DEADLINE_S):
+            async with anyio.create_task_group() as group:
 
-            async def start() -> None:
-                await orchestrator.run(graph, log, config={"ready_fifo": str(fifo)}, stall_s=None)
+                async def start() -> None:
+                    config = {"ready_fifo": str(fifo)}
+                    await orchestrator.run(graph, log, config=config, stall_s=None)
 
-            group.start_soon(start)
-            # Once the first byte arrives, the child is blocked in its write
-            # (the reader stays open, so the write neither ends nor fails).
-            # (Opening a FIFO blocks until its writer opens it: in a thread.)
-            reader = await anyio.to_thread.run_sync(open_reader, fifo, abandon_on_cancel=True)
-            with reader:
+                group.start_soon(start)
+                # Once the first byte arrives, the child is blocked in its
+                # write; the reader stays open until the run has ended, so the
+                # write neither ends nor fails. (Opening a FIFO blocks until
+                # its writer opens it: in a thread.)
+                reader = await anyio.to_thread.run_sync(open_reader, fifo, abandon_on_cancel=True)
+                readers.append(reader)
                 await anyio.to_thread.run_sync(reader.read, 1, abandon_on_cancel=True)
                 group.cancel_scope.cancel()
+    finally:
+        for reader in readers:
+            reader.close()
 
     (left,) = of_type(log, StepStalled, "probe")
     assert left.why is StallReason.ABANDONED
