@@ -306,6 +306,10 @@ class RunWatcher:
         if not steps:
             return "between steps", "between steps", self.idle_s(rank) or 0.0
         key = f"in {_steps_text(steps)}"
+        stall = self.waiting_in(rank)
+        frame = stall.waiting_in if stall is not None else None
+        if frame is not None:
+            key += f" (waiting in {frame.where()})"
         return key, f"{key} for", for_s
 
     def death(self, rank: int) -> str:

@@ -328,9 +328,12 @@ def test_a_rank_behind_its_peers_is_stalled_and_named_where_it_waits(tmp_path: P
 
     assert not follower.step()
     (line,) = out.getvalue().splitlines()
-    assert line.startswith(
-        "rank 0 stalled 30 s in attention, waiting in wait_for_fabric (fabric.py:42)"
-    )
+    assert line == "rank 0 stalled 30 s in attention, waiting in wait_for_fabric (fabric.py:42)"
+    # The live view's groups name it too.
+    assert follower.watcher.status_lines(durations=False) == [
+        "rank 0: in attention (waiting in wait_for_fabric (fabric.py:42))",
+        "rank 1: in allreduce_workspace",
+    ]
 
 
 def test_a_rank_killed_while_it_hangs_is_said_with_where_it_waited(tmp_path: Path) -> None:
