@@ -158,33 +158,6 @@ class ThreadStack:
             summary = []
         return cls(thread=capture._text(thread), frames=capture.frames(summary))
 
-    @classmethod
-    def parse_dump(cls, text: str, *, redactor: Redactor | None = None) -> tuple[ThreadStack, ...]:
-        """The threads of the last dump in ``text``, as :mod:`faulthandler`
-        writes one (``Thread 0x... (most recent call first):``, then ``File
-        "f.py", line 3 in name`` lines): at most :data:`MAX_DUMPED_THREADS`
-        threads, each named by its id (``0x00007f5e2d7fe640``: a dump has no
-        names) and bounded and redacted as a captured stack; lines of any
-        other shape are skipped. Never raises."""
-        capture = _Capture(redactor or Redactor.from_environment(), MAX_CHAIN)
-        threads: list[tuple[str, list[traceback.FrameSummary]]] = []
-        for line in text.splitlines():
-            if line.startswith("Timeout ("):
-                threads = []  # a later dump: only the last one counts
-            elif header := _DUMP_THREAD.match(line):
-                if len(threads) == MAX_DUMPED_THREADS:
-                    break
-                threads.append((header.group(1), []))
-            elif threads and (frame := _DUMP_FRAME.match(line)):
-                filename, lineno, name = frame.groups()
-                threads[-1][1].insert(
-                    0, traceback.FrameSummary(filename, int(lineno), name, line="")
-                )
-        return tuple(
-            cls(thread=capture._text(name), frames=capture.frames(frames))
-            for name, frames in threads
-        )
-
     @property
     def innermost(self) -> FrameInfo | None:
         """The frame the thread was in."""
@@ -210,14 +183,6 @@ class ThreadStack:
                 return frame
         return self.innermost
 
-
-#: Threads of a :mod:`faulthandler` dump kept (:meth:`ThreadStack.parse_dump`).
-MAX_DUMPED_THREADS = 64
-
-_DUMP_THREAD = re.compile(
-    r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):"
-)
-_DUMP_FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 
 #: A file of an interpreter's standard library, as a recording machine
 #: names it (``/usr/lib/python3.11/threading.py``, ``<frozen os>``).

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 
 import attrs
 
-from ._exception_info import ThreadStack
-
 __all__ = ["LaunchRecord", "RankProcess"]
 
 
@@ -126,9 +124,6 @@ class LaunchRecord:
         running: ranks whose process the reader of the logs saw alive
             (their log has no end, and the process that wrote it runs on the
             reader's host): still running, not dead.
-        dumped: rank -> the stacks its process wrote when even its watchdog
-            could not run (a call holding the GIL; ``rank-N.stacks`` beside
-            its log, read with :meth:`~events.ThreadStack.parse_dump`).
     """
 
     run_id: str | None = None
@@ -138,7 +133,6 @@ class LaunchRecord:
     empty_logs: frozenset[int] = frozenset()
     source: str | None = None
     running: frozenset[int] = frozenset()
-    dumped: Mapping[int, tuple[ThreadStack, ...]] = attrs.field(factory=dict)
 
     def ended_wall_ns(self, rank: int) -> int | None:
         """When the launcher (or a watching parent) saw ``rank``'s process

@@ -63,10 +63,7 @@ fields never change meaning; new fields may be added. Schema (version 1)::
           "threads": [{"thread": str,          # the threads doing its work, their
                        "frames": [{"filename": str, "lineno": int | null,
                                    "name": str}]}]   # frames innermost first
-        },
-        "dumped": [{"thread": str, "frames": [...]}]  # as "threads": what the
-                                               # rank's process dumped when even
-                                               # its watchdog could not run
+        }
       },
       "divergences": [
         {"code": str, "severity": str, "subject": str,
@@ -118,7 +115,6 @@ from events import (
     RunOutcome,
     Severity,
     StepStalled,
-    ThreadStack,
     format_ranks,
     group_messages,
 )
@@ -151,41 +147,11 @@ def stall_lines(stall: StepStalled, *, indent: str) -> list[str]:
     summary = stall.summary()
     if not summary:
         return []
-    return [terminal_text(f"{indent}{summary}"), *_thread_lines(stall.threads, indent=indent)]
-
-
-def _thread_lines(threads: Sequence[ThreadStack], *, indent: str) -> list[str]:
-    lines: list[str] = []
-    for thread in threads:
+    lines = [terminal_text(f"{indent}{summary}")]
+    for thread in stall.threads:
         lines.append(terminal_text(f"{indent}  thread {thread.thread!r}, innermost first:"))
         lines.extend(terminal_text(f"{indent}    {line}") for line in thread.format())
     return lines
-
-
-def _dumped_lines(replay: Replay, rank: int, *, indent: str) -> list[str]:
-    """The stacks ``rank``'s process dumped when even its watchdog could not
-    run (``rank-N.stacks``), for the text report."""
-    dumped = replay.launch.dumped.get(rank, ()) if replay.launch is not None else ()
-    if not dumped:
-        return []
-    return [
-        f"{indent}its process stopped answering even its watchdog (a call holding the GIL); "
-        "the stacks it dumped then (rank-N.stacks):",
-        *_thread_lines(dumped, indent=indent),
-    ]
-
-
-def _threads_json(threads: Sequence[ThreadStack]) -> list[dict[str, Any]]:
-    return [
-        {
-            "thread": thread.thread,
-            "frames": [
-                {"filename": f.filename, "lineno": f.lineno, "name": f.name}
-                for f in reversed(thread.frames)
-            ],
-        }
-        for thread in threads
-    ]
 
 
 def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
@@ -198,7 +164,16 @@ def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
         "why": stall.why.value,
         "elapsed_s": round(stall.elapsed_ns / 1e9, 3),
         "waiting_in": None if frame is None else frame.where(),
-        "threads": _threads_json(stall.threads),
+        "threads": [
+            {
+                "thread": thread.thread,
+                "frames": [
+                    {"filename": f.filename, "lineno": f.lineno, "name": f.name}
+                    for f in reversed(thread.frames)
+                ],
+            }
+            for thread in stall.threads
+        ],
     }
 
 
@@ -216,7 +191,6 @@ def _running_lines(replay: Replay) -> list[str]:
         stall = state.stalls.get(step) if step else None
         if stall is not None:
             lines.extend(stall_lines(stall, indent="    "))
-        lines.extend(_dumped_lines(replay, rank, indent="    "))
     return lines
 
 
@@ -337,9 +311,6 @@ def report_json(replay: Replay) -> dict[str, Any]:
             "process": _process_json(cause.process, replay),
             "exception": _exception_json(cause.exception),
             "waiting": stall_json(cause.waiting),
-            "dumped": _threads_json(
-                replay.launch.dumped.get(cause.rank, ()) if replay.launch is not None else ()
-            ),
         },
         "divergences": [
             {
@@ -495,7 +466,6 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         lines = [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
     if cause.waiting is not None:
         lines.extend(stall_lines(cause.waiting, indent="  "))
-    lines.extend(_dumped_lines(replay, cause.rank, indent="  "))
     if cause.left_out is not None:
         lines.append(terminal_text(f"  {cause.left_out_text()}"))
     if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):

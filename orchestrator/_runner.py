@@ -39,7 +39,6 @@ from events import (
     Event,
     EventLog,
     ExceptionInfo,
-    JsonlLog,
     JsonValue,
     Outcome,
     RankIdentity,
@@ -368,16 +367,7 @@ class _Run:
         self.trace_id = runner.trace_id
         self.limiter = anyio.CapacityLimiter(runner.max_threads)
         self.threads = StepThreads(self.limiter)
-        self.watchdog = Watchdog(
-            self.threads,
-            runner.stall_s,
-            self.record_stall,
-            runner.redactor,
-            # Beside a log file: rank-N.stacks, for a hang that holds the GIL.
-            dump_path=(
-                self.log.path.with_suffix(".stacks") if isinstance(self.log, JsonlLog) else None
-            ),
-        )
+        self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}

@@ -14,29 +14,16 @@ the threshold while it stays in flight:
 
 A healthy step costs nothing: the watchdog wakes once per threshold, or
 earlier for a step that is due, and looks at a dictionary.
-
-When even the watchdog cannot run (a C call holding the GIL), Python can
-still write every thread's stack from a C thread of :mod:`faulthandler`:
-given a ``dump_path`` (the rank log's ``rank-N.stacks``), the watchdog arms
-:func:`faulthandler.dump_traceback_later` for three thresholds each time it
-wakes, so a dump is written only when it has not woken for that long; the
-reader of the run takes the file as part of the rank's record. The timer is
-one per process: of runs watched at once in one process, the latest one
-started has it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -79,9 +66,6 @@ class Watchdog:
         threshold_s: the stall threshold, or ``None`` for no watching.
         record: appends a stall to the run's log.
         redactor: for the captured stacks.
-        dump_path: where :mod:`faulthandler` writes the stacks when the
-            watchdog itself cannot run (see the module docstring); ``None``
-            for nowhere. Removed at :meth:`stop` if nothing was written.
     """
 
     def __init__(
@@ -90,7 +74,6 @@ class Watchdog:
         threshold_s: float | None,
         record: Record,
         redactor: Redactor,
-        dump_path: Path | None = None,
     ) -> None:
         self._threads = threads
         self._threshold_ns = None if threshold_s is None else int(threshold_s * 1e9)
@@ -103,8 +86,6 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
         self._loop_token: object | None = None
-        self._dump_path = dump_path
-        self._dump: BinaryIO | None = None
 
     # --- the run's side (its event loop's thread) ------------------------------------------
 
@@ -116,9 +97,6 @@ class Watchdog:
         self._loop_token = anyio.lowlevel.current_token()
         if self._threshold_ns is None:
             return
-        if self._dump_path is not None:
-            with contextlib.suppress(OSError):
-                self._dump = self._dump_path.open("ab")
         self._thread = threading.Thread(target=self._watch, name="startup watchdog", daemon=True)
         self._thread.start()
 
@@ -129,15 +107,6 @@ class Watchdog:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
-        dump, self._dump = self._dump, None
-        if dump is not None:
-            faulthandler.cancel_dump_traceback_later()
-            with contextlib.suppress(OSError):
-                # faulthandler writes to the descriptor, past the file object.
-                empty = os.fstat(dump.fileno()).st_size == 0
-                dump.close()
-                if empty and self._dump_path is not None:
-                    self._dump_path.unlink()
 
     def started(self, step: str, span_id: str, parent: str, code: CodeType | None) -> None:
         now = time.monotonic_ns()
@@ -163,13 +132,6 @@ class Watchdog:
     def _watch(self) -> None:
         assert self._threshold_ns is not None
         while not self._stopped.is_set():
-            dump = self._dump
-            if dump is not None:
-                # Written only if this loop has not come round for that long.
-                with contextlib.suppress(ValueError, OSError):
-                    faulthandler.dump_traceback_later(
-                        3 * self._threshold_ns / 1e9, repeat=False, file=dump
-                    )
             now = time.monotonic_ns()
             with self._lock:
                 due = [f for f in self._in_flight.values() if f.due_ns <= now]

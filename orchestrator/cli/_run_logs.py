@@ -13,7 +13,7 @@ from events import EventsError
 from ._errors import InputError, UsageError
 
 if TYPE_CHECKING:
-    from events import LaunchRecord, LogContents, ThreadStack
+    from events import LaunchRecord, LogContents
 
 __all__ = ["DEFAULT_RUNS", "RunLogs", "log_files", "rank_of_file", "read_run"]
 
@@ -220,33 +220,13 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
     if not contents and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
     running = frozenset(_still_running(contents, launch))
-    dumped = {rank: stacks for rank, (file, _) in read_from.items() if (stacks := _dumped(file))}
-    if running or dumped:
+    if running:
         import attrs
 
         from events import LaunchRecord
 
-        launch = attrs.evolve(launch or LaunchRecord(), running=running, dumped=dumped)
+        launch = attrs.evolve(launch or LaunchRecord(), running=running)
     return RunLogs(contents=contents, launch=launch)
-
-
-#: Bytes read of the end of a rank's ``rank-N.stacks``, where its last
-#: dump is: many dumps of a thousand threads each are not worth reading.
-_DUMP_BYTES = 1 << 20
-
-
-def _dumped(log: Path) -> tuple[ThreadStack, ...]:
-    """The stacks a rank's process dumped beside its log (``rank-N.stacks``,
-    written by faulthandler when even its watchdog could not run), if any."""
-    from events import ThreadStack
-
-    try:
-        with log.with_suffix(".stacks").open("rb") as dump:
-            dump.seek(max(0, dump.seek(0, 2) - _DUMP_BYTES))
-            text = dump.read(_DUMP_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ()
-    return ThreadStack.parse_dump(text)
 
 
 def _still_running(contents: Sequence[LogContents], launch: LaunchRecord | None) -> Iterator[int]:

@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 import events
-from events import ExceptionInfo, FrameInfo, Redactor, ThreadStack
-from events._exception_info import MAX_DUMPED_THREADS, MAX_FRAMES
+from events import ExceptionInfo, FrameInfo, Redactor
 
 #: No secrets: the cases below must not depend on the test machine's environment.
 PLAIN = Redactor()
@@ -464,48 +463,3 @@ def test_format_of_groups_and_truncation() -> None:
     looped.__cause__ = looped
     assert capture(looped).format() == "ValueError: loop\n  ... (exception chain truncated)\n"
     assert capture(KeyboardInterrupt()).format() == "KeyboardInterrupt\n"
-
-
-DUMP = """Timeout (0:00:30)!
-Thread 0x00007f5e2d7fe640 (most recent call first):
-  File "/srv/old.py", line 1 in earlier
-
-Timeout (0:00:30)!
-Thread 0x00007f5e2d7fe640 (most recent call first):
-  File "/usr/lib/python3.11/threading.py", line 327 in wait
-  File "/srv/fabric.py", line 42 in wait_for_fabric
-  File "/srv/probe.py", line 7 in probe
-  <no Python frame>
-
-Current thread 0x00007f5e31a1b740 (most recent call first):
-  File "/srv/main.py", line 3 in <module>
-garbage \x1b[31m that is no frame
-"""
-
-
-def test_a_faulthandler_dump_is_read_as_its_last_dumps_threads() -> None:
-    first, current = ThreadStack.parse_dump(DUMP)
-    assert first.thread == "0x00007f5e2d7fe640"
-    # Outermost first, as a captured stack; the dump lists innermost first.
-    assert [f.name for f in first.frames] == ["probe", "wait_for_fabric", "wait"]
-    where = FrameInfo(filename="/srv/fabric.py", lineno=42, name="wait_for_fabric")
-    assert first.waiting_in == where
-    assert [f.name for f in current.frames] == ["<module>"]
-
-
-def test_a_dump_is_bounded_and_redacted() -> None:
-    threads = "".join(
-        f'Thread 0x{n:016x} (most recent call first):\n  File "/srv/a.py", line 1 in f\n'
-        for n in range(1000)
-    )
-    assert len(ThreadStack.parse_dump("Timeout (0:00:30)!\n" + threads)) == MAX_DUMPED_THREADS
-    deep = "".join(f'  File "/srv/a.py", line {n} in f{n}\n' for n in range(10_000))
-    (thread,) = ThreadStack.parse_dump(f"Thread 0x1 (most recent call first):\n{deep}")
-    assert len(thread.frames) <= MAX_FRAMES
-    assert thread.innermost is not None
-    assert thread.innermost.name == "f0"  # innermost kept
-    secret = 'Thread 0x1 (most recent call first):\n  File "/srv/wJalrXUtnFEMI/a.py", line 1 in f\n'
-    redactor = Redactor.from_environment({"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI"})
-    (redacted,) = ThreadStack.parse_dump(secret, redactor=redactor)
-    assert "wJalrXUtnFEMI" not in redacted.frames[0].filename
-    assert ThreadStack.parse_dump("") == ()

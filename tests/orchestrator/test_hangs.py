@@ -35,7 +35,6 @@ from events import (
 )
 from orchestrator import Graph, Step, StepContext
 
-from .cli.harness import poll_file, run_cli
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
 pytestmark = pytest.mark.anyio
@@ -300,68 +299,3 @@ def test_a_probe_that_never_returns_does_not_keep_the_process_alive(
     assert [s.why for s in stalls][-1] is StallReason.TIMED_OUT
     assert StallReason.STALLED in [s.why for s in stalls]
     assert {waits_in(stall) for stall in stalls} == {"wait_for_the_fabric"}
-
-
-# --- a hang that holds the GIL ----------------------------------------------------------
-
-#: A probe stuck in a C call that never gives the GIL back: not even the
-#: watchdog thread can run, only faulthandler's C thread.
-GIL_SCRIPT = textwrap.dedent(
-    """
-    import ctypes
-    import sys
-    from pathlib import Path
-
-    import anyio
-
-    import orchestrator
-    from events import JsonlLog
-    from orchestrator import Graph, Step
-
-    def hold_the_gil():
-        ctypes.PyDLL(None).sleep(600)  # PyDLL: the call keeps the GIL
-
-    def probe(ctx):
-        hold_the_gil()
-
-    async def main():
-        where = Path(sys.argv[1])
-        with JsonlLog(where / "rank-0.jsonl", run_id="gil", rank=0) as log:
-            await orchestrator.run(Graph("g", [Step(name="driver", body=probe)]), log, stall_s=0.1)
-
-    anyio.run(main)
-    """
-)
-
-
-def test_a_hang_holding_the_gil_is_dumped_beside_the_log_and_replayed(tmp_path: Path) -> None:
-    script = tmp_path / "gil.py"
-    script.write_text(GIL_SCRIPT, encoding="utf-8")
-    dump = tmp_path / "rank-0.stacks"
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)], stderr=subprocess.DEVNULL
-    )
-    try:
-        poll_file(
-            lambda: dump.read_text(encoding="utf-8") if dump.exists() else "",
-            lambda text: "in hold_the_gil" in text,
-            alive=lambda: process.poll() is None,
-            deadline_s=DEADLINE_S,
-            what="the process dumping its stacks",
-        )
-    finally:
-        process.kill()
-        process.wait()
-
-    replayed = run_cli("replay", str(tmp_path), cwd=tmp_path)
-    assert replayed.lines()[1].startswith("Root cause: rank 0, step driver: the process died")
-    assert (
-        "  its process stopped answering even its watchdog (a call holding the GIL); "
-        "the stacks it dumped then (rank-N.stacks):"
-    ) in replayed.lines()
-    assert "hold_the_gil (" in replayed.stdout
-    document = run_cli("replay", "--json", str(tmp_path), cwd=tmp_path).json()
-    names = [
-        frame["name"] for thread in document["root_cause"]["dumped"] for frame in thread["frames"]
-    ]
-    assert names[:2] == ["hold_the_gil", "probe"]
