@@ -204,7 +204,7 @@ def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
     return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
 
 
-def alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -> int:
+def _alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -> int:
     """Until when a rank's steps in flight ran, on its monotonic clock: when
     its process was seen to end, for a rank whose log has no end and whose
     launcher saw it die; else its last sign of life (its last event)."""
@@ -226,7 +226,7 @@ def _tree_lines(
         parent = node.parent_span_id if node.parent_span_id in known else root_span
         children.setdefault(parent, []).append(node)
     lines: list[str] = []
-    last_mono = alive_until_mono_ns(events, launch) if events else 0
+    last_mono = _alive_until_mono_ns(events, launch) if events else 0
 
     def walk(parent: str | None, prefix: str) -> None:
         kids = children.get(parent, [])
@@ -295,7 +295,7 @@ def blame_text(
         if rank is not None and r != rank:
             continue
         nodes, _, _ = _nodes(rank_events)
-        last_mono = alive_until_mono_ns(rank_events, launch)
+        last_mono = _alive_until_mono_ns(rank_events, launch)
         for node in nodes:
             end = node.end.mono_ns if node.end is not None else last_mono
             duration = end - node.start_mono
@@ -324,7 +324,7 @@ def critical_path_text(
         return "no events\n"
 
     def total(rank_events: list[Event]) -> int:
-        return alive_until_mono_ns(rank_events, launch) - rank_events[0].mono_ns
+        return _alive_until_mono_ns(rank_events, launch) - rank_events[0].mono_ns
 
     chosen = max(by_rank, key=lambda r: total(by_rank[r]))
     rank_events = by_rank[chosen]
@@ -332,7 +332,7 @@ def critical_path_text(
     origin = started.mono_ns if started is not None else rank_events[0].mono_ns
     top = {n.step: n for n in nodes if started is None or n.parent_span_id == started.span_id}
 
-    alive_until = alive_until_mono_ns(rank_events, launch)
+    alive_until = _alive_until_mono_ns(rank_events, launch)
 
     def end_of(node: _Node) -> int:
         return node.end.mono_ns if node.end is not None else alive_until

@@ -169,6 +169,8 @@ class RunWatcher:
         self.launched_ns: int | None = None
         #: rank -> where its steps in flight were last seen waiting
         self.waiting: dict[int, dict[str, StepStalled]] = {}
+        self._manifest: Manifest | None = None
+        self._manifest_key: tuple[int, int, int] | None = None
 
     def poll(self) -> list[Event]:
         """Read what was appended since the last poll; return the new events."""
@@ -221,15 +223,23 @@ class RunWatcher:
         return new
 
     def _read_manifest(self) -> Manifest | None:
-        """The manifest as it is now (rewritten as ranks end), or ``None``."""
-        if not (self.run_dir / "manifest.json").is_file():
+        """The manifest as it is now (rewritten atomically as ranks end), or
+        ``None``; read again only when the file was replaced."""
+        try:
+            info = (self.run_dir / "manifest.json").stat()
+        except OSError:
             return None
+        key = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if key == self._manifest_key:
+            return self._manifest
         from .._run_directory import RunDirectoryError, read_manifest
 
         try:
-            return read_manifest(self.run_dir)
+            manifest = read_manifest(self.run_dir)
         except RunDirectoryError:
             return None  # being written, or not ours: the logs still say
+        self._manifest_key, self._manifest = key, manifest
+        return manifest
 
     def is_run_directory(self) -> bool:
         """Whether the directory holds a run yet (a claim, a manifest or a log)."""

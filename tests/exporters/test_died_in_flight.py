@@ -11,6 +11,7 @@ from exporters import (
     critical_path_text,
     explain_text,
     report_html,
+    run_differences,
     spans_from_events,
 )
 
@@ -64,3 +65,18 @@ def test_the_dead_ranks_spans_and_report_lane_end_at_its_death() -> None:
     # The page's time axis runs to the death, and the step's bar with it.
     assert 'style="left:0.00%;width:100.00%"' in step
     assert "duration &gt;= 30.00 s" in step
+
+
+def test_diff_counts_no_stall_message_as_a_difference() -> None:
+    def document(where: str) -> dict[str, object]:
+        stalled = {
+            "severity": "info",
+            "code": "step.stalled",
+            "ranks": [0],
+            "text": f"Step process_group is still running after 10.0 s, waiting in {where}.",
+        }
+        return {"outcome": "ready", "messages": [stalled], "root_cause": None}
+
+    assert run_differences(document("impl (library.py:505)"), document("inner (_ops.py:150)")) == []
+    failed = document("impl (library.py:505)") | {"outcome": "failed"}
+    assert run_differences(document("x (y.py:1)"), failed) == ["outcome: ready -> failed"]

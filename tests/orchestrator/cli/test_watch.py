@@ -318,7 +318,8 @@ def test_every_rank_in_one_step_together_is_that_step_being_slow_said_once(
 def test_a_rank_behind_its_peers_is_stalled_and_named_where_it_waits(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     behind, ahead = _ranks_in("attention", 2, ago_s=30)
-    behind.stalled("attention", 20.0)  # where it waits: not progress
+    behind.advance(20 * 10**9)
+    behind.stalled("attention", 20.0)  # 10 s ago, where it waits: not progress
     ahead.succeeded("attention")
     ahead.advance(30 * 10**9 - 2 * 10**6)  # its last progress: now
     ahead.started("allreduce_workspace")
