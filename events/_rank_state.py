@@ -211,7 +211,7 @@ class RankState:
                 wall_ns=self.last_wall_ns,
                 seq=self.last_seq,
                 in_flight=in_flight,
-                waiting=self.stalls.get(step) if step is not None else None,
+                waiting=_waiting(self, step, in_flight),
             )
         step = tracking.failed_step or _one_step(in_flight, self.last_step)
         return RootCause(
@@ -222,8 +222,17 @@ class RankState:
             wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
             seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
             in_flight=in_flight,
-            waiting=self.stalls.get(step) if step is not None else None,
+            waiting=_waiting(self, step, in_flight),
         )
+
+
+def _waiting(state: RankState, step: str | None, in_flight: tuple[str, ...]) -> StepStalled | None:
+    """Where a stopped rank's step was last seen waiting; with several in
+    flight, the one that had waited longest when last seen."""
+    if step is not None:
+        return state.stalls.get(step)
+    seen = [state.stalls[s] for s in in_flight if s in state.stalls]
+    return max(seen, key=lambda stall: stall.elapsed_ns, default=None)
 
 
 def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:

@@ -141,13 +141,15 @@ _RANKS_DESCRIBED = 8
 _JSON_CHAIN_LINKS = 32
 
 
-def stall_lines(stall: StepStalled, *, indent: str) -> list[str]:
+def stall_lines(stall: StepStalled, *, indent: str, name_step: bool = False) -> list[str]:
     """Where a stuck step waited, then each of its threads' innermost frames
-    (innermost first), for the text views."""
+    (innermost first), for the text views; ``name_step`` starts with the
+    step (for a rank that had several in flight)."""
     summary = stall.summary()
     if not summary:
         return []
-    lines = [terminal_text(f"{indent}{summary}")]
+    named = f"{stall.step}: " if name_step else ""
+    lines = [terminal_text(f"{indent}{named}{summary}")]
     for thread in stall.threads:
         lines.append(terminal_text(f"{indent}  thread {thread.thread!r}, innermost first:"))
         lines.extend(terminal_text(f"{indent}    {line}") for line in thread.format())
@@ -465,7 +467,9 @@ def _root_cause_lines(replay: Replay) -> list[str]:
     else:
         lines = [f"Root cause: {where}: {cause.outcome.value}, no exception recorded"]
     if cause.waiting is not None:
-        lines.extend(stall_lines(cause.waiting, indent="  "))
+        lines.extend(
+            stall_lines(cause.waiting, indent="  ", name_step=cause.waiting.step != cause.step)
+        )
     if cause.left_out is not None:
         lines.append(terminal_text(f"  {cause.left_out_text()}"))
     if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):

@@ -4,13 +4,14 @@ process end, not to the rank's last event."""
 
 from __future__ import annotations
 
-from events import LaunchRecord, RankProcess, replay
+from events import FrameInfo, LaunchRecord, RankProcess, RunOutcome, StallReason, replay
 from events.testing import EventStream
 from exporters import (
     blame_text,
     critical_path_text,
     explain_text,
     report_html,
+    report_text,
     run_differences,
     spans_from_events,
 )
@@ -80,3 +81,26 @@ def test_diff_counts_no_stall_message_as_a_difference() -> None:
     assert run_differences(document("impl (library.py:505)"), document("inner (_ops.py:150)")) == []
     failed = document("impl (library.py:505)") | {"outcome": "failed"}
     assert run_differences(document("x (y.py:1)"), failed) == ["outcome: ready -> failed"]
+
+
+def test_a_rank_stopped_in_several_steps_shows_where_the_longest_waiting_one_was() -> None:
+    stream = EventStream(run_id="stopped", rank=0, tick_ns=1_000_000)
+    stream.run_started()
+    stream.started("attention")
+    stream.started("agree")
+    stream.stalled("agree", 0.5, waiting_in=FrameInfo(filename="store.py", lineno=9, name="get"))
+    stream.stalled("attention", 3.0, why=StallReason.ABANDONED)
+    stream.cancelled("attention")
+    stream.cancelled("agree")
+    events = stream.run_finished(RunOutcome.INTERRUPTED)
+
+    state = replay(events)
+    cause = state.root_cause
+    assert cause is not None
+    assert cause.step is None
+    assert cause.waiting is not None
+    assert cause.waiting.step == "attention"
+    text = report_text(state)
+    # The step is named: the root cause itself names none of the two.
+    assert "  attention: waiting in wait_for_fabric (fabric.py:42) after 3.0 s, abandoned" in text
+    assert "2 steps were in flight: attention, agree" in text
