@@ -21,20 +21,17 @@ encoders per event class, for speed: one whose record only orjson sees
 ``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
 the bytes written are those :func:`encode` gives.
 
-A class whose fields hold records of the class itself (an
-:class:`ExceptionInfo` and its ``cause``, ``context`` and group members) is
-encoded, decoded and checked from the leaves up with an explicit stack, one
-record at a time, never by recursion: a log written by another program may
-nest such records thousands deep. JSON nested deeper than orjson goes (it
-writes 254 levels and reads 1,024) is written in pieces orjson splices
-together, and read by a small iterative parser of this module that leaves
-every string and number to orjson, so such a line reads as any other.
+An exception record read from a log is cut to :data:`MAX_CHAIN` linked
+records (its ``cause``, ``context`` and group members, all told) before it
+is decoded, the record where it was cut marked ``truncated``, as capture
+cuts a live chain: a log written by another program may nest records as
+deep as orjson reads (1,024 levels; a deeper line is not valid JSON to this
+module), and what is decoded stays small enough to walk by recursion.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import reprlib
 import types
 import typing
@@ -46,7 +43,7 @@ import orjson
 
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
-from ._exception_info import ExceptionInfo, FrameInfo, ThreadStack
+from ._exception_info import MAX_CHAIN, ExceptionInfo, FrameInfo, ThreadStack
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity
 from ._type_names import public_type_names
 
@@ -255,25 +252,60 @@ def _enum(cls: type[enum.Enum]) -> _Check:
     return check_enum
 
 
-def _nested(cls: type[Any]) -> _Check:
+def _nested(cls: type[Any], *, cap: bool) -> _Check:
+    """The check of a nested record; with ``cap``, of an exception record
+    entered from outside (:func:`_capped` first)."""
+
     def check_nested(value: Any, path: str) -> Any:
         if type(value) is not dict:
             raise _fail(path, "an object", value)
-        return _load(cls, value, path + ".")
+        return _load(cls, _capped(value) if cap else value, path + ".")
 
     return check_nested
 
 
-def _built(cls: type[Any]) -> _Check:
-    """The check of a field holding a record of its own class: the tree walk
-    (:func:`_load`) has built that record already and put it in place."""
+def _capped(record: Any) -> Any:
+    """``record`` (an exception record's JSON) with at most
+    :data:`MAX_CHAIN` linked records, links past the bound dropped and the
+    record they were dropped from marked ``truncated``; ``record`` itself when
+    it is within the bound. Anything that is not a record is left for the
+    checks to refuse."""
+    budget = MAX_CHAIN
 
-    def check_built(value: Any, path: str) -> Any:
-        if type(value) is not cls:
-            raise _fail(path, "an object", value)
-        return value
+    def cut(node: dict[str, Any]) -> dict[str, Any]:
+        nonlocal budget
+        budget -= 1
+        copy: dict[str, Any] | None = None
+        for name in ("cause", "context", "exceptions"):
+            value: Any = node.get(name)
+            many = type(value) is list
+            if not many and type(value) is not dict:
+                continue
+            kept: list[Any] = []
+            changed = short = False
+            for item in value if many else (value,):
+                if type(item) is not dict:
+                    kept.append(item)
+                elif budget <= 0:
+                    short = True
+                    break
+                else:
+                    kept.append(cut(item))
+                    changed = changed or kept[-1] is not item
+            if not (changed or short):
+                continue
+            copy = copy if copy is not None else dict(node)
+            if many:
+                copy[name] = kept
+            elif kept:
+                copy[name] = kept[0]
+            else:
+                del copy[name]
+            if short:
+                copy["truncated"] = True
+        return node if copy is None else copy
 
-    return check_built
+    return cut(record) if type(record) is dict else record
 
 
 def _check_for(tp: Any, own: type[Any] | None = None) -> _Check:
@@ -297,194 +329,16 @@ def _check_for(tp: Any, own: type[Any] | None = None) -> _Check:
         case ("json_mapping",):
             return _check_json_object
         case ("record", record_cls):
-            if own is not None and record_cls is own:
-                return _built(own)
-            return _nested(record_cls)
+            return _nested(record_cls, cap=record_cls is ExceptionInfo and record_cls is not own)
     raise AssertionError(shape)  # pragma: no cover - _shape covers every case
-
-
-#: For each field of a class that holds records of that same class: its name
-#: and whether it holds a tuple of them (else one record or None).
-_Links = tuple[tuple[str, bool], ...]
-
-
-def _self_links(cls: type[Any]) -> _Links:
-    """The fields of ``cls`` through which its records nest."""
-    hints = typing.get_type_hints(cls)
-    links: list[tuple[str, bool]] = []
-    for field in attrs.fields(cls):
-        shape = _shape(hints[field.name])
-        if shape[0] == "optional":
-            shape = _shape(shape[1])
-        if shape == ("record", cls):
-            links.append((field.name, False))
-        elif shape[0] == "tuple" and _shape(shape[1]) == ("record", cls):
-            links.append((field.name, True))
-    return tuple(links)
-
-
-def _post_order(
-    root: Any, children: Callable[[Any], list[Any]], build: Callable[[Any, dict[int, Any]], Any]
-) -> Any:
-    """What ``build`` makes of ``root``, built from the leaves up with an
-    explicit stack instead of recursion.
-
-    ``build(node, built)`` is called once per distinct node (by identity),
-    after every node of ``children(node)``; ``built`` maps ``id(child)`` to
-    what was made of it. Returns what was made of ``root``.
-
-    Raises:
-        ValueError: the nodes link back to one of their ancestors.
-    """
-    built: dict[int, Any] = {}
-    expanded: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        key = id(node)
-        if key in built:
-            stack.pop()
-            continue
-        waiting = [child for child in children(node) if id(child) not in built]
-        if waiting:
-            # Everything pushed above a node is built before the node is
-            # looked at again, unless a descendant leads back to it.
-            if key in expanded:
-                raise ValueError("the records link back to one of their ancestors")
-            expanded.add(key)
-            stack += waiting
-            continue
-        stack.pop()
-        built[key] = build(node, built)
-    return built[id(root)]
-
-
-def _record_children(links: _Links) -> Callable[[Any], list[Any]]:
-    """The nested records (dicts) of a record of a class with ``links``."""
-
-    def children(record: Any) -> list[Any]:
-        found: list[Any] = []
-        if type(record) is not dict:
-            return found
-        for name, many in links:
-            value = record.get(name)
-            if many:
-                if type(value) is list:
-                    found += [item for item in value if type(item) is dict]
-            elif type(value) is dict:
-                found.append(value)
-        return found
-
-    return children
-
-
-class _ReadyMade(Exception):
-    """A link of a record holds a ready-made instance instead of JSON (a
-    record from a caller rather than a log): refused like any wrong value.
-
-    Attributes:
-        segment: the field (and index) holding it, as a path segment.
-        value: the instance.
-    """
-
-    def __init__(self, segment: str, value: Any) -> None:
-        self.segment = segment
-        self.value = value
-
-
-def _with_built_links(
-    cls: type[Any], links: _Links, record: dict[str, Any], built: dict[int, Any]
-) -> dict[str, Any]:
-    """A copy of ``record`` whose nested records are replaced by what was
-    built of them, or ``record`` itself if it has none.
-
-    Raises:
-        _ReadyMade: a link holds an instance of ``cls`` already.
-    """
-    copy: dict[str, Any] | None = None
-    for name, many in links:
-        value = record.get(name)
-        if many:
-            if type(value) is not list or not value:
-                continue
-            for index, item in enumerate(value):
-                if type(item) is cls:
-                    raise _ReadyMade(f"{name}[{index}]", item)
-            if any(type(item) is dict for item in value):
-                copy = copy or dict(record)
-                copy[name] = [built[id(item)] if type(item) is dict else item for item in value]
-        elif type(value) is dict:
-            copy = copy or dict(record)
-            copy[name] = built[id(value)]
-        elif type(value) is cls:
-            raise _ReadyMade(name, value)
-    return record if copy is None else copy
 
 
 def _load(cls: type[Any], record: dict[str, Any], prefix: str) -> Any:
     """Check ``record`` precisely and build the instance of ``cls``, or raise
     the :class:`DecodeError` naming the field at fault (its path starting
     with ``prefix``). The caller's dict is left as it was."""
-    checks = _CHECKS[cls]
-    links = checks.links
-    if not links:
-        # load() writes checked values back into the dict it is given.
-        return checks.load(dict(record), prefix)
-    parents: dict[int, tuple[Any, str]] = {}
-    nested = _record_children(links)
-
-    def children(node: Any) -> list[Any]:
-        for name, many in links:
-            value = node.get(name)
-            if many and type(value) is list:
-                for index, item in enumerate(value):
-                    if type(item) is dict:
-                        parents.setdefault(id(item), (node, f"{name}[{index}]"))
-            elif not many and type(value) is dict:
-                parents.setdefault(id(value), (node, name))
-        return nested(node)
-
-    def build(node: dict[str, Any], built: dict[int, Any]) -> Any:
-        try:
-            ready = _with_built_links(cls, links, node, built)
-            # load() writes checked values back: never into the caller's dict.
-            return checks.load(dict(ready) if ready is node else ready, "")
-        except _ReadyMade as refused:
-            where = _path(node, parents, prefix)
-            raise _fail(where + refused.segment, "an object", refused.value) from None
-        except DecodeError:
-            pass
-        # Fail again with the whole path, which only now is worth making.
-        return checks.load(
-            dict(_with_built_links(cls, links, node, built)), _path(node, parents, prefix)
-        )
-
-    try:
-        return _post_order(record, children, build)
-    except ValueError as exc:  # only a dict of the caller's can hold itself
-        where = f" at {prefix.rstrip('.')!r}" if prefix else ""
-        raise DecodeError(f"{cls.__name__} record{where}: {exc}") from None
-
-
-def _path(node: Any, parents: dict[int, tuple[Any, str]], prefix: str) -> str:
-    """The path of ``node`` below the record at ``prefix``, with runs of one
-    link written once with a count (``cause(x9999).``) so that a record
-    nested thousands deep still gets a readable message."""
-    segments: list[str] = []
-    while id(node) in parents:
-        node, segment = parents[id(node)]
-        segments.append(segment)
-    segments.reverse()
-    out: list[str] = []
-    index = 0
-    while index < len(segments):
-        run = index
-        while run < len(segments) and segments[run] == segments[index]:
-            run += 1
-        count = run - index
-        out.append(f"{segments[index]}(x{count})." if count > 3 else f"{segments[index]}." * count)
-        index = run
-    return prefix + "".join(out)
+    # load() writes checked values back into the dict it is given.
+    return _CHECKS[cls].load(dict(record), prefix)
 
 
 def _shape(tp: Any) -> tuple[Any, ...]:
@@ -511,22 +365,15 @@ def _shape(tp: Any) -> tuple[Any, ...]:
 
 
 class _Checks:
-    """The precise checks of one attrs class's fields.
+    """The precise checks of one attrs class's fields."""
 
-    Fields holding records of the class itself (``links``) are checked by
-    :func:`_load`, which builds those records first: here they must hold the
-    built instances.
-    """
-
-    __slots__ = ("checks", "cls", "links", "required")
+    __slots__ = ("checks", "cls", "required")
 
     def __init__(self, cls: type[Any], skip: frozenset[str] = frozenset()) -> None:
         self.cls = cls
-        self.links = _self_links(cls)
         hints = typing.get_type_hints(cls)
         fields = [field for field in attrs.fields(cls) if field.name not in skip]
-        own = cls if self.links else None
-        self.checks = {field.name: _check_for(hints[field.name], own) for field in fields}
+        self.checks = {field.name: _check_for(hints[field.name], cls) for field in fields}
         self.required = frozenset(f.name for f in fields if f.default is attrs.NOTHING)
 
     def load(self, record: dict[str, Any], path: str) -> Any:
@@ -583,13 +430,12 @@ class _Generated:
         self.namespace: dict[str, Any] = {
             "_Irregular": _Irregular,
             "_MISSING": _MISSING,
+            "_capped": _capped,
         }
         self.ids: dict[type[Any], int] = {}
         self.source: list[str] = []
-        # Classes nesting their own records: (ident, class, links).
-        self.trees: list[tuple[int, type[Any], _Links]] = []
-        # The class being generated, while its links are generated as
-        # already-built instances.
+        # The class being generated: its own records nested in it are not
+        # cut again (see _check).
         self._own: type[Any] | None = None
 
     def add(self, cls: type[Any], *, tag: str | None = None) -> None:
@@ -603,20 +449,13 @@ class _Generated:
         fields = attrs.fields(cls)
         skipped = {"schema_version"} if tag is not None else set()
         encoded = [field for field in fields if field.name not in skipped]
-        # A class nesting its own records gets functions for one record
-        # (``encode_N_node``), which leave the nested ones as they are;
-        # compile() puts walks over the whole tree in front of them.
-        links = _self_links(cls)
-        suffix = "_node" if links else ""
-        if links:
-            self.trees.append((ident, cls, links))
-        self._own = cls if links else None
+        self._own = cls
         try:
-            self.source += self._encoder(ident, tag, encoded, hints, suffix, line=False)
-            self.source += self._encoder(ident, tag, encoded, hints, suffix, line=True)
+            self.source += self._encoder(ident, tag, encoded, hints, line=False)
+            self.source += self._encoder(ident, tag, encoded, hints, line=True)
             if tag is not None:
                 self.source += self._sequenced_encoder(ident, tag, encoded, hints)
-            self.source += self._decoder(ident, tag, fields, skipped, hints, suffix)
+            self.source += self._decoder(ident, tag, fields, skipped, hints)
         finally:
             self._own = None
 
@@ -628,15 +467,6 @@ class _Generated:
         code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
         exec(code, self.namespace)
         self.source = []
-        for ident, cls, links in self.trees:
-            namespace = self.namespace
-            namespace[f"encode_{ident}"] = _tree_encoder(namespace[f"encode_{ident}_node"], links)
-            namespace[f"encode_{ident}_line"] = _tree_encoder(
-                namespace[f"encode_{ident}_line_node"], links
-            )
-            namespace[f"decode_{ident}"] = _tree_decoder(
-                cls, namespace[f"decode_{ident}_node"], links
-            )
 
     def encoder(self, cls: type[Any], *, line: bool = False) -> Callable[[Any], dict[str, Any]]:
         """The compiled encoder of ``cls``; with ``line``, the one whose
@@ -665,7 +495,6 @@ class _Generated:
         tag: str | None,
         fields: list[Any],
         hints: dict[str, Any],
-        suffix: str,
         *,
         line: bool,
     ) -> list[str]:
@@ -707,7 +536,7 @@ class _Generated:
                 constant = self._constant(f"omitted_{ident}{mode}_{name}", default)
                 lines.append(f"if value != {constant}:")
             lines.append(f"    record[{name!r}] = {dump}")
-        head = [f"def encode_{ident}{mode}{suffix}(obj):", f"    record = {{{', '.join(literal)}}}"]
+        head = [f"def encode_{ident}{mode}(obj):", f"    record = {{{', '.join(literal)}}}"]
         return [*head, *(f"    {line}" for line in lines), "    return record", ""]
 
     def _sequenced_encoder(
@@ -777,8 +606,6 @@ class _Generated:
                 return (
                     f"({var} if type({var}) is dict else dict({var}))" if line else f"dict({var})"
                 )
-            case ("record", record_cls) if record_cls is self._own:
-                return var  # the tree walk encodes it
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 return f"encode_{ident}{'_line' if line else ''}({var})"
@@ -794,7 +621,6 @@ class _Generated:
         fields: tuple[Any, ...],
         skipped: set[str],
         hints: dict[str, Any],
-        suffix: str,
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
         # A record holds no other keys than the fields (and, for an event,
@@ -842,7 +668,7 @@ class _Generated:
             lines.append(f"obj.{name} = value")
         post_init = getattr(cls, "__attrs_post_init__", None) is not None
         return [
-            f"def decode_{ident}{suffix}(record):",
+            f"def decode_{ident}(record):",
             "    if type(record) is not dict:",
             "        raise _Irregular",
             f"    unread = {unread}",
@@ -914,152 +740,13 @@ class _Generated:
                 ], False
             case ("json_mapping",):
                 return [f"if type({var}) is not dict:", *fail], False
-            case ("record", record_cls) if self._own is not None and record_cls is self._own:
-                # Built already by the tree walk, which put it in place.
-                ident = self.ids[self._own]
-                return [f"if type({var}) is not cls_{ident}:", *fail], False
+            case ("record", record_cls) if record_cls is ExceptionInfo is not self._own:
+                ident = self.ids.setdefault(record_cls, len(self.ids))
+                return [f"{var} = decode_{ident}(_capped({var}))"], True
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 return [f"{var} = decode_{ident}({var})"], True
         raise AssertionError(tp)  # pragma: no cover - _shape covers every case
-
-
-def _tree_encoder(
-    encode_node: Callable[[Any], dict[str, Any]], links: _Links
-) -> Callable[[Any], dict[str, Any]]:
-    """The encoder of a class nesting its own records, from the encoder of
-    one record (which leaves the nested instances in its result)."""
-
-    names = frozenset(name for name, _many in links)
-
-    def children(obj: Any) -> list[Any]:
-        found: list[Any] = []
-        for name, many in links:
-            value = getattr(obj, name)
-            if many:
-                found += value
-            elif value is not None:
-                found.append(value)
-        return found
-
-    def build(obj: Any, built: dict[int, Any]) -> dict[str, Any]:
-        record = encode_node(obj)
-        for name, many in links:
-            value = record.get(name)
-            if value is not None:
-                record[name] = [built[id(item)] for item in value] if many else built[id(value)]
-        return record
-
-    def encode_tree(obj: Any) -> dict[str, Any]:
-        # Records are dicts, so the tree is encoded from the top down: each
-        # record's nested instances are replaced by their records, which are
-        # then done the same way. An instance met twice (shared, or a loop
-        # built by hand) sends the whole tree through the general walk.
-        root = encode_node(obj)
-        if names.isdisjoint(root):
-            return root
-        pending = [root]
-        seen = {id(obj)}
-        while pending:
-            record = pending.pop()
-            for name, many in links:
-                value = record.get(name)
-                if value is None:
-                    continue
-                nested = value if many else (value,)
-                for item in nested:
-                    if id(item) in seen:
-                        encoded: dict[str, Any] = _post_order(obj, children, build)
-                        return encoded
-                    seen.add(id(item))
-                done = [encode_node(item) for item in nested]
-                record[name] = done if many else done[0]
-                pending += done
-        return root
-
-    return encode_tree
-
-
-#: Decoded exception trees kept per class by their JSON text.
-_DECODED_TREES = 256
-
-
-def _tree_decoder(
-    cls: type[Any], decode_node: Callable[[dict[str, Any]], Any], links: _Links
-) -> Callable[[Any], Any]:
-    """The generated-style decoder of a class nesting its own records, from
-    the decoder of one record (which takes the nested ones built): raises
-    :class:`_Irregular` for anything but a well-formed record."""
-    children = _record_children(links)
-
-    def build(record: dict[str, Any], built: dict[int, Any]) -> Any:
-        try:
-            return decode_node(_with_built_links(cls, links, record, built))
-        except _ReadyMade:
-            raise _Irregular from None
-
-    # A run's ranks record the same exception trees (the same failure, the
-    # same frames), so decoded trees are kept by their JSON text, with the
-    # record decoded: a record with the same text that is also equal to it
-    # (a list is not equal to a tuple, which has the same text) decodes to
-    # an equal tree, and the instances are frozen, so sharing one is the
-    # same as building another. Bounded: emptied when full.
-    decoded: dict[bytes, tuple[dict[str, Any], Any]] = {}
-    dumps = orjson.dumps
-
-    def decode_tree(record: Any) -> Any:
-        if type(record) is not dict:
-            raise _Irregular
-        try:
-            key = dumps(record)
-        except TypeError:  # not JSON: the walk says what is wrong
-            return walk(record)
-        found = decoded.get(key)
-        if found is not None and found[0] == record:
-            return found[1]
-        tree = walk(record)
-        if len(decoded) >= _DECODED_TREES:
-            decoded.clear()
-        decoded[key] = (record, tree)
-        return tree
-
-    def walk(record: dict[str, Any]) -> Any:
-        # The usual shape, a chain of single links without group members, is
-        # decoded from its innermost record outwards; any other shape takes
-        # the general walk.
-        spine: list[tuple[dict[str, Any], str | None]] = []
-        seen: set[int] = set()
-        node = record
-        while True:
-            below: str | None = None
-            for name, many in links:
-                value = node.get(name)
-                if value is None:
-                    continue
-                if many:
-                    if value:
-                        return _post_order(record, children, build)
-                elif type(value) is dict:
-                    if below is not None:
-                        return _post_order(record, children, build)
-                    below = name
-                elif type(value) is cls:
-                    raise _Irregular
-            spine.append((node, below))
-            if below is None:
-                break
-            seen.add(id(node))
-            node = node[below]
-            if id(node) in seen:
-                raise _Irregular  # a dict that holds itself
-        built: Any = None
-        for node, name in reversed(spine):
-            if name is not None:
-                node = {**node, name: built}
-            built = decode_node(node)
-        return built
-
-    return decode_tree
 
 
 def _accepts(tp: Any, default: Any) -> bool:
@@ -1107,8 +794,7 @@ _EVENT_LINE_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
 #: The generated encoders of log lines, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: each returns a record only fit to
 #: be handed to orjson at once (it may share the event's dicts and hold enum
-#: members and tuples). If orjson refuses it (nested too deep),
-#: :func:`encode_line` writes it.
+#: members and tuples).
 LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_LINE_ENCODERS
 #: By event class, ``(event, seq) -> (copy, record)``: the copy of the event
 #: with ``seq`` and the line record of that copy, in one pass over the fields
@@ -1119,179 +805,17 @@ _encode_exception_info = _GENERATED.encoder(ExceptionInfo)
 _decode_exception_info = _GENERATED.decoder(ExceptionInfo)
 
 
-# --- JSON nested deeper than orjson goes --------------------------------------------
-#
-# orjson refuses to write objects nested 255 levels deep and to read more
-# than 1,024. Only a log written by another program, or a record built by
-# hand, nests that deep (capture keeps 64 links), so the usual path is
-# orjson's alone and these run only when it refuses.
-
-#: Containers this deep are written by a separate orjson call and spliced in.
-_SPLICE_DEPTH = 128
-_CONTAINERS = (dict, list, tuple)
-
-
-def _dumps(record: Any, option: int = 0) -> bytes:
-    """``orjson.dumps``, also for records nested deeper than it writes."""
-    try:
-        return orjson.dumps(record, option=option)
-    except orjson.JSONEncodeError as refused:
-        try:
-            spliced = _spliced(record)
-        except ValueError:  # a container holds itself: orjson's error says it
-            raise refused from None
-        # A value orjson cannot write at all fails again here, and says so.
-        return orjson.dumps(spliced, option=option)
-
-
-def _spliced(value: Any) -> Any:
-    """``value`` with every container :data:`_SPLICE_DEPTH` levels above its
-    deepest leaf replaced by its own JSON text (an ``orjson.Fragment``), so
-    that no part handed to orjson nests deeper than it writes."""
-    if type(value) not in _CONTAINERS:
-        return value
-
-    def children(node: Any) -> list[Any]:
-        items = node.values() if type(node) is dict else node
-        return [item for item in items if type(item) in _CONTAINERS]
-
-    def build(node: Any, built: dict[int, Any]) -> tuple[Any, int]:
-        height = 0
-
-        def part(item: Any) -> Any:
-            nonlocal height
-            if type(item) not in _CONTAINERS:
-                return item
-            replacement, below = built[id(item)]
-            height = max(height, below)
-            return replacement
-
-        copy: Any
-        if type(node) is dict:
-            copy = {key: part(item) for key, item in node.items()}
-        else:
-            copy = [part(item) for item in node]
-        if height + 1 >= _SPLICE_DEPTH:
-            return orjson.Fragment(orjson.dumps(copy)), 0
-        return copy, height + 1
-
-    spliced, _height = _post_order(value, children, build)
-    return spliced
-
-
 def _loads(line: bytes | str) -> Any:
-    """``orjson.loads``, also for lines nested deeper than it reads.
+    """``orjson.loads``.
 
     Raises:
-        DecodeError: the line is not JSON (with orjson's explanation).
+        DecodeError: the line is not JSON, or nests deeper than orjson
+            reads (with orjson's explanation).
     """
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        refusal = str(exc)
-    try:
-        return _parse_deep(line)
-    except ValueError:
-        pass
-    raise DecodeError(f"not valid JSON: {refusal}")
-
-
-_JSON_SPACE = re.compile(r"[ \t\n\r]+")
-# A string token up to its closing quote; orjson then reads it, escapes,
-# surrogates and control characters included.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
-_JSON_LITERALS = (("true", True), ("false", False), ("null", None))
-
-
-def _parse_deep(line: bytes | str) -> Any:
-    """Parse one JSON text of any nesting depth, without recursion.
-
-    Only the structure (objects, arrays, commas, colons) is parsed here;
-    every string and number is handed to orjson, so values read exactly as
-    orjson reads them.
-
-    Raises:
-        ValueError: the text is not one JSON value (or not UTF-8).
-    """
-    text = line if isinstance(line, str) else bytes(line).decode("utf-8")
-    containers: list[Any] = []
-    keys: list[str] = []
-    position = _skip_space(text, 0)
-    while True:
-        char = text[position : position + 1]
-        value: Any
-        if char in ("{", "["):
-            position = _skip_space(text, position + 1)
-            if text.startswith("}" if char == "{" else "]", position):
-                value = {} if char == "{" else []
-                position += 1
-            elif char == "{":
-                key, position = _json_key(text, position)
-                containers.append({})
-                keys.append(key)
-                continue
-            else:
-                containers.append([])
-                keys.append("")
-                continue
-        else:
-            value, position = _json_scalar(text, position)
-        # The value completes as many containers as are closed after it.
-        while True:
-            position = _skip_space(text, position)
-            if not containers:
-                if position != len(text):
-                    raise ValueError(f"unexpected data at character {position}")
-                return value
-            container = containers[-1]
-            is_object = type(container) is dict
-            if is_object:
-                container[keys[-1]] = value
-            else:
-                container.append(value)
-            char = text[position : position + 1]
-            position += 1
-            if char == ",":
-                position = _skip_space(text, position)
-                if is_object:
-                    keys[-1], position = _json_key(text, position)
-                break
-            if char != ("}" if is_object else "]"):
-                raise ValueError(f"expected ',' or a closing bracket at character {position - 1}")
-            value = containers.pop()
-            keys.pop()
-
-
-def _skip_space(text: str, position: int) -> int:
-    space = _JSON_SPACE.match(text, position)
-    return position if space is None else space.end()
-
-
-def _json_scalar(text: str, position: int) -> tuple[Any, int]:
-    if text.startswith('"', position):
-        token = _JSON_STRING.match(text, position)
-    else:
-        for literal, literal_value in _JSON_LITERALS:
-            if text.startswith(literal, position):
-                return literal_value, position + len(literal)
-        token = _JSON_NUMBER.match(text, position)
-    if token is None:
-        raise ValueError(f"expected a JSON value at character {position}")
-    try:
-        return orjson.loads(token.group()), token.end()
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"{exc} at character {position}") from None
-
-
-def _json_key(text: str, position: int) -> tuple[str, int]:
-    if not text.startswith('"', position):
-        raise ValueError(f"expected a string key at character {position}")
-    key, position = _json_scalar(text, position)
-    position = _skip_space(text, position)
-    if not text.startswith(":", position):
-        raise ValueError(f"expected ':' at character {position}")
-    return key, _skip_space(text, position + 1)
+        raise DecodeError(f"not valid JSON: {exc}") from None
 
 
 # --- public functions ---------------------------------------------------------------
@@ -1304,18 +828,13 @@ def encode_record(event: Event) -> dict[str, Any]:
 
 def encode(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON, without the trailing newline."""
-    return _dumps(_EVENT_ENCODERS[event.TYPE](event))
+    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event))
 
 
 def encode_line(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
     record = _EVENT_LINE_ENCODERS[event.TYPE](event)
-    try:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-    except orjson.JSONEncodeError:
-        pass
-    # Nested deeper than orjson writes (or not JSON at all: _dumps says so).
-    return _dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
@@ -1363,12 +882,13 @@ def decode_exception(record: object) -> ExceptionInfo:
     """
     if type(record) is not dict:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
+    capped: dict[str, Any] = _capped(record)
     try:
-        decoded: ExceptionInfo = _decode_exception_info(record)
+        decoded: ExceptionInfo = _decode_exception_info(capped)
         return decoded
     except (_Irregular, TypeError, ValueError):
         pass
-    info: ExceptionInfo = _load(ExceptionInfo, record, "")
+    info: ExceptionInfo = _load(ExceptionInfo, capped, "")
     return info
 
 

@@ -9,7 +9,6 @@ live exception, its frames or their locals.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
 import traceback
@@ -193,18 +192,15 @@ def _in_stdlib(filename: str) -> bool:
     return _STDLIB.search(filename) is not None
 
 
-# Equality, hashing and repr are written by hand: the ones attrs generates
-# recurse into ``cause``, ``context`` and ``exceptions``, and a log written
-# by another program may hold a chain thousands of links deep. Every
-# operation of this class walks its links with an explicit stack instead.
-@attrs.frozen(kw_only=True, eq=False, repr=False)
+@attrs.frozen(kw_only=True)
 class ExceptionInfo:
     """An exception as data.
 
     Records compare equal when every field is equal, links included, and
-    equal records hash equally. Comparing, hashing, printing, rendering and
-    walking a record never recurse along its links, so a record of any depth
-    (one read from a log this package did not write, say) is safe to use.
+    equal records hash equally. Capture and decoding keep at most
+    :data:`MAX_CHAIN` linked records, marking the record where they cut
+    ``truncated``; comparing, hashing, printing and encoding recurse along
+    the links, so a record built by hand should stay within that bound too.
 
     Attributes:
         type: qualified type name; builtins are bare (``PermissionError``),
@@ -343,73 +339,7 @@ class ExceptionInfo:
             lines.append("  ... (exception chain truncated)\n")
         return "".join(lines)
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        pairs: list[tuple[ExceptionInfo | None, ExceptionInfo | None]] = [(self, other)]
-        while pairs:
-            left, right = pairs.pop()
-            if left is right:
-                continue
-            if (
-                left is None
-                or right is None
-                or left.__class__ is not right.__class__
-                or _fields_of(left) != _fields_of(right)
-                or len(left.exceptions) != len(right.exceptions)
-            ):
-                return False
-            pairs.append((left.cause, right.cause))
-            pairs.append((left.context, right.context))
-            pairs.extend(zip(left.exceptions, right.exceptions, strict=True))
-        return True
 
-    def __hash__(self) -> int:
-        # The records of the tree in a fixed order, each with how many links
-        # it has, describe the tree exactly: equal trees give equal lists.
-        items: list[object] = []
-        pending: list[ExceptionInfo] = [self]
-        while pending:
-            node = pending.pop()
-            items.append(_fields_of(node))
-            items.append((node.cause is None, node.context is None, len(node.exceptions)))
-            pending.extend(reversed(node.exceptions))
-            if node.context is not None:
-                pending.append(node.context)
-            if node.cause is not None:
-                pending.append(node.cause)
-        return hash(tuple(items))
-
-    def __repr__(self) -> str:
-        out: list[str] = []
-        pending: list[str | ExceptionInfo] = [self]
-        while pending:
-            item = pending.pop()
-            if isinstance(item, str):
-                out.append(item)
-                continue
-            pieces: list[str | ExceptionInfo] = [f"{item.__class__.__name__}("]
-            for index, field in enumerate(_FIELD_NAMES):
-                value = getattr(item, field)
-                label = f"{', ' if index else ''}{field}="
-                if field in _LINKS and isinstance(value, ExceptionInfo):
-                    pieces += [label, value]
-                elif field == "exceptions" and value:
-                    pieces.append(label + "(")
-                    for position, member in enumerate(value):
-                        pieces += [", " if position else "", member]
-                    pieces.append(",)" if len(value) == 1 else ")")
-                else:
-                    pieces.append(label + repr(value))
-            pieces.append(")")
-            pending.extend(reversed(pieces))
-        return "".join(out)
-
-
-#: The fields that link one record to others.
-_LINKS = frozenset({"cause", "context", "exceptions"})
-_FIELD_NAMES = tuple(field.name for field in attrs.fields(ExceptionInfo))
-_fields_of = operator.attrgetter(*(name for name in _FIELD_NAMES if name not in _LINKS))
 #: Exception groups nested deeper than this are summarised by format().
 _MAX_GROUP_DEPTH = 10
 

@@ -54,7 +54,10 @@ fields never change meaning; new fields may be added. Schema (version 1)::
                                                        # 32 links: the outermost and
                                                        # the root, the link before
                                                        # the root then carrying
-                                                       # "omitted_links": int
+                                                       # "omitted_links": int; the
+                                                       # innermost recorded link has
+                                                       # "truncated": true when the
+                                                       # record was cut below it
         "waiting": null | {                    # where the step was last seen waiting
           "step": str,                         #   (its latest step.stalled)
           "why": "stalled" | "timed out" | "abandoned",
@@ -208,6 +211,8 @@ def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
     nested: dict[str, Any] | None = None
     for position, link in enumerate(reversed(chain)):
         nested = {"type": link.type, "message": link.message, "cause": nested}
+        if link.truncated:
+            nested["truncated"] = True
         if omitted and position == 1:
             # Between this link and its "cause" (the root), links were left out.
             nested["omitted_links"] = omitted
@@ -420,7 +425,7 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
             lead = "  "
         elif omitted and link is chain[-1]:
             lines.append(f"  ... {omitted:,} more linked exceptions ...")
-            lead = "  at the root: "
+            lead = "  innermost recorded: " if link.truncated else "  at the root: "
         elif previous.cause is link:
             lead = "  caused by "
         else:
@@ -430,6 +435,8 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
             frame = link.frames[-1]
             lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
         previous = link
+    if chain[-1].truncated:
+        lines.append("  ... the chain was cut here when it was recorded")
     return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+import orjson
 
 import events
 from events import Outcome, StepKind
@@ -45,3 +46,24 @@ def numbered(run_id: str, rank: int, count: int) -> list[events.Event]:
         events.StepStarted(run_id=run_id, rank=rank, wall_ns=i, mono_ns=i, step=f"s{i}")
         for i in range(count)
     ]
+
+
+def foreign_chain(depth: int) -> bytes:
+    """The JSON of an exception record ``depth`` links deep along ``cause``
+    (``link 0`` innermost), as another program may write it: deeper than
+    orjson writes, so built as text."""
+
+    def link(index: int) -> bytes:
+        message = f"link {index}"
+        return orjson.dumps(
+            {"type": "RuntimeError", "message": message, "reason": f"RuntimeError: {message}"}
+        )[:-1]
+
+    opening = b"".join(link(index) + b',"cause":' for index in range(depth - 1, 0, -1))
+    return opening + link(0) + b"}" * depth
+
+
+def with_foreign_cause(line: bytes, cause: bytes) -> bytes:
+    """A log line whose ``cause`` is replaced by the JSON ``cause``."""
+    record = orjson.loads(line)
+    return orjson.dumps(record).replace(orjson.dumps(record["cause"]), cause) + b"\n"

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import attrs
 import orjson
 import pytest
 
@@ -468,31 +467,3 @@ def test_shipped_registry_is_the_default() -> None:
     event = events.decode_record(record)
     assert event.wall_ns == 1_500_000_000
     assert event.mono_ns == 1_500_000_000
-
-
-def _outcome_of_decoding(record: dict[str, Any]) -> object:
-    try:
-        return events.decode_record(copy.deepcopy(record))
-    except events.DecodeError as exc:
-        return (type(exc), exc.reason)
-
-
-def test_decoded_exception_trees_are_shared_only_for_equal_records() -> None:
-    from .samples import PERMISSION_DENIED
-
-    frame = events.FrameInfo(filename="probe.py", lineno=3, name="probe", line="import x")
-    cause = attrs.evolve(PERMISSION_DENIED, frames=(frame, frame))
-    event = events.StepFailed(
-        run_id="r", rank=0, seq=0, wall_ns=1, mono_ns=1, step="s", cause=cause
-    )
-    record = events.encode_record(event)
-    tupled = copy.deepcopy(record)
-    tupled["cause"]["frames"] = tuple(tupled["cause"]["frames"])
-    # A record with a tuple where JSON has a list has the same JSON text:
-    # it decodes as it would if the list's tree had never been decoded.
-    before = _outcome_of_decoding(tupled)
-    first = events.decode_record(record)
-    second = events.decode_record(copy.deepcopy(record))
-    assert first == second == event
-    assert second.cause is first.cause  # the same record's tree, shared
-    assert _outcome_of_decoding(tupled) == before

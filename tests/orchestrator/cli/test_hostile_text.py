@@ -1,5 +1,6 @@
 """Hostile text through the real command line (SPEC §7): a cause chain
-10,000 links deep replays, explains, exports and validates; a message full
+500 links deep, written by another program, replays, explains, exports and
+validates cut to the bound capture keeps; a message full
 of control characters and a forged report line reaches the terminal escaped
 and indented, while the log and JSON keep it exactly."""
 
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from events import ExceptionInfo, FrameInfo, JsonlLog, RunOutcome, StepFailed, read_log
+from events import ExceptionInfo, JsonlLog, RunOutcome, StepFailed, read_log
+from events._exception_info import MAX_CHAIN
+from tests.events.samples import foreign_chain, with_foreign_cause
 from tests.orchestrator.engine.streams import RankBuilder
 
 from .harness import Completed, run_cli
 
-DEPTH = 10_000
+DEPTH = 500
 FORGED = "Root cause: none (every rank is ready)"
 #: ESC sequences (colour, clear screen, window title), BEL, a carriage
 #: return, a right-to-left override, and a line that would pass for the
@@ -25,35 +28,27 @@ HOSTILE = f"evil\x1b[31m\x1b[2J\x1b]0;pwned\x07\r\u202e\n{FORGED}"
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def deep_chain() -> ExceptionInfo:
-    node: ExceptionInfo | None = None
-    for index in range(DEPTH):
-        node = ExceptionInfo(
-            type="RuntimeError",
-            message=f"link {index}",
-            reason=f"RuntimeError: link {index}",
-            frames=(FrameInfo(filename="/opt/engine/probe.py", lineno=index + 1, name="probe"),),
-            cause=node,
-        )
-    assert node is not None
-    return node
-
-
 @pytest.fixture(scope="module")
 def deep_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run directory whose one rank failed with a 10,000-link chain, in
-    both its ``step.failed`` and its ``run.finished``, written by the
-    package's own log."""
+    """A run directory whose one rank failed, its ``step.failed`` and its
+    ``run.finished`` rewritten with a 500-link chain as another program
+    might have written them."""
     directory = tmp_path_factory.mktemp("deep") / "run"
     directory.mkdir()
-    cause = deep_chain()
+    cause = ExceptionInfo(type="RuntimeError", message="", reason="RuntimeError")
     builder = RankBuilder(0, world_size=1).run_started()
     builder.started("probe")
     builder.failed("probe", cause)
     builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="probe")
-    with JsonlLog(directory / "rank-0.jsonl", run_id=builder.run_id, rank=0) as log:
+    path = directory / "rank-0.jsonl"
+    with JsonlLog(path, run_id=builder.run_id, rank=0) as log:
         for event in builder.events:
             log.append(event)
+    lines = path.read_bytes().splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if b'"cause"' in line:
+            lines[index] = with_foreign_cause(line, foreign_chain(DEPTH))
+    path.write_bytes(b"".join(lines))
     return directory
 
 
@@ -74,11 +69,15 @@ def test_replay_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     assert_clean(replayed)
     assert replayed.returncode == 1, replayed.describe()[:3000]
     assert replayed.lines()[0].startswith("Startup failed: 1 failed")
-    assert "RuntimeError: link 9999" in replayed.stdout
-    # The outermost links and the root, not 10,000 lines.
-    assert "  ... 9,988 more linked exceptions ..." in replayed.lines()
-    assert "  at the root: RuntimeError: link 0" in replayed.lines()
-    assert len(replayed.lines()) < 100
+    assert "RuntimeError: link 499" in replayed.stdout
+    # The outermost links and the innermost recorded, which says the chain
+    # was cut below it: it is not the root.
+    lines = replayed.lines()
+    assert "  ... 52 more linked exceptions ..." in lines
+    innermost = lines.index(f"  innermost recorded: RuntimeError: link {DEPTH - MAX_CHAIN}")
+    assert lines[innermost + 1] == "  ... the chain was cut here when it was recorded"
+    assert "at the root" not in replayed.stdout
+    assert len(lines) < 100
 
 
 def test_explain_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
@@ -86,9 +85,7 @@ def test_explain_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     assert_clean(explained)
     assert explained.returncode == 0, explained.describe()[:3000]
     tree = next(line for line in explained.lines() if line.startswith("└─ probe: failed: "))
-    assert tree.startswith(
-        "└─ probe: failed: RuntimeError: link 9999 <- RuntimeError: link 9998 <- "
-    )
+    assert tree.startswith("└─ probe: failed: RuntimeError: link 499 <- RuntimeError: link 498 <- ")
 
 
 def test_export_a_deep_chain_to_jaeger(deep_run: Path, tmp_path: Path) -> None:
@@ -98,7 +95,7 @@ def test_export_a_deep_chain_to_jaeger(deep_run: Path, tmp_path: Path) -> None:
     assert exported.returncode == 1, exported.describe()[:3000]
     (trace,) = json.loads(target.read_text(encoding="utf-8"))["data"]
     probe = next(span for span in trace["spans"] if span["operationName"] == "probe")
-    assert len(probe["logs"]) == DEPTH
+    assert len(probe["logs"]) == MAX_CHAIN
 
 
 def test_diff_of_a_deep_chain_with_itself(deep_run: Path, tmp_path: Path) -> None:
@@ -111,17 +108,20 @@ def test_replay_json_of_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     replayed = run_cli("replay", str(deep_run), "--json", cwd=tmp_path)
     assert replayed.returncode == 1, replayed.describe()[:3000]
     exception = replayed.json()["root_cause"]["exception"]
-    assert exception["message"] == "link 9999"
-    # The outermost links and the root, with what was left out in between.
+    assert exception["message"] == "link 499"
+    # The outermost links and the innermost recorded, with what was left out
+    # in between, and where the record was cut.
     depth = 0
     link = exception
     while link["cause"] is not None:
         if "omitted_links" in link:
-            assert link["omitted_links"] == 10_000 - 32
-            assert link["cause"]["message"] == "link 0"
+            assert link["omitted_links"] == MAX_CHAIN - 32
+            assert link["cause"]["message"] == f"link {DEPTH - MAX_CHAIN}"
+        assert "truncated" not in link
         link = link["cause"]
         depth += 1
     assert depth == 31
+    assert link["truncated"] is True
 
 
 # --- control characters and forged lines ---------------------------------------------
