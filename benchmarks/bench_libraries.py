@@ -1,10 +1,10 @@
-"""Our codec and persistent map against the libraries that could replace them.
+"""Our codec against the libraries that could replace it.
 
 Run from the repository root, with the libraries installed in an environment
 of their own (they are not dependencies of the project)::
 
     python3 -m venv /tmp/benchvenv
-    /tmp/benchvenv/bin/pip install attrs orjson cattrs msgspec immutables pyrsistent
+    /tmp/benchvenv/bin/pip install attrs orjson cattrs msgspec
     PYTHONPATH=. /tmp/benchvenv/bin/python benchmarks/bench_libraries.py
     PYTHONPATH=. /tmp/benchvenv/bin/python benchmarks/bench_libraries.py --events 50000 --repeat 9
 
@@ -20,17 +20,12 @@ It prints, side by side in one run, on the events ``bench_events.py`` uses
   ``type``, defaults left out, unknown keys refused) and against msgspec
   (which encodes and converts attrs classes itself, but cannot write our
   records: see the notes it prints);
-* the persistent map, on what the timeline does with it: one ``set`` per
-  event on the newest version (a rank of 40 steps, and one of 10,000), a
-  ``get`` per event, iteration over the values, and a ``set`` on an old
-  version (a fold resumed from a saved state): ``events``' own map against
-  ``immutables.Map`` and ``pyrsistent.pmap``;
-* the guarantees each keeps, probed with small concrete records and maps:
+* the guarantees each keeps, probed with small concrete records:
   the table printed last.
 
 Times are as ``bench_events.py`` takes them: the best of ``--repeat``
 interleaved rounds, the cyclic garbage collector paused, in this process's
-CPU time, per event (per operation for the map).
+CPU time, per event.
 """
 
 from __future__ import annotations
@@ -54,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_events import best_of, realistic_events
 
 import events
-from events._persistent_map import PersistentMap
 
 #: Every attrs class the codec writes, nested ones included.
 RECORD_CLASSES = (events.RankIdentity, events.FrameInfo, events.ExceptionInfo)
@@ -195,74 +189,6 @@ def codec_probes(decode: Decode, sample: events.Event) -> dict[str, str]:
     return results
 
 
-def map_probes(make: Callable[[dict[Any, Any]], Any], setter: str) -> dict[str, str]:
-    """What a persistent map does about the timeline's needs."""
-    results: dict[str, str] = {}
-    keys = [f"step-{index}" for index in range(300)][::-1]
-    built = make({})
-    for key in keys:
-        built = getattr(built, setter)(key, 1)
-    results["iterates in first-insertion order (steps in start order)"] = (
-        "yes" if list(built) == keys else "NO: in its own (hash) order"
-    )
-    small = getattr(make({}), setter)("a", 1)
-    results["equal to a dict with the same items"] = "yes" if small == {"a": 1} else "NO"
-    old = getattr(make({}), setter)("a", 1)
-    getattr(old, setter)("a", 2)
-    results["an update leaves the old version as it was"] = "yes" if old["a"] == 1 else "NO"
-    return results
-
-
-# --- the persistent map -------------------------------------------------------------------
-
-
-def map_runs(
-    name: str, make: Callable[[dict[Any, Any]], Any], setter: str, n: int
-) -> dict[str, tuple[Callable[[], None], int]]:
-    """The timeline's use of a map: runs, each with its number of operations
-    (``n``, except for sets on an old version, which cost our map a copy of
-    the whole map each: ``n // 100`` of those)."""
-    set_ = setter
-    narrow = [f"attention/candidate-{index % 40}" for index in range(n)]
-    wide = [f"attention/candidate-{index}" for index in range(min(n, 10_000))] * (
-        n // min(n, 10_000)
-    )
-    full = make({key: index for index, key in enumerate(narrow[:40])})
-    big = make({key: index for index, key in enumerate(wide[:10_000])})
-
-    def sets(keys: list[str]) -> Callable[[], None]:
-        def run() -> None:
-            current = make({})
-            for index, key in enumerate(keys):
-                current = getattr(current, set_)(key, index)
-
-        return run
-
-    def gets() -> None:
-        get = full.get
-        for key in narrow:
-            get(key)
-
-    def values() -> None:
-        for _ in range(n // 40):
-            for _value in full.values():
-                pass
-
-    def branch() -> None:
-        # A set on a version that is not the newest: a fold resumed from a
-        # saved state, every time.
-        for index, key in enumerate(wide[: n // 100]):
-            getattr(big, set_)(key, index)
-
-    return {
-        f"{name}: set, 40 keys": (sets(narrow), n),
-        f"{name}: set, 10,000 keys": (sets(wide), n),
-        f"{name}: get, 40 keys": (gets, n),
-        f"{name}: iterate the values (per value)": (values, n // 40 * 40),
-        f"{name}: set on an old version of 10,000 keys": (branch, n // 100),
-    }
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="events per run")
@@ -283,22 +209,6 @@ def main(argv: list[str] | None = None) -> None:
             codecs[library] = factory()
         else:
             notes.append(f"{library} is not installed: left out")
-    maps: dict[str, tuple[Callable[[dict[Any, Any]], Any], str]] = {
-        "events (ours)": (PersistentMap, "set")
-    }
-    if available("immutables"):
-        import immutables
-
-        maps["immutables.Map"] = (immutables.Map, "set")
-    else:
-        notes.append("immutables is not installed: left out")
-    if available("pyrsistent"):
-        import pyrsistent
-
-        maps["pyrsistent.pmap"] = (pyrsistent.pmap, "set")
-    else:
-        notes.append("pyrsistent is not installed: left out")
-
     # What each codec makes of our events, before timing it.
     equivalence: dict[str, str] = {}
     for name, (encode, decode) in codecs.items():
@@ -325,16 +235,13 @@ def main(argv: list[str] | None = None) -> None:
         runs[f"encode: {name}"] = lambda encode=encode: _each(encode, sample)
         runs[f"decode: {name}"] = lambda decode=decode: _each(decode, lines)
         operations[f"encode: {name}"] = operations[f"decode: {name}"] = n
-    for name, (make, setter) in maps.items():
-        for label, (run, count) in map_runs(name, make, setter, n).items():
-            runs[label], operations[label] = run, count
     timed = best_of(args.repeat, runs, time.process_time)
     per_op = {name: seconds / operations[name] for name, seconds in timed.items()}
 
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
     versions = ", ".join(
         f"{library} {_version(library)}"
-        for library in ("orjson", "attrs", "cattrs", "msgspec", "immutables", "pyrsistent")
+        for library in ("orjson", "attrs", "cattrs", "msgspec")
         if available(library)
     )
     print(f"libraries: {versions}")
@@ -350,29 +257,11 @@ def main(argv: list[str] | None = None) -> None:
     print("\nwhat each codec makes of our events")
     for name, text in equivalence.items():
         print(f"  {name:<16} {text}")
-    print("\npersistent map, per operation                          us/op   vs ours")
-    for operation in (
-        "set, 40 keys",
-        "set, 10,000 keys",
-        "get, 40 keys",
-        "iterate the values (per value)",
-        "set on an old version of 10,000 keys",
-    ):
-        ours = per_op[f"events (ours): {operation}"]
-        for name in maps:
-            value = per_op[f"{name}: {operation}"]
-            print(f"  {name + ': ' + operation:<52} {value * 1e6:7.3f}  {value / ours:8.3g}x")
-
     print("\nguarantees of the codec (yes: kept; NO: not kept; the message it gave)")
     for name, (_encode, decode) in codecs.items():
         print(f"  [{name}]")
         for label, verdict in codec_probes(decode, unavailable).items():
             print(f"    {label:<52} {verdict}")
-    print("\nguarantees of the map")
-    for name, (make, setter) in maps.items():
-        print(f"  [{name}]")
-        for label, verdict in map_probes(make, setter).items():
-            print(f"    {label:<58} {verdict}")
 
 
 def _each(function: Callable[[Any], object], items: list[Any]) -> None:

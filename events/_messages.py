@@ -270,20 +270,14 @@ class Messages:
         return MessagesState()
 
     def apply(self, state: MessagesState, event: Event) -> MessagesState:
-        """Derive what ``event`` completes; unchanged ranks are shared."""
-        rank = state.ranks.get(event.rank) or RankMessages(rank=event.rank)
-        updated = _Derivation(self._setup, rank, event).run()
-        if updated is rank:
-            return state
-        ranks = dict(state.ranks)
-        ranks[event.rank] = updated
-        return MessagesState(ranks=ranks)
+        """Derive what ``event`` completes (:meth:`apply_many` of one event)."""
+        return self.apply_many(state, (event,))
 
     def apply_many(self, state: MessagesState, events: Iterable[Event]) -> MessagesState:
-        """The state after every event of ``events`` in turn, as :meth:`apply`
-        makes it one event at a time (:func:`events.fold` calls this): each
-        rank's messages are derived by the same code, but the mapping of
-        ranks is built once, not once per event."""
+        """The state after every event of ``events`` in turn: each rank's
+        messages derived event by event, the mapping of ranks built once;
+        unchanged ranks are shared, and ``state`` itself is returned when no
+        rank changed."""
         setup = self._setup
         ranks = dict(state.ranks)
         changed = False
@@ -373,9 +367,7 @@ def step_severity_hook(
     answers as the state right after the step ended.
     """
     projection = Messages(policy, slices=slices)
-    state = projection.initial()
-    for event in events:
-        state = projection.apply(state, event)
+    state = projection.apply_many(projection.initial(), events)
     used = projection.policy
 
     def severity_of(rank: int, step: str, outcome_event: Event) -> Severity | None:

@@ -2,10 +2,11 @@
 
 A *reducer* is a pure function ``(state, event) -> state``; it never mutates
 ``state`` and never does I/O. A *projection* pairs a reducer with its initial
-state. :func:`fold` runs a projection over any stream of events, checking that
-each (run, rank) stream arrives in ``seq`` order; :class:`Composite` runs
-several projections in one pass. The live run and replay use the very same
-projections, which is why they cannot disagree.
+state, and folds a whole stream with the same code (``apply`` is
+``apply_many`` of one event). :func:`fold` runs a projection over any stream
+of events, checking that each (run, rank) stream arrives in ``seq`` order;
+:class:`Composite` runs several projections together. The live run and
+replay use the very same projections, which is why they cannot disagree.
 """
 
 from __future__ import annotations
@@ -32,16 +33,15 @@ class Projection(Protocol[S]):
         ...
 
     def apply(self, state: S, event: Event) -> S:
-        """The state after ``event``; must not modify ``state``."""
+        """The state after ``event``; must not modify ``state``. The same as
+        ``apply_many(state, (event,))``."""
         ...
 
-
-# A projection may also offer ``apply_many(state, events) -> state``: the
-# state after every event of ``events`` in turn, equal to what ``apply`` gives
-# one event at a time. fold() hands it the whole (order-checked) stream, so a
-# projection whose intermediate states nobody sees can build its state once
-# at the end instead of once per event. It is not part of the protocol: a
-# projection without it is folded through ``apply``.
+    def apply_many(self, state: S, events: Iterable[Event]) -> S:
+        """The state after every event of ``events`` in turn (what
+        :func:`fold` calls, with the whole stream); must not modify
+        ``state``. Intermediate states nobody sees need not be built."""
+        ...
 
 
 def fold(
@@ -56,24 +56,14 @@ def fold(
 
     With ``check_order`` every (run, rank) stream in ``events`` must start at
     ``seq`` 0 and go up by one; pass ``check_order=False`` to resume a fold
-    from a saved ``state`` mid-stream. A projection with an ``apply_many``
-    method (see above) is handed the whole stream at once.
+    from a saved ``state`` mid-stream. The projection's ``apply_many`` is
+    handed the whole stream at once.
 
     Raises:
         FoldError: a stream skips, repeats or reorders events.
     """
     current = projection.initial() if state is None else state
-    apply_many: Callable[[S, Iterable[Event]], S] | None = getattr(projection, "apply_many", None)
-    if apply_many is not None:
-        return apply_many(current, _in_order(events) if check_order else events)
-    apply = projection.apply
-    if not check_order:
-        for event in events:
-            current = apply(current, event)
-        return current
-    for event in _in_order(events):
-        current = apply(current, event)
-    return current
+    return projection.apply_many(current, _in_order(events) if check_order else events)
 
 
 def _in_order(events: Iterable[Event]) -> Iterator[Event]:
@@ -104,7 +94,7 @@ def _in_order(events: Iterable[Event]) -> Iterator[Event]:
 
 
 class Composite(Generic[S]):
-    """Several projections folded in one pass.
+    """Several projections folded together.
 
     The state is a mapping from each projection's name to its state::
 
@@ -129,4 +119,10 @@ class Composite(Generic[S]):
 
     def apply(self, state: Mapping[str, Any], event: Event) -> Mapping[str, Any]:
         """Apply ``event`` to every projection; unchanged states are shared."""
-        return {name: p.apply(state[name], event) for name, p in self._projections.items()}
+        return self.apply_many(state, (event,))
+
+    def apply_many(self, state: Mapping[str, Any], events: Iterable[Event]) -> Mapping[str, Any]:
+        """Fold ``events`` through every projection; unchanged states are
+        shared."""
+        stream = events if isinstance(events, list | tuple) else list(events)
+        return {name: p.apply_many(state[name], stream) for name, p in self._projections.items()}

@@ -120,21 +120,16 @@ class RankStates:
         return {}
 
     def apply(self, state: Mapping[int, RankState], event: Event) -> Mapping[int, RankState]:
-        """The state after ``event``; unchanged ranks are shared."""
-        rank = state.get(event.rank) or self.new(event.rank, event.run_id)
-        updated = self.apply_rank(rank, event)
-        if updated is rank:
-            return state
-        ranks = dict(state)
-        ranks[event.rank] = updated
-        return ranks
+        """The state after ``event`` (:meth:`apply_many` of one event)."""
+        return self.apply_many(state, (event,))
 
     def apply_many(
         self, state: Mapping[int, RankState], events: Iterable[Event]
     ) -> Mapping[int, RankState]:
-        """The state after every event of ``events`` in turn, as :meth:`apply`
-        makes it one event at a time (:func:`events.fold` calls this): each
-        rank's state by :meth:`apply_rank`, the mapping of ranks built once."""
+        """The state after every event of ``events`` in turn: each rank's
+        state by :meth:`apply_rank`, the mapping of ranks built once;
+        unchanged ranks are shared, and ``state`` itself is returned when no
+        rank changed."""
         ranks = dict(state)
         changed = False
         number = -1

@@ -1,10 +1,9 @@
 """The timeline projection: when each step of each rank started and ended.
 
-It is the model for every other projection: frozen state, a pure ``apply``
-that returns new state and shares what did not change, and no I/O. The
-ranks and each rank's steps are kept in persistent maps, so recording a step
-costs the same in a rank of ten steps as in one of ten thousand, in a fold
-of one rank as in a merged fold of a thousand.
+It is the model for every other projection: frozen state, one pure fold
+(``apply_many``) that works on plain private dicts and builds the frozen
+state once, at the end, sharing what did not change, and no I/O. ``apply``
+is that fold of one event.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ._builders import builder, replacer
+from ._builders import builder
 from ._model import (
     TERMINAL_STEP_EVENTS,
     Event,
@@ -27,7 +26,6 @@ from ._model import (
     StepUnavailable,
     outcome_of,
 )
-from ._persistent_map import PersistentMap
 
 __all__ = ["RankTimeline", "StepTiming", "Timeline", "TimelineState"]
 
@@ -64,11 +62,7 @@ class StepTiming:
 
 @attrs.frozen(kw_only=True)
 class RankTimeline:
-    """The steps of one rank, in the order they started.
-
-    :class:`Timeline` keeps ``steps`` in a read-only mapping that shares its
-    storage with the rank's earlier states; any mapping may be given.
-    """
+    """The steps of one rank, in the order they started."""
 
     rank: int
     start_wall_ns: int | None = None
@@ -76,14 +70,14 @@ class RankTimeline:
     end_wall_ns: int | None = None
     duration_ns: int | None = None
     outcome: RunOutcome | None = None
-    steps: Mapping[str, StepTiming] = attrs.field(factory=PersistentMap)
+    steps: Mapping[str, StepTiming] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
 class TimelineState:
     """Every rank's timeline, by rank."""
 
-    ranks: Mapping[int, RankTimeline] = attrs.field(factory=PersistentMap)
+    ranks: Mapping[int, RankTimeline] = attrs.field(factory=dict)
 
     def steps(self) -> tuple[StepTiming, ...]:
         """All step timings, by rank then start order."""
@@ -92,9 +86,9 @@ class TimelineState:
         )
 
 
-# apply() runs once per event of every replay: the state it returns is built
-# directly, without attrs' keyword parsing (see events._builders). The
-# argument order is spelled out, so a change to the classes fails at import.
+# A fold builds a timing per step: directly, without attrs' keyword parsing
+# (see events._builders). The argument order is spelled out, so a change to
+# the classes fails at import.
 _timing = builder(
     StepTiming,
     (
@@ -113,7 +107,6 @@ _rank = builder(
     RankTimeline,
     ("rank", "start_wall_ns", "start_mono_ns", "end_wall_ns", "duration_ns", "outcome", "steps"),
 )
-_with_steps = replacer(RankTimeline, "steps")
 _state = builder(TimelineState, ("ranks",))
 
 
@@ -125,56 +118,12 @@ class Timeline:
         return TimelineState()
 
     def apply(self, state: TimelineState, event: Event) -> TimelineState:
-        """Record starts and ends; other events leave the state as it is."""
-        ranks = state.ranks
-        if type(ranks) is not PersistentMap:
-            ranks = PersistentMap(ranks)
-        rank = ranks.get(event.rank)
-        if isinstance(event, StepStarted):
-            timing = _timing(
-                event.rank, event.step, event.kind, event.wall_ns, event.mono_ns,
-                event.depends_on, None, None, None,
-            )  # fmt: skip
-            if rank is None:
-                steps = PersistentMap(((event.step, timing),))
-                rank = _rank(event.rank, None, None, None, None, None, steps)
-            else:
-                rank = _with_steps(rank, _persistent(rank.steps).set(event.step, timing))
-        elif isinstance(event, TERMINAL_STEP_EVENTS):
-            if rank is None:
-                return state
-            steps = _persistent(rank.steps)
-            started = steps.get(event.step)
-            if started is None or started.outcome is not None:
-                return state  # never started, or ended already: terminal states are final
-            timing = _timing(
-                started.rank, started.step, started.kind, started.start_wall_ns,
-                started.start_mono_ns, started.depends_on, event.wall_ns,
-                event.mono_ns - started.start_mono_ns, outcome_of(event),
-            )  # fmt: skip
-            rank = _with_steps(rank, steps.set(event.step, timing))
-        elif isinstance(event, RunStarted):
-            if rank is None:
-                rank = RankTimeline(rank=event.rank)
-            rank = _rank(
-                rank.rank, event.wall_ns, event.mono_ns, rank.end_wall_ns, rank.duration_ns,
-                rank.outcome, rank.steps,
-            )  # fmt: skip
-        elif isinstance(event, RunFinished):
-            if rank is None:
-                rank = RankTimeline(rank=event.rank)
-            start = rank.start_mono_ns
-            rank = _rank(
-                rank.rank, rank.start_wall_ns, start, event.wall_ns,
-                None if start is None else event.mono_ns - start, event.outcome, rank.steps,
-            )  # fmt: skip
-        else:
-            return state
-        return _state(ranks.set(event.rank, rank))
+        """Record a start or an end; other events leave the state as it is
+        (:meth:`apply_many` of one event)."""
+        return self.apply_many(state, (event,))
 
     def apply_many(self, state: TimelineState, events: Iterable[Event]) -> TimelineState:
-        """The state after every event of ``events`` in turn, as :meth:`apply`
-        makes it one event at a time (:func:`events.fold` calls this).
+        """The state after every event of ``events`` in turn.
 
         No intermediate state is built: each rank that changes is worked on
         in plain dicts and lists, and its frozen timeline is built once, at
@@ -249,19 +198,17 @@ class Timeline:
             return state
         merged = dict(ranks)
         for number, (start_wall, start_mono, end_wall, duration, outcome, steps) in working.items():
-            timings = PersistentMap(
-                {
-                    step: _timing(*timing) if type(timing) is tuple else timing
-                    for step, timing in steps.items()
-                }
-            )
+            timings = {
+                step: _timing(*timing) if type(timing) is tuple else timing
+                for step, timing in steps.items()
+            }
             merged[number] = _rank(
                 number, start_wall, start_mono, end_wall, duration, outcome, timings
             )
-        return _state(PersistentMap(merged))
+        return _state(merged)
 
 
-# What apply_many does with an event, by its class: the kind, and for a
+# What the fold does with an event, by its class: the kind, and for a
 # terminal event class whose events all end a step the same way, the outcome.
 _STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
 _KINDS: dict[type[Event], tuple[int, Outcome | None]] = {}
@@ -291,7 +238,3 @@ def _fields(timing: StepTiming) -> tuple[Any, ...]:
         timing.rank, timing.step, timing.kind, timing.start_wall_ns, timing.start_mono_ns,
         timing.depends_on, timing.end_wall_ns, timing.duration_ns, timing.outcome,
     )  # fmt: skip
-
-
-def _persistent(steps: Mapping[str, StepTiming]) -> PersistentMap[str, StepTiming]:
-    return steps if type(steps) is PersistentMap else PersistentMap(steps)

@@ -192,7 +192,6 @@ class RunWatcher:
             if not events:
                 continue
             for event in events:
-                self.state = self._timeline.apply(self.state, event)
                 waiting = self.waiting.setdefault(rank, {})
                 if isinstance(event, StepStalled):
                     waiting[event.step] = event
@@ -213,6 +212,9 @@ class RunWatcher:
                 # A log that so far holds only stalls still says it is alive.
                 self._progress[rank] = (max(0.0, (now_wall - events[0].wall_ns) / 1e9), now)
             new.extend(events)
+        # Each poll's events are folded at once: the ranks' logs are separate
+        # streams, so the order between them does not matter.
+        self.state = self._timeline.apply_many(self.state, new)
         if manifest is not None:
             for entry in manifest.ranks:
                 process = entry.to_process()

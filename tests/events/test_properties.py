@@ -6,6 +6,7 @@ Invariant 2 of the architecture: ``reduce(read(write(events))) == reduce(events)
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,11 @@ class Count:
 
     def apply(self, state: dict[str, int], event: events.Event) -> dict[str, int]:
         return {**state, event.TYPE: state.get(event.TYPE, 0) + 1}
+
+    def apply_many(self, state: dict[str, int], stream: Iterable[events.Event]) -> dict[str, int]:
+        for event in stream:
+            state = self.apply(state, event)
+        return state
 
 
 @PROPERTY

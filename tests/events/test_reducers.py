@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import attrs
 import pytest
@@ -33,6 +33,11 @@ class Count:
 
     def apply(self, state: dict[str, int], event: events.Event) -> dict[str, int]:
         return {**state, event.TYPE: state.get(event.TYPE, 0) + 1}
+
+    def apply_many(self, state: dict[str, int], stream: Iterable[events.Event]) -> dict[str, int]:
+        for event in stream:
+            state = self.apply(state, event)
+        return state
 
 
 def once(stream: list[events.Event]) -> Iterator[events.Event]:
