@@ -95,7 +95,6 @@ if typing.TYPE_CHECKING:
     from ._rank_state import RootCause as RootCause
     from ._reader import LogContents as LogContents
     from ._reader import LogProblem as LogProblem
-    from ._reader import LogReader as LogReader
     from ._reader import ProblemKind as ProblemKind
     from ._reader import TornTail as TornTail
     from ._reader import merge as merge

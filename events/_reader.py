@@ -20,7 +20,6 @@ from typing import Any
 import attrs
 import orjson
 
-from . import _alike
 from ._codec import CURRENT_DECODERS, UPCASTERS, Upcasters, decode
 from ._errors import (
     DecodeError,
@@ -34,7 +33,6 @@ from ._model import SCHEMA_VERSION, Event
 __all__ = [
     "LogContents",
     "LogProblem",
-    "LogReader",
     "ProblemKind",
     "TornTail",
     "merge",
@@ -76,16 +74,11 @@ class LogContents:
         path: the file.
         events: every complete event, in order.
         torn_tail: the torn last line, if there was one.
-        shape: set by a :class:`LogReader`: logs of one run with the same
-            shape hold events that differ only in the rank's own values
-            (see :class:`LogReader`); ``None``: not known to be like
-            another. Not compared by ``==``.
     """
 
     path: Path
     events: tuple[Event, ...]
     torn_tail: TornTail | None = None
-    shape: _alike.Shape | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -196,96 +189,15 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
         LogError: the file cannot be read.
     """
     file = Path(path)
-    return _read(file, _read_bytes(file), upcasters, None)
+    return _read(file, _read_bytes(file), upcasters)
 
 
-class LogReader:
-    """Reads the rank logs of one run, strictly, as :func:`read_log` does,
-    and notes which of them are alike: logs whose events differ only in the
-    rank's own values (its rank, place, host and pid, its times and its span
-    ids, the spans at the top of its tree kept) share a
-    :attr:`LogContents.shape`, which lets :func:`replay` fold them once. A
-    line of a log like one already read is decoded from that log's line.
-
-    The events read are the same as :func:`read_log`'s, and so are the
-    errors. A log's lines are compared with those of earlier logs with as
-    many lines only: the first log of a length is kept aside (up to 1 MiB
-    of it) and made a shape when a second of that length comes, so a run
-    whose logs all differ in length costs what :func:`read_log` costs. A
-    reader keeps up to 64 shapes and logs aside in all (one per kind of
-    rank, typically a handful).
-    """
-
-    def __init__(self, *, upcasters: Upcasters = UPCASTERS) -> None:
-        self._upcasters = upcasters
-        self._shapes: dict[int, list[_alike.Shape]] = {}
-        #: logs not made shapes yet, by their number of lines
-        self._aside: dict[int, list[tuple[bytes, list[Event]]]] = {}
-        self._count = 0
-        #: where to start looking, per line count: after the last match
-        self._start: dict[int, int] = {}
-
-    def read(self, path: str | os.PathLike[str]) -> LogContents:
-        """Read one log (see :func:`read_log`), noting its shape.
-
-        Raises:
-            The errors of :func:`read_log`.
-        """
-        file = Path(path)
-        return _read(file, _read_bytes(file), self._upcasters, self)
-
-    def _candidates(self, lines: list[bytes]) -> list[_alike.Shape]:
-        """The known shapes whose tails every line of ``lines`` ends with,
-        the likeliest first: the one after the last log's (a launch's logs
-        come in rank order, its kinds of rank in turn). The logs of this
-        length kept aside are made shapes first."""
-        for data, events in self._aside.pop(len(lines), ()):
-            self._learn(data, events)
-        shapes = self._shapes.get(len(lines))
-        if not shapes:
-            return []
-        start = self._start.get(len(lines), 0)
-        found: list[_alike.Shape] = []
-        for offset in range(len(shapes)):
-            index = (start + offset) % len(shapes)
-            shape = shapes[index]
-            if all(map(bytes.endswith, lines, shape.tails)):
-                if not found:
-                    self._start[len(lines)] = index + 1
-                found.append(shape)
-        return found
-
-    def _aside_for_later(self, data: bytes, events: list[Event]) -> None:
-        """Keep a log that is like no shape, to make it one if another log
-        of its length comes."""
-        if self._count < _alike.MAX_SHAPES and len(data) <= _ASIDE_BYTES and events:
-            self._count += 1
-            self._aside.setdefault(len(events), []).append((data, events))
-
-    def _learn(self, data: bytes, events: list[Event]) -> None:
-        lines = data.split(b"\n")
-        lines.pop()
-        shape = _alike.learn(lines, events)
-        if shape is not None:
-            self._shapes.setdefault(len(lines), []).append(shape)
-
-
-#: The largest log a reader keeps aside to compare later ones with.
-_ASIDE_BYTES = 1 << 20
-
-
-def _read(file: Path, data: bytes, upcasters: Upcasters, reader: LogReader | None) -> LogContents:
+def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     lines = data.split(b"\n")
     # What follows the last newline: nothing, or a line the writer never
     # finished.
     tail = lines.pop()
     count = len(lines)
-    # A log like one the reader has read is read against that log's lines
-    # (see events._alike): ``shape`` stays set while every line is alike.
-    candidates = reader._candidates(lines) if reader is not None else []
-    shape = candidates[0] if candidates else None
-    templates = shape.lines if shape is not None else ()
-    root: str | None = None
     # Lines are taken off the list as they are decoded, so that each line's
     # memory is freed at once and reused for the events that follow, instead
     # of all of them staying alive until the end.
@@ -298,51 +210,26 @@ def _read(file: Path, data: bytes, upcasters: Upcasters, reader: LogReader | Non
     expected = 0  # the next seq
     decoders = CURRENT_DECODERS
     loads = orjson.loads
-    from_template = _alike.FROM_TEMPLATE
-    line: _alike.TemplateLine | None = None
     while lines:
         content = next_line()
-        if shape is not None:
-            line = templates[expected]
         # A line holding a well-formed record of the current version (all of
         # them, in a log this release wrote) goes straight to its generated
-        # decoder, or is built from its template; anything else, or anything
-        # that decoder refuses, goes through decode(), which upcasts it or
-        # names the field at fault.
+        # decoder; anything else, or anything that decoder refuses, goes
+        # through decode(), which upcasts it or names the field at fault.
         event: Event | None = None
-        record: Any = None
-        current = False
         try:
-            record = loads(content)
+            record: Any = loads(content)
             version = record["v"]
             if type(version) is int and version == SCHEMA_VERSION:
-                current = True
-                if shape is not None and line is not None and line.kind == from_template:
-                    if len(record) == line.size:
-                        event = _from_template(record, line, expected, root)
-                    if event is None:
-                        shape, event = _other_shape(candidates, shape, expected, record, root)
-                        templates = shape.lines if shape is not None else ()
-                    line = None  # built from its template, or not alike
-                if event is None:
-                    event = decoders[record["type"]](record)
+                event = decoders[record["type"]](record)
         except (ValueError, TypeError, LookupError):
             pass
         if event is None:
-            if not current:
-                shape = None  # upcast: compared as it was, not as it reads now
             try:
                 event = decode(content, upcasters)
             except DecodeError as exc:
                 # Every earlier line holds an event: this is the next one.
                 raise LogCorruptError(file, len(events) + 1, exc.reason) from exc
-        if shape is not None and line is not None:
-            # Decoded in full: alike if the part before the cut is.
-            if expected == 0:
-                root = _alike.root_of((event,))
-            if not _alike_in_full(line, record, event, root):
-                shape, _built = _other_shape(candidates, shape, expected, record, root, event)
-                templates = shape.lines if shape is not None else ()
         if event.seq != expected or event.rank != rank or event.run_id != run_id:
             # The first event, or one out of place.
             number = len(events) + 1
@@ -353,96 +240,10 @@ def _read(file: Path, data: bytes, upcasters: Upcasters, reader: LogReader | Non
                 raise SequenceGapError(file, number, expected, event.seq)
         append(event)
         expected += 1
-    if reader is not None and shape is None and not tail:
-        reader._aside_for_later(data, events)
     torn = None
     if tail:
         torn = TornTail(path=file, line=count + 1, offset=len(data) - len(tail), length=len(tail))
-    return LogContents(path=file, events=tuple(events), torn_tail=torn, shape=shape)
-
-
-def _alike_in_full(
-    line: _alike.TemplateLine, record: dict[str, Any], event: Event, root: str | None
-) -> bool:
-    """Whether a line decoded in full is like its template ``line``: the
-    part before the cut holds the same fields, the same but for the rank's
-    own values. (Its tail was checked with the whole log's.)"""
-    return (
-        len(record) == line.size
-        and line.prefix <= record.keys()
-        and _alike.same_envelope(event, line.event)
-        and _alike.top_level(event.step, event.parent_span_id, root) == line.top
-    )
-
-
-def _other_shape(
-    candidates: list[_alike.Shape],
-    failed: _alike.Shape,
-    seq: int,
-    record: dict[str, Any],
-    root: str | None,
-    event: Event | None = None,
-) -> tuple[_alike.Shape | None, Event | None]:
-    """After the line ``seq`` was not like its template in ``failed``: a
-    candidate shape that accepts the same lines as ``failed`` before it and
-    this one, with the line's event if built from its template (else
-    ``event``); ``None`` when no candidate does."""
-    candidates.remove(failed)
-    before = failed.keys[:seq]
-    for other in candidates:
-        if other.keys[:seq] != before:
-            continue
-        line = other.lines[seq]
-        if line.kind == _alike.FROM_TEMPLATE:
-            if len(record) == line.size:
-                built = _from_template(record, line, seq, root)
-                if built is not None:
-                    return other, built
-        elif event is not None and _alike_in_full(line, record, event, root):
-            return other, event
-    return None, event
-
-
-def _from_template(
-    record: dict[str, Any], line: _alike.TemplateLine, seq: int, root: str | None
-) -> Event | None:
-    """The event of ``record`` built from its template ``line``, or ``None``
-    if the record is not like it (it then goes to its decoder). The caller
-    checked the version, the tail (by the shape) and the number of fields."""
-    template = line.event
-    try:
-        own_rank = record["rank"]
-        wall_ns = record["wall_ns"]
-        mono_ns = record["mono_ns"]
-        span_id = record["span_id"]
-        # Without one in the template, the record has none either: it has
-        # as many fields, every other one of the envelope, and the tail's.
-        parent = record["parent_span_id"] if line.parented else None
-        number = record["seq"]
-        alike = (
-            record["type"] == template.TYPE
-            and record["run_id"] == template.run_id
-            and record["step"] == template.step
-            and record["trace_id"] == template.trace_id
-        )
-    except KeyError:
-        return None
-    if (
-        not alike
-        or type(own_rank) is not int
-        or type(wall_ns) is not int
-        or type(mono_ns) is not int
-        or type(span_id) is not str
-        or (type(parent) is not str and parent is not None)
-        or type(number) is not int
-        or number != seq
-        # top_level(), inline: a child of the root span, or a step path
-        # without a parent.
-        or (parent == root if root is not None and parent is not None else line.pathless)
-        != line.top
-    ):
-        return None
-    return line.build(template, own_rank, wall_ns, mono_ns, span_id, parent)
+    return LogContents(path=file, events=tuple(events), torn_tail=torn)
 
 
 def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> list[LogProblem]:

@@ -454,15 +454,6 @@ class Slice:
         messages: a :class:`MessageHook`, or ``None``.
         state_type: the per-rank state class, a subclass of
             :class:`~events.RankState` with typed views of the facts.
-        hooks_rank_independent: the slice's hooks derive the same facts and
-            messages for any two ranks whose events differ only in the
-            rank's own values: they never read an event's ``rank``, times
-            or span ids, nor a ``run.started``'s ``identity``, ``host`` or
-            ``pid`` (nor the rank or identity of the state they are given).
-            Replay then folds each kind of rank once (see
-            :attr:`rank_independent`). Declare it only when it is true:
-            a hook that reads them would give every such rank the first
-            one's result.
     """
 
     name: str
@@ -478,16 +469,6 @@ class Slice:
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
     state_type: type[RankState] | None = None
-    hooks_rank_independent: bool = False
-
-    @property
-    def rank_independent(self) -> bool:
-        """Whether ranks whose logs are alike (they differ only in the
-        rank's own values: see :class:`~events.LogReader`) derive the same
-        from this slice: it has no hooks (its rules and facts from step
-        results never see those values), or it declares its hooks so
-        (:attr:`hooks_rank_independent`)."""
-        return self.hooks_rank_independent or (self.derive_facts is None and self.messages is None)
 
     def claims(self, step: str) -> bool:
         """Whether ``step`` is one of this slice's."""

@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 import attrs
 import orjson
 
-from ._alike import Shape
 from ._builders import evolve
 from ._errors import LogError
 from ._failures import _top_level, _track
@@ -58,7 +57,6 @@ from ._model import (
 from ._policy import SeverityPolicy
 from ._rank_state import RankState, RootCause, _root_cause
 from ._reader import LogContents
-from ._rebase import Rebase, Unlike
 from ._reducers import fold
 from ._severity import Scope, Severity
 from ._slices import Slice, cause_of
@@ -494,12 +492,6 @@ def replay(
     With ``until``, each rank's events after ``seq`` ``until`` are left out:
     the state at that point, where an unfinished rank is ``running``.
 
-    Logs read by one :class:`~events.LogReader` that share a shape (their
-    ranks' logs differ only in the ranks' own values) are folded once, each
-    other rank getting that state and those messages with its own values
-    put back, when every slice is :attr:`~events.Slice.rank_independent`;
-    the result is what folding each rank gives.
-
     Raises:
         LogError: two logs of the same rank, logs of different runs, or a
             launch record of another run.
@@ -507,7 +499,6 @@ def replay(
     """
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}
-    shapes: dict[int, Shape] = {}
     warnings: list[str] = []
 
     def take(events: Iterable[Event], owner: str | None) -> None:
@@ -533,26 +524,15 @@ def replay(
                     )
             by_rank.setdefault(event.rank, []).append(event)
 
-    # A rank's shape holds when all its events are its log's: any other
-    # event of the rank (an event or a stream beside the log) and it does not.
-    mixed: set[int] = set()
     for index, item in enumerate(source):
         if isinstance(item, Event):
             take((item,), None)
-            mixed.add(item.rank)
         elif isinstance(item, LogContents):
             warnings.extend(item.warnings)
-            if item.events and item.events[0].rank in by_rank:
-                mixed.add(item.events[0].rank)
             take(item.events, str(item.path))
-            if item.shape is not None and item.events:
-                shapes[item.events[0].rank] = item.shape
         else:
             stream = item if isinstance(item, Sequence) else list(item)
             take(stream, f"event stream {index}")
-            mixed.update(event.rank for event in stream)
-    for rank in mixed:
-        shapes.pop(rank, None)
     run_ids = {events[0].run_id for events in by_rank.values()}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
@@ -563,43 +543,17 @@ def replay(
         )
 
     # Each rank is folded alone, and each projection over the rank's whole
-    # stream (their apply_many): the projections are independent, so this is
-    # what one Composite fold gives, without a mapping per event. The order
-    # is checked once, by the first fold. A rank whose log is like one folded
-    # already (the same shape) gets that rank's state and messages with its
-    # own values put back, when every slice allows it.
+    # stream: the projections are independent, so this is what one
+    # Composite fold gives, without a mapping per event. The order is
+    # checked once, by the first fold.
     messages_projection = Messages(policy, slices=slices)
     rank_states = RankStates(slices)
     timeline = Timeline()
     states: dict[int, RankState] = {}
     rank_messages: dict[int, RankMessages] = {}
     timelines: dict[int, RankTimeline] = {}
-    alike = all(part.rank_independent for part in slices)
-    folded_first: dict[int, int] = {}  # id of a shape -> the rank folded
     for rank in sorted(by_rank):
         events = by_rank[rank]
-        shape = shapes.get(rank) if alike else None
-        if shape is not None:
-            first = folded_first.setdefault(id(shape), rank)
-            if first != rank:
-                try:
-                    rebase = Rebase(by_rank[first], events)
-                    own_state = rebase.state(states[first])
-                    # A rank whose events derived no messages has none.
-                    first_messages = rank_messages.get(first)
-                    own_messages = (
-                        None if first_messages is None else rebase.messages(first_messages)
-                    )
-                except Unlike:
-                    pass
-                else:
-                    # A log with a shape was read by a LogReader, which
-                    # checked its order: seq 0, 1, 2... of one rank.
-                    timelines.update(fold(timeline, events, check_order=False).ranks)
-                    states[rank] = own_state
-                    if own_messages is not None:
-                        rank_messages[rank] = own_messages
-                    continue
         folded: Mapping[int, RankState] = fold(rank_states, events)
         states.update(folded)
         rank_messages.update(fold(messages_projection, events, check_order=False).ranks)

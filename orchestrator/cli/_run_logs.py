@@ -149,7 +149,7 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
             a rank has two different logs, or nothing was found to report
             on.
     """
-    from events import LogReader
+    from events import read_log
 
     from .._run_directory import RunDirectoryError, read_manifest
 
@@ -171,12 +171,10 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
     # directories of a multi-node run (node 0's collected copy and the
     # node's own), to be read once.
     read_from: dict[int, tuple[Path, int]] = {}
-    # One reader for the whole run: the logs of its ranks are mostly alike.
-    reader = LogReader()
     for path in paths:
         for file in log_files([path]):
             try:
-                read = reader.read(file)
+                read = read_log(file)
             except EventsError as exc:
                 raise InputError(str(exc)) from exc
             if read.events:

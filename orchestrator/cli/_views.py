@@ -164,23 +164,14 @@ def decision_divergences(contents: Sequence[LogContents], *, until: int | None =
     (a changed reducer shows up here, never as a silent change), in the
     order they were made (wall-clock time, then rank).
 
-    Each rank's decisions are recomputed from its own events. A rank whose
-    log is like one already checked (the same :attr:`events.LogContents.shape`)
-    decides as that rank did, since the deciders read no rank's own values:
-    when that rank's decisions all agree, so do its."""
+    Each rank's decisions are recomputed from its own events."""
     from .._decisions import check_decisions
     from ..engine import ENGINE_DECIDERS
 
     found: list[tuple[int, int, int, Any]] = []
-    agreed: set[int] = set()  # ids of the shapes whose first rank's decisions agree
     for log in sorted((log for log in contents if log.events), key=lambda log: log.events[0].rank):
-        shape = log.shape
-        if shape is not None and id(shape) in agreed:
-            continue
         events = log.events if until is None else [e for e in log.events if e.seq <= until]
         divergences = check_decisions(events, ENGINE_DECIDERS)
-        if not divergences and shape is not None:
-            agreed.add(id(shape))
         for divergence in divergences:
             assert divergence.seq is not None  # a recorded decision's
             made = events[divergence.seq]

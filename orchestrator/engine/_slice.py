@@ -273,9 +273,6 @@ ENGINE = Slice(
     derive_facts=_engine_facts,
     messages=EngineMessageHook(),
     state_type=EngineState,
-    # The engine's hooks read step names, outcomes, results and causes
-    # only, never the rank's own values.
-    hooks_rank_independent=True,
 )
 
 

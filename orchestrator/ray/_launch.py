@@ -146,14 +146,13 @@ class RayLaunch:
             events.EventsError: a log in the directory is corrupt.
             RunDirectoryError: the manifest is unreadable.
         """
-        from events import LogReader
+        from events import read_log
 
         from .._run_directory import read_run_directory
         from ..engine import replay
 
         found = read_run_directory(self.run_dir)
-        reader = LogReader()
-        contents = [reader.read(path) for path in found.logs.values()]
+        contents = [read_log(path) for path in found.logs.values()]
         empty = [rank for rank, read in zip(found.logs, contents, strict=True) if not read.events]
         return replay([read for read in contents if read.events], launch=found.launch_record(empty))
 

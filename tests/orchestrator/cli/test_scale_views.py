@@ -122,29 +122,3 @@ def test_html_report_does_not_grow_with_alike_ranks(runs: dict[str, Path], tmp_p
         assert text.count("<tr") < 40, name
     # A thousand ranks alike are a row, not a thousand rows.
     assert max(sizes.values()) < 256 * 1024, sizes
-
-
-@pytest.mark.parametrize("name", ["ready", "failed", "node-missing"])
-def test_ranks_alike_are_folded_once_and_replay_as_each_folded(
-    runs: dict[str, Path], name: str
-) -> None:
-    # The command line reads a run with one LogReader: its ranks alike share
-    # a shape, folded once. Each log read and folded on its own gives the
-    # same run, down to the reports.
-    from events import read_log
-    from exporters import report_json, report_text
-    from orchestrator.cli._run_logs import read_run
-    from orchestrator.cli._views import decision_divergences
-    from orchestrator.engine import replay
-
-    run = read_run([runs[name]])
-    assert len({id(contents.shape) for contents in run.contents}) <= 2
-    alone = [read_log(contents.path) for contents in run.contents]
-    together = replay(run.contents, launch=run.launch)
-    each = replay(alone, launch=run.launch)
-    assert together.states == each.states
-    assert together.messages == each.messages
-    assert together.root_cause == each.root_cause
-    assert report_text(together) == report_text(each)
-    assert report_json(together) == report_json(each)
-    assert decision_divergences(run.contents) == decision_divergences(alone)
