@@ -15,7 +15,7 @@ variable wins over its generic form)::
     OTEL_EXPORTER_OTLP_[TRACES_]HEADERS   "key=value,key2=value2"
     OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT   seconds per export (as
                                       opentelemetry-python reads it); unset →
-                                      1 s (:data:`DEFAULT_EXPORT_TIMEOUT_S`)
+                                      10 s (:data:`DEFAULT_EXPORT_TIMEOUT_S`)
     OTEL_TRACES_SAMPLER[_ARG]         read by :func:`sampler_from_environment`
 
 A value this package does not support never fails a startup: it is logged
@@ -72,9 +72,10 @@ OTLP_PROTOCOLS: tuple[str, ...] = ("grpc", "http/protobuf")
 _TRACES_EXPORTERS = ("otlp", "console", "none")
 _DEFAULT_PROTOCOL = "grpc"
 #: Bound on one OTLP export (retries included) when no timeout variable is
-#: set: the specification's 10 s would let a collector that is down hold up
-#: every startup at its end; an explicit variable wins.
-DEFAULT_EXPORT_TIMEOUT_S = 1.0
+#: set: the specification's 10 s. A collector that refuses connections costs
+#: nothing at the end (the last exports are not retried); a slow one gets
+#: this long, so a busy machine never drops a live collector's spans.
+DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: The ``OTEL_TRACES_SAMPLER`` values this package honours.
 TRACES_SAMPLERS: tuple[str, ...] = (
     "always_on",

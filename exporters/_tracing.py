@@ -259,7 +259,7 @@ class Tracing:
 
         Args:
             timeout_s: the most it waits; default the OTLP export timeout
-                (``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``, else 1 s) when spans
+                (``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``, else 10 s) when spans
                 go to a collector, else 5 s. The SDK's exit hook is off: this
                 is the flush.
         """

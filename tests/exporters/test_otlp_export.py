@@ -313,9 +313,9 @@ def test_timeout_that_is_not_a_number_warns_once_and_takes_the_default(
     assert "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT='soon'" in record.getMessage()
 
 
-def test_export_timeout_is_the_variable_else_one_second() -> None:
-    assert DEFAULT_EXPORT_TIMEOUT_S == 1.0
-    assert export_timeout_from_environment({}) == 1.0
+def test_export_timeout_is_the_variable_else_the_specifications_ten_seconds() -> None:
+    assert DEFAULT_EXPORT_TIMEOUT_S == 10.0
+    assert export_timeout_from_environment({}) == 10.0
     assert export_timeout_from_environment({"OTEL_EXPORTER_OTLP_TIMEOUT": "30"}) == 30.0
     both = {"OTEL_EXPORTER_OTLP_TIMEOUT": "30", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5"}
     assert export_timeout_from_environment(both) == 2.5
