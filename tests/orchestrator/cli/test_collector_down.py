@@ -86,30 +86,18 @@ def test_a_refused_collector_neither_delays_nor_fails_the_run(
         assert span.resource["deployment.environment"] == "staging"
 
 
-#: What a collector that is down may add to a launch, whatever its ranks:
-#: about the 1 s default export timeout, with room for a loaded machine.
-DOWN_COST_S = 3.0
-
-
-def test_a_collector_that_is_down_costs_a_launch_about_a_second(tmp_path: Path) -> None:
-    """With the default timeout, four ranks pay for a refused collector
-    once, in parallel, and one line says so (local rank 0 speaks for the
-    node: its ranks share the collector); the OpenTelemetry exporters' own
-    lines never show."""
-
-    def launch(name: str, **variables: str) -> tuple[float, str]:
-        started = time.monotonic()
-        done = run_cli(
-            "run", "--simulate", "h200x8", "--nproc", "4", "--run-dir", str(tmp_path / name),
-            env=cli_environment(**variables), cwd=tmp_path,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return time.monotonic() - started, done.stderr
-
-    quiet, _ = launch("quiet")
-    down, stderr = launch("down", OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
-
-    assert down - quiet < DOWN_COST_S, (down, quiet)
+def test_a_collector_that_is_down_is_one_line_for_a_launch(tmp_path: Path) -> None:
+    """Four ranks meet a refused collector, and one line says so (local
+    rank 0 speaks for the node: its ranks share the collector); the
+    OpenTelemetry exporters' own lines never show. What it costs in time is
+    measured by ``benchmarks/bench_collector_down.py``."""
+    done = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "4", "--run-dir", str(tmp_path / "down"),
+        env=cli_environment(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stderr = done.stderr
     failures = [line for line in stderr.splitlines() if line.startswith("could not export")]
     assert len(failures) == 1, stderr
     assert "(connection refused)" in failures[0], stderr
