@@ -103,8 +103,7 @@ def test_replay_is_the_one_event_at_a_time_fold(
 def _engine_runs() -> dict[str, list[list[events.Event]]]:
     """Engine runs of 64 ranks: all ready, one failed (and one that died),
     a node of eight missing."""
-    from tests.orchestrator.engine.streams import healthy_rank
-    from tests.orchestrator.engine.test_state import dead_rank, failed_rank
+    from tests.orchestrator.engine.streams import dead_rank, failed_rank, healthy_rank
 
     healthy = [healthy_rank(rank, world_size=64) for rank in range(64)]
     failed = list(healthy)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_examples import EXAMPLES, clean_environment, only_run_dir
+from .helpers import EXAMPLES, clean_environment, only_run_dir
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,33 +14,7 @@ import pytest
 
 from events import StepSucceeded, read_log
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-#: Launcher and tracing variables a developer's shell may hold; the examples
-#: must not pick them up from the test run.
-_LAUNCH_VARIABLES = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "STARTUP_ORCHESTRATOR_RUN_ID",
-    "TRACEPARENT",
-)
-
-
-def clean_environment(**extra: str) -> dict[str, str]:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in _LAUNCH_VARIABLES
-        and not name.startswith(("OTEL_", "SLURM_", "OMPI_", "PMIX_", "TORCHELASTIC_"))
-    }
-    env.update(extra)
-    return env
+from .helpers import EXAMPLES, clean_environment, only_run_dir
 
 
 def run_example(
@@ -56,11 +29,6 @@ def run_example(
         timeout=timeout,
         check=False,
     )
-
-
-def only_run_dir(cwd: Path) -> Path:
-    (run_dir,) = (cwd / "startup-runs").iterdir()
-    return run_dir
 
 
 def section(stdout: str, title: str) -> str:

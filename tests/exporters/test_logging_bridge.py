@@ -10,8 +10,13 @@ import pytest
 from events import Event, MemoryLog, Severity
 from orchestrator.engine import ENGINE
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
-from tests.orchestrator.engine.streams import RUN_ID, RankBuilder, healthy_rank
-from tests.orchestrator.engine.test_messages import eight_ranks_two_nodes, zentorch_rank
+from tests.orchestrator.engine.streams import (
+    RUN_ID,
+    RankBuilder,
+    eight_ranks_two_nodes,
+    healthy_rank,
+    zentorch_rank,
+)
 
 
 def records_of(caplog: pytest.LogCaptureFixture, code: str) -> list[logging.LogRecord]:

@@ -10,10 +10,11 @@ from tests.orchestrator.engine.streams import (
     MNNVL_UNSUPPORTED,
     TRTLLM_FAILED,
     RankBuilder,
+    dead_rank,
     exception,
+    failed_rank,
     healthy_rank,
 )
-from tests.orchestrator.engine.test_state import dead_rank, failed_rank
 
 RANK_KEYS: dict[str, type | tuple[type, ...]] = {
     "rank": int,

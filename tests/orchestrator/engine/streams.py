@@ -22,6 +22,7 @@ from events import (
     FrameInfo,
     JsonValue,
     Outcome,
+    RunOutcome,
     StepKind,
 )
 from events.testing import BASE_WALL_NS, EventStream, exception_info
@@ -292,3 +293,58 @@ def codes(events: Iterable[Event]) -> list[str]:
     from orchestrator.engine import EngineMessages as Messages
 
     return [m.code for m in fold(Messages(), events).messages()]
+
+
+def failed_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:
+    """The zentorch RuntimeError case: the cpu plugin absorbs it, the
+    platform step fails with UnspecifiedPlatformError caused by it."""
+    unspecified = exception(
+        "orchestrator.engine._config.UnspecifiedPlatformError",
+        "Failed to infer device type: no platform plugin activated. "
+        "Failed plugins: cpu: RuntimeError: unknown zentorch failure",
+        cause=ZENTORCH_RUNTIME,
+    )
+    builder = RankBuilder(rank, offset_ns=offset_ns).run_started()
+    builder.started(PLATFORM_STEP)
+    builder.cpu_plugin("failed")
+    builder.failed(PLATFORM_STEP, unspecified)
+    return builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
+
+
+def dead_rank(rank: int, *, offset_ns: int = 0, world_size: int = 8) -> list[Event]:
+    """Killed while probing attention candidates: no run.finished."""
+    builder = (
+        RankBuilder(rank, offset_ns=offset_ns, world_size=world_size).run_started().cuda_platform()
+    )
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.started("attention/FLASHINFER", kind=StepKind.CANDIDATE)
+    builder.succeeded("attention/FLASH_ATTN")
+    return builder.events
+
+
+def zentorch_rank(zentorch: str, rank: int = 0, **options: object) -> RankBuilder:
+    builder = RankBuilder(rank, **options).run_started()  # type: ignore[arg-type]
+    builder.started(PLATFORM_STEP)
+    builder.cpu_plugin(zentorch)
+    if zentorch == "failed":
+        unspecified = exception(
+            "orchestrator.engine._config.UnspecifiedPlatformError",
+            "Failed to infer device type: no platform plugin activated. "
+            "Failed plugins: cpu: RuntimeError: unknown zentorch failure",
+            cause=ZENTORCH_RUNTIME,
+        )
+        builder.failed(PLATFORM_STEP, unspecified)
+        builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
+        return builder
+    platform_class = "ZenCpuPlatform" if zentorch == "loaded" else "CpuPlatform"
+    builder.platform_ok("cpu", platform_class)
+    builder.run_finished()
+    return builder
+
+
+def eight_ranks_two_nodes(zentorch: str = "broken") -> list[Event]:
+    events: list[Event] = []
+    for rank in range(8):
+        events.extend(zentorch_rank(zentorch, rank, world_size=8, local_world_size=4).events)
+    return events

@@ -42,8 +42,10 @@ from .streams import (
     TRTLLM_FAILED,
     ZENTORCH_RUNTIME,
     RankBuilder,
+    eight_ranks_two_nodes,
     exception,
     healthy_rank,
+    zentorch_rank,
 )
 
 #: SPEC §3.6, as the contract states it.
@@ -236,26 +238,6 @@ def test_terminal_platform_errors(error: object, code: str) -> None:
 
 
 # -- zentorch ------------------------------------------------------------------
-
-
-def zentorch_rank(zentorch: str, rank: int = 0, **options: object) -> RankBuilder:
-    builder = RankBuilder(rank, **options).run_started()  # type: ignore[arg-type]
-    builder.started(PLATFORM_STEP)
-    builder.cpu_plugin(zentorch)
-    if zentorch == "failed":
-        unspecified = exception(
-            "orchestrator.engine._config.UnspecifiedPlatformError",
-            "Failed to infer device type: no platform plugin activated. "
-            "Failed plugins: cpu: RuntimeError: unknown zentorch failure",
-            cause=ZENTORCH_RUNTIME,
-        )
-        builder.failed(PLATFORM_STEP, unspecified)
-        builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
-        return builder
-    platform_class = "ZenCpuPlatform" if zentorch == "loaded" else "CpuPlatform"
-    builder.platform_ok("cpu", platform_class)
-    builder.run_finished()
-    return builder
 
 
 def test_zentorch_loaded() -> None:
@@ -786,13 +768,6 @@ def test_two_hundred_distinct_messages_never_evict_each_other() -> None:
     invalid = [m for m in state.messages(0) if m.code == "attention.backend_invalid"]
     assert [m.args[0] for m in invalid] == names
     assert len(state.ranks[0].seen) == 200
-
-
-def eight_ranks_two_nodes(zentorch: str = "broken") -> list[Event]:
-    events: list[Event] = []
-    for rank in range(8):
-        events.extend(zentorch_rank(zentorch, rank, world_size=8, local_world_size=4).events)
-    return events
 
 
 def test_local_scope_prints_on_local_rank_zero_of_each_node() -> None:

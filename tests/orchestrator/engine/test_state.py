@@ -34,7 +34,9 @@ from .streams import (
     TRTLLM_FAILED,
     ZENTORCH_RUNTIME,
     RankBuilder,
+    dead_rank,
     exception,
+    failed_rank,
     healthy_rank,
 )
 
@@ -76,22 +78,6 @@ def test_agreed_backend_wins_over_the_local_chain() -> None:
     assert state.allreduce_backend is None
 
 
-def failed_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:
-    """The zentorch RuntimeError case: the cpu plugin absorbs it, the
-    platform step fails with UnspecifiedPlatformError caused by it."""
-    unspecified = exception(
-        "orchestrator.engine._config.UnspecifiedPlatformError",
-        "Failed to infer device type: no platform plugin activated. "
-        "Failed plugins: cpu: RuntimeError: unknown zentorch failure",
-        cause=ZENTORCH_RUNTIME,
-    )
-    builder = RankBuilder(rank, offset_ns=offset_ns).run_started()
-    builder.started(PLATFORM_STEP)
-    builder.cpu_plugin("failed")
-    builder.failed(PLATFORM_STEP, unspecified)
-    return builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
-
-
 def test_failed_rank_root_cause_is_the_failure_that_reached_the_graph() -> None:
     state = state_of(failed_rank(0))
     assert state.outcome is RunOutcome.FAILED
@@ -130,18 +116,6 @@ def test_timed_out_step_that_failed_the_run_is_the_root_cause() -> None:
     assert cause is not None
     assert cause.step == "custom"
     assert cause.exception == timeout
-
-
-def dead_rank(rank: int, *, offset_ns: int = 0, world_size: int = 8) -> list[Event]:
-    """Killed while probing attention candidates: no run.finished."""
-    builder = (
-        RankBuilder(rank, offset_ns=offset_ns, world_size=world_size).run_started().cuda_platform()
-    )
-    builder.started(ATTENTION_STEP)
-    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.started("attention/FLASHINFER", kind=StepKind.CANDIDATE)
-    builder.succeeded("attention/FLASH_ATTN")
-    return builder.events
 
 
 def test_incomplete_rank_is_in_the_step_it_was_in() -> None:
