@@ -70,18 +70,26 @@ import attrs
 import orjson
 
 from events import (
+    TERMINAL_STEP_EVENTS,
     Durability,
     Event,
     JsonlLog,
     JsonValue,
     Message,
+    Outcome,
     RankIdentity,
     RunFinished,
     RunOutcome,
     Scope,
     Severity,
+    Slice,
+    StepFailed,
+    StepSucceeded,
+    StepUnavailable,
+    outcome_of,
 )
 
+from ._context import StepResult
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
 from ._faults import FaultPlan
 from ._graph import Graph
@@ -141,6 +149,14 @@ class StartupResult:
         attention_backend: the selected attention backend, or ``None``.
         allreduce_backend: the all-reduce fusion backend, or ``None`` (off).
         fusion_enabled: whether the all-reduce fusion workspace is usable.
+            (``platform`` to ``fusion_enabled`` are the reference engine's:
+            ``None`` and ``False`` for a graph of your own.)
+        steps: how every step and child step that ended on this rank ended,
+            by step path: its outcome, its value when ``ok``, its reasons
+            and exception otherwise.
+        facts: what the slices derived for this rank (fact name -> JSON
+            value): the reference engine's, or those of the ``slices`` a
+            graph of your own was given.
         messages: every message derived on this rank, in order (printed or
             not).
         log_path: this rank's log.
@@ -162,6 +178,8 @@ class StartupResult:
     attention_backend: str | None = None
     allreduce_backend: str | None = None
     fusion_enabled: bool = False
+    steps: Mapping[str, StepResult] = attrs.field(factory=dict)
+    facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
     messages: tuple[Message, ...] = ()
     log_path: Path
     run_dir: Path
@@ -183,6 +201,11 @@ class Startup:
             ``EngineConfig(tp=world size)``). Ignored when ``graph`` is given.
         graph: run this graph of your own probes instead of the reference
             engine's.
+        slices: what the steps of ``graph`` mean (:class:`events.Slice`:
+            message rules, hooks, facts): the live messages and the result's
+            ``facts`` come from these alone, with the kernel's generic
+            messages; the reference engine's meaning applies only to its
+            own graph.
         identity: this rank (default: from the launcher environment).
         run_id: the launch's id (default: the launcher's, else agreed over the
             process group).
@@ -233,6 +256,7 @@ class Startup:
         config: EngineConfig | None = None,
         *,
         graph: Graph | None = None,
+        slices: Sequence[Slice] = (),
         identity: RankIdentity | None = None,
         run_id: str | None = None,
         run_dir: str | os.PathLike[str] | None = None,
@@ -254,7 +278,13 @@ class Startup:
     ) -> None:
         self._env = os.environ if environ is None else environ
         self._config = config
+        if slices and graph is None:
+            raise ValueError(
+                "slices describe a graph of your own (pass graph=...); the reference "
+                "engine's graph has its own"
+            )
         self._graph = graph
+        self._slices = tuple(slices)
         self._identity = identity
         self._run_id = run_id
         self._run_dir = None if run_dir is None else Path(run_dir)
@@ -424,9 +454,14 @@ class Startup:
         try:
             from exporters import LoggingBridge
 
-            from .engine import ENGINE, ENGINE_POLICY
+            if self._graph is None:
+                from .engine import ENGINE, ENGINE_POLICY
 
-            self._bridge = LoggingBridge(hold_warnings=True, slices=(ENGINE,), policy=ENGINE_POLICY)
+                self._bridge = LoggingBridge(
+                    hold_warnings=True, slices=(ENGINE,), policy=ENGINE_POLICY
+                )
+            else:
+                self._bridge = LoggingBridge(hold_warnings=True, slices=self._slices)
             self._set_up_logging()
             # The bridge first: span status reads the severities it derives.
             log.subscribe(self._bridge, from_seq=0)
@@ -936,12 +971,20 @@ class Startup:
         """What the startup decided, once it ran (whatever its outcome)."""
         if not self._ran or self._log is None or self.run_dir is None:
             return None
-        from .engine import EngineState, replay
+        from events import replay
+
+        from .engine import EngineState
 
         assert self.identity is not None
         assert self.run_id is not None
         rank = self.identity.rank
-        found = replay(list(self._log.read())).states.get(rank)
+        logged = list(self._log.read())
+        if self._graph is None:
+            from .engine import replay as engine_replay
+
+            found = engine_replay(logged).states.get(rank)
+        else:
+            found = replay(logged, slices=self._slices).states.get(rank)
         state = found if isinstance(found, EngineState) else None
         messages = () if self._bridge is None else self._bridge.state.messages(rank)
         return StartupResult(
@@ -954,6 +997,8 @@ class Startup:
             attention_backend=None if state is None else state.attention_backend,
             allreduce_backend=None if state is None else state.allreduce_backend,
             fusion_enabled=False if state is None else state.fusion_enabled,
+            steps=_step_results(logged),
+            facts={} if found is None else dict(found.facts),
             messages=messages,
             log_path=self._log.path,
             run_dir=self.run_dir,
@@ -1077,3 +1122,30 @@ def _modules_any(plan: FaultPlan) -> list[str]:
     """For a graph of the caller's own: the modules a plan names are taken
     as given (its probes' imports are not known in advance)."""
     return [fault.target for fault in plan.faults if "/" not in fault.target]
+
+
+def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
+    """How each step that ended in ``logged`` ended, by step path, in the
+    order they ended."""
+    results: dict[str, StepResult] = {}
+    for event in logged:
+        if isinstance(event, StepSucceeded):
+            results[event.step] = StepResult(
+                step=event.step, outcome=Outcome.OK, value=event.result
+            )
+        elif isinstance(event, StepUnavailable):
+            results[event.step] = StepResult(
+                step=event.step, outcome=event.outcome, reasons=event.reasons, exception=event.cause
+            )
+        elif isinstance(event, StepFailed):
+            results[event.step] = StepResult(
+                step=event.step,
+                outcome=Outcome.FAILED,
+                reasons=(event.cause.reason,),
+                exception=event.cause,
+            )
+        elif isinstance(event, TERMINAL_STEP_EVENTS):
+            outcome = outcome_of(event)
+            if outcome is not None:
+                results[event.step] = StepResult(step=event.step, outcome=outcome)
+    return results

@@ -9,12 +9,27 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import Event, RunFinished, RunOutcome, RunStarted, StepStarted, read_log, validate
+from events import (
+    Column,
+    Event,
+    MessageRule,
+    Outcome,
+    RunFinished,
+    RunOutcome,
+    RunStarted,
+    Severity,
+    Slice,
+    StepStarted,
+    read_log,
+    validate,
+)
 from orchestrator import (
+    Graph,
     RankEnvironmentError,
     RunDirectoryError,
     Startup,
     StartupInterrupted,
+    Step,
 )
 from orchestrator.engine import EngineConfig
 
@@ -160,3 +175,90 @@ async def test_a_launcher_that_owns_its_signals_stops_the_run(tmp_path: Path) ->
     assert finished.outcome is RunOutcome.INTERRUPTED
     assert finished.cause is not None
     assert finished.cause.message == "stopped: asked by its launcher"
+
+
+# --- a graph of your own ---------------------------------------------------------------
+
+
+def _own_graph() -> Graph:
+    def attention(context: object) -> dict[str, str]:
+        return {"backend": "mine"}
+
+    def cache(context: object) -> None:
+        raise PermissionError(13, "Permission denied", "/cache")
+
+    return Graph(
+        "mine",
+        [
+            Step(name="attention", body=attention),
+            Step(name="cache", body=cache, depends_on=("attention",)),
+        ],
+    )
+
+
+OWN_SLICE = Slice(
+    name="mine",
+    steps=("attention", "cache"),
+    rules=[
+        MessageRule(
+            code="mine.attention",
+            step="attention",
+            outcomes="ok",
+            text="Attention by {result[backend]}.",
+        ),
+        MessageRule(
+            code="mine.cache_denied",
+            step="cache",
+            outcomes="unavailable",
+            severity=Severity.WARNING,
+            text="No cache: {error}",
+        ),
+    ],
+    columns=[Column(title="ATTENTION", fact="attention", step="attention", key="backend")],
+)
+
+
+def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> None:
+    startup = Startup(
+        graph=_own_graph(),
+        slices=[OWN_SLICE],
+        run_dir=tmp_path / "run",
+        tracing=None,
+        configure_logging=False,
+        handle_signals=False,
+        environ={},
+    )
+    result = startup.run()
+
+    texts = [message.text for message in result.messages]
+    # A step named attention is the caller's, not the reference engine's.
+    assert "Attention by mine." in texts
+    assert not any("attention backend" in text for text in texts), texts
+    assert any(text.startswith("No cache: PermissionError") for text in texts), texts
+    assert result.facts["attention"] == "mine"
+    assert result.steps["attention"].outcome is Outcome.OK
+    assert result.steps["attention"].value == {"backend": "mine"}
+    assert result.steps["cache"].outcome is Outcome.UNAVAILABLE
+    assert result.steps["cache"].exception is not None
+    assert result.steps["cache"].exception.name == "PermissionError"
+    assert (result.platform, result.attention_backend, result.fusion_enabled) == (None, None, False)
+
+
+def test_without_slices_a_graph_of_your_own_gets_the_kernels_messages(tmp_path: Path) -> None:
+    startup = Startup(
+        graph=_own_graph(),
+        run_dir=tmp_path / "run",
+        tracing=None,
+        configure_logging=False,
+        handle_signals=False,
+        environ={},
+    )
+    result = startup.run()
+    codes = {message.code for message in result.messages}
+    assert codes <= {"run.ready", "step.unavailable"}, codes
+    assert result.facts == {}
+
+
+def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="slices describe a graph of your own"):
+        _startup(tmp_path, slices=[OWN_SLICE])
