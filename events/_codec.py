@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import reprlib
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -762,35 +763,51 @@ def _accepts(tp: Any, default: Any) -> bool:
 
 _NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack)
 
-# Nested checks are looked up when a record is read, so ExceptionInfo may
-# refer to itself.
-_CHECKS: dict[type[Any], _Checks] = {cls: _Checks(cls) for cls in _NESTED}
-_EVENT_CHECKS: dict[str, _Checks] = {
-    tag: _Checks(cls, skip=frozenset({"schema_version"})) for tag, cls in EVENT_TYPES.items()
-}
 
-_GENERATED = _Generated()
-for _cls in _NESTED:
-    _GENERATED.add(_cls)
-for _tag, _event_cls in EVENT_TYPES.items():
-    _GENERATED.add(_event_cls, tag=_tag)
-_GENERATED.compile()
+class _LazyChecks(dict[Any, _Checks]):
+    """Precise checks by class (or, with ``by_tag``, by event type tag),
+    made on first use: only a record the generated decoders refuse needs
+    them. Nested checks are looked up as a record is read, so ExceptionInfo
+    may refer to itself."""
 
-_EVENT_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
-    tag: _GENERATED.encoder(cls) for tag, cls in EVENT_TYPES.items()
-}
-_EVENT_DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    tag: _GENERATED.decoder(cls) for tag, cls in EVENT_TYPES.items()
-}
+    def __init__(self, *, by_tag: bool) -> None:
+        super().__init__()
+        self._by_tag = by_tag
+
+    def __missing__(self, key: Any) -> _Checks:
+        if self._by_tag:
+            made = _Checks(EVENT_TYPES[key], skip=frozenset({"schema_version"}))
+        else:
+            made = _Checks(key)
+        self[key] = made
+        return made
+
+
+_CHECKS = _LazyChecks(by_tag=False)
+_EVENT_CHECKS = _LazyChecks(by_tag=True)
+
+
+class _Table(dict[Any, Any]):
+    """Generated functions by type tag (or class), filled with every other
+    table the first time one is looked up: importing the package compiles
+    nothing. Lookups are a dict's after that."""
+
+    def __missing__(self, key: Any) -> Any:
+        _compile()  # or wait for the thread compiling them
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
+_EVENT_ENCODERS = _Table()
+_EVENT_DECODERS = _Table()
 #: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
 #: for readers that try them before :func:`decode_record`: each returns the
 #: event of a well-formed record and raises ``ValueError``, ``TypeError`` or
 #: ``LookupError`` for anything else, which :func:`decode_record` then
 #: explains (or, for a record that is unusual but valid, decodes after all).
 CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
-_EVENT_LINE_ENCODERS: dict[str, Callable[[Any], dict[str, Any]]] = {
-    tag: _GENERATED.encoder(cls, line=True) for tag, cls in EVENT_TYPES.items()
-}
+_EVENT_LINE_ENCODERS = _Table()
 #: The generated encoders of log lines, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: each returns a record only fit to
 #: be handed to orjson at once (it may share the event's dicts and hold enum
@@ -799,10 +816,36 @@ LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_LINE_ENC
 #: By event class, ``(event, seq) -> (copy, record)``: the copy of the event
 #: with ``seq`` and the line record of that copy, in one pass over the fields
 #: (the record as :data:`LINE_ENCODERS` makes it).
+_SEQUENCED_LINE_ENCODERS = _Table()
 SEQUENCED_LINE_ENCODERS: Mapping[type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]]
-SEQUENCED_LINE_ENCODERS = {cls: _GENERATED.sequenced_encoder(cls) for cls in EVENT_TYPES.values()}
-_encode_exception_info = _GENERATED.encoder(ExceptionInfo)
-_decode_exception_info = _GENERATED.decoder(ExceptionInfo)
+SEQUENCED_LINE_ENCODERS = _SEQUENCED_LINE_ENCODERS
+#: The nested records' encoders and decoders, by class.
+_NESTED_ENCODERS = _Table()
+_NESTED_DECODERS = _Table()
+_COMPILING = threading.Lock()
+
+
+def _compile() -> None:
+    """Generate and compile every function into the tables, once."""
+    with _COMPILING:
+        if _NESTED_ENCODERS:
+            return
+        generated = _Generated()
+        for cls in _NESTED:
+            generated.add(cls)
+        for tag, event_cls in EVENT_TYPES.items():
+            generated.add(event_cls, tag=tag)
+        generated.compile()
+        for tag, event_cls in EVENT_TYPES.items():
+            _EVENT_ENCODERS[tag] = generated.encoder(event_cls)
+            _EVENT_DECODERS[tag] = generated.decoder(event_cls)
+            _EVENT_LINE_ENCODERS[tag] = generated.encoder(event_cls, line=True)
+            _SEQUENCED_LINE_ENCODERS[event_cls] = generated.sequenced_encoder(event_cls)
+        for cls in _NESTED:
+            _NESTED_DECODERS[cls] = generated.decoder(cls)
+        # Last: a filled table of nested encoders says everything is done.
+        for cls in _NESTED:
+            _NESTED_ENCODERS[cls] = generated.encoder(cls)
 
 
 def _loads(line: bytes | str) -> Any:
@@ -823,7 +866,8 @@ def _loads(line: bytes | str) -> Any:
 
 def encode_record(event: Event) -> dict[str, Any]:
     """The JSON object for ``event`` (``v`` and ``type`` first)."""
-    return _EVENT_ENCODERS[event.TYPE](event)
+    record: dict[str, Any] = _EVENT_ENCODERS[event.TYPE](event)
+    return record
 
 
 def encode(event: Event) -> bytes:
@@ -853,9 +897,9 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
     if version != SCHEMA_VERSION or type(version) is not int:
         record = upcasters.upcast(record)
     type_tag: Any = record.get("type")
-    decoder = _EVENT_DECODERS.get(type_tag) if type(type_tag) is str else None
-    if decoder is None:
+    if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
+    decoder = _EVENT_DECODERS[type_tag]
     try:
         event: Event = decoder(record)
         return event
@@ -871,7 +915,8 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
 
 def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
     """``info`` as a JSON object (the form events embed)."""
-    return _encode_exception_info(info)
+    encoded: dict[str, Any] = _NESTED_ENCODERS[ExceptionInfo](info)
+    return encoded
 
 
 def decode_exception(record: object) -> ExceptionInfo:
@@ -884,7 +929,7 @@ def decode_exception(record: object) -> ExceptionInfo:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
     capped: dict[str, Any] = _capped(record)
     try:
-        decoded: ExceptionInfo = _decode_exception_info(capped)
+        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](capped)
         return decoded
     except (_Irregular, TypeError, ValueError):
         pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -467,3 +468,23 @@ def test_shipped_registry_is_the_default() -> None:
     event = events.decode_record(record)
     assert event.wall_ns == 1_500_000_000
     assert event.mono_ns == 1_500_000_000
+
+
+def test_importing_the_codec_compiles_nothing_until_an_event_is_encoded_or_decoded() -> None:
+    code = (
+        "import threading, events, events._codec as codec\n"
+        "from events import StepStarted, decode, encode\n"
+        "print(len(codec._NESTED_ENCODERS), len(codec.LINE_ENCODERS))\n"
+        "event = StepStarted(run_id='r', rank=0, wall_ns=1, mono_ns=1, step='s')\n"
+        "lines = []\n"
+        "work = lambda: lines.append(encode(event))\n"
+        "threads = [threading.Thread(target=work) for _ in range(8)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(len(set(lines)), decode(lines[0]) == event, len(codec.LINE_ENCODERS) > 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    # Eight threads met the empty tables at once: one compiled, all encoded.
+    assert done.stdout.split("\n")[:2] == ["0 0", "1 True True"]
