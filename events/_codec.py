@@ -10,10 +10,10 @@ or evaluated. Every field is type-checked strictly (``"1"`` is not an int).
 Records of older schema versions are upgraded by the upcasters registered in
 an :class:`Upcasters` registry before they are checked.
 
-Each class gets an encoder and a decoder generated once, at import, from its
+Each class gets an encoder and a decoder generated once, on first use, from its
 attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
-an unknown type fails at import). The generated decoder only recognises
+an unknown type fails on the first encode or decode, and in the tests). The generated decoder only recognises
 well-formed records; for anything else the field-by-field checks below
 decide, and they name the field that is wrong. Logs use two more generated
 encoders per event class, for speed: one whose record only orjson sees
@@ -402,7 +402,7 @@ class _Checks:
 # --- generated encoders and decoders ------------------------------------------------
 #
 # As attrs does for ``__init__``, each class's encoder and decoder are written
-# out as Python source and compiled once, at import. The source is made only
+# out as Python source and compiled once, on first use. The source is made only
 # from the class definitions of this package: their field names (checked to
 # be identifiers) and the shapes of their annotated types. Values (type tags,
 # defaults, enum tables) and the other functions are reached through one
