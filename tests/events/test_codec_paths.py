@@ -13,6 +13,7 @@ from typing import Any
 from unittest import mock
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ def refuse(self: object, record: dict[str, Any], path: str) -> None:
 
 @PROPERTY
 @given(event=EVENTS, info=EXCEPTION_INFOS)
+@pytest.mark.slow
 def test_well_formed_records_take_the_generated_path(
     event: events.Event, info: events.ExceptionInfo
 ) -> None:
@@ -134,6 +136,7 @@ def outcome(decode: Any, record: dict[str, Any]) -> tuple[Any, ...]:
 
 @PROPERTY
 @given(event=EVENTS, data=st.data())
+@pytest.mark.slow
 def test_both_paths_agree_on_damaged_records(event: events.Event, data: st.DataObject) -> None:
     record = orjson.loads(events.encode(event))
     mutate(record, data)

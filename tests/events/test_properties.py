@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,7 @@ def test_every_event_round_trips_through_the_codec(event: events.Event) -> None:
 
 @PROPERTY
 @given(data=st.data())
+@pytest.mark.slow
 def test_each_event_type_round_trips(data: st.DataObject) -> None:
     # One example of every type per run, so no type depends on luck.
     for tag, strategy in BY_TYPE.items():
@@ -91,6 +93,7 @@ def test_streams_round_trip_through_records_and_fold_alike(stream: list[events.E
 
 @PROPERTY
 @given(stream=streams())
+@pytest.mark.slow
 def test_streams_round_trip_through_a_jsonl_file(stream: list[events.Event]) -> None:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "rank.jsonl"
@@ -115,6 +118,7 @@ def test_streams_round_trip_through_a_jsonl_file(stream: list[events.Event]) -> 
 
 @PROPERTY
 @given(stream=streams())
+@pytest.mark.slow
 def test_streams_round_trip_through_a_memory_log(stream: list[events.Event]) -> None:
     run_id = stream[0].run_id if stream else "run"
     rank = stream[0].rank if stream else 0

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,7 @@ def _apply_one_by_one(projection: Any, stream: Sequence[events.Event]) -> Any:
 
 @PROPERTY
 @given(run=runs(), engine=st.booleans())
+@pytest.mark.slow
 def test_each_projection_folds_a_stream_as_its_apply_does(
     run: list[list[events.Event]], engine: bool
 ) -> None:
@@ -70,6 +72,7 @@ def test_each_projection_folds_a_stream_as_its_apply_does(
 
 @PROPERTY
 @given(run=runs(), engine=st.booleans())
+@pytest.mark.slow
 def test_replay_is_the_one_event_at_a_time_fold(
     run: list[list[events.Event]], engine: bool
 ) -> None:

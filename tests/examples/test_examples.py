@@ -100,6 +100,7 @@ def _torchrun() -> Path | None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_torchrun() is None, reason="torch (and its torchrun) is not installed")
+@pytest.mark.slow
 def test_launcher_under_torchrun_shares_one_run_and_agrees_over_gloo(tmp_path: Path) -> None:
     torchrun = _torchrun()
     assert torchrun is not None
@@ -320,6 +321,7 @@ def _error_operations(trace: dict[str, Any]) -> set[str]:
     }
 
 
+@pytest.mark.slow
 def test_export_jaeger_writes_one_trace_of_every_rank(tmp_path: Path) -> None:
     made = run_example(tmp_path, "export_jaeger.py")
 
@@ -409,6 +411,7 @@ _NO_RAY = importlib.util.find_spec("ray") is None or importlib.util.find_spec("t
 
 @pytest.mark.slow
 @pytest.mark.skipif(_NO_RAY, reason="needs Ray and torch: pip install -e '.[test,torch,ray]'")
+@pytest.mark.slow
 def test_ray_launch_replays_four_actors_and_names_the_injected_rank(tmp_path: Path) -> None:
     done = run_example(
         tmp_path,

@@ -8,6 +8,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from events import ExceptionInfo, FrameInfo, RunOutcome
 from exporters import JaegerJsonExporter, spans_from_events
 from tests.orchestrator.engine.streams import RankBuilder
@@ -56,6 +58,7 @@ def reference_order(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
             yield from reference_order(member)
 
 
+@pytest.mark.slow
 def test_every_link_is_an_event_and_the_text_grows_linearly() -> None:
     attributes = exception_events(chain())
     assert len(attributes) == DEPTH
@@ -119,6 +122,7 @@ def test_group_members_keep_their_order() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_groups_nested_thousands_deep() -> None:
     node = leaf("innermost")
     for index in range(DEPTH):

@@ -150,6 +150,7 @@ def test_a_healthy_run_says_so_and_has_one_lane() -> None:
     assert 'data-ranks="ranks 0-7"' in page
 
 
+@pytest.mark.slow
 def test_a_thousand_ranks_make_a_small_page() -> None:
     failed = page_of(synthetic_run(1024, failing=517))
     healthy = page_of(synthetic_run(1024))

@@ -30,6 +30,7 @@ def step_span_ids(log: MemoryLog) -> dict[str, str]:
     return {event.step: event.span_id for event in log.read() if isinstance(event, StepStarted)}
 
 
+@pytest.mark.slow
 async def test_user_spans_nest_under_the_step_that_runs_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -325,6 +325,7 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("command", ["replay", "explain", "blame", "critical-path"])
+@pytest.mark.slow
 def test_a_rank_outside_the_run_is_bad_usage(
     eight_ranks: StoredRun, tmp_path: Path, command: str
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from events import DecisionMade, JsonlLog, read_log
 
@@ -25,6 +26,7 @@ def _run(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_tampered_decision_is_reported_and_a_faithful_log_is_not(tmp_path: Path) -> None:
     healthy = _run(tmp_path, "run", "--simulate", "h200x8", "--run-id", "faithful", "--json")
     assert healthy.returncode == 0, healthy.stderr

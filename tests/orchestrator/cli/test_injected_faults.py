@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from .conftest import StoredRun
 from .harness import message, run_cli
 
@@ -85,6 +87,7 @@ def test_unknown_zentorch_failure_names_the_cause_of_unspecified_platform(
     assert message(replayed.json(), "platform.unspecified")["severity"] == "error"
 
 
+@pytest.mark.slow
 def test_broken_flashinfer_comm_disables_fusion_with_one_debug_message(tmp_path: Path) -> None:
     ran = run_cli(
         "run",
@@ -192,6 +195,7 @@ def test_explicit_backend_environment_failure_keeps_its_cause(tmp_path: Path) ->
     assert [m for m in ran.json()["messages"] if m["code"] == "attention.selected"] == []
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_joined_the_process_group_is_the_root_cause(tmp_path: Path) -> None:
     # RELIABILITY.md, finding 4: rank 1 cannot import torch.distributed,
     # records process_group unavailable and decides alone; its peers wait at

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .harness import LAUNCH_TIMEOUT_S, message, run_cli
 
 QUANT_FAILURE = "RuntimeError: quant workspace creation failed"
@@ -16,6 +18,7 @@ TEXT = (
 )
 
 
+@pytest.mark.slow
 def test_a_failed_quantization_workspace_is_one_error_per_rank(tmp_path: Path) -> None:
     ran = run_cli(
         "run",

@@ -28,6 +28,7 @@ _SITECUSTOMIZE = textwrap.dedent(
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status")
+@pytest.mark.slow
 def test_ranks_start_with_sigint_blocked(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()

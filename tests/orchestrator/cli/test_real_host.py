@@ -13,6 +13,7 @@ _ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/accel", "/dev/dri/rend
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_run_on_this_host(tmp_path: Path) -> None:
     # On an AMD Zen host a zentorch that fails to import is a WARNING that
     # carries its traceback by design (SPEC §3.2).

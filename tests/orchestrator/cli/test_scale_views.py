@@ -15,6 +15,8 @@ from orchestrator.engine import ATTENTION_STEP
 from tests.orchestrator.cli.harness import call_cli
 from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
 
+pytestmark = pytest.mark.slow
+
 WORLD = 1024
 #: The node of eight ranks the ``node-missing`` run has no logs of.
 MISSING = range(512, 520)

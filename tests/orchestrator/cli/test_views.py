@@ -107,6 +107,7 @@ def eight_flashinfer(tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_diff_groups_ranks_with_the_same_difference(
     eight_ranks: StoredRun, eight_flashinfer: StoredRun, tmp_path: Path
 ) -> None:
@@ -125,6 +126,7 @@ def test_diff_groups_ranks_with_the_same_difference(
     assert len(lines) <= 6, lines
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_diff_of_two_identical_launches_exits_0(eight_ranks: StoredRun, tmp_path: Path) -> None:
     again = run_cli(

@@ -29,6 +29,8 @@ from orchestrator.engine._vllm import INSTALL_COMMAND
 
 from .harness import COMMAND_TIMEOUT_S, LAUNCH_TIMEOUT_S, call_cli, environment, run_cli
 
+pytestmark = pytest.mark.slow
+
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 needs_vllm = pytest.mark.skipif(
     VLLM_MISSING and os.environ.get("STARTUP_REQUIRE_VLLM") != "1",

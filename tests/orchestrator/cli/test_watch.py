@@ -70,6 +70,7 @@ def _watching(run_dir: Path, cwd: Path, *args: str) -> Iterator[Background]:
         watch.kill()
 
 
+@pytest.mark.slow
 def test_watch_names_the_stalled_rank_and_step_and_exits_1_once_the_ranks_are_interrupted(
     tmp_path: Path,
 ) -> None:
@@ -102,6 +103,7 @@ def test_watch_names_the_stalled_rank_and_step_and_exits_1_once_the_ranks_are_in
     assert finished.lines()[-1].endswith(": interrupted"), finished.describe()
 
 
+@pytest.mark.slow
 def test_a_healthy_launch_watched_to_the_end_exits_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     launch = start_cli(
@@ -226,6 +228,7 @@ def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Pa
     assert "rank 0: ready in " in stream.getvalue()
 
 
+@pytest.mark.slow
 def test_run_nproc_on_a_terminal_shows_the_live_view(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     terminal, child_side = os.openpty()
@@ -337,6 +340,7 @@ def test_a_rank_behind_its_peers_is_stalled_and_named_where_it_waits(tmp_path: P
     ]
 
 
+@pytest.mark.slow
 def test_a_rank_killed_while_it_hangs_is_said_with_where_it_waited(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     launch = start_cli(

@@ -811,6 +811,7 @@ def _free_port() -> int:
     importlib.util.find_spec("torch") is None,
     reason="torch is not installed: the gloo process-group test needs torch.distributed",
 )
+@pytest.mark.slow
 def test_four_gloo_ranks_agree_that_fusion_is_disabled(tmp_path: Path) -> None:
     port = _free_port()
     processes: list[subprocess.Popen[bytes]] = []

@@ -298,6 +298,7 @@ async def test_a_hanging_candidate_times_out_and_the_others_are_selected() -> No
     assert engine.finished.outcome is RunOutcome.READY
 
 
+@pytest.mark.slow
 async def test_an_attention_step_that_hangs_itself_times_out() -> None:
     from orchestrator import StepTimeoutError
 

@@ -376,6 +376,7 @@ def read_zen_facts(ctx: StepContext) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 async def test_an_isolated_step_sees_the_simulated_host_in_its_process() -> None:
     profile = load_profile("zen4")
     graph = Graph(
