@@ -14,8 +14,9 @@ Each class gets an encoder and a decoder generated once, on first use, from its
 attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
 an unknown type fails on the first encode or decode, and in the tests). The
-generated decoder only recognises well-formed records; for anything else the field-by-field checks below
-decide, and they name the field that is wrong. Logs use two more generated
+generated decoder only recognises well-formed records; for anything else
+the field-by-field checks below decide, and they name the field that is
+wrong. Logs use two more generated
 encoders per event class, for speed: one whose record only orjson sees
 (:data:`LINE_ENCODERS`), and one that also copies the event with the
 ``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
