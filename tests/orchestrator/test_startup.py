@@ -12,6 +12,7 @@ import pytest
 from events import (
     Column,
     Event,
+    JsonValue,
     MessageRule,
     Outcome,
     RunFinished,
@@ -30,6 +31,7 @@ from orchestrator import (
     Startup,
     StartupInterrupted,
     Step,
+    StepContext,
 )
 from orchestrator.engine import EngineConfig
 
@@ -181,10 +183,10 @@ async def test_a_launcher_that_owns_its_signals_stops_the_run(tmp_path: Path) ->
 
 
 def _own_graph() -> Graph:
-    def attention(context: object) -> dict[str, str]:
+    def attention(context: StepContext) -> JsonValue:
         return {"backend": "mine"}
 
-    def cache(context: object) -> None:
+    def cache(context: StepContext) -> JsonValue:
         raise PermissionError(13, "Permission denied", "/cache")
 
     return Graph(
@@ -218,17 +220,20 @@ OWN_SLICE = Slice(
 )
 
 
-def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> None:
-    startup = Startup(
+def _own_startup(tmp_path: Path, **options: object) -> Startup:
+    return Startup(
         graph=_own_graph(),
-        slices=[OWN_SLICE],
         run_dir=tmp_path / "run",
         tracing=None,
         configure_logging=False,
         handle_signals=False,
         environ={},
+        **options,  # type: ignore[arg-type]
     )
-    result = startup.run()
+
+
+def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> None:
+    result = _own_startup(tmp_path, slices=[OWN_SLICE]).run()
 
     texts = [message.text for message in result.messages]
     # A step named attention is the caller's, not the reference engine's.
@@ -245,15 +250,7 @@ def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> N
 
 
 def test_without_slices_a_graph_of_your_own_gets_the_kernels_messages(tmp_path: Path) -> None:
-    startup = Startup(
-        graph=_own_graph(),
-        run_dir=tmp_path / "run",
-        tracing=None,
-        configure_logging=False,
-        handle_signals=False,
-        environ={},
-    )
-    result = startup.run()
+    result = _own_startup(tmp_path).run()
     codes = {message.code for message in result.messages}
     assert codes <= {"run.ready", "step.unavailable"}, codes
     assert result.facts == {}
