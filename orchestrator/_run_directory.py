@@ -64,7 +64,6 @@ __all__ = [
     "MANIFEST_FILE",
     "Collected",
     "Manifest",
-    "ManifestRank",
     "RunDirectory",
     "RunDirectoryError",
     "RunProblem",
@@ -206,43 +205,6 @@ def _stored_logs(run_dir: Path) -> list[Path]:
 
 
 @attrs.frozen(kw_only=True)
-class ManifestRank:
-    """One rank process of a launch (see :class:`events.RankProcess`)."""
-
-    rank: int
-    pid: int | None = None
-    started_wall_ns: int | None = None
-    ended_wall_ns: int | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    stopped_by_launcher: str | None = None
-    host: str | None = None
-    node_rank: int | None = None
-    local_rank: int | None = None
-    not_delivered: str | None = None
-    collected: bool | None = None
-    lost: str | None = None
-
-    def to_process(self) -> RankProcess:
-        """As the kernel's :class:`~events.RankProcess`."""
-        return RankProcess(
-            rank=self.rank,
-            pid=self.pid,
-            started_wall_ns=self.started_wall_ns,
-            ended_wall_ns=self.ended_wall_ns,
-            exit_code=self.exit_code,
-            signal=self.signal,
-            stopped_by_launcher=self.stopped_by_launcher,
-            host=self.host,
-            node_rank=self.node_rank,
-            local_rank=self.local_rank,
-            not_delivered=self.not_delivered,
-            collected=self.collected,
-            lost=self.lost,
-        )
-
-
-@attrs.frozen(kw_only=True)
 class Manifest:
     """A launcher's record of one launch (``manifest.json``).
 
@@ -272,7 +234,7 @@ class Manifest:
     host: str = attrs.field(factory=socket.gethostname)
     started_wall_ns: int = attrs.field(factory=time.time_ns)
     finished_wall_ns: int | None = None
-    ranks: tuple[ManifestRank, ...] = ()
+    ranks: tuple[RankProcess, ...] = ()
     collected_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -311,12 +273,12 @@ class Manifest:
                 Path(source), f"not a valid manifest ({type(exc).__name__}: {exc})"
             ) from None
 
-    def with_rank(self, entry: ManifestRank) -> Manifest:
+    def with_rank(self, entry: RankProcess) -> Manifest:
         """A copy with ``entry`` replacing the rank's entry (or added)."""
         others = [rank for rank in self.ranks if rank.rank != entry.rank]
         return attrs.evolve(self, ranks=tuple(sorted([*others, entry], key=lambda r: r.rank)))
 
-    def rank(self, rank: int) -> ManifestRank | None:
+    def rank(self, rank: int) -> RankProcess | None:
         """The entry of ``rank``, if it was started."""
         return next((entry for entry in self.ranks if entry.rank == rank), None)
 
@@ -326,7 +288,7 @@ class Manifest:
             run_id=self.run_id,
             world_size=self.world_size,
             started_wall_ns=self.started_wall_ns,
-            processes={entry.rank: entry.to_process() for entry in self.ranks},
+            processes={entry.rank: entry for entry in self.ranks},
             source=source,
         )
 
@@ -363,10 +325,18 @@ class Manifest:
 
 #: Fields of a rank entry written only when set (added after version 1 was
 #: first released; older readers ignore them, this one defaults them).
-_OPTIONAL_RANK_FIELDS = ("host", "node_rank", "local_rank", "not_delivered", "collected", "lost")
+_OPTIONAL_RANK_FIELDS = (
+    "host",
+    "node_rank",
+    "local_rank",
+    "not_delivered",
+    "collected",
+    "lost",
+    "observer",
+)
 
 
-def _rank_json(rank: ManifestRank) -> dict[str, Any]:
+def _rank_json(rank: RankProcess) -> dict[str, Any]:
     entry = attrs.asdict(rank)
     for name in _OPTIONAL_RANK_FIELDS:
         if entry[name] is None:
@@ -415,7 +385,7 @@ def _manifest_from_json(data: object) -> Manifest:
         if type(rank) is not int or rank < 0:
             raise ValueError(f"bad rank {rank!r}")
         ranks.append(
-            ManifestRank(
+            RankProcess(
                 rank=rank,
                 pid=_optional_int(entry.get("pid")),
                 started_wall_ns=_optional_int(entry.get("started_wall_ns")),
@@ -429,6 +399,7 @@ def _manifest_from_json(data: object) -> Manifest:
                 not_delivered=_optional_str(entry.get("not_delivered")),
                 collected=_optional_bool(entry.get("collected")),
                 lost=_optional_str(entry.get("lost")),
+                observer=_optional_str(entry.get("observer")),
             )
         )
     world_size = data["world_size"]
@@ -799,7 +770,7 @@ def _not_delivered(rank: int, manifests: Sequence[Manifest]) -> str:
     for manifest in manifests:
         entry = manifest.rank(rank)
         if entry is not None and entry.not_delivered:
-            return f"; {entry.to_process().describe()}"
+            return f"; {entry.describe()}"
     return ""
 
 

@@ -78,6 +78,7 @@ from events import (
     Message,
     Outcome,
     RankIdentity,
+    RankProcess,
     RunFinished,
     RunOutcome,
     Scope,
@@ -98,7 +99,6 @@ from ._identity import identity_from_environment, new_run_id, run_id_from_enviro
 from ._run_directory import (
     Collected,
     Manifest,
-    ManifestRank,
     RunDirectoryError,
     claim_run_directory,
     rank_log_path,
@@ -870,10 +870,10 @@ class Startup:
         mailbox: Mailbox | None,
         bound: float,
         deadline: float,
-    ) -> list[ManifestRank]:
+    ) -> list[RankProcess]:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
         entries = [
-            ManifestRank(
+            RankProcess(
                 rank=identity.rank,
                 pid=os.getpid(),
                 host=socket.gethostname(),
@@ -896,7 +896,7 @@ class Startup:
         with anyio.CancelScope() as scope:
             self._scope = scope
             for rank in range(1, identity.world_size):
-                entry = ManifestRank(rank=rank)
+                entry = RankProcess(rank=rank)
                 content: bytes | None = None
                 reason = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
@@ -929,7 +929,7 @@ class Startup:
             for rank in range(len(entries), identity.world_size):
                 if rank_log_path(run_dir, rank).exists():
                     continue
-                entry = ManifestRank(
+                entry = RankProcess(
                     rank=rank, not_delivered="not collected: rank 0 was stopped", collected=False
                 )
                 entries.append(_whereabouts(entry, announced.get(rank)))
@@ -1025,7 +1025,7 @@ def _json_bytes(value: JsonValue) -> bytes:
     return orjson.dumps(value)
 
 
-def _whereabouts(entry: ManifestRank, posted: bytes | None) -> ManifestRank:
+def _whereabouts(entry: RankProcess, posted: bytes | None) -> RankProcess:
     """``entry`` with what the rank announced of itself, when it did."""
     if posted is None:
         return entry

@@ -41,8 +41,10 @@ from pathlib import Path
 
 import attrs
 
+from events import RankProcess
+
 from .._identity import RUN_ID_VARIABLE
-from .._run_directory import Manifest, ManifestRank
+from .._run_directory import Manifest
 from .._signals import LAUNCHER_PID_VARIABLE
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
@@ -247,7 +249,7 @@ class _Launch:
             if process.stderr is not None:
                 os.set_blocking(process.stderr.fileno(), False)
             self.processes.append(process)
-            self.update(ManifestRank(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
+            self.update(RankProcess(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
             if self.received:
                 # Asked to stop while starting: this rank may have started
                 # after the signal was forwarded; the rest are not started.
@@ -258,7 +260,7 @@ class _Launch:
                 )
                 break
 
-    def update(self, entry: ManifestRank) -> None:
+    def update(self, entry: RankProcess) -> None:
         if self.manifest is None:
             return
         self.manifest = self.manifest.with_rank(entry)
@@ -273,7 +275,7 @@ class _Launch:
             if rank in self.recorded_ends or process.returncode is None:
                 continue
             self.recorded_ends.add(rank)
-            entry = self.manifest.rank(rank) or ManifestRank(rank=rank, pid=process.pid)
+            entry = self.manifest.rank(rank) or RankProcess(rank=rank, pid=process.pid)
             code = process.returncode
             self.manifest = self.manifest.with_rank(
                 attrs.evolve(
@@ -289,7 +291,7 @@ class _Launch:
             never = [rank for rank in range(self.nproc) if self.manifest.rank(rank) is None]
             for rank in never:
                 self.manifest = self.manifest.with_rank(
-                    ManifestRank(
+                    RankProcess(
                         rank=rank, stopped_by_launcher="never started: the launch was stopped"
                     )
                 )

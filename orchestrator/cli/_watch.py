@@ -217,7 +217,7 @@ class RunWatcher:
         self.state = self._timeline.apply_many(self.state, new)
         if manifest is not None:
             for entry in manifest.ranks:
-                process = entry.to_process()
+                process = entry
                 if process.ended and entry.rank not in self.finished:
                     self.died.setdefault(entry.rank, process)
         if self._manifest_world is not None:

@@ -43,14 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from events import Durability, RankIdentity, RunOutcome
+from events import Durability, RankIdentity, RankProcess, RunOutcome
 
 from .._errors import OrchestratorError
 from .._faults import FaultPlan
 from .._identity import RUN_ID_VARIABLE, new_run_id, run_id_from_environment
 from .._run_directory import (
     Manifest,
-    ManifestRank,
     RunDirectoryError,
     claim_run_directory,
     rank_log_path,
@@ -376,7 +375,7 @@ class _Launch:
             if actor.lost is None:
                 actor.pending = actor.handle.run.remote(assign(identity))
             self.manifest = self.manifest.with_rank(
-                ManifestRank(
+                RankProcess(
                     rank=actor.rank,
                     pid=actor.pid,
                     started_wall_ns=now,
@@ -412,7 +411,7 @@ class _Launch:
         else:
             actor.lost = _lost(actor, answer, "did not answer in time; the launcher killed it")
             actor.lost += self._recover(actor)
-        entry = self.manifest.rank(actor.rank) or ManifestRank(rank=actor.rank)
+        entry = self.manifest.rank(actor.rank) or RankProcess(rank=actor.rank)
         self.manifest = self.manifest.with_rank(
             attrs.evolve(entry, ended_wall_ns=time.time_ns(), lost=actor.lost)
         )

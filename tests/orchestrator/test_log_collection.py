@@ -26,6 +26,7 @@ from events import (
     Event,
     JsonValue,
     RankIdentity,
+    RankProcess,
     RunFinished,
     RunOutcome,
     StepStarted,
@@ -36,7 +37,6 @@ from orchestrator import Graph, Mailbox, RunDirectoryError, Startup, StartupInte
 from orchestrator._run_directory import (
     Collected,
     Manifest,
-    ManifestRank,
     read_manifest,
     store_collected_log,
 )
@@ -146,7 +146,7 @@ async def test_rank_0_stores_the_logs_posted_and_names_the_rank_that_did_not(
         True,
         False,
     )
-    assert entries[1].to_process().describe() == (
+    assert entries[1].describe() == (
         f"rank 1 (pid {os.getpid()}, node 1, host {socket.gethostname()}): "
         "its log is in the run directory"
     )
@@ -302,7 +302,7 @@ def test_a_manifest_reads_with_or_without_the_collected_fields() -> None:
     }
     read = Manifest.from_json(older)
     assert read.collected_by is None
-    assert read.ranks == (ManifestRank(rank=0, pid=11, exit_code=0),)
+    assert read.ranks == (RankProcess(rank=0, pid=11, exit_code=0),)
     # A launcher's manifest is written as it always was.
     assert "collected_by" not in read.to_json()
     assert set(read.to_json()["ranks"][0]) == {
@@ -318,8 +318,8 @@ def test_a_manifest_reads_with_or_without_the_collected_fields() -> None:
         read,
         collected_by=0,
         ranks=(
-            ManifestRank(rank=0, pid=11, host="a", node_rank=0, local_rank=0, collected=True),
-            ManifestRank(rank=1, not_delivered="did not deliver", collected=False),
+            RankProcess(rank=0, pid=11, host="a", node_rank=0, local_rank=0, collected=True),
+            RankProcess(rank=1, not_delivered="did not deliver", collected=False),
         ),
     )
     assert Manifest.from_json(json.loads(json.dumps(collected.to_json()))) == collected
