@@ -558,7 +558,7 @@ class _Derivation:
         tracked = _track(self.tracking.failures, event, top_level=True)
         self.track(failures=tracked.pending, open={}, fallbacks={})
         if tracked.settled is not None:
-            self.settle(tracked.settled, originated=False)
+            self.settle(tracked.settled)
         outcome = event.outcome
         step = event.failed_step
         where = f" (step {step})" if step else ""
@@ -655,7 +655,7 @@ class _Derivation:
         if reported:
             self.step_stopped(event)
         if tracked.settled is not None:
-            self.settle(tracked.settled, originated=tracked.originated)
+            self.settle(tracked.settled)
         if tracking.fallbacks and step in tracking.fallbacks:
             # The chain ended: a fallback that never started is no message.
             fallbacks = dict(tracking.fallbacks)
@@ -732,13 +732,14 @@ class _Derivation:
                 args=(event.step,),
             )
 
-    def settle(self, failure: _Failure, *, originated: bool) -> None:
+    def settle(self, failure: _Failure) -> None:
         """A failure reached the graph: report it on its deepest step, unless
-        a timeout/crash message or a slice's more specific message says it."""
+        a timeout/crash message or a slice's more specific message said it
+        there (on the step it started in, whichever step it reached)."""
         cause = failure.cause
         if failure.reported or cause is None or cause.name in _INTERRUPTS:
             return
-        if originated and self.setup.covers_failure(failure.step, cause):
+        if self.setup.covers_failure(failure.step, cause):
             return
         self.emit(
             "step.failed",

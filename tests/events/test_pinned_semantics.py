@@ -1,0 +1,181 @@
+"""What SPEC promises about a run's verdict and its messages, each pinned
+by a test that fails when the rule is changed: the run outcome's
+precedence, the root cause's tie-break, how a failure goes up the step tree,
+which rule speaks for a failure, and which variables are secret."""
+
+from __future__ import annotations
+
+from events import (
+    Event,
+    MessageRule,
+    Redactor,
+    RunOutcome,
+    Slice,
+    decode_exception,
+    encode_exception,
+    replay,
+)
+from events.testing import BASE_WALL_NS, EventStream, exception_info
+
+WORLD = 3
+BOOM = exception_info("RuntimeError", "boom")
+STOPPED = exception_info("orchestrator.StartupInterrupted", "received SIGTERM")
+
+
+def rank(number: int, *, at_ns: int = 0) -> EventStream:
+    """A rank of a world of :data:`WORLD`, started ``at_ns`` after the base."""
+    return EventStream(rank=number, world_size=WORLD, wall_ns=BASE_WALL_NS + at_ns).run_started()
+
+
+def ready(number: int) -> list[Event]:
+    stream = rank(number)
+    stream.started("probe").succeeded("probe")
+    return stream.run_finished()
+
+
+def failed(number: int, *, at_ns: int = 0) -> list[Event]:
+    stream = rank(number, at_ns=at_ns)
+    stream.started("probe").failed("probe", BOOM)
+    return stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="probe")
+
+
+def interrupted(number: int, *, at_ns: int = 0) -> list[Event]:
+    stream = rank(number, at_ns=at_ns)
+    stream.started("probe").cancelled("probe")
+    return stream.run_finished(RunOutcome.INTERRUPTED, cause=STOPPED)
+
+
+def unfinished(number: int) -> list[Event]:
+    stream = rank(number)
+    stream.started("probe")
+    return stream.events
+
+
+# --- the run's outcome -----------------------------------------------------------------
+
+
+def test_a_rank_without_its_end_makes_the_run_incomplete_whatever_the_root_cause() -> None:
+    # Rank 1 failed first, but rank 2 never finished: its story is missing.
+    run = replay([ready(0), failed(1), unfinished(2)])
+    assert run.outcome is RunOutcome.INCOMPLETE
+
+
+def test_a_failure_the_other_ranks_were_stopped_for_is_a_failed_run() -> None:
+    run = replay([ready(0), failed(1), interrupted(2, at_ns=10**9)])
+    assert run.root_cause is not None
+    assert run.root_cause.rank == 1
+    assert run.outcome is RunOutcome.FAILED
+
+
+def test_a_stop_that_made_the_other_ranks_fail_is_an_interrupted_run() -> None:
+    run = replay([ready(0), failed(1, at_ns=10**9), interrupted(2)])
+    assert run.root_cause is not None
+    assert run.root_cause.rank == 2
+    assert run.outcome is RunOutcome.INTERRUPTED
+
+
+def test_every_rank_ready_is_a_ready_run() -> None:
+    run = replay([ready(0), ready(1), ready(2)])
+    assert run.root_cause is None
+    assert run.outcome is RunOutcome.READY
+
+
+def test_failures_at_the_same_moment_name_the_lowest_rank() -> None:
+    run = replay([failed(2), ready(0), failed(1)])
+    assert run.root_cause is not None
+    assert run.root_cause.rank == 1
+
+
+# --- a failure going up the step tree ----------------------------------------------------
+
+
+def nested_failure(parent_cause: object, *, sibling: str = "") -> list[Event]:
+    """``x/child`` fails with :data:`BOOM`; ``x`` then fails with
+    ``parent_cause``; with ``sibling``, a step of that name beside the child
+    starts first and succeeds after the child failed."""
+    stream = EventStream().run_started()
+    stream.started("x")
+    if sibling:
+        stream.started(f"x/{sibling}")
+    stream.started("x/child")
+    stream.failed("x/child", BOOM)
+    if sibling:
+        stream.succeeded(f"x/{sibling}")
+    stream.failed("x", parent_cause)  # type: ignore[arg-type]
+    return stream.run_finished(RunOutcome.FAILED, cause=parent_cause, failed_step="x")  # type: ignore[arg-type]
+
+
+def test_a_failure_read_back_from_a_log_is_recognised_going_up() -> None:
+    # The parent's cause is equal to the child's, not the same object: what
+    # a log read back gives.
+    copy = decode_exception(encode_exception(BOOM))
+    assert copy == BOOM
+    assert copy is not BOOM
+    cause = replay(nested_failure(copy)).root_cause
+    assert cause is not None
+    assert cause.step == "x/child"
+
+
+def test_a_sibling_whose_name_extends_the_step_is_not_its_child() -> None:
+    # x/child_cache ends well after x/child failed; it is not below x/child,
+    # so it neither absorbs that failure nor takes it.
+    cause = replay(nested_failure(BOOM, sibling="child_cache")).root_cause
+    assert cause is not None
+    assert cause.step == "x/child"
+
+
+def test_a_parent_failing_otherwise_after_a_child_timed_out_is_its_own_failure() -> None:
+    other = exception_info("ValueError", "bad configuration")
+    stream = EventStream().run_started()
+    stream.started("x").started("x/slow").timed_out("x/slow", 1.0)
+    stream.failed("x", other)
+    events = stream.run_finished(RunOutcome.FAILED, cause=other, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x", other)
+
+
+def test_a_timeout_going_up_stays_the_childs() -> None:
+    timeout = exception_info("orchestrator.StepTimeoutError", "step 'x/slow' timed out")
+    stream = EventStream().run_started()
+    stream.started("x").started("x/slow").timed_out("x/slow", 1.0)
+    stream.failed("x", timeout)
+    events = stream.run_finished(RunOutcome.FAILED, cause=timeout, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert cause.step == "x/slow"
+
+
+# --- which rule speaks for a failure ------------------------------------------------------
+
+
+def messages_of(events: list[Event], *rules: MessageRule) -> list[tuple[str, str]]:
+    run = replay(events, slices=[Slice(name="mine", rules=rules)])
+    return [(message.code, message.step) for message in run.messages]
+
+
+def test_a_failed_rule_speaks_where_the_failure_started_not_on_the_way_up() -> None:
+    rule = MessageRule(code="mine.boom", step="*", text="It broke: {error}")
+    spoken = messages_of(nested_failure(BOOM), rule)
+    assert [step for code, step in spoken if code == "mine.boom"] == ["x/child"]
+    assert ("step.failed", "x/child") not in spoken
+
+
+def test_a_rule_for_another_outcome_leaves_the_failure_to_the_kernel() -> None:
+    rule = MessageRule(
+        code="mine.missing", step="x/child", outcomes="unavailable", text="Missing: {reason}"
+    )
+    spoken = messages_of(nested_failure(BOOM), rule)
+    assert ("step.failed", "x/child") in spoken
+    assert not any(code == "mine.missing" for code, _step in spoken)
+
+
+# --- secrets ---------------------------------------------------------------------------
+
+
+def test_secret_variable_names_are_matched_in_any_case() -> None:
+    redact = Redactor.from_environment(
+        {"github_token": "ghp-lower-case", "Db_Password": "hunter2-mixed", "PATH": "/usr/bin"}
+    )
+    text = redact("token ghp-lower-case, password hunter2-mixed, path /usr/bin")
+    assert text == "token [REDACTED], password [REDACTED], path /usr/bin"
