@@ -11,13 +11,13 @@ reported divergence, never as a silent change).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
 from events import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
-    Divergence,
     Event,
     JsonValue,
     Outcome,
@@ -25,6 +25,9 @@ from events import (
     StepStarted,
     outcome_of,
 )
+
+if TYPE_CHECKING:
+    from events import Divergence
 
 __all__ = [
     "DEFAULT_DECIDERS",
@@ -118,6 +121,8 @@ def check_decisions(
 ) -> list[Divergence]:
     """Recompute every recorded decision from the events before it (per rank)
     and list those that differ. A decision without a decider is skipped."""
+    from events import Divergence  # the replay side of events: when checked
+
     table = dict(DEFAULT_DECIDERS)
     table.update(deciders or {})
     by_rank: dict[int, list[Event]] = {}

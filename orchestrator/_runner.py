@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import math
 import os
@@ -143,6 +142,8 @@ def _find_propagating(exc: BaseException) -> _Propagating | None:
 def _versions() -> Mapping[str, str]:
     # Looking up distributions scans sys.path (milliseconds); they do not
     # change while the process runs.
+    import importlib.metadata  # tens of milliseconds: imported when first asked
+
     versions = {"python": sys.version.split()[0]}
     for distribution in ("startup-orchestrator", "anyio", "torch"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

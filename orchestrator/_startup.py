@@ -83,7 +83,6 @@ from events import (
     RunOutcome,
     Scope,
     Severity,
-    Slice,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
@@ -110,6 +109,7 @@ from ._threads import StepThreads
 from ._watchdog import DEFAULT_STALL_S
 
 if TYPE_CHECKING:
+    from events import Slice
     from exporters import LoggingBridge, Tracing
 
     from .engine import EngineConfig, Profile
