@@ -423,16 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also write a self-contained HTML report (to attach to a bug report)",
     )
-    replay.add_argument(
-        "--slice",
-        action="append",
-        default=None,
-        dest="slices",
-        metavar="MODULE:NAME",
-        help="derive messages and report columns with this events.Slice instead of the "
-        "reference engine's, for a run of your own graph; MODULE is an importable module or "
-        "a .py file (repeatable)",
-    )
+    _slice_option(replay)
 
     for name, text in (
         ("explain", "the fallback tree of every step, with outcomes and causes"),
@@ -455,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help="only this rank (default: every rank)",
         )
+        _slice_option(view)
 
     diff = commands.add_parser(
         "diff",
@@ -486,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with more than two paths, the run directories of two multi-node runs (one per "
         "node): grouped into the two runs by run id, the run of the first path the baseline",
     )
+    _slice_option(diff)
 
     watch = commands.add_parser(
         "watch",
@@ -616,3 +609,17 @@ def _version() -> str:
         return version("startup-orchestrator")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout
         return "0"
+
+
+def _slice_option(command: argparse.ArgumentParser) -> None:
+    """``--slice``, for every command that replays a run."""
+    command.add_argument(
+        "--slice",
+        action="append",
+        default=None,
+        dest="slices",
+        metavar="MODULE:NAME",
+        help="derive messages and report columns with this events.Slice instead of the "
+        "reference engine's, for a run of your own graph; MODULE is an importable module or "
+        "a .py file (repeatable)",
+    )

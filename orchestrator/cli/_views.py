@@ -333,8 +333,9 @@ def _view(
     render: Callable[..., str], *, header: bool = False
 ) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
+        slices = [load_slice(spec) for spec in args.slices or ()]
         run = read_run(args.paths)
-        result = _replay(run)
+        result = _replay(run, slices=slices)
         _check_rank(args.rank, result)
         if header:
             from exporters import report_header
@@ -353,12 +354,13 @@ def command_diff(args: argparse.Namespace) -> int:
     0 when they do not (2 for bad input)."""
     from exporters import decisions_of, diff_text, report_json, run_differences
 
+    slices = [load_slice(spec) for spec in args.slices or ()]
     sides = []
     labels = []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
         run = read_run(paths)
         events = _events(run.contents)
-        sides.append((report_json(_replay(run)), decisions_of(events)))
+        sides.append((report_json(_replay(run, slices=slices)), decisions_of(events)))
         labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(

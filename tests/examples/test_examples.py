@@ -271,6 +271,20 @@ def test_custom_probe_graph_runs_replay_on_the_command_line_with_their_slice(
     assert document["outcome"] == "failed"
     assert document["root_cause"]["step"] == "tokenizer"
 
+    # diff and the views take the slice too: the message only it derives
+    # is a difference between the runs.
+    warning = "WARNING [rank 0] Kernel cache is not writable"
+    compared = call_cli(
+        "diff", "runs/healthy", "runs/cache-denied", "--slice", slice_spec, cwd=tmp_path
+    )
+    assert compared.returncode == 1, compared.describe()
+    assert any(line.startswith(f"+ {warning}") for line in compared.lines()), compared.stdout
+    unsliced = call_cli("diff", "runs/healthy", "runs/cache-denied", cwd=tmp_path)
+    assert warning not in unsliced.stdout
+    for view in ("explain", "blame", "critical-path"):
+        shown = call_cli(view, "runs/tokenizer-broken", "--slice", slice_spec, cwd=tmp_path)
+        assert shown.returncode == 0, shown.describe()
+
 
 # --- failed_start_and_replay.py -----------------------------------------------------
 
