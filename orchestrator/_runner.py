@@ -315,6 +315,11 @@ class Runner:
         )
         self.log.flush()
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`stopping` was called."""
+        return self._stop_cause is not None
+
     def stopping(self, cause: BaseException) -> None:
         """Say why the run is about to be cancelled from outside (a signal,
         a launcher's stop): when the cancellation reaches the run, its

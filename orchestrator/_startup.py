@@ -598,6 +598,11 @@ class Startup:
             return
         self._state = "closed"
         try:
+            if self._runner is not None and not self._ran:
+                # Opened and never run: the log still says how it ended.
+                if not self._runner.stop_requested:
+                    self._runner.stopping(StartupInterrupted(None, "closed before it ran"))
+                self._runner.abandon(StartupInterrupted(None, "closed before it ran"))
             if self._tracing is not None:
                 self._tracing.close()
         finally:
@@ -668,6 +673,8 @@ class Startup:
         # Made before the signals are watched: a stop asked before the loop
         # ran cancels it at once, and the run then begins cancelled.
         run_scope = self._scope = anyio.CancelScope()
+        if self._runner.stop_requested:
+            run_scope.cancel()  # stop() came before run(): it begins cancelled
         try:
             async with anyio.create_task_group() as group:
                 if watch:

@@ -22,6 +22,7 @@ from events import (
     Slice,
     StepStarted,
     read_log,
+    replay,
     validate,
 )
 from orchestrator import (
@@ -259,3 +260,53 @@ def test_without_slices_a_graph_of_your_own_gets_the_kernels_messages(tmp_path: 
 def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="slices describe a graph of your own"):
         _startup(tmp_path, slices=[OWN_SLICE])
+
+
+# --- the lifecycle ---------------------------------------------------------------------
+
+
+def test_opened_and_closed_without_running_the_log_says_so(tmp_path: Path) -> None:
+    startup = _startup(tmp_path)
+    startup.open()
+    startup.close()
+    assert startup.log_path is not None
+    finished = _finished(startup.log_path)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert finished.cause is not None
+    assert finished.cause.message == "stopped: closed before it ran"
+    assert replay(read_log(startup.log_path).events).outcome is RunOutcome.INTERRUPTED
+
+
+def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path) -> None:
+    startup = _startup(tmp_path).open()
+    startup.stop()
+    with pytest.raises(StartupInterrupted, match="asked by its launcher"):
+        startup.run()
+    assert startup.log_path is not None
+    finished = _finished(startup.log_path)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert startup.result is not None
+    assert startup.result.outcome is RunOutcome.INTERRUPTED
+
+
+def test_a_startup_opens_once_and_runs_once(tmp_path: Path) -> None:
+    startup = _startup(tmp_path)
+    assert startup.run().ready
+    with pytest.raises(RuntimeError, match="runs once"):
+        startup.run()
+    with pytest.raises(RuntimeError, match="opens once"):
+        startup.open()
+    startup.close()  # closed already: harmless
+    with pytest.raises(RuntimeError, match="runs once"):
+        startup.run()
+
+
+def test_entering_an_open_startup_keeps_it_open_until_the_block_ends(tmp_path: Path) -> None:
+    startup = _startup(tmp_path).open()
+    with startup as entered:
+        assert entered is startup
+        assert entered.run().ready
+    assert startup.log_path is not None
+    assert _finished(startup.log_path).outcome is RunOutcome.READY
+    with pytest.raises(RuntimeError, match="opens once"):
+        startup.open()
