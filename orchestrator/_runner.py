@@ -262,9 +262,10 @@ class Runner:
                 raise RuntimeError("this Runner already began another graph")
             return
         root_span_id = _new_span_id()
-        self._append_run_event(
+        self._append(
             RunStarted,
-            root_span_id,
+            span_id=root_span_id,
+            parent=self.parent_span_id,
             identity=self.identity,
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -277,22 +278,35 @@ class Runner:
         )
         self._began = (graph, root_span_id)
 
-    def _append_run_event(self, cls: type[Event], span_id: str, **payload: Any) -> None:
-        """Append a run-level event (on the rank's root span)."""
+    def _append(
+        self,
+        cls: type[Event],
+        *,
+        step: str = "",
+        span_id: str,
+        parent: str | None,
+        **payload: Any,
+    ) -> Event:
+        """Append an event of ``cls``, its envelope stamped here (the one
+        place that does): this rank's run, rank, clock, trace and the log's
+        next ``seq``."""
         wall_ns, mono_ns = self.clock()
-        self.log.append(
-            cls(
-                run_id=self.log.run_id,
-                rank=self.identity.rank,
-                seq=self.log.next_seq,
-                wall_ns=wall_ns,
-                mono_ns=mono_ns,
-                trace_id=self.trace_id,
-                span_id=span_id,
-                parent_span_id=self.parent_span_id,
-                **payload,
-            )
+        event = cls(
+            run_id=self.log.run_id,
+            rank=self.identity.rank,
+            # The log assigns seq; handing it the number it is about to assign
+            # spares it a copy of every event (it still corrects a stale one).
+            seq=self.log.next_seq,
+            wall_ns=wall_ns,
+            mono_ns=mono_ns,
+            step=step,
+            trace_id=self.trace_id,
+            span_id=span_id,
+            parent_span_id=parent,
+            **payload,
         )
+        self.log.append(event)
+        return event
 
     def abandon(self, cause: BaseException) -> None:
         """End a run that began (:meth:`begin`) but whose graph never ran,
@@ -307,9 +321,10 @@ class Runner:
             raise RuntimeError("abandon() ends a run that began and never ran its graph")
         self._used = True
         interrupted = isinstance(cause, KeyboardInterrupt) or self._stop_cause is not None
-        self._append_run_event(
+        self._append(
             RunFinished,
-            self._began[1],
+            span_id=self._began[1],
+            parent=self.parent_span_id,
             outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
             cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
         )
@@ -387,23 +402,7 @@ class _Run:
     def emit(
         self, cls: type[Event], *, step: str = "", span_id: str, parent: str | None, **payload: Any
     ) -> Event:
-        wall_ns, mono_ns = self.runner.clock()
-        event = cls(
-            run_id=self.run_id,
-            rank=self.identity.rank,
-            # The log assigns seq; handing it the number it is about to assign
-            # spares it a copy of every event (it still corrects a stale one).
-            seq=self.log.next_seq,
-            wall_ns=wall_ns,
-            mono_ns=mono_ns,
-            step=step,
-            trace_id=self.trace_id,
-            span_id=span_id,
-            parent_span_id=parent,
-            **payload,
-        )
-        self.log.append(event)
-        return event
+        return self.runner._append(cls, step=step, span_id=span_id, parent=parent, **payload)
 
     def capture(self, exc: BaseException) -> ExceptionInfo:
         return ExceptionInfo.capture(exc, redactor=self.runner.redactor)
