@@ -62,6 +62,8 @@ PROCESSES_STEP = "processes"
 
 #: A phase's error is the engine's: it propagates, as in the engine.
 _PHASE_POLICY = ErrorPolicy(name="phase")
+#: The most the engine's thread waits for a phase's start to be recorded.
+_PHASE_START_WAIT_S = 2.0
 #: A child process that dies is recorded; what the engine makes of it is
 #: the phases' business.
 _PROCESS_POLICY = ErrorPolicy(name="process")
@@ -90,6 +92,8 @@ class _Begin:
     name: str
     attributes: Mapping[str, JsonValue]
     inbox: MemoryObjectReceiveStream[Any]
+    #: set once the phase's step.started is in the log
+    started: threading.Event = attrs.field(factory=threading.Event)
 
 
 @attrs.frozen
@@ -264,9 +268,14 @@ class Recording:
             assert self._portal is not None
             send, receive = anyio.create_memory_object_stream[Any](math.inf)
             parent = self._open[-1][1]
-            self._portal.call(parent.send_nowait, _Begin(name, attributes, receive))
+            begin = _Begin(name, attributes, receive)
+            self._portal.call(parent.send_nowait, begin)
             self._open.append((name, send))
-            return send
+        # The phase's start is in the log before the engine's code goes on:
+        # a process killed in the very next line still says where it was.
+        # Bounded, so a recording whose loop is stuck never holds vLLM up.
+        begin.started.wait(_PHASE_START_WAIT_S)
+        return send
 
     def _end(self, inbox: Any, end: _End) -> None:
         with self._lock:
@@ -321,7 +330,7 @@ class Recording:
                 try:
                     await ctx.run_child(
                         message.name,
-                        self._phase_body(message.inbox),
+                        self._phase_body(message.inbox, message.started),
                         attributes=message.attributes,
                     )
                 except Exception:
@@ -334,8 +343,11 @@ class Recording:
         finally:
             _close(inbox)
 
-    def _phase_body(self, inbox: MemoryObjectReceiveStream[Any]) -> StepBody:
+    def _phase_body(
+        self, inbox: MemoryObjectReceiveStream[Any], started: threading.Event
+    ) -> StepBody:
         async def phase(ctx: StepContext) -> JsonValue:
+            started.set()  # the runner wrote step.started before the body runs
             return await self._follow(ctx, inbox)
 
         return phase

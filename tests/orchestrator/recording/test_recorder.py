@@ -198,3 +198,16 @@ def test_the_start_that_is_recorded_has_the_outcome_classes_of_a_run(tmp_path: P
     startup = ends(events_of(tmp_path))["startup"]
     assert isinstance(startup, StepFailed)
     assert startup.cause.type == "KeyboardInterrupt"
+
+
+def test_a_phase_is_in_the_log_before_the_engines_code_goes_on(tmp_path: Path) -> None:
+    # A process killed on the phase's first line (a worker SIGKILLed as it
+    # loads the model) must still leave the phase it was in: the phase's
+    # start is written before begin_phase returns, on every try.
+    started = recording(tmp_path, spawns=False)
+    for attempt in range(20):
+        token = started.begin_phase(f"phase_{attempt}")
+        logged = [e for e in events_of(tmp_path) if isinstance(e, StepStarted)]
+        assert logged[-1].step == f"startup/phase_{attempt}"
+        started.end_phase(token)
+    started.finish()
