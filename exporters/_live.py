@@ -288,6 +288,30 @@ _REASONS = (
 _UNREACHABLE = frozenset({"connection refused", "unknown host", "not reachable", "timed out"})
 
 
+#: Reasons no retry can mend within an export's time: nobody listens there.
+_REFUSED = frozenset({"connection refused", "unknown host"})
+
+
+class Refused(Exception):
+    """Raised from the exporter's own retry announcement (see
+    :func:`refused_at_once`): ends that export at once."""
+
+
+def refused_at_once(said: Callable[[], Sequence[str]]) -> Callable[[], None]:
+    """An ``on_retry`` for :func:`captured_messages`: when what the exporter
+    has said (``said()``) is a refused connection or an unknown host, raise
+    :class:`Refused` through its retry announcement, so the export ends at
+    once instead of retrying until its timeout; a slow collector's retries
+    are left to run."""
+
+    def on_retry() -> None:
+        messages = said()
+        if messages and _summary(messages, "") in _REFUSED:
+            raise Refused(_summary(messages, ""))
+
+    return on_retry
+
+
 def _summary(messages: Sequence[str], problem: str) -> str:
     """A few words on why an export failed, from what the exporter logged
     (its own lines are long and repeat per retry)."""

@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from events import Event, LaunchRecord, RootCause, SeverityPolicy, Slice, step_severity_hook
 
 from ._errors import SpanExportError
-from ._live import captured_messages, quiet_opentelemetry_loggers
+from ._live import Refused, captured_messages, quiet_opentelemetry_loggers, refused_at_once
 from ._spans import SeverityOf, spans_from_events
 
 __all__ = ["export_events", "with_root_cause"]
@@ -73,10 +73,18 @@ def export_events(
     # The OpenTelemetry exporter's own log lines (one per retry) are kept
     # off the user's terminal: the error raised below says it all.
     quiet_opentelemetry_loggers(exporter)
+    # A collector that refuses connections fails the export at once; a slow
+    # one gets the exporter's own timeout.
+    said: list[list[str]] = [[]]
+    on_retry = refused_at_once(lambda: said[0])
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
-        with captured_messages():
-            result = exporter.export(batch)
+        try:
+            with captured_messages(on_retry) as messages:
+                said[0] = messages
+                result = exporter.export(batch)
+        except Refused:
+            result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             raise SpanExportError(
                 exporter=type(exporter).__name__, exported=start, total=len(spans)

@@ -11,9 +11,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 
 from exporters import (
     TRACING_LOGGER_NAME,
@@ -332,3 +334,40 @@ def test_importing_the_package_leaves_grpc_and_the_otlp_exporters_unloaded() -> 
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+def _announcing_exporter(*said: str) -> Any:
+    """An exporter whose export says ``said`` on an OpenTelemetry logger, as
+    the OTLP exporters announce a retry, then records that it went on to
+    wait and retry."""
+
+    def export(self: Any, spans: Sequence[Any]) -> SpanExportResult:
+        logger = logging.getLogger("opentelemetry.fake_exporter")
+        for message in said:
+            logger.warning(message)
+        self.retried = True
+        return SpanExportResult.SUCCESS
+
+    namespace = {"__module__": "opentelemetry.fake_exporter", "export": export, "retried": False}
+    return type("AnnouncingExporter", (SpanExporter,), namespace)()
+
+
+def test_a_refused_collector_ends_a_replay_export_at_its_first_retry() -> None:
+    from events.testing import EventStream
+
+    events = EventStream().run_started().started("probe").succeeded("probe").run_finished()
+    refused = _announcing_exporter(
+        "Failed to connect to remote host: Connection refused",
+        "Transient error StatusCode.UNAVAILABLE encountered while exporting traces, "
+        "retrying in 1s.",
+    )
+    with pytest.raises(SpanExportError, match="0 of 2 delivered"):
+        export_events(events, refused)
+    assert refused.retried is False  # it never got to wait for the retry
+    # A slow collector's retries are its exporter's to make, within its timeout.
+    slow = _announcing_exporter(
+        "Transient error StatusCode.DEADLINE_EXCEEDED encountered while exporting traces, "
+        "retrying in 1s."
+    )
+    assert export_events(events, slow) == 2
+    assert slow.retried is True
