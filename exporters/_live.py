@@ -229,7 +229,7 @@ class _GuardedExporter(SpanExporter):
         ending, and the spans stay in the log for replay export."""
         self._final = True
 
-    def _give_up(self) -> None:
+    def _give_up(self, _said: Sequence[str]) -> None:
         # Called on the export thread as the OTLP exporter announces a retry,
         # before it waits: shutting it down ends the wait and the export.
         with self._lock:
@@ -297,19 +297,15 @@ class Refused(Exception):
     :func:`refused_at_once`): ends that export at once."""
 
 
-def refused_at_once(said: Callable[[], Sequence[str]]) -> Callable[[], None]:
+def refused_at_once(said: Sequence[str]) -> None:
     """An ``on_retry`` for :func:`captured_messages`: when what the exporter
-    has said (``said()``) is a refused connection or an unknown host, raise
+    has said is a refused connection or an unknown host, raise
     :class:`Refused` through its retry announcement, so the export ends at
     once instead of retrying until its timeout; a slow collector's retries
     are left to run."""
-
-    def on_retry() -> None:
-        messages = said()
-        if messages and _summary(messages, "") in _REFUSED:
-            raise Refused(_summary(messages, ""))
-
-    return on_retry
+    reason = _summary(said, "")
+    if reason in _REFUSED:
+        raise Refused(reason)
 
 
 def _summary(messages: Sequence[str], problem: str) -> str:
@@ -360,9 +356,9 @@ class _CaptureFilter(logging.Filter):
         except Exception:
             message = str(record.msg)
         messages.append(message)
-        on_retry: Callable[[], None] | None = getattr(_capture, "on_retry", None)
+        on_retry: Callable[[Sequence[str]], None] | None = getattr(_capture, "on_retry", None)
         if on_retry is not None and "retrying" in message:
-            on_retry()
+            on_retry(messages)
         return False
 
 
@@ -382,9 +378,12 @@ def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
 
 
 @contextmanager
-def captured_messages(on_retry: Callable[[], None] | None = None) -> Iterator[list[str]]:
+def captured_messages(
+    on_retry: Callable[[Sequence[str]], None] | None = None,
+) -> Iterator[list[str]]:
     """Capture, on this thread, the OpenTelemetry exporters' log records;
-    ``on_retry()`` is called when one announces a retry (before it waits)."""
+    ``on_retry(messages)`` is called with what was captured so far when one
+    announces a retry (before it waits)."""
     previous: list[str] | None = getattr(_capture, "messages", None)
     previous_on_retry = getattr(_capture, "on_retry", None)
     messages: list[str] = []

@@ -75,13 +75,10 @@ def export_events(
     quiet_opentelemetry_loggers(exporter)
     # A collector that refuses connections fails the export at once; a slow
     # one gets the exporter's own timeout.
-    said: list[list[str]] = [[]]
-    on_retry = refused_at_once(lambda: said[0])
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
         try:
-            with captured_messages(on_retry) as messages:
-                said[0] = messages
+            with captured_messages(refused_at_once):
                 result = exporter.export(batch)
         except Refused:
             result = SpanExportResult.FAILURE

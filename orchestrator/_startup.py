@@ -600,9 +600,10 @@ class Startup:
         try:
             if self._runner is not None and not self._ran:
                 # Opened and never run: the log still says how it ended.
+                never_ran = StartupInterrupted(None, "closed before it ran")
                 if not self._runner.stop_requested:
-                    self._runner.stopping(StartupInterrupted(None, "closed before it ran"))
-                self._runner.abandon(StartupInterrupted(None, "closed before it ran"))
+                    self._runner.stopping(never_ran)
+                self._runner.abandon(never_ran)
             if self._tracing is not None:
                 self._tracing.close()
         finally:
