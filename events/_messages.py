@@ -44,7 +44,6 @@ from typing import Any
 
 import attrs
 
-from ._builders import evolve
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
 from ._model import (
@@ -274,30 +273,25 @@ class Messages:
         return self.apply_many(state, (event,))
 
     def apply_many(self, state: MessagesState, events: Iterable[Event]) -> MessagesState:
-        """The state after every event of ``events`` in turn: each rank's
-        messages derived event by event, the mapping of ranks built once;
-        unchanged ranks are shared, and ``state`` itself is returned when no
-        rank changed."""
+        """The state after every event of ``events`` in turn: each run of one
+        rank's events is folded on plain state and frozen once; unchanged
+        ranks are shared, and ``state`` itself is returned when no rank
+        changed."""
         setup = self._setup
         ranks = dict(state.ranks)
         changed = False
+        fold: _Fold | None = None
         number = -1
-        base = current = RankMessages(rank=number)
-        tracking = base.tracking
         for event in events:
             if event.rank != number:
-                if tracking is not current.tracking:
-                    current = evolve(current, {"tracking": tracking})
-                if current is not base:
-                    ranks[number], changed = current, True
+                if fold is not None and fold.changed:
+                    ranks[number], changed = fold.freeze(), True
                 number = event.rank
-                base = current = ranks.get(number) or RankMessages(rank=number)
-                tracking = current.tracking
-            current, tracking = _Derivation(setup, current, event, tracking).derive()
-        if tracking is not current.tracking:
-            current = evolve(current, {"tracking": tracking})
-        if current is not base:
-            ranks[number], changed = current, True
+                fold = _Fold(setup, ranks.get(number) or RankMessages(rank=number))
+            assert fold is not None
+            fold.derive(event)
+        if fold is not None and fold.changed:
+            ranks[number], changed = fold.freeze(), True
         return MessagesState(ranks=ranks) if changed else state
 
 
@@ -416,27 +410,70 @@ _VERBS = {
 }
 
 
-class _Derivation:
-    """Derives what one event completes on one rank. Built per event and
-    dropped; the result is a new :class:`RankMessages` (or the same one).
-    It is the :class:`~events.MessageContext` the slices' hooks see."""
+class _Fold:
+    """One rank's messages being derived, on plain private state: a run of
+    the rank's events is folded into it and frozen once, at the end
+    (:meth:`freeze`). While an event is derived it is the
+    :class:`~events.MessageContext` the slices' hooks see."""
 
-    def __init__(
-        self,
-        setup: _Setup,
-        state: RankMessages,
-        event: Event,
-        tracking: _Tracking | None = None,
-    ) -> None:
+    __slots__ = (
+        "base",
+        "changed",
+        "event",
+        "failures",
+        "fallbacks",
+        "identity",
+        "memories",
+        "messages",
+        "open",
+        "originated",
+        "root_span_id",
+        "seen",
+        "setup",
+        "severities",
+        "started",
+        "waiting",
+    )
+
+    def __init__(self, setup: _Setup, state: RankMessages) -> None:
+        tracking = state.tracking
         self.setup = setup
-        self.state = state
-        self.event = event
+        self.base = state
+        self.changed = False
+        self.identity = state.identity
+        self.messages = list(state.messages)
+        self.seen = set(state.seen)
+        self.severities = dict(state.severities)
+        self.root_span_id = tracking.root_span_id
+        self.open = dict(tracking.open)
+        self.failures = tracking.failures
+        self.fallbacks = dict(tracking.fallbacks)
+        self.memories: list[Any] | None = None if tracking.slices is None else list(tracking.slices)
+        self.waiting = dict(tracking.waiting)
+        self.event: Event
         self.started: StepStarted | None = None
         self.originated = False
-        self._tracking = state.tracking if tracking is None else tracking
-        # Changes to the bookkeeping are gathered and applied at once: a
-        # 1,024-rank replay folds tens of thousands of events.
-        self._changes: dict[str, Any] = {}
+
+    def freeze(self) -> RankMessages:
+        """The rank's messages after the events folded (the state it was
+        made from when none changed anything)."""
+        if not self.changed:
+            return self.base
+        return RankMessages(
+            rank=self.base.rank,
+            identity=self.identity,
+            messages=tuple(self.messages),
+            seen=frozenset(self.seen),
+            severities=self.severities,
+            tracking=_Tracking(
+                root_span_id=self.root_span_id,
+                open=self.open,
+                failures=self.failures,
+                fallbacks=self.fallbacks,
+                slices=None if self.memories is None else tuple(self.memories),
+                waiting=self.waiting,
+            ),
+        )
 
     @property
     def policy(self) -> SeverityPolicy:
@@ -445,27 +482,18 @@ class _Derivation:
     def severity(self, code: str) -> Severity:
         return self.setup.rule(code)[0]
 
-    def run(self) -> RankMessages:
-        state, tracking = self.derive()
-        if tracking is not state.tracking:
-            state = evolve(state, {"tracking": tracking})
-        return state
-
-    def derive(self) -> tuple[RankMessages, _Tracking]:
-        """The rank's messages after the event, whose ``tracking`` is left as
-        it was, and the bookkeeping after the event: folding a whole stream,
-        the bookkeeping is put in once, at the end (nothing sees it before)."""
-        event = self.event
+    def derive(self, event: Event) -> None:
+        """Fold what ``event`` completes."""
+        self.event = event
+        self.originated = False
         terminal = isinstance(event, TERMINAL_STEP_EVENTS)
-        if terminal:
-            self.started = self._tracking.open.get(event.step)
+        self.started = self.open.get(event.step) if terminal else None
         hooks = self.setup.hooks
-        kept = self._tracking.slices
-        memories = kept
         if hooks:
-            if memories is None:
-                memories = tuple(hook.initial() for hook in hooks)
-            memories = self._call(hooks, memories, before=True)
+            if self.memories is None:
+                self.memories = [hook.initial() for hook in hooks]
+                self.changed = True
+            self._call(hooks, before=True)
         if isinstance(event, StepStarted):
             self.step_started(event)
         elif terminal:
@@ -476,43 +504,24 @@ class _Derivation:
             self.run_started(event)
         elif isinstance(event, RunFinished):
             self.run_finished(event)
-        if hooks and memories is not None:
-            memories = self._call(hooks, memories, before=False)
-            if memories is not kept:
-                self.track(slices=memories)
-        return self.state, self.tracking
+        if hooks:
+            self._call(hooks, before=False)
 
-    def _call(
-        self, hooks: tuple[MessageHook, ...], memories: tuple[Any, ...], *, before: bool
-    ) -> tuple[Any, ...]:
-        """Run each hook's phase; the memories are copied only on change (a
-        1,024-rank replay calls this twice per event)."""
+    def _call(self, hooks: tuple[MessageHook, ...], *, before: bool) -> None:
+        memories = self.memories
+        assert memories is not None
         for index, hook in enumerate(hooks):
             old = memories[index]
             new = hook.before(self, old) if before else hook.after(self, old)
             if new is not old:
-                memories = (*memories[:index], new, *memories[index + 1 :])
-        return memories
-
-    # -- bookkeeping -------------------------------------------------------
-
-    @property
-    def tracking(self) -> _Tracking:
-        if self._changes:
-            self._tracking = evolve(self._tracking, self._changes)
-            self._changes = {}
-        return self._tracking
-
-    def track(self, **changes: Any) -> None:
-        self._changes.update(changes)
+                memories[index] = new
+                self.changed = True
 
     def raise_severity(self, step: str, severity: Severity) -> None:
-        current = self.state.severities.get(step)
-        if current is not None and current >= severity:
-            return
-        severities = dict(self.state.severities)
-        severities[step] = severity
-        self.state = evolve(self.state, {"severities": severities})
+        current = self.severities.get(step)
+        if current is None or current < severity:
+            self.severities[step] = severity
+            self.changed = True
 
     def emit(
         self,
@@ -525,38 +534,42 @@ class _Derivation:
         detail: str | None = None,
     ) -> None:
         key = (code, tuple(args))
-        if key in self.state.seen:
+        if key in self.seen:
             return
         severity, scope = self.setup.rule(code)
-        identity = self.state.identity
-        message = Message(
-            code=code,
-            severity=severity,
-            scope=scope,
-            rank=self.state.rank,
-            text=text,
-            step=step,
-            seqs=tuple(sorted({*seqs, self.event.seq})),
-            args=key[1],
-            detail=detail,
-            printed=_printed(severity, scope, identity),
-            wall_ns=self.event.wall_ns,
+        event = self.event
+        self.messages.append(
+            Message(
+                code=code,
+                severity=severity,
+                scope=scope,
+                rank=self.base.rank,
+                text=text,
+                step=step,
+                seqs=tuple(sorted({*seqs, event.seq})),
+                args=key[1],
+                detail=detail,
+                printed=_printed(severity, scope, self.identity),
+                wall_ns=event.wall_ns,
+            )
         )
-        self.state = evolve(
-            self.state,
-            {"messages": (*self.state.messages, message), "seen": self.state.seen | {key}},
-        )
+        self.seen.add(key)
+        self.changed = True
         self.raise_severity(step, severity)
 
     # -- run ---------------------------------------------------------------
 
     def run_started(self, event: RunStarted) -> None:
-        self.state = evolve(self.state, {"identity": event.identity})
-        self.track(root_span_id=event.span_id)
+        self.identity = event.identity
+        self.root_span_id = event.span_id
+        self.changed = True
 
     def run_finished(self, event: RunFinished) -> None:
-        tracked = _track(self.tracking.failures, event, top_level=True)
-        self.track(failures=tracked.pending, open={}, fallbacks={})
+        tracked = _track(self.failures, event, top_level=True)
+        self.failures = tracked.pending
+        self.open.clear()
+        self.fallbacks.clear()
+        self.changed = True
         if tracked.settled is not None:
             self.settle(tracked.settled)
         outcome = event.outcome
@@ -595,17 +608,11 @@ class _Derivation:
     # -- steps -------------------------------------------------------------
 
     def step_started(self, event: StepStarted) -> None:
-        tracking = self.tracking
-        opened = dict(tracking.open)
-        opened[event.step] = event
-        self.track(open=opened)
-        if event.kind is StepKind.ATTEMPT and tracking.fallbacks:
-            parent = event.step.rpartition("/")[0]
-            pending = tracking.fallbacks.get(parent)
+        self.open[event.step] = event
+        self.changed = True
+        if event.kind is StepKind.ATTEMPT and self.fallbacks:
+            pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
             if pending is not None:
-                fallbacks = dict(tracking.fallbacks)
-                del fallbacks[parent]
-                self.track(fallbacks=fallbacks)
                 self.emit(
                     "fallback.used",
                     f"Step {pending.step} {pending.verb} ({pending.reason}); "
@@ -616,7 +623,8 @@ class _Derivation:
                 )
 
     def step_stalled(self, event: StepStalled) -> None:
-        self.track(waiting={**self.tracking.waiting, event.step: event})
+        self.waiting[event.step] = event
+        self.changed = True
         frame = event.waiting_in
         if event.why is StallReason.STALLED and frame is not None:
             self.emit(
@@ -628,13 +636,10 @@ class _Derivation:
             )
 
     def ended(self, event: Event) -> None:
-        tracking = self.tracking
         started = self.started
-        if started is not None:
-            opened = dict(tracking.open)
-            del opened[event.step]
-            self.track(open=opened)
         step = event.step
+        self.open.pop(step, None)
+        self.changed = True
         setup = self.setup
         stopped = isinstance(event, StepTimedOut | StepCrashed)
         # A timeout or crash a slice reports itself (an attempt its fallback
@@ -642,12 +647,12 @@ class _Derivation:
         covered = stopped and bool(setup.hooks) and setup.covers_stop(step, started)
         reported = stopped and not covered
         tracked = _track(
-            tracking.failures,
+            self.failures,
             event,
-            top_level=_top_level(event, tracking.root_span_id),
+            top_level=_top_level(event, self.root_span_id),
             reported=reported or covered,
         )
-        self.track(failures=tracked.pending)
+        self.failures = tracked.pending
         self.originated = tracked.originated
         if isinstance(event, StepFailed) and tracked.originated:
             # Counted as soon as it fails, so the span that ends now gets it.
@@ -656,18 +661,14 @@ class _Derivation:
             self.step_stopped(event)
         if tracked.settled is not None:
             self.settle(tracked.settled)
-        if tracking.fallbacks and step in tracking.fallbacks:
-            # The chain ended: a fallback that never started is no message.
-            fallbacks = dict(tracking.fallbacks)
-            del fallbacks[step]
-            self.track(fallbacks=fallbacks)
+        # The chain ended: a fallback that never started is no message.
+        self.fallbacks.pop(step, None)
         if started is not None and not setup.claimed(step):
             self.generic(event, started)
         rules = setup.rules_for(step)
         if rules:
             self.apply_rules(event, rules)
-        if step in tracking.waiting:
-            self.track(waiting={k: v for k, v in tracking.waiting.items() if k != step})
+        self.waiting.pop(step, None)
 
     def generic(self, event: Event, started: StepStarted) -> None:
         """The messages of candidates and attempts no slice claims."""
@@ -684,14 +685,12 @@ class _Derivation:
             outcome = outcome_of(event) or Outcome.FAILED
             if outcome in (Outcome.OK, Outcome.CANCELLED):
                 return
-            fallbacks = dict(self.tracking.fallbacks)
-            fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
+            self.fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
                 step=event.step,
                 verb=_VERBS.get(outcome, "was unavailable"),
                 reason=reason_of(event),
                 seq=event.seq,
             )
-            self.track(fallbacks=fallbacks)
             self.raise_severity(event.step, self.severity("fallback.used"))
 
     def apply_rules(self, event: Event, rules: tuple[MessageRule, ...]) -> None:
@@ -713,7 +712,7 @@ class _Derivation:
 
     def step_stopped(self, event: Event) -> None:
         if isinstance(event, StepTimedOut):
-            stall = self.tracking.waiting.get(event.step)
+            stall = self.waiting.get(event.step)
             frame = stall.waiting_in if stall is not None else None
             where = "find what it waits for" if frame is None else "fix what it waits for"
             self.emit(

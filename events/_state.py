@@ -21,14 +21,15 @@ from __future__ import annotations
 import operator
 import signal
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import orjson
 
 from ._builders import evolve
 from ._errors import LogError
-from ._failures import _top_level, _track
+from ._exception_info import ExceptionInfo
+from ._failures import _Failure, _top_level, _track
 from ._launch import LaunchRecord, RankProcess
 from ._messages import (
     GroupedMessage,
@@ -55,11 +56,11 @@ from ._model import (
     StepSucceeded,
 )
 from ._policy import SeverityPolicy
-from ._rank_state import RankState, RootCause, _root_cause
+from ._rank_state import RankState, RootCause, _StateTracking
 from ._reader import LogContents
 from ._reducers import fold
 from ._severity import Scope, Severity
-from ._slices import Slice, cause_of
+from ._slices import FactsHook, Slice, cause_of
 from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
@@ -124,98 +125,177 @@ class RankStates:
     def apply_many(
         self, state: Mapping[int, RankState], events: Iterable[Event]
     ) -> Mapping[int, RankState]:
-        """The state after every event of ``events`` in turn: each rank's
-        state by :meth:`apply_rank`, the mapping of ranks built once;
-        unchanged ranks are shared, and ``state`` itself is returned when no
-        rank changed."""
+        """The state after every event of ``events`` in turn: each run of one
+        rank's events is folded on plain state and frozen once; unchanged
+        ranks are shared, and ``state`` itself is returned when no rank
+        changed."""
         ranks = dict(state)
-        changed = False
-        number = -1
-        base = current = self.new(number, None)
+        fold: _StateFold | None = None
         for event in events:
-            if event.rank != number:
-                if current is not base:
-                    ranks[number], changed = current, True
-                number = event.rank
-                base = current = ranks.get(number) or self.new(number, event.run_id)
-            current = self.apply_rank(current, event)
-        if current is not base:
-            ranks[number], changed = current, True
-        return ranks if changed else state
+            if fold is None or event.rank != fold.rank:
+                if fold is not None:
+                    ranks[fold.rank] = fold.freeze()
+                found = ranks.get(event.rank) or self.new(event.rank, event.run_id)
+                fold = _StateFold(found, self._results, self._hooks)
+            fold.derive(event)
+        if fold is None:
+            return state
+        ranks[fold.rank] = fold.freeze()
+        return ranks
 
-    def apply_rank(self, state: RankState, event: Event) -> RankState:
-        """One rank's state after ``event``."""
-        changes: dict[str, Any] = {"last_wall_ns": event.wall_ns, "last_seq": event.seq}
+
+class _StateFold:
+    """One rank's state being derived, on plain private state: a run of the
+    rank's events is folded into it and frozen once (:meth:`freeze`)."""
+
+    __slots__ = (
+        "base",
+        "cancelled",
+        "facts",
+        "failed_step",
+        "failure",
+        "failures",
+        "finish_cause",
+        "finish_seq",
+        "finish_wall_ns",
+        "hooks",
+        "identity",
+        "last_event_step",
+        "last_seq",
+        "last_wall_ns",
+        "open_steps",
+        "outcome",
+        "rank",
+        "results",
+        "root_span_id",
+        "run_id",
+        "stalls",
+    )
+
+    def __init__(
+        self,
+        state: RankState,
+        results: Mapping[str, tuple[tuple[str, str | None], ...]],
+        hooks: tuple[FactsHook, ...],
+    ) -> None:
         tracking = state.tracking
+        self.base = state
+        self.results = results
+        self.hooks = hooks
+        self.rank = state.rank
+        self.run_id = state.run_id
+        self.identity = state.identity
+        self.outcome = state.outcome
+        self.facts = dict(state.facts)
+        self.failure = state.failure
+        self.open_steps = list(state.open_steps)
+        self.last_event_step = state.last_event_step
+        self.last_wall_ns = state.last_wall_ns
+        self.last_seq = state.last_seq
+        self.stalls = dict(state.stalls)
+        self.root_span_id = tracking.root_span_id
+        self.failures = tracking.failures
+        self.finish_cause = tracking.finish_cause
+        self.failed_step = tracking.failed_step
+        self.finish_wall_ns = tracking.finish_wall_ns
+        self.finish_seq = tracking.finish_seq
+        self.cancelled = list(tracking.cancelled)
+
+    def freeze(self) -> RankState:
+        """The rank's state after the events folded."""
+        return evolve(
+            self.base,
+            {
+                "run_id": self.run_id,
+                "identity": self.identity,
+                "outcome": self.outcome,
+                "facts": self.facts,
+                "failure": self.failure,
+                "open_steps": tuple(self.open_steps),
+                "last_event_step": self.last_event_step,
+                "last_wall_ns": self.last_wall_ns,
+                "last_seq": self.last_seq,
+                "stalls": self.stalls,
+                "tracking": _StateTracking(
+                    root_span_id=self.root_span_id,
+                    failures=self.failures,
+                    finish_cause=self.finish_cause,
+                    failed_step=self.failed_step,
+                    finish_wall_ns=self.finish_wall_ns,
+                    finish_seq=self.finish_seq,
+                    cancelled=tuple(self.cancelled),
+                ),
+            },
+        )
+
+    def root_cause(self, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+        return RootCause(
+            rank=self.rank,
+            step=failure.step,
+            exception=failure.cause or fallback,
+            outcome=self.outcome,
+            wall_ns=failure.wall_ns,
+            seq=failure.seq,
+            waiting=self.stalls.get(failure.step),
+        )
+
+    def derive(self, event: Event) -> None:
+        """Fold ``event``."""
+        self.last_wall_ns = event.wall_ns
+        self.last_seq = event.seq
         settles = False
         if isinstance(event, StepStarted):
-            changes["open_steps"] = (*state.open_steps, event.step)
-            changes["last_event_step"] = event.step
+            self.open_steps.append(event.step)
+            self.last_event_step = event.step
         elif isinstance(event, TERMINAL_STEP_EVENTS):
-            changes["open_steps"] = tuple(s for s in state.open_steps if s != event.step)
-            changes["last_event_step"] = event.step
+            step = event.step
+            if step in self.open_steps:
+                self.open_steps = [s for s in self.open_steps if s != step]
+            self.last_event_step = step
             if isinstance(event, StepCancelled):
-                tracking = evolve(tracking, {"cancelled": (*tracking.cancelled, event.step)})
-            tracked = _track(
-                tracking.failures, event, top_level=_top_level(event, tracking.root_span_id)
-            )
-            tracking = evolve(tracking, {"failures": tracked.pending})
-            if tracked.settled is not None and state.failure is None:
-                changes["failure"] = _root_cause(state, tracked.settled, None)
+                self.cancelled.append(step)
+            tracked = _track(self.failures, event, top_level=_top_level(event, self.root_span_id))
+            self.failures = tracked.pending
+            if tracked.settled is not None and self.failure is None:
+                self.failure = self.root_cause(tracked.settled, None)
             settles = True
         elif isinstance(event, DecisionMade):
             settles = True
         elif isinstance(event, StepStalled):
-            changes["stalls"] = {**state.stalls, event.step: event}
+            self.stalls[event.step] = event
         elif isinstance(event, RunStarted):
-            changes["identity"] = event.identity
-            changes["run_id"] = event.run_id
-            tracking = evolve(tracking, {"root_span_id": event.span_id})
+            self.identity = event.identity
+            self.run_id = event.run_id
+            self.root_span_id = event.span_id
         elif isinstance(event, RunFinished):
-            tracked = _track(tracking.failures, event, top_level=True)
-            tracking = evolve(
-                tracking,
-                {
-                    "failures": (),
-                    "finish_cause": event.cause,
-                    "failed_step": event.failed_step,
-                    "finish_wall_ns": event.wall_ns,
-                    "finish_seq": event.seq,
-                },
-            )
-            changes["outcome"] = event.outcome
-            if tracked.settled is not None and state.failure is None:
-                changes["failure"] = attrs.evolve(
-                    _root_cause(state, tracked.settled, event.cause), outcome=event.outcome
+            tracked = _track(self.failures, event, top_level=True)
+            self.failures = ()
+            self.finish_cause = event.cause
+            self.failed_step = event.failed_step
+            self.finish_wall_ns = event.wall_ns
+            self.finish_seq = event.seq
+            self.outcome = event.outcome
+            if tracked.settled is not None and self.failure is None:
+                self.failure = attrs.evolve(
+                    self.root_cause(tracked.settled, event.cause), outcome=event.outcome
                 )
-            elif state.failure is not None:
-                changes["failure"] = attrs.evolve(state.failure, outcome=event.outcome)
+            elif self.failure is not None:
+                self.failure = attrs.evolve(self.failure, outcome=event.outcome)
         if settles:
-            facts = self._settled_facts(state.facts, event)
-            if facts is not None:
-                changes["facts"] = facts
-        changes["tracking"] = tracking
-        return evolve(state, changes)
+            self.settle_facts(event)
 
-    def _settled_facts(
-        self, facts: Mapping[str, JsonValue], event: Event
-    ) -> Mapping[str, JsonValue] | None:
-        """The facts after ``event``, or ``None`` when it settles none."""
-        found: dict[str, JsonValue] | None = None
+    def settle_facts(self, event: Event) -> None:
+        """The facts ``event`` settles: the slices' result columns of a
+        succeeded step, then their hooks, each seeing the facts so far."""
+        facts = self.facts
         if isinstance(event, StepSucceeded):
-            for fact, key in self._results.get(event.step, ()):
+            for fact, key in self.results.get(event.step, ()):
                 result = event.result
-                value = result if key is None else _field(result, key)
-                found = {} if found is None else found
-                found[fact] = value
-        for hook in self._hooks:
-            changed = hook(facts if found is None else {**facts, **found}, event)
+                facts[fact] = result if key is None else _field(result, key)
+        for hook in self.hooks:
+            changed = hook(facts, event)
             if changed:
-                found = {} if found is None else found
-                found.update(changed)
-        if found is None:
-            return None
-        return {**facts, **found}
+                facts.update(changed)
 
 
 def _field(value: JsonValue, key: str) -> JsonValue:
