@@ -194,6 +194,11 @@ class RunStarted(Event):
     #: The faults injected on this rank's run, one canonical spec each
     #: (``1:tokenizers=RuntimeError:boom``); reports show them in their header.
     injected: tuple[str, ...] = ()
+    #: The slices that give the graph's steps meaning, by import path
+    #: (``my_engine.slices:SLICE``; a slice no module holds by its name
+    #: alone), so a replay elsewhere can say which ``--slice`` to pass;
+    #: ``None`` in logs that predate it.
+    slices: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -32,6 +32,8 @@ is reported by that rule instead of the generic ``step.failed``.
 from __future__ import annotations
 
 import fnmatch
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,6 +71,9 @@ __all__ = [
     "cause_of",
     "reason_of",
 ]
+
+#: The prefix of the module names ``--slice FILE.py:NAME`` loads files as.
+SLICE_FILE_MODULE = "_startup_orchestrator_slice_"
 
 #: The ``(severity, scope)`` of one message code.
 Rule = tuple[Severity, Scope]
@@ -479,6 +484,26 @@ class Slice:
         found = {rule.code: (rule.severity, rule.scope) for rule in self.rules}
         found.update(self.severities)
         return found
+
+    def import_path(self) -> str:
+        """Where this slice can be loaded from, as ``--slice`` takes it: the
+        first loaded module holding it as an attribute (``MODULE:NAME``; the
+        module's file for a script or a slice loaded from a file), else its
+        name alone."""
+        found: str | None = None
+        for module_name, module in list(sys.modules.items()):
+            names = getattr(module, "__dict__", None)
+            if not isinstance(names, dict):
+                continue
+            attribute = next((k for k, v in list(names.items()) if v is self), None)
+            if attribute is None:
+                continue
+            if module_name != "__main__" and not module_name.startswith(SLICE_FILE_MODULE):
+                return f"{module_name}:{attribute}"
+            path = getattr(module, "__file__", None)
+            if found is None and isinstance(path, str) and path.endswith(".py"):
+                found = f"{os.path.abspath(path)}:{attribute}"
+        return found or self.name
 
     def reported_facts(self) -> tuple[str, ...]:
         """The facts written per rank in the JSON report."""

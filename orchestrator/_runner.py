@@ -193,6 +193,9 @@ class Runner:
         stall_s: seconds a step may run before the rank records where it
             waits (``step.stalled``, with its threads' stacks; again at
             twice, four times... that while it stays); ``None`` for never.
+        slices: the import paths (``MODULE:NAME``, as ``--slice`` takes
+            them) of the slices that give the graph's steps meaning,
+            recorded in ``run.started`` so that a replay names them.
     """
 
     def __init__(
@@ -214,6 +217,7 @@ class Runner:
         clock: Callable[[], tuple[int, int]] | None = None,
         simulated: str | None = None,
         stall_s: float | None = DEFAULT_STALL_S,
+        slices: Sequence[str] = (),
     ) -> None:
         self.log = log
         self.identity = identity or RankIdentity(rank=log.rank, world_size=log.rank + 1)
@@ -241,6 +245,7 @@ class Runner:
         if stall_s is not None and not (0 < stall_s < math.inf):
             raise ValueError(f"stall_s must be a positive number of seconds, not {stall_s!r}")
         self.stall_s = stall_s
+        self.slices = tuple(slices)
         self._used = False
         self._began: tuple[Graph, str] | None = None
         self._stop_cause: ExceptionInfo | None = None
@@ -275,6 +280,7 @@ class Runner:
             resource=_resource_attributes(os.environ, self.redactor),
             simulated=self.simulated,
             injected=tuple(fault.describe() for fault in self.faults.faults),
+            slices=self.slices,
         )
         self._began = (graph, root_span_id)
 

@@ -489,6 +489,7 @@ class Startup:
                 faults=faults,
                 services={"group": self._group},
                 simulated=self._simulated,
+                slices=tuple(part.import_path() for part in self._slices),
                 **options,
             )
             return runner, self._graph

@@ -12,6 +12,7 @@ import functools
 import gc
 import importlib
 import importlib.util
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,12 +25,14 @@ from events import (
     LaunchRecord,
     LogContents,
     LogError,
+    RunStarted,
     Slice,
     format_ranks,
     merge,
     replay,
     validate,
 )
+from events._slices import SLICE_FILE_MODULE
 
 from ._errors import InputError, UsageError
 from ._output import emit, to_json_text
@@ -46,14 +49,44 @@ def _events(contents: list[LogContents], *, until: int | None = None) -> list[Ev
 
 
 def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()) -> Any:
+    """The run replayed with ``slices`` (``--slice``). Without them, a run
+    the reference engine made (or a log that predates recording slices) is
+    replayed with the engine's; any other run with the kernel's generic
+    meaning only, and a note on stderr names the ``--slice`` it was recorded
+    with: code named in a log is never loaded unasked."""
     try:
         if slices:
             return replay(run.contents, launch=run.launch, until=until, slices=slices)
+        from ..engine import ENGINE_SLICE
         from ..engine import replay as engine_replay
 
-        return engine_replay(run.contents, launch=run.launch, until=until)
+        recorded = recorded_slices(run.contents)
+        if recorded is None or recorded == (ENGINE_SLICE,):
+            return engine_replay(run.contents, launch=run.launch, until=until)
+        if recorded:
+            from exporters import terminal_text
+
+            named = [terminal_text(path, indent="") for path in recorded]
+            print(
+                f"note: recorded with slice{'s' if len(named) > 1 else ''} {', '.join(named)}; "
+                f"pass {' '.join('--slice ' + shlex.quote(path) for path in named)} "
+                "for its columns and messages (shown: the generic ones)",
+                file=sys.stderr,
+            )
+        return replay(run.contents, launch=run.launch, until=until)
     except LogError as exc:
         raise InputError(str(exc)) from None
+
+
+def recorded_slices(contents: Iterable[LogContents]) -> tuple[str, ...] | None:
+    """The slices the lowest rank's ``run.started`` recorded (``None``: the
+    logs predate recording them, or no rank started)."""
+    starts = [
+        log.events[0] for log in contents if log.events and isinstance(log.events[0], RunStarted)
+    ]
+    if not starts:
+        return None
+    return min(starts, key=lambda event: event.rank).slices
 
 
 def load_slice(spec: str) -> Slice:
@@ -77,7 +110,7 @@ def load_slice(spec: str) -> Slice:
             if not path.is_file():
                 raise UsageError(f"--slice {spec}: no such file: {path}")
             loader_spec = importlib.util.spec_from_file_location(
-                f"_startup_orchestrator_slice_{path.stem}", path
+                f"{SLICE_FILE_MODULE}{path.stem}", path
             )
             if loader_spec is None or loader_spec.loader is None:
                 raise UsageError(f"--slice {spec}: {path} cannot be loaded as a Python module")

@@ -39,6 +39,7 @@ if typing.TYPE_CHECKING:
     from ._conventions import ALLREDUCE_QUANT_STEP as ALLREDUCE_QUANT_STEP
     from ._conventions import ALLREDUCE_STEP as ALLREDUCE_STEP
     from ._conventions import ATTENTION_STEP as ATTENTION_STEP
+    from ._conventions import ENGINE_SLICE as ENGINE_SLICE
     from ._conventions import FLASHINFER_COMM_STEP as FLASHINFER_COMM_STEP
     from ._conventions import PLATFORM_BUILD_STEP as PLATFORM_BUILD_STEP
     from ._conventions import PLATFORM_STEP as PLATFORM_STEP

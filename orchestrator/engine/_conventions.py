@@ -69,6 +69,7 @@ __all__ = [
     "ALLREDUCE_TP1_REASON",
     "ALLREDUCE_UNSUPPORTED_REASON",
     "ATTENTION_STEP",
+    "ENGINE_SLICE",
     "FLASHINFER_COMM_STEP",
     "PLATFORM_BUILD_STEP",
     "PLATFORM_STEP",
@@ -95,3 +96,7 @@ ALLREDUCE_TP1_REASON = "tensor parallel size is 1"
 #: nodes without an MNNVL-capable system): off as vLLM 0.33 leaves it,
 #: nothing lost.
 ALLREDUCE_UNSUPPORTED_REASON = "multi-node process groups require an MNNVL-capable Blackwell system"
+
+#: Where the engine's slice (:data:`~orchestrator.engine.ENGINE`) is loaded
+#: from, as ``--slice`` takes it; engine runs record it in ``run.started``.
+ENGINE_SLICE = "orchestrator.engine:ENGINE"

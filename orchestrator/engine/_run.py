@@ -12,6 +12,7 @@ from .._graph import Graph
 from .._importer import Importer, RealImporter
 from .._runner import Runner, RunResult, SpanActivator
 from ._config import EngineConfig, EngineConfigError
+from ._conventions import ENGINE_SLICE
 from ._graph import ENGINE_DECIDERS, build_engine_graph
 from ._host import HostFacts, RealHost
 from ._platform import PlatformPlugin
@@ -68,6 +69,7 @@ def prepare_engine(
     if profile is not None:
         # Reports say first that the host was simulated.
         runner_options.setdefault("simulated", profile.name)
+    runner_options.setdefault("slices", (ENGINE_SLICE,))
     runner = Runner(
         log,
         identity=identity,

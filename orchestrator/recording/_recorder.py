@@ -138,6 +138,10 @@ class Recording:
         self.role = role
         self.pid = os.getpid()
         self._spawns = spawns
+        from ..engine._conventions import ENGINE_SLICE
+
+        # Its logs replay with the reference engine's slice.
+        runner_options.setdefault("slices", (ENGINE_SLICE,))
         self._runner = Runner(log, identity=identity, **runner_options)
         watching = (
             [Step(name=PROCESSES_STEP, body=self._processes, policy=_PROCESS_POLICY)]
