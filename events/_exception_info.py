@@ -9,6 +9,7 @@ live exception, its frames or their locals.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import traceback
@@ -30,9 +31,9 @@ MAX_FRAMES = 64
 MAX_TEXT = 8192
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
-#: What may stand between ``://`` and the ``@`` that ends a URL's user
-#: information (``user`` or ``user:password``), anchored right after ``://``.
-_USERINFO = re.compile(r"[^/\s@:][^/\s@]*@")
+#: What ends the text a URL's user information may reach: whitespace but
+#: tab (a password may hold one), quotes and angle brackets.
+_URL_END = re.compile(r"[^\S\t]|[\"'<>]")
 _SCHEME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _REDACTED = "[REDACTED]"
 _CAUSE_HEADER = "\nThe above exception was the direct cause of the following exception:\n\n"
@@ -53,6 +54,14 @@ class Redactor:
     """
 
     secrets: tuple[str, ...] = ()
+    #: Each secret as written and as ``repr``, ``ascii`` and JSON escape it
+    #: (a message often quotes a value), longest first.
+    _forms: tuple[str, ...] = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda self: _written_forms(self.secrets), takes_self=True),
+    )
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -69,7 +78,7 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         """Return ``text`` with every known secret and URL credential replaced."""
-        for secret in self.secrets:
+        for secret in self._forms:
             if secret in text:
                 text = text.replace(secret, _REDACTED)
         if "@" in text and "://" in text:
@@ -77,31 +86,55 @@ class Redactor:
         return text
 
 
+def _written_forms(secrets: tuple[str, ...]) -> tuple[str, ...]:
+    forms = {*secrets}
+    for secret in secrets:
+        forms.update((repr(secret)[1:-1], ascii(secret)[1:-1], json.dumps(secret)[1:-1]))
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
 def _hide_url_credentials(text: str) -> str:
-    """Replace the user information of every ``scheme://user:pass@host``.
+    """Replace the user information of every ``scheme://user:pass@host``:
+    what stands between ``://`` and the last ``@`` before the URL's end
+    (whitespace, a quote), so a password may hold ``@``, ``/`` or a tab; a
+    ``/`` with no ``:`` before it is a path (``host/a@b`` hides nothing).
 
     A regular expression searching for the scheme would restart at every
     letter of a long run of letters and take quadratic time on a hostile
-    message; this scan starts from each ``://`` instead, and every scan it
-    makes ends at the next ``/``, so the whole text is read a bounded number
-    of times however it is built.
+    message; this scan starts from each ``://`` instead, finds each URL's
+    end and last ``@`` once, and every other scan it makes ends at the next
+    ``/``, so the whole text is read a bounded number of times however it is
+    built.
     """
     parts: list[str] = []
     done = 0
+    end = at = -1  # the end of the current URL, and its last "@"
     found = text.find("://")
     while found >= 0:
         after = found + 3
-        userinfo = _USERINFO.match(text, after) if _has_scheme(text, found, done) else None
-        if userinfo is None:
+        if after > end:
+            url_end = _URL_END.search(text, after)
+            end = len(text) if url_end is None else url_end.start()
+            at = text.rfind("@", after, end)
+        if at > after and _has_scheme(text, found, done) and _is_userinfo(text, after, at):
+            parts += [text[done:after], _REDACTED]
+            done = at
+            found = text.find("://", at)
+        else:
             found = text.find("://", found + 1)
-            continue
-        parts += [text[done:after], _REDACTED, "@"]
-        done = userinfo.end()
-        found = text.find("://", done)
     if not parts:
         return text
     parts.append(text[done:])
     return "".join(parts)
+
+
+def _is_userinfo(text: str, start: int, at: int) -> bool:
+    """Whether ``text[start:at]`` is user information: no ``/``, or a
+    ``user:password`` whose password holds one (not a nested ``x://``)."""
+    slash = text.find("/", start, at)
+    if slash < 0:
+        return True
+    return text.find(":", start, slash) >= 0 and text[slash - 1 : slash + 2] != "://"
 
 
 def _has_scheme(text: str, end: int, start: int) -> bool:

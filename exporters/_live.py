@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from events import Event
+from events import Event, Redactor
 
 from ._spans import SeverityOf, SpanProjection
 
@@ -36,6 +36,15 @@ __all__ = ["TRACING_LOGGER_NAME", "LiveSpans"]
 TRACING_LOGGER_NAME = "exporters.tracing"
 
 _logger = logging.getLogger(TRACING_LOGGER_NAME)
+
+
+def _shown_endpoint(endpoint: str) -> str:
+    """``endpoint`` without credentials (``https://user:token@host``, or
+    ``user:token@host`` as the gRPC exporter keeps it, without a scheme)."""
+    redact = Redactor.from_environment()
+    if "://" in endpoint:
+        return redact(endpoint)
+    return redact(f"grpc://{endpoint}").removeprefix("grpc://")
 
 
 class LiveSpans:
@@ -250,7 +259,9 @@ class _GuardedExporter(SpanExporter):
             "could not export %d span(s)%s (%s); the run goes on, and its event log keeps "
             "every span for replay export",
             count,
-            f" to {endpoint}" if endpoint else f" with {type(self._inner).__name__}",
+            f" to {_shown_endpoint(str(endpoint))}"
+            if endpoint
+            else f" with {type(self._inner).__name__}",
             detail,
         )
 

@@ -55,7 +55,7 @@ from typing import Any
 
 import attrs
 
-from events import LaunchRecord, RankProcess, format_ranks
+from events import LaunchRecord, RankProcess, Redactor, format_ranks
 
 from ._errors import OrchestratorError
 
@@ -239,14 +239,17 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest document (the fields added since version 1 only
-        when set, so a launcher's manifest reads as it always did)."""
+        when set, so a launcher's manifest reads as it always did). The
+        command line and the injected faults are redacted (a token in an
+        ``--inject`` message, a URL's password), as every recorded text is."""
+        redact = Redactor.from_environment()
         document: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
             "run_id": self.run_id,
-            "command": list(self.command),
+            "command": [redact(part) for part in self.command],
             "world_size": self.world_size,
             "simulated": self.simulated,
-            "injected": list(self.injected),
+            "injected": [redact(fault) for fault in self.injected],
             "launcher": {
                 "pid": self.launcher_pid,
                 "host": self.host,

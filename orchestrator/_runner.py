@@ -279,7 +279,7 @@ class Runner:
             graph=graph.name,
             resource=_resource_attributes(os.environ, self.redactor),
             simulated=self.simulated,
-            injected=tuple(fault.describe() for fault in self.faults.faults),
+            injected=tuple(self.redactor(fault.describe()) for fault in self.faults.faults),
             slices=self.slices,
         )
         self._began = (graph, root_span_id)
@@ -629,16 +629,11 @@ class _Run:
             )
         self.watchdog.ended(name)
         if isinstance(value, IsolatedCrash):
-            end(
-                StepCrashed,
-                exit_code=value.exit_code,
-                signal=value.signal,
-                stderr_tail=value.stderr_tail,
-            )
+            # What the child printed may hold a secret, as an exception may.
+            tail = tuple(map(self.runner.redactor, value.stderr_tail))
+            end(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
             if policy.on_crash is Action.PROPAGATE:
-                error_crash = StepCrashedError(
-                    name, value.exit_code, value.signal, value.stderr_tail
-                )
+                error_crash = StepCrashedError(name, value.exit_code, value.signal, tail)
                 info = self.capture(error_crash)
                 self.propagate_from(name, info)
                 raise _Propagating(error_crash, info, name)

@@ -126,7 +126,19 @@ def test_url_credentials_in_a_huge_message_are_found_in_linear_time() -> None:
         ("1abc://u:p@h", "1abc://[REDACTED]@h"),
         ("123://u:p@h", "123://u:p@h"),  # a scheme starts with a letter
         ("a://b://c:d@host", "a://b://[REDACTED]@host"),
-        ("x://:p@host", "x://:p@host"),  # no user name
+        # a password without a user name
+        ("x://:p@host", "x://[REDACTED]@host"),
+        ("redis://:pw@cache:6379/0", "redis://[REDACTED]@cache:6379/0"),
+        ("https://:token@host/x", "https://[REDACTED]@host/x"),
+        # a password holding "@", "/" or a tab
+        ("https://user:p@ss@host/x", "https://[REDACTED]@host/x"),
+        ("x://u:pa/ss@h/y", "x://[REDACTED]@h/y"),
+        ("x://u:pa\tss@h", "x://[REDACTED]@h"),
+        # a path holding "@" is no user information
+        ("https://host/org/name@main", "https://host/org/name@main"),
+        ("file:///a@b", "file:///a@b"),
+        ("x://@h", "x://@h"),
+        ('url="https://u:p@h"', 'url="https://[REDACTED]@h"'),
         ("x://u p@host", "x://u p@host"),  # whitespace ends user information
         ("x://u:p@h x://v:q@i", "x://[REDACTED]@h x://[REDACTED]@i"),
         ("mail me@example.org", "mail me@example.org"),
@@ -135,3 +147,17 @@ def test_url_credentials_in_a_huge_message_are_found_in_linear_time() -> None:
 )
 def test_url_credentials(text: str, expected: str) -> None:
     assert Redactor()(text) == expected
+
+
+@pytest.mark.parametrize(
+    "secret", ["p\x01ss'w\"d-4", "tab\there-4", "back\\slash-4", "naïve-secret"]
+)
+def test_a_secret_is_hidden_as_repr_ascii_and_json_write_it(secret: str) -> None:
+    import json
+
+    redactor = Redactor(secrets=(secret,))
+    for written in (secret, repr(secret), ascii(secret), json.dumps(secret)):
+        hidden = redactor(f"login failed for {written}")
+        assert secret not in hidden, hidden
+        assert written[1:-1] not in hidden, hidden
+        assert "[REDACTED]" in hidden

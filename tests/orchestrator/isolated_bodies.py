@@ -79,3 +79,9 @@ def import_flashinfer(ctx: StepContext) -> JsonValue:
 def read_child_results(ctx: StepContext) -> JsonValue:
     """Ask for what only the parent process has: the step's children."""
     return len(ctx.child_results())
+
+
+def print_a_secret_and_exit(ctx: StepContext) -> JsonValue:
+    """Print a URL with a password, as a failing client might, and die."""
+    print("cannot reach https://:planted-password@hub.example/x", flush=True)
+    os._exit(3)

@@ -113,6 +113,19 @@ async def test_a_dying_child_is_recorded_crashed(
     assert_log_contract(log)
 
 
+async def test_a_crashed_childs_stderr_is_redacted_as_exceptions_are() -> None:
+    strict = attrs.evolve(PROBE_POLICY, name="strict", on_crash=Action.PROPAGATE)
+    log = new_log()
+
+    with pytest.raises(StepCrashedError) as raised:
+        await run(isolated(isolated_bodies.print_a_secret_and_exit, policy=strict), log)
+
+    redacted = "cannot reach https://[REDACTED]@hub.example/x"
+    assert only(log, StepCrashed, "probe").stderr_tail == (redacted,)
+    assert raised.value.stderr_tail == (redacted,)
+    assert "planted-password" not in repr(log.events)
+
+
 async def test_a_crash_propagates_when_the_policy_says_so() -> None:
     strict = attrs.evolve(PROBE_POLICY, name="strict", on_crash=Action.PROPAGATE)
     log = new_log()
