@@ -98,7 +98,8 @@ class Message:
             or attempt's message belongs to that child step.
         seqs: the sequence numbers of the events behind it.
         args: what makes it unique on its rank (with ``code``).
-        detail: the formatted traceback of the recorded exception, if any.
+        exception: the recorded exception behind it, whose traceback is
+            :attr:`detail`, if any.
         printed: whether the live run prints it on this rank (scope applied;
             an ERROR is always printed).
         wall_ns: wall-clock time of the event that completed it.
@@ -112,9 +113,16 @@ class Message:
     step: str = ""
     seqs: tuple[int, ...] = ()
     args: tuple[str, ...] = ()
-    detail: str | None = None
+    exception: ExceptionInfo | None = None
     printed: bool = True
     wall_ns: int = 0
+
+    @property
+    def detail(self) -> str | None:
+        """The formatted traceback of :attr:`exception`, if any (formatted
+        when asked: a replay keeps the exception, which its events hold
+        anyway, not a text of kilobytes per message)."""
+        return None if self.exception is None else self.exception.format()
 
 
 @attrs.frozen(kw_only=True)
@@ -374,10 +382,6 @@ def step_severity_hook(
 # Derivation
 
 
-def _detail(cause: ExceptionInfo | None) -> str | None:
-    return None if cause is None else cause.format()
-
-
 def reason_text(info: ExceptionInfo) -> str:
     """``Type: message``, or the bare type when the message is empty."""
     return info.reason if info.message else info.name
@@ -531,7 +535,7 @@ class _Fold:
         step: str,
         args: Sequence[str],
         seqs: Iterable[int] = (),
-        detail: str | None = None,
+        exception: ExceptionInfo | None = None,
     ) -> None:
         key = (code, tuple(args))
         if key in self.seen:
@@ -548,7 +552,7 @@ class _Fold:
                 step=step,
                 seqs=tuple(sorted({*seqs, event.seq})),
                 args=key[1],
-                detail=detail,
+                exception=exception,
                 printed=_printed(severity, scope, self.identity),
                 wall_ns=event.wall_ns,
             )
@@ -586,7 +590,7 @@ class _Fold:
                 f"Startup failed: {reason}{where}",
                 step="",
                 args=(step or "", reason),
-                detail=_detail(event.cause),
+                exception=event.cause,
             )
         elif outcome is RunOutcome.INTERRUPTED:
             cause = event.cause
@@ -679,7 +683,7 @@ class _Fold:
                 f"Candidate {event.step} is {event.outcome.value}: {reason}",
                 step=event.step,
                 args=(event.step, reason),
-                detail=_detail(event.cause),
+                exception=event.cause,
             )
         elif started.kind is StepKind.ATTEMPT and started.attributes.get("fallback_left"):
             outcome = outcome_of(event) or Outcome.FAILED
@@ -707,7 +711,7 @@ class _Fold:
                 text,
                 step=event.step,
                 args=args,
-                detail=_detail(cause) if rule.detail else None,
+                exception=cause if rule.detail else None,
             )
 
     def step_stopped(self, event: Event) -> None:
@@ -747,7 +751,7 @@ class _Fold:
             step=failure.step,
             args=(failure.step, cause.reason),
             seqs=failure.seqs,
-            detail=cause.format(),
+            exception=cause,
         )
 
 

@@ -350,9 +350,10 @@ class MessageContext(Protocol):
         step: str,
         args: tuple[str, ...] | list[str],
         seqs: tuple[int, ...] | list[int] = (),
-        detail: str | None = None,
+        exception: ExceptionInfo | None = None,
     ) -> None:
-        """Derive a message (once per rank per ``(code, args)``)."""
+        """Derive a message (once per rank per ``(code, args)``), with the
+        recorded exception whose traceback it carries, if any."""
         ...
 
     def raise_severity(self, step: str, severity: Severity) -> None:

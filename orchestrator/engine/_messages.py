@@ -231,10 +231,6 @@ def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
     return fallback
 
 
-def _detail(cause: ExceptionInfo | None) -> str | None:
-    return None if cause is None else cause.format()
-
-
 def legacy_code(step: str, cause: ExceptionInfo) -> str | None:
     """The code of a failure that a log of an earlier release recorded as a
     plain ``ValueError`` (see the module docstring), else ``None``."""
@@ -355,7 +351,7 @@ def _legacy(context: MessageContext) -> None:
                 event.cause.message,
                 step=event.step,
                 args=(event.cause.message,),
-                detail=event.cause.format(),
+                exception=event.cause,
             )
 
 
@@ -397,7 +393,7 @@ def _plugin(
         f"Platform plugin {plugin} failed: {reason}",
         step=event.step,
         args=(plugin, reason),
-        detail=_detail(cause),
+        exception=cause,
     )
     return attrs.evolve(
         memory, failed_plugins=(*memory.failed_plugins, (plugin, reason, event.seq))
@@ -472,7 +468,7 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
         "release built for this torch to use ZenCpuPlatform.",
         step=event.step,
         args=(reason,),
-        detail=_detail(cause_of(event)),
+        exception=cause_of(event),
     )
 
 
@@ -499,7 +495,7 @@ def _attention_candidate(context: MessageContext, started: StepStarted | None, n
             f"Attention backend {backend} is unavailable: {reason}",
             step=event.step,
             args=(backend, reason),
-            detail=_detail(event.cause),
+            exception=event.cause,
         )
 
 
@@ -553,7 +549,7 @@ def _flashinfer_comm(context: MessageContext) -> None:
         text,
         step=event.step,
         args=args,
-        detail=_detail(event.cause),
+        exception=event.cause,
     )
 
 
@@ -628,7 +624,7 @@ def _emit_attempt(
         seqs=tuple(seqs),
         # An attempt that a fallback recovers is expected on many healthy
         # hosts: one line, no traceback (the cause stays in the log).
-        detail=None,
+        exception=None,
     )
 
 
@@ -691,5 +687,5 @@ def _quant_workspace(context: MessageContext, memory: _Memory, started: StepStar
         "configuration.",
         step=event.step,
         args=(backend, reason),
-        detail=_detail(cause_of(event)),
+        exception=cause_of(event),
     )
