@@ -49,8 +49,10 @@ if typing.TYPE_CHECKING:
     from ._exception_info import FrameInfo as FrameInfo
     from ._exception_info import Redactor as Redactor
     from ._exception_info import ThreadStack as ThreadStack
+    from ._launch import MAX_WORLD_SIZE as MAX_WORLD_SIZE
     from ._launch import LaunchRecord as LaunchRecord
     from ._launch import RankProcess as RankProcess
+    from ._launch import implausible_world as implausible_world
     from ._log import Durability as Durability
     from ._log import EventLog as EventLog
     from ._log import JsonlLog as JsonlLog

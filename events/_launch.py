@@ -17,7 +17,24 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["LaunchRecord", "RankProcess"]
+__all__ = ["MAX_WORLD_SIZE", "LaunchRecord", "RankProcess", "implausible_world"]
+
+#: The largest world a run is read as. A log or manifest that claims more
+#: (a flipped digit in a 1 KB file) would make every view's cost follow the
+#: number, not the logs: it is named instead.
+MAX_WORLD_SIZE = 65_536
+
+
+def implausible_world(world_size: int, source: str, present: int) -> str | None:
+    """Why ``world_size``, claimed by ``source``, cannot be the world of a
+    run with ``present`` logs; ``None`` when it can."""
+    if world_size <= MAX_WORLD_SIZE:
+        return None
+    logs = "1 log is" if present == 1 else f"{present:,} logs are"
+    return (
+        f"{source} claims {world_size:,} ranks; {logs} present, and a run of at most "
+        f"{MAX_WORLD_SIZE:,} ranks is read (is the file damaged?)"
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -30,7 +30,7 @@ from ._builders import evolve
 from ._errors import LogError
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
-from ._launch import LaunchRecord, RankProcess
+from ._launch import LaunchRecord, RankProcess, implausible_world
 from ._messages import (
     GroupedMessage,
     Message,
@@ -655,7 +655,15 @@ def replay(
         (s.identity.world_size for s in states.values() if s.identity is not None),
         default=0,
     )
+    for state in states.values():
+        claimed = max(state.rank + 1, 0 if state.identity is None else state.identity.world_size)
+        why = implausible_world(claimed, owners.get(state.rank, "a log"), len(states))
+        if why is not None:
+            raise LogError(why)
     if launch is not None and launch.world_size is not None:
+        why = implausible_world(launch.world_size, launch.source or "the launch", len(states))
+        if why is not None:
+            raise LogError(why)
         if logged_world and logged_world != launch.world_size:
             warnings.append(
                 f"the launcher started {launch.world_size} ranks but the logs say a world "

@@ -40,6 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
+from events._files import write_file
+
 __all__ = ["JaegerJsonExporter", "jaeger_document"]
 
 JsonObject = dict[str, Any]
@@ -109,9 +111,7 @@ class JaegerJsonExporter(SpanExporter):
 
     def _write(self) -> None:
         text = json.dumps(jaeger_document(self._spans), separators=(",", ":"), allow_nan=False)
-        temporary = self._path.with_name(f".{self._path.name}.tmp")
-        temporary.write_text(text + "\n", encoding="utf-8")
-        os.replace(temporary, self._path)
+        write_file(self._path, (text + "\n").encode())
         self._written = True
 
 

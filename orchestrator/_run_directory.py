@@ -45,7 +45,6 @@ import enum
 import json
 import os
 import re
-import secrets
 import socket
 import stat
 import time
@@ -55,7 +54,8 @@ from typing import Any
 
 import attrs
 
-from events import LaunchRecord, RankProcess, Redactor, format_ranks
+from events import LaunchRecord, RankProcess, Redactor, format_ranks, implausible_world
+from events._files import write_file
 
 from ._errors import OrchestratorError
 
@@ -111,27 +111,6 @@ def rank_log_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.jsonl"
 
 
-def _link_new_file(path: Path, content: bytes) -> bool:
-    """Create ``path`` holding ``content``, atomically and only if it does not
-    exist: a complete temporary file is hard-linked to the name. Returns
-    ``False`` when ``path`` already exists."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-
-
 def claim_run_directory(run_dir: Path, run_id: str) -> None:
     """Make ``run_dir`` this run's (creating it), or join the claim of the
     same run (another rank of the launch got there first).
@@ -164,7 +143,7 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
                 "use a new --run-id or --run-dir",
             )
         try:
-            created = _link_new_file(claim, f"{run_id}\n".encode())
+            created = write_file(claim, f"{run_id}\n".encode(), exclusive=True)
         except OSError as exc:
             raise RunDirectoryError(
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
@@ -307,19 +286,14 @@ class Manifest:
         content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
         try:
             if exclusive:
-                if not _link_new_file(path, content):
+                if not write_file(path, content, exclusive=True):
                     raise RunDirectoryError(
                         run_dir,
                         "another launch is already writing to this run directory "
                         "(it has a manifest); use a new --run-id or --run-dir",
                     )
                 return
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-            with temporary.open("wb") as file:
-                file.write(content)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
+            write_file(path, content)
         except OSError as exc:
             raise RunDirectoryError(
                 run_dir, f"cannot write the manifest: {exc.strerror or exc}"
@@ -691,6 +665,13 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             RunProblem(path=where, message=f"the world sizes differ: {'; '.join(parts)}")
         )
     world = max(world_sizes, default=0)
+    claimant = next((d / MANIFEST_FILE for d, m in manifests if m.world_size == world), None)
+    why = implausible_world(
+        world, _name(claimant or worlds[world][0], named) if world else "", len(logs)
+    )
+    if why is not None:
+        problems.append(RunProblem(path=where, message=why))
+        world = 0  # its missing ranks are not listed
     # The ranks without a log that nothing more is known of are one problem,
     # as rank ranges: a lost node of a large launch is one line, not one per
     # rank. A rank whose launcher says more of it keeps a line of its own.
@@ -827,19 +808,14 @@ def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
     """
     path = rank_log_path(run_dir, rank)
     try:
-        if _link_new_file(path, content):
+        if write_file(path, content, exclusive=True):
             return Collected.WRITTEN
         present = path.read_bytes()
         if present.startswith(content):
             return Collected.PRESENT
         if not content.startswith(present):
             return Collected.CONFLICT
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        with temporary.open("wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        write_file(path, content)
         return Collected.EXTENDED
     except OSError as exc:
         raise RunDirectoryError(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from events import InvalidValueError, RankIdentity, Severity
+from events._files import check_writable, write_file
 
 from .._errors import FaultSpecError, RankEnvironmentError
 from .._faults import FaultPlan
@@ -276,8 +277,7 @@ def _note(view: LaunchView | None, line: str) -> None:
 def _check_writable(path: Path) -> None:
     """Exit 2 before any rank starts when the trace file cannot be written."""
     try:
-        with path.open("a", encoding="utf-8"):
-            pass
+        check_writable(path)
     except OSError as exc:
         raise UsageError(f"--trace-file {path}: cannot write: {exc.strerror}") from None
 
@@ -303,9 +303,7 @@ def _write_launch_trace(run_dir: Path, path: Path) -> None:
             cause,
         )
         text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text(text + "\n", encoding="utf-8")
-        os.replace(temporary, path)
+        write_file(path, (text + "\n").encode())
     except (OSError, ValueError, LogError, InputError, UsageError) as exc:
         print(f"{PROG}: --trace-file {path}: not written: {exc}", file=sys.stderr)
         return

@@ -32,6 +32,7 @@ from events import (
     replay,
     validate,
 )
+from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
 
 from ._errors import InputError, UsageError
@@ -186,7 +187,7 @@ def command_replay(args: argparse.Namespace) -> int:
             divergences=grouped_decision_divergences(decisions),
         )
         try:
-            args.html.write_text(page, encoding="utf-8")
+            write_file(args.html, page.encode())
         except OSError as exc:
             raise InputError(f"--html {args.html}: cannot write: {exc.strerror}") from None
     return 0 if document["outcome"] == "ready" else 1
@@ -307,8 +308,7 @@ def _check_writable(option: str, path: Path) -> None:
     """Raises :class:`InputError` when ``path`` cannot be written (the
     exporters would only say that spans were "not delivered")."""
     try:
-        with path.open("a", encoding="utf-8"):
-            pass
+        check_writable(path)
     except OSError as exc:
         raise InputError(f"{option}: cannot write: {exc.strerror}") from None
 

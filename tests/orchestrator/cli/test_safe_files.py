@@ -1,0 +1,72 @@
+"""Files are written safely: whole or not at all, through a temporary name
+of their own, never through a link someone planted; a refused command
+leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import StoredRun
+from .harness import call_cli, run_cli
+
+VICTIM = "keep me\n"
+
+
+def _plant(directory: Path, name: str) -> tuple[Path, Path]:
+    """A link named ``name`` to a file that must not change."""
+    victim = directory / "victim.txt"
+    victim.write_text(VICTIM)
+    link = directory / name
+    link.symlink_to(victim)
+    return link, victim
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [("--html", "out"), ("--export", "jaeger-json=out")],
+    ids=["html", "jaeger-json"],
+)
+def test_a_link_planted_at_a_views_output_is_replaced_not_followed(
+    healthy: StoredRun, tmp_path: Path, arguments: tuple[str, str]
+) -> None:
+    link, victim = _plant(tmp_path, "out")
+    completed = call_cli("replay", str(healthy.directory), *arguments, cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert victim.read_text() == VICTIM
+    assert not link.is_symlink()
+    assert link.stat().st_size > 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "victim.txt"]
+
+
+def test_an_unwritable_output_is_refused_and_nothing_is_left(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    output = tmp_path / "missing" / "page.html"
+    completed = call_cli("replay", str(healthy.directory), "--html", str(output), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert "--html" in completed.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_view_writes_no_empty_output(healthy: StoredRun, tmp_path: Path) -> None:
+    # --rank outside the run is refused after the output was checked.
+    completed = call_cli(
+        "replay", str(healthy.directory), "--html", "page.html", "--rank", "7", cwd=tmp_path
+    )
+    assert completed.returncode == 2, completed.describe()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_link_planted_at_the_trace_file_is_replaced_not_followed(tmp_path: Path) -> None:
+    link, victim = _plant(tmp_path, "trace.json")
+    completed = run_cli(
+        "run", "--simulate", "xeon", "--run-dir", "run", "--trace-file", "trace.json", cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.describe()
+    assert victim.read_text() == VICTIM
+    assert not link.is_symlink()
+    assert link.read_text().startswith('{"data":')
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]
