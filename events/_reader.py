@@ -28,7 +28,7 @@ from ._errors import (
     LogError,
     SequenceGapError,
 )
-from ._model import SCHEMA_VERSION, Event
+from ._model import SCHEMA_VERSION, Event, RunFinished, RunStarted
 
 __all__ = [
     "LogContents",
@@ -98,6 +98,7 @@ class ProblemKind(enum.StrEnum):
     TORN_TAIL = "torn_tail"
     NOT_STARTED = "not_started"
     NOT_FINISHED = "not_finished"
+    AFTER_FINISHED = "after_finished"
 
 
 @attrs.frozen(kw_only=True)
@@ -212,6 +213,7 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     run_id: str | None = None
     rank = 0
     expected = 0  # the next seq
+    finished = False
     decoders = CURRENT_DECODERS
     loads = orjson.loads
     # A rank's events repeat their run, trace, steps and span ids: each text
@@ -250,6 +252,14 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
             run_id, rank = event.run_id, event.rank
             if event.seq != expected:
                 raise SequenceGapError(file, number, expected, event.seq)
+        if finished:
+            raise LogCorruptError(
+                file,
+                len(events) + 1,
+                f"{event.TYPE} (seq {event.seq}) after run.finished: a finished rank "
+                "writes nothing more",
+            )
+        finished = type(event) is RunFinished
         append(event)
         expected += 1
     torn = None
@@ -262,8 +272,6 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     """List every integrity problem in a log file instead of stopping at the
     first. An empty list means the file reads cleanly and is complete (it
     starts with ``run.started`` and ends with ``run.finished``)."""
-    from ._model import RunFinished, RunStarted
-
     file = Path(path)
     try:
         data = _read_bytes(file)
@@ -274,6 +282,7 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     expected = 0
     first: Event | None = None
     last: Event | None = None
+    after_finished = False
     for number, _offset, content, terminated in _lines(data):
         if not terminated:
             problems.append(
@@ -294,9 +303,10 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
             )
             expected += 1  # assume the bad line held the next event
             continue
+        foreign = stream is not None and (event.run_id, event.rank) != stream
         if stream is None:
             stream = (event.run_id, event.rank)
-        elif (event.run_id, event.rank) != stream:
+        elif foreign:
             error = ForeignEventError(file, number, stream, (event.run_id, event.rank))
             problems.append(
                 LogProblem(
@@ -308,6 +318,17 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
             problems.append(
                 LogProblem(
                     path=file, line=number, kind=ProblemKind.SEQUENCE_GAP, message=gap.reason
+                )
+            )
+        if not foreign and (after_finished or isinstance(last, RunFinished)):
+            after_finished = True
+            problems.append(
+                LogProblem(
+                    path=file,
+                    line=number,
+                    kind=ProblemKind.AFTER_FINISHED,
+                    message=f"{event.TYPE} (seq {event.seq}) after run.finished: a finished "
+                    "rank writes nothing more",
                 )
             )
         expected = event.seq + 1
@@ -327,7 +348,7 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
                 fatal=False,
             )
         )
-    if last is not None and not isinstance(last, RunFinished):
+    if last is not None and not isinstance(last, RunFinished) and not after_finished:
         problems.append(
             LogProblem(
                 path=file,

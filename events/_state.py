@@ -670,9 +670,11 @@ def replay(
                 f"of {logged_world}; judged against the launcher's"
             )
         world_size = launch.world_size
-    else:
-        world_size = logged_world or (max(states) + 1 if states else 0)
     empty = launch.empty_logs if launch is not None else frozenset()
+    if launch is None or launch.world_size is None:
+        # Without a launcher's word, the ranks known of make the world: an
+        # empty log names its rank, as a log with events does.
+        world_size = logged_world or max((*states, *empty), default=-1) + 1
     no_events = {
         rank: "empty log" if rank in empty else "no log"
         for rank in range(world_size)

@@ -39,6 +39,7 @@ if typing.TYPE_CHECKING:
     from ._environment import otlp_grpc_exporter as otlp_grpc_exporter
     from ._environment import otlp_http_exporter as otlp_http_exporter
     from ._errors import ExportersError as ExportersError
+    from ._errors import SpanBuildError as SpanBuildError
     from ._errors import SpanExportError as SpanExportError
     from ._errors import TracingSettingError as TracingSettingError
     from ._html import report_html as report_html

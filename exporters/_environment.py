@@ -250,10 +250,16 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
 
 
+#: The longest OTLP export timeout taken from the environment (a larger
+#: one, 1e10, overflowed the exporter's wait).
+_MAX_EXPORT_TIMEOUT_S = 3600.0
+
+
 def export_timeout_from_environment(environ: Mapping[str, str] | None = None) -> float:
     """Seconds one OTLP export may take: ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``,
     else ``OTEL_EXPORTER_OTLP_TIMEOUT``, else :data:`DEFAULT_EXPORT_TIMEOUT_S`
-    (a value that is not a positive number is logged once and ignored)."""
+    (a value that is not a positive number of seconds, at most an hour, is
+    logged once and ignored)."""
     env = os.environ if environ is None else environ
     variable, text = _first_set(
         env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
@@ -264,10 +270,10 @@ def export_timeout_from_environment(environ: Mapping[str, str] | None = None) ->
         timeout_s = float(text)
     except ValueError:
         timeout_s = -1.0
-    if not timeout_s > 0 or timeout_s == float("inf"):
+    if not 0 < timeout_s <= _MAX_EXPORT_TIMEOUT_S:  # nan and inf too
         _warn(
-            f"{variable}={text!r} is not a positive number of seconds; "
-            f"using {DEFAULT_EXPORT_TIMEOUT_S:g} s"
+            f"{variable}={text!r} is not a positive number of seconds (at most "
+            f"{_MAX_EXPORT_TIMEOUT_S:g}); using {DEFAULT_EXPORT_TIMEOUT_S:g} s"
         )
         return DEFAULT_EXPORT_TIMEOUT_S
     return timeout_s

@@ -45,6 +45,29 @@ class SpanExportError(ExportersError):
         )
 
 
+class SpanBuildError(ExportersError, ValueError):
+    """An event cannot become a span: an id that is not valid W3C trace
+    context (not hex, or all zeros), as only a damaged or crafted log holds.
+
+    Attributes:
+        event_type, rank, seq, step: the event.
+        reason: what is wrong with it.
+    """
+
+    __module__ = "exporters"
+
+    def __init__(self, *, event_type: str, rank: int, seq: int, step: str, reason: str) -> None:
+        self.event_type = event_type
+        self.rank = rank
+        self.seq = seq
+        self.step = step
+        self.reason = reason
+        super().__init__(
+            f"cannot build a span from {event_type} (rank {rank}, seq {seq}, step {step!r}): "
+            f"{reason}; the log is damaged (validate it)"
+        )
+
+
 class TracingSettingError(ExportersError, InvalidValueError):
     """A tracing option holds a value this release does not support (an
     OTLP protocol given as an argument). An ``OTEL_*`` variable never raises

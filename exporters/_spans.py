@@ -73,6 +73,7 @@ from events import (
     outcome_of,
 )
 
+from ._errors import SpanBuildError
 from ._propagation import span_context
 
 __all__ = [
@@ -295,9 +296,12 @@ class SpanProjection:
                 case _:
                     return []
         except ValueError as exc:
-            raise ValueError(
-                f"cannot build a span from {event.TYPE} (rank {event.rank}, seq {event.seq}, "
-                f"step {event.step!r}): {exc}"
+            raise SpanBuildError(
+                event_type=event.TYPE,
+                rank=event.rank,
+                seq=event.seq,
+                step=event.step,
+                reason=str(exc),
             ) from exc
 
     def finish(self, *, launch: LaunchRecord | None = None) -> list[ReadableSpan]:

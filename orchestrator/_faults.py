@@ -33,7 +33,6 @@ import bisect
 import builtins
 import difflib
 import enum
-import json
 import os
 import re
 import signal
@@ -47,7 +46,7 @@ import attrs
 from events import format_ranks
 
 from ._errors import FaultSpecError
-from ._json_text import not_json_text
+from ._json_text import load_json
 
 __all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges", "parse_ranks"]
 
@@ -376,13 +375,11 @@ class FaultPlan:
             FaultSpecError: the file is unreadable, not JSON, or malformed.
         """
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = load_json(Path(path).read_bytes())
         except OSError as exc:
             raise FaultSpecError(str(path), str(path), f"cannot read: {exc.strerror}") from exc
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FaultSpecError(str(path), str(path), not_json_text(exc)) from exc
+        except ValueError as exc:
+            raise FaultSpecError(str(path), str(path), str(exc)) from exc
         return cls.from_json(data, source=str(path))
 
     def to_json(self) -> list[dict[str, Any]]:

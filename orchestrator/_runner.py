@@ -337,6 +337,12 @@ class Runner:
         self.log.flush()
 
     @property
+    def ended(self) -> bool:
+        """Whether the run ended without its graph (:meth:`abandon`) or its
+        graph ran (or runs)."""
+        return self._used
+
+    @property
     def stop_requested(self) -> bool:
         """Whether :meth:`stopping` was called."""
         return self._stop_cause is not None

@@ -599,7 +599,7 @@ class Startup:
             return
         self._state = "closed"
         try:
-            if self._runner is not None and not self._ran:
+            if self._runner is not None and not self._ran and not self._runner.ended:
                 # Opened and never run: the log still says how it ended.
                 never_ran = StartupInterrupted(None, "closed before it ran")
                 if not self._runner.stop_requested:

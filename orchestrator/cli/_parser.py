@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from events import Severity
+from events import MAX_WORLD_SIZE, Severity
 
 from .._watchdog import DEFAULT_STALL_S
 from ._output import PROG
@@ -52,16 +52,21 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def _integer_at_least(minimum: int, expected: str) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum``."""
+def _integer_at_least(
+    minimum: int, expected: str, maximum: int = 2**63 - 1
+) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` and at most
+    ``maximum`` (a number no run has is refused, not acted on)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected {expected} (at most {maximum:,}), got {text!r}"
+            )
         return value
 
     return parse
@@ -126,17 +131,47 @@ def _inject_targets() -> str:
     )
 
 
-_positive_int = _integer_at_least(1, "a positive integer")
+#: Ranks, tensor-parallel sizes: no run has more ranks than a world may.
+_rank_count = _integer_at_least(1, "a positive integer", MAX_WORLD_SIZE)
 _non_negative_int = _integer_at_least(0, "an integer >= 0")
 
+#: The longest wait any option takes: a week.
+_MAX_SECONDS = 7 * 24 * 3600
 
-def _positive_float(text: str) -> float:
+
+def _path(text: str) -> Path:
+    """An argparse type: a path, never the empty one (which would mean the
+    current directory)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return Path(text)
+
+
+def _endpoint(text: str) -> str:
+    """An argparse type: an OTLP collector's URL, ``http(s)://HOST[:PORT]``
+    (checked here: a malformed one fails before a log exists)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        _ = parts.port
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a URL ({exc}): {text!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {text!r}")
+    return text
+
+
+def parse_seconds(text: str) -> float:
+    """An argparse type: seconds, more than 0 and at most a week."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds (> 0), got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds (> 0), got {text!r}")
+        value = 0.0
+    if not 0 < value <= _MAX_SECONDS:  # nan and inf are refused too
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (> 0, at most {_MAX_SECONDS:,}), got {text!r}"
+        )
     return value
 
 
@@ -206,14 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.lazy_epilog = _inject_targets
     run.add_argument(
         "--nproc",
-        type=_positive_int,
+        type=_rank_count,
         default=None,
         metavar="N",
         help="start N local rank processes (default: 1, or the torchrun ranks)",
     )
     run.add_argument(
         "--grace",
-        type=_positive_float,
+        type=parse_seconds,
         default=None,
         metavar="S",
         help="with --nproc: seconds the launcher waits, once a rank ended other than ready "
@@ -222,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--run-dir",
-        type=Path,
+        type=_path,
         default=None,
         metavar="DIR",
         help="the run directory (default: ./startup-runs/<run-id>)",
@@ -235,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--group-timeout",
-        type=_positive_float,
+        type=parse_seconds,
         default=120.0,
         metavar="S",
         help="seconds forming the ranks' process group and each exchange over it may wait "
@@ -245,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--stall",
-        type=_positive_float,
+        type=parse_seconds,
         default=DEFAULT_STALL_S,
         metavar="S",
         help="seconds a step may run before its rank records where it waits (the stacks of "
@@ -273,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--inject-file",
-        type=Path,
+        type=_path,
         default=None,
         metavar="FILE",
         help="inject the faults of a JSON file, for structured exception arguments: a list of "
@@ -312,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--tp",
-        type=_positive_int,
+        type=_rank_count,
         default=None,
         metavar="N",
         help="tensor-parallel size (default: the number of ranks)",
@@ -325,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--head-size",
-        type=_positive_int,
+        type=_integer_at_least(1, "a positive integer", 65_536),
         default=128,
         metavar="N",
         help="the model's attention head size; backends that do not support it are skipped "
@@ -343,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=parse_seconds,
         default=None,
         metavar="S",
         help="seconds each probe may take (a plugin's check, an import, a candidate, an "
@@ -383,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
             "replay --json startup-runs/<run-id>/rank-0.jsonl startup-runs/<run-id>/rank-1.jsonl",
         ),
     )
-    replay.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
+    replay.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
     replay.add_argument(
         "--json", action="store_true", help="print the JSON report (default: the text report)"
     )
@@ -418,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--html",
-        type=Path,
+        type=_path,
         default=None,
         metavar="FILE",
         help="also write a self-contained HTML report (to attach to a bug report)",
@@ -438,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
             + "\n\n"
             + _examples(f"{name} startup-runs/<run-id>", f"{name} startup-runs/<run-id> --rank 3"),
         )
-        view.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
+        view.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
         view.add_argument(
             "--rank",
             type=_non_negative_int,
@@ -465,15 +500,18 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     diff.add_argument(
-        "run_a", type=Path, metavar="RUN_A", help="the first run: a run directory (the baseline)"
+        "run_a", type=_path, metavar="RUN_A", help="the first run: a run directory (the baseline)"
     )
     diff.add_argument(
-        "run_b", type=Path, metavar="RUN_B", help="the second run: a run directory (compared to it)"
+        "run_b",
+        type=_path,
+        metavar="RUN_B",
+        help="the second run: a run directory (compared to it)",
     )
     diff.add_argument(
         "more",
         nargs="*",
-        type=Path,
+        type=_path,
         metavar="PATH",
         help="with more than two paths, the run directories of two multi-node runs (one per "
         "node): grouped into the two runs by run id, the run of the first path the baseline",
@@ -503,27 +541,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument(
         "run_dir",
-        type=Path,
+        type=_path,
         metavar="RUN_DIR",
         help="the run directory the launch writes (it may not exist yet)",
     )
     watch.add_argument(
         "--stall",
-        type=_positive_float,
+        type=parse_seconds,
         default=10.0,
         metavar="S",
         help="a rank that appended nothing for longer than this is stalled (default: 10)",
     )
     watch.add_argument(
         "--interval",
-        type=_positive_float,
+        type=parse_seconds,
         default=0.5,
         metavar="S",
         help="seconds between looks at the logs (default: 0.5)",
     )
     watch.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=parse_seconds,
         default=None,
         metavar="S",
         help="give up after this many seconds, exit 1 (default: wait until the run ends)",
@@ -550,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
             "validate startup-runs/<run-id>/rank-3.jsonl",
         ),
     )
-    validate.add_argument("paths", nargs="+", type=Path, metavar="PATH", help=_PATHS_HELP)
+    validate.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
     return parser
 
 
@@ -562,6 +600,7 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--otlp-endpoint",
+        type=_endpoint,
         default=None,
         metavar="URL",
         help="send spans to this OTLP collector (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
@@ -574,7 +613,7 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--trace-file",
-        type=Path,
+        type=_path,
         default=None,
         metavar="FILE",
         help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "

@@ -317,13 +317,12 @@ def _grace(args: argparse.Namespace) -> float:
     text = os.environ.get(GRACE_VARIABLE, "").strip()
     if not text:
         return DEFAULT_GRACE_S
+    from ._parser import parse_seconds
+
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise UsageError(f"{GRACE_VARIABLE}={text!r}: expected seconds (> 0)")
-    return value
+        return parse_seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{GRACE_VARIABLE}={text!r}: {exc}") from None
 
 
 #: Options only the launcher uses (the trace file too: the launcher writes it

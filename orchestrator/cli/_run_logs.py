@@ -215,7 +215,7 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
         from events import LaunchRecord
 
         launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
-    if not contents and (launch is None or launch.world_size is None):
+    if not contents and not empty and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
     running = frozenset(_still_running(contents, launch))
     if running:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import enum
 import importlib.machinery
-import json
 import os
 import re
 import threading
@@ -54,9 +53,11 @@ from typing import Any
 
 import attrs
 
+from events import MAX_WORLD_SIZE
+
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
-from .._json_text import not_json_text
+from .._json_text import load_json
 from ._config import BUILD_TARGETS, ProfileError
 from ._host import (
     BuildTarget,
@@ -267,6 +268,11 @@ class Profile:
         return _ProfileReader(source).profile(data, default_name)
 
 
+#: The most devices of a kind one simulated host may have (a machine has
+#: 8 or 16; a count of 10**9 made every probe enumerate without end).
+_MAX_DEVICES = 1024
+
+
 class _ProfileReader:
     """Validates a profile's JSON form field by field."""
 
@@ -297,9 +303,11 @@ class _ProfileReader:
             raise self.fail(field, f"expected true or false, not {_json_type(value)}")
         return value
 
-    def integer(self, value: object, field: str, minimum: int) -> int:
-        if type(value) is not int or value < minimum:
-            raise self.fail(field, f"expected an integer >= {minimum}, not {value!r}")
+    def integer(self, value: object, field: str, minimum: int, maximum: int) -> int:
+        if type(value) is not int or not minimum <= value <= maximum:
+            raise self.fail(
+                field, f"expected an integer from {minimum} to {maximum:,}, not {value!r}"
+            )
         return value
 
     def profile(self, data: object, default_name: str | None) -> Profile:
@@ -316,13 +324,13 @@ class _ProfileReader:
             description=self.string(top.get("description", ""), "description"),
             cpu=self.cpu(top.get("cpu")),
             gpus=self.gpus(top.get("gpus", {})),
-            nodes=self.integer(top.get("nodes", 1), "nodes", 1),
+            nodes=self.integer(top.get("nodes", 1), "nodes", 1, MAX_WORLD_SIZE),
             build=self.build(top.get("build")),
             nvswitch_multicast=self.boolean(
                 top.get("nvswitch_multicast", False), "nvswitch_multicast"
             ),
             tpu=self.boolean(top.get("tpu", False), "tpu"),
-            xpu=self.integer(top.get("xpu", 0), "xpu", 0),
+            xpu=self.integer(top.get("xpu", 0), "xpu", 0, _MAX_DEVICES),
             modules=self.modules(top.get("modules", {})),
         )
 
@@ -353,7 +361,7 @@ class _ProfileReader:
         vendor = self.string(data.get("vendor", "none"), "gpus.vendor")
         if vendor not in _GPU_VENDORS:
             raise self.fail("gpus.vendor", f"{vendor!r} is not valid; valid: nvidia, amd, none")
-        count = self.integer(data.get("count", 0), "gpus.count", 0)
+        count = self.integer(data.get("count", 0), "gpus.count", 0, _MAX_DEVICES)
         if vendor == "none" and count:
             raise self.fail("gpus.count", "must be 0 when gpus.vendor is none")
         capability = data.get("capability")
@@ -522,13 +530,11 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
             "or the path of a JSON profile file",
         )
     try:
-        content = path.read_text(encoding="utf-8")
+        data = load_json(path.read_bytes())
     except OSError as exc:
         raise ProfileError(text, f"cannot read the file: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(content)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(text, not_json_text(exc)) from exc
+    except ValueError as exc:
+        raise ProfileError(text, str(exc)) from exc
     return Profile.from_json(data, source=text, default_name=path.stem)
 
 

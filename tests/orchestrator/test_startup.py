@@ -265,6 +265,20 @@ def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
 # --- the lifecycle ---------------------------------------------------------------------
 
 
+def test_a_set_up_that_fails_after_the_log_opened_raises_its_own_error(tmp_path: Path) -> None:
+    from exporters import Tracing
+
+    startup = _startup(tmp_path, tracing=Tracing(otlp_endpoint="http://[::1"))
+    with pytest.raises(ValueError, match="Invalid IPv6 URL"):
+        startup.open()
+    assert startup.log_path is not None
+    finished = _finished(startup.log_path)
+    assert finished.outcome is RunOutcome.FAILED
+    assert finished.cause is not None
+    assert finished.cause.name == "ValueError"
+    startup.close()  # closing again is harmless
+
+
 def test_opened_and_closed_without_running_the_log_says_so(tmp_path: Path) -> None:
     startup = _startup(tmp_path)
     startup.open()

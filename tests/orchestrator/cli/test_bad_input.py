@@ -57,9 +57,20 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
         (["run", "--tp", "0"], ["--tp", "'0'", "positive integer"]),
         (["run", "--tp", "two"], ["--tp", "'two'", "positive integer"]),
         (["run", "--nproc", "-2"], ["--nproc", "'-2'", "positive integer"]),
-        (["run", "--timeout", "0"], ["--timeout", "'0'", "seconds (> 0)"]),
-        (["run", "--timeout", "soon"], ["--timeout", "'soon'", "seconds (> 0)"]),
-        (["run", "--grace", "0"], ["--grace", "'0'", "seconds (> 0)"]),
+        (["run", "--timeout", "0"], ["--timeout", "'0'", "seconds (> 0, at most 604,800)"]),
+        (["run", "--timeout", "soon"], ["--timeout", "'soon'", "seconds (> 0, at most 604,800)"]),
+        (["run", "--grace", "0"], ["--grace", "'0'", "seconds (> 0, at most 604,800)"]),
+        (["run", "--grace", "inf"], ["--grace", "'inf'", "seconds (> 0, at most 604,800)"]),
+        (["run", "--timeout", "nan"], ["--timeout", "'nan'", "seconds (> 0, at most 604,800)"]),
+        (["run", "--group-timeout", "1e300"], ["--group-timeout", "'1e300'", "at most 604,800"]),
+        (
+            ["run", "--nproc", "99999999999999999999"],
+            ["--nproc", "'99999999999999999999'", "positive integer (at most 65,536)"],
+        ),
+        (["run", "--tp", str(2**64)], ["--tp", str(2**64), "(at most 65,536)"]),
+        (["run", "--run-dir", ""], ["--run-dir", "expected a path, got ''"]),
+        (["replay", ""], ["expected a path, got ''"]),
+        (["run", "--head-size", str(2**64)], ["--head-size", str(2**64), "(at most 65,536)"]),
         # Fault specs are checked against the launch before anything starts.
         (
             ["run", "--inject", "zentorhc=RuntimeError:typo"],
@@ -101,12 +112,14 @@ def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]
             '[{"target": "a\tb"}]',
             [
                 "--inject-file faults.json: not valid JSON at line 1 column 15: "
-                "invalid control character"
+                "unexpected control character in string"
             ],
         ),
         ('{"target": "zentorch"}', ["expected a list of fault objects"]),
         ('[{"target": "zentorch", "exception": "Nope"}]', ["'Nope'"]),
         ('[{"target": "flashinfer", "exception": "OSError", "args": [{}]}]', ["entry 0: args"]),
+        ("[" * 100_000 + "]" * 100_000, ["not valid JSON at line 1 column 1026: depth limit"]),
+        ('[{"target": "zentorch", "exception": NaN}]', ["not valid JSON at line 1 column 38"]),
     ],
 )
 def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
@@ -124,10 +137,18 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
         ('{"name": "mine", "gpus": [', ["'profile.json'", "not valid JSON"]),
         (
             '{"name": "a\tb"}',
-            ["'profile.json': not valid JSON at line 1 column 12: invalid control character"],
+            [
+                "'profile.json': not valid JSON at line 1 column 12: "
+                "unexpected control character in string"
+            ],
         ),
         ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "valid fields: name"]),
         ("[]", ["'profile.json'", "expected an object"]),
+        ("[" * 100_000 + "]" * 100_000, ["'profile.json'", "depth limit exceeded"]),
+        (
+            '{"name": "big", "gpus": {"vendor": "nvidia", "count": 1000000000}}',
+            ["'profile.json'", "gpus.count", "from 0 to 1,024, not 1000000000"],
+        ),
     ],
 )
 def test_malformed_profile_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
@@ -136,6 +157,12 @@ def test_malformed_profile_file(tmp_path: Path, content: str, fragments: list[st
     completed = call_cli("run", "--simulate", "profile.json", cwd=tmp_path)
 
     _one_line_error(completed, 2, *fragments)
+
+
+def test_a_profile_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "profile.json").write_bytes(b'{"name": "caf\xe9"}')
+    completed = call_cli("run", "--simulate", "profile.json", cwd=tmp_path)
+    _one_line_error(completed, 2, "'profile.json'", "not valid UTF-8")
 
 
 def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
@@ -151,7 +178,9 @@ def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
         env=environment(STARTUP_ORCHESTRATOR_GRACE_S="soon"),
     )
 
-    _one_line_error(completed, 2, "STARTUP_ORCHESTRATOR_GRACE_S='soon'", "seconds (> 0)")
+    _one_line_error(
+        completed, 2, "STARTUP_ORCHESTRATOR_GRACE_S='soon'", "seconds (> 0, at most 604,800)"
+    )
     assert list((tmp_path / "run").glob("*.jsonl")) == []
 
 

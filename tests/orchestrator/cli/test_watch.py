@@ -41,6 +41,8 @@ from .harness import (
     wait_for_event,
 )
 
+SECONDS = "expected seconds (> 0, at most 604,800)"
+
 
 def _wait_for_output(
     watch: Background, matches: Callable[[str], bool], deadline_s: float = LAUNCH_TIMEOUT_S
@@ -162,9 +164,15 @@ def test_a_directory_without_logs_is_waited_for_until_the_timeout(tmp_path: Path
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("--stall", "0"), "argument --stall: expected seconds (> 0), got '0'"),
-        (("--interval", "soon"), "argument --interval: expected seconds (> 0), got 'soon'"),
-        (("--timeout", "-1"), "argument --timeout: expected seconds (> 0), got '-1'"),
+        (("--stall", "0"), "argument --stall: expected seconds (> 0, at most 604,800), got '0'"),
+        (
+            ("--interval", "soon"),
+            "argument --interval: expected seconds (> 0, at most 604,800), got 'soon'",
+        ),
+        (
+            ("--timeout", "-1"),
+            "argument --timeout: expected seconds (> 0, at most 604,800), got '-1'",
+        ),
     ],
 )
 def test_bad_arguments_are_one_usage_line_and_exit_2(

@@ -1,0 +1,141 @@
+"""Crafted and damaged logs: every view reports or gives one line and exit
+1, never a traceback and never a verdict the log does not support."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from .conftest import StoredRun
+from .harness import call_cli, rank_logs
+
+PROG = "startup-orchestrator: error: "
+VIEWS = [
+    ("replay",),
+    ("replay", "--json"),
+    ("replay", "--html", "page.html"),
+    ("replay", "--export", "jaeger-json=spans.json"),
+    ("explain",),
+    ("blame",),
+    ("critical-path",),
+]
+Records = list[dict[str, Any]]
+
+
+def _crafted(stored: StoredRun, tmp_path: Path, change: Callable[[Records], Records]) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(stored.directory, run)
+    (log,) = rank_logs(run)
+    records = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    log.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in change(records)))
+    return run
+
+
+def _event_after_the_end(records: Records) -> Records:
+    late = {**records[1], "seq": records[-1]["seq"] + 1, "step": "late"}
+    return [*records, late]
+
+
+def _spans_of(records: Records) -> dict[str, str]:
+    return {r["step"]: r["span_id"] for r in records if r["type"] == "step.started"}
+
+
+def _parent_is_itself(records: Records) -> Records:
+    for record in records:
+        if record.get("step") == "attention":
+            record["parent_span_id"] = record["span_id"]
+    return records
+
+
+def _parents_in_a_cycle(records: Records) -> Records:
+    spans = _spans_of(records)
+    for record in records:
+        if record.get("step") == "attention":
+            record["parent_span_id"] = spans["platform"]
+        elif record.get("step") == "platform":
+            record["parent_span_id"] = spans["attention"]
+    return records
+
+
+def _two_steps_one_span(records: Records) -> Records:
+    spans = _spans_of(records)
+    for record in records:
+        if record.get("step") == "attention":
+            record["span_id"] = spans["platform"]
+    return records
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=" ".join)
+def test_an_event_after_run_finished_is_named_not_read_as_ready(
+    healthy: StoredRun, tmp_path: Path, view: tuple[str, ...]
+) -> None:
+    run = _crafted(healthy, tmp_path, _event_after_the_end)
+    completed = call_cli(*view, str(run), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(PROG)
+    assert "step.started (seq" in line
+    assert "after run.finished: a finished rank writes nothing more" in line
+
+
+def test_validate_names_an_event_after_run_finished(healthy: StoredRun, tmp_path: Path) -> None:
+    run = _crafted(healthy, tmp_path, _event_after_the_end)
+    completed = call_cli("validate", str(run), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert "after run.finished: a finished rank writes nothing more" in completed.stdout
+    assert "no run.finished event" not in completed.stdout
+
+
+def test_an_all_zero_span_id_fails_the_export_in_one_line(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    def zero(records: Records) -> Records:
+        for record in records:
+            if record["type"].startswith("step."):
+                record["span_id"] = "0" * 16
+        return records
+
+    run = _crafted(healthy, tmp_path, zero)
+    completed = call_cli("replay", str(run), "--export", "jaeger-json=spans.json", cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(f"{PROG}--export jaeger-json: cannot build a span from step.")
+    assert "span id must not be all zeros; the log is damaged (validate it)" in line
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_parent_is_itself, _parents_in_a_cycle, _two_steps_one_span],
+    ids=["parent-is-itself", "parents-in-a-cycle", "two-steps-one-span"],
+)
+@pytest.mark.parametrize("view", VIEWS, ids=" ".join)
+def test_span_ids_that_make_no_tree_never_crash_a_view(
+    healthy: StoredRun,
+    tmp_path: Path,
+    change: Callable[[Records], Records],
+    view: tuple[str, ...],
+) -> None:
+    run = _crafted(healthy, tmp_path, change)
+    completed = call_cli(*view, str(run), cwd=tmp_path)
+    assert completed.returncode in (0, 1), completed.describe()
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_directory_with_only_an_empty_log_is_an_incomplete_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank-0.jsonl").touch()
+    completed = call_cli("replay", "--json", str(run), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    document = json.loads(completed.stdout)
+    assert document["outcome"] == "incomplete"
+    assert document["ranks"][0]["log"] == "empty"
+    text = call_cli("replay", str(run), cwd=tmp_path)
+    assert "Root cause: rank 0 wrote no events (empty log)" in text.stdout
