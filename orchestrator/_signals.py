@@ -44,9 +44,12 @@ _PR_SET_PDEATHSIG = 1
 class StopRequests:
     """The stop signals this process received, in order.
 
-    :meth:`install` replaces the SIGINT/SIGTERM handlers with one that only
-    remembers the signal (and calls ``on_signal``, if given); :meth:`restore`
-    puts the previous handlers back. Only the main thread can install.
+    :meth:`hold` blocks SIGINT and SIGTERM (held by the kernel, not lost)
+    until :meth:`install` replaces their handlers with one that only
+    remembers the signal (and calls ``on_signal``, if given) and lets them
+    through, so a stop that lands between the two is recorded like any
+    other; :meth:`restore` puts the previous handlers back. Only the main
+    thread can hold or install.
 
     Args:
         launcher_pid: the pid of the launcher that started this process,
@@ -61,12 +64,26 @@ class StopRequests:
         self._previous: dict[int, object] = {}
         self._lock = threading.Lock()
 
+    def hold(self) -> None:
+        """Block SIGINT and SIGTERM until :meth:`install` (or :meth:`release`)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def release(self) -> None:
+        """Let SIGINT and SIGTERM through again, whoever handles them (what
+        was held is delivered now)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
     def install(self) -> None:
-        """Catch SIGINT and SIGTERM from now on (main thread only)."""
+        """Catch SIGINT and SIGTERM from now on, and let through those held
+        until now (by :meth:`hold`, or by a launcher that started this
+        process with them blocked) (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
+        self.release()
 
     def reinstall(self) -> None:
         """Catch SIGINT and SIGTERM again after something else handled them
@@ -116,11 +133,7 @@ class StopRequests:
 def follow_launcher(launcher_pid: int) -> None:
     """Have the kernel send this process SIGTERM when its launcher dies
     (Linux ``PR_SET_PDEATHSIG``), and act on it at once if the launcher is
-    already gone. Call it once stops are caught: it also lets through a
-    SIGINT the launcher held back while this process started (see
-    ``_launcher``), which is then recorded like any other stop."""
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    already gone. Call it once stops are caught."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):

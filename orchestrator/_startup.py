@@ -375,6 +375,37 @@ class Startup:
         parent = _trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
+        launcher_pid = _launcher_pid(self._env)
+        self._stops = StopRequests(launcher_pid=launcher_pid)
+        if self._handle_signals:
+            # From before the log exists until stops are caught, a stop is
+            # held, then recorded: the log never ends up empty for one.
+            self._stops.hold()
+        try:
+            log = self._create_log(run_dir, run_id, identity)
+        except BaseException:
+            if self._handle_signals:
+                self._stops.release()
+            raise
+        self._log = log
+        self._opened_wall_ns = time.time_ns()
+        self._state = "open"
+        self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
+        if self._handle_signals:
+            self._stops.install()
+            followed = launcher_pid if launcher_pid is not None else _elastic_agent(self._env)
+            if followed is not None:
+                # A rank never outlives its launcher; asked once stops are
+                # caught, so a launcher that is already gone is recorded.
+                follow_launcher(followed)
+        try:
+            self._prepare(identity, faults, early_group, parent)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _create_log(self, run_dir: Path, run_id: str, identity: RankIdentity) -> JsonlLog:
         claim_run_directory(run_dir, run_id)
         path = rank_log_path(run_dir, identity.rank)
         try:
@@ -397,25 +428,7 @@ class Startup:
             raise RunDirectoryError(
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
             ) from None
-        self._log = log
-        self._opened_wall_ns = time.time_ns()
-        self._state = "open"
-        self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
-        launcher_pid = _launcher_pid(self._env)
-        self._stops = StopRequests(launcher_pid=launcher_pid)
-        if self._handle_signals:
-            self._stops.install()
-            followed = launcher_pid if launcher_pid is not None else _elastic_agent(self._env)
-            if followed is not None:
-                # A rank never outlives its launcher; asked once stops are
-                # caught, so a launcher that is already gone is recorded.
-                follow_launcher(followed)
-        try:
-            self._prepare(identity, faults, early_group, parent)
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return log
 
     def _prepare(
         self,

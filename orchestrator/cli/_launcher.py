@@ -45,7 +45,7 @@ from events import RankProcess
 
 from .._identity import RUN_ID_VARIABLE
 from .._run_directory import Manifest
-from .._signals import LAUNCHER_PID_VARIABLE
+from .._signals import LAUNCHER_PID_VARIABLE, STOP_SIGNALS
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
 
@@ -223,17 +223,18 @@ class _Launch:
 
     def start_all(self) -> None:
         for rank in range(self.nproc):
-            # A SIGINT forwarded while the rank's interpreter is still
-            # starting would end it with a traceback from deep in an import:
-            # the rank starts with SIGINT blocked (held, not lost) until it
-            # catches stops itself, from the moment its log is open, and
-            # then records it. The mask is this thread's while the rank
-            # starts, and the rank inherits it through exec; setting it in
+            # A SIGINT or SIGTERM forwarded while the rank's interpreter is
+            # still starting would end it with a traceback from deep in an
+            # import, or with an empty log: the rank starts with both
+            # blocked (held, not lost) until it catches stops itself, from
+            # the moment its log is open, and then records them. The mask
+            # is this thread's while the rank starts, and the rank inherits
+            # it through exec; setting it in
             # the child instead (preexec_fn) would make every start a full
             # fork of the launcher (about 5 ms here, against 0.3 ms). A
             # SIGINT for the launcher itself waits that long, then is
             # handled.
-            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 process = subprocess.Popen(
                     _rank_command(self.rank_arguments, self.run_dir),

@@ -183,3 +183,54 @@ def test_a_stop_before_the_event_loop_is_recorded_at_once(tmp_path: Path) -> Non
     assert finished.cause.message == "received SIGTERM"
     assert startup.result is not None
     assert startup.result.outcome is RunOutcome.INTERRUPTED
+
+
+def _the_moment_it_appears(path: Path, launch: Background, deadline_s: float = 60) -> None:
+    """Return as soon as ``path`` exists: the instant a log is created is
+    what is tried, so this checks without pausing (the window it aims at was
+    a few milliseconds wide)."""
+    deadline = time.monotonic() + deadline_s
+    while not path.exists():
+        assert launch.running(), f"it ended before {path.name} existed"
+        assert time.monotonic() < deadline, f"{path.name}: not in time"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_stop_the_instant_the_log_is_created_is_recorded(
+    tmp_path: Path, signum: signal.Signals, attempt: int
+) -> None:
+    launch = start_cli("run", "--simulate", "xeon", "--run-dir", "run", cwd=tmp_path)
+    log = tmp_path / "run" / "rank-0.jsonl"
+    _the_moment_it_appears(log, launch)
+    launch.send(signum)
+    completed = launch.finish()
+
+    assert completed.returncode == 1, completed.describe()
+    assert "Traceback" not in completed.stderr
+    events = read_log(log).events
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[-1], RunFinished)
+    assert events[-1].outcome is RunOutcome.INTERRUPTED
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_launch_stopped_the_instant_a_ranks_log_is_created_leaves_no_empty_log(
+    tmp_path: Path, attempt: int
+) -> None:
+    launch = start_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--grace", "5", "--run-dir", "run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    run = tmp_path / "run"
+    _the_moment_it_appears(run / "rank-1.jsonl", launch)
+    launch.send(signal.SIGTERM)
+    completed = launch.finish()
+
+    assert completed.returncode == 1, completed.describe()
+    assert "Traceback" not in completed.stderr
+    for log in sorted(run.glob("rank-*.jsonl")):
+        events = read_log(log).events
+        assert events, f"{log.name} is empty"
+        assert isinstance(events[-1], RunFinished), log.name
+        assert events[-1].outcome is RunOutcome.INTERRUPTED, log.name
