@@ -18,10 +18,15 @@ __all__ = ["terminal_text"]
 
 #: What is escaped: C0 controls but tab and newline; DEL and the C1
 #: controls; the bidirectional embeddings, overrides and isolates (U+202A to
-#: U+202E, U+2066 to U+2069), which reorder what a line shows; and the line
-#: and paragraph separators (U+2028, U+2029), which line-splitting code
-#: (``str.splitlines``) takes for the end of a line.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: U+202E, U+2066 to U+2069) and marks (U+200E, U+200F, U+061C), which
+#: reorder what a line shows; the zero-width characters (U+200B to U+200D,
+#: U+2060 to U+2064, U+FEFF), which hide text or make two names that look
+#: alike differ; and the line and paragraph separators (U+2028, U+2029),
+#: which line-splitting code (``str.splitlines``) takes for the end of a line.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 #: The usual short forms; everything else is ``\xNN`` or ``\uNNNN``.
 _SHORT = {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
 #: A newline followed by something (an empty line stays empty).

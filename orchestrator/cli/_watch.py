@@ -60,6 +60,7 @@ from events import (
     format_ranks,
     outcome_of,
 )
+from exporters import terminal_text
 
 from ._errors import InputError, UsageError
 from ._run_logs import rank_of_file
@@ -385,10 +386,11 @@ class Screen:
         self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
-        """Print a line once, above the live block."""
+        """Print a line once, above the live block (escaped as every view
+        escapes text from logs: a run id or step name is the log's)."""
         with self._lock:
             self._erase()
-            self.stream.write(text + "\n")
+            self.stream.write(terminal_text(text) + "\n")
             self._draw()
 
     def block(self, lines: list[str]) -> None:
@@ -398,7 +400,7 @@ class Screen:
         with self._lock:
             self._erase()
             width = max(20, shutil.get_terminal_size().columns - 1)
-            self._block = [text[:width] for text in lines]
+            self._block = [terminal_text(text, indent="")[:width] for text in lines]
             self._draw()
 
     def close(self) -> None:

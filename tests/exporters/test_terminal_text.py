@@ -69,6 +69,15 @@ def assert_safe(text: str) -> None:
         ("\u2067", "\\u2067"),  # RLI
         ("\u2068", "\\u2068"),  # FSI
         ("\u2069", "\\u2069"),  # PDI
+        ("\u200e", "\\u200e"),  # LRM
+        ("\u200f", "\\u200f"),  # RLM
+        ("\u061c", "\\u061c"),  # ALM
+        ("\u200b", "\\u200b"),  # zero-width space
+        ("\u200c", "\\u200c"),  # zero-width non-joiner
+        ("\u200d", "\\u200d"),  # zero-width joiner
+        ("\u2060", "\\u2060"),  # word joiner
+        ("\u2064", "\\u2064"),  # invisible plus
+        ("\ufeff", "\\ufeff"),  # zero-width no-break space
     ],
 )
 def test_each_unsafe_character_is_escaped(char: str, escaped: str) -> None:

@@ -217,6 +217,29 @@ def test_the_watcher_reads_only_new_bytes_and_waits_for_a_torn_line(
     assert watcher.status_lines()[0].startswith("rank 0: ready in ")
 
 
+def test_run_ids_and_step_names_from_logs_are_escaped(healthy: StoredRun, tmp_path: Path) -> None:
+    import orjson
+
+    hostile = "r\x1b[2J\u202e\u200b"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    records = [
+        orjson.loads(line)
+        for line in (healthy.directory / "rank-0.jsonl").read_bytes().splitlines()
+    ]
+    for record in records:
+        record["run_id"] = hostile
+        if record.get("step") == "attention":
+            record["step"] = "attention\x1b]0;pwned\x07"
+    records = [r for r in records if not r["type"].startswith("step.") or r["step"] != "platform"]
+    (run_dir / "rank-0.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    completed = call_cli("watch", str(run_dir), cwd=tmp_path)
+    assert "\x1b" not in completed.stdout, completed.describe()
+    assert "\u202e" not in completed.stdout
+    assert "\u200b" not in completed.stdout
+    assert "r\\x1b[2J\\u202e\\u200b" in completed.stdout, completed.describe()
+
+
 def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(healthy.directory, run_dir)
