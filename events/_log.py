@@ -274,6 +274,7 @@ class JsonlLog(_LogBase):
         self._interval_ns = int(interval_ms * 1_000_000)
         self._last_sync_ns = time.monotonic_ns()
         self._dirty = False
+        self._failed_write: OSError | None = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         if exclusive:
             flags |= os.O_EXCL
@@ -296,6 +297,12 @@ class JsonlLog(_LogBase):
     def durability(self) -> Durability:
         """The durability policy in force."""
         return self._durability
+
+    @property
+    def failed_write(self) -> OSError | None:
+        """The first write to the file that failed (a full disk: the events
+        from there on are not in the file), or ``None``."""
+        return self._failed_write
 
     def _resume(self) -> None:
         # Imported here: the reader imports this module's siblings only.
@@ -325,11 +332,15 @@ class JsonlLog(_LogBase):
             line = orjson.dumps(record, None, _NEWLINE)
         except orjson.JSONEncodeError:
             line = encode_line(event)
-        written = os.write(self._fd, line)
-        if written != len(line):
-            view = memoryview(line)[written:]
-            while view:
-                view = view[os.write(self._fd, view) :]
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):
+                view = memoryview(line)[written:]
+                while view:
+                    view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self._failed_write = self._failed_write or exc
+            raise
         self._dirty = True
         if self._may_sync and (
             self._sync_always or time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
@@ -338,7 +349,11 @@ class JsonlLog(_LogBase):
         return event
 
     def _sync(self) -> None:
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._failed_write = self._failed_write or exc
+            raise
         self._dirty = False
         self._last_sync_ns = time.monotonic_ns()
 

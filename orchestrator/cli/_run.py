@@ -445,6 +445,17 @@ def _run_rank(
     # it, never a traceback.
     with startup, contextlib.suppress(BaseException):
         startup.run()
+    log = startup.log
+    if log is not None and log.failed_write is not None:
+        # The record ends where the disk refused it: the report would read
+        # a rank that is still running. The cause is said here, always.
+        error = log.failed_write
+        print(
+            f"{PROG}: error: cannot write {log.path}: {error.strerror or error}; "
+            "the run's record ends where the write failed",
+            file=sys.stderr,
+        )
+        return 1
     result = startup.result
     assert result is not None
     _print_next_steps(result.run_dir, identity, launched)
