@@ -244,7 +244,10 @@ def _tree(timings: Sequence[StepTiming]) -> list[tuple[int, StepTiming]]:
     while stack:
         depth, timing = stack.pop()
         out.append((depth, timing))
-        stack.extend((depth + 1, t) for t in reversed(children.get(timing.step, ())))
+        # A step named "" (only a damaged log has one) is the root's name:
+        # it has no children of its own.
+        if timing.step:
+            stack.extend((depth + 1, t) for t in reversed(children.get(timing.step, ())))
     return out
 
 

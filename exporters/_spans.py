@@ -217,6 +217,13 @@ _SDK_DEFAULTS = Resource(
 )
 
 
+def _unbuildable(event: Event, exc: ValueError) -> SpanBuildError:
+    """``event`` cannot become a span: ids that are not trace context."""
+    return SpanBuildError(
+        event_type=event.TYPE, rank=event.rank, seq=event.seq, step=event.step, reason=str(exc)
+    )
+
+
 @dataclasses.dataclass(slots=True)
 class _Rank:
     """What the projection remembers about one rank's stream."""
@@ -296,13 +303,7 @@ class SpanProjection:
                 case _:
                     return []
         except ValueError as exc:
-            raise SpanBuildError(
-                event_type=event.TYPE,
-                rank=event.rank,
-                seq=event.seq,
-                step=event.step,
-                reason=str(exc),
-            ) from exc
+            raise _unbuildable(event, exc) from exc
 
     def finish(self, *, launch: LaunchRecord | None = None) -> list[ReadableSpan]:
         """Close every span still open, as ``incomplete``: the rank stopped.
@@ -320,11 +321,17 @@ class SpanProjection:
             if ended is not None and not state.finished:
                 state.last_wall_ns = max(state.last_wall_ns, ended)
             for started in reversed(tuple(state.open_steps.values())):
-                spans.append(self._incomplete_step_span(state, started))
+                try:
+                    spans.append(self._incomplete_step_span(state, started))
+                except ValueError as exc:
+                    raise _unbuildable(started, exc) from exc
             state.open_steps.clear()
             if state.started is not None and not state.finished:
                 state.finished = True
-                spans.append(self._root_span(state, None))
+                try:
+                    spans.append(self._root_span(state, None))
+                except ValueError as exc:
+                    raise _unbuildable(state.started, exc) from exc
         return spans
 
     # Rank state -----------------------------------------------------------------------
