@@ -218,6 +218,15 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
     # nothing, and can never report this run as its own.
     try:
         claim_run_directory(run_dir, run_id)
+        present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
+        if present:
+            # A single run of the same id wrote here: a launch is a run of
+            # its own, never merged into one.
+            raise RunDirectoryError(
+                run_dir,
+                f"already holds {', '.join(present[:3])}{', ...' if len(present) > 3 else ''} "
+                f"of run {run_id} started without this launch; use a new --run-id or --run-dir",
+            )
         manifest.write(run_dir, exclusive=True)
     except RunDirectoryError as exc:
         raise UsageError(str(exc)) from None

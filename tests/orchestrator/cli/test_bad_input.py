@@ -184,6 +184,24 @@ def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
     assert list((tmp_path / "run").glob("*.jsonl")) == []
 
 
+def test_a_launch_with_the_run_id_of_a_single_run_in_its_directory_is_refused(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(healthy.directory, run)
+    run_id = (run / ".run-id").read_text().strip()
+    before = sorted(path.name for path in run.iterdir())
+
+    completed = call_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-id", run_id, "--run-dir", "run",
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    line = _one_line_error(completed, 2, "already holds rank-0.jsonl", f"of run {run_id}")
+    assert "use a new --run-id or --run-dir" in line
+    assert sorted(path.name for path in run.iterdir()) == before  # no manifest
+
+
 def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path: Path) -> None:
     # A single rank finds out when the embedding API claims the directory
     # (after it has set up signals and logging): a process of its own.
