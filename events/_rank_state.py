@@ -4,6 +4,7 @@ not end ready (:class:`RootCause`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import attrs
 
@@ -242,7 +243,21 @@ def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
     return in_flight[0] if in_flight else last_step
 
 
-def _root_cause(state: RankState, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+class _Derived(Protocol):
+    """What a root cause is made from: a rank's state, frozen or being
+    folded."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def outcome(self) -> RunOutcome: ...
+
+    @property
+    def stalls(self) -> Mapping[str, StepStalled]: ...
+
+
+def _root_cause(state: _Derived, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
     return RootCause(
         rank=state.rank,
         step=failure.step,

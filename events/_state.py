@@ -28,8 +28,7 @@ import orjson
 
 from ._builders import evolve
 from ._errors import LogError
-from ._exception_info import ExceptionInfo
-from ._failures import _Failure, _top_level, _track
+from ._failures import _top_level, _track
 from ._launch import LaunchRecord, RankProcess, implausible_world
 from ._messages import (
     GroupedMessage,
@@ -56,7 +55,7 @@ from ._model import (
     StepSucceeded,
 )
 from ._policy import SeverityPolicy
-from ._rank_state import RankState, RootCause, _StateTracking
+from ._rank_state import RankState, RootCause, _root_cause, _StateTracking
 from ._reader import LogContents
 from ._reducers import fold
 from ._severity import Scope, Severity
@@ -228,17 +227,6 @@ class _StateFold:
             },
         )
 
-    def root_cause(self, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
-        return RootCause(
-            rank=self.rank,
-            step=failure.step,
-            exception=failure.cause or fallback,
-            outcome=self.outcome,
-            wall_ns=failure.wall_ns,
-            seq=failure.seq,
-            waiting=self.stalls.get(failure.step),
-        )
-
     def derive(self, event: Event) -> None:
         """Fold ``event``."""
         self.last_wall_ns = event.wall_ns
@@ -257,7 +245,7 @@ class _StateFold:
             tracked = _track(self.failures, event, top_level=_top_level(event, self.root_span_id))
             self.failures = tracked.pending
             if tracked.settled is not None and self.failure is None:
-                self.failure = self.root_cause(tracked.settled, None)
+                self.failure = _root_cause(self, tracked.settled, None)
             settles = True
         elif isinstance(event, DecisionMade):
             settles = True
@@ -277,7 +265,7 @@ class _StateFold:
             self.outcome = event.outcome
             if tracked.settled is not None and self.failure is None:
                 self.failure = attrs.evolve(
-                    self.root_cause(tracked.settled, event.cause), outcome=event.outcome
+                    _root_cause(self, tracked.settled, event.cause), outcome=event.outcome
                 )
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
