@@ -213,7 +213,6 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     run_id: str | None = None
     rank = 0
     expected = 0  # the next seq
-    finished = False
     decoders = CURRENT_DECODERS
     loads = orjson.loads
     # A rank's events repeat their run, trace, steps and span ids: each text
@@ -252,14 +251,6 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
             run_id, rank = event.run_id, event.rank
             if event.seq != expected:
                 raise SequenceGapError(file, number, expected, event.seq)
-        if finished:
-            raise LogCorruptError(
-                file,
-                len(events) + 1,
-                f"{event.TYPE} (seq {event.seq}) after run.finished: a finished rank "
-                "writes nothing more",
-            )
-        finished = type(event) is RunFinished
         append(event)
         expected += 1
     torn = None

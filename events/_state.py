@@ -601,6 +601,14 @@ def replay(
         else:
             stream = item if isinstance(item, Sequence) else list(item)
             take(stream, f"event stream {index}")
+    for rank, events in by_rank.items():
+        late = next((i for i, e in enumerate(events[:-1]) if type(e) is RunFinished), None)
+        if late is not None:
+            after = events[late + 1]
+            raise LogError(
+                f"{owners.get(rank, f'rank {rank}')}:{late + 2}: {after.TYPE} (seq {after.seq}) "
+                "after run.finished: a finished rank writes nothing more"
+            )
     run_ids = {events[0].run_id for events in by_rank.values()}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")

@@ -34,13 +34,17 @@ PROPERTY = settings(
 
 @st.composite
 def runs(draw: st.DrawFn) -> list[list[events.Event]]:
-    """One to four ranks of one run, each a stream of any events."""
+    """One to four ranks of one run, each a stream of any events up to its
+    first ``run.finished`` (a finished rank writes nothing more: replay
+    refuses a log that goes on)."""
     count = draw(st.integers(1, 4))
     ranks = draw(st.lists(st.integers(0, 7), min_size=count, max_size=count, unique=True))
-    return [
-        [attrs.evolve(event, run_id="run", rank=rank) for event in draw(streams(max_size=10))]
-        for rank in ranks
-    ]
+    run: list[list[events.Event]] = []
+    for rank in ranks:
+        stream = [attrs.evolve(e, run_id="run", rank=rank) for e in draw(streams(max_size=10))]
+        end = next((i for i, e in enumerate(stream) if isinstance(e, events.RunFinished)), None)
+        run.append(stream if end is None else stream[: end + 1])
+    return run
 
 
 def _slices(engine: bool) -> tuple[events.Slice, ...]:
