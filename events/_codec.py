@@ -14,12 +14,11 @@ Each class gets an encoder and a decoder generated once, on first use, from its
 attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
 an unknown type fails on the first encode or decode, and in the tests). The
-generated decoder only recognises well-formed records; for anything else
-the field-by-field checks below decide, and they name the field that is
-wrong. Logs use two more generated
-encoders per event class, for speed: one whose record only orjson sees
-(:data:`LINE_ENCODERS`), and one that also copies the event with the
-``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
+decoder checks each field as it builds the instance and names the first
+one that is wrong, by its path (``cause.frames[0].filename``). Logs use two
+more generated encoders per event class, for speed: one whose record only
+orjson sees (:data:`LINE_ENCODERS`), and one that also copies the event with
+the ``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
 the bytes written are those :func:`encode` gives.
 
 An exception record read from a log is cut to :data:`MAX_CHAIN` linked
@@ -141,21 +140,57 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
 UPCASTERS.register("*", 1)(public_type_names)
 
 
-# --- precise checks -----------------------------------------------------------------
+# --- what a decoder says is wrong ---------------------------------------------------
 #
-# The rules every field obeys, written out one check per type. A well-formed
-# record never gets here: the generated decoders below take it. They run when
-# a generated decoder finds a record irregular, to say what is wrong (the
-# field, its path and what was expected) or, for a record that is unusual but
-# valid, to build the event after all.
-
-_Check = Callable[[Any, str], Any]
+# The generated decoders below check every field as they build the instance.
+# What they find wrong is raised as a _Bad naming the field's path relative
+# to the record being decoded; a decoder of an enclosing record adds the
+# field it was decoding in front, so the error that leaves decode_record names
+# the full path ("cause.frames[0].filename").
 
 
-def _fail(path: str, expected: str, value: Any) -> DecodeError:
-    return DecodeError(
-        f"field {path!r}: expected {expected}, got {_json_type(value)} {_preview(value):.60}"
-    )
+class _Bad(ValueError):
+    """A record that does not fit: ``head``, then the paths of the fields at
+    fault (relative to the record being decoded), then ``tail``.
+
+    A ``ValueError``, so that a reader trying the generated decoders first
+    falls back to :func:`decode` on it, which raises the
+    :class:`DecodeError`."""
+
+    def __init__(self, head: str, paths: tuple[str, ...] = (), tail: str = "") -> None:
+        super().__init__(head)
+        self.head = head
+        self.paths = paths
+        self.tail = tail
+
+    def within(self, prefix: str) -> _Bad:
+        """The same fault, seen from the record ``prefix`` leads into it."""
+        return _Bad(self.head, tuple(prefix + path for path in self.paths), self.tail)
+
+    def error(self) -> DecodeError:
+        return DecodeError(self.head + ", ".join(map(repr, self.paths)) + self.tail)
+
+
+def _wrong(path: str, expected: str, value: Any) -> _Bad:
+    preview = f"{_json_type(value)} {_preview(value):.60}"
+    return _Bad("field ", (path,), f": expected {expected}, got {preview}")
+
+
+def _at(container: Any, item: Any) -> str:
+    """The index (or key) where ``item`` itself is in ``container``, as a
+    path part: only asked for once ``item`` is known to be wrong."""
+    if type(container) is dict:
+        return f"[{next(key for key, value in container.items() if value is item)!r}]"
+    return f"[{next(index for index, value in enumerate(container) if value is item)}]"
+
+
+def _unknown(record: dict[Any, Any], names: frozenset[str], cls_name: str) -> _Bad:
+    key = next(key for key in record if key not in names)
+    return _Bad("field ", (str(key),), f" is not a field of {cls_name}")
+
+
+def _missing(record: dict[Any, Any], required: frozenset[str], cls_name: str) -> _Bad:
+    return _Bad(f"{cls_name} is missing field(s) ", tuple(sorted(required.difference(record))))
 
 
 _PREVIEW = reprlib.Repr()
@@ -179,91 +214,6 @@ def _json_type(value: Any) -> str:
         list: "array",
         dict: "object",
     }.get(type(value), type(value).__name__)
-
-
-def _check_str(value: Any, path: str) -> str:
-    if type(value) is not str:
-        raise _fail(path, "a string", value)
-    return value
-
-
-def _check_int(value: Any, path: str) -> int:
-    if type(value) is not int:
-        raise _fail(path, "an integer", value)
-    return value
-
-
-def _check_float(value: Any, path: str) -> float:
-    if type(value) is float:
-        return value
-    if type(value) is int:
-        return float(value)
-    raise _fail(path, "a number", value)
-
-
-def _check_bool(value: Any, path: str) -> bool:
-    if type(value) is not bool:
-        raise _fail(path, "true or false", value)
-    return value
-
-
-def _check_json(value: Any, path: str) -> Any:
-    # orjson only ever produces JSON values, so there is nothing to check.
-    return value
-
-
-def _check_json_object(value: Any, path: str) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise _fail(path, "an object", value)
-    return value
-
-
-def _check_str_mapping(value: Any, path: str) -> dict[str, str]:
-    mapping = _check_json_object(value, path)
-    for key, item in mapping.items():
-        if type(item) is not str:
-            raise _fail(f"{path}[{key!r}]", "a string", item)
-    return mapping
-
-
-def _optional(check: _Check) -> _Check:
-    def check_optional(value: Any, path: str) -> Any:
-        return None if value is None else check(value, path)
-
-    return check_optional
-
-
-def _tuple_of(check: _Check) -> _Check:
-    def check_tuple(value: Any, path: str) -> tuple[Any, ...]:
-        if type(value) is not list:
-            raise _fail(path, "an array", value)
-        return tuple(check(item, f"{path}[{index}]") for index, item in enumerate(value))
-
-    return check_tuple
-
-
-def _enum(cls: type[enum.Enum]) -> _Check:
-    members = {member.value: member for member in cls}
-
-    def check_enum(value: Any, path: str) -> enum.Enum:
-        try:
-            return members[value]
-        except (KeyError, TypeError):
-            raise _fail(path, f"one of {sorted(members)}", value) from None
-
-    return check_enum
-
-
-def _nested(cls: type[Any], *, cap: bool) -> _Check:
-    """The check of a nested record; with ``cap``, of an exception record
-    entered from outside (:func:`_capped` first)."""
-
-    def check_nested(value: Any, path: str) -> Any:
-        if type(value) is not dict:
-            raise _fail(path, "an object", value)
-        return _load(cls, _capped(value) if cap else value, path + ".")
-
-    return check_nested
 
 
 def _capped(record: Any) -> Any:
@@ -310,39 +260,6 @@ def _capped(record: Any) -> Any:
     return cut(record) if type(record) is dict else record
 
 
-def _check_for(tp: Any, own: type[Any] | None = None) -> _Check:
-    """The check for one annotated type, in a field of class ``own``."""
-    shape = _shape(tp)
-    match shape:
-        case ("scalar", scalar):
-            return {str: _check_str, int: _check_int, float: _check_float, bool: _check_bool}[
-                scalar
-            ]
-        case ("any",):
-            return _check_json
-        case ("optional", inner):
-            return _optional(_check_for(inner, own))
-        case ("enum", enum_cls):
-            return _enum(enum_cls)
-        case ("tuple", item):
-            return _tuple_of(_check_for(item, own))
-        case ("str_mapping",):
-            return _check_str_mapping
-        case ("json_mapping",):
-            return _check_json_object
-        case ("record", record_cls):
-            return _nested(record_cls, cap=record_cls is ExceptionInfo and record_cls is not own)
-    raise AssertionError(shape)  # pragma: no cover - _shape covers every case
-
-
-def _load(cls: type[Any], record: dict[str, Any], prefix: str) -> Any:
-    """Check ``record`` precisely and build the instance of ``cls``, or raise
-    the :class:`DecodeError` naming the field at fault (its path starting
-    with ``prefix``). The caller's dict is left as it was."""
-    # load() writes checked values back into the dict it is given.
-    return _CHECKS[cls].load(dict(record), prefix)
-
-
 def _shape(tp: Any) -> tuple[Any, ...]:
     """What kind of value a field of annotated type ``tp`` holds; the one
     place that decides which types the codec knows."""
@@ -366,40 +283,6 @@ def _shape(tp: Any) -> tuple[Any, ...]:
     raise TypeError(f"the codec has no rule for field type {tp!r}")
 
 
-class _Checks:
-    """The precise checks of one attrs class's fields."""
-
-    __slots__ = ("checks", "cls", "required")
-
-    def __init__(self, cls: type[Any], skip: frozenset[str] = frozenset()) -> None:
-        self.cls = cls
-        hints = typing.get_type_hints(cls)
-        fields = [field for field in attrs.fields(cls) if field.name not in skip]
-        self.checks = {field.name: _check_for(hints[field.name], cls) for field in fields}
-        self.required = frozenset(f.name for f in fields if f.default is attrs.NOTHING)
-
-    def load(self, record: dict[str, Any], path: str) -> Any:
-        """Check ``record`` (a private copy, checked values are written back
-        into it) and build the instance, or raise the :class:`DecodeError`
-        naming the first field at fault."""
-        checks = self.checks
-        for name, value in record.items():
-            check = checks.get(name)
-            if check is None:
-                raise DecodeError(f"field {path + name!r} is not a field of {self.cls.__name__}")
-            record[name] = check(value, path + name)
-        if not self.required.issubset(record):
-            missing = sorted(self.required.difference(record))
-            raise DecodeError(
-                f"{self.cls.__name__} is missing field(s) "
-                + ", ".join(repr(path + name) for name in missing)
-            )
-        try:
-            return self.cls(**record)
-        except (TypeError, ValueError) as exc:
-            raise DecodeError(f"{self.cls.__name__}: {exc}") from None
-
-
 # --- generated encoders and decoders ------------------------------------------------
 #
 # As attrs does for ``__init__``, each class's encoder and decoder are written
@@ -412,14 +295,6 @@ class _Checks:
 # functions look at.
 
 
-class _Irregular(ValueError):
-    """A generated decoder met something other than a well-formed record.
-
-    A ``ValueError``, so that a caller trying the generated decoders first
-    falls back to :func:`decode_record` on the errors they raise, ``KeyError``
-    and ``TypeError`` included."""
-
-
 #: Stands for a field missing from a record (``None`` is a JSON value).
 _MISSING: Any = object()
 
@@ -430,9 +305,13 @@ class _Generated:
 
     def __init__(self) -> None:
         self.namespace: dict[str, Any] = {
-            "_Irregular": _Irregular,
+            "_Bad": _Bad,
             "_MISSING": _MISSING,
+            "_at": _at,
             "_capped": _capped,
+            "_missing": _missing,
+            "_unknown": _unknown,
+            "_wrong": _wrong,
         }
         self.ids: dict[type[Any], int] = {}
         self.source: list[str] = []
@@ -478,8 +357,8 @@ class _Generated:
         return function
 
     def decoder(self, cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
-        """The compiled decoder of ``cls``: the instance, or :class:`_Irregular`
-        (or the ``ValueError``/``TypeError`` of ``__attrs_post_init__``)."""
+        """The compiled decoder of ``cls``: the instance, or :class:`_Bad`
+        naming what is wrong."""
         function: Callable[[dict[str, Any]], Any] = self.namespace[f"decode_{self.ids[cls]}"]
         return function
 
@@ -625,14 +504,14 @@ class _Generated:
         hints: dict[str, Any],
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
+        read = [field for field in fields if field.name not in skipped]
         # A record holds no other keys than the fields (and, for an event,
         # ``v`` and ``type``, which its caller read): ``unread`` counts the
         # keys not read yet, each field's being read once at most, and must
         # end at 0. Counting costs less than a set comparison of the keys.
-        required = sum(
-            1 for field in fields if field.name not in skipped and field.default is attrs.NOTHING
-        )
-        unread = f"len(record) - {required + (2 if tag is not None else 0)}"
+        required = frozenset(field.name for field in read if field.default is attrs.NOTHING)
+        names = frozenset(field.name for field in read) | ({"v", "type"} if tag else set())
+        unread = f"len(record) - {len(required) + (2 if tag is not None else 0)}"
         lines: list[str] = []
         fixed: list[str] = []
         for field in fields:
@@ -641,21 +520,11 @@ class _Generated:
                 constant = self._constant(f"default_{ident}_{name}", field.default)
                 fixed.append(f"obj.{name} = {constant}")
                 continue
-            check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}")
+            check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}", repr(name))
             default = field.default
             if default is attrs.NOTHING:
-                # A missing field is a KeyError, turned into _Irregular below.
+                # A missing field is a KeyError, named by _missing below.
                 lines += [f"value = record[{name!r}]", *check]
-            elif _accepts(hints[name], default):
-                constant = self._constant(f"default_{ident}_{name}", default)
-                lines += [
-                    f"value = record.get({name!r}, _MISSING)",
-                    "if value is _MISSING:",
-                    f"    value = {constant}",
-                    "else:",
-                    "    unread -= 1",
-                    *(f"    {line}" for line in check),
-                ]
             else:
                 if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                     missing = self._constant(f"factory_{ident}_{name}", default.factory) + "()"
@@ -665,60 +534,85 @@ class _Generated:
                     f"value = record.get({name!r}, _MISSING)",
                     "if value is _MISSING:",
                     f"    value = {missing}",
+                    "else:",
+                    "    unread -= 1",
+                    *(f"    {line}" for line in check),
                 ]
-                lines += ["else:", "    unread -= 1", *(f"    {line}" for line in check)]
             lines.append(f"obj.{name} = value")
-        post_init = getattr(cls, "__attrs_post_init__", None) is not None
+        about = [
+            self._constant(f"required_{ident}", required),
+            self._constant(f"names_{ident}", names),
+            self._constant(f"name_{ident}", cls.__name__),
+        ]
+        post_init = []
+        if getattr(cls, "__attrs_post_init__", None) is not None:
+            post_init = [
+                "    try:",
+                "        obj.__attrs_post_init__()",
+                "    except (TypeError, ValueError) as exc:",
+                f"        raise _Bad({about[2]} + ': ' + str(exc)) from None",
+            ]
         return [
             f"def decode_{ident}(record):",
-            "    if type(record) is not dict:",
-            "        raise _Irregular",
             f"    unread = {unread}",
             f"    obj = twin_{ident}()",
             "    try:",
             *(f"        {line}" for line in lines),
-            # A missing required field, or an enum value that is not one.
-            "    except (KeyError, TypeError):",
-            "        raise _Irregular from None",
-            "    if unread:",  # a key that is not a field
-            "        raise _Irregular",
+            "    except KeyError:",
+            f"        raise _missing(record, {about[0]}, {about[2]}) from None",
+            "    if unread:",
+            f"        raise _unknown(record, {about[1]}, {about[2]})",
             *(f"    {line}" for line in fixed),
             f"    obj.__class__ = cls_{ident}",
-            *(["    obj.__attrs_post_init__()"] if post_init else []),
+            *post_init,
             "    return obj",
             "",
         ]
 
-    def _check(self, tp: Any, var: str, depth: int, key: str) -> tuple[list[str], bool]:
-        """Statements that check the value in ``var`` (raising _Irregular),
-        converting it in place where the field's value differs from JSON;
+    def _check(self, tp: Any, var: str, depth: int, key: str, path: str) -> tuple[list[str], bool]:
+        """Statements that check the value in ``var``, converting it in place
+        where the field's value differs from JSON, and raising the
+        :class:`_Bad` that names the expression ``path`` where it is wrong;
         and whether they convert it."""
-        fail = ["    raise _Irregular"]
+
+        def wrong(expected: str, value: str = var, at: str = path) -> str:
+            return f"raise _wrong({at}, {expected!r}, {value})"
+
         match _shape(tp):
             case ("scalar", scalar) if scalar is float:
                 return [
                     f"if type({var}) is not float:",
                     f"    if type({var}) is not int:",
-                    "        raise _Irregular",
+                    f"        {wrong('a number')}",
                     f"    {var} = float({var})",
                 ], True
             case ("scalar", scalar):
-                return [f"if type({var}) is not {scalar.__name__}:", *fail], False
+                return [
+                    f"if type({var}) is not {scalar.__name__}:",
+                    f"    {wrong(_A[scalar])}",
+                ], False
             case ("any",):
                 return [], False
             case ("optional", inner):
-                check, converts = self._check(inner, var, depth, key)
+                check, converts = self._check(inner, var, depth, key, path)
                 if not check:
                     return [], False
                 return [f"if {var} is not None:", *(f"    {line}" for line in check)], converts
             case ("enum", enum_cls):
                 members = {member.value: member for member in enum_cls}
                 table = self._constant(f"members_{key}_{depth}", members)
-                return [f"{var} = {table}[{var}]"], True
+                expected = self._constant(f"expected_{key}_{depth}", f"one of {sorted(members)}")
+                return [
+                    "try:",
+                    f"    {var} = {table}[{var}]",
+                    "except (KeyError, TypeError):",
+                    f"    raise _wrong({path}, {expected}, {var}) from None",
+                ], True
             case ("tuple", item_type):
                 item, items = f"item{depth}", f"items{depth}"
-                check, converts = self._check(item_type, item, depth + 1, key)
-                lines = [f"if type({var}) is not list:", *fail]
+                at = f"{path} + _at({var}, {item})"
+                check, converts = self._check(item_type, item, depth + 1, key, at)
+                lines = [f"if type({var}) is not list:", f"    {wrong('an array')}"]
                 if not converts:
                     if check:
                         lines += [f"for {item} in {var}:", *(f"    {line}" for line in check)]
@@ -735,57 +629,33 @@ class _Generated:
                 item = f"item{depth}"
                 return [
                     f"if type({var}) is not dict:",
-                    *fail,
+                    f"    {wrong('an object')}",
                     f"for {item} in {var}.values():",
                     f"    if type({item}) is not str:",
-                    "        raise _Irregular",
+                    f"        {wrong('a string', item, f'{path} + _at({var}, {item})')}",
                 ], False
             case ("json_mapping",):
-                return [f"if type({var}) is not dict:", *fail], False
-            case ("record", record_cls) if record_cls is ExceptionInfo is not self._own:
-                ident = self.ids.setdefault(record_cls, len(self.ids))
-                return [f"{var} = decode_{ident}(_capped({var}))"], True
+                return [f"if type({var}) is not dict:", f"    {wrong('an object')}"], False
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
-                return [f"{var} = decode_{ident}({var})"], True
+                # An exception record entered from outside is cut first.
+                cut = record_cls is ExceptionInfo is not self._own
+                return [
+                    f"if type({var}) is not dict:",
+                    f"    {wrong('an object')}",
+                    "try:",
+                    f"    {var} = decode_{ident}({f'_capped({var})' if cut else var})",
+                    "except _Bad as bad:",
+                    f"    raise bad.within({path} + '.') from None",
+                ], True
         raise AssertionError(tp)  # pragma: no cover - _shape covers every case
 
 
-def _accepts(tp: Any, default: Any) -> bool:
-    """Whether a scalar field's default passes its own check unchanged, so a
-    missing field can simply read as the default."""
-    shape = _shape(tp)
-    if shape[0] == "optional":
-        if default is None:
-            return True
-        shape = _shape(shape[1])
-    return shape[0] == "scalar" and shape[1] is not float and type(default) is shape[1]
+#: How a scalar type's check names what it expected.
+_A = {str: "a string", int: "an integer", bool: "true or false"}
 
 
 _NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack)
-
-
-class _LazyChecks(dict[Any, _Checks]):
-    """Precise checks by class (or, with ``by_tag``, by event type tag),
-    made on first use: only a record the generated decoders refuse needs
-    them. Nested checks are looked up as a record is read, so ExceptionInfo
-    may refer to itself."""
-
-    def __init__(self, *, by_tag: bool) -> None:
-        super().__init__()
-        self._by_tag = by_tag
-
-    def __missing__(self, key: Any) -> _Checks:
-        if self._by_tag:
-            made = _Checks(EVENT_TYPES[key], skip=frozenset({"schema_version"}))
-        else:
-            made = _Checks(key)
-        self[key] = made
-        return made
-
-
-_CHECKS = _LazyChecks(by_tag=False)
-_EVENT_CHECKS = _LazyChecks(by_tag=True)
 
 
 class _Table(dict[Any, Any]):
@@ -803,10 +673,10 @@ class _Table(dict[Any, Any]):
 _EVENT_ENCODERS = _Table()
 _EVENT_DECODERS = _Table()
 #: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
-#: for readers that try them before :func:`decode_record`: each returns the
-#: event of a well-formed record and raises ``ValueError``, ``TypeError`` or
-#: ``LookupError`` for anything else, which :func:`decode_record` then
-#: explains (or, for a record that is unusual but valid, decodes after all).
+#: for readers that call them without :func:`decode_record`'s checks of the
+#: version and type: each returns the event of a valid record and raises a
+#: ``ValueError`` for anything else, which :func:`decode_record` turns into
+#: the :class:`DecodeError` naming the field.
 CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
 _EVENT_LINE_ENCODERS = _Table()
 #: The generated encoders of log lines, by type tag, for a log that writes
@@ -900,18 +770,13 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
     type_tag: Any = record.get("type")
     if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
-    decoder = _EVENT_DECODERS[type_tag]
     try:
-        event: Event = decoder(record)
+        event: Event = _EVENT_DECODERS[type_tag](record)
         return event
-    except (_Irregular, TypeError, ValueError):
-        pass
+    except _Bad as bad:
+        error = bad.error()
     # Outside the except block, so the error raised carries no context.
-    fields = dict(record)
-    del fields["v"], fields["type"]
-    # load() writes checked values back into ``fields``, a private copy.
-    checked: Event = _EVENT_CHECKS[type_tag].load(fields, "")
-    return checked
+    raise error
 
 
 def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
@@ -928,14 +793,12 @@ def decode_exception(record: object) -> ExceptionInfo:
     """
     if type(record) is not dict:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
-    capped: dict[str, Any] = _capped(record)
     try:
-        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](capped)
+        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](_capped(record))
         return decoded
-    except (_Irregular, TypeError, ValueError):
-        pass
-    info: ExceptionInfo = _load(ExceptionInfo, capped, "")
-    return info
+    except _Bad as bad:
+        error = bad.error()
+    raise error
 
 
 def decode(line: bytes | str, upcasters: Upcasters = UPCASTERS) -> Event:

@@ -1,16 +1,16 @@
-"""The codec's two paths: generated functions, and field-by-field checks.
+"""The codec's one decoder on records well-formed and damaged.
 
-A well-formed record is decoded by the generated decoder alone. Anything
-else goes to the precise checks, which name what is wrong. The two must
-agree on every record: the same event or the same error, never an event
-from one where the other refuses.
+A well-formed record decodes to the event it was made from. A damaged one
+either still decodes to a valid event or is refused with a
+:class:`DecodeError` whose path leads to the field at fault in the record.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
+import re
 from typing import Any
-from unittest import mock
 
 import orjson
 import pytest
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import events
-from events import DecodeError, _codec
+from events import DecodeError
 
 from .strategies import EVENTS, EXCEPTION_INFOS, JSON_VALUES
 
@@ -30,26 +30,20 @@ PROPERTY = settings(
 )
 
 
-def refuse(self: object, record: dict[str, Any], path: str) -> None:
-    raise AssertionError(f"the precise checks ran for {record!r}")
-
-
 @PROPERTY
 @given(event=EVENTS, info=EXCEPTION_INFOS)
 @pytest.mark.slow
-def test_well_formed_records_take_the_generated_path(
+def test_well_formed_records_decode_to_what_they_were_made_from(
     event: events.Event, info: events.ExceptionInfo
 ) -> None:
-    with mock.patch.object(_codec._Checks, "load", refuse):
-        decoded = events.decode(events.encode(event))
-        record = orjson.loads(orjson.dumps(events.encode_exception(info)))
-        exception = events.decode_exception(record)
+    decoded = events.decode(events.encode(event))
+    record = orjson.loads(orjson.dumps(events.encode_exception(info)))
     assert type(decoded) is type(event)
     assert decoded == event
-    assert exception == info
+    assert events.decode_exception(record) == info
 
 
-def test_integers_for_floats_are_converted_on_the_generated_path() -> None:
+def test_integers_for_floats_are_converted() -> None:
     record = {
         "v": 1,
         "type": "step.timed_out",
@@ -60,8 +54,7 @@ def test_integers_for_floats_are_converted_on_the_generated_path() -> None:
         "timeout_s": 5,
         "elapsed_ns": 9,
     }
-    with mock.patch.object(_codec._Checks, "load", refuse):
-        event = events.decode_record(record)
+    event = events.decode_record(record)
     assert isinstance(event, events.StepTimedOut)
     assert type(event.timeout_s) is float
 
@@ -116,31 +109,81 @@ def mutate(record: dict[str, Any], data: st.DataObject) -> None:
         target[key] = data.draw(TRICKY)
 
 
-def precise(record: dict[str, Any]) -> events.Event:
-    """What the field-by-field checks alone make of a version-1 record."""
-    fields = dict(record)
-    tag = fields.pop("type")
-    del fields["v"]
-    event: events.Event = _codec._EVENT_CHECKS[tag].load(fields, "")
-    return event
+_PART = re.compile(r"\.?([A-Za-z_]\w*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]")
 
 
-def outcome(decode: Any, record: dict[str, Any]) -> tuple[Any, ...]:
-    try:
-        event = decode(copy.deepcopy(record))
-    except DecodeError as exc:
-        return ("error", type(exc), exc.reason)
-    # encode() tells 1 from 1.0, where == does not.
-    return ("event", type(event), events.encode(event))
+def parts(path: str) -> list[str | int]:
+    """The keys and indices a reported path is made of."""
+    found: list[str | int] = []
+    position = 0
+    while position < len(path):
+        match = _PART.match(path, position)
+        assert match is not None, f"{path!r} is not a path"
+        name, index, key = match.groups()
+        found.append(int(index) if index is not None else name or ast.literal_eval(key))
+        position = match.end()
+    return found
+
+
+def follow(record: Any, path: list[str | int]) -> Any:
+    """What ``path`` leads to in ``record``; a KeyError or IndexError where
+    it leads nowhere."""
+    for part in path:
+        record = record[part]
+    return record
+
+
+#: How the decoder names a field at fault: the path, then what is wrong.
+_WRONG = re.compile(r"field (?P<path>'[^']*'|\"[^\"]*\"): expected .*, got ")
+_UNKNOWN = re.compile(r"field (?P<path>'[^']*'|\"[^\"]*\") is not a field of \w+$")
+_ABSENT = re.compile(r"\w+ is missing field\(s\) (?P<paths>.*)$")
+
+
+def check_named(record: dict[str, Any], reason: str) -> None:
+    """The field ``reason`` names is where it says in ``record``."""
+    if match := _WRONG.match(reason) or _UNKNOWN.match(reason):
+        follow(record, parts(ast.literal_eval(match["path"])))
+    elif match := _ABSENT.match(reason):
+        for named in ast.literal_eval(f"[{match['paths']}]"):
+            *parent, last = parts(named)
+            assert last not in follow(record, parent), reason
+    else:
+        # Only a class's own invariant is reported without a field.
+        assert re.match(r"\w+: ", reason), reason
 
 
 @PROPERTY
 @given(event=EVENTS, data=st.data())
 @pytest.mark.slow
-def test_both_paths_agree_on_damaged_records(event: events.Event, data: st.DataObject) -> None:
+def test_damaged_records_decode_or_name_the_field_at_fault(
+    event: events.Event, data: st.DataObject
+) -> None:
     record = orjson.loads(events.encode(event))
     mutate(record, data)
     tag = record.get("type")
-    if record.get("v") != 1 or type(record.get("v")) is not int or tag not in TAGS:
-        return  # upcasting and unknown types come before either path
-    assert outcome(events.decode_record, record) == outcome(precise, record)
+    if record.get("v") != events.SCHEMA_VERSION or type(record.get("v")) is not int:
+        return  # upcasting comes first
+    if tag not in TAGS:
+        return
+    kept = copy.deepcopy(record)
+    try:
+        decoded = events.decode_record(record)
+    except DecodeError as exc:
+        assert record == kept
+        check_named(record, exc.reason)
+        return
+    assert record == kept
+    # What was decoded is an event in its own right.
+    assert events.decode(events.encode(decoded)) == decoded
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("cause.frames[0].filename", ["cause", "frames", 0, "filename"]),
+        ("versions['torch']", ["versions", "torch"]),
+        ('attributes["it\'s"]', ["attributes", "it's"]),
+    ],
+)
+def test_reported_paths_are_read_back(path: str, expected: list[str | int]) -> None:
+    assert parts(path) == expected
