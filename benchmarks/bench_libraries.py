@@ -17,9 +17,11 @@ It prints, side by side in one run, on the events ``bench_events.py`` uses
 * encode, event to one JSON line, and decode, one JSON line to the event:
   ``events.encode``/``events.decode`` against cattrs' orjson converter
   (``cattrs.preconf.orjson``, configured to write our records: ``v`` and
-  ``type``, defaults left out, unknown keys refused) and against msgspec
-  (which encodes and converts attrs classes itself, but cannot write our
-  records: see the notes it prints);
+  ``type``, defaults left out, unknown keys refused), against msgspec's own
+  handling of attrs classes (which cannot write our records), and against
+  ``msgspec.Struct`` mirrors of the model made from its attrs fields (frozen,
+  ``tag_field``, ``omit_defaults``, ``forbid_unknown_fields``, ``rename``),
+  which write our records and read them into the mirrors;
 * the guarantees each keeps, probed with small concrete records:
   the table printed last.
 
@@ -31,11 +33,14 @@ CPU time, per event.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
+import operator
 import os
 import platform
 import sys
 import time
+import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -124,6 +129,108 @@ def msgspec_codec() -> tuple[Callable[[events.Event], bytes], Callable[[bytes], 
     return encode, decode
 
 
+def msgspec_struct_codec() -> tuple[Callable[[events.Event], bytes], Callable[[bytes], Any]]:
+    """What the model would be as ``msgspec.Struct`` classes: one frozen
+    mirror per attrs class, made from its fields, with ``tag_field="type"``,
+    ``omit_defaults``, ``forbid_unknown_fields`` and ``schema_version``
+    renamed ``v`` (required, so that it is always written, as ours is). One
+    decoder reads a line into the tagged union of every event's mirror.
+
+    Encode writes the mirror of the event (built before the clock starts, as a
+    Struct model would hold it); decode returns the mirror, and a mirror
+    compares equal to an event when its JSON equals the event's record."""
+    import msgspec
+
+    mirrors: dict[type[Any], type[Any]] = {}
+    module = type(sys)("_bench_mirrors")
+    sys.modules[module.__name__] = module
+
+    def mirrored(tp: Any) -> Any:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if isinstance(tp, type) and attrs.has(tp):
+            return mirror(tp)
+        if origin is tuple:
+            return tuple[mirrored(args[0]), ...]  # type: ignore[misc]
+        if origin in (types.UnionType, typing.Union):
+            # Optional[...]: the item may be a forward reference (a name).
+            return typing.Optional[mirrored(next(a for a in args if a is not type(None)))]  # noqa: UP045
+        if origin is not None and args and args[0] is str:  # Mapping[str, X]
+            return dict[str, args[1]]  # type: ignore[valid-type]
+        return tp
+
+    def mirror(cls: type[Any]) -> Any:
+        """The mirror of ``cls``; its name (a forward reference, resolved
+        when the decoder is made) while it is being made."""
+        if cls in mirrors:
+            return mirrors[cls]
+        tag = getattr(cls, "TYPE", None) if cls in events.EVENT_TYPES.values() else None
+        name = f"{cls.__name__}Struct"
+        mirrors[cls] = name  # type: ignore[assignment]
+        hints = typing.get_type_hints(cls)
+        spec: list[Any] = []
+        for field in attrs.fields(cls):
+            tp = mirrored(hints[field.name])
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = msgspec.field(default_factory=default.factory)
+            if field.name == "schema_version" or default is attrs.NOTHING:
+                spec.append((field.name, tp))
+            else:
+                spec.append((field.name, tp, default))
+        spec.sort(key=lambda item: len(item) == 3)  # required fields first
+        made = msgspec.defstruct(
+            name,
+            spec,
+            module=module.__name__,
+            frozen=True,
+            omit_defaults=True,
+            forbid_unknown_fields=True,
+            rename={"schema_version": "v"},
+            **({"tag_field": "type", "tag": tag} if tag else {}),
+        )
+        setattr(module, name, made)
+        mirrors[cls] = made
+        return made
+
+    union = functools.reduce(operator.or_, (mirror(cls) for cls in EVENT_CLASSES))
+    decoder = msgspec.json.Decoder(union)
+    encoder = msgspec.json.Encoder()
+    built: dict[int, Any] = {}
+
+    def to_mirror(event: events.Event) -> Any:
+        return msgspec.convert(orjson.loads(events.encode(event)), union)
+
+    def encode(event: events.Event) -> bytes:
+        struct = built.get(id(event))
+        if struct is None:
+            struct = built[id(event)] = to_mirror(event)
+        return encoder.encode(struct)
+
+    def decode(line: bytes) -> Any:
+        return _Mirrored(decoder.decode(line))
+
+    encode.prepare = lambda sample: [encode(e) for e in sample]  # type: ignore[attr-defined]
+    return encode, decode
+
+
+class _Mirrored:
+    """A decoded mirror, equal to the event whose record its builtins equal."""
+
+    __slots__ = ("struct",)
+
+    def __init__(self, struct: Any) -> None:
+        self.struct = struct
+
+    def __eq__(self, other: object) -> bool:
+        import msgspec
+
+        if not isinstance(other, events.Event):
+            return NotImplemented
+        return bool(orjson.loads(msgspec.json.encode(self.struct)) == events.encode_record(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 # --- the guarantees ---------------------------------------------------------------------
 
 Decode = Callable[[bytes], Any]
@@ -204,11 +311,18 @@ def main(argv: list[str] | None = None) -> None:
         "events (ours)": (events.encode, events.decode)
     }
     notes: list[str] = []
-    for library, factory in (("cattrs", cattrs_codec), ("msgspec", msgspec_codec)):
+    for name, library, factory in (
+        ("cattrs", "cattrs", cattrs_codec),
+        ("msgspec", "msgspec", msgspec_codec),
+        ("msgspec.Struct", "msgspec", msgspec_struct_codec),
+    ):
         if available(library):
-            codecs[library] = factory()
+            codecs[name] = factory()
+            prepare = getattr(codecs[name][0], "prepare", None)
+            if prepare is not None:
+                prepare(sample)
         else:
-            notes.append(f"{library} is not installed: left out")
+            notes.append(f"{library} is not installed: {name} left out")
     # What each codec makes of our events, before timing it.
     equivalence: dict[str, str] = {}
     for name, (encode, decode) in codecs.items():
