@@ -92,6 +92,17 @@ def test_run_id_precedence() -> None:
     assert run_id_from_environment({}) is None
 
 
+def test_a_restarted_torchrun_worker_group_is_a_run_of_its_own() -> None:
+    first = {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_RESTART_COUNT": "0"}
+    assert run_id_from_environment(first) == "job-7"
+    restarted = {**first, "TORCHELASTIC_RESTART_COUNT": "1"}
+    assert run_id_from_environment(restarted) == "job-7-restart-1"
+    again = {**first, "TORCHELASTIC_RESTART_COUNT": "2"}
+    assert run_id_from_environment(again) == "job-7-restart-2"
+    # Our own variable names the run whatever torchrun restarted.
+    assert run_id_from_environment({**again, RUN_ID_VARIABLE: "ours-1"}) == "ours-1"
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

@@ -3,7 +3,11 @@ every exit path flushed and the original error raised."""
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -123,6 +127,28 @@ def test_a_directory_of_another_run_is_refused_before_anything_is_written(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
 
 
+@pytest.mark.parametrize("stored_as", ["rank-0.jsonl", "rank-1.jsonl"])
+def test_a_directory_with_another_runs_logs_and_no_claim_is_refused(
+    tmp_path: Path, stored_as: str
+) -> None:
+    # A run from before claims existed, or one whose .run-id was removed:
+    # its logs are there (this rank's, or another rank's), nothing says
+    # whose they are.
+    with _own_startup(tmp_path, run_id="first") as first:
+        first.run()
+    run_dir = tmp_path / "run"
+    (run_dir / ".run-id").unlink()
+    (run_dir / "rank-0.jsonl").rename(run_dir / stored_as)
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+
+    with pytest.raises(
+        RunDirectoryError, match=f"already holds the logs of another run \\({stored_as}\\)"
+    ):
+        _own_startup(tmp_path, run_id="second").open()
+
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before
+
+
 def test_an_inconsistent_environment_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RankEnvironmentError, match="SLURM_PROCID"):
         _startup(tmp_path, environ={"SLURM_PROCID": "4", "SLURM_NTASKS": "4"}).open()
@@ -133,6 +159,108 @@ def test_ranks_without_a_shared_run_id_or_group_are_refused(tmp_path: Path) -> N
     environ = {"RANK": "1", "WORLD_SIZE": "2"}
     with pytest.raises(RankEnvironmentError, match="share no run id"):
         _startup(tmp_path, environ=environ, run_dir=None).open()
+
+
+def test_a_restarted_torchrun_worker_group_starts_a_run_of_its_own(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    elastic = {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_RESTART_COUNT": "0"}
+    with _own_startup(tmp_path, run_dir=None, runs_root=runs, environ=elastic) as first:
+        first.run()
+    kept = (runs / "job-7" / "rank-0.jsonl").read_bytes()
+
+    # torchrun restarts the worker group under the same TORCHELASTIC_RUN_ID:
+    # the restart is a new run, in a directory of its own.
+    restarted = {**elastic, "TORCHELASTIC_RESTART_COUNT": "1"}
+    with _own_startup(tmp_path, run_dir=None, runs_root=runs, environ=restarted) as second:
+        second.run()
+
+    assert (first.run_id, second.run_id) == ("job-7", "job-7-restart-1")
+    assert sorted(path.name for path in runs.iterdir()) == ["job-7", "job-7-restart-1"]
+    assert (runs / "job-7" / "rank-0.jsonl").read_bytes() == kept
+    assert (runs / "job-7-restart-1" / ".run-id").read_text() == "job-7-restart-1\n"
+    assert _finished(runs / "job-7-restart-1" / "rank-0.jsonl").outcome is RunOutcome.READY
+
+
+class _Ranks:
+    """``size`` ranks in threads of this process; ``all_gather`` meets at a
+    barrier. Every rank's value is kept, in the order they were given."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.barrier = threading.Barrier(size, timeout=30)
+        self.slots: list[JsonValue] = [None] * size
+        self.given: list[list[JsonValue]] = [[] for _ in range(size)]
+
+    def member(self, rank: int) -> _Member:
+        return _Member(self, rank)
+
+
+class _Member:
+    def __init__(self, ranks: _Ranks, rank: int) -> None:
+        self._ranks = ranks
+        self._rank = rank
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._ranks.size
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        ranks = self._ranks
+        ranks.given[self._rank].append(value)
+        ranks.slots[self._rank] = value
+        ranks.barrier.wait()  # every rank has written
+        gathered = list(ranks.slots)
+        ranks.barrier.wait()  # every rank has read
+        return gathered
+
+
+def test_the_ranks_of_a_launch_adopt_rank_0s_run_id(tmp_path: Path) -> None:
+    # No launcher variable names the run: the ranks agree on one over their
+    # group, each proposing its own.
+    ranks = _Ranks(2)
+    runs = tmp_path / "runs"
+    startups = [
+        _own_startup(
+            tmp_path,
+            run_dir=None,
+            runs_root=runs,
+            group=ranks.member(rank),
+            wait_for_peers=False,
+            environ={"RANK": str(rank), "WORLD_SIZE": "2"},
+        )
+        for rank in range(2)
+    ]
+    errors: list[BaseException] = []
+
+    def open_rank(startup: Startup) -> None:
+        try:
+            startup.open()
+        except BaseException as exc:
+            errors.append(exc)
+            ranks.barrier.abort()  # never leave the other rank waiting
+
+    threads = [threading.Thread(target=open_rank, args=(startup,)) for startup in startups]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        proposals = [given[0] for given in ranks.given]
+        assert proposals[0] != proposals[1]
+        assert [startup.run_id for startup in startups] == [proposals[0]] * 2
+        assert [path.name for path in runs.iterdir()] == [proposals[0]]
+        assert sorted(path.name for path in (runs / str(proposals[0])).glob("*.jsonl")) == [
+            "rank-0.jsonl",
+            "rank-1.jsonl",
+        ]
+    finally:
+        for startup in startups:
+            startup.close()
 
 
 def test_logging_is_configured_only_when_nobody_did(tmp_path: Path) -> None:
@@ -222,15 +350,16 @@ OWN_SLICE = Slice(
 
 
 def _own_startup(tmp_path: Path, **options: object) -> Startup:
-    return Startup(
-        graph=_own_graph(),
-        run_dir=tmp_path / "run",
-        tracing=None,
-        configure_logging=False,
-        handle_signals=False,
-        environ={},
-        **options,  # type: ignore[arg-type]
-    )
+    settings: dict[str, object] = {
+        "graph": _own_graph(),
+        "run_dir": tmp_path / "run",
+        "tracing": None,
+        "configure_logging": False,
+        "handle_signals": False,
+        "environ": {},
+    }
+    settings.update(options)
+    return Startup(**settings)  # type: ignore[arg-type]
 
 
 def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> None:
@@ -324,3 +453,39 @@ def test_entering_an_open_startup_keeps_it_open_until_the_block_ends(tmp_path: P
     assert _finished(startup.log_path).outcome is RunOutcome.READY
     with pytest.raises(RuntimeError, match="opens once"):
         startup.open()
+
+
+# --- a stop once the run is over -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_a_stop_after_the_event_loop_closed_is_caught_not_the_ranks_end(
+    tmp_path: Path, backend: str, stop: str
+) -> None:
+    # The event loop's signal receiver puts the default handlers back when
+    # it closes; the startup's own handler is back in its place until the
+    # startup closes, so the stop is taken, not the process's end.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.orchestrator.late_stop_worker",
+            str(tmp_path / "run"),
+            backend,
+            stop,
+        ],
+        cwd=ROOT,
+        env={"PATH": "", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"alive": True, "outcome": "ready"}
+    assert _finished(tmp_path / "run" / "rank-0.jsonl").outcome is RunOutcome.READY

@@ -786,6 +786,44 @@ async def test_a_failed_exchange_fails_the_run_naming_the_rank() -> None:
     assert "allreduce.agreed" not in rank.decisions()
 
 
+async def test_a_peer_in_another_exchange_fails_the_agreement_naming_it() -> None:
+    # Rank 0 left the startup early and waits at its end, in the end-of-run
+    # exchange; rank 1's agreement meets it there. Rank 0's part says
+    # nothing about its backends and must not be read as "none works there".
+    hub = ThreadHub(2)
+    end_of_run: JsonValue = {"exchange": "run.finished", "outcome": "failed", "warnings": []}
+    peer: list[JsonValue] = []
+
+    async def wait_at_the_end() -> None:
+        peer.extend(await anyio.to_thread.run_sync(hub.member(0).all_gather, end_of_run))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait_at_the_end)
+        try:
+            rank = await run_rank(
+                EngineConfig(tp=2),
+                host=FakeHost(multicast=True),
+                rank=1,
+                world_size=2,
+                group=hub.member(1),
+            )
+        finally:
+            hub.barrier.abort()  # never leave the peer waiting
+
+    assert hub.exchanges == [1, 1]
+    assert isinstance(rank.error, GroupError)
+    assert (rank.error.rank, rank.error.world_size) == (1, 2)
+    assert "rank 0 is not in the all-reduce agreement (it joined 'run.finished')" in str(rank.error)
+    finished = rank.finished()
+    assert finished.outcome is RunOutcome.FAILED
+    assert finished.failed_step == ALLREDUCE_AGREE_STEP
+    assert "allreduce.agreed" not in rank.decisions()
+    assert rank.factory.released == []
+    # The peer saw rank 1's part for what it is: another exchange.
+    assert isinstance(peer[1], dict)
+    assert peer[1]["exchange"] == ALLREDUCE_AGREE_STEP
+
+
 async def test_tensor_parallel_size_1_never_exchanges() -> None:
     ranks, hub = await run_world(EngineConfig(tp=1), host=FakeHost(multicast=True))
 
