@@ -32,14 +32,15 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
+import anyio
 import attrs
+from anyio.abc import Process, TaskGroup
 
 from events import RankProcess
 
@@ -156,28 +157,29 @@ def launch_local(
         tick=tick,
         relay=relay,
     )
-    # The handlers go in before the first rank starts: a Ctrl-C while ranks
-    # are being started must reach those already running, not orphan them
-    # (each rank has its own session, so the terminal's signal misses them).
-    previous = {
-        sig: signal.signal(sig, launch.forward)
-        for sig in (signal.SIGINT, signal.SIGTERM)
-        if threading.current_thread() is threading.main_thread()
-    }
+    # The event loop's signal receiver replaces the handlers while the launch
+    # runs; the caller's come back after it.
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
-        launch.start_all()
-        launch.wait_all()
+        anyio.run(launch.run, backend="asyncio")
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return [
-        RankExit(rank=rank, pid=process.pid, returncode=process.returncode)
-        for rank, process in enumerate(launch.processes)
-    ]
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return [launch.exits[rank] for rank in range(len(launch.processes))]
+
+
+#: How long the ranks' stderr is read after the last rank ended: a process a
+#: rank left behind may hold the pipe open, and nothing waits for it.
+_DRAIN_S = 0.5
 
 
 class _Launch:
-    """The ranks of one launch, what was done to them, and its manifest."""
+    """The ranks of one launch, what was done to them, and its manifest.
+
+    One task per rank waits for its process and records its end; a task
+    forwards the stop signals the launcher receives; a task escalates once a
+    rank ended other than ready or a stop was asked. Nothing polls."""
 
     def __init__(
         self,
@@ -201,56 +203,121 @@ class _Launch:
         self.grace_s = grace_s
         self.notify = notify
         self.manifest = manifest
-        self.port = _free_port()
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.received: list[int] = []  # the signals asked to stop, in order
-        #: rank -> what the launcher sent it and why
-        self.sent: dict[int, str] = {}
-        self.recorded_ends: set[int] = set()
         self.tick = tick
         self.relay = relay
-        #: rank -> what its stderr pipe has given that is not yet a whole line
-        self.partial: dict[int, bytes] = {}
+        self.port = _free_port()
+        self.processes: list[Process] = []
+        #: how each rank that ended ended, by rank
+        self.exits: dict[int, RankExit] = {}
+        self.received: list[signal.Signals] = []  # the signals asked to stop, in order
+        #: rank -> what the launcher sent it and why
+        self.sent: dict[int, str] = {}
+        #: set once the launch cannot become ready: a rank ended other than
+        #: ready, or a stop was asked; ``why`` says which, for the manifest
+        self.trouble = anyio.Event()
+        self.why = ""
+        self.starting = True
 
-    def forward(self, signum: int, _frame: object) -> None:
-        self.received.append(signum)
-        name = _signal_name(signum)
-        for rank, process in enumerate(self.processes):
-            if process.poll() is None:
+    async def run(self) -> None:
+        with contextlib.ExitStack() as stack:
+            # The receiver is in place before the first rank starts: a Ctrl-C
+            # while ranks are being started must reach those already running,
+            # not orphan them (each rank has its own session, so the
+            # terminal's signal misses them).
+            signals = None
+            if threading.current_thread() is threading.main_thread():
+                signals = stack.enter_context(anyio.open_signal_receiver(*STOP_SIGNALS))
+            async with anyio.create_task_group() as helpers:
+                if signals is not None:
+                    helpers.start_soon(self.forward, signals)
+                helpers.start_soon(self.escalate)
+                if self.tick is not None:
+                    helpers.start_soon(self.ticking, self.tick)
+                async with anyio.create_task_group() as ranks:
+                    await self.start_all(ranks)
+                    self.starting = False
+                    self.finish_if_done()
+                helpers.cancel_scope.cancel()
+
+    async def forward(self, signals: AsyncIterator[signal.Signals]) -> None:
+        async for signum in signals:
+            self.received.append(signum)
+            name = _signal_name(signum)
+            for rank, process in enumerate(self.processes):
+                if rank not in self.exits:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.send_signal(signum)
+                    self.sent.setdefault(rank, f"{name}: the launcher was asked to stop")
+            self.trouble_from("after the launcher was asked to stop")
+
+    def trouble_from(self, why: str) -> None:
+        if not self.trouble.is_set():
+            self.why = why
+            self.trouble.set()
+
+    async def escalate(self) -> None:
+        """Once the launch cannot become ready, give the ranks still running
+        the grace period to record it, then SIGTERM them, then, after another
+        grace period, SIGKILL: a rank stuck in a collective or a rendezvous
+        with a peer that is gone never keeps the launch waiting forever."""
+        await self.trouble.wait()
+        for name in ("SIGTERM", "SIGKILL"):
+            await anyio.sleep(self.grace_s)
+            running = [rank for rank in range(len(self.processes)) if rank not in self.exits]
+            if not running:
+                return
+            label = "rank" if len(running) == 1 else "ranks"
+            ranks = ",".join(map(str, running))
+            self.notify(f"{label} {ranks} still running {self.grace_s:g} s later; sending {name}")
+            for rank in running:
+                self.sent[rank] = f"{name} {self.why}, {self.grace_s:g} s later"
                 with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signum)
-                self.sent.setdefault(rank, f"{name}: the launcher was asked to stop")
+                    if name == "SIGTERM":
+                        self.processes[rank].terminate()
+                    else:
+                        self.processes[rank].kill()
 
-    def start_all(self) -> None:
+    @staticmethod
+    async def ticking(tick: Callable[[], None]) -> None:
+        while True:
+            tick()
+            await anyio.sleep(0.1)
+
+    async def start_all(self, ranks: TaskGroup) -> None:
         for rank in range(self.nproc):
             # A SIGINT or SIGTERM forwarded while the rank's interpreter is
             # still starting would end it with a traceback from deep in an
             # import, or with an empty log: the rank starts with both
             # blocked (held, not lost) until it catches stops itself, from
             # the moment its log is open, and then records them. The mask
-            # is this thread's while the rank starts, and the rank inherits
-            # it through exec; setting it in
-            # the child instead (preexec_fn) would make every start a full
-            # fork of the launcher (about 5 ms here, against 0.3 ms). A
-            # SIGINT for the launcher itself waits that long, then is
-            # handled.
+            # is this thread's while the rank starts (asyncio starts it in
+            # this thread), and the rank inherits it through exec; setting
+            # it in the child instead (preexec_fn) would make every start a
+            # full fork of the launcher (about 5 ms here, against 0.3 ms).
+            # A stop for the launcher itself waits that long, then is handled.
+            stderr = os.pipe() if self.relay is not None else None
             held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                process = subprocess.Popen(
+                process = await anyio.open_process(
                     _rank_command(self.rank_arguments, self.run_dir),
                     env=_rank_environment(self.base, rank, self.nproc, self.port, self.run_id),
                     # Each rank in its own session: a terminal's Ctrl-C
                     # reaches the launcher once, and the launcher decides
                     # what ranks get.
                     start_new_session=True,
-                    stderr=subprocess.PIPE if self.relay is not None else None,
+                    stdin=None,
+                    stdout=None,
+                    # A pipe of our own, not the event loop's: its wait for
+                    # the process would wait for the pipe's other end too.
+                    stderr=None if stderr is None else stderr[1],
                 )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            if process.stderr is not None:
-                os.set_blocking(process.stderr.fileno(), False)
+                if stderr is not None:
+                    os.close(stderr[1])
             self.processes.append(process)
             self.update(RankProcess(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
+            ranks.start_soon(self.watch, rank, process, None if stderr is None else stderr[0])
             if self.received:
                 # Asked to stop while starting: this rank may have started
                 # after the signal was forwarded; the rest are not started.
@@ -261,121 +328,88 @@ class _Launch:
                 )
                 break
 
+    async def watch(self, rank: int, process: Process, stderr: int | None) -> None:
+        """Wait for one rank (relaying its stderr) and record its end."""
+        async with anyio.create_task_group() as reading:
+            if stderr is not None:
+                reading.start_soon(self.read, stderr, False)
+            code = await process.wait()
+            self.exits[rank] = exit = RankExit(rank=rank, pid=process.pid, returncode=code)
+            self.record_end(rank, code)
+            if code != 0:
+                # Once a rank has ended other than ready (failed or
+                # interrupted with its log complete, killed, or any other
+                # status), the launch cannot become ready, and its peers may
+                # wait for it in a collective or a rendezvous until their
+                # group times out: they get the grace period, then are
+                # stopped (as torchrun stops a worker group when one fails).
+                self.trouble_from(f"after {exit.describe()}")
+            self.finish_if_done()
+            if stderr is not None:
+                with anyio.move_on_after(_DRAIN_S):
+                    await self.read(stderr, True)
+                reading.cancel_scope.cancel()
+        if stderr is not None:
+            os.close(stderr)
+
+    async def read(self, fd: int, final: bool) -> None:
+        """Hand ``fd``'s whole lines to ``relay`` until its end (with
+        ``final``, once the rank ended, what is left too)."""
+        assert self.relay is not None
+        os.set_blocking(fd, False)
+        partial = b""
+        try:
+            while True:
+                await anyio.wait_readable(fd)
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    break
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    self.relay(line.decode("utf-8", "replace"))
+        finally:
+            if partial and final:
+                self.relay(partial.decode("utf-8", "replace"))
+
     def update(self, entry: RankProcess) -> None:
         if self.manifest is None:
             return
         self.manifest = self.manifest.with_rank(entry)
         self.manifest.write(self.run_dir)
 
-    def record_ends(self) -> None:
-        """Write down, once each, how every rank that ended ended."""
+    def record_end(self, rank: int, code: int) -> None:
+        """Write down how ``rank`` ended."""
         if self.manifest is None:
             return
-        changed = False
-        for rank, process in enumerate(self.processes):
-            if rank in self.recorded_ends or process.returncode is None:
-                continue
-            self.recorded_ends.add(rank)
-            entry = self.manifest.rank(rank) or RankProcess(rank=rank, pid=process.pid)
-            code = process.returncode
-            self.manifest = self.manifest.with_rank(
-                attrs.evolve(
-                    entry,
-                    ended_wall_ns=time.time_ns(),
-                    exit_code=code if code >= 0 else None,
-                    signal=_signal_name(-code) if code < 0 else None,
-                    stopped_by_launcher=self.sent.get(rank),
-                )
+        entry = self.manifest.rank(rank) or RankProcess(rank=rank, pid=self.processes[rank].pid)
+        self.update(
+            attrs.evolve(
+                entry,
+                ended_wall_ns=time.time_ns(),
+                exit_code=code if code >= 0 else None,
+                signal=_signal_name(-code) if code < 0 else None,
+                stopped_by_launcher=self.sent.get(rank),
             )
-            changed = True
-        if changed and len(self.recorded_ends) == len(self.processes):
-            never = [rank for rank in range(self.nproc) if self.manifest.rank(rank) is None]
-            for rank in never:
-                self.manifest = self.manifest.with_rank(
+        )
+
+    def finish_if_done(self) -> None:
+        """Once every rank started has ended, and no more will start: the
+        ranks never started, and the launch's end, in the manifest."""
+        if self.starting or len(self.exits) < len(self.processes) or self.manifest is None:
+            return
+        manifest = self.manifest
+        for rank in range(self.nproc):
+            if manifest.rank(rank) is None:
+                manifest = manifest.with_rank(
                     RankProcess(
                         rank=rank, stopped_by_launcher="never started: the launch was stopped"
                     )
                 )
-            self.manifest = attrs.evolve(self.manifest, finished_wall_ns=time.time_ns())
-        if changed:
-            self.manifest.write(self.run_dir)
-
-    def wait_all(self) -> None:
-        processes = self.processes
-        deadline: float | None = None
-        escalation = 0  # 0: waiting, 1: asked to terminate, 2: killed
-        why = ""
-        while True:
-            for process in processes:
-                process.poll()
-            self.record_ends()
-            self.relay_output()
-            if self.tick is not None:
-                self.tick()
-            running = [p for p in processes if p.returncode is None]
-            if not running:
-                self.relay_output(final=True)
-                return
-            if deadline is None:
-                dead = [rank for rank, p in enumerate(processes) if _ended_unready(p)]
-                if self.received or dead:
-                    # A peer is gone (the survivors may wait on it in a
-                    # collective), or the user asked to stop: give the ranks
-                    # time to record it.
-                    deadline = time.monotonic() + self.grace_s
-                    if dead:
-                        exit = RankExit(
-                            rank=dead[0],
-                            pid=processes[dead[0]].pid,
-                            returncode=processes[dead[0]].returncode or 0,
-                        )
-                        why = f"after {exit.describe()}"
-                    else:
-                        why = "after the launcher was asked to stop"
-            if deadline is not None and time.monotonic() >= deadline and escalation < 2:
-                name = "SIGTERM" if escalation == 0 else "SIGKILL"
-                ranks = ",".join(str(processes.index(p)) for p in running)
-                label = "rank" if len(running) == 1 else "ranks"
-                self.notify(
-                    f"{label} {ranks} still running {self.grace_s:g} s later; sending {name}"
-                )
-                for process in running:
-                    rank = processes.index(process)
-                    self.sent[rank] = f"{name} {why}, {self.grace_s:g} s later"
-                    with contextlib.suppress(ProcessLookupError):
-                        if escalation == 0:
-                            process.terminate()
-                        else:
-                            process.kill()
-                escalation += 1
-                deadline = time.monotonic() + self.grace_s
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                running[0].wait(timeout=0.1)
-
-    def relay_output(self, *, final: bool = False) -> None:
-        """Hand the ranks' whole stderr lines read so far to ``relay``; with
-        ``final``, what is left too, and close the pipes (a process a rank
-        left behind may hold them open: nothing waits for it)."""
-        if self.relay is None:
-            return
-        for rank, process in enumerate(self.processes):
-            pipe = process.stderr
-            if pipe is None or pipe.closed:
-                continue
-            data = self.partial.pop(rank, b"")
-            with contextlib.suppress(BlockingIOError, OSError):
-                while chunk := pipe.read(1 << 16):
-                    data += chunk
-            complete, newline, rest = data.rpartition(b"\n")
-            if final:
-                complete, rest = data.removesuffix(b"\n"), b""
-                pipe.close()
-            elif not newline:
-                complete, rest = b"", data
-            if rest:
-                self.partial[rank] = rest
-            for line in complete.split(b"\n") if complete else ():
-                self.relay(line.decode("utf-8", "replace"))
+        self.manifest = attrs.evolve(manifest, finished_wall_ns=time.time_ns())
+        self.manifest.write(self.run_dir)
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:
@@ -401,12 +435,3 @@ def _rank_environment(
         }
     )
     return env
-
-
-def _ended_unready(process: subprocess.Popen[bytes]) -> bool:
-    # Once a rank has ended other than ready (failed or interrupted with its
-    # log complete, killed, or any other status), the launch cannot become
-    # ready, and its peers may wait for it in a collective or a rendezvous
-    # until their group times out: they get the grace period, then are
-    # stopped (as torchrun stops a worker group when one worker fails).
-    return process.returncode is not None and process.returncode != 0
