@@ -53,6 +53,11 @@ __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
 #: Set in rank processes started by the launcher.
 CHILD_VARIABLE = "STARTUP_ORCHESTRATOR_LAUNCHED"
 
+#: Set in rank processes started by the launcher to how reports name the
+#: simulated host (a profile file's path and digest: the rank reads the
+#: launcher's copy of the file, not the path).
+SIMULATED_VARIABLE = "STARTUP_ORCHESTRATOR_SIMULATED"
+
 #: Seconds between a rank's end other than ready (or a stop request) and SIGTERM to
 #: the ranks still running, and again between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 10.0
@@ -111,6 +116,7 @@ def launch_local(
     manifest: Manifest | None = None,
     tick: Callable[[], None] | None = None,
     relay: Callable[[str], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> list[RankExit]:
     """Start ``nproc`` ranks running ``python -m orchestrator run
     <rank_arguments>`` and wait for them.
@@ -132,6 +138,7 @@ def launch_local(
             each of its lines handed to ``relay`` (so that a live view can
             print them above itself); otherwise the ranks share the
             launcher's stderr.
+        pass_fds: file descriptors the ranks inherit.
 
     Returns:
         One :class:`RankExit` per rank started, in rank order (all of them
@@ -156,6 +163,7 @@ def launch_local(
         manifest=manifest,
         tick=tick,
         relay=relay,
+        pass_fds=pass_fds,
     )
     # The event loop's signal receiver replaces the handlers while the launch
     # runs; the caller's come back after it.
@@ -194,8 +202,10 @@ class _Launch:
         manifest: Manifest | None,
         tick: Callable[[], None] | None = None,
         relay: Callable[[str], None] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.base = base
+        self.pass_fds = pass_fds
         self.nproc = nproc
         self.rank_arguments = rank_arguments
         self.run_id = run_id
@@ -310,6 +320,7 @@ class _Launch:
                     # A pipe of our own, not the event loop's: its wait for
                     # the process would wait for the pipe's other end too.
                     stderr=None if stderr is None else stderr[1],
+                    pass_fds=self.pass_fds,
                 )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
+        # Options are spelled out: the launcher hands its ranks its own
+        # options but a few, which it finds by name.
+        allow_abbrev=False,
         help="run the reference engine startup on this host (or a simulated one)",
         description="Run the reference engine startup graph with real probes on this host, "
         "or on a simulated host (--simulate). Each rank claims the run directory, writes "

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from events import InvalidValueError, RankIdentity, Severity
 from events._files import check_writable, write_file
@@ -39,7 +42,13 @@ from .._identity import (
 from .._run_directory import Manifest, RunDirectoryError, claim_run_directory
 from .._startup import Startup
 from ._errors import InputError, UsageError
-from ._launcher import CHILD_VARIABLE, DEFAULT_GRACE_S, GRACE_VARIABLE, launch_local
+from ._launcher import (
+    CHILD_VARIABLE,
+    DEFAULT_GRACE_S,
+    GRACE_VARIABLE,
+    SIMULATED_VARIABLE,
+    launch_local,
+)
 from ._output import PROG, emit, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
 
@@ -75,33 +84,44 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
     return plan
 
 
-def _simulated(args: argparse.Namespace) -> str | None:
-    """How reports name the simulated host: a built-in profile's name, or a
-    profile file's path with the start of its content's SHA-256."""
+@attrs.frozen
+class _Host:
+    """What ``--simulate`` names, its file read once: a file given as
+    ``<(...)`` can be read only once, and what the launcher checked is what
+    its ranks run."""
+
+    #: the engine's profile, ``None`` for the real host
+    profile: Any
+    #: how reports name it: a built-in profile's name, or a profile file's
+    #: path with the start of its content's SHA-256
+    label: str | None
+    #: a profile file's content, ``None`` otherwise
+    content: bytes | None = None
+
+
+def _host(args: argparse.Namespace, launched: bool) -> _Host:
+    """The simulated host; a launched rank names it as its launcher did (it
+    reads the launcher's copy, see :func:`_hand_over`)."""
     if args.simulate is None:
-        return None
-    from ..engine import BUILTIN_PROFILES
+        return _Host(profile=None, label=None)
+    from ..engine import BUILTIN_PROFILES, ProfileError, load_profile
 
-    if args.simulate in BUILTIN_PROFILES:
-        return str(args.simulate)
-    import hashlib
+    name = str(args.simulate)
+    content = None
+    label = name
+    if launched and os.environ.get(SIMULATED_VARIABLE):
+        label = os.environ[SIMULATED_VARIABLE]
+    elif name not in BUILTIN_PROFILES:
+        import hashlib
 
+        with contextlib.suppress(OSError):  # load_profile says why
+            content = Path(name).read_bytes()
+            label = f"{name} (sha256 {hashlib.sha256(content).hexdigest()[:16]})"
     try:
-        digest = hashlib.sha256(Path(args.simulate).read_bytes()).hexdigest()
-    except OSError:
-        return str(args.simulate)
-    return f"{args.simulate} (sha256 {digest[:16]})"
-
-
-def _profile(args: argparse.Namespace) -> Any:
-    if args.simulate is None:
-        return None
-    from ..engine import ProfileError, load_profile
-
-    try:
-        return load_profile(args.simulate)
+        profile = load_profile(name, content=content)
     except ProfileError as exc:
         raise UsageError(str(exc)) from None
+    return _Host(profile=profile, label=label, content=content)
 
 
 def _config(args: argparse.Namespace, world_size: int) -> Any:
@@ -171,7 +191,7 @@ def command_run(args: argparse.Namespace) -> int:
     under_launcher = launcher_convention() is not None
     if args.run_id is not None:
         _check_run_id(args.run_id)
-    profile = _profile(args)
+    host = _host(args, launched)
     _engine(args)
     if args.nproc is not None and args.nproc > 1 and not launched:
         if under_launcher:
@@ -183,20 +203,20 @@ def command_run(args: argparse.Namespace) -> int:
         # Fail fast, before any process starts.
         faults = _faults(args, args.nproc)
         _config(args, args.nproc)
-        return _launch(args, faults)
+        return _launch(args, faults, host)
     try:
         identity = identity_from_environment()
     except RankEnvironmentError as exc:
         raise UsageError(str(exc)) from None
     faults = _faults(args, identity.world_size)
     config = _config(args, identity.world_size)
-    return _run_rank(args, identity, config, profile, faults, launched)
+    return _run_rank(args, identity, config, host, faults, launched)
 
 
 # --- the launcher ---------------------------------------------------------------------
 
 
-def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
+def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
     run_id = (
         _check_run_id(args.run_id)
         if args.run_id is not None
@@ -210,7 +230,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         run_id=run_id,
         command=(PROG, *args.argv),
         world_size=args.nproc,
-        simulated=_simulated(args),
+        simulated=host.label,
         injected=tuple(fault.describe() for fault in faults.faults),
     )
     # Claimed, and the manifest created exclusively, before any rank starts:
@@ -230,7 +250,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
         manifest.write(run_dir, exclusive=True)
     except RunDirectoryError as exc:
         raise UsageError(str(exc)) from None
-    rank_arguments = _rank_arguments(args.argv)
+    handed, descriptors = _hand_over(args, faults, host)
+    rank_arguments = _rank_arguments(args.argv, handed)
     print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
     # On a terminal, the live view of `watch` while the ranks run.
     view = _live_view(run_dir)
@@ -245,10 +266,14 @@ def _launch(args: argparse.Namespace, faults: FaultPlan) -> int:
             manifest=manifest,
             tick=None if view is None else view.tick,
             relay=None if view is None else view.line,
+            environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},
+            pass_fds=descriptors,
         )
     except RunDirectoryError as exc:
         raise InputError(str(exc)) from None
     finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
         if view is not None:
             view.close()
     if args.trace_file is not None:
@@ -339,23 +364,61 @@ def _grace(args: argparse.Namespace) -> float:
 _LAUNCHER_OPTIONS = ("--nproc", "--run-dir", "--run-id", "--grace", "--trace-file")
 
 
-def _rank_arguments(argv: list[str]) -> list[str]:
-    """The launcher's own arguments minus those that only it uses."""
+#: The launch's inputs the launcher reads once and hands to its ranks (see
+#: _hand_over).
+_INPUT_OPTIONS = ("--simulate", "--inject", "--inject-file")
+
+
+def _hand_over(
+    args: argparse.Namespace, faults: FaultPlan, host: _Host
+) -> tuple[list[str], list[int]]:
+    """The ``run`` options that give the ranks what the launcher read, and the
+    file descriptors they inherit for it. A profile file and the fault plan
+    (``--inject`` and ``--inject-file`` together) go as memory files (never
+    written to disk: an ``--inject`` message may hold a token), which each
+    rank reads as ``/dev/fd/N``: what the launcher checked is what the ranks
+    run, even when the launcher's own was a pipe (``--simulate <(...)``), or
+    has changed since."""
+    handed: list[str] = []
+    descriptors: list[int] = []
+
+    def memory_file(name: str, content: bytes) -> str:
+        descriptor = os.memfd_create(name)
+        descriptors.append(descriptor)
+        view = memoryview(content)
+        while view:
+            view = view[os.write(descriptor, view) :]
+        return f"/dev/fd/{descriptor}"
+
+    if host.content is not None:
+        handed += ["--simulate", memory_file("simulated-profile", host.content)]
+    elif args.simulate is not None:
+        handed += ["--simulate", str(args.simulate)]
+    if faults:
+        plan = json.dumps(faults.to_json()).encode()
+        handed += ["--inject-file", memory_file("injected-faults", plan)]
+    return handed, descriptors
+
+
+def _rank_arguments(argv: list[str], handed: list[str]) -> list[str]:
+    """The launcher's own arguments minus those that only it uses, and its
+    inputs as ``handed`` (see :func:`_hand_over`)."""
     out: list[str] = []
     skip = False
+    dropped = (*_LAUNCHER_OPTIONS, *_INPUT_OPTIONS)
     for item in argv:
         if skip:
             skip = False
             continue
         if item in ("run",) and not out:
             continue
-        if item in _LAUNCHER_OPTIONS:
+        if item in dropped:
             skip = True
             continue
-        if item.startswith(tuple(f"{o}=" for o in _LAUNCHER_OPTIONS)) or item == "--json":
+        if item.startswith(tuple(f"{o}=" for o in dropped)) or item == "--json":
             continue
         out.append(item)
-    return out
+    return [*out, *handed]
 
 
 def _report(
@@ -414,7 +477,7 @@ def _run_rank(
     args: argparse.Namespace,
     identity: RankIdentity,
     config: Any,
-    profile: Any,
+    host: _Host,
     faults: FaultPlan,
     launched: bool,
 ) -> int:
@@ -429,8 +492,8 @@ def _run_rank(
         run_dir=args.run_dir,
         runs_root=DEFAULT_RUNS,
         durability=args.durability,
-        profile=profile,
-        simulated=_simulated(args),
+        profile=host.profile,
+        simulated=host.label,
         faults=faults,
         group_timeout_s=args.group_timeout,
         stall_s=args.stall,

@@ -510,8 +510,9 @@ BUILTIN_PROFILES: Mapping[str, Profile] = {
 }
 
 
-def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
-    """A built-in profile by name, or a JSON profile file.
+def load_profile(name_or_path: str | os.PathLike[str], *, content: bytes | None = None) -> Profile:
+    """A built-in profile by name, or a JSON profile file: ``content`` when
+    the caller has read the file already (a pipe can be read only once).
 
     Raises:
         ProfileError: the name is neither a built-in profile nor a file (the
@@ -530,7 +531,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
             "or the path of a JSON profile file",
         )
     try:
-        data = load_json(path.read_bytes())
+        data = load_json(path.read_bytes() if content is None else content)
     except OSError as exc:
         raise ProfileError(text, f"cannot read the file: {exc.strerror or exc}") from exc
     except ValueError as exc:
