@@ -88,6 +88,7 @@ from events import (
     StepUnavailable,
     outcome_of,
 )
+from events._files import write_file
 
 from ._context import StepResult
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
@@ -657,6 +658,7 @@ class Startup:
             await self._run_watching_signals()
         finally:
             self._scope = None
+            _write_elastic_error(self._env, self._finished, consequence=self._group_broken())
             if opened_here:
                 self.close()
         return self._returned()
@@ -1120,6 +1122,44 @@ def _elastic_agent(env: Mapping[str, str]) -> int | None:
         return None
     parent = os.getppid()
     return parent if parent > 1 else None
+
+
+#: Where torchrun's agent reads how its worker failed (set per worker).
+ELASTIC_ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
+
+
+def _write_elastic_error(
+    env: Mapping[str, str], finished: RunFinished | None, *, consequence: bool
+) -> None:
+    """Under torchrun, a rank that did not reach ready says why in
+    torchelastic's error file (the exception, its traceback, the time), so
+    that torchrun's summary shows it; its "Root Cause (first observed
+    failure)" is the failure with the earliest time there, in whole seconds,
+    the lowest rank on a tie. So a rank's own failure is stamped with the
+    second it happened in, and a failure that follows another rank's (this
+    one was stopped, or failed in an exchange with its peers) with the
+    second after it happened: never earlier than the failure it follows.
+    Nothing is written for a ready rank, or where the file cannot be."""
+    path = env.get(ELASTIC_ERROR_FILE_VARIABLE)
+    if not path or finished is None or finished.outcome is RunOutcome.READY:
+        return
+    seconds = finished.wall_ns // 1_000_000_000
+    if consequence or finished.outcome is RunOutcome.INTERRUPTED:
+        seconds += 1
+    cause = finished.cause
+    where = f" (step {finished.failed_step})" if finished.failed_step else ""
+    reason = cause.reason if cause is not None else f"startup {finished.outcome.value}"
+    document = {
+        "message": {
+            "message": f"{reason}{where}",
+            "extraInfo": {
+                "py_callstack": cause.format() if cause is not None else reason,
+                "timestamp": str(seconds),
+            },
+        }
+    }
+    with contextlib.suppress(OSError):
+        write_file(Path(path), orjson.dumps(document))
 
 
 def _trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:

@@ -113,6 +113,45 @@ def test_a_failure_raises_the_original_error_after_everything_is_flushed(
     assert finished.failed_step == "attention/CPU_ATTN"
 
 
+def test_a_failed_rank_says_why_in_torchelastics_error_file(tmp_path: Path) -> None:
+    error_file = tmp_path / "error.json"
+    startup = _startup(
+        tmp_path,
+        faults=["attention/CPU_ATTN=RuntimeError:boom"],
+        environ={"TORCHELASTIC_ERROR_FILE": str(error_file)},
+    )
+    with startup, pytest.raises(RuntimeError):
+        startup.run()
+
+    finished = _finished(tmp_path / "run" / "rank-0.jsonl")
+    document = json.loads(error_file.read_text(encoding="utf-8"))
+    assert document["message"]["message"] == "RuntimeError: boom (step attention/CPU_ATTN)"
+    extra = document["message"]["extraInfo"]
+    assert 'File "' in extra["py_callstack"]
+    assert extra["py_callstack"].rstrip().endswith("RuntimeError: boom")
+    # Its own failure: the second it happened in.
+    assert extra["timestamp"] == str(finished.wall_ns // 1_000_000_000)
+
+
+def test_a_stopped_rank_is_stamped_after_the_failure_it_follows(tmp_path: Path) -> None:
+    error_file = tmp_path / "error.json"
+    startup = _startup(tmp_path, environ={"TORCHELASTIC_ERROR_FILE": str(error_file)}).open()
+    startup.stop()
+    with pytest.raises(StartupInterrupted):
+        startup.run()
+
+    finished = _finished(tmp_path / "run" / "rank-0.jsonl")
+    extra = json.loads(error_file.read_text(encoding="utf-8"))["message"]["extraInfo"]
+    assert extra["timestamp"] == str(finished.wall_ns // 1_000_000_000 + 1)
+
+
+def test_a_ready_rank_writes_no_error_file(tmp_path: Path) -> None:
+    error_file = tmp_path / "error.json"
+    with _startup(tmp_path, environ={"TORCHELASTIC_ERROR_FILE": str(error_file)}) as startup:
+        assert startup.run().ready
+    assert not error_file.exists()
+
+
 def test_a_directory_of_another_run_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:

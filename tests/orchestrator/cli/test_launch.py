@@ -129,6 +129,44 @@ def test_explicit_mnnvl_without_multicast_disables_fusion(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: torchrun is not available")
+def test_torchruns_own_summary_names_the_rank_that_failed_first(tmp_path: Path) -> None:
+    # Rank 2 fails; ranks 0 and 1 then fail in the exchange that follows.
+    # torchrun takes its "Root Cause" from its workers' error files.
+    torchrun = Path(sys.executable).with_name("torchrun")
+    process = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node",
+            "3",
+            "-m",
+            "orchestrator",
+            "run",
+            "--simulate",
+            "h200x8",
+            "--inject",
+            "2:attention/FLASH_ATTN=RuntimeError:boom",
+        ],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+        check=False,
+    )
+
+    assert process.returncode == 1, process.stderr
+    summary = process.stderr.partition("Root Cause (first observed failure):")[2]
+    root, _, _ = summary.partition("=" * 60)
+    assert "rank      : 2 (local_rank: 2)" in root, process.stderr
+    assert "RuntimeError: boom" in root, root
+    assert 'File "' in root, root  # the traceback, not torchrun's "To enable traceback"
+    failures = process.stderr.partition("Failures:")[2].partition("Root Cause")[0]
+    # The consequences are listed with their own error, as later failures.
+    assert failures.count("orchestrator.GroupError") == 2, failures
+
+
+@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: torchrun is not available")
 def test_torchrun_four_ranks_share_one_run_and_one_trace(tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     assert torchrun.exists(), f"torch is installed but {torchrun} is missing"
