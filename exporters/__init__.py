@@ -50,7 +50,7 @@ if typing.TYPE_CHECKING:
     from ._live import LiveSpans as LiveSpans
     from ._logging import MESSAGE_LOGGER_PREFIX as MESSAGE_LOGGER_PREFIX
     from ._logging import LoggingBridge as LoggingBridge
-    from ._logging import scope_hidden_warnings as scope_hidden_warnings
+    from ._logging import launcher_messages as launcher_messages
     from ._propagation import TraceParent as TraceParent
     from ._propagation import activate_span as activate_span
     from ._propagation import context_with_span as context_with_span

@@ -40,8 +40,15 @@ know what the others derived (the end-of-startup exchange, or the launcher
 reading the logs), :meth:`LoggingBridge.release` prints those that neither
 the printing rank nor a lower rank of the node (of the world, for
 ``global``) derived: each condition once, none hidden.
-:func:`scope_hidden_warnings` answers the same question from every rank's
+:func:`launcher_messages` answers the same question from every rank's
 messages at once (a launcher's view).
+
+**A failure seen by many ranks is one line.** When one rank fails, its
+peers fail in the next exchange with the same error. A launcher that reads
+every log gives its ranks a ``hold`` rule for those messages: each rank
+keeps them, and the launcher prints each text once for every rank that
+derived it (:func:`launcher_messages`, :meth:`LoggingBridge.log` with
+``ranks``).
 """
 
 from __future__ import annotations
@@ -60,12 +67,13 @@ from events import (
     Severity,
     SeverityPolicy,
     Slice,
+    format_ranks,
     span_severity,
 )
 
 from ._terminal import terminal_text
 
-__all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge", "scope_hidden_warnings"]
+__all__ = ["MESSAGE_LOGGER_PREFIX", "LoggingBridge", "launcher_messages"]
 
 #: Every message logger's name starts with this (``orchestrator.step``).
 MESSAGE_LOGGER_PREFIX = "orchestrator"
@@ -90,6 +98,8 @@ class LoggingBridge:
         tracebacks: attach recorded tracebacks to messages below ERROR.
         hold_warnings: keep the WARNINGs scope does not print on this rank
             for :meth:`release`, instead of dropping them.
+        hold: messages to keep for :meth:`release` instead of printing them
+            (a launcher that reads every log prints them, once for all).
     """
 
     def __init__(
@@ -100,6 +110,7 @@ class LoggingBridge:
         logger_prefix: str = MESSAGE_LOGGER_PREFIX,
         tracebacks: bool = True,
         hold_warnings: bool = False,
+        hold: Callable[[Message], bool] | None = None,
     ) -> None:
         self._projection = Messages(policy, slices=slices)
         self._policy = self._projection.policy
@@ -107,6 +118,7 @@ class LoggingBridge:
         self._prefix = logger_prefix
         self._tracebacks = tracebacks
         self._hold = hold_warnings
+        self._hold_printed = hold
         self._held: list[Message] = []
         # Per rank, the steps whose ERROR this bridge printed: the run's own
         # ``run.failed`` would say that cause again.
@@ -135,19 +147,21 @@ class LoggingBridge:
             if after is None or len(after.messages) == known:
                 return
             for message in after.messages[known:]:
-                if message.printed and not self._repeats_a_step_error(message):
+                if message.printed and self._hold_printed and self._hold_printed(message):
+                    self._held.append(message)
+                elif message.printed and not self._repeats_a_step_error(message):
                     self._emit(message, after.identity.local_rank if after.identity else None)
                 elif self._hold and message.severity is Severity.WARNING:
                     self._held.append(message)
 
     @property
     def held(self) -> tuple[Message, ...]:
-        """The WARNINGs held back so far (``hold_warnings``)."""
+        """The messages held back so far (``hold_warnings``, ``hold``)."""
         with self._lock:
             return tuple(self._held)
 
     def release(self, skip: Callable[[Message], bool] = lambda _message: False) -> list[Message]:
-        """Print the held WARNINGs, but those ``skip`` says the printing rank
+        """Print the held messages, but those ``skip`` says the printing rank
         already printed; forget them all. Returns those printed."""
         with self._lock:
             held, self._held = self._held, []
@@ -156,10 +170,17 @@ class LoggingBridge:
             self.log(message)
         return printed
 
-    def log(self, message: Message, *, local_rank: int | None = None) -> None:
-        """Print ``message`` as the live stream does, whatever its scope
-        (the launcher prints what a rank held back this way)."""
-        self._emit(message, local_rank)
+    def log(
+        self,
+        message: Message,
+        *,
+        local_rank: int | None = None,
+        ranks: Sequence[int] = (),
+    ) -> None:
+        """Print ``message`` as the live stream does, whatever its scope, as
+        said by ``ranks`` when given (``[ranks 0-4,6-7]``): the launcher
+        prints what its ranks held back this way."""
+        self._emit(message, local_rank, ranks)
 
     def _repeats_a_step_error(self, message: Message) -> bool:
         """Whether ``message`` is a ``run.failed`` whose failed step (or a
@@ -173,7 +194,7 @@ class LoggingBridge:
             for step in self._error_steps.get(message.rank, ())
         )
 
-    def _emit(self, message: Message, local_rank: int | None) -> None:
+    def _emit(self, message: Message, local_rank: int | None, ranks: Sequence[int] = ()) -> None:
         if message.severity >= Severity.ERROR and message.step:
             self._error_steps.setdefault(message.rank, set()).add(message.step)
         logger = logging.getLogger(f"{self._prefix}.{message.code.partition('.')[0]}")
@@ -191,31 +212,56 @@ class LoggingBridge:
         text = message.text
         if detail:
             text += "\n" + detail.rstrip("\n")
-        logger.log(level, "[rank %d] %s", message.rank, terminal_text(text), extra=extra)
+        who = format_ranks(ranks or (message.rank,))
+        logger.log(level, "[%s] %s", who, terminal_text(text), extra=extra)
 
 
-def scope_hidden_warnings(state: MessagesState) -> list[Message]:
-    """The WARNINGs that scope kept every rank from printing live, once
-    each: a message the rank printing for its scope (local rank 0 of the
-    node, or global rank 0) did not derive, from the lowest rank of the node
-    (or of the world) that derived it, in time order. What a launcher that
-    saw every rank's messages prints so that no condition stays unseen and
-    none is printed twice."""
+def launcher_messages(
+    state: MessagesState, *, held: Callable[[Message], bool] | None = None
+) -> list[tuple[Message, tuple[int, ...]]]:
+    """What a launcher that saw every rank's messages prints for its ranks,
+    each once, in time order, with the ranks it stands for (every rank that
+    derived the same code and text), so that no condition stays unseen and
+    none is printed once per rank:
+
+    - the WARNINGs scope kept every rank from printing live: those the rank
+      printing for the scope (local rank 0 of the node, or global rank 0), or
+      a lower rank of it, did not derive;
+    - the messages ``held`` says its ranks held back instead of printing
+      them (:class:`LoggingBridge`'s ``hold``), but a rank's ``run.failed``
+      where the rank holds another of them: one failure, one line.
+    """
     identities = {rank: found.identity for rank, found in state.ranks.items()}
     derived = {
         rank: {(message.code, message.text) for message in found.messages}
         for rank, found in state.ranks.items()
     }
-    hidden = []
+    holding = {
+        message.rank
+        for message in state.messages()
+        if held is not None and message.printed and message.code != "run.failed" and held(message)
+    }
+    chosen: dict[tuple[str, str], Message] = {}
     for message in state.messages():
-        if message.printed or message.severity is not Severity.WARNING:
-            continue
         key = (message.code, message.text)
-        peers = _scope_peers(message.scope, message.rank, identities)
-        if any(key in derived.get(rank, set()) for rank in peers if rank < message.rank):
-            continue  # the printing rank, or a lower one, has it
-        hidden.append(message)
-    return hidden
+        if key in chosen:
+            continue
+        if message.printed:
+            if held is None or not held(message):
+                continue
+            if message.code == "run.failed" and message.rank in holding:
+                continue
+        elif message.severity is Severity.WARNING:
+            peers = _scope_peers(message.scope, message.rank, identities)
+            if any(key in derived.get(rank, set()) for rank in peers if rank < message.rank):
+                continue  # the printing rank, or a lower one, has it
+        else:
+            continue
+        chosen[key] = message
+    return [
+        (message, tuple(rank for rank, keys in derived.items() if key in keys))
+        for key, message in chosen.items()
+    ]
 
 
 def _scope_peers(scope: Scope, rank: int, identities: dict[int, RankIdentity | None]) -> list[int]:

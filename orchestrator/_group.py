@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import orjson
 
-from events import JsonValue, RankIdentity
+from events import JsonValue, Message, RankIdentity, Severity
 
 from ._errors import OrchestratorError, RankEnvironmentError
 from ._graph import Step
@@ -47,6 +47,7 @@ __all__ = [
     "LocalGroup",
     "Mailbox",
     "TorchDistributedGroup",
+    "follows_a_peer",
     "init_torch_distributed_group",
     "process_group_step",
 ]
@@ -78,6 +79,22 @@ class GroupError(OrchestratorError):
         # The text names no rank or address, so the same failure seen by many
         # ranks groups into one message; both are in the fields and the cause.
         super().__init__(f"{operation} across the process group failed: {reason}")
+
+
+#: How a recorded exception names a GroupError.
+GROUP_ERROR_NAME = f"{GroupError.__module__}.{GroupError.__qualname__}"
+
+
+def follows_a_peer(message: Message) -> bool:
+    """Whether ``message`` is an ERROR of a failure in an exchange with the
+    peers (a :class:`GroupError` in its cause chain): what this rank saw of
+    another rank's failure, said alike by every rank that saw it."""
+    exception = message.exception
+    return (
+        message.severity >= Severity.ERROR
+        and exception is not None
+        and any(link.type == GROUP_ERROR_NAME for link in exception.chain())
+    )
 
 
 @runtime_checkable

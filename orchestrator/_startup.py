@@ -94,7 +94,15 @@ from ._context import StepResult
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
 from ._faults import FaultPlan
 from ._graph import Graph
-from ._group import DeferredGroup, Group, GroupError, Mailbox, process_group_step
+from ._group import (
+    GROUP_ERROR_NAME,
+    DeferredGroup,
+    Group,
+    GroupError,
+    Mailbox,
+    follows_a_peer,
+    process_group_step,
+)
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
 from ._run_directory import (
     Collected,
@@ -245,7 +253,11 @@ class Startup:
             rank 0's run directory when the group is a
             :class:`~orchestrator.Mailbox` (as torch's is), rank 0 then
             writing the run's manifest. A launcher that reads every rank's
-            log afterwards and writes its own manifest passes ``False``.
+            log afterwards and writes its own manifest passes ``False``;
+            under the command line's launcher (``run --nproc``, which sets
+            its pid in the ranks' environment) the ranks then leave to it
+            the WARNINGs they held and the ERRORs of failures that follow a
+            peer's, which it prints once for all.
         environ: the environment to read (default :data:`os.environ`).
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,
@@ -468,14 +480,18 @@ class Startup:
         try:
             from exporters import LoggingBridge
 
+            # Under the command line's launcher, which prints what its ranks
+            # held back once for them all, a failure that follows a peer's
+            # is held too: one line for every rank that saw it, not one each.
+            held = follows_a_peer if self._launcher_prints() else None
             if self._graph is None:
                 from .engine import ENGINE, ENGINE_POLICY
 
                 self._bridge = LoggingBridge(
-                    hold_warnings=True, slices=(ENGINE,), policy=ENGINE_POLICY
+                    hold_warnings=True, hold=held, slices=(ENGINE,), policy=ENGINE_POLICY
                 )
             else:
-                self._bridge = LoggingBridge(hold_warnings=True, slices=self._slices)
+                self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._slices)
             self._set_up_logging()
             # The bridge first: span status reads the severities it derives.
             log.subscribe(self._bridge, from_seq=0)
@@ -669,17 +685,25 @@ class Startup:
         meanwhile ends whichever wait is going on."""
         end_started = anyio.current_time()
         if self._outcome() is RunOutcome.INTERRUPTED:
-            if self._bridge is not None:
-                self._bridge.release()
+            self._release_held()
         elif self._group_broken():
             # Known without asking: the ranks did not end together.
             if self._wait_for_peers and self._group.group is not None:
                 self._peers_finished = False
-            if self._bridge is not None:
-                self._bridge.release()
+            self._release_held()
         else:
             await self._exchange_with_peers()
         await self._collect_logs(end_started)
+
+    def _launcher_prints(self) -> bool:
+        """Whether the command line's launcher started this rank and will
+        print what it held back (it reads every log at the end)."""
+        return not self._wait_for_peers and _launcher_pid(self._env) is not None
+
+    def _release_held(self) -> None:
+        """Print what the bridge held back, unless the launcher will."""
+        if self._bridge is not None and not self._launcher_prints():
+            self._bridge.release()
 
     async def _run_watching_signals(self) -> None:
         assert self._runner is not None
@@ -758,7 +782,7 @@ class Startup:
         if isinstance(self._error, GroupError):
             return True
         cause = self._finished.cause if self._finished is not None else None
-        return cause is not None and cause.name == _GROUP_ERROR_NAME
+        return cause is not None and cause.type == GROUP_ERROR_NAME
 
     async def _exchange_with_peers(self) -> None:
         """The ranks' last exchange: who finished, and which WARNINGs each
@@ -1108,10 +1132,6 @@ def _printed_below(
 def _launcher_pid(env: Mapping[str, str]) -> int | None:
     text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
     return int(text) if text.isdigit() else None
-
-
-#: How a recorded cause names a GroupError.
-_GROUP_ERROR_NAME = f"{GroupError.__module__}.{GroupError.__qualname__}"
 
 
 def _elastic_agent(env: Mapping[str, str]) -> int | None:

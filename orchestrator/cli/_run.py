@@ -288,9 +288,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
         ranks = ", ".join(str(exit.rank) for exit in refused)
         print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
         return 2
-    # The same line a single-rank run prints: where the record is, what next.
-    _print_where_the_logs_are(run_dir)
-    return _report(args, [run_dir], hidden_warnings=True)
+    return _report(args, [run_dir], for_ranks=True)
 
 
 def _live_view(run_dir: Path) -> LaunchView | None:
@@ -421,18 +419,37 @@ def _rank_arguments(argv: list[str], handed: list[str]) -> list[str]:
     return [*out, *handed]
 
 
+def _print_for_ranks(args: argparse.Namespace, result: Any) -> None:
+    """What the launcher's ranks left it to print, once for them all: the
+    WARNINGs scope kept off every printing rank, and the ERRORs of failures
+    that follow another rank's, which each rank held back (``[ranks 0-4,6-7]
+    ... ; it follows rank 5's failure in attention/FLASH_ATTN``)."""
+    from exporters import launcher_messages
+
+    from .._group import follows_a_peer
+
+    bridge = _live_printer(args.level)
+    cause = result.root_cause
+    for message, ranks in launcher_messages(result.message_state, held=follows_a_peer):
+        if follows_a_peer(message) and cause is not None and cause.rank not in ranks:
+            where = f" in {cause.step}" if cause.step else ""
+            text = f"{message.text.rstrip('.')}; it follows rank {cause.rank}'s failure{where}."
+            message = attrs.evolve(message, text=text)
+        bridge.log(message, ranks=ranks)
+
+
 def _report(
     args: argparse.Namespace,
     paths: list[Path],
     *,
     own_rank: int | None = None,
-    hidden_warnings: bool = False,
+    for_ranks: bool = False,
 ) -> int:
     """Print the run's report (or the JSON document); with ``own_rank``, the
     view of one rank that cannot wait for its peers: its own state and
-    messages, the exit status its own outcome. With ``hidden_warnings`` (the
-    launcher), first print on stderr, as the live stream would have, the
-    WARNINGs scope kept off the terminal that no printing rank saw."""
+    messages, the exit status its own outcome. With ``for_ranks`` (the
+    launcher), first print on stderr, as the live stream would have, what
+    its ranks left to it (see :func:`_print_for_ranks`)."""
     from exporters import report_json, report_text
 
     from ..engine import replay
@@ -444,12 +461,10 @@ def _report(
 
     run = read_run(paths)
     result = replay(run.contents, launch=run.launch)
-    if hidden_warnings:
-        from exporters import scope_hidden_warnings
-
-        bridge = _live_printer(args.level)
-        for message in scope_hidden_warnings(result.message_state):
-            bridge.log(message)
+    if for_ranks:
+        _print_for_ranks(args, result)
+        # The same line a single-rank run prints: where the record is, what next.
+        _print_where_the_logs_are(paths[0])
     decisions = decision_divergences(run.contents)
     document = with_decision_divergences(report_json(result), decisions)
     if own_rank is not None:

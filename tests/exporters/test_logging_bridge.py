@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from events import Event, MemoryLog, Severity
+from events import Event, MemoryLog, Message, Severity
 from orchestrator.engine import ENGINE
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 from tests.orchestrator.engine.streams import (
@@ -179,7 +179,7 @@ def test_the_bridge_gives_live_spans_their_severity_and_status() -> None:
 
 
 def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
-    from exporters import LoggingBridge, scope_hidden_warnings
+    from exporters import LoggingBridge, launcher_messages
     from tests.orchestrator.engine.streams import ZENTORCH_ABI
 
     # Ranks 0 and 1 share a node (local world 4): zentorch.broken is scope
@@ -213,8 +213,9 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     from orchestrator.engine import EngineMessages as Messages
 
     state = fold(Messages(), [e for events in streams.values() for e in events])
-    # A launcher that sees every rank prints it once, from the lowest rank.
-    assert [(m.rank, m.code) for m in scope_hidden_warnings(state)] == [(1, "zentorch.broken")]
+    # A launcher that sees every rank prints it once, for both ranks.
+    found = [(m.rank, m.code, ranks) for m, ranks in launcher_messages(state)]
+    assert found == [(1, "zentorch.broken", (1, 2))]
 
 
 def _failed_rank(*, failed_step: str | None) -> list[Event]:
@@ -252,3 +253,46 @@ def test_a_run_failure_no_step_printed_is_still_printed(
         bridge(event)
     errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
     assert [r.code for r in errors] == ["step.failed", "run.failed"]  # type: ignore[attr-defined]
+
+
+def _peer_failure(rank: int, error: str) -> list[Event]:
+    """A rank whose ``allreduce`` step fails with ``error`` (a lost peer, for
+    ``ConnectionError``), and its run with it."""
+    from events import RunOutcome
+    from tests.orchestrator.engine.streams import exception
+
+    cause = exception(error, "peer 5 went away" if error == "ConnectionError" else "boom")
+    builder = RankBuilder(rank, world_size=3).run_started()
+    builder.started("allreduce")
+    builder.failed("allreduce", cause)
+    return list(builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="allreduce"))
+
+
+def _lost_peer(message: Message) -> bool:
+    return message.exception is not None and message.exception.name == "ConnectionError"
+
+
+def test_held_messages_are_printed_once_for_every_rank_by_the_launcher(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    from events import fold
+    from exporters import LoggingBridge, launcher_messages
+    from orchestrator.engine import EngineMessages as Messages
+
+    streams = {0: _peer_failure(0, "RuntimeError"), 1: _peer_failure(1, "ConnectionError")}
+    streams[2] = _peer_failure(2, "ConnectionError")
+    held = LoggingBridge(slices=(ENGINE,), hold=_lost_peer)
+    for event in streams[1]:
+        held(event)
+    # Nothing of the lost peer is printed on the rank: it is held, both lines.
+    assert [r for r in caplog_debug.records if r.levelno >= logging.ERROR] == []
+    assert [m.code for m in held.held] == ["step.failed", "run.failed"]
+
+    state = fold(Messages(), [e for events in streams.values() for e in events])
+    found = [(m.code, m.rank, ranks) for m, ranks in launcher_messages(state, held=_lost_peer)]
+    # One line for both ranks, and not their runs' failure again; rank 0's
+    # own failure is printed live by rank 0, not by the launcher.
+    assert found == [("step.failed", 1, (1, 2))]
+    bridge = LoggingBridge(slices=(ENGINE,))
+    bridge.log(launcher_messages(state, held=_lost_peer)[0][0], ranks=(1, 2))
+    assert caplog_debug.records[-1].getMessage().startswith("[ranks 1-2] Step allreduce failed")

@@ -99,3 +99,39 @@ def test_under_torchrun_the_rank_that_alone_saw_a_warning_prints_it(tmp_path: Pa
     assert process.returncode == 0, process.stdout + process.stderr
     [line] = _zentorch_warnings(process.stderr)
     assert line.startswith("WARNING [rank 1] ")
+
+
+def test_a_failure_that_follows_another_ranks_is_one_line_for_every_rank(tmp_path: Path) -> None:
+    # Rank 2 fails; ranks 0, 1 and 3 then fail in the exchange that follows,
+    # each with the same GroupError, and the group broke before the end of
+    # the startup: each holds its lines and the launcher prints them once.
+    done = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "4",
+        "--grace",
+        "1",
+        "--run-dir",
+        "run",
+        "--inject",
+        "2:attention/FLASH_ATTN=RuntimeError:boom",
+        cwd=tmp_path,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
+
+    assert done.returncode == 1, done.describe()
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+    assert errors[0] == (
+        "ERROR   [rank 2] Step attention/FLASH_ATTN failed: RuntimeError: boom; "
+        "the error propagated and stopped the startup."
+    ), done.stderr
+    [followed] = errors[1:]
+    assert followed.startswith(
+        "ERROR   [ranks 0-1,3] Step allreduce_workspace/agree failed: GroupError: "
+    ), done.stderr
+    assert followed.endswith("; it follows rank 2's failure in attention/FLASH_ATTN."), followed
+    # The node-wide WARNING rank 0 printed is not printed again by its peers.
+    mnnvl = [line for line in done.stderr.splitlines() if "backend=mnnvl unavailable" in line]
+    assert [line[:16] for line in mnnvl] == ["WARNING [rank 0]"], done.stderr
