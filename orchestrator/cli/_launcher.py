@@ -28,6 +28,7 @@ filesystem needed), or :mod:`orchestrator.ray` for Ray actors.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -45,7 +46,7 @@ from anyio.abc import Process, TaskGroup
 from events import RankProcess
 
 from .._identity import RUN_ID_VARIABLE
-from .._run_directory import Manifest
+from .._run_directory import Manifest, RunDirectoryError
 from .._signals import LAUNCHER_PID_VARIABLE, STOP_SIGNALS
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
@@ -146,7 +147,8 @@ def launch_local(
 
     Raises:
         ValueError: ``nproc`` < 1 or ``grace_s`` <= 0.
-        RunDirectoryError: the manifest could not be rewritten.
+        RunDirectoryError: the manifest could not be rewritten (raised once
+            every rank has ended: the launch goes on without it).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, not {nproc}")
@@ -168,13 +170,33 @@ def launch_local(
     # The event loop's signal receiver replaces the handlers while the launch
     # runs; the caller's come back after it.
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    _wait_without_threads()
     try:
         anyio.run(launch.run, backend="asyncio")
     finally:
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    if launch.unwritten is not None:
+        # The ranks ran to their end all the same; their logs hold the run.
+        raise launch.unwritten
     return [launch.exits[rank] for rank in range(len(launch.processes))]
+
+
+def _wait_without_threads() -> None:
+    """Have asyncio wait for the ranks on pidfds, as it does by default from
+    Python 3.12 on where the kernel has them, not with a thread per rank as
+    3.11 does: a rank's parent-death signal comes when the launcher thread
+    that started it dies, and with other threads alive when the launcher is
+    killed the rank would get it from a launcher that is still there, and
+    could not tell that it had died."""
+    if sys.version_info >= (3, 12) or not hasattr(asyncio, "PidfdChildWatcher"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return  # no pidfds on this kernel
+    asyncio.get_event_loop_policy().set_child_watcher(asyncio.PidfdChildWatcher())
 
 
 #: How long the ranks' stderr is read after the last rank ended: a process a
@@ -227,6 +249,8 @@ class _Launch:
         self.trouble = anyio.Event()
         self.why = ""
         self.starting = True
+        #: the first manifest write that failed
+        self.unwritten: RunDirectoryError | None = None
 
     async def run(self) -> None:
         with contextlib.ExitStack() as stack:
@@ -389,7 +413,16 @@ class _Launch:
         if self.manifest is None:
             return
         self.manifest = self.manifest.with_rank(entry)
-        self.manifest.write(self.run_dir)
+        self.write_manifest()
+
+    def write_manifest(self) -> None:
+        """Rewrite the manifest; the first failure (a full disk) is kept for
+        the end of the launch, which goes on."""
+        assert self.manifest is not None
+        try:
+            self.manifest.write(self.run_dir)
+        except RunDirectoryError as exc:
+            self.unwritten = self.unwritten or exc
 
     def record_end(self, rank: int, code: int) -> None:
         """Write down how ``rank`` ended."""
@@ -420,7 +453,7 @@ class _Launch:
                     )
                 )
         self.manifest = attrs.evolve(manifest, finished_wall_ns=time.time_ns())
-        self.manifest.write(self.run_dir)
+        self.write_manifest()
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:
