@@ -590,16 +590,19 @@ def _columns(replay: Replay) -> tuple[Column, ...]:
 def _cells(
     replay: Replay, state: RankState | None, rank: int, columns: Sequence[Column]
 ) -> tuple[str, ...]:
-    """OUTCOME, the slices' columns, LAST STEP."""
+    """OUTCOME, the slices' columns, LAST STEP (for a rank that did not
+    end ready, the step it failed, stopped or died in)."""
     outcome = replay.outcome_of(rank).value
     if state is None:
         return (outcome, *("-" for _column in columns), "(no events)")
     facts = state.facts
     values: list[JsonValue] = [facts.get(column.fact) for column in columns]
+    cause = state.root_cause
+    step = cause.step if cause is not None and cause.step else state.last_step
     return (
         outcome,
         *(column.cell(value) for column, value in zip(columns, values, strict=True)),
-        state.last_step or "-",
+        step or "-",
     )
 
 

@@ -258,11 +258,16 @@ def _tree_lines(
 
 
 def explain_text(
-    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
+    events: Iterable[Event],
+    *,
+    rank: int | None = None,
+    launch: LaunchRecord | None = None,
+    first: int | None = None,
 ) -> str:
     """The fallback tree of every step of every rank, with outcomes, causes
     and decisions; ranks with identical trees are shown once (timings of the
-    first rank of the group). With the run's ``launch``, a step in flight
+    first rank of the group), the group of rank ``first`` (the root cause)
+    first, then by lowest rank. With the run's ``launch``, a step in flight
     when its rank died lasts until the process ended."""
     by_rank = _by_rank(events)
     if rank is not None:
@@ -272,9 +277,9 @@ def explain_text(
         key = tuple(_tree_lines(rank_events, with_times=False))
         groups.setdefault(key, []).append(r)
     out: list[str] = []
-    for ranks in groups.values():
-        first = by_rank[ranks[0]][0] if by_rank[ranks[0]] else None
-        role = first.identity.role if isinstance(first, RunStarted) else None
+    for ranks in sorted(groups.values(), key=lambda ranks: first not in ranks):
+        started = by_rank[ranks[0]][0] if by_rank[ranks[0]] else None
+        role = started.identity.role if isinstance(started, RunStarted) else None
         label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
         out.append(f"== {format_ranks(ranks)}{label} ==")
         out.extend(_tree_lines(by_rank[ranks[0]], with_times=True, launch=launch))

@@ -376,7 +376,9 @@ def _view(
             # The run's outcome, what was simulated or injected, and the
             # ranks without events come first, as in the report.
             emit(report_header(result))
-        emit(render(_events(run.contents), rank=args.rank, launch=run.launch))
+        cause = result.root_cause
+        first = None if cause is None else cause.rank
+        emit(render(_events(run.contents), rank=args.rank, launch=run.launch, first=first))
         return 0
 
     return command
@@ -535,19 +537,25 @@ def terminal_line(text: str) -> str:
     return terminal_text(text)
 
 
-def _explain(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
+def _explain(
+    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
+) -> str:
     from exporters import explain_text
 
-    return explain_text(events, rank=rank, launch=launch)
+    return explain_text(events, rank=rank, launch=launch, first=first)
 
 
-def _blame(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
+def _blame(
+    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
+) -> str:
     from exporters import blame_text
 
     return blame_text(events, rank=rank, launch=launch)
 
 
-def _critical(events: list[Event], rank: int | None, launch: LaunchRecord | None) -> str:
+def _critical(
+    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
+) -> str:
     from exporters import critical_path_text
 
     return critical_path_text(events, rank=rank, launch=launch)

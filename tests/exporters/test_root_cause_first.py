@@ -1,0 +1,56 @@
+"""What an operator reads first points at the failure: the Ranks table's
+LAST STEP of a failed rank is the step it failed in, not the last step that
+ended after it, and ``explain`` shows the root-cause rank's tree first."""
+
+from __future__ import annotations
+
+import events
+from events import Event, RunOutcome
+from events.testing import EventStream, exception_info
+from exporters import explain_text, report_text
+
+BOOM = exception_info("RuntimeError", "boom")
+LOST = exception_info("ConnectionError", "peer 2 went away")
+
+
+def _run() -> list[Event]:
+    """Rank 2 fails in ``attention/FLASH_ATTN`` and its ``allreduce`` is
+    cancelled after it; ranks 0 and 1 fail later in ``allreduce``."""
+    streams = []
+    for rank in range(3):
+        stream = EventStream(rank=rank, world_size=3).run_started()
+        stream.started("attention").started("attention/FLASH_ATTN")
+        if rank == 2:
+            stream.failed("attention/FLASH_ATTN", BOOM).failed("attention", BOOM)
+            stream.started("allreduce").cancelled("allreduce", "the startup failed")
+            streams.append(
+                stream.run_finished(
+                    RunOutcome.FAILED, cause=BOOM, failed_step="attention/FLASH_ATTN"
+                )
+            )
+            continue
+        stream.succeeded("attention/FLASH_ATTN").succeeded("attention")
+        stream.advance(5_000_000)
+        stream.started("allreduce").failed("allreduce", LOST)
+        streams.append(stream.run_finished(RunOutcome.FAILED, cause=LOST, failed_step="allreduce"))
+    return [event for stream in streams for event in stream]
+
+
+def test_the_ranks_table_shows_the_step_each_failed_rank_failed_in() -> None:
+    text = report_text(events.replay(_run()))
+    table = text.partition("Ranks:\n")[2].partition("\n\n")[0].splitlines()
+    last_steps = {row.split()[0]: row.split()[-1] for row in table[1:]}
+    assert last_steps == {"2": "attention/FLASH_ATTN", "0-1": "allreduce"}, text
+
+
+def test_explain_shows_the_root_cause_ranks_tree_first() -> None:
+    run = _run()
+    cause = events.replay(run).root_cause
+    assert cause is not None
+    assert cause.rank == 2
+
+    groups = [line for line in explain_text(run, first=2).splitlines() if line.startswith("==")]
+    assert groups == ["== rank 2 ==", "== ranks 0-1 =="]
+    # Without a root cause to put first, by lowest rank.
+    groups = [line for line in explain_text(run).splitlines() if line.startswith("==")]
+    assert groups == ["== ranks 0-1 ==", "== rank 2 =="]
