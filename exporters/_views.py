@@ -400,10 +400,18 @@ def diff_text(
     root cause, per-rank state, decisions and messages (the lines of
     :func:`run_differences`), under ``---``/``+++`` headers."""
     lines = [f"--- {label_a}", f"+++ {label_b}"]
-    lines += run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
-    if len(lines) == 2:
-        lines.append("no differences in outcome, state, decisions or messages")
+    # Neither is a real start in the same way: said first, not a difference.
+    for field, what in _NOT_REAL:
+        same = _not_real(a.get(field))
+        if same and same == _not_real(b.get(field)):
+            lines.append(f"both runs: {what} {same}")
+    differences = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
+    lines += differences or ["no differences in outcome, state, decisions or messages"]
     return _printable(lines)
+
+
+#: What makes a run not a real start, by report field.
+_NOT_REAL = (("simulated", "simulated host"), ("injected", "injected faults"))
 
 
 def run_differences(
@@ -426,16 +434,24 @@ def run_differences(
         lines.append(f"outcome: {a.get('outcome')} -> {b.get('outcome')}")
     if a.get("world_size") != b.get("world_size"):
         lines.append(f"world_size: {a.get('world_size')} -> {b.get('world_size')}")
+    # Whether either was a real start at all.
+    for field, what in _NOT_REAL:
+        old, new = _not_real(a.get(field)), _not_real(b.get(field))
+        if old != new:
+            lines.append(f"{what}: {old or 'none'} -> {new or 'none'}")
     cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
     if not _same_json(_comparable_cause(cause_a), _comparable_cause(cause_b)):
         lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
     ranks_a = {r["rank"]: _comparable_rank(r) for r in a.get("ranks", [])}
     ranks_b = {r["rank"]: _comparable_rank(r) for r in b.get("ranks", [])}
-    fields = sorted({k for r in [*ranks_a.values(), *ranks_b.values()] for k in r} - {"rank"})
+    both = set(ranks_a) & set(ranks_b)
+    for only, side in ((set(ranks_a) - both, "first"), (set(ranks_b) - both, "second")):
+        if only:
+            lines.append(f"{format_ranks(only)}: only in the {side} run")
     changes: dict[tuple[str, str, str], list[int]] = {}
-    for rank in sorted(set(ranks_a) | set(ranks_b)):
-        left, right = ranks_a.get(rank, {}), ranks_b.get(rank, {})
-        for field in fields:
+    for rank in sorted(both):
+        left, right = _flat(ranks_a[rank]), _flat(ranks_b[rank])
+        for field in sorted((left.keys() | right.keys()) - {"rank"}):
             if left.get(field) != right.get(field):
                 key = (field, repr(left.get(field)), repr(right.get(field)))
                 changes.setdefault(key, []).append(rank)
@@ -443,6 +459,8 @@ def run_differences(
         lines.append(f"{format_ranks(ranks)}: {field} {old} -> {new}")
     decided: dict[tuple[str, str, str], list[int]] = {}
     for rank, decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
+        if rank not in both and (ranks_a or ranks_b):
+            continue  # a rank of one run only: said above
         old_value = (decisions_a or {}).get((rank, decision))
         new_value = (decisions_b or {}).get((rank, decision))
         if old_value != new_value:
@@ -458,6 +476,26 @@ def run_differences(
         if messages_a.get(key) != ranks:
             lines.append(f"+ {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
     return lines
+
+
+def _not_real(value: Any) -> str:
+    """What a report says made a run not a real start (its simulated host,
+    its injected faults), as text; ``""`` for a real start."""
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return "" if value is None else str(value)
+
+
+def _flat(rank: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank's entry with its nested objects (its process) as dotted
+    fields, so that a difference names the one field that differs."""
+    flat: dict[str, Any] = {}
+    for field, value in rank.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{field}.{key}": item for key, item in value.items()})
+        else:
+            flat[field] = value
+    return flat
 
 
 #: What a rank's process record says that differs between any two launches.

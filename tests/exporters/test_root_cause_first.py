@@ -54,3 +54,45 @@ def test_explain_shows_the_root_cause_ranks_tree_first() -> None:
     # Without a root cause to put first, by lowest rank.
     groups = [line for line in explain_text(run).splitlines() if line.startswith("==")]
     assert groups == ["== ranks 0-1 ==", "== rank 2 =="]
+
+
+def _report(
+    *, injected: tuple[str, ...] = (), lost_rank: bool = False, exit_code: int = 0
+) -> dict[str, object]:
+    """The report document of a simulated 2-rank run (3 with ``lost_rank``:
+    rank 2 ready and recorded by its launcher); rank 0's process exited with
+    ``exit_code``."""
+    from events import LaunchRecord, RankProcess
+    from exporters import report_json
+
+    streams = []
+    world = 3 if lost_rank else 2
+    for rank in range(world):
+        stream = EventStream(rank=rank, world_size=world)
+        stream.run_started(simulated="h200x8", injected=injected)
+        stream.started("probe").succeeded("probe")
+        streams.append(stream.run_finished())
+    processes = {0: RankProcess(rank=0, pid=6, exit_code=exit_code)}
+    if lost_rank:
+        processes[2] = RankProcess(rank=2, pid=7, exit_code=0)
+    launch = LaunchRecord(run_id="test-run", world_size=world, processes=processes)
+    run = [event for stream in streams for event in stream]
+    return report_json(events.replay(run, launch=launch))
+
+
+def test_diff_says_how_runs_were_not_real_starts_and_which_ranks_one_lacks() -> None:
+    from exporters import diff_text, run_differences
+
+    plain, injected = _report(), _report(injected=("1:probe=RuntimeError:boom",))
+    assert diff_text(plain, plain).splitlines()[2:] == [
+        "both runs: simulated host h200x8",
+        "no differences in outcome, state, decisions or messages",
+    ]
+    assert run_differences(plain, injected) == [
+        "injected faults: none -> 1:probe=RuntimeError:boom"
+    ]
+    wider = _report(lost_rank=True)
+    changes = run_differences(plain, wider)
+    assert "rank 2: only in the second run" in changes, changes
+    # The fields of a rank's process are named one by one, not as a dict.
+    assert run_differences(plain, _report(exit_code=3)) == ["rank 0: process.exit_code 0 -> 3"]
