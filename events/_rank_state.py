@@ -16,6 +16,11 @@ from ._model import JsonValue, RankIdentity, RunOutcome, StepStalled
 __all__ = ["RankState", "RootCause"]
 
 
+#: Why a rank has no events, without a launcher's record, when it is of a
+#: node none of whose logs were read: each node keeps its own copy.
+ELSEWHERE = "another node's"
+
+
 @attrs.frozen(kw_only=True)
 class RootCause:
     """Why a rank did not end ready.
@@ -35,7 +40,7 @@ class RootCause:
         in_flight: for a rank that died or was interrupted, every step that
             was running at that moment (innermost steps only).
         no_events: why the rank has no events, when it has none
-            (``"no log"`` or ``"empty log"``).
+            (``"no log"``, ``"empty log"`` or :data:`ELSEWHERE`).
         process: what its launcher saw of its process, when known.
         left_out: what the rank went on without (a :class:`~events.Collective`'s
             ``what``, ``the process group``) when that is why it is the root
@@ -65,6 +70,11 @@ class RootCause:
         if self.no_events is not None:
             if self.process is not None:
                 return f"{self.process.describe(since_ns=since_ns)}; its log is {_log_state(self)}"
+            if self.no_events == ELSEWHERE:
+                return (
+                    f"rank {self.rank}'s log is not here: it is another node's "
+                    "(each node keeps its own copy; read them together)"
+                )
             return (
                 f"rank {self.rank} wrote no events ({self.no_events}): never started, "
                 "or killed before its first event"
@@ -104,7 +114,7 @@ class RootCause:
 
 
 def _log_state(cause: RootCause) -> str:
-    return "missing" if cause.no_events == "no log" else "empty"
+    return "empty" if cause.no_events == "empty log" else "missing"
 
 
 def _innermost(steps: Iterable[str]) -> tuple[str, ...]:

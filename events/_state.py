@@ -55,7 +55,7 @@ from ._model import (
     StepSucceeded,
 )
 from ._policy import SeverityPolicy
-from ._rank_state import RankState, RootCause, _root_cause, _StateTracking
+from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTracking
 from ._reader import LogContents
 from ._reducers import fold
 from ._severity import Scope, Severity
@@ -446,7 +446,10 @@ class Replay:
         timeline: when each step of each rank ran.
         warnings: about the logs themselves (torn tails, missing ranks).
         no_events: ranks of the world that have no events, with why
-            (``"no log"`` or ``"empty log"``).
+            (``"no log"``, ``"empty log"``, or, without a launcher's record,
+            ``"another node's"`` for the ranks of a node none of whose logs
+            are here: they are never taken for the root cause while a rank
+            here is).
         launch: what the launcher recorded of the run, when known.
         until: the cutoff (``seq``) the run was replayed to, if any.
         simulated: the simulated host the ranks ran on, if any.
@@ -676,6 +679,10 @@ def replay(
         for rank in range(world_size)
         if rank not in states
     }
+    if launch is None or launch.source is None:
+        # Without a launcher's record, each node keeps its own copy: the
+        # ranks of a node none of whose logs are here are elsewhere.
+        no_events.update(dict.fromkeys(_of_absent_nodes(no_events, states), ELSEWHERE))
     if launch is not None and launch.source is not None:
         # A launcher's record lists every rank it started: one it does not
         # list was never started (the launch was stopped first).
@@ -686,9 +693,10 @@ def replay(
         }
         if never:
             launch = attrs.evolve(launch, processes={**launch.processes, **never})
-    if no_events:
+    silent = [rank for rank, why in no_events.items() if why != ELSEWHERE]
+    if silent:
         warnings.append(
-            f"no events from {format_ranks(no_events)} of world size {world_size}: "
+            f"no events from {format_ranks(silent)} of world size {world_size}: "
             "never started, or stopped before the first event"
         )
     message_state = MessagesState(ranks=rank_messages)
@@ -816,6 +824,23 @@ def _left_out(
     return found
 
 
+def _of_absent_nodes(no_events: Mapping[int, str], states: Mapping[int, RankState]) -> list[int]:
+    """The ranks without events (no log) whose node has no log here, in a
+    copy of another node than rank 0's (whose directory holds the whole run
+    and its manifest once the ranks end together), when the logs present
+    say how ranks make nodes (one local world size)."""
+    identities = [state.identity for state in states.values() if state.identity is not None]
+    sizes = {identity.local_world_size for identity in identities}
+    if len(sizes) != 1 or (local := sizes.pop()) < 1:
+        return []
+    present = {identity.node_rank for identity in identities}
+    if 0 in present:
+        return []  # rank 0's node: a node without logs here did not write any
+    return [
+        rank for rank, why in no_events.items() if why == "no log" and rank // local not in present
+    ]
+
+
 def _run_root_cause(
     states: Mapping[int, RankState],
     no_events: Mapping[int, str],
@@ -875,7 +900,7 @@ def _run_root_cause(
             process = processes.get(gone.rank)
             causes = [gone if process is None else attrs.evolve(gone, process=process)]
     for candidates in (
-        [cause for cause in silent if cause.rank not in stopped],
+        [cause for cause in silent if cause.rank not in stopped and cause.no_events != ELSEWHERE],
         [cause for cause in causes if cause.rank not in stopped],
         causes,
         silent,

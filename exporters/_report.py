@@ -44,7 +44,7 @@ fields never change meaning; new fields may be added. Schema (version 1)::
                    | "incomplete" | "ready",   #   it went on without a collective)
         "left_out": str | null,                # the collective it went on without
         "description": str,                    # one line, as the text report says it
-        "no_events": null | "no log" | "empty log",
+        "no_events": null | "no log" | "empty log" | "another node's",
         "in_flight": [str, ...],
         "process": null | {...},               # as in "ranks"
         "exception": null | {"type": str,      # qualified type name
@@ -248,7 +248,7 @@ def _process_of(replay: Replay, rank: int) -> RankProcess | None:
 def _log_state(replay: Replay, rank: int) -> str:
     why = replay.no_events.get(rank)
     if why is not None:
-        return "missing" if why == "no log" else "empty"
+        return "empty" if why == "empty log" else "missing"
     return "complete" if replay.states[rank].finished else "unfinished"
 
 
@@ -570,11 +570,11 @@ def _no_events_lines(replay: Replay) -> list[str]:
         else:
             unseen.setdefault(why, []).append(rank)
     for why, ranks in unseen.items():
-        lines.append(
-            terminal_text(
-                f"  {format_ranks(ranks)}: {why} (never started, or killed before its first event)"
-            )
-        )
+        if why == "another node's":
+            text = "not here: another node's (each node keeps its own copy; read them together)"
+        else:
+            text = f"{why} (never started, or killed before its first event)"
+        lines.append(terminal_text(f"  {format_ranks(ranks)}: {text}"))
     return lines
 
 
