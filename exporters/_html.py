@@ -311,6 +311,12 @@ def report_html(
     starts = [r.start_wall_ns for r in ranks.values() if r.start_wall_ns is not None]
     starts += [t.start_wall_ns for r in ranks.values() for t in r.steps.values()]
     origin = min(starts, default=0)
+    # Times are since the launch began, as the text report counts them,
+    # when its launcher recorded when; else since the first event.
+    began = result.launch.started_wall_ns if result.launch is not None else None
+    since = "the first event"
+    if began and began <= origin:
+        origin, since = began, "the launch began"
     ends = [origin]
     for rank_timeline in ranks.values():
         for timing in rank_timeline.steps.values():
@@ -411,7 +417,7 @@ def report_html(
         f" for {len(ranks)} rank{'s' if len(ranks) != 1 else ''})</h2>"
         '<button type="button" data-all="open">expand all</button> '
         '<button type="button" data-all="close">collapse all</button>'
-        f'<div class="axis"><span class="name">time since the first event</span>'
+        f'<div class="axis"><span class="name">time since {since}</span>'
         f'<span class="track">{ticks}</span></div>'
     )
     missing = {rank: why for rank, why in result.no_events.items() if rank not in ranks}

@@ -96,3 +96,28 @@ def test_diff_says_how_runs_were_not_real_starts_and_which_ranks_one_lacks() -> 
     assert "rank 2: only in the second run" in changes, changes
     # The fields of a rank's process are named one by one, not as a dict.
     assert run_differences(plain, _report(exit_code=3)) == ["rank 0: process.exit_code 0 -> 3"]
+
+
+def test_the_page_and_the_report_count_time_from_the_same_moment() -> None:
+    from events import LaunchRecord, RankProcess
+    from events.testing import BASE_WALL_NS
+    from exporters import report_html
+
+    stream = EventStream(rank=0, world_size=2).run_started()
+    run = stream.started("probe").succeeded("probe").run_finished()
+    # Rank 1 died before its first event, 12.5 s after its launcher began
+    # (which was 2 s before rank 0's first event).
+    died = RankProcess(rank=1, pid=9, exit_code=1, ended_wall_ns=BASE_WALL_NS + 10_500_000_000)
+    launch = LaunchRecord(
+        run_id="test-run",
+        world_size=2,
+        started_wall_ns=BASE_WALL_NS - 2_000_000_000,
+        processes={1: died},
+        source="manifest.json",
+    )
+    result = events.replay(run, launch=launch)
+
+    assert "at +12.5 s" in report_text(result)
+    page = report_html(result, run)
+    assert "at +12.5 s" in page
+    assert "time since the launch began" in page
