@@ -679,7 +679,11 @@ def report_header(replay: Replay) -> str:
 
 
 def report_text(
-    replay: Replay, *, min_severity: Severity = Severity.INFO, rank: int | None = None
+    replay: Replay,
+    *,
+    min_severity: Severity = Severity.INFO,
+    rank: int | None = None,
+    printed_above: str | None = None,
 ) -> str:
     """The human report: outcome and root cause first (rank, step, exception
     chain outermost first, each cause below it), then the ranks' state with
@@ -687,7 +691,10 @@ def report_text(
     ``min_severity`` or above, the divergences and the log warnings.
 
     With ``rank``, the table and the messages are that rank's only (the
-    outcome, root cause and divergences stay the run's).
+    outcome, root cause and divergences stay the run's). With
+    ``printed_above`` (the messages were printed live just above, on the
+    same terminal), the messages section says how many there are and
+    ``printed_above`` (how to see them again) instead of repeating them.
 
     Text that came from a log (messages, exception text, file names) is
     shown with control characters escaped and continuation lines indented,
@@ -708,8 +715,13 @@ def report_text(
         [g for g in groups if not g.code.endswith(".divergence")], min_severity
     )
     lines.append("")
-    lines.append(f"Messages ({level} and above):")
-    lines.extend(messages or ["  (none)"])
+    if printed_above is not None and messages:
+        lines.append(
+            f"Messages ({level} and above): {len(messages)}, printed above; {printed_above}"
+        )
+    else:
+        lines.append(f"Messages ({level} and above):")
+        lines.extend(messages or ["  (none)"])
     if replay.divergences:
         lines.append("")
         lines.append("Divergences:")

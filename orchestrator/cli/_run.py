@@ -477,7 +477,11 @@ def _report(
     if args.json:
         emit(to_json_text(document))
     else:
-        emit(report_text(result, min_severity=args.level, rank=own_rank))
+        above = None
+        if args.command == "run" and sys.stdout.isatty() and sys.stderr.isatty():
+            # The live messages are on the same screen, just above.
+            above = f"replay {paths[0]} lists them"
+        emit(report_text(result, min_severity=args.level, rank=own_rank, printed_above=above))
         if decisions:
             emit(decision_divergences_text(decisions))
     if own_rank is not None:

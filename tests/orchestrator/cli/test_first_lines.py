@@ -3,11 +3,14 @@ lost something, and one live line per rank for one failure."""
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from .harness import LAUNCH_TIMEOUT_S, run_cli
+from .harness import LAUNCH_TIMEOUT_S, command, environment, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +142,47 @@ def test_a_single_rank_failure_is_one_live_line(tmp_path: Path) -> None:
     errors = [line for line in ran.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1, ran.describe()
     assert errors[0].startswith("ERROR   [rank 0] Step attention/FLASH_ATTN failed: "), errors
+
+
+def _on_a_terminal(tmp_path: Path, *args: str) -> tuple[int, str]:
+    """Run ``python -m orchestrator <args>`` with stdout and stderr on one
+    pseudo-terminal, as a person at a terminal runs it: its exit status and
+    all it showed."""
+    terminal, child_side = os.openpty()
+    process = subprocess.Popen(
+        command(*args), cwd=tmp_path, env=environment(TERM="xterm"),
+        stdout=child_side, stderr=child_side,
+    )  # fmt: skip
+    os.close(child_side)
+    shown = b""
+    try:
+        while True:
+            ready, _, _ = select.select([terminal], [], [], LAUNCH_TIMEOUT_S)
+            if not ready:
+                break
+            try:
+                data = os.read(terminal, 1 << 16)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            shown += data
+        returncode = process.wait(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        os.close(terminal)
+        if process.poll() is None:
+            process.kill()
+    return returncode, shown.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_on_a_terminal_the_report_does_not_print_the_live_messages_again(
+    tmp_path: Path,
+) -> None:
+    returncode, shown = _on_a_terminal(tmp_path, "run", "--simulate", "h200x8", "--run-dir", "run")
+
+    assert returncode == 0, shown
+    assert shown.count("Automatically detected platform CudaPlatform.") == 1, shown
+    assert "Messages (info and above): 3, printed above; replay run lists them" in shown, shown
+    # Off a terminal (a file, a pipe) the report is whole.
+    ran = run_cli("replay", "run", cwd=tmp_path)
+    assert "  INFO [rank 0] Automatically detected platform CudaPlatform." in ran.stdout
