@@ -509,6 +509,11 @@ class SpanProjection:
             # host.name and process.pid are on the resource: no copies here.
             if started.graph:
                 attributes["startup.graph"] = started.graph
+            # Not a real start: said where the trace is read.
+            if started.simulated:
+                attributes["startup.simulated"] = started.simulated
+            if started.injected:
+                attributes["startup.injected"] = tuple(started.injected)
             for name, version in started.versions.items():
                 if version:
                     attributes[f"startup.versions.{_attribute_name(name)}"] = version

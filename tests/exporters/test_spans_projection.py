@@ -645,3 +645,20 @@ def test_malformed_ids_are_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match=r"step\.succeeded \(rank 0, seq 2, step 'probe'\)"):
         spans_from_events(builder.events)
+
+
+def test_a_root_span_says_its_start_was_not_real() -> None:
+    builder = EventStream(run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID).run_started(
+        simulated="h200x8", injected=("0:attention/FLASH_ATTN=RuntimeError:boom",)
+    )
+    builder.started("probe")
+    builder.end(StepSucceeded, "probe")
+    [root] = [span for span in fed(builder.run_finished()) if span.parent is None]
+    attributes = root.attributes or {}
+    assert attributes["startup.simulated"] == "h200x8"
+    assert attributes["startup.injected"] == ("0:attention/FLASH_ATTN=RuntimeError:boom",)
+
+    real = EventStream(run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID).run_started()
+    [root] = [span for span in fed(real.run_finished()) if span.parent is None]
+    assert "startup.simulated" not in (root.attributes or {})
+    assert "startup.injected" not in (root.attributes or {})
