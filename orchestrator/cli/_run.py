@@ -444,12 +444,14 @@ def _report(
     *,
     own_rank: int | None = None,
     for_ranks: bool = False,
+    verdict: bool = False,
 ) -> int:
     """Print the run's report (or the JSON document); with ``own_rank``, the
     view of one rank that cannot wait for its peers: its own state and
     messages, the exit status its own outcome. With ``for_ranks`` (the
     launcher), first print on stderr, as the live stream would have, what
-    its ranks left to it (see :func:`_print_for_ranks`)."""
+    its ranks left to it (see :func:`_print_for_ranks`). With ``verdict``,
+    last print on stderr the run's outcome and root cause in one line."""
     from exporters import report_json, report_text
 
     from ..engine import replay
@@ -484,6 +486,10 @@ def _report(
         emit(report_text(result, min_severity=args.level, rank=own_rank, printed_above=above))
         if decisions:
             emit(decision_divergences_text(decisions))
+    if verdict:
+        cause = result.root_cause
+        why = "" if cause is None else f": {cause.describe()}"
+        print(f"{PROG}: startup {result.outcome.value}{why}; replay {paths[0]}", file=sys.stderr)
     if own_rank is not None:
         return 0 if result.outcome_of(own_rank).value == "ready" else 1
     return 0 if document["outcome"] == "ready" else 1
@@ -569,7 +575,9 @@ def _run_rank(
             f"replay {result.run_dir} once every rank has stopped for the final report",
             file=sys.stderr,
         )
-    return _report(args, [result.run_dir])
+    # Rank 0 holds the merged record: its one-line verdict, the last line of
+    # the orchestrator's own before the launcher's summary.
+    return _report(args, [result.run_dir], verdict=True)
 
 
 def _print_next_steps(run_dir: Path, identity: RankIdentity, launched: bool) -> None:
