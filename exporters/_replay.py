@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from events import Event, LaunchRecord, RootCause, SeverityPolicy, Slice, step_severity_hook
@@ -98,12 +98,26 @@ def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> l
     status whose description is the root cause; every other rank that did
     not end ready gets ``startup.root_cause=false``,
     ``startup.root_cause_rank`` and a status description that begins
-    ``"consequence of rank K"``. Ranks that ended ready, and every span
-    when ``cause`` is ``None``, are unchanged.
+    ``"consequence of rank K"`` and a link (``startup.link="root cause"``,
+    a ``FOLLOWS_FROM`` reference in Jaeger) to the root cause's own step
+    span, so an operator jumps from any red row to the one that matters.
+    Ranks that ended ready, and every span when ``cause`` is ``None``, are
+    unchanged.
     """
     spans = list(spans)
     if cause is None:
         return spans
+    # The span to jump to from any consequence: the root cause's own step
+    # (its rank's root span when no one step is known).
+    of_rank = [span for span in spans if (span.attributes or {}).get("startup.rank") == cause.rank]
+    target = next(
+        (span for span in of_rank if (span.attributes or {}).get("startup.step") == cause.step),
+        None,
+    ) or next(
+        (span for span in of_rank if (span.attributes or {}).get("startup.kind") == _ROOT_KIND),
+        None,
+    )
+    link = None if target is None else Link(target.context, {"startup.link": "root cause"})
     marked: list[ReadableSpan] = []
     for span in spans:
         attributes: dict[str, AttributeValue] = dict(span.attributes or {})
@@ -119,6 +133,8 @@ def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> l
             attributes["startup.root_cause_rank"] = cause.rank
             own = span.status.description
             description = f"consequence of rank {cause.rank}" + (f": {own}" if own else "")
+            if link is not None:
+                span = _evolved(span, attributes, span.status, links=(*span.links, link))
         else:
             marked.append(span)
             continue
@@ -139,7 +155,11 @@ def _cause_text(cause: RootCause) -> str:
 
 
 def _evolved(
-    span: ReadableSpan, attributes: dict[str, AttributeValue], status: Status
+    span: ReadableSpan,
+    attributes: dict[str, AttributeValue],
+    status: Status,
+    *,
+    links: Sequence[Link] | None = None,
 ) -> ReadableSpan:
     # A finished span is immutable: the marked one is a copy with the same
     # ids, times, events and resource (built as the projection builds it).
@@ -150,7 +170,7 @@ def _evolved(
         resource=span.resource,
         attributes=attributes,
         events=span.events,
-        links=span.links,
+        links=span.links if links is None else links,
         kind=span.kind,
         status=status,
         start_time=span.start_time,

@@ -65,3 +65,26 @@ def test_without_a_root_cause_nothing_changes() -> None:
     spans = spans_from_events(merge(launch()))
     assert with_root_cause(spans, None) == spans
     assert root_cause({}) is None
+
+
+def test_a_consequence_links_to_the_root_causes_own_step() -> None:
+    streams = launch()
+    found = replay_run(streams).root_cause
+    spans = with_root_cause(spans_from_events(list(merge(streams))), found)
+
+    [failing] = [
+        span
+        for span in spans
+        if (span.attributes or {}).get("startup.rank") == 1
+        and (span.attributes or {}).get("startup.step") == "platform"
+    ]
+    marked = roots(spans)
+    [link] = marked["startup rank 2"].links
+    assert (link.context.trace_id, link.context.span_id) == (
+        failing.context.trace_id,
+        failing.context.span_id,
+    )
+    assert (link.attributes or {})["startup.link"] == "root cause"
+    # Neither the root cause nor a ready rank points anywhere.
+    assert marked["startup rank 1"].links == ()
+    assert marked["startup rank 0"].links == ()

@@ -49,7 +49,25 @@ def test_a_launch_writes_one_trace_file_with_every_ranks_spans(tmp_path: Path) -
     assert sorted(span["spanID"] for span in spans) == sorted(
         format(span.context.span_id, "016x") for span in rebuilt
     )
-    roots = {span["operationName"]: _tags(span) for span in spans if not span["references"]}
+    parented = {
+        span["spanID"]
+        for span in spans
+        if any(ref["refType"] == "CHILD_OF" for ref in span["references"])
+    }
+    roots = {span["operationName"]: _tags(span) for span in spans if span["spanID"] not in parented}
+    links = {
+        span["operationName"]: [
+            ref["spanID"] for ref in span["references"] if ref["refType"] == "FOLLOWS_FROM"
+        ]
+        for span in spans
+        if span["spanID"] not in parented
+    }
+    [failing] = [
+        span["spanID"]
+        for span in spans
+        if (_tags(span).get("startup.rank"), _tags(span).get("startup.step"))
+        == (FAILING, "platform")
+    ]
     assert sorted(roots) == [f"startup rank {rank}" for rank in range(RANKS)]
     cause = roots[f"startup rank {FAILING}"]
     assert cause["startup.root_cause"] is True
@@ -61,6 +79,8 @@ def test_a_launch_writes_one_trace_file_with_every_ranks_spans(tmp_path: Path) -
         assert consequence["startup.root_cause"] is False
         assert consequence["startup.root_cause_rank"] == FAILING
         assert consequence["otel.status_description"].startswith(f"consequence of rank {FAILING}")
+        # One click from any consequence to the step that failed first.
+        assert links[f"startup rank {rank}"] == [failing]
     assert f"the launch's trace ({len(spans)} spans) is in {trace}" in completed.stderr
 
 
