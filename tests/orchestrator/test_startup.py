@@ -11,17 +11,20 @@ import threading
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
 from events import (
     Column,
     Event,
     JsonValue,
+    Message,
     MessageRule,
     Outcome,
     RunFinished,
     RunOutcome,
     RunStarted,
+    Scope,
     Severity,
     Slice,
     StepStarted,
@@ -528,3 +531,32 @@ def test_a_stop_after_the_event_loop_closed_is_caught_not_the_ranks_end(
     assert "Traceback" not in done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"alive": True, "outcome": "ready"}
     assert _finished(tmp_path / "run" / "rank-0.jsonl").outcome is RunOutcome.READY
+
+
+def test_a_failure_that_follows_a_peers_is_stamped_after_it(tmp_path: Path) -> None:
+    from events.testing import EventStream, exception_info
+    from orchestrator._group import follows_a_peer
+    from orchestrator._startup import _write_elastic_error
+
+    lost = exception_info("orchestrator.GroupError", "all_gather across the process group failed")
+    finished = (
+        EventStream()
+        .run_started()
+        .run_finished(RunOutcome.FAILED, cause=lost, failed_step="agree")[-1]
+    )
+    assert isinstance(finished, RunFinished)
+    seconds = finished.wall_ns // 1_000_000_000
+    for consequence, stamp in ((False, seconds), (True, seconds + 1)):
+        error_file = tmp_path / f"error-{consequence}.json"
+        _write_elastic_error(
+            {"TORCHELASTIC_ERROR_FILE": str(error_file)}, finished, consequence=consequence
+        )
+        extra = json.loads(error_file.read_text(encoding="utf-8"))["message"]["extraInfo"]
+        assert extra["timestamp"] == str(stamp)
+    # A recorded GroupError is recognised by its qualified type name.
+    message = Message(
+        code="step.failed", severity=Severity.ERROR, scope=Scope.GLOBAL, rank=0, text="",
+        exception=lost,
+    )  # fmt: skip
+    assert follows_a_peer(message)
+    assert not follows_a_peer(attrs.evolve(message, exception=exception_info("RuntimeError")))
