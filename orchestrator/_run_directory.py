@@ -69,11 +69,13 @@ __all__ = [
     "RunProblem",
     "check_run_directories",
     "check_run_directory",
+    "claim_launch_directory",
     "claim_run_directory",
     "longer_copy",
     "rank_log_path",
     "read_manifest",
     "read_run_directory",
+    "refuse_foreign_rank",
     "run_id_of",
     "store_collected_log",
 ]
@@ -158,6 +160,63 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
             "use a new --run-id or --run-dir",
             held_by=holder,
         )
+
+
+def claim_launch_directory(run_dir: Path, manifest: Manifest) -> None:
+    """Claim ``run_dir`` for a launch and create its manifest, exclusively,
+    before any rank starts: a second launch, or a single run of the same run
+    id, already there is refused, and the launch has written nothing.
+
+    The manifest is created before the directory is checked for logs, as a
+    rank checks for a manifest once its log exists
+    (:func:`refuse_foreign_rank`).
+
+    Raises:
+        RunDirectoryError: the directory holds another run, another launch,
+            or logs of a run this launch did not start.
+    """
+    claim_run_directory(run_dir, manifest.run_id)
+    manifest.write(run_dir, exclusive=True)
+    present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
+    if present:
+        (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
+        shown = ", ".join(present[:3]) + (", ..." if len(present) > 3 else "")
+        raise RunDirectoryError(
+            run_dir,
+            f"already holds {shown} of run {manifest.run_id} started without this launch; "
+            "use a new --run-id or --run-dir",
+        )
+
+
+def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
+    """Refuse a rank that a launch whose manifest ``run_dir`` holds did not
+    start (its launcher is ``launcher_pid``, ``None`` for a process no
+    launcher of ours started): one run directory holds one run, and a
+    single run is never merged into a launch of the same run id.
+
+    A rank calls it once its own log exists, as a launcher checks for logs
+    once its manifest exists: of a run and a launch started into one
+    directory at once, at least one sees the other.
+
+    Raises:
+        RunDirectoryError: the directory holds another launch's manifest, or
+            a manifest that cannot be read.
+    """
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        return
+    if (
+        manifest.collected_by is None
+        and manifest.launcher_pid == launcher_pid
+        and manifest.host == socket.gethostname()
+    ):
+        return
+    raise RunDirectoryError(
+        run_dir,
+        f"holds the manifest of launch {manifest.run_id} ({manifest.world_size} ranks, "
+        f"launcher pid {manifest.launcher_pid} on {manifest.host}), which did not start "
+        "this process; use a new --run-id or --run-dir for a run of its own",
+    )
 
 
 def _read_claim(claim: Path) -> str | None:

@@ -110,6 +110,7 @@ from ._run_directory import (
     RunDirectoryError,
     claim_run_directory,
     rank_log_path,
+    refuse_foreign_rank,
     store_collected_log,
 )
 from ._runner import Runner
@@ -441,6 +442,13 @@ class Startup:
             raise RunDirectoryError(
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
             ) from None
+        try:
+            refuse_foreign_rank(run_dir, _launcher_pid(self._env))
+        except RunDirectoryError:
+            # Refused with nothing written: the log is still empty.
+            log.close()
+            path.unlink(missing_ok=True)
+            raise
         return log
 
     def _prepare(
@@ -949,7 +957,11 @@ class Startup:
                 reason = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
                     reason = (
-                        f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
+                        # Rank 0's own stop cut the wait short: the rank is
+                        # not to blame for a log that may be on its way.
+                        self._not_collected()
+                        if self._stopped_at_the_end()
+                        else f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
                         "end (dead, partitioned, or still running)"
                     )
                     if announced.get(rank) is None:  # a late announcement
@@ -977,11 +989,31 @@ class Startup:
             for rank in range(len(entries), identity.world_size):
                 if rank_log_path(run_dir, rank).exists():
                     continue
-                entry = RankProcess(
-                    rank=rank, not_delivered="not collected: rank 0 was stopped", collected=False
-                )
+                entry = RankProcess(rank=rank, not_delivered=self._not_collected(), collected=False)
                 entries.append(_whereabouts(entry, announced.get(rank)))
         return entries
+
+    def _stopped_at_the_end(self) -> bool:
+        """Whether this rank was asked to stop after its run ended (in the
+        last exchange, or while it collected the logs): the log, closed by
+        then, cannot say so; the manifest does."""
+        return (
+            self._stops is not None
+            and self._stops.requested
+            and self._outcome() is not RunOutcome.INTERRUPTED
+        )
+
+    def _not_collected(self) -> str:
+        """Why a rank's log is not here when rank 0 was stopped first."""
+        assert self._stops is not None
+        stop = self._stops.cause()
+        by = f"by {stop.signal}" if stop.signal else "by its caller"
+        if self._outcome() is RunOutcome.INTERRUPTED:
+            return f"was not collected: rank 0 was stopped {by} before the end of the run"
+        return (
+            f"was not collected: rank 0 was stopped {by} after its startup ended, before this "
+            "rank's log came (its own node's run directory may hold it)"
+        )
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
         """What ``rank`` posted under ``kind``; ``None`` when nothing came or

@@ -39,7 +39,7 @@ from .._identity import (
     new_run_id,
     run_id_from_environment,
 )
-from .._run_directory import Manifest, RunDirectoryError, claim_run_directory
+from .._run_directory import Manifest, RunDirectoryError, claim_launch_directory
 from .._startup import Startup
 from ._errors import InputError, UsageError
 from ._launcher import (
@@ -237,17 +237,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
     # a second launch into the same directory stops here, having written
     # nothing, and can never report this run as its own.
     try:
-        claim_run_directory(run_dir, run_id)
-        present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
-        if present:
-            # A single run of the same id wrote here: a launch is a run of
-            # its own, never merged into one.
-            raise RunDirectoryError(
-                run_dir,
-                f"already holds {', '.join(present[:3])}{', ...' if len(present) > 3 else ''} "
-                f"of run {run_id} started without this launch; use a new --run-id or --run-dir",
-            )
-        manifest.write(run_dir, exclusive=True)
+        claim_launch_directory(run_dir, manifest)
     except RunDirectoryError as exc:
         raise UsageError(str(exc)) from None
     handed, descriptors = _hand_over(args, faults, host)

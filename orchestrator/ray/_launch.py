@@ -51,7 +51,7 @@ from .._identity import RUN_ID_VARIABLE, new_run_id, run_id_from_environment
 from .._run_directory import (
     Manifest,
     RunDirectoryError,
-    claim_run_directory,
+    claim_launch_directory,
     rank_log_path,
 )
 from .._startup import DEFAULT_RUNS_ROOT
@@ -249,8 +249,7 @@ def launch_on_ray(
     # nothing.
     store = _rendezvous_store(ray) if process_group and world_size > 1 else None
     try:
-        claim_run_directory(directory, run_id)
-        manifest.write(directory, exclusive=True)
+        claim_launch_directory(directory, manifest)
         launch = _Launch(ray=ray, run_dir=directory, manifest=manifest, world_size=world_size)
         try:
             launch.place(actor_options, timeout_s=timeout_s)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import StoredRun
-from .harness import Completed, call_cli, environment, run_cli
+from .harness import LAUNCH_TIMEOUT_S, Completed, call_cli, environment, run_cli
 
 PROG = "startup-orchestrator: error: "
 
@@ -200,6 +200,29 @@ def test_a_launch_with_the_run_id_of_a_single_run_in_its_directory_is_refused(
     line = _one_line_error(completed, 2, "already holds rank-0.jsonl", f"of run {run_id}")
     assert "use a new --run-id or --run-dir" in line
     assert sorted(path.name for path in run.iterdir()) == before  # no manifest
+
+
+def test_a_rank_no_launch_started_is_refused_by_a_launch_of_its_run_id(tmp_path: Path) -> None:
+    # It joined the launch's directory and was replayed as one of its ranks
+    # ("3 ready, 3 of 2 ranks").
+    launch = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-id", "twice", "--run-dir", "run",
+        cwd=tmp_path, timeout=LAUNCH_TIMEOUT_S,
+    )  # fmt: skip
+    assert launch.returncode == 0, launch.describe()
+    run = tmp_path / "run"
+    before = {path.name: path.read_bytes() for path in run.iterdir()}
+
+    for rank, world, fragment in (
+        ("2", "3", "holds the manifest of launch twice (2 ranks, launcher pid"),
+        ("0", "1", "already exists: run twice already has a rank 0"),
+    ):
+        completed = run_cli(
+            "run", "--simulate", "h200x8", "--run-id", "twice", "--run-dir", "run",
+            cwd=tmp_path, env=environment(RANK=rank, WORLD_SIZE=world, LOCAL_RANK="0"),
+        )  # fmt: skip
+        _one_line_error(completed, 2, fragment, "use a new")
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == before
 
 
 def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path: Path) -> None:

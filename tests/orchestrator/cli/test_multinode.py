@@ -25,6 +25,8 @@ import pytest
 from .harness import (
     Background,
     environment,
+    pid_of,
+    poll_file,
     read_events,
     run_cli,
     step_started,
@@ -242,11 +244,12 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     for rank in (2, 3):
         # Rank 0 waited the group timeout for it, or was stopped first (its
         # agent stops every rank once rank 1 has failed): either way named.
-        assert ranks[rank]["not_delivered"] in (
-            f"did not deliver its log to rank 0 within {GROUP_TIMEOUT_S:g} s of rank 0's end "
-            "(dead, partitioned, or still running)",
-            "not collected: rank 0 was stopped",
-        )
+        reason = str(ranks[rank]["not_delivered"])
+        assert reason.startswith("was not collected: rank 0 was stopped by SIGTERM ") or (
+            reason
+            == f"did not deliver its log to rank 0 within {GROUP_TIMEOUT_S:g} s of rank 0's end "
+            "(dead, partitioned, or still running)"
+        ), reason
         # What rank 0 knows of it: it announced itself once the group formed.
         assert (ranks[rank]["node_rank"], ranks[rank]["local_rank"]) == (1, rank - 2)
         assert (
@@ -270,6 +273,58 @@ def test_a_node_killed_mid_start_is_named_missing_in_rank_0s_report(tmp_path: Pa
     together = _replay(tmp_path, "node0", "node1")
     assert together["outcome"] == "incomplete"
     assert [r["rank"] for r in together["ranks"]] == [0, 1, 2, 3]  # type: ignore[index]
+
+
+def test_a_stop_of_rank_0_after_its_end_is_named_not_blamed_on_a_peer(tmp_path: Path) -> None:
+    # Rank 3 is slow but healthy (an optional probe hangs to its timeout),
+    # so rank 0 ends first and waits for it in the last exchange; there it
+    # is stopped. Rank 0's manifest said the healthy peers "did not deliver
+    # their log (dead, partitioned, or still running)", and the stop was
+    # recorded nowhere.
+    node0, node1 = _start_nodes(
+        tmp_path, "--simulate", "h200x8", "--tp", "1", "--inject", "3:flashinfer.comm=hang",
+        "--timeout", "10",
+    )  # fmt: skip
+
+    def alive() -> bool:
+        return node0.running() and node1.running()
+
+    try:
+        (log0,) = poll_file(
+            lambda: list(tmp_path.glob("node*/rank-0.jsonl")),
+            bool,
+            alive=alive,
+            deadline_s=NODE_TIMEOUT_S,
+            what="rank 0's log",
+        )
+        wait_for_event(
+            log0, lambda event: event["type"] == "run.finished", alive=alive,
+            deadline_s=NODE_TIMEOUT_S,
+        )  # fmt: skip
+        os.kill(pid_of(log0), signal.SIGTERM)
+        node0.finish(NODE_TIMEOUT_S)
+        node1.finish(NODE_TIMEOUT_S)
+    finally:
+        node0.kill_group()
+        node1.kill_group()
+
+    home = log0.parent
+    ranks = _manifest_ranks(home)
+    for rank in (2, 3):
+        assert str(ranks[rank]["not_delivered"]).startswith(
+            "was not collected: rank 0 was stopped by SIGTERM after its startup ended"
+        ), ranks[rank]
+    text = run_cli("replay", home.name, cwd=tmp_path).lines()
+    assert text[0].startswith("Startup incomplete"), text
+    assert "rank 0 was stopped by SIGTERM after its startup ended" in text[2], text
+    assert "did not deliver" not in "\n".join(text)
+    # With their node's directory the peers are there: none failed (torchrun
+    # stops them once rank 0 has exited).
+    (other,) = {tmp_path / "node0", tmp_path / "node1"} - {home}
+    together = _replay(tmp_path, home.name, other.name)
+    outcomes = {r["rank"]: r["outcome"] for r in together["ranks"]}  # type: ignore[attr-defined]
+    assert sorted(outcomes) == [0, 1, 2, 3], together
+    assert set(outcomes.values()) <= {"ready", "interrupted"}, together
 
 
 def test_ranks_do_not_outlive_a_torchrun_agent_killed_outright(tmp_path: Path) -> None:
