@@ -495,10 +495,13 @@ def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
 
     expanded: list[Path] = []
     for path in paths:
-        holds_logs = path.is_dir() and (
-            (path / "manifest.json").exists() or next(path.glob("rank-*.jsonl"), None)
-        )
-        runs = run_directories_in(path) if path.is_dir() and not holds_logs else []
+        try:
+            holds_logs = path.is_dir() and (
+                (path / "manifest.json").exists() or next(path.glob("rank-*.jsonl"), None)
+            )
+            runs = run_directories_in(path) if path.is_dir() and not holds_logs else []
+        except OSError:
+            runs = []  # checked as it is: the check names why it cannot be read
         if not runs:
             expanded.append(path)
             continue

@@ -648,6 +648,11 @@ def command_watch(args: argparse.Namespace) -> int:
     run_dir: Path = args.run_dir
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a run directory")
+    if run_dir.is_dir():
+        try:
+            os.scandir(run_dir).close()
+        except OSError as exc:
+            raise InputError(f"{run_dir}: cannot read: {exc.strerror or exc}") from None
     screen = Screen(sys.stdout, live=is_terminal(sys.stdout))
     watcher = RunWatcher(run_dir)
     try:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from . import harness
 from .conftest import StoredRun
 from .harness import LAUNCH_TIMEOUT_S, Completed, call_cli, environment, run_cli
 
@@ -503,3 +506,48 @@ def test_a_run_directory_that_is_a_file_or_cannot_be_made(tmp_path: Path) -> Non
         completed = run_cli("run", "--simulate", "h200x8", "--run-dir", run_dir, cwd=tmp_path)
         _one_line_error(completed, 2, f"error: {run_dir}: ", "with --run-dir")
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == "a file\n"
+
+
+#: util-linux's ``setpriv``: runs a command as another user.
+SETPRIV = shutil.which("setpriv") or "setpriv"
+_AS_NOBODY = ("--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to run as another user",
+)
+@pytest.mark.parametrize(
+    "view",
+    [
+        ["validate"],
+        ["replay"],
+        ["explain"],
+        ["blame"],
+        ["critical-path"],
+        ["watch", "--timeout", "5"],
+    ],
+)
+def test_a_directory_the_user_cannot_read_is_one_line(healthy: StoredRun, view: list[str]) -> None:
+    # As root every directory reads, so the views run as another user:
+    # `validate` and `watch` ended in a PermissionError traceback.
+    with tempfile.TemporaryDirectory() as place:
+        base = Path(place)
+        base.chmod(0o755)
+        run = base / "run"
+        shutil.copytree(healthy.directory, run)
+        run.chmod(0)
+        process = subprocess.run(
+            [SETPRIV, *_AS_NOBODY, *harness.command(*view, str(run))],
+            cwd=base,
+            env=environment(HOME=str(base)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        run.chmod(0o755)
+    assert process.returncode == 1, process
+    assert "Traceback" not in process.stderr, process.stderr
+    assert "Permission denied" in process.stdout + process.stderr, process
+    assert len(process.stderr.splitlines()) <= 1, process.stderr
