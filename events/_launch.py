@@ -13,11 +13,12 @@ These are plain data: reading a manifest file is the caller's business.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["MAX_WORLD_SIZE", "LaunchRecord", "RankProcess", "implausible_world"]
+__all__ = ["MAX_WORLD_SIZE", "LaunchRecord", "RankProcess", "implausible_world", "launch_span_id"]
 
 #: The largest world a run is read as. A log or manifest that claims more
 #: (a flipped digit in a 1 KB file) would make every view's cost follow the
@@ -35,6 +36,14 @@ def implausible_world(world_size: int, source: str, present: int) -> str | None:
         f"{source} claims {world_size:,} ranks; {logs} present, and a run of at most "
         f"{MAX_WORLD_SIZE:,} ranks is read (is the file damaged?)"
     )
+
+
+def launch_span_id(trace_id: str, run_id: str) -> str:
+    """The span id of a launch's own span, the parent of every rank's root
+    span in a run of several ranks: derived from the trace and the run, so
+    ranks started apart (by torchrun, SLURM or Open MPI) agree on it without
+    talking, and a replay rebuilds the span under the same id."""
+    return hashlib.sha256(f"launch/{trace_id}/{run_id}".encode()).hexdigest()[:16]
 
 
 @attrs.frozen(kw_only=True)
@@ -134,6 +143,9 @@ class LaunchRecord:
         world_size: how many ranks the launch has; ``None`` when unknown
             (the logs' ``run.started`` events say it then).
         started_wall_ns: when the launch began.
+        finished_wall_ns: when the launcher saw the last rank end.
+        trace_parent: the span the launch's own span is a child of (the
+            launcher's ``TRACEPARENT``), when there was one.
         processes: rank -> :class:`RankProcess`.
         empty_logs: ranks whose log file exists but holds no complete event
             (the rank is known by the file's name only).
@@ -146,6 +158,8 @@ class LaunchRecord:
     run_id: str | None = None
     world_size: int | None = None
     started_wall_ns: int | None = None
+    finished_wall_ns: int | None = None
+    trace_parent: str | None = None
     processes: Mapping[int, RankProcess] = attrs.field(factory=dict)
     empty_logs: frozenset[int] = frozenset()
     source: str | None = None

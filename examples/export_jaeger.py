@@ -30,7 +30,7 @@ import anyio
 from events import JsonlLog, RankIdentity, merge, read_log
 from exporters import JaegerJsonExporter, export_events
 from orchestrator import new_run_id
-from orchestrator.engine import EngineConfig, Profile, load_profile, run_engine, step_severity_hook
+from orchestrator.engine import EngineConfig, Profile, load_profile, replay, run_engine
 
 
 async def start_rank(
@@ -76,11 +76,12 @@ def main() -> int:
     output = args.output or run_dir / f"jaeger-{events[0].run_id}.json"
     exporter = JaegerJsonExporter(output)
     try:
-        # Span status follows the messages' severities, as in the live run:
-        # only an ERROR is red; a recovered failure that is a WARNING (mnnvl
-        # falling back to trtllm) carries startup.severity=WARNING and its
-        # exception event instead.
-        count = export_events(events, exporter, severity_of=step_severity_hook(events))
+        # Replayed, the run says what no rank knew live: which rank caused a
+        # failure (marked on the ranks' root spans). Span status follows the
+        # messages' severities, as in the live run: only an ERROR is red; a
+        # recovered failure that is a WARNING (mnnvl falling back to trtllm)
+        # carries startup.severity=WARNING and its exception event instead.
+        count = export_events(events, exporter, replayed=replay(logs))
     finally:
         exporter.shutdown()
 

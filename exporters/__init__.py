@@ -13,11 +13,13 @@ live and when a stored log is replayed::
         ...
         live.shutdown(timeout_s=5.0)
 
-    # later, anywhere, from the logs alone:
-    from events import merge, read_log
+    # later, anywhere, from the logs alone (replayed: the root cause marked,
+    # and a launch's own span, the one root of its ranks' roots):
+    from events import merge, read_log, replay
     from exporters import JaegerJsonExporter, export_events
 
-    export_events(merge(read_log(p) for p in paths), JaegerJsonExporter("trace.json"))
+    logs = [read_log(p) for p in paths]
+    export_events(merge(logs), JaegerJsonExporter("trace.json"), replayed=replay(logs))
 
 This package depends on :mod:`events` and OpenTelemetry only.
 """
@@ -57,7 +59,7 @@ if typing.TYPE_CHECKING:
     from ._propagation import format_traceparent as format_traceparent
     from ._propagation import parse_traceparent as parse_traceparent
     from ._replay import export_events as export_events
-    from ._replay import with_root_cause as with_root_cause
+    from ._replay import run_trace as run_trace
     from ._report import REPORT_VERSION as REPORT_VERSION
     from ._report import report_header as report_header
     from ._report import report_json as report_json

@@ -6,41 +6,53 @@ attributes, events, status, resource and scope: a trace lost with a killed
 process, or never sent because the collector was down, can be delivered
 later from the logs alone.
 
-Replay also knows what no rank knew live: which rank caused the run's
-failure. :func:`with_root_cause` marks it on the ranks' root spans.
+Replay also knows what no rank knew live: how the run ended and which rank
+caused it. :func:`run_trace` marks the root cause on the ranks' root spans
+and adds the launch's own span, the one root of a run of several ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from events import Event, LaunchRecord, RootCause, SeverityPolicy, Slice, step_severity_hook
+from events import (
+    Event,
+    Replay,
+    RootCause,
+    RunOutcome,
+    SeverityPolicy,
+    Slice,
+    launch_span_id,
+    step_severity_hook,
+)
 
 from ._errors import SpanExportError
 from ._live import Refused, captured_messages, quiet_opentelemetry_loggers, refused_at_once
-from ._spans import SeverityOf, spans_from_events
+from ._spans import SeverityOf, readable_span, spans_from_events
 
-__all__ = ["export_events", "with_root_cause"]
+__all__ = ["export_events", "run_trace"]
 
 #: The ``startup.kind`` of a rank's root span.
 _ROOT_KIND = "run"
+#: The ``startup.kind`` of a launch's own span.
+_LAUNCH_KIND = "launch"
 
 
 def export_events(
     events: Iterable[Event],
     exporter: SpanExporter,
     *,
+    replayed: Replay | None = None,
     severity_of: SeverityOf | None = None,
     slices: Sequence[Slice] = (),
     policy: SeverityPolicy | None = None,
     batch_size: int = 512,
-    root_cause: RootCause | None = None,
-    launch: LaunchRecord | None = None,
 ) -> int:
     """Rebuild the spans of ``events`` (one rank, or several ranks merged with
     :func:`events.merge`) and send them to ``exporter`` in batches of at most
@@ -49,10 +61,11 @@ def export_events(
 
     Span status follows the severity of the messages derived from these same
     events with ``slices`` and ``policy`` (:func:`events.step_severity_hook`),
-    as it did live, unless ``severity_of`` says otherwise. With the run's
-    ``root_cause`` (:attr:`events.Replay.root_cause`), the ranks' root spans
-    say which rank caused the failure (:func:`with_root_cause`). With its
-    ``launch``, a dead rank's open spans last until its process ended.
+    as it did live, unless ``severity_of`` says otherwise. With the run as
+    ``replayed`` (:func:`events.replay` of the same logs), the spans are
+    the run's as :func:`run_trace` makes them: the root cause marked, the
+    launch's own span added, a dead rank's open spans lasting until its
+    process ended; ``slices`` and ``policy`` are then ``replayed``'s.
 
     Returns:
         The number of spans exported.
@@ -64,17 +77,30 @@ def export_events(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    if severity_of is None:
-        events = list(events)
-        severity_of = step_severity_hook(events, slices=slices, policy=policy)
-    spans = with_root_cause(
-        spans_from_events(events, severity_of=severity_of, launch=launch), root_cause
-    )
-    # The OpenTelemetry exporter's own log lines (one per retry) are kept
-    # off the user's terminal: the error raised below says it all.
+    if replayed is not None:
+        spans = run_trace(events, replayed, severity_of=severity_of)
+    else:
+        if severity_of is None:
+            events = list(events)
+            severity_of = step_severity_hook(events, slices=slices, policy=policy)
+        spans = spans_from_events(events, severity_of=severity_of)
+    send_spans(spans, exporter, batch_size=batch_size)
+    return len(spans)
+
+
+def send_spans(
+    spans: Sequence[ReadableSpan], exporter: SpanExporter, *, batch_size: int = 512
+) -> None:
+    """Send finished ``spans`` to ``exporter`` in batches of at most
+    ``batch_size``. A collector that refuses connections fails at once; a
+    slow one gets the exporter's own timeout. The exporter's own log lines
+    (one per retry) are kept off the user's terminal: the error says it all.
+
+    Raises:
+        SpanExportError: the exporter reported failure for a batch; it says
+            how many spans were delivered before.
+    """
     quiet_opentelemetry_loggers(exporter)
-    # A collector that refuses connections fails the export at once; a slow
-    # one gets the exporter's own timeout.
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
         try:
@@ -86,38 +112,67 @@ def export_events(
             raise SpanExportError(
                 exporter=type(exporter).__name__, exported=start, total=len(spans)
             )
-    return len(spans)
 
 
-def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> list[ReadableSpan]:
-    """``spans`` with the run's root cause marked on the ranks' root spans.
+def run_trace(
+    events: Iterable[Event], replayed: Replay, *, severity_of: SeverityOf | None = None
+) -> list[ReadableSpan]:
+    """Every span of a run's ``events`` (its ranks merged with
+    :func:`events.merge`) as an operator reads them, once the run as
+    ``replayed`` (:func:`events.replay` of the same logs) is known: rebuilt
+    as :func:`spans_from_events` does, span status following the messages
+    ``replayed``'s slices and policy derive (unless ``severity_of`` says
+    otherwise), a dead rank's open spans lasting until its process ended,
+    and:
 
-    Live, a rank knows only itself; once every rank's log is read, the root
-    cause is known (:func:`events.root_cause`). The root span of the rank
-    that caused the failure gets ``startup.root_cause=true`` and an ERROR
-    status whose description is the root cause; every other rank that did
-    not end ready gets ``startup.root_cause=false``,
-    ``startup.root_cause_rank`` and a status description that begins
-    ``"consequence of rank K"`` and a link (``startup.link="root cause"``,
-    a ``FOLLOWS_FROM`` reference in Jaeger) to the root cause's own step
-    span, so an operator jumps from any red row to the one that matters.
-    Ranks that ended ready, and every span when ``cause`` is ``None``, are
-    unchanged.
+    - **The root cause.** Live, a rank knows only itself. The root span of
+      the rank that caused the failure gets ``startup.root_cause=true`` and
+      an ERROR status whose description is the root cause; every other rank
+      that did not end ready gets ``startup.root_cause=false``,
+      ``startup.root_cause_rank``, a status description that begins
+      ``"consequence of rank K"`` and a link (``startup.link="root cause"``,
+      a ``FOLLOWS_FROM`` reference in Jaeger) to the root cause's own step
+      span, so an operator jumps from any red row to the one that matters.
+    - **One launch, one root.** The ranks of a run of several ranks hang
+      their root spans from the launch's own span
+      (:func:`events.launch_span_id`); it is added, first: named for the
+      launch and its outcome (``launch 8 ranks: failed — rank 5
+      attention/FLASH_ATTN``), from the launch's start to its end, a child
+      of the launcher's ``TRACEPARENT`` span when it had one, carrying the
+      outcome, the root cause, the simulated host and the injected faults
+      as attributes and linked to the root cause's step span.
+
+    Ranks that ended ready, and every span of a run without a root cause,
+    are unchanged; spans of a single rank get no launch span.
     """
-    spans = list(spans)
-    if cause is None:
-        return spans
-    # The span to jump to from any consequence: the root cause's own step
-    # (its rank's root span when no one step is known).
+    events = list(events)
+    if severity_of is None:
+        severity_of = step_severity_hook(events, slices=replayed.slices, policy=replayed.policy)
+    spans = spans_from_events(events, severity_of=severity_of, launch=replayed.launch)
+    cause = replayed.root_cause
+    target = None if cause is None else _root_cause_span(spans, cause)
+    link = None if target is None else Link(target.context, {"startup.link": "root cause"})
+    marked = spans if cause is None else _marked(spans, cause, link)
+    launch = _launch_span(marked, replayed, link)
+    return marked if launch is None else [launch, *marked]
+
+
+def _root_cause_span(spans: Sequence[ReadableSpan], cause: RootCause) -> ReadableSpan | None:
+    """The span to jump to from any consequence: the root cause's own step
+    (its rank's root span when no one step is known)."""
     of_rank = [span for span in spans if (span.attributes or {}).get("startup.rank") == cause.rank]
-    target = next(
+    return next(
         (span for span in of_rank if (span.attributes or {}).get("startup.step") == cause.step),
         None,
     ) or next(
         (span for span in of_rank if (span.attributes or {}).get("startup.kind") == _ROOT_KIND),
         None,
     )
-    link = None if target is None else Link(target.context, {"startup.link": "root cause"})
+
+
+def _marked(
+    spans: Sequence[ReadableSpan], cause: RootCause, link: Link | None
+) -> list[ReadableSpan]:
     marked: list[ReadableSpan] = []
     for span in spans:
         attributes: dict[str, AttributeValue] = dict(span.attributes or {})
@@ -140,6 +195,84 @@ def with_root_cause(spans: Iterable[ReadableSpan], cause: RootCause | None) -> l
             continue
         marked.append(_evolved(span, attributes, Status(StatusCode.ERROR, description)))
     return marked
+
+
+def _launch_span(
+    spans: Sequence[ReadableSpan], replayed: Replay, link: Link | None
+) -> ReadableSpan | None:
+    """The launch's own span, when the ranks' roots hang from it."""
+    roots = [span for span in spans if (span.attributes or {}).get("startup.kind") == _ROOT_KIND]
+    if not roots or replayed.run_id is None:
+        return None
+    trace_id = f"{roots[0].context.trace_id:032x}"
+    span_id = launch_span_id(trace_id, replayed.run_id)
+    if not any(
+        root.parent is not None and f"{root.parent.span_id:016x}" == span_id for root in roots
+    ):
+        return None
+    launch = replayed.launch
+    starts = [root.start_time or 0 for root in roots]
+    ends = [root.end_time or 0 for root in roots]
+    if launch is not None and launch.started_wall_ns:
+        starts.append(launch.started_wall_ns)
+    if launch is not None and launch.finished_wall_ns:
+        ends.append(launch.finished_wall_ns)
+    outcome, cause = replayed.outcome, replayed.root_cause
+    name = f"launch {replayed.world_size} ranks: {outcome.value}"
+    attributes: dict[str, AttributeValue] = {
+        "startup.kind": _LAUNCH_KIND,
+        "startup.run_id": replayed.run_id,
+        "startup.world_size": replayed.world_size,
+        "startup.outcome": outcome.value,
+    }
+    if replayed.simulated:
+        attributes["startup.simulated"] = replayed.simulated
+    if replayed.injected:
+        attributes["startup.injected"] = tuple(replayed.injected)
+    status = Status(StatusCode.UNSET)
+    if cause is not None:
+        steps = (cause.step,) if cause.step is not None else cause.in_flight
+        name += f" \N{EM DASH} rank {cause.rank}" + (f" {', '.join(steps)}" if steps else "")
+        text = cause.describe(since_ns=None if launch is None else launch.started_wall_ns)
+        attributes["startup.root_cause_rank"] = cause.rank
+        if cause.step is not None:
+            attributes["startup.root_cause_step"] = cause.step
+        attributes["startup.root_cause"] = text
+        if outcome not in (RunOutcome.READY, RunOutcome.RUNNING):
+            status = Status(StatusCode.ERROR, f"{outcome.value}: {text}")
+    return readable_span(
+        name=name,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=None if launch is None else launch.trace_parent,
+        parent_is_remote=True,
+        start_ns=min(starts),
+        end_ns=max(max(ends), min(starts)),
+        attributes=attributes,
+        events=(),
+        status=status,
+        resource=_launch_resource(roots[0].resource, replayed),
+        links=() if link is None else (link,),
+    )
+
+
+def _launch_resource(rank_resource: Resource, replayed: Replay) -> Resource:
+    """A launch's resource: its ranks' service (name, version, SDK), as the
+    launch itself (``service.instance.id = "{run_id}/launch"``)."""
+    kept = {
+        key: value
+        for key, value in rank_resource.attributes.items()
+        if key in (SERVICE_NAME, "service.version")
+        or key.startswith(("telemetry.", "process.runtime."))
+    }
+    return Resource(
+        {
+            **kept,
+            "service.instance.id": f"{replayed.run_id}/launch",
+            "startup.run_id": str(replayed.run_id),
+            "startup.world_size": replayed.world_size,
+        }
+    )
 
 
 def _cause_text(cause: RootCause) -> str:

@@ -49,7 +49,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Event as SpanEvent
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from events import (
@@ -430,7 +430,7 @@ class SpanProjection:
         attributes.update(_outcome_attributes(end))
         events = state.pending_events.pop(end.span_id, [])
         events.extend(_outcome_events(end))
-        return _readable_span(
+        return readable_span(
             name=started.step if started is not None else end.step,
             trace_id=end.trace_id,
             span_id=end.span_id,
@@ -450,7 +450,7 @@ class SpanProjection:
         attributes = self._step_attributes(
             state, started, started.step, _INCOMPLETE, Severity.ERROR
         )
-        return _readable_span(
+        return readable_span(
             name=started.step,
             trace_id=started.trace_id,
             span_id=started.span_id,
@@ -533,7 +533,7 @@ class SpanProjection:
             end_ns = state.last_wall_ns
             reason = f"rank {state.rank} stopped before the run finished (outcome {_INCOMPLETE})"
         start_ns = started.wall_ns if started is not None else state.first_wall_ns
-        return _readable_span(
+        return readable_span(
             name=f"{ROOT_SPAN_NAME} rank {state.rank}"
             + (f" ({started.identity.role})" if started and started.identity.role else ""),
             trace_id=head.trace_id,
@@ -573,7 +573,7 @@ def spans_from_events(
     return spans
 
 
-def _readable_span(
+def readable_span(
     *,
     name: str,
     trace_id: str,
@@ -586,7 +586,10 @@ def _readable_span(
     events: Sequence[SpanEvent],
     status: Status,
     resource: Resource,
+    links: Sequence[Link] = (),
 ) -> ReadableSpan:
+    """A finished span with recorded ids and times (the projection's, a
+    launch's)."""
     # The SDK documents ReadableSpan as built by its tracer; building it by
     # hand is what lets a span carry recorded ids and times. The constructor
     # contract is pinned in pyproject.toml and checked by the test suite.
@@ -606,7 +609,7 @@ def _readable_span(
         resource=resource,
         attributes=attributes,
         events=tuple(events),
-        links=(),
+        links=tuple(links),
         kind=SpanKind.INTERNAL,
         status=status,
         start_time=start_ns,

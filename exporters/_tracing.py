@@ -22,11 +22,14 @@ loads it only when tracing is asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from events import Event, EventLog, RunStarted, Severity
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = ["Tracing"]
 
@@ -105,11 +108,13 @@ class Tracing:
             self._timeout_s = export_timeout_from_environment(self._env)
         return self._timeout_s
 
-    def _sampled(self, started: RunStarted) -> bool:
-        """The SDK sampler's decision (``OTEL_TRACES_SAMPLER``) for the rank's
-        root span. Every rank of a launch shares the trace id and the
-        launcher's ``TRACEPARENT``, so the decision is the same on every rank:
-        a launch is traced whole or not at all."""
+    def _sampled(self, trace_id: str, parent_span_id: str | None) -> bool:
+        """The SDK sampler's decision (``OTEL_TRACES_SAMPLER``) for a root
+        span of the trace (a rank's, whose parent is the launch's span; the
+        launch's, whose parent is the launcher's ``TRACEPARENT``). Every rank
+        of a launch shares the trace id and the launcher's ``TRACEPARENT``,
+        so the decision is the same on every rank and for the launch: a
+        launch is traced whole or not at all."""
         from opentelemetry import trace
         from opentelemetry.sdk.trace.sampling import Decision
 
@@ -119,7 +124,7 @@ class Tracing:
 
         sampler = self._sampler = sampler_from_environment(self._env)
         parent = None
-        if started.parent_span_id is not None:
+        if parent_span_id is not None:
             sampled = True
             text = self._env.get("TRACEPARENT", "").strip()
             if text:
@@ -128,7 +133,7 @@ class Tracing:
                 except ValueError:
                     pass
                 else:
-                    if traceparent.trace_id == started.trace_id:
+                    if traceparent.trace_id == trace_id:
                         sampled = traceparent.sampled
             flags = trace.TraceFlags(
                 trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT
@@ -136,14 +141,14 @@ class Tracing:
             parent = trace.set_span_in_context(
                 trace.NonRecordingSpan(
                     trace.SpanContext(
-                        trace_id_to_int(started.trace_id),
-                        span_id_to_int(started.parent_span_id),
+                        trace_id_to_int(trace_id),
+                        span_id_to_int(parent_span_id),
                         is_remote=True,
                         trace_flags=flags,
                     )
                 )
             )
-        result = sampler.should_sample(parent, trace_id_to_int(started.trace_id), ROOT_SPAN_NAME)
+        result = sampler.should_sample(parent, trace_id_to_int(trace_id), ROOT_SPAN_NAME)
         return result.decision is Decision.RECORD_AND_SAMPLE
 
     @classmethod
@@ -204,7 +209,7 @@ class Tracing:
     def _attach(
         self, log: EventLog, started: RunStarted, severity_of: SeverityOf | None, speaks: bool
     ) -> None:
-        if not self._sampled(started):
+        if not self._sampled(started.trace_id, started.parent_span_id):
             return  # the log keeps everything: replay export can still send it
         from ._environment import combine_exporters, console_exporter
         from ._jaeger import JaegerJsonExporter
@@ -243,6 +248,41 @@ class Tracing:
         )
         provider.add_span_processor(self._live.span_processor)
         trace.set_tracer_provider(provider)
+
+    def send(self, spans: Sequence[ReadableSpan]) -> bool:
+        """Send finished ``spans`` (a launch's own span, once its ranks have
+        ended) to the OTLP collector this tracing asks for, at once, waiting
+        at most the export timeout; the trace file and the console are the
+        ranks' and get nothing. Spans of a trace the sampler does not sample
+        are not sent.
+
+        Returns:
+            Whether they were delivered (``True`` when no collector is asked
+            for, or nothing is to be sent).
+        """
+        if self._disabled or not spans:
+            return True
+        from ._environment import settings_reported
+        from ._errors import SpanExportError
+        from ._replay import send_spans
+
+        first = spans[0]
+        parent = None if first.parent is None else f"{first.parent.span_id:016x}"
+        # The ranks, which share these variables, have said what is wrong
+        # with them.
+        with settings_reported(False):
+            if not self._sampled(f"{first.context.trace_id:032x}", parent):
+                return True
+            exporter = self._otlp_exporter()
+        if exporter is None:
+            return True
+        try:
+            send_spans(spans, exporter)
+        except SpanExportError:
+            return False
+        finally:
+            exporter.shutdown()
+        return True
 
     @property
     def span_activator(self) -> Any:

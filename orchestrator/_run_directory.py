@@ -256,6 +256,8 @@ class Manifest:
         started_wall_ns: when the launch began.
         finished_wall_ns: when the launcher saw the last rank end.
         ranks: one entry per rank started so far, by rank.
+        trace_parent: the span the launch's own span is a child of (the
+            launcher's ``TRACEPARENT``), when there was one.
         collected_by: for a manifest written by a rank that collected the
             other ranks' logs over the process group (a launch without a
             launcher of ours, e.g. torchrun across nodes), that rank; its
@@ -273,6 +275,7 @@ class Manifest:
     started_wall_ns: int = attrs.field(factory=time.time_ns)
     finished_wall_ns: int | None = None
     ranks: tuple[RankProcess, ...] = ()
+    trace_parent: str | None = None
     collected_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +296,7 @@ class Manifest:
                 "host": self.host,
                 "started_wall_ns": self.started_wall_ns,
                 "finished_wall_ns": self.finished_wall_ns,
+                **({"trace_parent": self.trace_parent} if self.trace_parent else {}),
             },
             "ranks": [_rank_json(rank) for rank in self.ranks],
         }
@@ -329,6 +333,8 @@ class Manifest:
             run_id=self.run_id,
             world_size=self.world_size,
             started_wall_ns=self.started_wall_ns,
+            finished_wall_ns=self.finished_wall_ns,
+            trace_parent=self.trace_parent,
             processes={entry.rank: entry for entry in self.ranks},
             source=source,
         )
@@ -404,6 +410,13 @@ def _optional_str(value: object) -> str | None:
     return value
 
 
+def _span_id(value: object) -> str | None:
+    text = _optional_str(value)
+    if text is not None and (re.fullmatch("[0-9a-f]{16}", text) is None or not text.strip("0")):
+        raise ValueError(f"bad trace_parent {text!r}: expected 16 lower-case hex digits, not all 0")
+    return text
+
+
 def _manifest_from_json(data: object) -> Manifest:
     if not isinstance(data, Mapping):
         raise TypeError("expected a JSON object")
@@ -459,6 +472,7 @@ def _manifest_from_json(data: object) -> Manifest:
         started_wall_ns=_optional_int(launcher.get("started_wall_ns")) or 0,
         finished_wall_ns=_optional_int(launcher.get("finished_wall_ns")),
         ranks=tuple(ranks),
+        trace_parent=_span_id(launcher.get("trace_parent")),
         collected_by=_optional_int(data.get("collected_by")),
     )
 

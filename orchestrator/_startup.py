@@ -86,6 +86,7 @@ from events import (
     StepFailed,
     StepSucceeded,
     StepUnavailable,
+    launch_span_id,
     outcome_of,
 )
 from events._files import write_file
@@ -113,7 +114,7 @@ from ._run_directory import (
     refuse_foreign_rank,
     store_collected_log,
 )
-from ._runner import Runner
+from ._runner import Runner, derive_trace_id
 from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 from ._threads import StepThreads
 from ._watchdog import DEFAULT_STALL_S
@@ -330,6 +331,8 @@ class Startup:
         self._finished: RunFinished | None = None
         self._error: BaseException | None = None
         self._peers_finished: bool | None = None
+        #: the caller's ``TRACEPARENT`` (trace id, span id), once open
+        self._caller_span: tuple[str, str] | None = None
         self._opened_wall_ns = 0
         self._injected: tuple[str, ...] = ()
         self._undelivered: tuple[int, ...] = ()
@@ -386,7 +389,7 @@ class Startup:
         identity = self._identity or identity_from_environment(self._env)
         faults = self._fault_plan(identity)
         self._injected = tuple(fault.describe() for fault in faults.faults)
-        parent = _trace_parent(self._env)
+        parent = self._caller_span = trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
         launcher_pid = _launcher_pid(self._env)
@@ -518,7 +521,15 @@ class Startup:
     ) -> tuple[Runner, Graph]:
         assert self._log is not None
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
-        if parent is not None:
+        trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
+        if identity.world_size > 1:
+            # One launch, one root: every rank's root hangs from the launch's
+            # own span, which the launcher (or rank 0) sends once the run
+            # has ended, under the caller's span if there is one.
+            options.update(
+                trace_id=trace_id, parent_span_id=launch_span_id(trace_id, self._log.run_id)
+            )
+        elif parent is not None:
             options.update(trace_id=parent[0], parent_span_id=parent[1])
         if self._graph is not None:
             runner = Runner(
@@ -912,12 +923,32 @@ class Startup:
             started_wall_ns=self._opened_wall_ns,
             finished_wall_ns=time.time_ns(),
             ranks=tuple(entries),
+            trace_parent=None if self._caller_span is None else self._caller_span[1],
             collected_by=identity.rank,
         )
         # A launcher's manifest (one that started the ranks itself) is
         # never replaced: it knows more.
         with contextlib.suppress(RunDirectoryError):
             manifest.write(run_dir, exclusive=True)
+        self._send_launch_span(run_dir)
+
+    def _send_launch_span(self, run_dir: Path) -> None:
+        """Rank 0 holds the whole record: the launch's own span, the root of
+        every rank's, goes where this rank's spans went. Best effort: the
+        logs keep everything, and ``replay --export`` sends it later."""
+        tracing = self._tracing
+        if tracing is None or not tracing.wanted:
+            return
+        from ._launch_trace import launch_trace, send_launch_span
+
+        if self._graph is not None:
+            slices, policy = list(self._slices), None
+        else:
+            from .engine import ENGINE, ENGINE_POLICY
+
+            slices, policy = [ENGINE, *self._slices], ENGINE_POLICY
+        with contextlib.suppress(Exception):
+            send_launch_span(tracing, launch_trace(run_dir, slices=slices, policy=policy))
 
     async def _take_logs(
         self,
@@ -1214,7 +1245,7 @@ def _write_elastic_error(
         write_file(Path(path), orjson.dumps(document))
 
 
-def _trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
+def trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
     """The launcher's ``TRACEPARENT``, checked before the log opens.
 
     Raises:

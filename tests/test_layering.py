@@ -44,7 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "exporters": ("exporters",),
     "runtime": ("orchestrator",),
     "errors": ("orchestrator._errors",),
-    "embedding": ("orchestrator.__init__", "orchestrator._startup"),
+    "embedding": ("orchestrator.__init__", "orchestrator._startup", "orchestrator._launch_trace"),
     "engine": ("orchestrator.engine",),
     "engine-pure": (
         "orchestrator.engine._config",
@@ -82,18 +82,20 @@ RULES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset(),
     ),
     # The embedding API and the package's surface: the runtime at import;
-    # the engine, the logging bridge and tracing (exporters) only when a
-    # caller asks for them, so importing orchestrator loads no OpenTelemetry.
+    # the engine, the logging bridge and tracing (exporters; OpenTelemetry's
+    # span type, for the launch's trace) only when a caller asks for them,
+    # so importing orchestrator loads no OpenTelemetry.
     "embedding": (
         frozenset({"events", "errors", "runtime", "embedding", "anyio"}) | _BASICS,
-        frozenset({"engine", "engine-pure", "exporters"}),
+        frozenset({"engine", "engine-pure", "exporters", "opentelemetry"}),
     ),
-    # The Ray embedding: the embedding API in each actor; Ray itself, and the
-    # engine (fault targets, replay), only inside the functions that use
-    # them, so importing orchestrator.ray needs no Ray.
+    # The Ray embedding: the embedding API in each actor; Ray itself, the
+    # engine (fault targets, replay) and tracing (the launch's span) only
+    # inside the functions that use them, so importing orchestrator.ray needs
+    # no Ray.
     "ray-embedding": (
         frozenset({"events", "errors", "runtime", "embedding", "ray-embedding", "anyio"}) | _BASICS,
-        frozenset({"engine", "engine-pure", "ray"}),
+        frozenset({"engine", "engine-pure", "exporters", "ray"}),
     ),
     # Recording a real engine's own start: the runtime, and the engine's
     # platform code only once a recording starts, so that the entry point an

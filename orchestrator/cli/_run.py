@@ -232,6 +232,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
         world_size=args.nproc,
         simulated=host.label,
         injected=tuple(fault.describe() for fault in faults.faults),
+        trace_parent=_caller_span(),
     )
     # Claimed, and the manifest created exclusively, before any rank starts:
     # a second launch into the same directory stops here, having written
@@ -266,8 +267,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
             os.close(descriptor)
         if view is not None:
             view.close()
-    if args.trace_file is not None:
-        _write_launch_trace(run_dir, args.trace_file)
+    _send_launch_trace(args, run_dir)
     for exit in exits:
         if exit.returncode not in (0, 1):
             print(f"{PROG}: {exit.describe()}", file=sys.stderr)
@@ -279,6 +279,18 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
         print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
         return 2
     return _report(args, [run_dir], for_ranks=True)
+
+
+def _caller_span() -> str | None:
+    """The span of the launcher's own ``TRACEPARENT`` (the launch's span is
+    its child), checked before any rank starts."""
+    from .._startup import trace_parent
+
+    try:
+        parent = trace_parent(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return None if parent is None else parent[1]
 
 
 def _live_view(run_dir: Path) -> LaunchView | None:
@@ -304,32 +316,40 @@ def _check_writable(path: Path) -> None:
         raise UsageError(f"--trace-file {path}: cannot write: {exc.strerror}") from None
 
 
-def _write_launch_trace(run_dir: Path, path: Path) -> None:
-    """One Jaeger-UI document for the whole launch, rebuilt from every rank's
-    log by the projection the live spans come from (spans a killed rank
-    left open end as ``incomplete``), with the root cause marked: loaded
-    together, per-rank files of one trace id would hide all but one."""
+def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
+    """Once every rank has ended: the launch's own span, the one root of the
+    ranks' spans, to the collector the ranks sent theirs to (with the spans
+    of ranks that died before they could end them); and with
+    ``--trace-file``, one Jaeger-UI document of the whole launch, rebuilt
+    from every rank's log by the projection the live spans come from (spans
+    a killed rank left open end as ``incomplete``), the root cause marked
+    (per-rank files of one trace id, loaded together, would hide all but
+    one)."""
     import json
 
-    from events import LogError, merge
-    from exporters import jaeger_document, spans_from_events, with_root_cause
+    from events import EventsError
+    from exporters import Tracing, jaeger_document
 
-    from ..engine import replay, step_severity_hook
+    from .._launch_trace import launch_trace, send_launch_span
+    from ..engine import ENGINE, ENGINE_POLICY
 
-    try:
-        run = read_run([run_dir])
-        events = list(merge(run.contents))
-        cause = replay(run.contents, launch=run.launch).root_cause
-        spans = with_root_cause(
-            spans_from_events(events, severity_of=step_severity_hook(events), launch=run.launch),
-            cause,
-        )
-        text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
-        write_file(path, (text + "\n").encode())
-    except (OSError, ValueError, LogError, InputError, UsageError) as exc:
-        print(f"{PROG}: --trace-file {path}: not written: {exc}", file=sys.stderr)
+    tracing = Tracing(otlp_endpoint=args.otlp_endpoint, otlp_protocol=args.otlp_protocol)
+    path = args.trace_file
+    if path is None and not tracing.wanted:
         return
-    print(f"{PROG}: the launch's trace ({len(spans)} spans) is in {path}", file=sys.stderr)
+    try:
+        spans = launch_trace(run_dir, slices=[ENGINE], policy=ENGINE_POLICY)
+        if path is not None:
+            text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
+            write_file(path, (text + "\n").encode())
+    except (OSError, ValueError, EventsError, RunDirectoryError) as exc:
+        what = "the launch's span" if path is None else f"--trace-file {path}"
+        print(f"{PROG}: {what}: not written: {exc}", file=sys.stderr)
+        return
+    if path is not None:
+        print(f"{PROG}: the launch's trace ({len(spans)} spans) is in {path}", file=sys.stderr)
+    if not send_launch_span(tracing, spans, ranks_ended=True):
+        print(f"{PROG}: could not export the launch's span to the collector", file=sys.stderr)
 
 
 def _grace(args: argparse.Namespace) -> float:

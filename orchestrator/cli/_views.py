@@ -25,6 +25,7 @@ from events import (
     LaunchRecord,
     LogContents,
     LogError,
+    Replay,
     RunStarted,
     Slice,
     format_ranks,
@@ -170,8 +171,8 @@ def command_replay(args: argparse.Namespace) -> int:
             emit(decision_divergences_text(decisions))
     if export is not None:
         # Cut at --until, a rank is running there, however it ended later.
-        launch = run.launch if args.until is None else None
-        _export(export, _events(run.contents, until=args.until), result.root_cause, launch)
+        cut = result if args.until is None else attrs.evolve(result, launch=None)
+        _export(export, _events(run.contents, until=args.until), cut)
     if args.html is not None:
         from exporters import report_html
 
@@ -313,12 +314,7 @@ def _check_writable(option: str, path: Path) -> None:
         raise InputError(f"{option}: cannot write: {exc.strerror}") from None
 
 
-def _export(
-    export: tuple[str, Path | None],
-    events: Iterable[Event],
-    root_cause: Any,
-    launch: LaunchRecord | None,
-) -> None:
+def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: Replay) -> None:
     import sys
 
     from exporters import (
@@ -349,9 +345,8 @@ def _export(
         count = export_events(
             events,
             exporter,
+            replayed=replayed,
             severity_of=step_severity_hook(events),
-            root_cause=root_cause,
-            launch=launch,
         )
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None

@@ -54,7 +54,7 @@ from .._run_directory import (
     claim_launch_directory,
     rank_log_path,
 )
-from .._startup import DEFAULT_RUNS_ROOT
+from .._startup import DEFAULT_RUNS_ROOT, trace_parent
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
 if TYPE_CHECKING:
@@ -242,6 +242,7 @@ def launch_on_ray(
         world_size=world_size,
         simulated=_simulated(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
+        trace_parent=_caller_span(env),
     )
     # The rendezvous first: without torch nothing is written. Then claimed,
     # and the manifest created exclusively, before any actor starts: a
@@ -271,6 +272,7 @@ def launch_on_ray(
             launch.gather(timeout_s=timeout_s + GRACE_S)
         finally:
             launch.release()
+        _send_launch_span(directory, env)
     finally:
         if store is not None:
             store.close()
@@ -573,6 +575,34 @@ def _simulated(profile: Profile | str | None) -> str | None:
         return None
     name = getattr(profile, "name", None)
     return name if isinstance(name, str) else str(profile)
+
+
+def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
+    """The driver holds the whole record once every actor has ended: the
+    launch's own span, the root of every rank's, goes where the actors'
+    spans went (the driver's ``OTEL_*`` variables). Best effort: the logs
+    keep everything, and ``replay --export`` sends it later."""
+    from exporters import Tracing
+
+    from .._launch_trace import launch_trace, send_launch_span
+    from ..engine import ENGINE, ENGINE_POLICY
+
+    tracing = Tracing(environ=env)
+    if not tracing.wanted:
+        return
+    with contextlib.suppress(Exception):
+        spans = launch_trace(run_dir, slices=[ENGINE], policy=ENGINE_POLICY)
+        send_launch_span(tracing, spans, ranks_ended=True)
+
+
+def _caller_span(env: Mapping[str, str]) -> str | None:
+    """The span of the driver's ``TRACEPARENT``: the launch's span is its child.
+
+    Raises:
+        ValueError: it is malformed.
+    """
+    parent = trace_parent(env)
+    return None if parent is None else parent[1]
 
 
 def _trace_variables(environ: Mapping[str, str]) -> dict[str, str]:

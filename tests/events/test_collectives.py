@@ -103,11 +103,11 @@ def test_a_run_that_ended_ready_has_no_root_cause() -> None:
 
 def test_the_trace_marks_the_rank_that_left_as_the_root_cause() -> None:
     from events import merge
-    from exporters import spans_from_events, with_root_cause
+    from exporters import run_trace
 
     run = [_waited(0, 4), _left(1, 4), _waited(2, 4), _waited(3, 4)]
     result = replay(run, slices=(SLICE,))
-    spans = with_root_cause(spans_from_events(merge(run)), result.root_cause)
+    spans = run_trace(merge(run), result)
     roots = {
         span.attributes["startup.rank"]: span
         for span in spans

@@ -1,5 +1,5 @@
 """Once every rank's log is read, the ranks' root spans say which rank
-caused the failure (``with_root_cause``); live, a rank knows only itself."""
+caused the failure (``run_trace``); live, a rank knows only itself."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from opentelemetry.trace import StatusCode
 
 from events import Event, RunOutcome, merge, root_cause
 from events import replay as replay_run
-from exporters import spans_from_events, with_root_cause
+from exporters import run_trace, spans_from_events
 from tests.orchestrator.engine.streams import RankBuilder, exception
 
 CAUSE = exception("RuntimeError", "unknown zentorch failure")
@@ -39,11 +39,12 @@ def roots(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
 def test_the_root_cause_rank_and_its_consequences_are_marked() -> None:
     streams = launch()
     events = list(merge(streams))
-    found = replay_run(streams).root_cause
+    replayed = replay_run(streams)
+    found = replayed.root_cause
     assert found is not None
     assert found.rank == 1
 
-    marked = roots(with_root_cause(spans_from_events(events), found))
+    marked = roots(run_trace(events, replayed))
 
     ready, cause, consequence = (marked[f"startup rank {rank}"] for rank in range(3))
     assert "startup.root_cause" not in (ready.attributes or {})
@@ -62,15 +63,22 @@ def test_the_root_cause_rank_and_its_consequences_are_marked() -> None:
 
 
 def test_without_a_root_cause_nothing_changes() -> None:
-    spans = spans_from_events(merge(launch()))
-    assert with_root_cause(spans, None) == spans
+    ready = RankBuilder(0, world_size=1).run_started()
+    ready.started("platform")
+    ready.succeeded("platform")
+    streams = [ready.run_finished(RunOutcome.READY)]
+    replayed = replay_run(streams)
+    assert replayed.root_cause is None
+    traced = run_trace(merge(streams), replayed)
+    assert [span.to_json() for span in traced] == [
+        span.to_json() for span in spans_from_events(merge(streams))
+    ]
     assert root_cause({}) is None
 
 
 def test_a_consequence_links_to_the_root_causes_own_step() -> None:
     streams = launch()
-    found = replay_run(streams).root_cause
-    spans = with_root_cause(spans_from_events(list(merge(streams))), found)
+    spans = run_trace(merge(streams), replay_run(streams))
 
     [failing] = [
         span

@@ -172,12 +172,21 @@ def test_the_launch_is_one_trace_under_the_callers_span(healthy: RayLaunch, tmp_
 
     [trace] = json.loads(trace_file.read_text())["data"]
     assert trace["traceID"] == TRACE_ID
-    roots = [
-        span
-        for span in trace["spans"]
-        if any(ref["spanID"] == LAUNCHER_SPAN_ID for ref in span["references"])
+
+    def children_of(span_id: str) -> list[dict[str, Any]]:
+        return [
+            span
+            for span in trace["spans"]
+            if any(ref["spanID"] == span_id for ref in span["references"])
+        ]
+
+    # The launch's span is the caller's child; each rank's root span its.
+    [launch] = children_of(LAUNCHER_SPAN_ID)
+    assert launch["operationName"] == f"launch {RANKS} ranks: ready"
+    roots = children_of(launch["spanID"])
+    assert sorted(span["operationName"] for span in roots) == [
+        f"startup rank {rank}" for rank in range(RANKS)
     ]
-    assert len(roots) == RANKS  # each rank's root span is a child of the caller's
     assert {span["traceID"] for span in trace["spans"]} == {TRACE_ID}
 
 

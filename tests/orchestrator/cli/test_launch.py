@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from events import launch_span_id
+from tests.exporters.otlp_receivers import GrpcReceiver
+
 from .conftest import StoredRun
 from .harness import (
     LAUNCH_TIMEOUT_S,
@@ -186,7 +189,49 @@ def test_torchruns_own_summary_names_the_rank_that_failed_first(tmp_path: Path) 
 def test_torchrun_four_ranks_share_one_run_and_one_trace(tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     assert torchrun.exists(), f"torch is installed but {torchrun} is missing"
-    process = subprocess.run(
+    with GrpcReceiver() as receiver:
+        process = _torchrun_four(torchrun, tmp_path, receiver.endpoint)
+        spans = receiver.spans()
+
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "Traceback" not in process.stderr, process.stderr
+    run_dir = only_run_directory(tmp_path / "startup-runs")
+    logs = rank_logs(run_dir)
+    assert [p.name for p in logs] == [f"rank-{r}.jsonl" for r in range(4)]
+    events = [read_events(log) for log in logs]
+    trace_id = events[0][0]["trace_id"]
+    assert {e["trace_id"] for rank_events in events for e in rank_events} == {trace_id}
+    assert {e["run_id"] for rank_events in events for e in rank_events} == {run_dir.name}
+    assert [rank_events[-1]["outcome"] for rank_events in events] == ["ready"] * 4
+    agreed = [
+        [e for e in rank_events if e["type"] == "decision.made" and e["name"] == "allreduce.agreed"]
+        for rank_events in events
+    ]
+    assert [[e["value"] for e in found] for found in agreed] == [["trtllm"]] * 4
+    assert [found[0]["inputs"]["ranks"] for found in agreed] == [4] * 4
+    # Rank 0 prints the report of the whole run once every rank is done.
+    document = json.loads(process.stdout)
+    assert (document["outcome"], document["world_size"]) == ("ready", 4)
+    assert [r["allreduce_backend"] for r in document["ranks"]] == ["trtllm"] * 4
+    # One trace, one root: rank 0, which holds the whole record, sent the
+    # launch's own span, which every rank's root hangs from.
+    [own] = [span for span in spans if "startup.rank" not in span.resource]
+    assert own.span_id == launch_span_id(trace_id, run_dir.name)
+    assert own.name == "launch 4 ranks: ready"
+    assert own.parent_span_id is None
+    roots = [span for span in spans if span.name.startswith("startup rank ")]
+    assert sorted(span.name for span in roots) == [f"startup rank {rank}" for rank in range(4)]
+    assert {root.parent_span_id for root in roots} == {own.span_id}
+    promised = {e["span_id"] for rank_events in events for e in rank_events if e["type"] in (
+        "run.started", "step.started"
+    )}  # fmt: skip
+    assert sorted(span.span_id for span in spans) == sorted(promised | {own.span_id})
+
+
+def _torchrun_four(
+    torchrun: Path, tmp_path: Path, endpoint: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             str(torchrun),
             "--standalone",
@@ -202,31 +247,9 @@ def test_torchrun_four_ranks_share_one_run_and_one_trace(tmp_path: Path) -> None
             "--json",
         ],
         cwd=tmp_path,
-        env=environment(),
+        env=environment(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc"),
         capture_output=True,
         text=True,
         timeout=LAUNCH_TIMEOUT_S,
         check=False,
     )
-
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "Traceback" not in process.stderr, process.stderr
-    run_dir = only_run_directory(tmp_path / "startup-runs")
-    logs = rank_logs(run_dir)
-    assert [p.name for p in logs] == [f"rank-{r}.jsonl" for r in range(4)]
-    events = [read_events(log) for log in logs]
-    assert {e["trace_id"] for rank_events in events for e in rank_events} == {
-        events[0][0]["trace_id"]
-    }
-    assert {e["run_id"] for rank_events in events for e in rank_events} == {run_dir.name}
-    assert [rank_events[-1]["outcome"] for rank_events in events] == ["ready"] * 4
-    agreed = [
-        [e for e in rank_events if e["type"] == "decision.made" and e["name"] == "allreduce.agreed"]
-        for rank_events in events
-    ]
-    assert [[e["value"] for e in found] for found in agreed] == [["trtllm"]] * 4
-    assert [found[0]["inputs"]["ranks"] for found in agreed] == [4] * 4
-    # Rank 0 prints the report of the whole run once every rank is done.
-    document = json.loads(process.stdout)
-    assert (document["outcome"], document["world_size"]) == ("ready", 4)
-    assert [r["allreduce_backend"] for r in document["ranks"]] == ["trtllm"] * 4

@@ -46,21 +46,36 @@ def test_a_launch_writes_one_trace_file_with_every_ranks_spans(tmp_path: Path) -
     spans = only["spans"]
     rebuilt = spans_from_events(merge(read_log(log) for log in rank_logs(tmp_path / "run")))
     assert len(rebuilt) > RANKS
-    assert sorted(span["spanID"] for span in spans) == sorted(
-        format(span.context.span_id, "016x") for span in rebuilt
-    )
-    parented = {
-        span["spanID"]
+    # Every rank's spans, and the launch's own.
+    [launch] = [
+        span
         for span in spans
-        if any(ref["refType"] == "CHILD_OF" for ref in span["references"])
+        if not any(ref["refType"] == "CHILD_OF" for ref in span["references"])
+    ]
+    assert sorted(span["spanID"] for span in spans) == sorted(
+        [launch["spanID"], *(format(span.context.span_id, "016x") for span in rebuilt)]
+    )
+    assert (
+        launch["operationName"]
+        == f"launch {RANKS} ranks: failed \N{EM DASH} rank {FAILING} platform"
+    )
+    parents = {
+        span["operationName"]: [
+            ref["spanID"] for ref in span["references"] if ref["refType"] == "CHILD_OF"
+        ]
+        for span in spans
     }
-    roots = {span["operationName"]: _tags(span) for span in spans if span["spanID"] not in parented}
+    roots = {
+        span["operationName"]: _tags(span)
+        for span in spans
+        if parents[span["operationName"]] == [launch["spanID"]]
+    }
     links = {
         span["operationName"]: [
             ref["spanID"] for ref in span["references"] if ref["refType"] == "FOLLOWS_FROM"
         ]
         for span in spans
-        if span["spanID"] not in parented
+        if span["operationName"] in roots or span is launch
     }
     [failing] = [
         span["spanID"]
@@ -81,6 +96,8 @@ def test_a_launch_writes_one_trace_file_with_every_ranks_spans(tmp_path: Path) -
         assert consequence["otel.status_description"].startswith(f"consequence of rank {FAILING}")
         # One click from any consequence to the step that failed first.
         assert links[f"startup rank {rank}"] == [failing]
+    assert links[launch["operationName"]] == [failing]
+    assert _tags(launch)["startup.root_cause_rank"] == FAILING
     assert f"the launch's trace ({len(spans)} spans) is in {trace}" in completed.stderr
 
 

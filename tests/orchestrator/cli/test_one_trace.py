@@ -20,10 +20,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from events import Event, RunStarted, StepStarted, StepUnavailable
+from events import Event, RunStarted, StepStarted, StepUnavailable, launch_span_id
 from exporters import export_events, otlp_exporter
+from orchestrator._run_directory import read_run_directory
 from orchestrator._runner import derive_trace_id
-from orchestrator.engine import step_severity_hook
+from orchestrator.engine import replay
 from tests.exporters.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
 from tests.exporters.tracing_harness import cli_environment, expected_span_ids, run_cli, run_events
 
@@ -44,7 +45,10 @@ class Launch:
 
     run_dir: Path
     events: list[Event]
+    #: every rank's spans
     spans: list[ReceivedSpan]
+    #: the launch's own span, which the launcher sent once the ranks ended
+    launch_span: ReceivedSpan
     stderr: str
 
     @property
@@ -75,8 +79,10 @@ def launch(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     events = run_events(run_dir)
-    spans = receiver.wait_for_spans(len(expected_span_ids(events)), timeout=30.0)
-    return Launch(run_dir=run_dir, events=events, spans=spans, stderr=done.stderr)
+    spans = receiver.wait_for_spans(len(expected_span_ids(events)) + 1, timeout=30.0)
+    [own] = [span for span in spans if "startup.rank" not in span.resource]
+    ranks = [span for span in spans if span is not own]
+    return Launch(run_dir=run_dir, events=events, spans=ranks, launch_span=own, stderr=done.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -208,33 +214,48 @@ def test_the_injected_exception_is_on_rank_3s_candidate(grpc_launch: Launch) -> 
 
 
 def test_without_traceparent_the_trace_id_is_derived_from_the_run_id(grpc_launch: Launch) -> None:
-    assert {span.trace_id for span in grpc_launch.spans} == {derive_trace_id(grpc_launch.run_id)}
+    trace_id = derive_trace_id(grpc_launch.run_id)
+    assert {span.trace_id for span in grpc_launch.spans} == {trace_id}
+    # One launch, one root: the launch's own span, which every rank's root
+    # hangs from.
+    own = grpc_launch.launch_span
+    assert (own.trace_id, own.span_id) == (trace_id, launch_span_id(trace_id, grpc_launch.run_id))
+    assert own.parent_span_id is None
+    assert own.name == f"launch {RANKS} ranks: ready"
+    assert list(own.attributes["startup.injected"]) == [INJECTED]
+    assert own.attributes["startup.simulated"] == "h200x8"
     roots = [span for span in grpc_launch.spans if span.name.startswith("startup rank ")]
     assert len(roots) == RANKS
-    assert all(root.parent_span_id is None for root in roots)
+    assert {root.parent_span_id for root in roots} == {own.span_id}
 
 
 def test_the_launchers_traceparent_is_honoured(http_launch: Launch) -> None:
     assert {span.trace_id for span in http_launch.spans} == {LAUNCHER_TRACE_ID}
+    # The launch's span is the launcher's child; every rank's root its.
+    own = http_launch.launch_span
+    assert (own.trace_id, own.parent_span_id) == (LAUNCHER_TRACE_ID, LAUNCHER_SPAN_ID)
     roots = [span for span in http_launch.spans if span.name.startswith("startup rank ")]
     assert len(roots) == RANKS
-    assert {root.parent_span_id for root in roots} == {LAUNCHER_SPAN_ID}
+    assert {root.parent_span_id for root in roots} == {own.span_id}
     ids = {span.span_id for span in http_launch.spans}
     for span in http_launch.spans:
         if not span.name.startswith("startup rank "):
             assert span.parent_span_id in ids, span.name
 
 
-def test_replay_export_sends_what_the_ranks_sent(grpc_launch: Launch) -> None:
+def test_replay_export_sends_what_the_ranks_and_the_launcher_sent(grpc_launch: Launch) -> None:
+    events = grpc_launch.events
+    by_rank = [[event for event in events if event.rank == rank] for rank in range(RANKS)]
+    launch_record = read_run_directory(grpc_launch.run_dir).launch_record()
+    run = replay(by_rank, launch=launch_record)
     with GrpcReceiver() as receiver:
         exporter = otlp_exporter("grpc", endpoint=receiver.endpoint)
         try:
-            events = grpc_launch.events
-            count = export_events(events, exporter, severity_of=step_severity_hook(events))
+            count = export_events(events, exporter, replayed=run)
         finally:
             exporter.shutdown()
         replayed = {span.span_id: span for span in receiver.wait_for_spans(count)}
-    live = {span.span_id: span for span in grpc_launch.spans}
+    live = {span.span_id: span for span in [*grpc_launch.spans, grpc_launch.launch_span]}
     assert sorted(replayed) == sorted(live)
     for span_id, span in live.items():
         again = replayed[span_id]
@@ -252,7 +273,9 @@ def test_the_jaeger_file_holds_the_same_trace(grpc_launch: Launch) -> None:
         for trace in json.loads(file.read_text())["data"]
         for span in trace["spans"]
     ]
-    assert sorted(span["spanID"] for span in spans) == sorted(s.span_id for s in grpc_launch.spans)
+    assert sorted(span["spanID"] for span in spans) == sorted(
+        s.span_id for s in [*grpc_launch.spans, grpc_launch.launch_span]
+    )
     red = {
         span["operationName"]
         for span in spans
@@ -260,4 +283,4 @@ def test_the_jaeger_file_holds_the_same_trace(grpc_launch: Launch) -> None:
     }
     assert red == set()  # the recovered mnnvl fallback is a WARNING, not red
     started = [e for e in grpc_launch.events if isinstance(e, StepStarted)]
-    assert len(spans) == len(started) + RANKS
+    assert len(spans) == len(started) + RANKS + 1  # and the launch's span

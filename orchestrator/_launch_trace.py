@@ -1,0 +1,79 @@
+"""A launch's trace once its ranks have ended, rebuilt from its run directory.
+
+Every rank sends its own spans live; the launch's own span, the one root of
+a run of several ranks, can only be made once the run's outcome and root
+cause are known. Whoever holds the whole record at the end (the command
+line's launcher, rank 0 of a torchrun, SLURM or Open MPI launch, the Ray
+driver) rebuilds the run's trace here and sends that span, and the spans
+of ranks that died before they could end them; the launcher's
+``--trace-file`` is the same trace, whole. Internal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from events import LogContents, SeverityPolicy, Slice
+
+from ._run_directory import read_run_directory
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from exporters import Tracing
+
+__all__ = ["launch_trace", "send_launch_span"]
+
+
+def launch_trace(
+    run_dir: Path, *, slices: Sequence[Slice], policy: SeverityPolicy | None = None
+) -> list[ReadableSpan]:
+    """Every span of the run in ``run_dir`` as :func:`exporters.run_trace`
+    makes them (the launch's own span first, when the run has several
+    ranks), its logs replayed with ``slices`` and ``policy``.
+
+    Raises:
+        RunDirectoryError: the manifest cannot be read.
+        events.EventsError: a log is corrupt or unreadable.
+        ValueError: an event's ids are malformed.
+    """
+    from events import merge, read_log, replay
+    from exporters import run_trace
+
+    found = read_run_directory(run_dir)
+    contents: list[LogContents] = []
+    empty: list[int] = []
+    for rank, path in found.logs.items():
+        read = read_log(path)
+        if read.events:
+            contents.append(read)
+        else:
+            empty.append(rank)
+    result = replay(contents, slices=slices, policy=policy, launch=found.launch_record(empty))
+    return run_trace(merge(contents), result)
+
+
+def send_launch_span(
+    tracing: Tracing, spans: Sequence[ReadableSpan], *, ranks_ended: bool = False
+) -> bool:
+    """Send the launch's own span of a run's trace (:func:`launch_trace`)
+    where ``tracing`` sends spans; the ranks have sent theirs. With
+    ``ranks_ended`` (every rank's process is known to have ended: the
+    launcher's and the Ray driver's view), also the spans of ranks that died
+    with steps in flight, rebuilt as ``incomplete``: a span is sent live when
+    it ends, so those were never sent.
+
+    Returns:
+        Whether they were delivered (``True`` when there are none to send or
+        no collector is asked for).
+    """
+
+    def wanted(span: ReadableSpan) -> bool:
+        attributes = span.attributes or {}
+        if attributes.get("startup.kind") == "launch":
+            return True
+        return ranks_ended and attributes.get("startup.outcome") == "incomplete"
+
+    return tracing.send([span for span in spans if wanted(span)])
