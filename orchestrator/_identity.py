@@ -8,8 +8,11 @@ Three launcher conventions are read, the first one present wins:
   ``SLURM_NODEID``, and the tasks per node from ``SLURM_NTASKS_PER_NODE`` or
   ``SLURM_TASKS_PER_NODE``;
 * Open MPI (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
-  ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``,
-  ``OMPI_COMM_WORLD_NODE_RANK``.
+  ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``. Open MPI
+  names no node index (its ``OMPI_COMM_WORLD_NODE_RANK`` is the process's
+  rank among all jobs' processes on its node, not the node's number), so the
+  node rank is rank // local size, as ``mpirun``'s default placement by slot
+  lays ranks out.
 
 Every value can be overridden in code. A process started under none of them
 is rank 0 of a world of 1.
@@ -68,8 +71,8 @@ def _int(env: Mapping[str, str], name: str, default: int, override: int | None) 
 
 #: The variables of each launcher convention, in the order of
 #: :class:`RankIdentity`'s fields: rank, local rank, world size, local world
-#: size, node rank.
-_CONVENTIONS: tuple[tuple[str, tuple[str, str, str, str, str]], ...] = (
+#: size, node rank (``None``: the launcher names none; derived).
+_CONVENTIONS: tuple[tuple[str, tuple[str, str, str, str, str | None]], ...] = (
     ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
     (
         "SLURM",
@@ -82,7 +85,7 @@ _CONVENTIONS: tuple[tuple[str, tuple[str, str, str, str, str]], ...] = (
             "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_SIZE",
             "OMPI_COMM_WORLD_LOCAL_SIZE",
-            "OMPI_COMM_WORLD_NODE_RANK",
+            None,
         ),
     ),
 )
@@ -158,6 +161,7 @@ def identity_from_environment(
             f"must be below {local_world_name}={the_local_world} (local ranks are 0-based)",
         )
     nodes = -(-the_world // the_local_world)
+    node_name = node_name or "node_rank"
     the_node = _int(env, node_name, the_rank // the_local_world, node_rank)
     if the_node >= nodes:
         raise RankEnvironmentError(

@@ -136,13 +136,14 @@ print(result.rank, result.world_size, result.run_id)
             "SLURM_JOB_ID": "4242",
             "SLURM_STEP_ID": "0",
         },
-        # mpirun: the PMIx namespace names the job.
+        # mpirun: the PMIx namespace names the job; its "node rank" is the
+        # rank among every job's processes on the node, as Open MPI 4 sets it.
         lambda rank: {
             "OMPI_COMM_WORLD_RANK": str(rank),
             "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
             "OMPI_COMM_WORLD_SIZE": "2",
             "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-            "OMPI_COMM_WORLD_NODE_RANK": "0",
+            "OMPI_COMM_WORLD_NODE_RANK": str(rank),
             "PMIX_NAMESPACE": "prterun-node1-7001@1",
         },
     ],

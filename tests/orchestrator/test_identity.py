@@ -25,6 +25,25 @@ def test_torchrun_variables() -> None:
     )
 
 
+def test_open_mpi_variables_as_mpirun_sets_them() -> None:
+    # Rank 6 of 8, four a node, as Open MPI 4's mpirun sets it: its
+    # OMPI_COMM_WORLD_NODE_RANK is the rank among the node's processes (2),
+    # not the node (1); read as the node, it was refused as past the count.
+    env = {
+        "OMPI_COMM_WORLD_RANK": "6",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+        "OMPI_COMM_WORLD_SIZE": "8",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+        "OMPI_COMM_WORLD_NODE_RANK": "2",
+    }
+    assert identity_from_environment(env) == RankIdentity(
+        rank=6, local_rank=2, world_size=8, local_world_size=4, node_rank=1
+    )
+    one_node = {**env, "OMPI_COMM_WORLD_LOCAL_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "6"}
+    one_node["OMPI_COMM_WORLD_NODE_RANK"] = "6"
+    assert identity_from_environment(one_node).node_rank == 0
+
+
 def test_no_variables_is_rank_zero_of_one() -> None:
     assert identity_from_environment({}) == RankIdentity(
         rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0
