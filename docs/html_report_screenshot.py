@@ -32,7 +32,6 @@ def main() -> None:
         browser = playwright.chromium.launch(executable_path=shutil.which("chromium"))
         page = browser.new_page(viewport={"width": 1100, "height": 760})
         page.goto(path.as_uri())
-        page.click('.step.root[data-step="attention/FLASH_ATTN"] > summary')
         page.screenshot(path=str(target))
         browser.close()
     print(f"wrote {target} ({target.stat().st_size} bytes)")

@@ -1,18 +1,23 @@
 """A self-contained HTML report of a run: the file to attach to a bug report.
 
 :func:`report_html` renders a :class:`~events.Replay` and the events it was
-derived from as one page that needs nothing else: inline CSS, a few lines of
-inline script (expand or collapse every step), no fonts, images or network
-(a Content-Security-Policy forbids every fetch). Every text from the log is
-escaped, so an exception message cannot inject markup or script.
+derived from as one page that needs nothing else: inline CSS and no script
+at all (expanding every step and zooming the time axis are CSS toggles), no
+fonts, images or network (a Content-Security-Policy forbids every fetch and
+every script). Every text from the log is escaped, so an exception message
+cannot inject markup or script.
 
 The page, from the top: the outcome, the simulated profile and injected
-faults, the root cause with its exception chain; then one swimlane per
-group of identical ranks (the same steps with the same outcomes and the
-same exception types collapse into one lane labelled with the rank set;
-texts that differ by rank are shown inside, each with its ranks), failed and
-incomplete ranks first, each with its steps nested by path under a time
-axis. A step opens (``<details>``) to its outcome, duration, reasons,
+faults, the root cause with its exception chain and a link to its step
+(open from the start); then one swimlane per group of identical ranks (the
+same steps with the same outcomes and the same exception types collapse
+into one lane labelled with the rank set, its fastest and slowest rank,
+hosts, pids and start times; texts that differ by rank are shown inside,
+each with its ranks), failed and incomplete ranks first, each with its steps
+nested by path under a time axis with round ticks, each bar with its
+duration. The axis covers the whole run, or, when one step every other
+waited for (``process_group``) takes most of it, the run from the first step
+that waited. A step opens (``<details>``) to its outcome, duration, reasons,
 exception chain, the messages it produced (grouped by rank set) and the
 decisions recorded at it. Messages, divergences, decisions and warnings of
 the whole run follow.
@@ -21,6 +26,8 @@ the whole run follow.
 from __future__ import annotations
 
 import html
+import math
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -35,6 +42,7 @@ from events import (
     GroupedMessage,
     Replay,
     RunOutcome,
+    RunStarted,
     Severity,
     StepCancelled,
     StepCrashed,
@@ -96,11 +104,25 @@ _CSS = (
     ".lane>h3{margin:0;padding:.3em .6em;font-size:13px;background:#f1f3f5}"
     ".axis,.step>summary{display:flex;align-items:center}"
     ".axis{position:sticky;top:0;background:#fff;z-index:1;height:18px;color:#555}"
-    ".name{flex:0 0 340px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}"
+    ".name{flex:0 0 340px;display:flex;white-space:nowrap;overflow:hidden}"
+    ".label{overflow:hidden;text-overflow:ellipsis}"
     ".track{position:relative;flex:1;height:12px;background:#f1f3f5}"
     ".axis .track{background:none;height:18px}"
+    ".track{overflow:hidden}.axis .track{overflow:visible}"
+    ".ticks{position:absolute;inset:0}.ticks.zoomed{display:none}"
     ".tick{position:absolute;top:0;border-left:1px solid #aab;padding-left:2px;font-size:11px}"
-    ".bar{position:absolute;top:0;height:12px;min-width:2px;border-radius:2px}"
+    ".bar{position:absolute;top:0;height:12px;min-width:2px;border-radius:2px;"
+    "left:var(--l);width:var(--w)}"
+    ".dur{margin-left:auto;padding:0 .6em;color:#555;font-size:11px}"
+    ".toggles{margin:.3em 0}.toggles label{margin-right:.6em;cursor:pointer;padding:0 .5em;"
+    "border:1px solid #aab;border-radius:3px;background:#f1f3f5}"
+    "#zoom:checked~#lanes label[for=zoom],#expand-all:checked~#lanes label[for=expand-all]"
+    "{background:#3d6fb6;border-color:#3d6fb6;color:#fff}"
+    "#zoom:checked~#lanes .bar{left:var(--zl,var(--l));width:var(--zw,var(--w))}"
+    "#zoom:checked~#lanes .ticks.full{display:none}"
+    "#zoom:checked~#lanes .ticks.zoomed{display:block}"
+    "#expand-all:checked~#lanes details.step::details-content{content-visibility:visible}"
+    ".lane-facts{font-weight:normal;color:#555;margin-left:.6em}"
     ".step>summary{cursor:pointer;list-style:none;padding:1px .6em}"
     ".step>summary:hover{background:#eef3fb}.step>summary::-webkit-details-marker{display:none}"
     ".step[open]>summary{background:#e4ecf7}"
@@ -111,15 +133,8 @@ _CSS = (
     "tr:nth-child(even){background:#f6f7f9}"
 )
 
-# Static: nothing from the log is ever written into the script.
-_SCRIPT = (
-    "document.addEventListener('click',function(e){var b=e.target.closest('[data-all]');"
-    "if(!b)return;var open=b.getAttribute('data-all')==='open';"
-    "document.querySelectorAll('details.step').forEach(function(d){d.open=open;});});"
-)
-
 _CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; "
     "img-src 'none'; form-action 'none'; base-uri 'none'"
 )
 
@@ -133,6 +148,46 @@ def _ms(ns: int | None) -> str:
         return "-"
     ms = ns / 1e6
     return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
+def _round(ns: int) -> str:
+    """A round time as a tick says it: ``0``, ``500 ms``, ``2 s``, ``1.5 s``."""
+    if ns == 0:
+        return "0"
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:g} s"
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:g} ms"
+    return f"{ns / 1e3:g} \N{MICRO SIGN}s"
+
+
+def _tick_step(span: int) -> int:
+    """A round interval, 1, 2 or 5 times a power of ten nanoseconds, that
+    cuts ``span`` into at most six."""
+    wanted = max(span / 6, 1.0)
+    power = 10 ** math.floor(math.log10(wanted))
+    return next(int(f * power) for f in (1, 2, 5, 10) if f * power >= wanted)
+
+
+def _ticks(start: int, span: int, kind: str) -> str:
+    """Round ticks over ``start`` .. ``start + span`` (ns since the page's
+    origin), each labelled with its time since the origin."""
+    step = _tick_step(span)
+    at = -(-start // step) * step
+    ticks = []
+    while at <= start + span:
+        left = (at - start) / span * 100
+        ticks.append(f'<span class="tick" style="left:{left:.2f}%">{_round(at)}</span>')
+        at += step
+    return f'<span class="ticks {kind}">{"".join(ticks)}</span>'
+
+
+def _clock(ns: int, *, date: bool = False) -> str:
+    """Wall-clock time, UTC: ``01:40:20.123`` (with the date: ``2026-12-02
+    01:40:20.123 UTC``)."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    shown = time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.gmtime(seconds))
+    return f"{shown}.{rest // 1_000_000:03d}" + (" UTC" if date else "")
 
 
 def _badge(outcome: str) -> str:
@@ -297,8 +352,11 @@ def report_html(
     """
     ended: dict[int, dict[str, _Ended]] = defaultdict(dict)
     decisions: dict[tuple[int, str], list[DecisionMade]] = defaultdict(list)
+    hosts: dict[int, str] = {}
     for event in events:
-        if isinstance(event, DecisionMade):
+        if isinstance(event, RunStarted):
+            hosts[event.rank] = event.host
+        elif isinstance(event, DecisionMade):
             decisions[(event.rank, event.step)].append(event)
         elif outcome_of(event) is not None and isinstance(getattr(event, "step", None), str):
             ended[event.rank].setdefault(event.step, _Ended(event))
@@ -336,6 +394,14 @@ def report_html(
     ends.extend(died.values())
     last = max(ends)
     span = max(last - origin, 1)
+    # The axis from the first step that waited for another: the one every
+    # probe waits for (process_group, while torch imports and the group
+    # forms) may take most of the run and leave each probe a sliver.
+    waited = [t for r in ranks.values() for t in r.steps.values() if t.depends_on]
+    first_waiting = min(waited, key=lambda t: t.start_wall_ns, default=None)
+    zoom: tuple[int, int] | None = None
+    if first_waiting is not None and first_waiting.start_wall_ns - origin >= span // 5:
+        zoom = (first_waiting.start_wall_ns, max(last - first_waiting.start_wall_ns, 1))
     run_id = result.run_id or "(no events)"
     page_title = title or f"startup report {run_id}"
 
@@ -353,6 +419,8 @@ def report_html(
         f"world size <b>{result.world_size}</b>",
         f"wall time <b>{_ms(last - origin if ranks else None)}</b>",
     ]
+    if ranks:
+        meta.append(f"began <b>{_clock(origin, date=True)}</b>")
     if result.simulated:
         meta.append(f'simulated <b id="simulated">{_e(result.simulated)}</b>')
     if result.injected:
@@ -374,6 +442,8 @@ def report_html(
         )
     else:
         parts = [f"<b>Root cause</b>: {_e(cause.describe(since_ns=origin or None))}"]
+        if cause.step is not None and cause.rank in ranks:
+            parts.append(f' <a href="#root-step">go to rank {cause.rank}\'s {_e(cause.step)}</a>')
         if cause.exception is not None:
             parts.append(_chain_html(cause.exception))
         if cause.waiting is not None:
@@ -409,14 +479,22 @@ def report_html(
             item[1][0],
         ),
     )
-    ticks = "".join(
-        f'<span class="tick" style="left:{i * 20}%">{_ms(span * i // 5)}</span>' for i in range(5)
-    )
+    ticks = _ticks(0, span, "full")
+    toggles = ['<label for="expand-all">expand every step</label>']
+    if zoom is not None and first_waiting is not None:
+        ticks += _ticks(zoom[0] - origin, zoom[1], "zoomed")
+        toggles.append(
+            f'<label for="zoom">zoom: from the first step that waited for '
+            f"{_e(', '.join(first_waiting.depends_on))} (+{_ms(zoom[0] - origin)})</label>"
+        )
+    # CSS toggles, no script: each checkbox comes before the lanes it changes.
+    out.append('<input type="checkbox" id="expand-all" hidden>')
+    if zoom is not None:
+        out.append('<input type="checkbox" id="zoom" hidden>')
     out.append(
         f'<section id="lanes"><h2>Ranks ({len(ordered)} lane{"s" if len(ordered) != 1 else ""}'
         f" for {len(ranks)} rank{'s' if len(ranks) != 1 else ''})</h2>"
-        '<button type="button" data-all="open">expand all</button> '
-        '<button type="button" data-all="close">collapse all</button>'
+        f'<div class="toggles">{"".join(toggles)}</div>'
         f'<div class="axis"><span class="name">time since {since}</span>'
         f'<span class="track">{ticks}</span></div>'
     )
@@ -436,8 +514,9 @@ def report_html(
                 ended,
                 step_messages,
                 decisions,
-                (origin, span, last),
+                _Scale(origin=origin, span=span, last=last, zoom=zoom),
                 died.get(members[0]),
+                hosts,
             )
         )
     out.append("</section>")
@@ -445,8 +524,63 @@ def report_html(
     out.append(_messages_html(result))
     out.append(_divergences_html((*result.divergences, *divergences)))
     out.append(_decisions_html(decisions))
-    out.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    out.append("</body></html>\n")
     return "".join(out)
+
+
+class _Scale:
+    """The page's time axis: wall-clock ``origin`` .. ``last`` (``span``
+    ns), and the zoomed one (its start and span), if any."""
+
+    __slots__ = ("last", "origin", "span", "zoom")
+
+    def __init__(self, *, origin: int, span: int, last: int, zoom: tuple[int, int] | None) -> None:
+        self.origin, self.span, self.last, self.zoom = origin, span, last, zoom
+
+    def bar(self, start: int, end: int) -> str:
+        """The bar's place on each axis, as CSS variables (percent)."""
+        style = (
+            f"--l:{(start - self.origin) / self.span * 100:.2f}%;"
+            f"--w:{max((end - start) / self.span * 100, 0.0):.2f}%"
+        )
+        if self.zoom is not None:
+            begin, span = self.zoom
+            style += (
+                f";--zl:{(start - begin) / span * 100:.2f}%;"
+                f"--zw:{max((end - start) / span * 100, 0.0):.2f}%"
+            )
+        return style
+
+
+def _lane_facts(result: Replay, members: Sequence[int], hosts: Mapping[int, str]) -> list[str]:
+    """What a lane's heading says of its ranks: where they ran (hosts, pids),
+    when they started (UTC), and for several ranks the fastest and slowest."""
+    facts: list[str] = []
+    timelines = result.timeline.ranks
+    where = sorted({hosts[rank] for rank in members if rank in hosts})
+    if where:
+        shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+        facts.append(f"host{'s' if len(where) > 1 else ''} {shown}")
+    pids = [result.pids[rank] for rank in members if rank in result.pids]
+    if len(pids) == 1:
+        facts.append(f"pid {pids[0]}")
+    elif pids:
+        facts.append(f"pids {min(pids)}-{max(pids)}")
+    starts = [t for rank in members if (t := timelines[rank].start_wall_ns) is not None]
+    if starts:
+        began = _clock(min(starts))
+        facts.append(
+            f"started {began}" if len(starts) == 1 else f"started {began} to {_clock(max(starts))}"
+        )
+    took = sorted(
+        (duration, rank)
+        for rank in members
+        if (duration := timelines[rank].duration_ns) is not None
+    )
+    if len(took) > 1:
+        (fast, fastest), (slow, slowest) = took[0], took[-1]
+        facts.append(f"fastest rank {fastest} ({_ms(fast)}), slowest rank {slowest} ({_ms(slow)})")
+    return facts
 
 
 def _lane(
@@ -456,15 +590,15 @@ def _lane(
     ended: Mapping[int, Mapping[str, _Ended]],
     step_messages: Mapping[tuple[int, str], list[Any]],
     decisions: Mapping[tuple[int, str], list[DecisionMade]],
-    scale: tuple[int, int, int],
+    scale: _Scale,
     died: int | None,
+    hosts: Mapping[int, str],
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
     the first, with the duration range across all of them; ``scale`` is
-    the page's (origin, span, last) wall clock, ``died`` when the first
-    member's process was seen to end, if it died (its steps in flight last
-    until then)."""
-    origin, span, last = scale
+    the page's time axis, ``died`` when the first member's process was seen
+    to end, if it died (its steps in flight last until then)."""
+    origin, last = scale.origin, scale.last
     who = format_ranks(members)
     first = members[0]
     timeline = result.timeline.ranks[first]
@@ -472,9 +606,11 @@ def _lane(
     # A lane of one rank that names its role (a recorded engine process)
     # says it, as the text report does.
     label = rank_label(result, first) if len(members) == 1 else who
+    facts = " \N{MIDDLE DOT} ".join(_lane_facts(result, members, hosts))
     rows: list[str] = [
         f'<div class="lane" data-ranks="{_e(who)}" data-outcome="{_e(rank_outcome.value)}">'
-        f"<h3>{_e(label)} {_badge(rank_outcome.value)}</h3>"
+        f"<h3>{_e(label)} {_badge(rank_outcome.value)}"
+        f'<span class="lane-facts">{_e(facts)}</span></h3>'
     ]
     for depth, timing in _tree(tuple(timeline.steps.values())):
         step = timing.step
@@ -484,8 +620,6 @@ def _lane(
             # In flight when the log ends: running, or cut short by a death.
             outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
         end = timing.end_wall_ns or timeline.end_wall_ns or died or last
-        left = (timing.start_wall_ns - origin) / span * 100
-        width = max((end - timing.start_wall_ns) / span * 100, 0.0)
         durations = [
             d
             for rank in members
@@ -558,12 +692,21 @@ def _lane(
             info.append(f'<div>decisions:<ul class="decisions">{items}</ul></div>')
         tone = _TONE.get(outcome, "none")
         tip = f"{step}: {outcome}, {duration}"
+        # The root cause's step is open from the start, and the root-cause
+        # box links to it.
+        root = ' id="root-step" open' if is_root else ""
+        own = (
+            _ms(timing.duration_ns)
+            if timing.duration_ns is not None
+            else f"\u2265 {_ms(end - timing.start_wall_ns)}"
+        )
         rows.append(
             f'<details class="step{" root" if is_root else ""}" data-step="{_e(step)}"'
-            f' data-outcome="{_e(outcome)}"><summary title="{_e(tip)}">'
-            f'<span class="name" style="padding-left:{depth * 14}px">{_e(step)}</span>'
-            f'<span class="track"><span class="bar {tone}" style="left:{left:.2f}%;'
-            f'width:{width:.2f}%"></span></span></summary>'
+            f' data-outcome="{_e(outcome)}"{root}><summary title="{_e(tip)}">'
+            f'<span class="name" style="padding-left:{depth * 14}px">'
+            f'<span class="label">{_e(step)}</span><span class="dur">{_e(own)}</span></span>'
+            f'<span class="track"><span class="bar {tone}" '
+            f'style="{scale.bar(timing.start_wall_ns, end)}"></span></span></summary>'
             f'<div class="info">{"".join(info)}</div></details>'
         )
     rows.append("</div>")

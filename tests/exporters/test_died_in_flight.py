@@ -64,7 +64,7 @@ def test_the_dead_ranks_spans_and_report_lane_end_at_its_death() -> None:
     step = page[page.index('data-step="attention"') :].split("</details>")[0]
     assert 'data-outcome="incomplete"' in step
     # The page's time axis runs to the death, and the step's bar with it.
-    assert 'style="left:0.00%;width:100.00%"' in step
+    assert 'style="--l:0.00%;--w:100.00%' in step
     assert "duration &gt;= 30.00 s" in step
 
 

@@ -13,6 +13,7 @@ Each test saves a screenshot of the page under its ``tmp_path``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,8 +84,9 @@ class Shown:
 def show(browser: Any, tmp_path: Path) -> Iterator[Any]:
     pages: list[Any] = []
 
-    def open_report(path: Path) -> Shown:
-        page = browser.new_page(viewport=VIEWPORT)
+    def open_report(path: Path, *, script: bool = True) -> Shown:
+        # The page has no script of its own: it works the same without.
+        page = browser.new_context(viewport=VIEWPORT, java_script_enabled=script).new_page()
         pages.append(page)
         url = path.resolve().as_uri()
         shown = Shown(page=page, requests=[], errors=[])
@@ -98,7 +100,7 @@ def show(browser: Any, tmp_path: Path) -> Iterator[Any]:
     yield open_report
     for index, page in enumerate(pages):
         page.screenshot(path=str(tmp_path / f"report-{index}.png"), full_page=True)
-        page.close()
+        page.context.close()
 
 
 def replay_html(directory: Path, cwd: Path) -> Path:
@@ -156,8 +158,8 @@ def test_a_failed_four_rank_run(four_failed: Path, show: Any, tmp_path: Path) ->
     assert "rank 2, step attention/FLASH_ATTN: RuntimeError: bad" in cause
     assert "2:flash_attn=RuntimeError:bad" in shown.page.inner_text("#injected")
     assert shown.lanes() == ["rank 2", "ranks 0-1,3"]
+    # The root cause's step is open from the start.
     failed = shown.page.locator('.lane >> nth=0 >> .step.root[data-step="attention/FLASH_ATTN"]')
-    failed.locator("> summary").click()
     info = failed.locator("> .info")
     assert info.is_visible()
     text = info.inner_text()
@@ -179,7 +181,6 @@ def test_a_thousand_ranks_with_hostile_text(show: Any, tmp_path: Path) -> None:
     assert HOSTILE in shown.page.inner_text("#root-cause")
     assert shown.lanes() == ["rank 517", "ranks 0-516,518-1023"]
     failed = shown.page.locator('.step.root[data-step="attention/FLASH_ATTN"]')
-    failed.locator("> summary").click()
     chain = failed.locator("> .info .chain").first
     assert chain.is_visible()
     links = chain.locator("> li.exc").all_inner_texts()
@@ -187,9 +188,67 @@ def test_a_thousand_ranks_with_hostile_text(show: Any, tmp_path: Path) -> None:
     assert links[0].startswith("RuntimeError: ")
     assert HOSTILE in links[0]
     assert links[1].startswith("caused by OSError: libflash.so")
-    shown.page.click("[data-all=open]")
+    shown.page.click("label[for=expand-all]")
     assert (
-        shown.page.locator("details.step[open]").count()
+        shown.page.locator("details.step > .info:visible").count()
         == shown.page.locator("details.step").count()
+    )
+    shown.assert_quiet()
+
+
+def _bar_width(shown: Shown, step: str) -> float:
+    box = shown.page.locator(f'.lane >> nth=0 >> .step[data-step="{step}"] > summary .bar')
+    found = box.bounding_box()
+    assert found is not None
+    width: float = found["width"]
+    return width
+
+
+def test_an_operator_reads_the_failed_run_without_javascript(
+    four_failed: Path, show: Any, tmp_path: Path
+) -> None:
+    shown = show(replay_html(four_failed, tmp_path), script=False)
+
+    shown.assert_quiet()
+    page = shown.page
+    # The root-cause box links to its step, which is open from the start.
+    root = page.locator("#root-step")
+    assert root.get_attribute("data-step") == "attention/FLASH_ATTN"
+    assert root.locator("> .info").is_visible()
+    page.click("#root-cause a[href='#root-step']")
+    assert page.evaluate("location.hash") == "#root-step"
+    box = root.bounding_box()
+    assert box is not None
+    assert -1 <= box["y"] < VIEWPORT["height"]  # scrolled to it
+    # Each bar's row says its duration; ticks are round times.
+    durations = page.locator(".lane >> nth=0 >> .step > summary .dur").all_inner_texts()
+    assert durations
+    assert all(re.fullmatch(r"(\u2265 )?\d+(\.\d+)? (ms|s)", text) for text in durations), durations
+    ticks = page.locator(".axis .ticks.full .tick").all_inner_texts()
+    assert ticks[0] == "0"
+    assert all(re.fullmatch(r"\d+(\.\d+)? (\u00b5s|ms|s)", tick) for tick in ticks[1:]), ticks
+    # Zoomed from the first step that waited for process_group, a probe is
+    # wide enough to read; the whole-run scale gives it a sliver.
+    assert "process_group" in page.inner_text("label[for=zoom]")
+    whole = _bar_width(shown, "platform")
+    page.click("label[for=zoom]")
+    zoomed = _bar_width(shown, "platform")
+    assert zoomed > 4 * whole, (whole, zoomed)
+    assert page.locator(".axis .ticks.zoomed").is_visible()
+    assert not page.locator(".axis .ticks.full").is_visible()
+    # Lanes say where and when their ranks ran; a folded lane its spread.
+    [cause_lane, others] = page.locator(".lane").all()
+    facts = cause_lane.locator(".lane-facts").inner_text()
+    assert re.search(r"host \S+ \u00b7 pid \d+ \u00b7 started \d\d:\d\d:\d\d\.\d{3}", facts)
+    spread = others.locator(".lane-facts").inner_text()
+    assert re.search(r"fastest rank [013] \(.+\), slowest rank [013] \(.+\)", spread), spread
+    assert "pids " in spread
+    # Every step opens at once, without a script.
+    closed = page.locator("details.step > .info:visible").count()
+    page.click("label[for=expand-all]")
+    assert (
+        page.locator("details.step > .info:visible").count()
+        == page.locator("details.step").count()
+        > closed
     )
     shown.assert_quiet()
