@@ -142,8 +142,10 @@ def run_trace(
       outcome, the root cause, the simulated host and the injected faults
       as attributes and linked to the root cause's step span.
 
-    Ranks that ended ready, and every span of a run without a root cause,
-    are unchanged; spans of a single rank get no launch span.
+    The launch's span comes first, then the root cause's rank's spans, then
+    the others (each rank's in the order they finished). Ranks that ended
+    ready, and every span of a run without a root cause, are unchanged;
+    spans of a single rank get no launch span.
     """
     events = list(events)
     if severity_of is None:
@@ -153,6 +155,10 @@ def run_trace(
     target = None if cause is None else _root_cause_span(spans, cause)
     link = None if target is None else Link(target.context, {"startup.link": "root cause"})
     marked = spans if cause is None else _marked(spans, cause, link)
+    if cause is not None:
+        # The root cause's rank first, where an order is kept (a Jaeger
+        # file, a console).
+        marked.sort(key=lambda span: (span.attributes or {}).get("startup.rank") != cause.rank)
     launch = _launch_span(marked, replayed, link)
     return marked if launch is None else [launch, *marked]
 

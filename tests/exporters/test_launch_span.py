@@ -67,6 +67,10 @@ def test_a_failed_launch_has_one_root_named_for_its_root_cause() -> None:
 
     launch, *rest = spans
     assert launch.name == "launch 3 ranks: failed \N{EM DASH} rank 1 platform"
+    # The root cause's rank's spans come next, then the others'.
+    order = [_attributes(span)["startup.rank"] for span in rest]
+    assert order == sorted(order, key=lambda rank: rank != 1)
+    assert order[0] == 1
     assert (launch.context.trace_id, launch.context.span_id) == (
         int(TRACE_ID, 16),
         int(LAUNCH, 16),
