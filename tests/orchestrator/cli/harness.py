@@ -20,6 +20,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -64,6 +65,14 @@ _INHERITED_PREFIXES = (
     "OMPI_",
     "PMIX_",
 )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (for a rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def environment(**extra: str) -> dict[str, str]:

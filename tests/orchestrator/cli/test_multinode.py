@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from .harness import (
     Background,
     environment,
+    free_port,
     pid_of,
     poll_file,
     read_events,
@@ -48,13 +48,6 @@ NODE_TIMEOUT_S = 120.0
 GROUP_TIMEOUT_S = 12.0
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _start_nodes(
     tmp_path: Path, *options: str, group_timeout_s: float = 60.0
 ) -> tuple[Background, Background]:
@@ -62,7 +55,7 @@ def _start_nodes(
     directories ``node0`` and ``node1``."""
     if not TORCHRUN.exists():
         pytest.skip("torch (and its torchrun) is not installed")
-    port = _free_port()
+    port = free_port()
     nodes = []
     for node in (0, 1):
         command = [
@@ -336,7 +329,7 @@ def test_ranks_do_not_outlive_a_torchrun_agent_killed_outright(tmp_path: Path) -
         pytest.skip("torch (and its torchrun) is not installed")
     command = [
         str(TORCHRUN), "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "agent-killed",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "agent-killed",
         "-m", "orchestrator", "run", "--run-dir", "run", "--simulate", "h200x8",
         "--group-timeout", "60", "--inject", "attention/FLASH_ATTN=hang",
     ]  # fmt: skip

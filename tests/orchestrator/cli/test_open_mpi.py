@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.readme import blocks
 from .harness import (
     LAUNCH_TIMEOUT_S,
     environment,
+    free_port,
     only_run_directory,
     poll_file,
     read_events,
@@ -67,13 +67,6 @@ def _readme_command() -> list[str]:
     return line.split()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _mpirun(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
     """The README's command (``python`` this interpreter, the machine's
     cores oversubscribed), with ``options`` for the run."""
@@ -84,7 +77,7 @@ def _mpirun(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
         str(MPIRUN), *_AS_ROOT, "--oversubscribe", *words[1:python],
         sys.executable, *words[python + 1 :], *options,
     ]  # fmt: skip
-    env = environment(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env = environment(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     return subprocess.Popen(
         command,
         cwd=tmp_path,

@@ -28,6 +28,7 @@ from tests.readme import blocks
 from .harness import (
     LAUNCH_TIMEOUT_S,
     environment,
+    free_port,
     poll_file,
     read_events,
     run_cli,
@@ -43,13 +44,6 @@ REQUIRED = os.environ.get("STARTUP_REQUIRE_SLURM") == "1"
 TASKS = 4
 #: How long the cluster may take to come up (the node registers itself).
 UP_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @attrs.frozen(kw_only=True)
@@ -99,8 +93,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 f"SlurmctldHost={host}(127.0.0.1)",
                 "SlurmUser=root",
                 "SlurmdUser=root",
-                f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
+                f"SlurmctldPort={free_port()}",
+                f"SlurmdPort={free_port()}",
                 "AuthType=auth/munge",
                 "CredType=cred/munge",
                 f"StateSaveLocation={home / 'state'}",
@@ -165,7 +159,7 @@ def _batch(cluster: Cluster, tmp_path: Path, *options: str) -> subprocess.Popen[
     lines = []
     for line in _readme_lines():
         if line.startswith("export MASTER_ADDR="):
-            line = line.replace("MASTER_PORT=29500", f"MASTER_PORT={_free_port()}")
+            line = line.replace("MASTER_PORT=29500", f"MASTER_PORT={free_port()}")
         if line.startswith("srun "):
             line = f"{line} {' '.join(options)}"
         lines.append(line)
