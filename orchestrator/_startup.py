@@ -260,6 +260,15 @@ class Startup:
             its pid in the ranks' environment) the ranks then leave to it
             the WARNINGs they held and the ERRORs of failures that follow a
             peer's, which it prints once for all.
+        launch_span: whether, in a run of several ranks, this rank's root
+            span is a child of the launch's own span
+            (:func:`events.launch_span_id`), which whoever holds the whole
+            record sends at the end. ``None`` (the default): when someone
+            will, that is rank 0 collecting the run (``wait_for_peers``) or
+            the command line's launcher; otherwise the root is a child of
+            ``TRACEPARENT``'s span, as in a run of one rank. A launcher of
+            your own that sends the launch's span (``replay --export`` of
+            the run does) passes ``True``.
         environ: the environment to read (default :data:`os.environ`).
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,
@@ -288,6 +297,7 @@ class Startup:
         level: Severity = Severity.INFO,
         handle_signals: bool = True,
         wait_for_peers: bool = True,
+        launch_span: bool | None = None,
         environ: Mapping[str, str] | None = None,
         **engine_options: Any,
     ) -> None:
@@ -316,6 +326,7 @@ class Startup:
         self._level = level
         self._handle_signals = handle_signals
         self._wait_for_peers = wait_for_peers
+        self._launch_span = launch_span
         self._engine_options = engine_options
         self._state: Literal["new", "open", "closed"] = "new"
         self._stops: StopRequests | None = None
@@ -522,7 +533,10 @@ class Startup:
         assert self._log is not None
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
         trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
-        if identity.world_size > 1:
+        launch_span = self._launch_span
+        if launch_span is None:
+            launch_span = self._wait_for_peers or _launcher_pid(self._env) is not None
+        if identity.world_size > 1 and launch_span:
             # One launch, one root: every rank's root hangs from the launch's
             # own span, which the launcher (or rank 0) sends once the run
             # has ended, under the caller's span if there is one.

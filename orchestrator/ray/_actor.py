@@ -134,8 +134,10 @@ def run_assigned_rank(
             group_timeout_s=assignment.group_timeout_s,
             # Ray owns the actor's signals; the launch's timeout stops it.
             handle_signals=False,
-            # The driver reads every rank's log once all have ended.
+            # The driver reads every rank's log once all have ended, and
+            # sends the launch's span.
             wait_for_peers=False,
+            launch_span=True,
             environ=environ,
         )
         try:

@@ -21,6 +21,7 @@ from events import (
     Message,
     MessageRule,
     Outcome,
+    RankIdentity,
     RunFinished,
     RunOutcome,
     RunStarted,
@@ -28,6 +29,7 @@ from events import (
     Severity,
     Slice,
     StepStarted,
+    launch_span_id,
     read_log,
     replay,
     validate,
@@ -80,6 +82,36 @@ def test_a_ready_start_returns_what_it_decided(tmp_path: Path) -> None:
     started = read_log(result.log_path).events[0]
     assert isinstance(started, RunStarted)
     assert started.simulated == "xeon"
+
+
+CALLER = "00f067aa0ba902b7"
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.mark.parametrize(
+    ("options", "launched"),
+    [
+        ({}, True),  # rank 0 collects the run and sends the launch's span
+        ({"wait_for_peers": False}, False),  # a launcher of the caller's own
+        ({"wait_for_peers": False, "launch_span": True}, True),  # one that sends it
+    ],
+)
+def test_a_ranks_root_hangs_from_the_launch_span_when_someone_sends_it(
+    tmp_path: Path, options: dict[str, object], launched: bool
+) -> None:
+    identity = RankIdentity(rank=1, world_size=2, local_world_size=2)
+    environ = {"TRACEPARENT": f"00-{CALLER_TRACE}-{CALLER}-01"}
+    startup = _startup(
+        tmp_path, identity=identity, group=None, environ=environ, run_id="two", **options
+    )
+    with startup:
+        startup.run()
+
+    assert startup.log_path is not None
+    started = read_log(startup.log_path).events[0]
+    assert started.trace_id == CALLER_TRACE
+    expected = launch_span_id(CALLER_TRACE, started.run_id) if launched else CALLER
+    assert started.parent_span_id == expected
 
 
 def test_run_opens_and_closes_by_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -793,9 +793,13 @@ async def test_a_peer_in_another_exchange_fails_the_agreement_naming_it() -> Non
     hub = ThreadHub(2)
     end_of_run: JsonValue = {"exchange": "run.finished", "outcome": "failed", "warnings": []}
     peer: list[JsonValue] = []
+    peer_done = anyio.Event()
 
     async def wait_at_the_end() -> None:
-        peer.extend(await anyio.to_thread.run_sync(hub.member(0).all_gather, end_of_run))
+        try:
+            peer.extend(await anyio.to_thread.run_sync(hub.member(0).all_gather, end_of_run))
+        finally:
+            peer_done.set()
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(wait_at_the_end)
@@ -807,6 +811,9 @@ async def test_a_peer_in_another_exchange_fails_the_agreement_naming_it() -> Non
                 world_size=2,
                 group=hub.member(1),
             )
+            # The peer still reads what it gathered: let it finish first.
+            with anyio.fail_after(DEADLINE_S):
+                await peer_done.wait()
         finally:
             hub.barrier.abort()  # never leave the peer waiting
 
