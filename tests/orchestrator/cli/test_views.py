@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from events import launch_span_id
+
 from .conftest import StoredRun
 from .harness import LAUNCH_TIMEOUT_S, call_cli, rank_logs, read_events, run_cli
 
@@ -207,15 +209,15 @@ def test_replay_exports_every_span_to_a_jaeger_file(eight_ranks: StoredRun, tmp_
 
     assert exported.returncode == 0, exported.describe()
     events = [e for log in rank_logs(eight_ranks.directory) for e in read_events(log)]
-    expected = sum(e["type"] in ("run.started", "step.started") for e in events)
-    assert f"exported {expected} spans (jaeger-json {target})" in exported.stderr
+    # Every rank's spans, and the launch's own (the one root).
+    launch = launch_span_id(events[0]["trace_id"], events[0]["run_id"])
+    ranks = {e["span_id"] for e in events if e["type"] in ("run.started", "step.started")}
+    assert f"exported {len(ranks) + 1} spans (jaeger-json {target})" in exported.stderr
     document = json.loads(target.read_text(encoding="utf-8"))
     [trace] = document["data"]
     assert trace["traceID"] == events[0]["trace_id"]
-    assert len(trace["spans"]) == expected
-    assert {s["spanID"] for s in trace["spans"]} == {
-        e["span_id"] for e in events if e["type"] in ("run.started", "step.started")
-    }
+    assert len(trace["spans"]) == len(ranks) + 1
+    assert {s["spanID"] for s in trace["spans"]} == {*ranks, launch}
     html = page.read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html")
     assert "allreduce_workspace" in html
