@@ -35,9 +35,13 @@ def exit_program(code: int) -> NoReturn:
     of the run are closed before this is called.
 
     With a thread still running that is not a daemon, the interpreter's own
-    exit (which waits for it) is kept.
+    exit (which waits for it) is kept. Otherwise SIGINT and SIGTERM are held
+    from here on: the program has done its work, and a stop that lands in
+    an ``atexit`` hook would only print a traceback ("Exception ignored in
+    atexit callback") on the way out.
     """
     import atexit
+    import signal
     import threading
 
     if any(
@@ -45,6 +49,8 @@ def exit_program(code: int) -> NoReturn:
         for thread in threading.enumerate()
     ):
         raise SystemExit(code)
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -92,6 +92,34 @@ def test_a_running_thread_that_is_not_a_daemon_keeps_the_interpreters_exit(
     assert ended == []
 
 
+def test_a_stop_while_the_program_ends_changes_nothing(tmp_path: Path) -> None:
+    # A launcher stopped with SIGINT as it ran its atexit hooks printed
+    # "Exception ignored in atexit callback" and a KeyboardInterrupt.
+    code = textwrap.dedent(
+        """
+        import atexit, os, signal, sys
+        from orchestrator.cli._output import exit_program
+        def stopped():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sys.stderr.write("hook ran\\n")
+        atexit.register(stopped)
+        exit_program(3)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        check=False,
+        timeout=60,
+    )
+
+    assert (done.returncode, done.stderr) == (3, "hook ran\n")
+
+
 def test_the_program_runs_atexit_hooks_and_prints_everything(tmp_path: Path) -> None:
     # python -m orchestrator, with an atexit hook of someone else's and a
     # report longer than a pipe's buffer would hold unflushed.
