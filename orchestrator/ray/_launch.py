@@ -54,7 +54,7 @@ from .._run_directory import (
     claim_launch_directory,
     rank_log_path,
 )
-from .._startup import DEFAULT_RUNS_ROOT, trace_parent
+from .._startup import DEFAULT_RUNS_ROOT, caller_span
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def launch_on_ray(
         world_size=world_size,
         simulated=_simulated(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
-        trace_parent=_caller_span(env),
+        trace_parent=caller_span(env),
     )
     # The rendezvous first: without torch nothing is written. Then claimed,
     # and the manifest created exclusively, before any actor starts: a
@@ -593,16 +593,6 @@ def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
     with contextlib.suppress(Exception):
         spans = launch_trace(run_dir, slices=[ENGINE], policy=ENGINE_POLICY)
         send_launch_span(tracing, spans, ranks_ended=True)
-
-
-def _caller_span(env: Mapping[str, str]) -> str | None:
-    """The span of the driver's ``TRACEPARENT``: the launch's span is its child.
-
-    Raises:
-        ValueError: it is malformed.
-    """
-    parent = trace_parent(env)
-    return None if parent is None else parent[1]
 
 
 def _trace_variables(environ: Mapping[str, str]) -> dict[str, str]:

@@ -92,6 +92,19 @@ def test_a_running_thread_that_is_not_a_daemon_keeps_the_interpreters_exit(
     assert ended == []
 
 
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` to its end, in ``cwd``, with the test environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        check=False,
+        timeout=120,
+    )
+
+
 def test_a_stop_while_the_program_ends_changes_nothing(tmp_path: Path) -> None:
     # A launcher stopped with SIGINT as it ran its atexit hooks printed
     # "Exception ignored in atexit callback" and a KeyboardInterrupt.
@@ -107,15 +120,7 @@ def test_a_stop_while_the_program_ends_changes_nothing(tmp_path: Path) -> None:
         exit_program(3)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=environment(),
-        check=False,
-        timeout=60,
-    )
+    done = _python(code, tmp_path)
 
     assert (done.returncode, done.stderr) == (3, "hook ran\n")
 
@@ -131,14 +136,7 @@ def test_the_program_runs_atexit_hooks_and_prints_everything(tmp_path: Path) -> 
         runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=environment(),
-        check=False,
-    )
+    done = _python(code, tmp_path)
 
     assert done.returncode == 0, done.stderr
     assert done.stderr.endswith("hook ran\n")

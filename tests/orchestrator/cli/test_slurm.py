@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,16 +125,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([daemon, "-f", str(conf)], check=True, timeout=30, cwd=home)
         up = Cluster(conf=conf)
-        deadline = time.monotonic() + UP_S
-        while True:
-            state = subprocess.run(
+        poll_file(
+            lambda: subprocess.run(
                 ["sinfo", "-h", "-o", "%t"], env=up.env(), capture_output=True, text=True,
                 check=False, timeout=30,
-            )  # fmt: skip
-            if state.stdout.strip() == "idle":
-                break
-            assert time.monotonic() < deadline, (state.stdout, state.stderr)
-            time.sleep(0.5)
+            ).stdout.strip(),
+            lambda state: state == "idle",
+            alive=lambda: True,
+            deadline_s=UP_S,
+            what="the SLURM node registered and idle",
+        )  # fmt: skip
         yield up
     finally:
         for daemon in ("slurmd", "slurmctld"):
