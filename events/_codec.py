@@ -37,7 +37,7 @@ import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import orjson
@@ -58,11 +58,15 @@ __all__ = [
     "encode",
     "encode_exception",
     "encode_record",
+    "structure",
+    "unstructure",
 ]
 
 #: An upcaster takes a record of version N (a fresh dict it may change) and
 #: returns the same record in version N + 1.
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+T = TypeVar("T")
 
 
 class Upcasters:
@@ -186,7 +190,8 @@ def _at(container: Any, item: Any) -> str:
 
 def _unknown(record: dict[Any, Any], names: frozenset[str], cls_name: str) -> _Bad:
     key = next(key for key in record if key not in names)
-    return _Bad("field ", (str(key),), f" is not a field of {cls_name}")
+    valid = ", ".join(sorted(names - {"v", "type"}))
+    return _Bad("field ", (str(key),), f" is not a field of {cls_name} (valid: {valid})")
 
 
 def _missing(record: dict[Any, Any], required: frozenset[str], cls_name: str) -> _Bad:
@@ -260,6 +265,10 @@ def _capped(record: Any) -> Any:
     return cut(record) if type(record) is dict else record
 
 
+#: The JSON scalars a field typed as their union (``str | int | None``) holds.
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def _shape(tp: Any) -> tuple[Any, ...]:
     """What kind of value a field of annotated type ``tp`` holds; the one
     place that decides which types the codec knows."""
@@ -270,14 +279,20 @@ def _shape(tp: Any) -> tuple[Any, ...]:
     if origin in (types.UnionType, typing.Union) and type(None) in args and len(args) == 2:
         (inner,) = (arg for arg in args if arg is not type(None))
         return ("optional", inner)
+    if origin in (types.UnionType, typing.Union) and set(args) <= _SCALAR_TYPES:
+        return ("scalars", args)
     if tp in (str, int, float, bool):
         return ("scalar", tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return ("enum", tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         return ("tuple", args[0])
+    if origin is tuple and args and Ellipsis not in args:
+        return ("fixed", args)
     if origin is Mapping and args[0] is str and args[1] in (str, Any):
         return ("str_mapping",) if args[1] is str else ("json_mapping",)
+    if origin is Mapping and args[0] is str and attrs.has(args[1]):
+        return ("record_mapping", args[1])
     if isinstance(tp, type) and attrs.has(tp):
         return ("record", tp)
     raise TypeError(f"the codec has no rule for field type {tp!r}")
@@ -307,6 +322,8 @@ class _Generated:
         self.namespace: dict[str, Any] = {
             "_Bad": _Bad,
             "_MISSING": _MISSING,
+            "_new": object.__new__,
+            "_set": object.__setattr__,
             "_at": _at,
             "_capped": _capped,
             "_missing": _missing,
@@ -324,8 +341,14 @@ class _Generated:
         and ``type`` and its ``schema_version`` field is not a record field."""
         ident = self.ids.setdefault(cls, len(self.ids))
         self.namespace[f"cls_{ident}"] = cls
-        # Decoders build the instance as its twin (see events._builders).
-        self.namespace[f"twin_{ident}"] = twin(cls)
+        # Decoders build the instance as its twin (see events._builders); a
+        # class with validators or converters (an input file's) as
+        # ``__init__`` would, field by field, naming the field at fault.
+        try:
+            self.namespace[f"twin_{ident}"] = twin(cls)
+        except TypeError:
+            if tag is not None:
+                raise
         hints = typing.get_type_hints(cls)
         fields = attrs.fields(cls)
         skipped = {"schema_version"} if tag is not None else set()
@@ -483,10 +506,17 @@ class _Generated:
                 if dump == name:
                     return var if line else f"list({var})"
                 return f"[{dump} for {name} in {var}]"
+            case ("fixed", _):
+                return var if line else f"list({var})"
             case ("str_mapping",) | ("json_mapping",):
                 return (
                     f"({var} if type({var}) is dict else dict({var}))" if line else f"dict({var})"
                 )
+            case ("record_mapping", record_cls):
+                ident = self.ids.setdefault(record_cls, len(self.ids))
+                name = f"key{depth}"
+                encode = f"encode_{ident}{'_line' if line else ''}"
+                return f"{{{name}: {encode}({var}[{name}]) for {name} in {var}}}"
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 return f"encode_{ident}{'_line' if line else ''}({var})"
@@ -514,6 +544,8 @@ class _Generated:
         unread = f"len(record) - {len(required) + (2 if tag is not None else 0)}"
         lines: list[str] = []
         fixed: list[str] = []
+        validated: list[str] = []
+        plain = f"twin_{ident}" in self.namespace
         for field in fields:
             name = field.name
             if name in skipped:
@@ -521,6 +553,19 @@ class _Generated:
                 fixed.append(f"obj.{name} = {constant}")
                 continue
             check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}", repr(name))
+            if field.converter is not None:
+                convert = self._constant(f"convert_{ident}_{name}", field.converter)
+                check.append(f"value = {convert}(value)")
+            if field.validator is not None:
+                # Run once every field is set, as attrs' __init__ runs them.
+                validate = self._constant(f"validate_{ident}_{name}", field.validator)
+                attribute = self._constant(f"attribute_{ident}_{name}", field)
+                validated += [
+                    "try:",
+                    f"    {validate}(obj, {attribute}, obj.{name})",
+                    "except (TypeError, ValueError) as exc:",
+                    f"    raise _Bad('field ', ({name!r},), ': ' + str(exc)) from None",
+                ]
             default = field.default
             if default is attrs.NOTHING:
                 # A missing field is a KeyError, named by _missing below.
@@ -538,7 +583,7 @@ class _Generated:
                     "    unread -= 1",
                     *(f"    {line}" for line in check),
                 ]
-            lines.append(f"obj.{name} = value")
+            lines.append(f"obj.{name} = value" if plain else f"_set(obj, {name!r}, value)")
         about = [
             self._constant(f"required_{ident}", required),
             self._constant(f"names_{ident}", names),
@@ -555,7 +600,7 @@ class _Generated:
         return [
             f"def decode_{ident}(record):",
             f"    unread = {unread}",
-            f"    obj = twin_{ident}()",
+            f"    obj = twin_{ident}()" if plain else f"    obj = _new(cls_{ident})",
             "    try:",
             *(f"        {line}" for line in lines),
             "    except KeyError:",
@@ -563,7 +608,8 @@ class _Generated:
             "    if unread:",
             f"        raise _unknown(record, {about[1]}, {about[2]})",
             *(f"    {line}" for line in fixed),
-            f"    obj.__class__ = cls_{ident}",
+            *([f"    obj.__class__ = cls_{ident}"] if plain else []),
+            *(f"    {line}" for line in validated),
             *post_init,
             "    return obj",
             "",
@@ -624,6 +670,38 @@ class _Generated:
                     *(f"    {line}" for line in check),
                     f"    {items}.append({item})",
                     f"{var} = tuple({items})",
+                ], True
+            case ("scalars", members):
+                table = self._constant(f"scalars_{key}_{depth}", frozenset(members))
+                return [f"if type({var}) not in {table}:", f"    {wrong('a JSON scalar')}"], False
+            case ("fixed", item_types):
+                item, items = f"item{depth}", f"items{depth}"
+                lines = [
+                    f"if type({var}) is not list or len({var}) != {len(item_types)}:",
+                    f"    {wrong(f'an array of {len(item_types)}')}",
+                    f"{items} = []",
+                ]
+                for index, item_type in enumerate(item_types):
+                    at = f"{path} + '[{index}]'"
+                    check, _ = self._check(item_type, item, depth + 1, f"{key}_{index}", at)
+                    lines += [f"{item} = {var}[{index}]", *check, f"{items}.append({item})"]
+                return [*lines, f"{var} = tuple({items})"], True
+            case ("record_mapping", record_cls):
+                ident = self.ids.setdefault(record_cls, len(self.ids))
+                item, items, name = f"item{depth}", f"items{depth}", f"key{depth}"
+                at = f"{path} + _at({var}, {item})"
+                return [
+                    f"if type({var}) is not dict:",
+                    f"    {wrong('an object')}",
+                    f"{items} = {{}}",
+                    f"for {name}, {item} in {var}.items():",
+                    f"    if type({item}) is not dict:",
+                    f"        {wrong('an object', item, at)}",
+                    "    try:",
+                    f"        {items}[{name}] = decode_{ident}({item})",
+                    "    except _Bad as bad:",
+                    f"        raise bad.within({at} + '.') from None",
+                    f"{var} = {items}",
                 ], True
             case ("str_mapping",):
                 item = f"item{depth}"
@@ -799,6 +877,76 @@ def decode_exception(record: object) -> ExceptionInfo:
     except _Bad as bad:
         error = bad.error()
     raise error
+
+
+#: The decoder of each class :func:`structure` has read, by class.
+_STRUCTURERS: dict[type[Any], Callable[[dict[str, Any]], Any]] = {}
+_UNSTRUCTURERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {}
+
+
+def _records_of(cls: type[Any], found: dict[type[Any], None]) -> dict[type[Any], None]:
+    """``cls`` and every attrs class its fields hold, nested or not."""
+    if cls in found:
+        return found
+    found[cls] = None
+    pending = list(typing.get_type_hints(cls).values())
+    while pending:
+        shape = _shape(pending.pop())
+        if shape[0] in ("record", "record_mapping"):
+            _records_of(shape[1], found)
+        elif shape[0] in ("optional", "tuple"):
+            pending.append(shape[1])
+        elif shape[0] == "fixed":
+            pending.extend(shape[1])
+    return found
+
+
+def _structurer(cls: type[Any]) -> None:
+    with _COMPILING:
+        if cls in _STRUCTURERS:
+            return
+        generated = _Generated()
+        classes = list(_records_of(cls, {}))
+        for record_cls in classes:
+            generated.add(record_cls)
+        generated.compile()
+        for record_cls in classes:
+            _UNSTRUCTURERS.setdefault(record_cls, generated.encoder(record_cls))
+            _STRUCTURERS.setdefault(record_cls, generated.decoder(record_cls))
+
+
+def structure(cls: type[T], record: object) -> T:
+    """An instance of attrs class ``cls`` read from its JSON form, as
+    strictly as an event is: each field's type checked (``"1"`` is not an
+    int), unknown fields refused, missing fields defaulted, and then the
+    class's validators and ``__attrs_post_init__`` run, as its ``__init__``
+    would. The one reader of the JSON files the distribution reads (run
+    manifests, host profiles, fault files, severity policies). ``cls``'s
+    field types must be ones the codec knows.
+
+    Raises:
+        DecodeError: naming the field at fault by its path
+            (``field 'gpus.count': ...``).
+    """
+    if cls not in _STRUCTURERS:
+        _structurer(cls)
+    if type(record) is not dict:
+        raise DecodeError(f"expected a JSON object, got {_json_type(record)}")
+    try:
+        built: T = _STRUCTURERS[cls](record)
+        return built
+    except _Bad as bad:
+        error = bad.error()
+    raise error
+
+
+def unstructure(instance: Any) -> dict[str, Any]:
+    """The JSON form :func:`structure` reads back: every field that differs
+    from its default, by name."""
+    cls = type(instance)
+    if cls not in _UNSTRUCTURERS:
+        _structurer(cls)
+    return _UNSTRUCTURERS[cls](instance)
 
 
 def decode(line: bytes | str, upcasters: Upcasters = UPCASTERS) -> Event:

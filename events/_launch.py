@@ -77,7 +77,7 @@ class RankProcess:
             that started it and watched it (``rank 1, engine core``).
     """
 
-    rank: int
+    rank: int = attrs.field(validator=attrs.validators.ge(0))
     pid: int | None = None
     started_wall_ns: int | None = None
     ended_wall_ns: int | None = None

@@ -54,7 +54,8 @@ from typing import Any
 
 import attrs
 
-from events import LaunchRecord, RankProcess, Redactor, format_ranks, implausible_world
+from events import DecodeError, LaunchRecord, RankProcess, Redactor, format_ranks, implausible_world
+from events._codec import structure
 from events._files import write_file
 
 from ._errors import OrchestratorError
@@ -63,6 +64,7 @@ __all__ = [
     "CLAIM_FILE",
     "MANIFEST_FILE",
     "Collected",
+    "LauncherProcess",
     "Manifest",
     "RunDirectory",
     "RunDirectoryError",
@@ -207,14 +209,14 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
         return
     if (
         manifest.collected_by is None
-        and manifest.launcher_pid == launcher_pid
-        and manifest.host == socket.gethostname()
+        and manifest.launcher.pid == launcher_pid
+        and manifest.launcher.host == socket.gethostname()
     ):
         return
     raise RunDirectoryError(
         run_dir,
         f"holds the manifest of launch {manifest.run_id} ({manifest.world_size} ranks, "
-        f"launcher pid {manifest.launcher_pid} on {manifest.host}), which did not start "
+        f"launcher pid {manifest.launcher.pid} on {manifest.launcher.host}), which did not start "
         "this process; use a new --run-id or --run-dir for a run of its own",
     )
 
@@ -242,9 +244,60 @@ def _stored_logs(run_dir: Path) -> list[Path]:
 # --- the manifest ---------------------------------------------------------------------
 
 
+def _span_id(_instance: object, _attribute: object, value: str | None) -> None:
+    if value is not None and (re.fullmatch("[0-9a-f]{16}", value) is None or not value.strip("0")):
+        raise ValueError(f"bad {value!r}: expected 16 lower-case hex digits, not all 0")
+
+
+def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"bad {attribute.name} {value!r}")
+
+
+def _named(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not value:
+        raise ValueError(f"bad {attribute.name} {value!r}")
+
+
+def _listed(_instance: object, _field: object, value: Any) -> Any:
+    return list(value) if type(value) is tuple else value
+
+
+@attrs.frozen(kw_only=True)
+class LauncherProcess:
+    """The process that wrote a manifest (``launcher`` in the file).
+
+    Attributes:
+        pid, host: the launcher process.
+        started_wall_ns: when the launch began.
+        finished_wall_ns: when the launcher saw the last rank end.
+        trace_parent: the span the launch's own span is a child of (the
+            launcher's ``TRACEPARENT``), when there was one.
+    """
+
+    pid: int = 0
+    host: str = ""
+    started_wall_ns: int = 0
+    finished_wall_ns: int | None = None
+    trace_parent: str | None = attrs.field(default=None, validator=_span_id)
+
+    @classmethod
+    def this(
+        cls, *, started_wall_ns: int | None = None, trace_parent: str | None = None
+    ) -> LauncherProcess:
+        """This process, starting a launch now (or at ``started_wall_ns``)."""
+        return cls(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_wall_ns=time.time_ns() if started_wall_ns is None else started_wall_ns,
+            trace_parent=trace_parent,
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Manifest:
-    """A launcher's record of one launch (``manifest.json``).
+    """A launcher's record of one launch (``manifest.json``): the file's
+    fields, read back by the strict reader every input file has.
 
     Attributes:
         run_id: the launch.
@@ -252,30 +305,22 @@ class Manifest:
         world_size: how many ranks it starts.
         simulated: the simulated host, if any.
         injected: the injected faults, one canonical spec each.
-        launcher_pid, host: the launcher process.
-        started_wall_ns: when the launch began.
-        finished_wall_ns: when the launcher saw the last rank end.
+        launcher: the launcher process.
         ranks: one entry per rank started so far, by rank.
-        trace_parent: the span the launch's own span is a child of (the
-            launcher's ``TRACEPARENT``), when there was one.
         collected_by: for a manifest written by a rank that collected the
             other ranks' logs over the process group (a launch without a
-            launcher of ours, e.g. torchrun across nodes), that rank; its
-            pid and host are then the launcher's. ``None`` for a launcher's
+            launcher of ours, e.g. torchrun across nodes), that rank; the
+            launcher is then that rank's process. ``None`` for a launcher's
             manifest.
     """
 
-    run_id: str
+    run_id: str = attrs.field(validator=_named)
     command: tuple[str, ...] = ()
-    world_size: int
+    world_size: int = attrs.field(validator=_positive)
     simulated: str | None = None
     injected: tuple[str, ...] = ()
-    launcher_pid: int = attrs.field(factory=os.getpid)
-    host: str = attrs.field(factory=socket.gethostname)
-    started_wall_ns: int = attrs.field(factory=time.time_ns)
-    finished_wall_ns: int | None = None
+    launcher: LauncherProcess
     ranks: tuple[RankProcess, ...] = ()
-    trace_parent: str | None = None
     collected_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -286,22 +331,23 @@ class Manifest:
         redact = Redactor.from_environment()
         document: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
-            "run_id": self.run_id,
-            "command": [redact(part) for part in self.command],
-            "world_size": self.world_size,
-            "simulated": self.simulated,
-            "injected": [redact(fault) for fault in self.injected],
-            "launcher": {
-                "pid": self.launcher_pid,
-                "host": self.host,
-                "started_wall_ns": self.started_wall_ns,
-                "finished_wall_ns": self.finished_wall_ns,
-                **({"trace_parent": self.trace_parent} if self.trace_parent else {}),
-            },
-            "ranks": [_rank_json(rank) for rank in self.ranks],
+            **attrs.asdict(
+                attrs.evolve(
+                    self,
+                    command=tuple(redact(part) for part in self.command),
+                    injected=tuple(redact(fault) for fault in self.injected),
+                ),
+                value_serializer=_listed,
+            ),
         }
-        if self.collected_by is not None:
-            document["collected_by"] = self.collected_by
+        if self.launcher.trace_parent is None:
+            del document["launcher"]["trace_parent"]
+        for entry in document["ranks"]:
+            for name in _OPTIONAL_RANK_FIELDS:
+                if entry[name] is None:
+                    del entry[name]
+        if self.collected_by is None:
+            del document["collected_by"]
         return document
 
     @classmethod
@@ -311,12 +357,16 @@ class Manifest:
         Raises:
             RunDirectoryError: not a manifest of a version this release reads.
         """
+        document = dict(data) if isinstance(data, dict) else data
+        version = document.pop("manifest_version", None) if isinstance(document, dict) else None
         try:
-            return _manifest_from_json(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RunDirectoryError(
-                Path(source), f"not a valid manifest ({type(exc).__name__}: {exc})"
-            ) from None
+            if version != MANIFEST_VERSION:
+                raise ValueError(
+                    f"manifest_version {version!r}; this release reads {MANIFEST_VERSION}"
+                )
+            return structure(cls, document)
+        except (DecodeError, ValueError) as exc:
+            raise RunDirectoryError(Path(source), f"not a valid manifest ({exc})") from None
 
     def with_rank(self, entry: RankProcess) -> Manifest:
         """A copy with ``entry`` replacing the rank's entry (or added)."""
@@ -332,9 +382,9 @@ class Manifest:
         return LaunchRecord(
             run_id=self.run_id,
             world_size=self.world_size,
-            started_wall_ns=self.started_wall_ns,
-            finished_wall_ns=self.finished_wall_ns,
-            trace_parent=self.trace_parent,
+            started_wall_ns=self.launcher.started_wall_ns,
+            finished_wall_ns=self.launcher.finished_wall_ns,
+            trace_parent=self.launcher.trace_parent,
             processes={entry.rank: entry for entry in self.ranks},
             source=source,
         )
@@ -376,105 +426,6 @@ _OPTIONAL_RANK_FIELDS = (
     "lost",
     "observer",
 )
-
-
-def _rank_json(rank: RankProcess) -> dict[str, Any]:
-    entry = attrs.asdict(rank)
-    for name in _OPTIONAL_RANK_FIELDS:
-        if entry[name] is None:
-            del entry[name]
-    return entry
-
-
-def _optional_int(value: object) -> int | None:
-    if value is None:
-        return None
-    if type(value) is not int:
-        raise TypeError(f"expected an integer or null, got {value!r}")
-    return value
-
-
-def _optional_bool(value: object) -> bool | None:
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true, false or null, got {value!r}")
-    return value
-
-
-def _optional_str(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string or null, got {value!r}")
-    return value
-
-
-def _span_id(value: object) -> str | None:
-    text = _optional_str(value)
-    if text is not None and (re.fullmatch("[0-9a-f]{16}", text) is None or not text.strip("0")):
-        raise ValueError(f"bad trace_parent {text!r}: expected 16 lower-case hex digits, not all 0")
-    return text
-
-
-def _manifest_from_json(data: object) -> Manifest:
-    if not isinstance(data, Mapping):
-        raise TypeError("expected a JSON object")
-    version = data["manifest_version"]
-    if version != MANIFEST_VERSION:
-        raise ValueError(f"manifest_version {version!r}; this release reads {MANIFEST_VERSION}")
-    launcher = data["launcher"]
-    if not isinstance(launcher, Mapping):
-        raise TypeError("launcher must be an object")
-    ranks = []
-    for entry in data["ranks"]:
-        if not isinstance(entry, Mapping):
-            raise TypeError("each rank entry must be an object")
-        rank = entry["rank"]
-        if type(rank) is not int or rank < 0:
-            raise ValueError(f"bad rank {rank!r}")
-        ranks.append(
-            RankProcess(
-                rank=rank,
-                pid=_optional_int(entry.get("pid")),
-                started_wall_ns=_optional_int(entry.get("started_wall_ns")),
-                ended_wall_ns=_optional_int(entry.get("ended_wall_ns")),
-                exit_code=_optional_int(entry.get("exit_code")),
-                signal=_optional_str(entry.get("signal")),
-                stopped_by_launcher=_optional_str(entry.get("stopped_by_launcher")),
-                host=_optional_str(entry.get("host")),
-                node_rank=_optional_int(entry.get("node_rank")),
-                local_rank=_optional_int(entry.get("local_rank")),
-                not_delivered=_optional_str(entry.get("not_delivered")),
-                collected=_optional_bool(entry.get("collected")),
-                lost=_optional_str(entry.get("lost")),
-                observer=_optional_str(entry.get("observer")),
-            )
-        )
-    world_size = data["world_size"]
-    if type(world_size) is not int or world_size < 1:
-        raise ValueError(f"bad world_size {world_size!r}")
-    run_id = data["run_id"]
-    if not isinstance(run_id, str) or not run_id:
-        raise ValueError(f"bad run_id {run_id!r}")
-    command = data.get("command", [])
-    injected = data.get("injected", [])
-    if not all(isinstance(item, str) for item in [*command, *injected]):
-        raise TypeError("command and injected must be lists of strings")
-    return Manifest(
-        run_id=run_id,
-        command=tuple(command),
-        world_size=world_size,
-        simulated=_optional_str(data.get("simulated")),
-        injected=tuple(injected),
-        launcher_pid=_optional_int(launcher.get("pid")) or 0,
-        host=_optional_str(launcher.get("host")) or "",
-        started_wall_ns=_optional_int(launcher.get("started_wall_ns")) or 0,
-        finished_wall_ns=_optional_int(launcher.get("finished_wall_ns")),
-        ranks=tuple(ranks),
-        trace_parent=_span_id(launcher.get("trace_parent")),
-        collected_by=_optional_int(data.get("collected_by")),
-    )
 
 
 def read_manifest(run_dir: Path) -> Manifest | None:

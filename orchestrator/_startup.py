@@ -107,6 +107,7 @@ from ._group import (
 from ._identity import identity_from_environment, new_run_id, run_id_from_environment
 from ._run_directory import (
     Collected,
+    LauncherProcess,
     Manifest,
     RunDirectoryError,
     claim_run_directory,
@@ -934,10 +935,14 @@ class Startup:
             world_size=identity.world_size,
             simulated=self._simulated_name(),
             injected=self._injected,
-            started_wall_ns=self._opened_wall_ns,
-            finished_wall_ns=time.time_ns(),
+            launcher=attrs.evolve(
+                LauncherProcess.this(
+                    started_wall_ns=self._opened_wall_ns,
+                    trace_parent=None if self._caller_span is None else self._caller_span[1],
+                ),
+                finished_wall_ns=time.time_ns(),
+            ),
             ranks=tuple(entries),
-            trace_parent=None if self._caller_span is None else self._caller_span[1],
             collected_by=identity.rank,
         )
         # A launcher's manifest (one that started the ranks itself) is

@@ -452,7 +452,9 @@ class _Launch:
                         rank=rank, stopped_by_launcher="never started: the launch was stopped"
                     )
                 )
-        self.manifest = attrs.evolve(manifest, finished_wall_ns=time.time_ns())
+        self.manifest = attrs.evolve(
+            manifest, launcher=attrs.evolve(manifest.launcher, finished_wall_ns=time.time_ns())
+        )
         self.write_manifest()
 
 

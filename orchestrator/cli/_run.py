@@ -39,7 +39,12 @@ from .._identity import (
     new_run_id,
     run_id_from_environment,
 )
-from .._run_directory import Manifest, RunDirectoryError, claim_launch_directory
+from .._run_directory import (
+    LauncherProcess,
+    Manifest,
+    RunDirectoryError,
+    claim_launch_directory,
+)
 from .._startup import Startup
 from ._errors import InputError, UsageError
 from ._launcher import (
@@ -232,7 +237,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
         world_size=args.nproc,
         simulated=host.label,
         injected=tuple(fault.describe() for fault in faults.faults),
-        trace_parent=_caller_span(),
+        launcher=LauncherProcess.this(trace_parent=_caller_span()),
     )
     # Claimed, and the manifest created exclusively, before any rank starts:
     # a second launch into the same directory stops here, having written

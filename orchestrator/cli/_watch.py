@@ -179,7 +179,7 @@ class RunWatcher:
         if manifest is not None:
             self._manifest_world = manifest.world_size
             self.run_id = self.run_id or manifest.run_id
-            self.launched_ns = manifest.started_wall_ns
+            self.launched_ns = manifest.launcher.started_wall_ns
         if self.run_dir.is_dir():
             for path in self.run_dir.glob("rank-*.jsonl"):
                 rank = rank_of_file(path)

@@ -53,7 +53,8 @@ from typing import Any
 
 import attrs
 
-from events import MAX_WORLD_SIZE
+from events import MAX_WORLD_SIZE, DecodeError
+from events._codec import structure, unstructure
 
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
@@ -138,8 +139,8 @@ class ModuleRule:
 class CpuFacts:
     """What ``/proc/cpuinfo`` says."""
 
-    vendor_id: str
-    model_name: str
+    vendor_id: str = ""
+    model_name: str = ""
     flags: tuple[str, ...] = ()
 
     def cpuinfo(self) -> str:
@@ -152,14 +153,51 @@ class CpuFacts:
         )
 
 
+def _between(low: int, high: int) -> Callable[[object, object, int], None]:
+    def check(_instance: object, _attribute: object, value: int) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"expected an integer from {low} to {high:,}, not {value!r}")
+
+    return check
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object, object, str], None]:
+    def check(_instance: object, _attribute: object, value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{value!r} is not valid; valid: {', '.join(choices)}")
+
+    return check
+
+
+def _gpu_count(instance: GpuFacts, attribute: object, value: int) -> None:
+    _between(0, _MAX_DEVICES)(instance, attribute, value)
+    if instance.vendor == "none" and value:
+        raise ValueError("must be 0 when gpus.vendor is none")
+
+
+def _capability(_instance: object, _attribute: object, value: tuple[int, int] | None) -> None:
+    if value is not None and min(value) < 0:
+        raise ValueError("expected [major, minor] (e.g. [9, 0]) or null")
+
+
+def _named(_instance: object, _attribute: object, value: str) -> None:
+    if not value:
+        raise ValueError("must not be empty")
+
+
+#: The most devices of a kind one simulated host may have (a machine has
+#: 8 or 16; a count of 10**9 made every probe enumerate without end).
+_MAX_DEVICES = 1024
+
+
 @attrs.frozen(kw_only=True)
 class GpuFacts:
     """The node's GPUs: ``count`` identical devices of ``vendor``."""
 
-    vendor: str = "none"
-    count: int = 0
+    vendor: str = attrs.field(default="none", validator=_one_of(_GPU_VENDORS))
+    count: int = attrs.field(default=0, validator=_gpu_count)
     name: str = ""
-    capability: tuple[int, int] | None = None
+    capability: tuple[int, int] | None = attrs.field(default=None, validator=_capability)
 
 
 @attrs.frozen(kw_only=True)
@@ -182,15 +220,17 @@ class Profile:
         modules: module name -> how it imports.
     """
 
-    name: str
+    name: str = attrs.field(validator=_named)
     description: str = ""
     cpu: CpuFacts | None = None
     gpus: GpuFacts = GpuFacts()
-    nodes: int = 1
-    build: str | None = None
+    nodes: int = attrs.field(default=1, validator=_between(1, MAX_WORLD_SIZE))
+    build: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_one_of(BUILD_TARGETS))
+    )
     nvswitch_multicast: bool = False
     tpu: bool = False
-    xpu: int = 0
+    xpu: int = attrs.field(default=0, validator=_between(0, _MAX_DEVICES))
     modules: Mapping[str, ModuleRule] = attrs.field(factory=dict)
 
     @property
@@ -233,30 +273,10 @@ class Profile:
         return {**implied, **self.modules}
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form :meth:`from_json` reads."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "cpu": None
-            if self.cpu is None
-            else {
-                "vendor_id": self.cpu.vendor_id,
-                "model_name": self.cpu.model_name,
-                "flags": list(self.cpu.flags),
-            },
-            "gpus": {
-                "vendor": self.gpus.vendor,
-                "count": self.gpus.count,
-                "name": self.gpus.name,
-                "capability": None if self.gpus.capability is None else list(self.gpus.capability),
-            },
-            "nodes": self.nodes,
-            "build": self.build,
-            "nvswitch_multicast": self.nvswitch_multicast,
-            "tpu": self.tpu,
-            "xpu": self.xpu,
-            "modules": {name: rule.to_json() for name, rule in self.modules.items()},
-        }
+        """The JSON form :meth:`from_json` reads (fields at their default
+        left out)."""
+        modules = {name: rule.to_json() for name, rule in self.modules.items()}
+        return {**unstructure(self), **({"modules": modules} if modules else {})}
 
     @classmethod
     def from_json(cls, data: object, *, source: str, default_name: str | None = None) -> Profile:
@@ -265,156 +285,60 @@ class Profile:
         Raises:
             ProfileError: naming the bad field and what would be valid.
         """
-        return _ProfileReader(source).profile(data, default_name)
-
-
-#: The most devices of a kind one simulated host may have (a machine has
-#: 8 or 16; a count of 10**9 made every probe enumerate without end).
-_MAX_DEVICES = 1024
-
-
-class _ProfileReader:
-    """Validates a profile's JSON form field by field."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, field: str, reason: str) -> ProfileError:
-        return ProfileError(self.source, f"field {field}: {reason}")
-
-    def check_keys(self, data: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> None:
-        for key in data:
-            if key not in allowed:
-                where = f"{field}.{key}" if field else str(key)
-                raise self.fail(where, f"unknown field; valid fields: {', '.join(allowed)}")
-
-    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(field, f"expected an object, not {_json_type(value)}")
-        return value
-
-    def string(self, value: object, field: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(field, f"expected a string, not {_json_type(value)}")
-        return value
-
-    def boolean(self, value: object, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(field, f"expected true or false, not {_json_type(value)}")
-        return value
-
-    def integer(self, value: object, field: str, minimum: int, maximum: int) -> int:
-        if type(value) is not int or not minimum <= value <= maximum:
-            raise self.fail(
-                field, f"expected an integer from {minimum} to {maximum:,}, not {value!r}"
-            )
-        return value
-
-    def profile(self, data: object, default_name: str | None) -> Profile:
-        top = self.mapping(data, "<top level>")
-        self.check_keys(top, "", tuple(field.name for field in attrs.fields(Profile)))
-        name = top.get("name", default_name)
-        if name is None:
-            raise self.fail("name", "a profile needs a name")
-        name = self.string(name, "name")
-        if not name:
-            raise self.fail("name", "must not be empty")
-        return Profile(
-            name=name,
-            description=self.string(top.get("description", ""), "description"),
-            cpu=self.cpu(top.get("cpu")),
-            gpus=self.gpus(top.get("gpus", {})),
-            nodes=self.integer(top.get("nodes", 1), "nodes", 1, MAX_WORLD_SIZE),
-            build=self.build(top.get("build")),
-            nvswitch_multicast=self.boolean(
-                top.get("nvswitch_multicast", False), "nvswitch_multicast"
-            ),
-            tpu=self.boolean(top.get("tpu", False), "tpu"),
-            xpu=self.integer(top.get("xpu", 0), "xpu", 0, _MAX_DEVICES),
-            modules=self.modules(top.get("modules", {})),
-        )
-
-    def build(self, value: object) -> str | None:
-        if value is None:
-            return None
-        if value not in BUILD_TARGETS:
-            raise self.fail("build", f"{value!r} is not valid; valid: {', '.join(BUILD_TARGETS)}")
-        return str(value)
-
-    def cpu(self, value: object) -> CpuFacts | None:
-        if value is None:
-            return None
-        data = self.mapping(value, "cpu")
-        self.check_keys(data, "cpu", ("vendor_id", "model_name", "flags"))
-        flags = data.get("flags", [])
-        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            raise self.fail("cpu.flags", "expected a list of flag names (strings)")
-        return CpuFacts(
-            vendor_id=self.string(data.get("vendor_id", ""), "cpu.vendor_id"),
-            model_name=self.string(data.get("model_name", ""), "cpu.model_name"),
-            flags=tuple(flags),
-        )
-
-    def gpus(self, value: object) -> GpuFacts:
-        data = self.mapping(value, "gpus")
-        self.check_keys(data, "gpus", ("vendor", "count", "name", "capability"))
-        vendor = self.string(data.get("vendor", "none"), "gpus.vendor")
-        if vendor not in _GPU_VENDORS:
-            raise self.fail("gpus.vendor", f"{vendor!r} is not valid; valid: nvidia, amd, none")
-        count = self.integer(data.get("count", 0), "gpus.count", 0, _MAX_DEVICES)
-        if vendor == "none" and count:
-            raise self.fail("gpus.count", "must be 0 when gpus.vendor is none")
-        capability = data.get("capability")
-        if capability is not None and not (
-            isinstance(capability, list)
-            and len(capability) == 2
-            and all(type(part) is int and part >= 0 for part in capability)
-        ):
-            raise self.fail("gpus.capability", "expected [major, minor] (e.g. [9, 0]) or null")
-        return GpuFacts(
-            vendor=vendor,
-            count=count,
-            name=self.string(data.get("name", ""), "gpus.name"),
-            capability=None if capability is None else (capability[0], capability[1]),
-        )
-
-    def modules(self, value: object) -> dict[str, ModuleRule]:
-        data = self.mapping(value, "modules")
-        rules: dict[str, ModuleRule] = {}
-        for module, entry in data.items():
-            field = f"modules.{module}"
-            if not _MODULE_NAME.match(module):
-                raise self.fail(field, "not a module name (like torch or flashinfer.comm)")
-            rules[module] = self.module_rule(module, entry, field)
-        return rules
-
-    def module_rule(self, module: str, entry: object, field: str) -> ModuleRule:
-        choices = 'valid: "import", "absent" or {"raise": EXCEPTION, "args": [...]}'
-        if isinstance(entry, str):
-            if entry in (ModuleAction.IMPORT, ModuleAction.ABSENT):
-                return ModuleRule(action=ModuleAction(entry))
-            raise self.fail(field, f"{entry!r} is not valid; {choices}")
-        if not isinstance(entry, dict) or "raise" not in entry:
-            raise self.fail(field, f"{_json_type(entry)} is not valid; {choices}")
-        self.check_keys(entry, field, ("raise", "args", "kwargs"))
-        exception = self.string(entry["raise"], f"{field}.raise")
-        if exception in (FaultAction.HANG, FaultAction.CRASH):
-            raise self.fail(f"{field}.raise", "expected a builtin exception class name")
-        fault_json = {"target": module, "exception": exception}
-        fault_json.update({k: entry[k] for k in ("args", "kwargs") if k in entry})
+        # The modules' entries have a form of their own ("import", or
+        # {"raise": ...}); the rest is read as the classes' fields are.
+        document = dict(data) if isinstance(data, dict) else data
+        modules = document.pop("modules", {}) if isinstance(document, dict) else {}
+        if isinstance(document, dict):
+            if not isinstance(modules, dict):
+                document["modules"] = modules  # for the reader to name
+                modules = {}
+            if default_name is not None:
+                document.setdefault("name", default_name)
         try:
-            fault = FaultPlan.from_json([fault_json], source=self.source).faults[0]
-        except FaultSpecError as exc:
-            # The fault parser names its own fields ("entry 0: args"); map
-            # them back to this profile's field.
-            part = exc.part.partition(": ")[2] or "raise"
-            raise self.fail(f"{field}.{part}", exc.reason) from None
-        return ModuleRule(
-            action=ModuleAction.RAISE,
-            exception=fault.exception,
-            args=fault.args,
-            kwargs=dict(fault.kwargs),
-        )
+            profile = structure(cls, document)
+        except DecodeError as exc:
+            raise ProfileError(source, str(exc)) from None
+        rules = {name: _module_rule(name, entry, source) for name, entry in modules.items()}
+        return attrs.evolve(profile, modules=rules)
+
+
+def _module_rule(module: str, entry: object, source: str) -> ModuleRule:
+    field = f"modules[{module!r}]"
+
+    def fail(where: str, reason: str) -> ProfileError:
+        return ProfileError(source, f"field {where!r}: {reason}")
+
+    if not _MODULE_NAME.match(module):
+        raise fail(field, "not a module name (like torch or flashinfer.comm)")
+    choices = 'valid: "import", "absent" or {"raise": EXCEPTION, "args": [...]}'
+    if isinstance(entry, str):
+        if entry in (ModuleAction.IMPORT, ModuleAction.ABSENT):
+            return ModuleRule(action=ModuleAction(entry))
+        raise fail(field, f"{entry!r} is not valid; {choices}")
+    if not isinstance(entry, dict) or "raise" not in entry:
+        raise fail(field, f"{_json_type(entry)} is not valid; {choices}")
+    unknown = sorted(set(entry) - {"raise", "args", "kwargs"})
+    if unknown:
+        raise fail(f"{field}.{unknown[0]}", "unknown field; valid fields: raise, args, kwargs")
+    exception = entry["raise"]
+    if exception in (FaultAction.HANG, FaultAction.CRASH):
+        raise fail(f"{field}.raise", "expected a builtin exception class name")
+    fault_json = {"target": module, **entry, "exception": exception}
+    del fault_json["raise"]
+    try:
+        fault = FaultPlan.from_json([fault_json], source=source).faults[0]
+    except FaultSpecError as exc:
+        # The fault reader names its own fields ("entry 0: args"); name
+        # this profile's instead.
+        part = exc.part.partition(": ")[2] or "raise"
+        raise fail(f"{field}.{'raise' if part == 'exception' else part}", exc.reason) from None
+    return ModuleRule(
+        action=ModuleAction.RAISE,
+        exception=fault.exception,
+        args=fault.args,
+        kwargs=dict(fault.kwargs),
+    )
 
 
 def _json_type(value: object) -> str:

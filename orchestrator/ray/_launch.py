@@ -49,6 +49,7 @@ from .._errors import OrchestratorError
 from .._faults import FaultPlan
 from .._identity import RUN_ID_VARIABLE, new_run_id, run_id_from_environment
 from .._run_directory import (
+    LauncherProcess,
     Manifest,
     RunDirectoryError,
     claim_launch_directory,
@@ -242,7 +243,7 @@ def launch_on_ray(
         world_size=world_size,
         simulated=_simulated(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
-        trace_parent=caller_span(env),
+        launcher=LauncherProcess.this(trace_parent=caller_span(env)),
     )
     # The rendezvous first: without torch nothing is written. Then claimed,
     # and the manifest created exclusively, before any actor starts: a
@@ -397,7 +398,10 @@ class _Launch:
                 with contextlib.suppress(Exception):
                     self.ray.kill(actor.handle)
                 self._record(id(actor), None)
-        self.manifest = attrs.evolve(self.manifest, finished_wall_ns=time.time_ns())
+        self.manifest = attrs.evolve(
+            self.manifest,
+            launcher=attrs.evolve(self.manifest.launcher, finished_wall_ns=time.time_ns()),
+        )
         self.manifest.write(self.run_dir)
 
     def _record(self, key: int, answer: object) -> None:

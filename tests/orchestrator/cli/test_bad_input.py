@@ -145,8 +145,8 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
                 "unexpected control character in string"
             ],
         ),
-        ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "valid fields: name"]),
-        ("[]", ["'profile.json'", "expected an object"]),
+        ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "not a field of Profile (valid: build"]),
+        ("[]", ["'profile.json'", "expected a JSON object"]),
         ("[" * 100_000 + "]" * 100_000, ["'profile.json'", "depth limit exceeded"]),
         (
             '{"name": "big", "gpus": {"vendor": "nvidia", "count": 1000000000}}',
