@@ -90,6 +90,7 @@ if typing.TYPE_CHECKING:
     from ._model import StepSucceeded as StepSucceeded
     from ._model import StepTimedOut as StepTimedOut
     from ._model import StepUnavailable as StepUnavailable
+    from ._model import Stop as Stop
     from ._model import outcome_of as outcome_of
     from ._policy import DEFAULT_POLICY as DEFAULT_POLICY
     from ._policy import PolicyError as PolicyError

@@ -45,7 +45,7 @@ import orjson
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
 from ._exception_info import MAX_CHAIN, ExceptionInfo, FrameInfo, ThreadStack
-from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity
+from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity, Stop
 from ._type_names import public_type_names
 
 __all__ = [
@@ -142,6 +142,30 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
 
 # Version 2 records exception types by their public path (see _type_names).
 UPCASTERS.register("*", 1)(public_type_names)
+
+
+@UPCASTERS.register("*", 2)
+def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 records where a failure started (``step.failed``'s
+    ``origin``, replacing ``propagated``, which was always true) and a stop
+    from outside (``run.finished``'s ``stop``). A version-2 failure has no
+    origin: its readers infer it from the causes, as they always did. A
+    version-2 stop is said only by its cause, an
+    ``orchestrator.StartupInterrupted`` whose message is ``received
+    SIGNAL[: reason]`` or ``stopped[: reason]``: it is read back from that."""
+    tag = record.get("type")
+    if tag == "step.failed":
+        record.pop("propagated", None)
+    cause = record.get("cause")
+    if (
+        tag == "run.finished"
+        and type(cause) is dict
+        and cause.get("type") == "orchestrator.StartupInterrupted"
+    ):
+        head, _, reason = str(cause.get("message", "")).partition(": ")
+        signal = head.removeprefix("received ") if head.startswith("received ") else None
+        record["stop"] = {"signal": signal, "reason": reason or None}
+    return record
 
 
 # --- what a decoder says is wrong ---------------------------------------------------
@@ -733,7 +757,7 @@ class _Generated:
 _A = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-_NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack)
+_NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack, Stop)
 
 
 class _Table(dict[Any, Any]):

@@ -34,7 +34,8 @@ class _Failure:
     reported: bool = False
 
 
-#: Exception names a propagated timeout or crash arrives as on enclosing steps.
+#: Exception names a propagated timeout or crash arrives as on enclosing
+#: steps (for logs before schema 3, which do not record a failure's origin).
 _PROPAGATED_NAMES = frozenset({"StepTimeoutError", "StepCrashedError"})
 
 
@@ -43,7 +44,8 @@ def _below(step: str, ancestor: str) -> bool:
 
 
 def _continues(failure: _Failure, cause: ExceptionInfo) -> bool:
-    """Whether an enclosing step failing with ``cause`` is ``failure`` going up."""
+    """Whether an enclosing step failing with ``cause`` is ``failure`` going
+    up, in a log before schema 3."""
     if failure.cause is None:
         return failure.outcome is not Outcome.FAILED and cause.name in _PROPAGATED_NAMES
     return failure.cause is cause or failure.cause == cause
@@ -81,7 +83,11 @@ def _track(
     below = [f for f in pending if _below(f.step, step)]
     rest = tuple(f for f in pending if not _below(f.step, step)) if below else pending
     if isinstance(event, StepFailed):
-        going_up = next((f for f in below if _continues(f, event.cause)), None)
+        if event.origin is None:
+            # A log before schema 3 does not say where it started.
+            going_up = next((f for f in below if _continues(f, event.cause)), None)
+        else:
+            going_up = next((f for f in below if f.step == event.origin), None)
         if going_up is None:
             failure = _Failure(
                 step=step,

@@ -594,11 +594,11 @@ class _Fold:
             )
         elif outcome is RunOutcome.INTERRUPTED:
             cause = event.cause
-            if cause is None:
-                by = ""
-            elif cause.name == "StartupInterrupted":
+            if event.stop is not None:
                 # A stop from outside: the signal, and why it came if known.
-                by = f" ({cause.message})"
+                by = f" ({event.stop})"
+            elif cause is None:
+                by = ""
             else:
                 by = f" by {reason_text(cause)}"
             self.emit(

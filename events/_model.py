@@ -54,12 +54,15 @@ __all__ = [
     "StepSucceeded",
     "StepTimedOut",
     "StepUnavailable",
+    "Stop",
     "outcome_of",
 ]
 
 #: The version written on every record by this release of the codec.
-#: 0: pre-release; 1: integer nanoseconds; 2: exception types by public path.
-SCHEMA_VERSION = 2
+#: 0: pre-release; 1: integer nanoseconds; 2: exception types by public path;
+#: 3: where a failure started (``step.failed``), how a stopped run was stopped
+#: (``run.finished``).
+SCHEMA_VERSION = 3
 
 if TYPE_CHECKING:
     JsonValue: TypeAlias = (
@@ -249,13 +252,17 @@ class StepUnavailable(Event):
 
 @attrs.frozen(kw_only=True)
 class StepFailed(Event):
-    """An error the step's policy does not record: ``propagated`` says whether
-    it left the step (always, except when a parent absorbed it)."""
+    """An error the step's policy does not record; it leaves the step.
+
+    ``origin`` is the step where the failure started: this step itself, or
+    the step below it whose failure (an error, a timeout, a crash) went up
+    through it. ``None`` only in logs written before schema 3, whose readers
+    infer it from the causes."""
 
     TYPE: ClassVar[str] = "step.failed"
 
     cause: ExceptionInfo
-    propagated: bool = True
+    origin: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -357,6 +364,28 @@ class RunFinished(Event):
     outcome: RunOutcome
     cause: ExceptionInfo | None = None
     failed_step: str | None = None
+    stop: Stop | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Stop:
+    """A stop asked from outside a run (a signal, or its owner's ``stop()``),
+    which ended it ``interrupted``: what ``run.finished`` records of it.
+
+    Attributes:
+        signal: the signal's name (``SIGTERM``), or ``None`` for a stop that
+            was not a signal.
+        reason: what is known of why it came (``"its launcher (pid 12)
+            exited"``), or ``None``.
+    """
+
+    signal: str | None = None
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        """``received SIGTERM: its launcher (pid 12) exited``, ``stopped``."""
+        head = f"received {self.signal}" if self.signal else "stopped"
+        return head + (f": {self.reason}" if self.reason else "")
 
 
 #: Tag → class, the closed set the codec accepts.

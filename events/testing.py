@@ -63,6 +63,7 @@ from ._model import (
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+    Stop,
 )
 
 __all__ = ["BASE_WALL_NS", "EventStream", "exception_info"]
@@ -254,6 +255,7 @@ class EventStream:
         *,
         cause: ExceptionInfo | None = None,
         failed_step: str | None = None,
+        stop: Stop | None = None,
     ) -> list[Event]:
         """Append ``run.finished`` and return the whole stream. Steps still
         open stay open: a rank that ends with steps in flight is a case some
@@ -266,6 +268,7 @@ class EventStream:
             outcome=outcome,
             cause=cause,
             failed_step=failed_step,
+            stop=stop,
         )
         return self.events
 
@@ -346,9 +349,12 @@ class EventStream:
             reasons = () if cause is None else (cause.reason,)
         return self.end(StepUnavailable, step, outcome=outcome, reasons=tuple(reasons), cause=cause)
 
-    def failed(self, step: str, cause: ExceptionInfo, *, propagated: bool = True) -> Self:
-        """Close ``step`` with ``step.failed``."""
-        return self.end(StepFailed, step, cause=cause, propagated=propagated)
+    def failed(self, step: str, cause: ExceptionInfo, *, origin: str | None = None) -> Self:
+        """Close ``step`` with ``step.failed`` that started at ``origin``
+        (this step, or the step below whose failure goes up through it);
+        ``None`` leaves it to the readers to infer from the causes, as for a
+        log written before schema 3."""
+        return self.end(StepFailed, step, cause=cause, origin=origin)
 
     def timed_out(
         self, step: str, timeout_s: float = 5.0, *, elapsed_ns: int | None = None

@@ -238,8 +238,6 @@ class _Ended:
             self.reasons, self.exception = event.reasons, event.cause
         elif isinstance(event, StepFailed):
             self.exception = event.cause
-            if not event.propagated:
-                self.reasons = ("recovered: the error did not propagate",)
         elif isinstance(event, StepTimedOut):
             self.reasons = (f"timed out after {event.timeout_s:g} s",)
         elif isinstance(event, StepCancelled):

@@ -677,8 +677,8 @@ def _outcome_attributes(end: Event) -> dict[str, AttributeValue]:
     match end:
         case StepUnavailable(reasons=reasons) if reasons:
             return {"startup.reasons": tuple(reasons)}
-        case StepFailed(propagated=propagated):
-            return {"startup.propagated": propagated}
+        case StepFailed(origin=origin) if origin is not None:
+            return {"startup.origin": origin}
         case StepTimedOut(timeout_s=timeout_s, elapsed_ns=elapsed_ns):
             return {"startup.timeout_s": float(timeout_s), "startup.elapsed_ns": elapsed_ns}
         case StepCancelled(reason=reason) if reason:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events import ExceptionInfo
+from events import ExceptionInfo, Stop
 
 __all__ = [
     "CycleError",
@@ -231,5 +231,9 @@ class StartupInterrupted(OrchestratorError):
     def __init__(self, signal: str | None = None, reason: str | None = None) -> None:
         self.signal = signal
         self.reason = reason
-        head = f"received {signal}" if signal else "stopped"
-        super().__init__(head + (f": {reason}" if reason else ""))
+        super().__init__(str(self.stop))
+
+    @property
+    def stop(self) -> Stop:
+        """What ``run.finished`` records of it."""
+        return Stop(signal=self.signal, reason=self.reason)

@@ -55,12 +55,13 @@ from events import (
     StepSucceeded,
     StepTimedOut,
     StepUnavailable,
+    Stop,
     ThreadStack,
 )
 
 from ._context import StepBody, StepContext, StepResult, Unavailable
 from ._decisions import DEFAULT_DECIDERS, Decider
-from ._errors import StepCrashedError, StepTimeoutError
+from ._errors import StartupInterrupted, StepCrashedError, StepTimeoutError
 from ._faults import FaultPlan
 from ._graph import Graph, Isolation, Step
 from ._importer import Importer, InjectingImporter, RealImporter
@@ -249,6 +250,7 @@ class Runner:
         self._used = False
         self._began: tuple[Graph, str] | None = None
         self._stop_cause: ExceptionInfo | None = None
+        self._stop: Stop | None = None
 
     def begin(self, graph: Graph) -> None:
         """Write ``run.started`` for ``graph`` now, before :meth:`run`.
@@ -333,6 +335,7 @@ class Runner:
             parent=self.parent_span_id,
             outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
             cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
+            stop=self._stop,
         )
         self.log.flush()
 
@@ -347,12 +350,14 @@ class Runner:
         """Whether :meth:`stopping` was called."""
         return self._stop_cause is not None
 
-    def stopping(self, cause: BaseException) -> None:
+    def stopping(self, cause: StartupInterrupted) -> None:
         """Say why the run is about to be cancelled from outside (a signal,
         a launcher's stop): when the cancellation reaches the run, its
-        ``run.finished`` is ``interrupted`` with ``cause`` recorded, and the
-        steps it cancels say so."""
+        ``run.finished`` is ``interrupted`` with ``cause`` and its ``stop``
+        recorded, and the steps it cancels say so."""
         self._stop_cause = ExceptionInfo.capture(cause, redactor=self.redactor)
+        reason = None if cause.reason is None else self.redactor(cause.reason)
+        self._stop = Stop(signal=cause.signal, reason=reason)
 
     async def run(self, graph: Graph) -> RunResult:
         """Run ``graph`` to completion.
@@ -406,6 +411,10 @@ class _Run:
         self.children: dict[str, list[StepResult]] = {}
         self.done: dict[str, anyio.Event] = {}
         self.cancel_reason: str | None = None
+        #: The exceptions steps failed with, by id, and the step each failure
+        #: started at: a body that raises one again (a parent that caught
+        #: its child's error and lets it go on) continues that failure.
+        self.origins: dict[int, tuple[BaseException, str]] = {}
         #: isolated step -> its child's stacks, when it was given up
         self.child_stacks: dict[str, tuple[ThreadStack, ...]] = {}
 
@@ -469,7 +478,9 @@ class _Run:
                 failure = single
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                self.finish(RunOutcome.INTERRUPTED, self.runner._stop_cause, None)
+                self.finish(
+                    RunOutcome.INTERRUPTED, self.runner._stop_cause, None, self.runner._stop
+                )
             raise
         except BaseException as unexpected:
             # A bug of ours or a subscriber's; still leave a complete log.
@@ -498,7 +509,13 @@ class _Run:
             trace_id=self.trace_id,
         )
 
-    def finish(self, outcome: RunOutcome, cause: ExceptionInfo | None, step: str | None) -> None:
+    def finish(
+        self,
+        outcome: RunOutcome,
+        cause: ExceptionInfo | None,
+        step: str | None,
+        stop: Stop | None = None,
+    ) -> None:
         self.watchdog.stop()
         self.emit(
             RunFinished,
@@ -507,6 +524,7 @@ class _Run:
             outcome=outcome,
             cause=cause,
             failed_step=step,
+            stop=stop,
         )
         self.log.flush()
 
@@ -628,6 +646,7 @@ class _Run:
             end(StepTimedOut, timeout_s=timeout, elapsed_ns=elapsed)
             if policy.on_timeout is Action.PROPAGATE:
                 error = StepTimeoutError(name, timeout)
+                self.origins[id(error)] = (error, name)
                 self.propagate_from(name, self.capture(error))
                 raise _Propagating(error, self.capture(error), name)
             return StepResult(
@@ -640,6 +659,7 @@ class _Run:
             end(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
             if policy.on_crash is Action.PROPAGATE:
                 error_crash = StepCrashedError(name, value.exit_code, value.signal, tail)
+                self.origins[id(error_crash)] = (error_crash, name)
                 info = self.capture(error_crash)
                 self.propagate_from(name, info)
                 raise _Propagating(error_crash, info, name)
@@ -687,7 +707,7 @@ class _Run:
                     exception=carried.info,
                     error=carried.original,
                 )
-            end(StepFailed, cause=carried.info, propagated=True)
+            end(StepFailed, cause=carried.info, origin=carried.step)
             raise _Propagating(carried.original, carried.info, carried.step)
         if isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
@@ -706,9 +726,13 @@ class _Run:
                 exception=info,
                 error=original,
             )
-        end(StepFailed, cause=info, propagated=True)
+        # By what the body raised (an isolated error is rebuilt per step).
+        known = self.origins.get(id(exc))
+        origin = known[1] if known is not None and known[0] is exc else name
+        self.origins[id(exc)] = (exc, origin)
+        end(StepFailed, cause=info, origin=origin)
         self.propagate_from(name, info)
-        raise _Propagating(original, info, name)
+        raise _Propagating(original, info, origin)
 
     def propagate_from(self, name: str, info: ExceptionInfo) -> None:
         if self.cancel_reason is None:

@@ -791,11 +791,12 @@ class Startup:
                 # collected) is recorded, not the process's end.
                 stops.reinstall()
 
-    def stop(self, reason: BaseException | None = None) -> None:
+    def stop(self, reason: StartupInterrupted | None = None) -> None:
         """Stop the running startup: it ends ``interrupted`` with ``reason``
-        (default: the signal received, or "stopped by its launcher")
-        recorded. Call it from the thread that runs the startup (a signal
-        handler, or a task in its event loop)."""
+        (default: the signal received, or "asked by its launcher") recorded
+        as its cause and its ``run.finished``'s ``stop``. Call it from the
+        thread that runs the startup (a signal handler, or a task in its
+        event loop)."""
         if self._runner is None:
             return
         if reason is None:
@@ -1143,9 +1144,9 @@ class Startup:
             return result
         if self._error is not None:
             raise self._error
-        cause = self._finished.cause if self._finished is not None else None
-        if cause is not None and cause.name == "StartupInterrupted":
-            raise StartupInterrupted(*_interruption(cause.message))
+        stop = self._finished.stop if self._finished is not None else None
+        if stop is not None:
+            raise StartupInterrupted(stop.signal, stop.reason)
         if result.outcome is RunOutcome.INTERRUPTED:
             raise StartupInterrupted(None, "the run was cancelled")
         raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
@@ -1178,14 +1179,6 @@ def _whereabouts(entry: RankProcess, posted: bytes | None) -> RankProcess:
         node_rank=number("node_rank"),
         local_rank=number("local_rank"),
     )
-
-
-def _interruption(message: str) -> tuple[str | None, str | None]:
-    """``("SIGTERM", "its launcher (pid 12) exited")`` from the recorded
-    ``"received SIGTERM: its launcher (pid 12) exited"``."""
-    head, _, reason = message.partition(": ")
-    signal = head.removeprefix("received ") if head.startswith("received ") else None
-    return signal, reason or None
 
 
 def _printed_below(

@@ -121,7 +121,7 @@ STEP_UNAVAILABLE = st.builds(
     **_ENVELOPE,
 )
 STEP_FAILED = st.builds(
-    events.StepFailed, cause=EXCEPTION_INFOS, propagated=st.booleans(), **_ENVELOPE
+    events.StepFailed, cause=EXCEPTION_INFOS, origin=st.none() | NAME, **_ENVELOPE
 )
 STEP_TIMED_OUT = st.builds(
     events.StepTimedOut,
@@ -147,6 +147,7 @@ RUN_FINISHED = st.builds(
     ),
     cause=st.none() | EXCEPTION_INFOS,
     failed_step=st.none() | NAME,
+    stop=st.none() | st.builds(events.Stop, signal=st.none() | NAME, reason=st.none() | TEXT),
     **_ENVELOPE,
 )
 

@@ -72,7 +72,7 @@ def test_record_layout_and_defaults_omitted() -> None:
         "step": "a/b",
     }
     assert events.encode(event) == (
-        b'{"v":2,"type":"step.started","run_id":"r","rank":2,"seq":5,'
+        b'{"v":3,"type":"step.started","run_id":"r","rank":2,"seq":5,'
         b'"wall_ns":10,"mono_ns":20,"step":"a/b"}'
     )
 
@@ -165,11 +165,11 @@ def test_type_that_is_not_a_string(tag: object) -> None:
 
 def test_newer_version() -> None:
     with pytest.raises(UnsupportedVersionError) as caught:
-        events.decode_record(base(v=3))
-    assert caught.value.version == 3
-    assert caught.value.supported == 2
+        events.decode_record(base(v=4))
+    assert caught.value.version == 4
+    assert caught.value.supported == 3
     assert str(caught.value) == (
-        "unsupported schema version 3; upgrade startup-orchestrator to read it"
+        "unsupported schema version 4; upgrade startup-orchestrator to read it"
     )
 
 
@@ -181,7 +181,7 @@ def test_unreadable_version(version: object) -> None:
     with pytest.raises(UnsupportedVersionError) as caught:
         events.decode_record(record)
     assert caught.value.version == version
-    assert "versions 0..2 are readable" in str(caught.value)
+    assert "versions 0..3 are readable" in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -225,10 +225,8 @@ def test_wrong_envelope_field_types(field: str, value: object, expected: str) ->
             "field 'timeout_s': expected a number, got string '5'",
         ),
         (
-            base(
-                type="step.failed", propagated=1, cause={"type": "E", "message": "", "reason": ""}
-            ),
-            "field 'propagated': expected true or false, got integer 1",
+            base(type="step.failed", origin=1, cause={"type": "E", "message": "", "reason": ""}),
+            "field 'origin': expected a string, got integer 1",
         ),
         (
             base(type="step.failed", cause="RuntimeError"),
@@ -271,12 +269,14 @@ def test_wrong_payload_field_types_name_the_field(record: dict[str, Any], expect
 def test_unknown_and_missing_fields() -> None:
     with pytest.raises(DecodeError) as caught:
         events.decode_record(base(surprise=1))
-    assert caught.value.reason == "field 'surprise' is not a field of StepSucceeded"
+    assert caught.value.reason.startswith(
+        "field 'surprise' is not a field of StepSucceeded (valid: "
+    )
     nested = failed_record()
     nested["cause"]["evil"] = True
     with pytest.raises(DecodeError) as caught:
         events.decode_record(nested)
-    assert caught.value.reason == "field 'cause.evil' is not a field of ExceptionInfo"
+    assert caught.value.reason.startswith("field 'cause.evil' is not a field of ExceptionInfo (")
     record = base()
     del record["wall_ns"], record["run_id"]
     with pytest.raises(DecodeError) as caught:
@@ -435,6 +435,44 @@ def test_v0_record_with_bad_time() -> None:
     assert caught.value.reason == "v0 field 'time' must be a number, not 'noon'"
 
 
+@pytest.mark.parametrize(
+    ("message", "stop"),
+    [
+        (
+            "received SIGTERM: its launcher (pid 12) exited",
+            ("SIGTERM", "its launcher (pid 12) exited"),
+        ),
+        ("received SIGINT", ("SIGINT", None)),
+        ("stopped: closed before it ran", (None, "closed before it ran")),
+    ],
+)
+def test_a_version_2_stop_is_read_back_from_its_cause(
+    message: str, stop: tuple[str | None, str | None]
+) -> None:
+    cause = {"type": "orchestrator.StartupInterrupted", "message": message, "reason": message}
+    record = base(v=2, type="run.finished", outcome="interrupted", cause=cause)
+    finished = events.decode_record(record)
+    assert isinstance(finished, events.RunFinished)
+    assert finished.stop == events.Stop(signal=stop[0], reason=stop[1])
+    assert str(finished.stop) == message
+
+
+def test_a_version_2_end_caused_otherwise_records_no_stop() -> None:
+    cause = {"type": "KeyboardInterrupt", "message": "", "reason": "KeyboardInterrupt"}
+    record = base(v=2, type="run.finished", outcome="interrupted", cause=cause)
+    finished = events.decode_record(record)
+    assert isinstance(finished, events.RunFinished)
+    assert finished.stop is None
+
+
+def test_a_version_2_failure_drops_propagated_and_has_no_origin() -> None:
+    record = failed_record()
+    record.update(v=2, propagated=True)
+    failed = events.decode_record(record)
+    assert isinstance(failed, events.StepFailed)
+    assert failed.origin is None
+
+
 def test_custom_upcaster_registry() -> None:
     registry = events.Upcasters()
 
@@ -444,8 +482,9 @@ def test_custom_upcaster_registry() -> None:
         return record
 
     # Every version needs its step: this registry's records change no
-    # further on their way from 1 to 2.
+    # further on their way from 1 to 3.
     registry.register("*", 1)(lambda record: record)
+    registry.register("*", 2)(lambda record: record)
 
     old = base(v=0, value=42)
     event = events.decode_record(old, registry)

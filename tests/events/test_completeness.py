@@ -13,7 +13,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from events import LaunchRecord, RankProcess, RunOutcome, StepKind
+from events import LaunchRecord, RankProcess, RunOutcome, StepKind, Stop
 from exporters import report_json, report_text
 from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, PLATFORM_STEP, replay
 from tests.orchestrator.engine.streams import BASE_NS, RankBuilder, exception, healthy_rank
@@ -241,7 +241,7 @@ def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
     builder = RankBuilder(0, world_size=1).run_started()
     builder.started("process_group")
     builder.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
-    events = builder.run_finished(RunOutcome.INTERRUPTED, cause=stop)
+    events = builder.run_finished(RunOutcome.INTERRUPTED, cause=stop, stop=Stop(signal="SIGTERM"))
     result = replay([events])
 
     assert result.outcome is RunOutcome.INTERRUPTED

@@ -11,6 +11,7 @@ from events import (
     Redactor,
     RunOutcome,
     Slice,
+    Stop,
     decode_exception,
     encode_exception,
     replay,
@@ -144,6 +145,49 @@ def test_a_timeout_going_up_stays_the_childs() -> None:
     cause = replay(events).root_cause
     assert cause is not None
     assert cause.step == "x/slow"
+
+
+def test_a_recorded_origin_decides_what_goes_up_not_the_causes() -> None:
+    # Schema 3: the parent says its failure started at the child, though
+    # its cause differs (a wrapping error), so the root cause stays below.
+    wrapped = exception_info("RuntimeError", "probe x gave up")
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM, origin="x/child")
+    stream.failed("x", wrapped, origin="x/child")
+    events = stream.run_finished(RunOutcome.FAILED, cause=wrapped, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert cause.step == "x/child"
+
+
+def test_a_parent_recorded_as_its_own_origin_is_a_failure_of_its_own() -> None:
+    # The same cause as the child's, but the parent records that its
+    # failure started with it: the child's failure was absorbed.
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM, origin="x/child")
+    stream.failed("x", BOOM, origin="x")
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert cause.step == "x"
+
+
+def test_a_recorded_stop_is_said_and_a_cause_of_that_name_alone_is_not() -> None:
+    said = EventStream().run_started()
+    said.started("probe").cancelled("probe")
+    stop = Stop(signal="SIGTERM", reason="its launcher (pid 12) exited")
+    texts = [m.text for m in replay(said.run_finished(RunOutcome.INTERRUPTED, stop=stop)).messages]
+    assert any(
+        text.startswith("Startup interrupted (received SIGTERM: its launcher (pid 12) exited)")
+        for text in texts
+    ), texts
+    # A schema-3 end without ``stop`` is interrupted by its cause, whatever
+    # the cause's type is called.
+    unsaid = EventStream().run_started()
+    unsaid.started("probe").cancelled("probe")
+    events = unsaid.run_finished(RunOutcome.INTERRUPTED, cause=STOPPED)
+    texts = [m.text for m in replay(events).messages]
+    assert any(text.startswith("Startup interrupted by StartupInterrupted") for text in texts)
 
 
 # --- which rule speaks for a failure ------------------------------------------------------

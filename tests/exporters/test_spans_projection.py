@@ -380,13 +380,13 @@ def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
     )
     builder = started_rank(0)
     builder.started("platform")
-    builder.end(StepFailed, "platform", cause=cause, propagated=True)
+    builder.end(StepFailed, "platform", cause=cause, origin="platform")
     builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="platform")
     step, root = spans_from_events(builder.events)
 
     assert step.status.status_code is StatusCode.ERROR
     assert step.status.description == "RuntimeError: unknown zentorch failure"
-    assert (step.attributes or {})["startup.propagated"] is True
+    assert (step.attributes or {})["startup.origin"] == "platform"
     assert [dict(e.attributes or {})["exception.type"] for e in step.events] == [
         "RuntimeError",
         "OSError",

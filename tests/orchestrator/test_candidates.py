@@ -241,9 +241,10 @@ async def test_a_propagating_error_leaves_run_with_its_own_type(
     candidate_failed = only(log, StepFailed, "attention/FLASH_ATTN")
     assert candidate_failed.cause.type == type(error).__name__
     assert candidate_failed.cause.message == str(error)
-    assert candidate_failed.propagated
+    assert candidate_failed.origin == "attention/FLASH_ATTN"
     step_failed = only(log, StepFailed, "attention")
     assert step_failed.cause == candidate_failed.cause
+    assert step_failed.origin == "attention/FLASH_ATTN"
     cancelled = {e.step: e for e in of_type(log, StepCancelled)}
     assert set(cancelled) == {*(f"attention/{name}" for name in siblings), "other"}
     for event in cancelled.values():

@@ -145,7 +145,10 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
                 "unexpected control character in string"
             ],
         ),
-        ('{"name": "mine", "gpu": []}', ["'profile.json'", "gpu", "not a field of Profile (valid: build"]),
+        (
+            '{"name": "mine", "gpu": []}',
+            ["'profile.json'", "gpu", "not a field of Profile (valid: build"],
+        ),
         ("[]", ["'profile.json'", "expected a JSON object"]),
         ("[" * 100_000 + "]" * 100_000, ["'profile.json'", "depth limit exceeded"]),
         (
