@@ -71,6 +71,7 @@ import orjson
 
 from events import (
     TERMINAL_STEP_EVENTS,
+    DecodeError,
     Durability,
     Event,
     JsonlLog,
@@ -89,6 +90,7 @@ from events import (
     launch_span_id,
     outcome_of,
 )
+from events._codec import structure, unstructure
 from events._files import write_file
 
 from ._context import StepResult
@@ -877,12 +879,15 @@ class Startup:
         identity = self.identity
         if identity is None or identity.rank == 0 or not isinstance(group, Mailbox):
             return
-        whereabouts: JsonValue = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "node_rank": identity.node_rank,
-            "local_rank": identity.local_rank,
-        }
+        whereabouts = unstructure(
+            RankProcess(
+                rank=identity.rank,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                node_rank=identity.node_rank,
+                local_rank=identity.local_rank,
+            )
+        )
         # Any error: a group of the caller's own may break its contract, and
         # delivery never fails a run.
         with contextlib.suppress(Exception):
@@ -1157,27 +1162,16 @@ def _json_bytes(value: JsonValue) -> bytes:
 
 
 def _whereabouts(entry: RankProcess, posted: bytes | None) -> RankProcess:
-    """``entry`` with what the rank announced of itself, when it did."""
+    """``entry`` with what the rank announced of itself (its own
+    :class:`~events.RankProcess` record), when it did."""
     if posted is None:
         return entry
     try:
-        data = orjson.loads(posted)
-    except orjson.JSONDecodeError:
+        said = structure(RankProcess, orjson.loads(posted))
+    except (orjson.JSONDecodeError, DecodeError):
         return entry
-    if not isinstance(data, dict):
-        return entry
-
-    def number(name: str) -> int | None:
-        value = data.get(name)
-        return value if type(value) is int else None
-
-    host = data.get("host")
     return attrs.evolve(
-        entry,
-        pid=number("pid"),
-        host=host if isinstance(host, str) else None,
-        node_rank=number("node_rank"),
-        local_rank=number("local_rank"),
+        entry, pid=said.pid, host=said.host, node_rank=said.node_rank, local_rank=said.local_rank
     )
 
 
