@@ -141,6 +141,9 @@ class SeverityPolicy:
                 unknown severity or scope (the message names the code and the
                 valid values).
         """
+        from ._codec import structure
+        from ._errors import DecodeError
+
         if isinstance(data, str | bytes):
             try:
                 parsed = json.loads(data)
@@ -148,38 +151,52 @@ class SeverityPolicy:
                 raise PolicyError(f"not JSON ({exc})") from None
         else:
             parsed = data
-        if not isinstance(parsed, Mapping):
-            raise PolicyError('expected an object {"version": N, "rules": {...}}')
-        version = parsed.get("version")
-        if type(version) is not int or version < 1:
-            raise PolicyError(f"'version' must be a positive integer, not {version!r}")
-        raw_rules = parsed.get("rules", {})
-        if not isinstance(raw_rules, Mapping):
-            raise PolicyError("'rules' must map message codes to {severity, scope}")
+        try:
+            document = structure(
+                PolicyFile, dict(parsed) if isinstance(parsed, Mapping) else parsed
+            )
+        except DecodeError as exc:
+            raise PolicyError(str(exc)) from None
         rules = {} if base is None else dict(base.rules)
-        for code, raw in raw_rules.items():
-            known = rules.get(str(code)) or _GENERIC.get(str(code))
-            rules[str(code)] = _parse_rule(str(code), raw, known)
-        return cls(version=version, rules=rules)
+        for code, rule in document.rules.items():
+            known = rules.get(code) or _GENERIC.get(code)
+            if rule.scope is not None:
+                scope = Scope.parse(rule.scope)
+            elif known is not None:
+                scope = known[1]
+            else:
+                raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
+            rules[code] = (Severity.parse(rule.severity), scope)
+        return cls(version=document.version, rules=rules)
 
 
-def _parse_rule(code: str, raw: object, known: Rule | None) -> Rule:
-    if not isinstance(raw, Mapping):
-        raise PolicyError(f"rule {code!r} must be an object with 'severity' and 'scope'")
-    try:
-        severity = Severity.parse(str(raw.get("severity", "")))
-    except ValueError as exc:
-        raise PolicyError(f"rule {code!r}: {exc}") from None
-    scope_text = raw.get("scope")
-    if scope_text is None:
-        if known is None:
-            raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
-        return severity, known[1]
-    try:
-        scope = Scope.parse(str(scope_text))
-    except ValueError as exc:
-        raise PolicyError(f"rule {code!r}: {exc}") from None
-    return severity, scope
+def _parsed(parse: Any) -> Any:
+    def check(_instance: object, _attribute: object, value: str | None) -> None:
+        if value is not None:
+            parse(value)
+
+    return check
+
+
+def _positive(_instance: object, _attribute: object, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"must be a positive integer, not {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class PolicyRule:
+    """One code's rule, as a policy file writes it."""
+
+    severity: str = attrs.field(validator=_parsed(Severity.parse))
+    scope: str | None = attrs.field(default=None, validator=_parsed(Scope.parse))
+
+
+@attrs.frozen(kw_only=True)
+class PolicyFile:
+    """A policy file, as :meth:`SeverityPolicy.to_json` writes it."""
+
+    version: int = attrs.field(validator=_positive)
+    rules: Mapping[str, PolicyRule] = attrs.field(factory=dict)
 
 
 #: The severities and scopes of the kernel's generic codes (a slice's

@@ -139,7 +139,8 @@ def test_policy_file_may_name_only_the_codes_it_changes() -> None:
     ("document", "match"),
     [
         ("{", "not JSON"),
-        ('{"rules": {}}', "'version' must be a positive integer"),
+        ('{"rules": {}}', "missing field\\(s\\) 'version'"),
+        ('{"version": 0}', "field 'version': must be a positive integer"),
         ('{"version": 2, "rules": {"x.y": {"severity": "loud", "scope": "local"}}}', "x.y"),
         ('{"version": 2, "rules": {"x.y": {"severity": "info", "scope": "rack"}}}', "rack"),
         ('{"version": 2, "rules": {"x.y": {"severity": "info"}}}', "needs a 'scope'"),
