@@ -337,16 +337,15 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
                 "--export otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
             )
+    from events import step_severity_hook
     from exporters import ExportersError
-
-    from ..engine import step_severity_hook
 
     try:
         count = export_events(
             events,
             exporter,
             replayed=replayed,
-            severity_of=step_severity_hook(events),
+            severity_of=step_severity_hook(events, slices=replayed.slices, policy=replayed.policy),
         )
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None

@@ -74,12 +74,8 @@ if typing.TYPE_CHECKING:
     from ._run import prepare_engine as prepare_engine
     from ._run import run_engine as run_engine
     from ._slice import ENGINE as ENGINE
-    from ._slice import EngineMessages as EngineMessages
     from ._slice import EngineState as EngineState
-    from ._slice import EngineStates as EngineStates
-    from ._slice import find_divergences as find_divergences
     from ._slice import replay as replay
-    from ._slice import step_severity_hook as step_severity_hook
     from ._targets import InjectionTargets as InjectionTargets
     from ._targets import injection_targets as injection_targets
 

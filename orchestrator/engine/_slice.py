@@ -28,7 +28,7 @@ that is degraded names the ranks that lost the all-reduce fusion first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -37,26 +37,20 @@ from events import (
     Collective,
     Column,
     DecisionMade,
-    Divergence,
     Event,
     JsonValue,
     LaunchRecord,
     LogContents,
     Loss,
-    Messages,
     RankState,
-    RankStates,
     Replay,
-    Severity,
     SeverityPolicy,
     Slice,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
 )
-from events import find_divergences as kernel_find_divergences
 from events import replay as kernel_replay
-from events import step_severity_hook as kernel_step_severity_hook
 
 from ._conventions import (
     ALLREDUCE_STEP,
@@ -71,12 +65,8 @@ from ._messages import _TABLE, ENGINE_POLICY, ENGINE_RULES, EXTENSION_RULES, Eng
 
 __all__ = [
     "ENGINE",
-    "EngineMessages",
     "EngineState",
-    "EngineStates",
-    "find_divergences",
     "replay",
-    "step_severity_hook",
 ]
 
 
@@ -276,25 +266,6 @@ ENGINE = Slice(
 )
 
 
-class EngineStates(RankStates):
-    """Projection: rank -> :class:`EngineState`, with :data:`ENGINE` (and
-    any further ``slices``)."""
-
-    def __init__(self, slices: Sequence[Slice] = ()) -> None:
-        super().__init__((ENGINE, *slices))
-
-
-class EngineMessages(Messages):
-    """The messages projection of engine runs: :data:`ENGINE`'s rules and
-    hook (and any further ``slices``) under ``policy`` (default
-    :data:`ENGINE_POLICY`, SPEC §3.6)."""
-
-    def __init__(
-        self, policy: SeverityPolicy | None = None, *, slices: Sequence[Slice] = ()
-    ) -> None:
-        super().__init__(ENGINE_POLICY if policy is None else policy, slices=(ENGINE, *slices))
-
-
 def replay(
     source: Iterable[Event | LogContents | Sequence[Event]],
     *,
@@ -316,27 +287,4 @@ def replay(
         policy=ENGINE_POLICY if policy is None else policy,
         launch=launch,
         until=until,
-    )
-
-
-def step_severity_hook(
-    events: Iterable[Event], *, policy: SeverityPolicy | None = None
-) -> Callable[[int, str, Event], Severity | None]:
-    """:func:`events.step_severity_hook` of an engine run: span severities
-    from the messages :data:`ENGINE` derives under ``policy`` (default
-    :data:`ENGINE_POLICY`), as the live run had them."""
-    return kernel_step_severity_hook(
-        events, slices=(ENGINE,), policy=ENGINE_POLICY if policy is None else policy
-    )
-
-
-def find_divergences(
-    states: Mapping[int, RankState] | Iterable[RankState],
-    *,
-    policy: SeverityPolicy | None = None,
-) -> tuple[Divergence, ...]:
-    """:func:`events.find_divergences` with :data:`ENGINE`'s agreements
-    (all-reduce backend, platform class, attention backend)."""
-    return kernel_find_divergences(
-        states, slices=(ENGINE,), policy=ENGINE_POLICY if policy is None else policy
     )

@@ -209,10 +209,9 @@ def test_held_warnings_are_released_unless_the_printing_rank_saw_them() -> None:
     assert bridges[1].held == ()
     assert bridges[2].release(lambda message: True) == []
 
-    from events import fold
-    from orchestrator.engine import EngineMessages as Messages
+    from events import Messages, fold
 
-    state = fold(Messages(), [e for events in streams.values() for e in events])
+    state = fold(Messages(slices=[ENGINE]), [e for events in streams.values() for e in events])
     # A launcher that sees every rank prints it once, for both ranks.
     found = [(m.rank, m.code, ranks) for m, ranks in launcher_messages(state)]
     assert found == [(1, "zentorch.broken", (1, 2))]
@@ -275,9 +274,8 @@ def _lost_peer(message: Message) -> bool:
 def test_held_messages_are_printed_once_for_every_rank_by_the_launcher(
     caplog_debug: pytest.LogCaptureFixture,
 ) -> None:
-    from events import fold
+    from events import Messages, fold
     from exporters import LoggingBridge, launcher_messages
-    from orchestrator.engine import EngineMessages as Messages
 
     streams = {0: _peer_failure(0, "RuntimeError"), 1: _peer_failure(1, "ConnectionError")}
     streams[2] = _peer_failure(2, "ConnectionError")
@@ -288,7 +286,7 @@ def test_held_messages_are_printed_once_for_every_rank_by_the_launcher(
     assert [r for r in caplog_debug.records if r.levelno >= logging.ERROR] == []
     assert [m.code for m in held.held] == ["step.failed", "run.failed"]
 
-    state = fold(Messages(), [e for events in streams.values() for e in events])
+    state = fold(Messages(slices=[ENGINE]), [e for events in streams.values() for e in events])
     found = [(m.code, m.rank, ranks) for m, ranks in launcher_messages(state, held=_lost_peer)]
     # One line for both ranks, and not their runs' failure again; rank 0's
     # own failure is printed live by rank 0, not by the launcher.

@@ -18,10 +18,19 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from events import Event, JsonlLog, RankIdentity, RunStarted, StepStarted, merge, read_log
+from events import (
+    Event,
+    JsonlLog,
+    RankIdentity,
+    RunStarted,
+    StepStarted,
+    merge,
+    read_log,
+    step_severity_hook,
+)
 from exporters import LiveSpans, LoggingBridge, context_with_span, spans_from_events
 from orchestrator import FaultPlan
-from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine, step_severity_hook
+from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine
 
 #: Upper bound for one in-process engine run: longer means hung.
 DEADLINE_S = 30.0
@@ -148,7 +157,9 @@ class LiveRun:
 
     def replayed(self) -> list[ReadableSpan]:
         """The spans rebuilt from the stored log, as replay export builds them."""
-        return spans_from_events(self.events, severity_of=step_severity_hook(self.events))
+        return spans_from_events(
+            self.events, severity_of=step_severity_hook(self.events, slices=[ENGINE])
+        )
 
 
 async def run_engine_traced(

@@ -289,10 +289,10 @@ def healthy_rank(rank: int, *, world_size: int = 8, **options: Any) -> list[Even
 
 def codes(events: Iterable[Event]) -> list[str]:
     """The message codes a stream derives, in order."""
-    from events import fold
-    from orchestrator.engine import EngineMessages as Messages
+    from events import Messages, fold
+    from orchestrator.engine import ENGINE
 
-    return [m.code for m in fold(Messages(), events).messages()]
+    return [m.code for m in fold(Messages(slices=[ENGINE]), events).messages()]
 
 
 def failed_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:

@@ -12,9 +12,11 @@ from events import (
     Composite,
     Event,
     Message,
+    Messages,
     MessagesState,
     Outcome,
     PolicyError,
+    RankStates,
     RunOutcome,
     Scope,
     Severity,
@@ -23,17 +25,18 @@ from events import (
     format_ranks,
     group_messages,
     step_severity,
+    step_severity_hook,
 )
 from events import fold as fold_events
 from orchestrator.engine import (
     ALLREDUCE_STEP,
     ATTENTION_STEP,
+    ENGINE,
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
 from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
-from orchestrator.engine import EngineMessages as Messages
 
 from .streams import (
     COMM_TYPE_ERROR,
@@ -86,7 +89,7 @@ ADDED_CODES = {
 
 
 def derive(events: list[Event], policy: SeverityPolicy = DEFAULT_POLICY) -> MessagesState:
-    return fold_events(Messages(policy), events)
+    return fold_events(Messages(policy, slices=[ENGINE]), events)
 
 
 def only(state: MessagesState, code: str, rank: int = 0) -> Message:
@@ -875,15 +878,19 @@ def test_format_ranks_options() -> None:
 
 def test_composite_fold_equals_folding_alone() -> None:
     from events import Timeline, merge
-    from orchestrator.engine import EngineStates
 
     streams = [healthy_rank(rank) for rank in range(4)]
     merged = list(merge(streams))
     composite = fold_events(
-        Composite(messages=Messages(), engine=EngineStates(), timeline=Timeline()), merged
+        Composite(
+            messages=Messages(slices=[ENGINE]),
+            engine=RankStates([ENGINE]),
+            timeline=Timeline(),
+        ),
+        merged,
     )
-    assert composite["messages"] == fold_events(Messages(), merged)
-    assert composite["engine"] == fold_events(EngineStates(), merged)
+    assert composite["messages"] == fold_events(Messages(slices=[ENGINE]), merged)
+    assert composite["engine"] == fold_events(RankStates([ENGINE]), merged)
     assert composite["timeline"] == fold_events(Timeline(), merged)
 
 
@@ -898,7 +905,7 @@ def test_messages_do_not_depend_on_how_ranks_interleave() -> None:
 
 def test_apply_never_changes_the_state_it_was_given() -> None:
     events = healthy_rank(0)
-    projection = Messages()
+    projection = Messages(slices=[ENGINE])
     state = projection.initial()
     for event in events:
         before = attrs.evolve(state)
@@ -909,7 +916,6 @@ def test_apply_never_changes_the_state_it_was_given() -> None:
 
 def test_span_severity_falls_back_to_the_outcome() -> None:
     from events import span_severity
-    from orchestrator.engine import step_severity_hook
 
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(0).run_started()
@@ -922,7 +928,7 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
     events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
     state = derive(events)
     ends = {e.step: e for e in events if e.TYPE in {"step.failed", "step.cancelled"}}
-    hook = step_severity_hook(events)
+    hook = step_severity_hook(events, slices=[ENGINE])
     for step, expected in [
         ("attention/FLASH_ATTN", Severity.ERROR),  # its step.failed message
         ("attention", Severity.ERROR),  # failed, no message of its own
@@ -935,7 +941,6 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
 
 def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     from events import fold
-    from orchestrator.engine import EngineMessages as Messages
 
     builder = RankBuilder(0, world_size=1).run_started()
     builder.started(PLATFORM_STEP)
@@ -947,7 +952,7 @@ def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     builder.timed_out(f"{PLATFORM_STEP}/tpu", timeout_s=2.0)
     builder.plugin("cpu", activated="CpuPlatform", priority=4)
     builder.platform_ok("cpu", "CpuPlatform")
-    messages = fold(Messages(), builder.run_finished()).messages()
+    messages = fold(Messages(slices=[ENGINE]), builder.run_finished()).messages()
 
     by_code = {message.code: message for message in messages}
     assert "step.timed_out" not in by_code

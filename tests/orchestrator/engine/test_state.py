@@ -11,10 +11,12 @@ from events import (
     FoldError,
     LogContents,
     LogError,
+    RankStates,
     RunOutcome,
     Severity,
     StepKind,
     TornTail,
+    find_divergences,
     fold,
     merge,
     root_cause,
@@ -22,10 +24,9 @@ from events import (
 )
 from orchestrator.engine import (
     ATTENTION_STEP,
+    ENGINE,
     PLATFORM_STEP,
     EngineState,
-    EngineStates,
-    find_divergences,
     replay,
 )
 
@@ -42,7 +43,7 @@ from .streams import (
 
 
 def state_of(events: list[Event], rank: int = 0) -> EngineState:
-    return fold(EngineStates(), events)[rank]
+    return fold(RankStates([ENGINE]), events)[rank]
 
 
 def test_ready_rank() -> None:
@@ -150,7 +151,7 @@ def test_root_cause_across_ranks_is_the_earliest_failure() -> None:
     streams = [healthy_rank(r) for r in (0, 1, 3, 4, 6, 7)]
     streams.append(failed_rank(5, offset_ns=0))
     streams.append(failed_rank(2, offset_ns=50_000_000))
-    states = fold(EngineStates(), merge(streams))
+    states = fold(RankStates([ENGINE]), merge(streams))
     cause = root_cause(states)
     assert cause is not None
     assert cause.rank == 5
@@ -159,7 +160,7 @@ def test_root_cause_across_ranks_is_the_earliest_failure() -> None:
 
 def test_a_rank_that_died_first_is_the_root_cause() -> None:
     streams = [failed_rank(1, offset_ns=500_000_000), dead_rank(3)]
-    cause = root_cause(fold(EngineStates(), merge(streams)))
+    cause = root_cause(fold(RankStates([ENGINE]), merge(streams)))
     assert cause is not None
     assert (cause.rank, cause.exception) == (3, None)
 
@@ -176,7 +177,7 @@ def test_divergent_allreduce_backends_are_an_error() -> None:
         else:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)])
         streams.append(builder.run_finished())
-    divergences = find_divergences(fold(EngineStates(), merge(streams)))
+    divergences = find_divergences(fold(RankStates([ENGINE]), merge(streams)), slices=[ENGINE])
     assert len(divergences) == 1
     (divergence,) = divergences
     assert divergence.code == "allreduce.divergence"
@@ -190,8 +191,8 @@ def test_divergent_allreduce_backends_are_an_error() -> None:
 
 
 def test_agreeing_ranks_have_no_divergence() -> None:
-    states = fold(EngineStates(), merge(healthy_rank(r) for r in range(8)))
-    assert find_divergences(states) == ()
+    states = fold(RankStates([ENGINE]), merge(healthy_rank(r) for r in range(8)))
+    assert find_divergences(states, slices=[ENGINE]) == ()
 
 
 def test_platform_and_attention_divergences() -> None:
@@ -207,7 +208,10 @@ def test_platform_and_attention_divergences() -> None:
             {"FLASH_ATTN": None}, selected="FLASH_ATTN" if rank < 2 else "TRITON_ATTN"
         )
         streams.append(builder.run_finished())
-    found = {d.code: d for d in find_divergences(fold(EngineStates(), merge(streams)))}
+    found = {
+        d.code: d
+        for d in find_divergences(fold(RankStates([ENGINE]), merge(streams)), slices=[ENGINE])
+    }
     assert set(found) == {"platform.divergence", "attention.divergence"}
     assert found["platform.divergence"].severity is Severity.ERROR
     assert found["attention.divergence"].severity is Severity.WARNING
