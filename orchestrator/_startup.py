@@ -879,15 +879,7 @@ class Startup:
         identity = self.identity
         if identity is None or identity.rank == 0 or not isinstance(group, Mailbox):
             return
-        whereabouts = unstructure(
-            RankProcess(
-                rank=identity.rank,
-                pid=os.getpid(),
-                host=socket.gethostname(),
-                node_rank=identity.node_rank,
-                local_rank=identity.local_rank,
-            )
-        )
+        whereabouts = unstructure(_own_process(identity))
         # Any error: a group of the caller's own may break its contract, and
         # delivery never fails a run.
         with contextlib.suppress(Exception):
@@ -984,16 +976,7 @@ class Startup:
         deadline: float,
     ) -> list[RankProcess]:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
-        entries = [
-            RankProcess(
-                rank=identity.rank,
-                pid=os.getpid(),
-                host=socket.gethostname(),
-                node_rank=identity.node_rank,
-                local_rank=identity.local_rank,
-                collected=True,
-            )
-        ]
+        entries = [attrs.evolve(_own_process(identity), collected=True)]
         group_state = (
             "no store to deliver it through"
             if self._group.group is not None
@@ -1159,6 +1142,17 @@ class Startup:
 
 def _json_bytes(value: JsonValue) -> bytes:
     return orjson.dumps(value)
+
+
+def _own_process(identity: RankIdentity) -> RankProcess:
+    """This process, as rank ``identity``'s entry in a manifest."""
+    return RankProcess(
+        rank=identity.rank,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        node_rank=identity.node_rank,
+        local_rank=identity.local_rank,
+    )
 
 
 def _whereabouts(entry: RankProcess, posted: bytes | None) -> RankProcess:
