@@ -135,7 +135,7 @@ def follow(record: Any, path: list[str | int]) -> Any:
 
 #: How the decoder names a field at fault: the path, then what is wrong.
 _WRONG = re.compile(r"field (?P<path>'[^']*'|\"[^\"]*\"): expected .*, got ")
-_UNKNOWN = re.compile(r"field (?P<path>'[^']*'|\"[^\"]*\") is not a field of \w+$")
+_UNKNOWN = re.compile(r"field (?P<path>'[^']*'|\"[^\"]*\") is not a field of \w+ \(valid: [^)]*\)$")
 _ABSENT = re.compile(r"\w+ is missing field\(s\) (?P<paths>.*)$")
 
 
