@@ -40,8 +40,9 @@ from events import (
     fold,
     merge,
     read_log,
+    replay,
 )
-from orchestrator.engine import replay
+from orchestrator.engine import ENGINE
 
 
 def best(repeat: int, run: Callable[[], object]) -> float:
@@ -196,12 +197,12 @@ def scale_figures(ranks: int, repeat: int, directory: Path) -> dict[str, float]:
 
     def ours() -> None:
         contents = [read_log(path) for path in paths]
-        result = replay(contents)
+        result = replay(contents, slices=[ENGINE])
         assert len(result.states) == ranks
 
     def ours_merged() -> None:
         contents = [read_log(path) for path in paths]
-        result = replay(list(merge(contents)))
+        result = replay(list(merge(contents)), slices=[ENGINE])
         assert len(result.states) == ranks
 
     return {

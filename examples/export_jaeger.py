@@ -27,10 +27,10 @@ from pathlib import Path
 
 import anyio
 
-from events import JsonlLog, RankIdentity, merge, read_log
+from events import JsonlLog, RankIdentity, merge, read_log, replay
 from exporters import JaegerJsonExporter, export_events
 from orchestrator import new_run_id
-from orchestrator.engine import EngineConfig, Profile, load_profile, replay, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, Profile, load_profile, run_engine
 
 
 async def start_rank(
@@ -81,7 +81,7 @@ def main() -> int:
         # messages' severities, as in the live run: only an ERROR is red; a
         # recovered failure that is a WARNING (mnnvl falling back to trtllm)
         # carries startup.severity=WARNING and its exception event instead.
-        count = export_events(events, exporter, replayed=replay(logs))
+        count = export_events(events, exporter, replayed=replay(logs, slices=[ENGINE]))
     finally:
         exporter.shutdown()
 

@@ -38,10 +38,10 @@ from pathlib import Path
 
 import anyio
 
-from events import JsonlLog, RankIdentity, read_log
+from events import JsonlLog, RankIdentity, read_log, replay
 from exporters import report_text
 from orchestrator import FaultPlan
-from orchestrator.engine import EngineConfig, load_profile, replay, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine
 
 WORLD_SIZE = 8
 
@@ -78,7 +78,7 @@ def main() -> int:
 
     # --- later, anywhere: replay the directory from its files alone ---
     logs = [read_log(path) for path in sorted(run_dir.glob("rank-*.jsonl"))]
-    result = replay(logs)
+    result = replay(logs, slices=[ENGINE])
     print(report_text(result))
     print(f"Replay it again with: startup-orchestrator replay {run_dir}", file=sys.stderr)
     print(

@@ -24,9 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from events import replay
 from exporters import report_text
 from orchestrator import RUN_ID_VARIABLE, OrchestratorError, Startup, new_run_id
-from orchestrator.engine import replay
+from orchestrator.engine import ENGINE
 
 
 def run_rank(profile: str, inject: list[str]) -> int:
@@ -67,7 +68,13 @@ def spawn(nproc: int, profile: str, inject: list[str]) -> int:
     run_dir = Path("startup-runs") / run_id
     from events import read_log
 
-    print(report_text(replay([read_log(path) for path in sorted(run_dir.glob("rank-*.jsonl"))])))
+    print(
+        report_text(
+            replay(
+                [read_log(path) for path in sorted(run_dir.glob("rank-*.jsonl"))], slices=[ENGINE]
+            )
+        )
+    )
     return 0 if codes == [0] * nproc else 1
 
 

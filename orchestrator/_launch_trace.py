@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from events import LogContents, SeverityPolicy, Slice
+from events import LogContents, Slice
 
 from ._run_directory import read_run_directory
 
@@ -27,12 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["launch_trace", "send_launch_span"]
 
 
-def launch_trace(
-    run_dir: Path, *, slices: Sequence[Slice], policy: SeverityPolicy | None = None
-) -> list[ReadableSpan]:
+def launch_trace(run_dir: Path, *, slices: Sequence[Slice]) -> list[ReadableSpan]:
     """Every span of the run in ``run_dir`` as :func:`exporters.run_trace`
     makes them (the launch's own span first, when the run has several
-    ranks), its logs replayed with ``slices`` and ``policy``.
+    ranks), its logs replayed with ``slices``.
 
     Raises:
         RunDirectoryError: the manifest cannot be read.
@@ -51,7 +49,7 @@ def launch_trace(
             contents.append(read)
         else:
             empty.append(rank)
-    result = replay(contents, slices=slices, policy=policy, launch=found.launch_record(empty))
+    result = replay(contents, slices=slices, launch=found.launch_record(empty))
     return run_trace(merge(contents), result)
 
 

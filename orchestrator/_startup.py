@@ -509,14 +509,7 @@ class Startup:
             # held back once for them all, a failure that follows a peer's
             # is held too: one line for every rank that saw it, not one each.
             held = follows_a_peer if self._launcher_prints() else None
-            if self._graph is None:
-                from .engine import ENGINE, ENGINE_POLICY
-
-                self._bridge = LoggingBridge(
-                    hold_warnings=True, hold=held, slices=(ENGINE,), policy=ENGINE_POLICY
-                )
-            else:
-                self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._slices)
+            self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._meaning())
             self._set_up_logging()
             # The bridge first: span status reads the severities it derives.
             log.subscribe(self._bridge, from_seq=0)
@@ -730,6 +723,15 @@ class Startup:
         else:
             await self._exchange_with_peers()
         await self._collect_logs(end_started)
+
+    def _meaning(self) -> tuple[Slice, ...]:
+        """The slices this run's events are read with: the caller's for a
+        graph of their own, the engine's for the reference graph."""
+        if self._graph is not None:
+            return self._slices
+        from .engine import ENGINE
+
+        return (ENGINE,)
 
     def _launcher_prints(self) -> bool:
         """Whether the command line's launcher started this rank and will
@@ -958,14 +960,8 @@ class Startup:
             return
         from ._launch_trace import launch_trace, send_launch_span
 
-        if self._graph is not None:
-            slices, policy = list(self._slices), None
-        else:
-            from .engine import ENGINE, ENGINE_POLICY
-
-            slices, policy = [ENGINE, *self._slices], ENGINE_POLICY
         with contextlib.suppress(Exception):
-            send_launch_span(tracing, launch_trace(run_dir, slices=slices, policy=policy))
+            send_launch_span(tracing, launch_trace(run_dir, slices=self._meaning()))
 
     async def _take_logs(
         self,
@@ -1098,12 +1094,7 @@ class Startup:
         assert self.run_id is not None
         rank = self.identity.rank
         logged = list(self._log.read())
-        if self._graph is None:
-            from .engine import replay as engine_replay
-
-            found = engine_replay(logged).states.get(rank)
-        else:
-            found = replay(logged, slices=self._slices).states.get(rank)
+        found = replay(logged, slices=self._meaning()).states.get(rank)
         state = found if isinstance(found, EngineState) else None
         messages = () if self._bridge is None else self._bridge.state.messages(rank)
         return StartupResult(

@@ -335,14 +335,14 @@ def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
     from exporters import Tracing, jaeger_document
 
     from .._launch_trace import launch_trace, send_launch_span
-    from ..engine import ENGINE, ENGINE_POLICY
+    from ..engine import ENGINE
 
     tracing = Tracing(otlp_endpoint=args.otlp_endpoint, otlp_protocol=args.otlp_protocol)
     path = args.trace_file
     if path is None and not tracing.wanted:
         return
     try:
-        spans = launch_trace(run_dir, slices=[ENGINE], policy=ENGINE_POLICY)
+        spans = launch_trace(run_dir, slices=[ENGINE])
         if path is not None:
             text = json.dumps(jaeger_document(spans), separators=(",", ":"), allow_nan=False)
             write_file(path, (text + "\n").encode())
@@ -466,9 +466,10 @@ def _report(
     launcher), first print on stderr, as the live stream would have, what
     its ranks left to it (see :func:`_print_for_ranks`). With ``verdict``,
     last print on stderr the run's outcome and root cause in one line."""
+    from events import replay
     from exporters import report_json, report_text
 
-    from ..engine import replay
+    from ..engine import ENGINE
     from ._views import (
         decision_divergences,
         decision_divergences_text,
@@ -476,7 +477,7 @@ def _report(
     )
 
     run = read_run(paths)
-    result = replay(run.contents, launch=run.launch)
+    result = replay(run.contents, launch=run.launch, slices=[ENGINE])
     if for_ranks:
         _print_for_ranks(args, result)
         # The same line a single-rank run prints: where the record is, what next.

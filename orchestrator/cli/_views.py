@@ -59,12 +59,11 @@ def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()
     try:
         if slices:
             return replay(run.contents, launch=run.launch, until=until, slices=slices)
-        from ..engine import ENGINE_SLICE
-        from ..engine import replay as engine_replay
+        from ..engine import ENGINE, ENGINE_SLICE
 
         recorded = recorded_slices(run.contents)
         if recorded is None or recorded == (ENGINE_SLICE,):
-            return engine_replay(run.contents, launch=run.launch, until=until)
+            return replay(run.contents, launch=run.launch, until=until, slices=[ENGINE])
         if recorded:
             from exporters import terminal_text
 

@@ -54,7 +54,6 @@ if typing.TYPE_CHECKING:
     from ._host import HostFacts as HostFacts
     from ._host import RealHost as RealHost
     from ._host import is_amd_zen as is_amd_zen
-    from ._messages import ENGINE_POLICY as ENGINE_POLICY
     from ._messages import ENGINE_RULES as ENGINE_RULES
     from ._platform import BUILTIN_PLATFORM_PLUGINS as BUILTIN_PLATFORM_PLUGINS
     from ._platform import PLATFORM_PLUGIN_GROUP as PLATFORM_PLUGIN_GROUP
@@ -75,7 +74,6 @@ if typing.TYPE_CHECKING:
     from ._run import run_engine as run_engine
     from ._slice import ENGINE as ENGINE
     from ._slice import EngineState as EngineState
-    from ._slice import replay as replay
     from ._targets import InjectionTargets as InjectionTargets
     from ._targets import injection_targets as injection_targets
 

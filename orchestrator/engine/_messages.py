@@ -64,7 +64,6 @@ from events import (
     RunStarted,
     Scope,
     Severity,
-    SeverityPolicy,
     StepCrashed,
     StepFailed,
     StepKind,
@@ -90,7 +89,6 @@ from ._conventions import (
 )
 
 __all__ = [
-    "ENGINE_POLICY",
     "ENGINE_RULES",
     "EXTENSION_RULES",
     "EngineMessageHook",
@@ -206,9 +204,6 @@ EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     # vLLM 0.33 leaves multi-node fusion off without MNNVL, at DEBUG.
     "allreduce.unsupported": (_DEBUG, _LOCAL),
 }
-
-#: The severities and scopes of SPEC §3.6: the reference engine's policy.
-ENGINE_POLICY = SeverityPolicy(version=1, rules=_TABLE)
 
 
 # --------------------------------------------------------------------------

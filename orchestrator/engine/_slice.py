@@ -1,5 +1,6 @@
 """The reference engine as one slice of the generic kernel: its rank state,
-report columns, agreements and messages, and replay with them.
+report columns, agreements and messages. ``events.replay(log,
+slices=[ENGINE])`` replays an engine run; its states are :class:`EngineState`.
 
 Pure: imports only ``events`` (and attrs) and the engine's other pure modules
 (:mod:`._conventions`, :mod:`._messages`), so replaying an engine log never
@@ -28,7 +29,7 @@ that is degraded names the ranks that lost the all-reduce fusion first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
 import attrs
 
@@ -39,18 +40,13 @@ from events import (
     DecisionMade,
     Event,
     JsonValue,
-    LaunchRecord,
-    LogContents,
     Loss,
     RankState,
-    Replay,
-    SeverityPolicy,
     Slice,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
 )
-from events import replay as kernel_replay
 
 from ._conventions import (
     ALLREDUCE_STEP,
@@ -61,12 +57,11 @@ from ._conventions import (
     PLATFORM_STEP,
     PROCESS_GROUP_STEP,
 )
-from ._messages import _TABLE, ENGINE_POLICY, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook
+from ._messages import _TABLE, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook
 
 __all__ = [
     "ENGINE",
     "EngineState",
-    "replay",
 ]
 
 
@@ -264,27 +259,3 @@ ENGINE = Slice(
     messages=EngineMessageHook(),
     state_type=EngineState,
 )
-
-
-def replay(
-    source: Iterable[Event | LogContents | Sequence[Event]],
-    *,
-    policy: SeverityPolicy | None = None,
-    launch: LaunchRecord | None = None,
-    until: int | None = None,
-    slices: Sequence[Slice] = (),
-) -> Replay:
-    """:func:`events.replay` of an engine run: with :data:`ENGINE` (then any
-    further ``slices``) and ``policy`` (default :data:`ENGINE_POLICY`). Its
-    ``states`` are :class:`EngineState`.
-
-    Raises:
-        LogError, FoldError: as :func:`events.replay`.
-    """
-    return kernel_replay(
-        source,
-        slices=(ENGINE, *slices),
-        policy=ENGINE_POLICY if policy is None else policy,
-        launch=launch,
-        until=until,
-    )

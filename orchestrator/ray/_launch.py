@@ -146,15 +146,19 @@ class RayLaunch:
             events.EventsError: a log in the directory is corrupt.
             RunDirectoryError: the manifest is unreadable.
         """
-        from events import read_log
+        from events import read_log, replay
 
         from .._run_directory import read_run_directory
-        from ..engine import replay
+        from ..engine import ENGINE
 
         found = read_run_directory(self.run_dir)
         contents = [read_log(path) for path in found.logs.values()]
         empty = [rank for rank, read in zip(found.logs, contents, strict=True) if not read.events]
-        return replay([read for read in contents if read.events], launch=found.launch_record(empty))
+        return replay(
+            [read for read in contents if read.events],
+            launch=found.launch_record(empty),
+            slices=[ENGINE],
+        )
 
 
 def launch_on_ray(
@@ -589,13 +593,13 @@ def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
     from exporters import Tracing
 
     from .._launch_trace import launch_trace, send_launch_span
-    from ..engine import ENGINE, ENGINE_POLICY
+    from ..engine import ENGINE
 
     tracing = Tracing(environ=env)
     if not tracing.wanted:
         return
     with contextlib.suppress(Exception):
-        spans = launch_trace(run_dir, slices=[ENGINE], policy=ENGINE_POLICY)
+        spans = launch_trace(run_dir, slices=[ENGINE])
         send_launch_span(tracing, spans, ranks_ended=True)
 
 

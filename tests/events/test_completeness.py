@@ -13,9 +13,9 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from events import LaunchRecord, RankProcess, RunOutcome, StepKind, Stop
+from events import LaunchRecord, RankProcess, RunOutcome, StepKind, Stop, replay
 from exporters import report_json, report_text
-from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, PLATFORM_STEP, replay
+from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, ENGINE, PLATFORM_STEP
 from tests.orchestrator.engine.streams import BASE_NS, RankBuilder, exception, healthy_rank
 
 GROUP_LOST = exception(
@@ -37,7 +37,7 @@ def survivor_of_a_lost_peer(rank: int, world_size: int) -> list:
 
 
 def test_a_rank_without_a_log_makes_the_run_incomplete_and_is_named_first() -> None:
-    result = replay([healthy_rank(r, world_size=4) for r in (0, 2, 3)])
+    result = replay([healthy_rank(r, world_size=4) for r in (0, 2, 3)], slices=[ENGINE])
 
     assert result.world_size == 4
     assert result.outcome is RunOutcome.INCOMPLETE
@@ -69,7 +69,9 @@ def test_the_lost_rank_comes_before_the_group_errors_of_its_peers() -> None:
     # Rank 1 wrote nothing; ranks 0, 2 and 3 then failed in the collective
     # that waited for it. Their GroupError is a consequence.
     streams = [survivor_of_a_lost_peer(r, 4) for r in (0, 2, 3)]
-    result = replay(streams, launch=LaunchRecord(world_size=4, empty_logs=frozenset({1})))
+    result = replay(
+        streams, launch=LaunchRecord(world_size=4, empty_logs=frozenset({1})), slices=[ENGINE]
+    )
 
     assert result.outcome is RunOutcome.INCOMPLETE
     cause = result.root_cause
@@ -93,7 +95,7 @@ def test_the_manifest_says_how_a_silent_rank_ended() -> None:
         },
         empty_logs=frozenset({0}),
     )
-    result = replay([healthy_rank(1, world_size=2)], launch=launch)
+    result = replay([healthy_rank(1, world_size=2)], launch=launch, slices=[ENGINE])
 
     lines = report_text(result).splitlines()
     assert (
@@ -120,7 +122,7 @@ def test_a_rank_its_launcher_lost_is_reported_with_what_the_launcher_knows() -> 
             ),
         },
     )
-    result = replay([healthy_rank(0, world_size=2)], launch=launch)
+    result = replay([healthy_rank(0, world_size=2)], launch=launch, slices=[ENGINE])
 
     assert result.root_cause is not None
     assert result.root_cause.rank == 1
@@ -137,7 +139,11 @@ def test_a_manifest_of_another_run_is_refused() -> None:
     from events import LogError
 
     with pytest.raises(LogError, match="launch record"):
-        replay([healthy_rank(0, world_size=1)], launch=LaunchRecord(run_id="other", world_size=1))
+        replay(
+            [healthy_rank(0, world_size=1)],
+            launch=LaunchRecord(run_id="other", world_size=1),
+            slices=[ENGINE],
+        )
 
 
 def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> None:
@@ -148,7 +154,7 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
     failing = survivor_of_a_lost_peer(0, 2)
     failing = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in failing]
     streams = [failing, stuck.events]
-    assert replay(streams).root_cause.rank == 1  # type: ignore[union-attr]
+    assert replay(streams, slices=[ENGINE]).root_cause.rank == 1  # type: ignore[union-attr]
 
     launch = LaunchRecord(
         world_size=2,
@@ -161,7 +167,7 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
             )
         },
     )
-    cause = replay(streams, launch=launch).root_cause
+    cause = replay(streams, launch=launch, slices=[ENGINE]).root_cause
     assert cause is not None
     assert cause.rank == 0
 
@@ -188,14 +194,16 @@ def test_a_rank_stopped_after_its_own_failure_is_still_the_root_cause() -> None:
             stopped_by_launcher="SIGTERM after rank 0 (pid 10): exited with code 1, 1 s later",
         ),
     }
-    cause = replay([peer, first], launch=LaunchRecord(world_size=2, processes=processes)).root_cause
+    cause = replay(
+        [peer, first], launch=LaunchRecord(world_size=2, processes=processes), slices=[ENGINE]
+    ).root_cause
     assert cause is not None
     assert (cause.rank, cause.step) == (1, PLATFORM_STEP)
 
     # Stopped before its log finished, the same rank is a consequence.
     unfinished = first[:-1]
     cause = replay(
-        [peer, unfinished], launch=LaunchRecord(world_size=2, processes=processes)
+        [peer, unfinished], launch=LaunchRecord(world_size=2, processes=processes), slices=[ENGINE]
     ).root_cause
     assert cause is not None
     assert cause.rank == 0
@@ -213,7 +221,7 @@ def test_a_rank_that_died_with_several_steps_in_flight_lists_them_all() -> None:
         started_wall_ns=BASE_NS,
         processes={0: RankProcess(rank=0, pid=7, signal="SIGSEGV", ended_wall_ns=BASE_NS + 10**9)},
     )
-    result = replay([builder.events], launch=launch)
+    result = replay([builder.events], launch=launch, slices=[ENGINE])
 
     cause = result.root_cause
     assert cause is not None
@@ -242,7 +250,7 @@ def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
     builder.started("process_group")
     builder.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
     events = builder.run_finished(RunOutcome.INTERRUPTED, cause=stop, stop=Stop(signal="SIGTERM"))
-    result = replay([events])
+    result = replay([events], slices=[ENGINE])
 
     assert result.outcome is RunOutcome.INTERRUPTED
     cause = result.root_cause
@@ -257,7 +265,7 @@ def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
 
 def test_a_cutoff_is_not_a_crash() -> None:
     streams = [healthy_rank(r, world_size=2) for r in range(2)]
-    result = replay(streams, until=5)
+    result = replay(streams, until=5, slices=[ENGINE])
 
     assert result.outcome is RunOutcome.RUNNING
     assert result.root_cause is None
@@ -280,7 +288,7 @@ def test_a_simulated_host_and_injected_faults_are_said_first() -> None:
             events[0], simulated="zen4", injected=("1:zentorch=RuntimeError:boom",)
         )
         streams.append(events)
-    result = replay(streams)
+    result = replay(streams, slices=[ENGINE])
 
     lines = report_text(result).splitlines()
     assert lines[1] == (
@@ -312,7 +320,7 @@ def test_a_launch_whose_ranks_wrote_nothing_is_reported_from_its_manifest() -> N
         },
         source="run/manifest.json",
     )
-    result = replay([], launch=launch)
+    result = replay([], launch=launch, slices=[ENGINE])
 
     assert result.outcome is RunOutcome.INCOMPLETE
     assert result.run_id == "run-7f3a"

@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from events import Event, MemoryLog, Message, Severity
+from events import Event, MemoryLog, Message, Severity, SeverityPolicy
 from orchestrator.engine import ENGINE
-from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 from tests.orchestrator.engine.streams import (
     RUN_ID,
     RankBuilder,
@@ -78,7 +77,9 @@ def test_an_error_is_printed_on_its_rank_whatever_the_scope(
 ) -> None:
     from exporters import LoggingBridge
 
-    policy = DEFAULT_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
+    policy = SeverityPolicy(rules=ENGINE.code_rules()).with_rule(
+        "zentorch.broken", severity=Severity.ERROR
+    )
     bridge = LoggingBridge(slices=(ENGINE,), policy=policy)
     for event in zentorch_rank("broken", rank=5).events:
         bridge(event)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from events import Event, RunOutcome, Severity, StepKind, merge
-from orchestrator.engine import ATTENTION_STEP, PLATFORM_STEP, replay
+from events import Event, RunOutcome, Severity, StepKind, merge, replay
+from orchestrator.engine import ATTENTION_STEP, ENGINE, PLATFORM_STEP
 from tests.orchestrator.engine.streams import (
     MNNVL_UNSUPPORTED,
     TRTLLM_FAILED,
@@ -42,7 +42,7 @@ def failed_run() -> list[Event]:
 def test_report_json_fields_and_types() -> None:
     from exporters import report_json
 
-    document = report_json(replay(failed_run()))
+    document = report_json(replay(failed_run(), slices=[ENGINE]))
     json.dumps(document)  # plain JSON all the way down
     assert document["report_version"] == 1
     assert document["run_id"] == "run-7f3a"
@@ -96,7 +96,7 @@ def test_report_json_of_a_ready_run_and_divergences() -> None:
         else:
             builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)])
         streams.append(builder.run_finished())
-    document = report_json(replay(streams))
+    document = report_json(replay(streams, slices=[ENGINE]))
     assert document["outcome"] == "ready"
     assert document["root_cause"] is None
     (divergence,) = document["divergences"]
@@ -114,13 +114,15 @@ def test_report_json_is_the_same_for_the_same_logs() -> None:
     from exporters import report_json
 
     events = failed_run()
-    assert report_json(replay(events)) == report_json(replay(list(events)))
+    assert report_json(replay(events, slices=[ENGINE])) == report_json(
+        replay(list(events), slices=[ENGINE])
+    )
 
 
 def test_report_text_starts_with_the_outcome_and_the_root_cause() -> None:
     from exporters import report_text
 
-    text = report_text(replay(failed_run()))
+    text = report_text(replay(failed_run(), slices=[ENGINE]))
     lines = text.splitlines()
     assert lines[0] == "Startup failed: 1 failed, 7 ready (run run-7f3a, 8 of 8 ranks)"
     assert lines[1] == "Root cause: rank 5, step platform"
@@ -138,7 +140,7 @@ def test_report_text_starts_with_the_outcome_and_the_root_cause() -> None:
 def test_report_text_levels_and_one_rank() -> None:
     from exporters import report_text
 
-    result = replay(failed_run())
+    result = replay(failed_run(), slices=[ENGINE])
     verbose = report_text(result, min_severity=Severity.DEBUG)
     assert "  DEBUG [ranks 0-4,6-7] Attention backend FLASHINFER is unavailable" in verbose
     errors_only = report_text(result, min_severity=Severity.ERROR)
@@ -166,7 +168,7 @@ def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
             torn_tail=torn,
         ),
     ]
-    text = report_text(replay(contents))
+    text = report_text(replay(contents, slices=[ENGINE]))
     lines = text.splitlines()
     assert lines[0].startswith("Startup incomplete: 1 incomplete, 1 ready")
     assert lines[1].startswith(
@@ -179,7 +181,7 @@ def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
 def test_report_text_of_a_ready_run() -> None:
     from exporters import report_text
 
-    text = report_text(replay([healthy_rank(r, world_size=2) for r in range(2)]))
+    text = report_text(replay([healthy_rank(r, world_size=2) for r in range(2)], slices=[ENGINE]))
     assert text.splitlines()[:2] == [
         "Startup ready: 2 ready (run run-7f3a, 2 of 2 ranks)",
         "Root cause: none (every rank is ready)",
@@ -200,7 +202,7 @@ def test_report_text_collapses_1024_ranks() -> None:
     streams[-1] = builder.run_finished(
         RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN"
     )
-    text = report_text(replay(streams))
+    text = report_text(replay(streams, slices=[ENGINE]))
     lines = text.splitlines()
     assert lines[1] == "Root cause: rank 1023, step attention/FLASH_ATTN"
     table = lines[lines.index("Ranks:") + 1 : lines.index("Ranks:") + 4]
@@ -227,7 +229,7 @@ def test_ranks_without_events_stay_a_few_lines_at_scale() -> None:
         processes={rank: RankProcess(rank=rank, pid=1000 + rank, exit_code=1) for rank in seen},
         empty_logs=frozenset(range(508, 512)),
     )
-    lines = report_text(replay(streams, launch=launch)).splitlines()
+    lines = report_text(replay(streams, launch=launch, slices=[ENGINE])).splitlines()
     start = lines.index("Ranks without events:") + 1
     listed = lines[start : lines.index("", start)]
     # A node's worth described one by one, the rest as rank ranges by reason.

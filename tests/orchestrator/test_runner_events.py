@@ -19,7 +19,7 @@ from orchestrator import (
     StepContext,
     select_candidate,
 )
-from orchestrator.engine import ENGINE, replay
+from orchestrator.engine import ENGINE
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +76,7 @@ async def test_absorbed_and_propagated_failures_from_the_runner(
     with log.subscribe(bridge), pytest.raises(AttributeError):
         await Runner(log).run(graph)
 
-    result = replay(log.events)
+    result = replay_events(log.events, slices=[ENGINE])
     codes = [m.code for m in result.messages]
     # The absorbed child failure is the plugin's outcome; the propagated
     # candidate failure is one step.failed, on the candidate.

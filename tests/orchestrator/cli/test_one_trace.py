@@ -20,11 +20,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from events import Event, RunStarted, StepStarted, StepUnavailable, launch_span_id
+from events import Event, RunStarted, StepStarted, StepUnavailable, launch_span_id, replay
 from exporters import export_events, otlp_exporter
 from orchestrator._run_directory import read_run_directory
 from orchestrator._runner import derive_trace_id
-from orchestrator.engine import replay
+from orchestrator.engine import ENGINE
 from tests.exporters.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
 from tests.exporters.tracing_harness import cli_environment, expected_span_ids, run_cli, run_events
 
@@ -247,7 +247,7 @@ def test_replay_export_sends_what_the_ranks_and_the_launcher_sent(grpc_launch: L
     events = grpc_launch.events
     by_rank = [[event for event in events if event.rank == rank] for rank in range(RANKS)]
     launch_record = read_run_directory(grpc_launch.run_dir).launch_record()
-    run = replay(by_rank, launch=launch_record)
+    run = replay(by_rank, launch=launch_record, slices=[ENGINE])
     with GrpcReceiver() as receiver:
         exporter = otlp_exporter("grpc", endpoint=receiver.endpoint)
         try:

@@ -34,6 +34,7 @@ from events import (
     StepUnavailable,
     outcome_of,
     read_log,
+    replay,
 )
 from orchestrator import FaultPlan, OrchestratorError, RankEnvironmentError, Runner
 from orchestrator._decisions import check_decisions
@@ -48,10 +49,10 @@ from orchestrator.engine import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
     ALLREDUCE_STEP,
+    ENGINE,
     AllreduceBackend,
     EngineConfig,
     EngineConfigError,
-    replay,
 )
 from orchestrator.engine._allreduce import (
     SimulatedWorkspace,
@@ -258,7 +259,7 @@ async def test_auto_on_several_nodes_without_mnnvl_gpus_is_off_at_debug() -> Non
         "multi-node process groups require an MNNVL-capable Blackwell system"
     )
     assert not rank.started(ALLREDUCE_AGREE_STEP)
-    replayed = replay(rank.log.read())
+    replayed = replay(rank.log.read(), slices=[ENGINE])
     messages = [(m.code, m.severity) for m in replayed.messages]
     assert ("allreduce.unsupported", Severity.DEBUG) in messages
     assert "allreduce.workspace_failed" not in dict(messages)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from events import StepFailed, read_log
+from events import StepFailed, read_log, replay
 from orchestrator import ExplicitCandidateInvalidError, NoValidCandidateError
-from orchestrator.engine import ATTENTION_STEP, EngineConfig, replay
+from orchestrator.engine import ATTENTION_STEP, ENGINE, EngineConfig
 
 from .harness import run
 
@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "events" / "fixtures"
 
 
 def codes(events: list[object]) -> list[str]:
-    return [m.code for m in replay(events).messages]  # type: ignore[arg-type]
+    return [m.code for m in replay(events, slices=[ENGINE]).messages]  # type: ignore[arg-type]
 
 
 def test_the_errors_are_public_value_errors_that_survive_pickling() -> None:
@@ -91,7 +91,7 @@ def test_a_log_of_an_earlier_release_derives_the_same_messages(
     )
     assert failed.cause.type == "ValueError"
 
-    result = replay([contents])
+    result = replay([contents], slices=[ENGINE])
     (message,) = [m for m in result.messages if m.code == code]
     assert message.text == failed.cause.message
     assert message.text.startswith(start)

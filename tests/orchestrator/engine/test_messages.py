@@ -36,7 +36,6 @@ from orchestrator.engine import (
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
-from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
 
 from .streams import (
     COMM_TYPE_ERROR,
@@ -88,6 +87,10 @@ ADDED_CODES = {
 }
 
 
+#: The engine slice's severities as a policy to change one code of.
+DEFAULT_POLICY = SeverityPolicy(rules=ENGINE.code_rules())
+
+
 def derive(events: list[Event], policy: SeverityPolicy = DEFAULT_POLICY) -> MessagesState:
     return fold_events(Messages(policy, slices=[ENGINE]), events)
 
@@ -111,10 +114,11 @@ def codes_of(state: MessagesState, rank: int = 0) -> list[str]:
 # -- the policy ----------------------------------------------------------------
 
 
-def test_default_policy_is_the_spec_table_plus_added_codes() -> None:
+def test_the_engine_slice_has_the_spec_table_plus_added_codes() -> None:
     table = {
         code: (severity.name, scope.value)
-        for code, (severity, scope) in DEFAULT_POLICY.rules.items()
+        for code, (severity, scope) in ENGINE.code_rules().items()
+        if code in SPEC_TABLE or code in ADDED_CODES
     }
     assert table == {**SPEC_TABLE, **ADDED_CODES}
     assert not set(ADDED_CODES) & set(SPEC_TABLE)

@@ -18,6 +18,7 @@ from events import (
     StepKind,
     StepSucceeded,
     StepUnavailable,
+    replay,
 )
 from events.testing import EventStream
 from orchestrator import FaultPlan, RealImporter, StepContext, StepTimeoutError
@@ -25,6 +26,7 @@ from orchestrator._decisions import check_decisions
 from orchestrator.engine import (
     ATTENTION_STEP,
     BUILTIN_PROFILES,
+    ENGINE,
     ENGINE_DECIDERS,
     PLATFORM_BUILD_STEP,
     PLATFORM_PLUGIN_GROUP,
@@ -40,7 +42,6 @@ from orchestrator.engine import (
     decide_platform,
     decline,
     is_amd_zen,
-    replay,
 )
 
 from .harness import run
@@ -264,7 +265,11 @@ async def test_every_builtin_plugin_is_a_candidate_child_with_its_facts() -> Non
 async def test_a_decline_is_a_debug_message_with_its_reason_and_a_span_attribute() -> None:
     engine = await run("xeon")
 
-    messages = {m.code: m for m in replay(engine.events).messages if m.step == "platform/tpu"}
+    messages = {
+        m.code: m
+        for m in replay(engine.events, slices=[ENGINE]).messages
+        if m.step == "platform/tpu"
+    }
     declined = messages["platform.plugin_declined"]
     assert declined.severity is Severity.DEBUG
     assert declined.text == "Platform plugin tpu declined: libtpu is not installed"
@@ -296,7 +301,11 @@ async def test_nothing_activated_names_every_reason_and_what_would_change_it() -
     assert error.failures == {}
     assert error.declined["cpu"].startswith("this build targets cuda")
     assert error.__cause__ is None
-    (unspecified,) = [m for m in replay(engine.events).messages if m.code == "platform.unspecified"]
+    (unspecified,) = [
+        m
+        for m in replay(engine.events, slices=[ENGINE]).messages
+        if m.code == "platform.unspecified"
+    ]
     assert unspecified.severity is Severity.ERROR
     assert unspecified.text == str(error)
 
@@ -365,7 +374,11 @@ async def test_gpus_there_without_a_usable_nvml_warn_that_the_runtime_is_missing
         "Found: the container was probably started without the NVIDIA runtime (docker run "
         "--gpus all, or the NVIDIA Container Toolkit)",
     )
-    (warning,) = [m for m in replay(engine.events).messages if m.code == "platform.device_unusable"]
+    (warning,) = [
+        m
+        for m in replay(engine.events, slices=[ENGINE]).messages
+        if m.code == "platform.device_unusable"
+    ]
     assert warning.severity is Severity.WARNING
     assert "started without the NVIDIA runtime" in warning.text
     assert isinstance(engine.error, UnspecifiedPlatformError)
@@ -395,7 +408,11 @@ async def test_a_build_target_that_cannot_be_read_is_named_by_the_cpu_plugin(
     )
     assert set(engine.error.failures) == {"xpu"}
     # The build target is not a plugin: no plugin message names it.
-    plugins = [m.args[0] for m in replay(engine.events).messages if m.code.startswith("platform.p")]
+    plugins = [
+        m.args[0]
+        for m in replay(engine.events, slices=[ENGINE]).messages
+        if m.code.startswith("platform.p")
+    ]
     assert "build" not in plugins
     assert sorted(plugins) == ["cpu", "cuda", "rocm", "tpu", "xpu"]
 
@@ -534,7 +551,7 @@ async def test_a_third_party_plugin_declines_with_its_reason() -> None:
     declined = engine.terminal("platform/acme")
     assert isinstance(declined, StepUnavailable)
     assert declined.reasons == ("no Acme accelerator: /dev/acme0 is missing",)
-    texts = [m.text for m in replay(engine.events).messages]
+    texts = [m.text for m in replay(engine.events, slices=[ENGINE]).messages]
     assert "Platform plugin acme declined: no Acme accelerator: /dev/acme0 is missing" in texts
 
 
@@ -592,7 +609,9 @@ async def test_a_failed_plugin_that_leaves_the_run_on_the_cpu_is_a_warning() -> 
     assert platform(engine) == ("cpu", "CpuPlatform")
     assert engine.value(ATTENTION_STEP)["backend"] == "CPU_ATTN"
     assert engine.finished.outcome is RunOutcome.READY
-    (fallback,) = [m for m in replay(engine.events).messages if m.code == "platform.fallback"]
+    (fallback,) = [
+        m for m in replay(engine.events, slices=[ENGINE]).messages if m.code == "platform.fallback"
+    ]
     assert fallback.severity is Severity.WARNING
     assert "xpu failed (RuntimeError: XPU runtime is broken)" in fallback.text
 
@@ -707,7 +726,7 @@ def test_a_vllm_release_outside_the_tested_ones_is_a_warning(supported: bool, wa
         PLATFORM_STEP, {"plugin": "cpu", "platform_class": "CpuPlatform", "device": "cpu"}
     ).run_finished()
 
-    messages = {m.code: m for m in replay(events).messages}
+    messages = {m.code: m for m in replay(events, slices=[ENGINE]).messages}
     assert messages["platform.vllm_code"].severity is Severity.INFO
     assert ("platform.vllm_untested" in messages) is warned
     if warned:

@@ -14,11 +14,13 @@ from events import (
     RankStates,
     RunOutcome,
     Severity,
+    SeverityPolicy,
     StepKind,
     TornTail,
     find_divergences,
     fold,
     merge,
+    replay,
     root_cause,
     step_severity,
 )
@@ -27,7 +29,6 @@ from orchestrator.engine import (
     ENGINE,
     PLATFORM_STEP,
     EngineState,
-    replay,
 )
 
 from .streams import (
@@ -225,7 +226,7 @@ def test_platform_and_attention_divergences() -> None:
 
 
 def test_replay_of_a_healthy_eight_rank_run() -> None:
-    result = replay(merge(healthy_rank(r) for r in range(8)))
+    result = replay(merge(healthy_rank(r) for r in range(8)), slices=[ENGINE])
     assert result.outcome is RunOutcome.READY
     assert result.run_id == "run-7f3a"
     assert result.world_size == 8
@@ -249,9 +250,9 @@ def test_replay_accepts_per_rank_streams_and_log_contents() -> None:
     contents.append(
         LogContents(path=Path("run/rank-2.jsonl"), events=tuple(streams[2]), torn_tail=torn)
     )
-    from_contents = replay(contents)
-    from_streams = replay(streams)
-    from_merged = replay(merge(streams))
+    from_contents = replay(contents, slices=[ENGINE])
+    from_streams = replay(streams, slices=[ENGINE])
+    from_merged = replay(merge(streams), slices=[ENGINE])
     assert from_streams.states == from_merged.states == from_contents.states
     assert from_streams.messages == from_merged.messages == from_contents.messages
     assert from_contents.warnings[0] == torn.describe()
@@ -267,12 +268,12 @@ def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
         LogContents(path=Path("b/rank-0.jsonl"), events=tuple(stream)),
     ]
     with pytest.raises(LogError, match="two logs for rank 0"):
-        replay(twice)
+        replay(twice, slices=[ENGINE])
     with pytest.raises(FoldError):
-        replay([stream[0], stream[2]])
+        replay([stream[0], stream[2]], slices=[ENGINE])
     other_run = RankBuilder(1, run_id="another").run_started().run_finished()
     with pytest.raises(LogError, match="different runs"):
-        replay([stream, other_run])
+        replay([stream, other_run], slices=[ENGINE])
 
 
 @pytest.mark.parametrize(
@@ -301,21 +302,21 @@ def test_replay_rejects_two_logs_of_one_rank_and_gaps() -> None:
 )
 def test_run_outcome_rule(streams: object, outcome: RunOutcome) -> None:
     assert callable(streams)
-    assert replay(streams()).outcome is outcome
+    assert replay(streams(), slices=[ENGINE]).outcome is outcome
 
 
 def test_replay_with_a_newer_policy() -> None:
-    from orchestrator.engine import ENGINE_POLICY as DEFAULT_POLICY
-
-    newer = DEFAULT_POLICY.with_rule("allreduce.attempt_failed", severity=Severity.INFO)
-    result = replay([healthy_rank(0)], policy=newer)
+    newer = SeverityPolicy(rules=ENGINE.code_rules()).with_rule(
+        "allreduce.attempt_failed", severity=Severity.INFO
+    )
+    result = replay([healthy_rank(0)], policy=newer, slices=[ENGINE])
     assert result.policy is newer
     assert step_severity(result.message_state, 0, "allreduce_workspace/mnnvl") is Severity.INFO
 
 
 def test_replay_of_1024_ranks() -> None:
     streams = [healthy_rank(rank, world_size=1024) for rank in range(1024)]
-    result = replay(streams)
+    result = replay(streams, slices=[ENGINE])
     assert result.world_size == 1024
     assert len(result.states) == 1024
     assert result.outcome is RunOutcome.READY

@@ -22,8 +22,9 @@ from events import (
     StepStarted,
     StepSucceeded,
     read_log,
+    replay,
 )
-from orchestrator.engine import replay
+from orchestrator.engine import ENGINE
 from orchestrator.recording import ExitedBeforeReady, Recording
 
 
@@ -87,7 +88,7 @@ def test_a_phase_that_raises_fails_there_and_the_error_goes_on_unchanged(tmp_pat
     assert isinstance(failed, StepFailed)
     assert failed.cause.type == "ValueError"
     assert failed.cause.frames[-1].name == "load_model"
-    result = replay(events)  # type: ignore[arg-type]
+    result = replay(events, slices=[ENGINE])  # type: ignore[arg-type]
     assert result.outcome is RunOutcome.FAILED
     assert result.root_cause is not None
     # The failure started in the phase, and went up to the start with it.
