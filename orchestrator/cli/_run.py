@@ -22,7 +22,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -591,7 +593,16 @@ def _run_rank(
             file=sys.stderr,
         )
     # Rank 0 holds the merged record: its one-line verdict, the last line of
-    # the orchestrator's own before the launcher's summary.
+    # the orchestrator's own before the launcher's summary. The run is over,
+    # and a launcher that stops every rank once one has exited (torchrun,
+    # mpirun) would cut the report short: a stop waits until it is printed.
+    # (Not with a thread left that is not a daemon: the exit waits for it,
+    # and a stop must still end the process.)
+    if threading.current_thread() is threading.main_thread() and not any(
+        thread.is_alive() and not thread.daemon and thread is not threading.main_thread()
+        for thread in threading.enumerate()
+    ):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     return _report(args, [result.run_dir], verdict=True)
 
 
