@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["PROG", "emit", "exit_program", "to_json_text"]
+__all__ = ["PROG", "emit", "exit_program", "hold_stops", "to_json_text"]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"
@@ -26,6 +26,26 @@ def to_json_text(document: Any) -> str:
     return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
 
 
+def hold_stops() -> bool:
+    """Hold SIGINT and SIGTERM from here on (the kernel keeps them pending;
+    the process ends without acting on them), once the program's work is
+    done and only its last output is left. Returns whether it did: not while
+    a thread that is not a daemon is still running, since the interpreter's
+    exit waits for it and a stop must still end the process (nor, since
+    only that thread may, off the main thread)."""
+    import signal
+    import threading
+
+    if any(
+        thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
+        for thread in threading.enumerate()
+    ):
+        return False
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    return True
+
+
 def exit_program(code: int) -> NoReturn:
     """End the program with ``code`` as the interpreter would, without its
     teardown: the ``atexit`` hooks run and stdout and stderr are flushed,
@@ -41,16 +61,9 @@ def exit_program(code: int) -> NoReturn:
     atexit callback") on the way out.
     """
     import atexit
-    import signal
-    import threading
 
-    if any(
-        thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
-        for thread in threading.enumerate()
-    ):
+    if not hold_stops():
         raise SystemExit(code)
-    if threading.current_thread() is threading.main_thread():
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

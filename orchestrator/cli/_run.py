@@ -22,9 +22,7 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +54,7 @@ from ._launcher import (
     SIMULATED_VARIABLE,
     launch_local,
 )
-from ._output import PROG, emit, to_json_text
+from ._output import PROG, emit, hold_stops, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
 
 if TYPE_CHECKING:
@@ -596,13 +594,7 @@ def _run_rank(
     # the orchestrator's own before the launcher's summary. The run is over,
     # and a launcher that stops every rank once one has exited (torchrun,
     # mpirun) would cut the report short: a stop waits until it is printed.
-    # (Not with a thread left that is not a daemon: the exit waits for it,
-    # and a stop must still end the process.)
-    if threading.current_thread() is threading.main_thread() and not any(
-        thread.is_alive() and not thread.daemon and thread is not threading.main_thread()
-        for thread in threading.enumerate()
-    ):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    hold_stops()
     return _report(args, [result.run_dir], verdict=True)
 
 
