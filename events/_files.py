@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from pathlib import Path
 
 __all__: list[str] = []
@@ -22,7 +21,7 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_C
 
 
 def _temporary(path: Path) -> tuple[Path, int]:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
     return temporary, os.open(temporary, _FLAGS, 0o644)
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import time
 from collections.abc import Mapping
 
@@ -180,7 +179,7 @@ def identity_from_environment(
 
 def new_run_id() -> str:
     """A fresh run id: sortable by time, unique (``20261129T083704-1a2b3c``)."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | None:

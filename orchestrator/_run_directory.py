@@ -44,8 +44,8 @@ import contextlib
 import enum
 import json
 import os
+import platform
 import re
-import socket
 import stat
 import time
 from collections.abc import Mapping, Sequence
@@ -210,7 +210,7 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
     if (
         manifest.collected_by is None
         and manifest.launcher.pid == launcher_pid
-        and manifest.launcher.host == socket.gethostname()
+        and manifest.launcher.host == platform.node()
     ):
         return
     raise RunDirectoryError(
@@ -288,7 +288,7 @@ class LauncherProcess:
         """This process, starting a launch now (or at ``started_wall_ns``)."""
         return cls(
             pid=os.getpid(),
-            host=socket.gethostname(),
+            host=platform.node(),
             started_wall_ns=time.time_ns() if started_wall_ns is None else started_wall_ns,
             trace_parent=trace_parent,
         )

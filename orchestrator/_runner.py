@@ -22,7 +22,7 @@ import hashlib
 import inspect
 import math
 import os
-import socket
+import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -274,7 +274,7 @@ class Runner:
             span_id=root_span_id,
             parent=self.parent_span_id,
             identity=self.identity,
-            host=socket.gethostname(),
+            host=platform.node(),
             pid=os.getpid(),
             versions=dict(_versions()),
             config=self.config,

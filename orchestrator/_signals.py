@@ -19,8 +19,6 @@ ranks behind; they record ``interrupted``, naming their launcher's exit.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -136,8 +134,11 @@ def follow_launcher(launcher_pid: int) -> None:
     already gone. Call it once stops are caught."""
     if not sys.platform.startswith("linux"):
         return
+    import ctypes  # only here: its import costs a launcher's every rank
+
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The process's own symbols hold the C library's prctl.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     # The launcher may have died before the request was made: the signal
     # would then never come.

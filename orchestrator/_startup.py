@@ -55,8 +55,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
 import signal
-import socket
 import sys
 import threading
 import time
@@ -1140,7 +1140,7 @@ def _own_process(identity: RankIdentity) -> RankProcess:
     return RankProcess(
         rank=identity.rank,
         pid=os.getpid(),
-        host=socket.gethostname(),
+        host=platform.node(),
         node_rank=identity.node_rank,
         local_rank=identity.local_rank,
     )

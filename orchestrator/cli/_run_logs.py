@@ -232,11 +232,11 @@ def _still_running(contents: Sequence[LogContents], launch: LaunchRecord | None)
     log's ``run.started`` names this host and a live pid that started no
     later than the log did (so a pid used again since is not taken for it),
     and no launcher saw it end."""
-    import socket
+    import platform
 
     from events import RunFinished, RunStarted
 
-    host = socket.gethostname()
+    host = platform.node()
     processes = launch.processes if launch is not None else {}
     for read in contents:
         first, last = read.events[0], read.events[-1]
