@@ -66,7 +66,6 @@ if typing.TYPE_CHECKING:
     from ._messages import RankMessages as RankMessages
     from ._messages import format_ranks as format_ranks
     from ._messages import group_messages as group_messages
-    from ._messages import span_severity as span_severity
     from ._messages import step_severity as step_severity
     from ._messages import step_severity_hook as step_severity_hook
     from ._model import EVENT_TYPES as EVENT_TYPES
@@ -92,7 +91,6 @@ if typing.TYPE_CHECKING:
     from ._model import StepUnavailable as StepUnavailable
     from ._model import Stop as Stop
     from ._model import outcome_of as outcome_of
-    from ._policy import DEFAULT_POLICY as DEFAULT_POLICY
     from ._policy import PolicyError as PolicyError
     from ._policy import SeverityPolicy as SeverityPolicy
     from ._rank_state import RankState as RankState

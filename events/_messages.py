@@ -1,8 +1,9 @@
 """The messages projection: severity-correct, once-per-rank messages.
 
-Messages are derived from events by a pure projection and a severity policy
-that is data. Each message has a stable ``code``, a severity and a scope from
-the policy, the rank, a text that says what happened and what to do, the step
+Messages are derived from events by a pure projection. Each message has a
+stable ``code``, a severity and a scope (the kernel's for its own codes, a
+slice's for the codes it names, the last slice naming a code winning), the
+rank, a text that says what happened and what to do, the step
 it belongs to and the sequence numbers of the events behind it.
 
 The kernel derives these for every graph (``<step>`` is the step path)::
@@ -39,6 +40,7 @@ message (:attr:`Message.printed`): ``process`` every rank, ``local`` local rank
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,22 +66,18 @@ from ._model import (
     StepUnavailable,
     outcome_of,
 )
-from ._policy import _GENERIC, DEFAULT_POLICY, PolicyError, SeverityPolicy
+from ._policy import _GENERIC
 from ._severity import Scope, Severity
 from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text, reason_of
 
 __all__ = [
-    "DEFAULT_POLICY",
     "GroupedMessage",
     "Message",
     "Messages",
     "MessagesState",
-    "PolicyError",
     "RankMessages",
-    "SeverityPolicy",
     "format_ranks",
     "group_messages",
-    "span_severity",
     "step_severity",
     "step_severity_hook",
 ]
@@ -91,7 +89,7 @@ class Message:
 
     Attributes:
         code: the stable code (``step.failed``).
-        severity, scope: from the policy.
+        severity, scope: the code's (:meth:`Messages.rule`).
         rank: the global rank it was derived on.
         text: what happened and what to do, one line.
         step: the step it belongs to (``""`` for the run itself); a candidate's
@@ -195,13 +193,11 @@ class _Setup:
     the effective rule of every code, the slices' rules and hooks, and which
     steps the slices claim (cached per step path)."""
 
-    def __init__(self, policy: SeverityPolicy, slices: Sequence[Slice]) -> None:
-        self.policy = policy
+    def __init__(self, slices: Sequence[Slice]) -> None:
         self.slices = tuple(slices)
         codes = dict(_GENERIC)
         for part in self.slices:
             codes.update(part.code_rules())
-        codes.update(policy.rules)
         self.codes = codes
         self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
         self.rules = tuple(rule for part in self.slices for rule in part.rules)
@@ -241,22 +237,13 @@ class Messages:
     """Projection: :class:`MessagesState` from any stream of events.
 
     Args:
-        policy: severities and scopes (default :data:`DEFAULT_POLICY`); a
-            code it does not name has its slice's default.
         slices: what the owners of the steps declared (their rules, hooks
-            and codes); none gives the kernel's generic messages only.
+            and codes' severities, a later slice's overriding an earlier
+            one's); none gives the kernel's generic messages only.
     """
 
-    def __init__(
-        self, policy: SeverityPolicy | None = None, *, slices: Sequence[Slice] = ()
-    ) -> None:
-        self._policy = DEFAULT_POLICY if policy is None else policy
-        self._setup = _Setup(self._policy, slices)
-
-    @property
-    def policy(self) -> SeverityPolicy:
-        """The policy messages are derived with."""
-        return self._policy
+    def __init__(self, *, slices: Sequence[Slice] = ()) -> None:
+        self._setup = _Setup(slices)
 
     @property
     def slices(self) -> tuple[Slice, ...]:
@@ -264,13 +251,31 @@ class Messages:
         return self._setup.slices
 
     def rule(self, code: str) -> tuple[Severity, Scope]:
-        """The ``(severity, scope)`` of ``code``: the policy's, else its
-        slice's default, else the kernel's.
+        """The ``(severity, scope)`` of ``code``: the last slice's that names
+        it, else the kernel's.
 
         Raises:
             KeyError: no one knows ``code``.
         """
         return self._setup.rule(code)
+
+    def span_severity(
+        self, state: MessagesState, rank: int, step: str, outcome_event: Event
+    ) -> Severity | None:
+        """The severity of a step's span: :func:`step_severity` when a message
+        speaks for the step, else by its outcome (failed, timed out, crashed
+        as the ``step.*`` code's severity; absent, unavailable, invalid
+        DEBUG; ok INFO; cancelled ``None``). Ask after ``outcome_event`` was
+        folded into ``state``.
+        """
+        derived = step_severity(state, rank, step)
+        if derived is not None:
+            return derived
+        outcome = outcome_of(outcome_event)
+        if outcome is None:
+            return None
+        code = _OUTCOME_CODES.get(outcome)
+        return self._setup.rule(code)[0] if code is not None else _OUTCOME_SEVERITY[outcome]
 
     def initial(self) -> MessagesState:
         """No ranks, no messages."""
@@ -331,51 +336,19 @@ _OUTCOME_CODES = {
 }
 
 
-def span_severity(
-    state: MessagesState,
-    rank: int,
-    step: str,
-    outcome_event: Event,
-    *,
-    policy: SeverityPolicy = DEFAULT_POLICY,
-) -> Severity | None:
-    """The severity of a step's span: :func:`step_severity` when a message
-    speaks for the step, else by its outcome (failed, timed out, crashed as
-    ``step.*`` in ``policy``; absent, unavailable, invalid DEBUG; ok INFO;
-    cancelled ``None``). The shape of an exporter's ``severity_of`` hook once
-    ``state`` and ``policy`` are bound; ask after ``outcome_event`` was folded
-    into ``state``.
-    """
-    derived = step_severity(state, rank, step)
-    if derived is not None:
-        return derived
-    outcome = outcome_of(outcome_event)
-    if outcome is None:
-        return None
-    code = _OUTCOME_CODES.get(outcome)
-    return policy.severity(code) if code is not None else _OUTCOME_SEVERITY[outcome]
-
-
 def step_severity_hook(
-    events: Iterable[Event],
-    *,
-    policy: SeverityPolicy | None = None,
-    slices: Sequence[Slice] = (),
+    events: Iterable[Event], *, slices: Sequence[Slice] = ()
 ) -> Callable[[int, str, Event], Severity | None]:
     """A span exporter's ``severity_of(rank, step, outcome_event)`` hook for a
     stored run: folds the messages of ``events`` (iterated once) with
-    ``policy`` and ``slices`` and answers with :func:`span_severity`.
-    Severities derived for a step never drop, so the whole run's state
-    answers as the state right after the step ended.
+    ``slices`` and answers with :meth:`Messages.span_severity`. Severities
+    derived for a step never drop, so the whole run's state answers as the
+    state right after the step ended.
     """
-    projection = Messages(policy, slices=slices)
-    state = projection.apply_many(projection.initial(), events)
-    used = projection.policy
-
-    def severity_of(rank: int, step: str, outcome_event: Event) -> Severity | None:
-        return span_severity(state, rank, step, outcome_event, policy=used)
-
-    return severity_of
+    projection = Messages(slices=slices)
+    return functools.partial(
+        projection.span_severity, projection.apply_many(projection.initial(), events)
+    )
 
 
 # --------------------------------------------------------------------------
@@ -478,10 +451,6 @@ class _Fold:
                 waiting=self.waiting,
             ),
         )
-
-    @property
-    def policy(self) -> SeverityPolicy:
-        return self.setup.policy
 
     def severity(self, code: str) -> Severity:
         return self.setup.rule(code)[0]

@@ -1,18 +1,21 @@
-"""The severity policy: which severity and scope each message code has, as
-versioned data that a JSON document may override."""
+"""The severity policy: which severity and scope message codes have, as
+versioned data a JSON document holds, laid over the slices as the last one."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._errors import EventsError
 from ._severity import Scope, Severity
 
-__all__ = ["DEFAULT_POLICY", "PolicyError", "Rule", "SeverityPolicy"]
+if TYPE_CHECKING:
+    from ._slices import Slice
+
+__all__ = ["PolicyError", "Rule", "SeverityPolicy"]
 
 
 class PolicyError(EventsError, ValueError):
@@ -59,12 +62,13 @@ def _rules(value: Mapping[str, Rule]) -> dict[str, Rule]:
 
 @attrs.frozen(kw_only=True)
 class SeverityPolicy:
-    """Which severity and scope each message code has: data, versioned.
+    """Which severity and scope message codes have: data, versioned.
 
-    A newer policy file re-derives the messages of an old log: fold the same
-    events with ``Messages(policy=SeverityPolicy.from_json(text), slices=...)``.
-    A code the policy does not name has its slice's default severity and
-    scope (the kernel's own for the generic codes).
+    A newer policy file re-derives the messages of an old log: put it last
+    among the slices, ``replay(logs, slices=[ENGINE,
+    SeverityPolicy.from_json(text).as_slice()])``. A code the policy does not
+    name keeps its slice's severity and scope (the kernel's own for the
+    generic codes).
 
     Attributes:
         version: the policy's version (written in its JSON form).
@@ -74,25 +78,13 @@ class SeverityPolicy:
     version: int = 1
     rules: Mapping[str, Rule] = attrs.field(factory=dict, converter=_rules)
 
-    def rule(self, code: str) -> Rule:
-        """The ``(severity, scope)`` of ``code``.
+    def as_slice(self) -> Slice:
+        """The policy as a slice that claims no step and only sets its codes'
+        severities and scopes: what replay, the projections, the logging
+        bridge and the exporters take, last among the slices it overrides."""
+        from ._slices import Slice
 
-        Raises:
-            KeyError: neither this policy nor the kernel's generic codes name
-                ``code`` (a slice's defaults are resolved by :class:`Messages`).
-        """
-        found = self.rules.get(code) or _GENERIC.get(code)
-        if found is None:
-            raise KeyError(f"no severity rule for message code {code!r}")
-        return found
-
-    def severity(self, code: str) -> Severity:
-        """The severity of ``code``."""
-        return self.rule(code)[0]
-
-    def scope(self, code: str) -> Scope:
-        """The scope of ``code``."""
-        return self.rule(code)[1]
+        return Slice(name=f"severity policy v{self.version}", severities=self.rules)
 
     def with_rule(
         self,
@@ -197,8 +189,3 @@ class PolicyFile:
 
     version: int = attrs.field(validator=_positive)
     rules: Mapping[str, PolicyRule] = attrs.field(factory=dict)
-
-
-#: The severities and scopes of the kernel's generic codes (a slice's
-#: policy, such as the reference engine's, adds its own).
-DEFAULT_POLICY = SeverityPolicy(version=1, rules=_GENERIC)

@@ -14,7 +14,8 @@ describes them in a :class:`Slice`, mostly as data:
 - :class:`Agreement`: a fact every rank must agree on; ranks that differ are
   a cross-rank divergence with its own code;
 - ``severities``: the default severity and scope of every code the slice
-  derives (a :class:`~events.SeverityPolicy` may override any of them).
+  derives (a later slice, such as a :class:`~events.SeverityPolicy`'s, may
+  override any of them).
 
 Two hooks take what data cannot say, both pure: ``facts`` (the rank facts a
 terminal step event or a decision settles, for a state projection with more
@@ -56,7 +57,6 @@ from ._model import (
 from ._severity import Scope, Severity
 
 if TYPE_CHECKING:
-    from ._policy import SeverityPolicy
     from ._rank_state import RankState
 
 __all__ = [
@@ -185,7 +185,7 @@ class MessageRule:
         step: the step path pattern.
         outcomes: the outcomes that match (default ``failed``).
         exception: an exception type the cause chain must hold, or ``None``.
-        severity, scope: the code's defaults (a policy may override them).
+        severity, scope: the code's (a later slice may override them).
         args: templates of what makes the message unique on its rank (with
             ``code``); ``None``: the rendered text.
         detail: attach the cause's traceback to the message.
@@ -333,13 +333,8 @@ class MessageContext(Protocol):
         a child's failure going up)."""
         ...
 
-    @property
-    def policy(self) -> SeverityPolicy:
-        """The policy messages are derived with."""
-        ...
-
     def severity(self, code: str) -> Severity:
-        """The severity of ``code`` under the policy and the slices."""
+        """The severity of ``code`` under the slices."""
         ...
 
     def emit(

@@ -54,7 +54,6 @@ from ._model import (
     StepStarted,
     StepSucceeded,
 )
-from ._policy import SeverityPolicy
 from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTracking
 from ._reader import LogContents
 from ._reducers import fold
@@ -311,7 +310,7 @@ class Divergence:
     Attributes:
         code: the agreement's code (``my_engine.backend_divergence``), or
             :attr:`DECISION` for a decision.
-        severity, scope: from the policy (a decision's: error, process).
+        severity, scope: the code's, from the slices (a decision's: error, process).
         subject: the fact compared, or the decision's name.
         values: each value (``None``: the agreement's ``none_text``) with its
             ranks, ordered by lowest rank; a decision's recorded value (as
@@ -377,16 +376,15 @@ def find_divergences(
     states: Mapping[int, RankState] | Iterable[RankState],
     *,
     slices: Sequence[Slice] = (),
-    policy: SeverityPolicy | None = None,
 ) -> tuple[Divergence, ...]:
     """Compare the ranks' facts that ``slices`` say must agree
-    (:class:`~events.Agreement`), in the slices' order; severities and
-    scopes from ``policy``, else the slices' defaults."""
+    (:class:`~events.Agreement`), in the slices' order, with the severities
+    and scopes the slices give their codes."""
     values = list(states.values() if isinstance(states, Mapping) else states)
     agreements = [agreement for part in slices for agreement in part.agreements]
     if not agreements:
         return ()
-    rule = Messages(policy, slices=slices).rule
+    rule = Messages(slices=slices).rule
     found: list[Divergence] = []
     for agreement in agreements:
         subject = agreement.fact
@@ -432,7 +430,6 @@ class Replay:
         run_id: the launch (``None`` for no events).
         world_size: the expected number of ranks: the launcher's, else the
             largest in the ranks' ``run.started``, else the highest rank + 1.
-        policy: the severity policy messages were derived with.
         slices: the slices the run was derived with (their columns make the
             report's table).
         states: rank -> :class:`RankState` (or the slices' state type), for
@@ -459,7 +456,6 @@ class Replay:
 
     run_id: str | None
     world_size: int
-    policy: SeverityPolicy
     states: Mapping[int, RankState]
     message_state: MessagesState
     messages: tuple[Message, ...]
@@ -532,7 +528,6 @@ def replay(
     source: ReplaySource,
     *,
     slices: Sequence[Slice] = (),
-    policy: SeverityPolicy | None = None,
     launch: LaunchRecord | None = None,
     until: int | None = None,
 ) -> Replay:
@@ -543,8 +538,9 @@ def replay(
 
     ``slices`` say what the run's steps mean (their facts, message rules,
     agreements and report columns); without them the run gets the kernel's
-    generic state and messages. ``policy`` overrides severities and scopes
-    (default: the kernel's, with each slice's defaults for its codes).
+    generic state and messages. A code's severity and scope are the last
+    slice's that names it (a :meth:`~events.SeverityPolicy.as_slice` put
+    last overrides the others), else the kernel's.
 
     ``source`` may be a stream of events (one rank's, or several ranks'
     merged in any interleaving that keeps each rank's order), the
@@ -625,7 +621,7 @@ def replay(
     # stream: the projections are independent, so this is what one
     # Composite fold gives, without a mapping per event. The order is
     # checked once, by the first fold.
-    messages_projection = Messages(policy, slices=slices)
+    messages_projection = Messages(slices=slices)
     rank_states = RankStates(slices)
     timeline = Timeline()
     states: dict[int, RankState] = {}
@@ -701,14 +697,13 @@ def replay(
         )
     message_state = MessagesState(ranks=rank_messages)
     messages = message_state.messages()
-    divergences = find_divergences(states, slices=slices, policy=policy)
+    divergences = find_divergences(states, slices=slices)
     grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
     grouped.sort(key=lambda group: -group.severity)
     started = [event for events in by_rank.values() if isinstance(event := events[0], RunStarted)]
     return Replay(
         run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
         world_size=world_size,
-        policy=messages_projection.policy,
         states=states,
         message_state=message_state,
         messages=messages,

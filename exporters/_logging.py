@@ -65,10 +65,8 @@ from events import (
     RankIdentity,
     Scope,
     Severity,
-    SeverityPolicy,
     Slice,
     format_ranks,
-    span_severity,
 )
 
 from ._terminal import terminal_text
@@ -90,10 +88,9 @@ class LoggingBridge:
     not printed again (it stays in :attr:`state`, so reports keep it).
 
     Args:
-        policy: severities and scopes (default :data:`events.DEFAULT_POLICY`,
-            and each slice's defaults for its codes).
-        slices: what the owners of the steps declared (message rules and
-            hooks); none gives the kernel's generic messages.
+        slices: what the owners of the steps declared (message rules, hooks
+            and their codes' severities, a later slice overriding an earlier
+            one); none gives the kernel's generic messages.
         logger_prefix: the parent logger's name.
         tracebacks: attach recorded tracebacks to messages below ERROR.
         hold_warnings: keep the WARNINGs scope does not print on this rank
@@ -105,15 +102,13 @@ class LoggingBridge:
     def __init__(
         self,
         *,
-        policy: SeverityPolicy | None = None,
         slices: Sequence[Slice] = (),
         logger_prefix: str = MESSAGE_LOGGER_PREFIX,
         tracebacks: bool = True,
         hold_warnings: bool = False,
         hold: Callable[[Message], bool] | None = None,
     ) -> None:
-        self._projection = Messages(policy, slices=slices)
-        self._policy = self._projection.policy
+        self._projection = Messages(slices=slices)
         self._state = self._projection.initial()
         self._prefix = logger_prefix
         self._tracebacks = tracebacks
@@ -132,10 +127,10 @@ class LoggingBridge:
 
     def severity_of(self, rank: int, step: str, outcome_event: Event) -> Severity | None:
         """A span exporter's ``severity_of`` hook from the messages derived so
-        far (:func:`events.span_severity`): subscribe the bridge before the
+        far (:meth:`events.Messages.span_severity`): subscribe the bridge before the
         live span exporter, so a step's terminal event is folded here before
         its span ends there."""
-        return span_severity(self._state, rank, step, outcome_event, policy=self._policy)
+        return self._projection.span_severity(self._state, rank, step, outcome_event)
 
     def __call__(self, event: Event) -> None:
         """Fold ``event`` and log the messages it completes."""

@@ -26,7 +26,6 @@ from events import (
     Replay,
     RootCause,
     RunOutcome,
-    SeverityPolicy,
     Slice,
     launch_span_id,
     step_severity_hook,
@@ -51,7 +50,6 @@ def export_events(
     replayed: Replay | None = None,
     severity_of: SeverityOf | None = None,
     slices: Sequence[Slice] = (),
-    policy: SeverityPolicy | None = None,
     batch_size: int = 512,
 ) -> int:
     """Rebuild the spans of ``events`` (one rank, or several ranks merged with
@@ -60,12 +58,12 @@ def export_events(
     ``incomplete``. The exporter is not shut down: the caller owns it.
 
     Span status follows the severity of the messages derived from these same
-    events with ``slices`` and ``policy`` (:func:`events.step_severity_hook`),
+    events with ``slices`` (:func:`events.step_severity_hook`),
     as it did live, unless ``severity_of`` says otherwise. With the run as
     ``replayed`` (:func:`events.replay` of the same logs), the spans are
     the run's as :func:`run_trace` makes them: the root cause marked, the
     launch's own span added, a dead rank's open spans lasting until its
-    process ended; ``slices`` and ``policy`` are then ``replayed``'s.
+    process ended; ``slices`` are then ``replayed``'s.
 
     Returns:
         The number of spans exported.
@@ -82,7 +80,7 @@ def export_events(
     else:
         if severity_of is None:
             events = list(events)
-            severity_of = step_severity_hook(events, slices=slices, policy=policy)
+            severity_of = step_severity_hook(events, slices=slices)
         spans = spans_from_events(events, severity_of=severity_of)
     send_spans(spans, exporter, batch_size=batch_size)
     return len(spans)
@@ -121,7 +119,7 @@ def run_trace(
     :func:`events.merge`) as an operator reads them, once the run as
     ``replayed`` (:func:`events.replay` of the same logs) is known: rebuilt
     as :func:`spans_from_events` does, span status following the messages
-    ``replayed``'s slices and policy derive (unless ``severity_of`` says
+    ``replayed``'s slices derive (unless ``severity_of`` says
     otherwise), a dead rank's open spans lasting until its process ended,
     and:
 
@@ -149,7 +147,7 @@ def run_trace(
     """
     events = list(events)
     if severity_of is None:
-        severity_of = step_severity_hook(events, slices=replayed.slices, policy=replayed.policy)
+        severity_of = step_severity_hook(events, slices=replayed.slices)
     spans = spans_from_events(events, severity_of=severity_of, launch=replayed.launch)
     cause = replayed.root_cause
     target = None if cause is None else _root_cause_span(spans, cause)

@@ -124,7 +124,7 @@ _DEFAULT_SEVERITY: Mapping[Outcome, Severity | None] = {
 
 
 def default_severity(rank: int, step: str, outcome_event: Event) -> Severity | None:
-    """The severity used when no policy is plugged in.
+    """The severity used when no messages projection is plugged in.
 
     failed, timed_out, crashed → ERROR; absent, unavailable, invalid → DEBUG;
     ok → INFO; cancelled (and any non-terminal event) → ``None``.

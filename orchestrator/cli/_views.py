@@ -344,7 +344,7 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
             events,
             exporter,
             replayed=replayed,
-            severity_of=step_severity_hook(events, slices=replayed.slices, policy=replayed.policy),
+            severity_of=step_severity_hook(events, slices=replayed.slices),
         )
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None

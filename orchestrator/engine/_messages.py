@@ -188,7 +188,7 @@ _TABLE: dict[str, tuple[Severity, Scope]] = {
 }
 
 #: Codes outside the table that this release derives (cross-rank findings the
-#: table does not name). A policy may override them like any other code.
+#: table does not name). A later slice (a severity policy's) may override them.
 EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     # Mixed platforms in one launch cannot run one collective program.
     "platform.divergence": (_ERROR, _GLOBAL),

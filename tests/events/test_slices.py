@@ -154,7 +154,7 @@ def test_a_slice_claims_its_steps_and_a_policy_overrides_its_codes() -> None:
     assert "candidate.unavailable" not in derived, "kernels/* is the slice's"
     assert derived[0] == "mine.kernels"
     policy = SeverityPolicy().with_rule("mine.kernels", severity=Severity.ERROR)
-    state = fold(Messages(policy, slices=[MY_SLICE]), custom_rank())
+    state = fold(Messages(slices=[MY_SLICE, policy.as_slice()]), custom_rank())
     (kernels,) = [m for m in state.messages() if m.code == "mine.kernels"]
     assert kernels.severity is Severity.ERROR
 

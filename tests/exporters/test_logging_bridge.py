@@ -80,7 +80,7 @@ def test_an_error_is_printed_on_its_rank_whatever_the_scope(
     policy = SeverityPolicy(rules=ENGINE.code_rules()).with_rule(
         "zentorch.broken", severity=Severity.ERROR
     )
-    bridge = LoggingBridge(slices=(ENGINE,), policy=policy)
+    bridge = LoggingBridge(slices=(ENGINE, policy.as_slice()))
     for event in zentorch_rank("broken", rank=5).events:
         bridge(event)
     (record,) = records_of(caplog_debug, "zentorch.broken")

@@ -88,11 +88,12 @@ ADDED_CODES = {
 
 
 #: The engine slice's severities as a policy to change one code of.
-DEFAULT_POLICY = SeverityPolicy(rules=ENGINE.code_rules())
+ENGINE_POLICY = SeverityPolicy(rules=ENGINE.code_rules())
 
 
-def derive(events: list[Event], policy: SeverityPolicy = DEFAULT_POLICY) -> MessagesState:
-    return fold_events(Messages(policy, slices=[ENGINE]), events)
+def derive(events: list[Event], policy: SeverityPolicy | None = None) -> MessagesState:
+    slices = [ENGINE] if policy is None else [ENGINE, policy.as_slice()]
+    return fold_events(Messages(slices=slices), events)
 
 
 def only(state: MessagesState, code: str, rank: int = 0) -> Message:
@@ -125,21 +126,29 @@ def test_the_engine_slice_has_the_spec_table_plus_added_codes() -> None:
 
 
 def test_policy_json_round_trip() -> None:
-    text = DEFAULT_POLICY.to_json()
+    text = ENGINE_POLICY.to_json()
     assert json.loads(text)["rules"]["zentorch.broken"] == {
         "severity": "warning",
         "scope": "local",
     }
-    assert SeverityPolicy.from_json(text) == DEFAULT_POLICY
+    assert SeverityPolicy.from_json(text) == ENGINE_POLICY
 
 
 def test_policy_file_may_name_only_the_codes_it_changes() -> None:
     newer = SeverityPolicy.from_json(
-        {"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}, base=DEFAULT_POLICY
+        {"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}, base=ENGINE_POLICY
     )
     assert newer.version == 2
-    assert newer.rule("zentorch.broken") == (Severity.ERROR, Scope.LOCAL)
-    assert newer.rule("run.ready") == DEFAULT_POLICY.rule("run.ready")
+    assert newer.rules["zentorch.broken"] == (Severity.ERROR, Scope.LOCAL)
+    assert newer.rules["run.ready"] == ENGINE_POLICY.rules["run.ready"]
+    # Without a base, a file names only its own codes; a code it leaves out
+    # keeps its slice's severity when the policy is laid over the slices.
+    alone = SeverityPolicy.from_json(
+        {"version": 2, "rules": {"zentorch.broken": {"severity": "error", "scope": "local"}}}
+    )
+    messages = Messages(slices=[ENGINE, alone.as_slice()])
+    assert messages.rule("zentorch.broken") == (Severity.ERROR, Scope.LOCAL)
+    assert messages.rule("zentorch.absent") == Messages(slices=[ENGINE]).rule("zentorch.absent")
 
 
 @pytest.mark.parametrize(
@@ -160,7 +169,7 @@ def test_bad_policy_documents_are_named(document: str, match: str) -> None:
 
 def test_unknown_code_has_no_rule() -> None:
     with pytest.raises(KeyError, match=r"no\.such"):
-        DEFAULT_POLICY.rule("no.such")
+        Messages(slices=[ENGINE]).rule("no.such")
 
 
 # -- platform ------------------------------------------------------------------
@@ -801,7 +810,7 @@ def test_an_error_on_rank_five_prints_on_rank_five() -> None:
     state = derive(builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="custom"))
     assert all(m.printed for m in state.messages(5))
     # ... and an ERROR whose scope would hide it on rank 5 (local rank 1).
-    policy = DEFAULT_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
+    policy = ENGINE_POLICY.with_rule("zentorch.broken", severity=Severity.ERROR)
     raised = derive(zentorch_rank("broken", rank=5).events, policy)
     assert only(raised, "zentorch.broken", rank=5).printed
 
@@ -811,7 +820,7 @@ def test_a_newer_policy_re_derives_from_the_same_events() -> None:
     old = derive(events)
     newer = SeverityPolicy.from_json(
         json.dumps({"version": 2, "rules": {"zentorch.broken": {"severity": "error"}}}),
-        base=DEFAULT_POLICY,
+        base=ENGINE_POLICY,
     )
     new = derive(events, newer)
     before = [m for m in old.messages() if m.code == "zentorch.broken"]
@@ -919,8 +928,6 @@ def test_apply_never_changes_the_state_it_was_given() -> None:
 
 
 def test_span_severity_falls_back_to_the_outcome() -> None:
-    from events import span_severity
-
     boom = exception("RuntimeError", "boom")
     builder = RankBuilder(0).run_started()
     builder.started(ATTENTION_STEP)
@@ -938,7 +945,7 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
         ("attention", Severity.ERROR),  # failed, no message of its own
         ("attention/TRITON_ATTN", None),  # cancelled
     ]:
-        assert span_severity(state, 0, step, ends[step]) is expected
+        assert Messages(slices=[ENGINE]).span_severity(state, 0, step, ends[step]) is expected
         assert hook(0, step, ends[step]) is expected
     assert step_severity(state, 0, ATTENTION_STEP) is None
 

@@ -309,9 +309,12 @@ def test_replay_with_a_newer_policy() -> None:
     newer = SeverityPolicy(rules=ENGINE.code_rules()).with_rule(
         "allreduce.attempt_failed", severity=Severity.INFO
     )
-    result = replay([healthy_rank(0)], policy=newer, slices=[ENGINE])
-    assert result.policy is newer
+    result = replay([healthy_rank(0)], slices=[ENGINE, newer.as_slice()])
+    assert result.slices[-1] == newer.as_slice()
     assert step_severity(result.message_state, 0, "allreduce_workspace/mnnvl") is Severity.INFO
+    # The last slice naming a code decides: the engine's own, put after it.
+    first = replay([healthy_rank(0)], slices=[newer.as_slice(), ENGINE])
+    assert step_severity(first.message_state, 0, "allreduce_workspace/mnnvl") is Severity.WARNING
 
 
 def test_replay_of_1024_ranks() -> None:
