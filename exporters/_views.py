@@ -440,7 +440,7 @@ def run_differences(
         if old != new:
             lines.append(f"{what}: {old or 'none'} -> {new or 'none'}")
     cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
-    if not _same_json(_comparable_cause(cause_a), _comparable_cause(cause_b)):
+    if _comparable_cause(cause_a) != _comparable_cause(cause_b):
         lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
     ranks_a = {r["rank"]: _comparable_rank(r) for r in a.get("ranks", [])}
     ranks_b = {r["rank"]: _comparable_rank(r) for r in b.get("ranks", [])}
@@ -522,29 +522,6 @@ def _comparable_cause(cause: Any) -> Any:
     if "process" in entry:
         entry["process"] = _comparable_process(entry["process"])
     return entry
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """``a == b`` for JSON values, without recursion: a root cause's
-    exception nests one object per link of its chain."""
-    pairs = [(a, b)]
-    while pairs:
-        left, right = pairs.pop()
-        if type(left) is not type(right):
-            # As ==: 1 == 1.0, True == 1.
-            if isinstance(left, dict | list) or isinstance(right, dict | list) or left != right:
-                return False
-        elif isinstance(left, dict):
-            if left.keys() != right.keys():
-                return False
-            pairs += [(left[key], right[key]) for key in left]
-        elif isinstance(left, list):
-            if len(left) != len(right):
-                return False
-            pairs += zip(left, right, strict=True)
-        elif left != right:
-            return False
-    return True
 
 
 def _cause_text(cause: Mapping[str, Any] | None) -> str:

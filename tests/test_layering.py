@@ -50,6 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "orchestrator.engine._config",
         "orchestrator.engine._conventions",
         "orchestrator.engine._messages",
+        "orchestrator.engine._resolution",
         "orchestrator.engine._slice",
     ),
     "cli": ("orchestrator.cli", "orchestrator.__main__"),

@@ -46,7 +46,6 @@ if typing.TYPE_CHECKING:
     from ._conventions import ZENTORCH_STEP as ZENTORCH_STEP
     from ._flashinfer_comm import FLASHINFER_COMM_SYMBOLS as FLASHINFER_COMM_SYMBOLS
     from ._flashinfer_comm import make_flashinfer_comm_step as make_flashinfer_comm_step
-    from ._graph import ENGINE_DECIDERS as ENGINE_DECIDERS
     from ._graph import build_engine_graph as build_engine_graph
     from ._host import BuildTarget as BuildTarget
     from ._host import Devices as Devices
@@ -58,7 +57,6 @@ if typing.TYPE_CHECKING:
     from ._platform import BUILTIN_PLATFORM_PLUGINS as BUILTIN_PLATFORM_PLUGINS
     from ._platform import PLATFORM_PLUGIN_GROUP as PLATFORM_PLUGIN_GROUP
     from ._platform import PlatformPlugin as PlatformPlugin
-    from ._platform import decide_platform as decide_platform
     from ._platform import decline as decline
     from ._platform import make_platform_step as make_platform_step
     from ._profiles import BUILTIN_PROFILES as BUILTIN_PROFILES
@@ -70,6 +68,8 @@ if typing.TYPE_CHECKING:
     from ._profiles import SimulatedHost as SimulatedHost
     from ._profiles import SimulatedImporter as SimulatedImporter
     from ._profiles import load_profile as load_profile
+    from ._resolution import ENGINE_DECIDERS as ENGINE_DECIDERS
+    from ._resolution import decide_platform as decide_platform
     from ._run import prepare_engine as prepare_engine
     from ._run import run_engine as run_engine
     from ._slice import ENGINE as ENGINE

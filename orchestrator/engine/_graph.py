@@ -5,21 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from .._decisions import Decider
 from .._graph import Graph
 from ._allreduce import make_allreduce_step
 from ._attention import make_attention_step
 from ._config import EngineConfig
 from ._flashinfer_comm import make_flashinfer_comm_step
-from ._platform import PlatformPlugin, decide_platform, make_platform_step
+from ._platform import PlatformPlugin, make_platform_step
 from ._vllm import VllmPlugins
 
-__all__ = ["ENGINE_DECIDERS", "build_engine_graph"]
-
-#: The deciders the engine's steps call through ``StepContext.decide``
-#: (besides the runner's defaults); replay needs them to recompute the
-#: engine's decisions.
-ENGINE_DECIDERS: Mapping[str, Decider] = {"platform.select": decide_platform}
+__all__ = ["build_engine_graph"]
 
 
 def build_engine_graph(

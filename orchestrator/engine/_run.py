@@ -13,10 +13,11 @@ from .._importer import Importer, RealImporter
 from .._runner import Runner, RunResult, SpanActivator
 from ._config import EngineConfig, EngineConfigError
 from ._conventions import ENGINE_SLICE
-from ._graph import ENGINE_DECIDERS, build_engine_graph
+from ._graph import build_engine_graph
 from ._host import HostFacts, RealHost
 from ._platform import PlatformPlugin
 from ._profiles import Profile, SimulatedHost, SimulatedImporter
+from ._resolution import ENGINE_DECIDERS
 
 __all__ = ["prepare_engine", "run_engine"]
 

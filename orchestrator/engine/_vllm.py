@@ -47,7 +47,8 @@ from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._policy import ANY_EXCEPTION_POLICY
 from ._config import EngineConfig, EngineConfigError
 from ._host import TARGET_DEVICE_VARIABLE
-from ._platform import CPU_TARGET_HINT, PluginOutcome, PluginSpec, check_plugin_name, decline
+from ._platform import CPU_TARGET_HINT, PluginSpec, check_plugin_name, decline
+from ._resolution import PluginOutcome
 
 __all__ = [
     "INSTALL_COMMAND",

@@ -284,8 +284,8 @@ def _start(directory: Path) -> Recording:
             else "",
         )
     from ..engine._config import EngineConfig
-    from ..engine._graph import ENGINE_DECIDERS
     from ..engine._platform import make_platform_step
+    from ..engine._resolution import ENGINE_DECIDERS
     from ..engine._vllm import VllmPlugins
 
     config = EngineConfig()

@@ -133,3 +133,44 @@ def test_plain_help_does_not_import_the_engine(tmp_path: Path) -> None:
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stderr
+
+
+def test_replaying_an_engine_run_does_not_import_the_runtime(tmp_path: Path) -> None:
+    # Replay (its decision check included) runs the engine's pure modules
+    # only: a bug report's logs replay without anyio, the runner, the
+    # engine's probes or the entry-point machinery they use.
+    run_dir = tmp_path / "run"
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            "--simulate",
+            "h200x8",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    script = textwrap.dedent(
+        f"""
+        import contextlib, io, sys
+        from orchestrator.cli import main
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert main(["replay", {str(run_dir)!r}]) == 0
+        assert "ready" in out.getvalue()
+        runtime = ("anyio", "importlib.metadata", "orchestrator._runner",
+                   "orchestrator.engine._platform", "orchestrator.engine._graph")
+        loaded = [name for name in runtime if name in sys.modules]
+        assert loaded == [], loaded
+        assert "orchestrator.engine._resolution" in sys.modules, "the decision check ran"
+        """
+    )
+    checked = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr

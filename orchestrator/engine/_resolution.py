@@ -1,0 +1,147 @@
+"""Platform resolution (SPEC §3.2) and the engine's decider: which plugin a
+rank's platform step selects, recomputed from its events.
+
+Pure: imports only ``events`` and attrs, so replay checks the engine's
+recorded decisions without the engine's runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from events import (
+    TERMINAL_STEP_EVENTS,
+    Event,
+    JsonValue,
+    Outcome,
+    StepKind,
+    StepStarted,
+    StepSucceeded,
+    StepUnavailable,
+    outcome_of,
+)
+
+from ._conventions import PLATFORM_STEP
+
+__all__ = ["ENGINE_DECIDERS", "PluginOutcome", "Resolution", "decide_platform", "resolve_platform"]
+
+
+@attrs.frozen(kw_only=True)
+class PluginOutcome:
+    """One plugin as resolution sees it."""
+
+    plugin: str
+    builtin: bool
+    priority: int
+    outcome: Outcome | None
+    platform_class: str | None = None
+    device: str | None = None
+    #: Why it did not activate (its decline's reason, or its failure).
+    reason: str | None = None
+
+    @property
+    def activated(self) -> bool:
+        """Whether the plugin ended ``ok`` and named a platform class."""
+        return self.outcome is Outcome.OK and self.platform_class is not None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the plugin neither activated nor declined (it raised,
+        timed out, or found its hardware unusable)."""
+        return self.outcome not in (Outcome.OK, Outcome.ABSENT)
+
+
+@attrs.frozen(kw_only=True)
+class Resolution:
+    """The outcome of resolution: a selected plugin, a conflict between the
+    activated plugins, or neither (no platform)."""
+
+    selected: PluginOutcome | None = None
+    conflict: tuple[str, ...] = ()
+
+
+def resolve_platform(plugins: Iterable[PluginOutcome]) -> Resolution:
+    """Resolve as SPEC §3.2 says; never depends on completion order."""
+    ordered = sorted(plugins, key=lambda p: (p.priority, p.plugin))
+    third_party = [p for p in ordered if p.activated and not p.builtin]
+    builtin = [p for p in ordered if p.activated and p.builtin]
+    for group in (third_party, builtin):
+        if len(group) == 1:
+            return Resolution(selected=group[0])
+        if len(group) > 1:
+            return Resolution(conflict=tuple(p.plugin for p in group))
+    return Resolution()
+
+
+def _plugin_outcomes(events: Iterable[Event], parent: str) -> list[PluginOutcome]:
+    prefix = parent + "/"
+    started: dict[str, StepStarted] = {}
+    ended: dict[str, Event] = {}
+    for event in events:
+        step = event.step
+        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
+            continue
+        if isinstance(event, StepStarted):
+            if event.kind is StepKind.CANDIDATE:
+                started[step] = event
+        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
+            ended[step] = event
+    outcomes = []
+    for step, start in started.items():
+        end = ended.get(step)
+        value = end.result if isinstance(end, StepSucceeded) else None
+        reasons = end.reasons if isinstance(end, StepUnavailable) else ()
+        outcomes.append(
+            _outcome(start.attributes, outcome_of(end) if end else None, value, reasons, step)
+        )
+    return outcomes
+
+
+def _outcome(
+    attributes: Mapping[str, JsonValue],
+    outcome: Outcome | None,
+    value: JsonValue,
+    reasons: Sequence[str],
+    step: str,
+) -> PluginOutcome:
+    result: Mapping[str, JsonValue] = value if isinstance(value, dict) else {}
+    platform_class = result.get("platform_class")
+    device = result.get("device")
+    priority = attributes.get("priority")
+    return PluginOutcome(
+        plugin=str(attributes.get("plugin", step.rpartition("/")[2])),
+        builtin=attributes.get("builtin") is True,
+        priority=priority if isinstance(priority, int) else 0,
+        outcome=outcome,
+        platform_class=platform_class
+        if isinstance(platform_class, str) and result.get("activated") is True
+        else None,
+        device=device if isinstance(device, str) else None,
+        reason="; ".join(reasons) or None,
+    )
+
+
+def decide_platform(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
+    """The ``platform.select`` decider: resolve the plugin children of
+    ``inputs["parent"]`` (default ``platform``) from their events.
+
+    Returns:
+        ``{"plugin", "platform_class"}`` of the selected plugin, or ``None``
+        (conflict, or nothing activated).
+    """
+    parent = str(inputs.get("parent", PLATFORM_STEP))
+    selected = resolve_platform(_plugin_outcomes(events, parent)).selected
+    if selected is None:
+        return None
+    return {"plugin": selected.plugin, "platform_class": selected.platform_class}
+
+
+#: The deciders the engine's steps call through ``StepContext.decide``
+#: (besides the runner's defaults); replay needs them to recompute the
+#: engine's decisions.
+#: (Each is an ``orchestrator.Decider``.)
+ENGINE_DECIDERS: Mapping[str, Callable[[Sequence[Event], Mapping[str, JsonValue]], JsonValue]] = {
+    "platform.select": decide_platform
+}
