@@ -45,7 +45,6 @@ if typing.TYPE_CHECKING:
     from ._errors import SpanExportError as SpanExportError
     from ._errors import TracingSettingError as TracingSettingError
     from ._html import report_html as report_html
-    from ._html import timeline_html as timeline_html
     from ._jaeger import JaegerJsonExporter as JaegerJsonExporter
     from ._jaeger import jaeger_document as jaeger_document
     from ._live import TRACING_LOGGER_NAME as TRACING_LOGGER_NAME

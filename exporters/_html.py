@@ -52,12 +52,11 @@ from events import (
     StepUnavailable,
     format_ranks,
     outcome_of,
-    replay,
 )
 
 from ._report import degraded_by, lost_by, rank_label
 
-__all__ = ["report_html", "timeline_html"]
+__all__ = ["report_html"]
 
 #: Outcome -> CSS class (its colour).
 _TONE = {
@@ -805,10 +804,3 @@ def _decisions_html(decisions: Mapping[tuple[int, str], list[DecisionMade]]) -> 
         '<section id="decisions"><h2>Decisions</h2><table>'
         f"<tr><th>decision</th><th>value</th><th>ranks</th></tr>{rows}</table></section>"
     )
-
-
-def timeline_html(events: Iterable[Event], *, title: str | None = None) -> str:
-    """The report of ``events`` (one rank's or a merged run), replayed with
-    the kernel's generic meaning: :func:`report_html` without slices."""
-    stored = list(events)
-    return report_html(replay(stored), stored, title=title)

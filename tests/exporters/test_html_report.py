@@ -10,7 +10,7 @@ import pytest
 
 from events import Event, replay
 from events.testing import EventStream
-from exporters import report_html, timeline_html
+from exporters import report_html
 
 from .html_runs import HOSTILE, synthetic_run
 
@@ -59,7 +59,8 @@ def test_hostile_step_names_and_faults_stay_text() -> None:
     stream = EventStream(run_id='r"><b>x</b>', rank=0)
     stream.run_started(simulated="<i>sim</i>", injected=('0:a="><script>x()</script>',))
     stream.started('s"><script>y()</script>').succeeded('s"><script>y()</script>')
-    page = timeline_html(stream.run_finished())
+    stored = stream.run_finished()
+    page = report_html(replay(stored), stored)
     tags = parse(page).tags
     assert "script" not in [tag for tag, _ in tags]
     assert "i" not in {tag for tag, _ in tags}
@@ -190,7 +191,7 @@ def test_texts_that_differ_by_rank_stay_in_one_lane() -> None:
 
 
 def test_no_events_make_a_page_that_does_not_say_all_is_well() -> None:
-    page = timeline_html([])
+    page = report_html(replay([]), [])
     assert 'id="root-cause"><b>No root cause</b>: the run ended incomplete.' in page
     assert "Ranks (0 lanes for 0 ranks)" in page
 
