@@ -975,3 +975,23 @@ def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     assert fallback.text.startswith(
         "Platform plugin tpu failed (timed out after 2 s); continuing on CpuPlatform."
     )
+
+
+def test_span_severity_of_an_outcome_follows_the_last_slice() -> None:
+    # A failed step no message speaks for takes step.failed's severity from
+    # the slices, a severity policy laid last included.
+    boom = exception("RuntimeError", "boom")
+    builder = RankBuilder(0).run_started()
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.failed("attention/FLASH_ATTN", boom)
+    builder.failed(ATTENTION_STEP, boom)
+    events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+    end = next(e for e in events if e.TYPE == "step.failed" and e.step == ATTENTION_STEP)
+    quiet = ENGINE_POLICY.with_rule("step.failed", severity=Severity.WARNING)
+    for slices, expected in [
+        ([ENGINE], Severity.ERROR),
+        ([ENGINE, quiet.as_slice()], Severity.WARNING),
+    ]:
+        hook = step_severity_hook(events, slices=slices)
+        assert hook(0, ATTENTION_STEP, end) is expected
