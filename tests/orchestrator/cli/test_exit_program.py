@@ -6,10 +6,12 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,12 @@ class _Exited(Exception):
 
 
 @pytest.fixture
-def ended(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What ``exit_program`` did, in order; ``os._exit`` raises instead."""
+def ended(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """What ``exit_program`` did, in order; ``os._exit`` raises instead. The
+    stops it holds are released afterwards: the test's processes inherit the
+    signal mask."""
     done: list[str] = []
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
 
     def exit_now(code: int) -> None:
         done.append(f"_exit {code}")
@@ -36,7 +41,8 @@ def ended(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: done.append("atexit"))
     monkeypatch.setattr(os, "_exit", exit_now)
-    return done
+    yield done
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 class _Stream(io.StringIO):
@@ -142,3 +148,50 @@ def test_the_program_runs_atexit_hooks_and_prints_everything(tmp_path: Path) -> 
     assert done.stderr.endswith("hook ran\n")
     assert "Startup ready" in done.stdout
     assert done.stdout.endswith("\n")
+
+
+_HOLD = """
+import os, signal, threading
+from orchestrator.cli._output import hold_stops
+release = threading.Event()
+worker = threading.Thread(target=release.wait)
+worker.start()
+print("with a thread running:", hold_stops())
+release.set()
+worker.join()
+answers = []
+other = threading.Thread(target=lambda: answers.append(hold_stops()), daemon=True)
+other.start()
+other.join()
+held = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+print("off the main thread:", answers[0], sorted(held))
+print("on the main thread:", hold_stops(), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+print("after SIGTERM", flush=True)
+"""
+
+
+def test_stops_are_held_on_the_main_thread_once_no_other_thread_runs(tmp_path: Path) -> None:
+    done = _python(_HOLD, tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "with a thread running: False",
+        "off the main thread: True []",
+        "on the main thread: True",
+        "after SIGTERM",
+    ]
+
+
+def test_a_stop_ends_the_program_when_stops_are_not_held(tmp_path: Path) -> None:
+    # The same program, cut where hold_stops declined: the stop acts at once.
+    done = _python(
+        _HOLD.replace(
+            "release.set()",
+            'os.kill(os.getpid(), signal.SIGTERM)\nprint("after SIGTERM", flush=True)',
+        ),
+        tmp_path,
+    )
+
+    assert done.returncode == -15
+    assert done.stdout.splitlines() == ["with a thread running: False"]
