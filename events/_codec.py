@@ -196,7 +196,8 @@ class _Bad(ValueError):
         return _Bad(self.head, tuple(prefix + path for path in self.paths), self.tail)
 
     def error(self) -> DecodeError:
-        return DecodeError(self.head + ", ".join(map(repr, self.paths)) + self.tail)
+        field = self.paths[0] if self.paths else None
+        return DecodeError(self.head + ", ".join(map(repr, self.paths)) + self.tail, field=field)
 
 
 def _wrong(path: str, expected: str, value: Any) -> _Bad:

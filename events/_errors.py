@@ -87,16 +87,20 @@ class InvalidValueError(EventsError, ValueError):
 
 
 class DecodeError(EventsError):
-    """A JSON record does not describe a valid event.
+    """A JSON record does not describe a valid event (or, from
+    :func:`events.structure`, a valid instance of the class asked for).
 
     Attributes:
         reason: what is wrong with the record.
+        field: the path of the first field at fault (``cause.frames[0]``),
+            when a field is; ``None`` when the record as a whole is wrong.
     """
 
     __module__ = "events"
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, field: str | None = None) -> None:
         self.reason = reason
+        self.field = field
         super().__init__(reason)
 
 

@@ -37,13 +37,14 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from events import format_ranks
+from events import DecodeError, format_ranks
+from events._codec import structure
 
 from ._errors import FaultSpecError
 from ._json_text import load_json
@@ -468,61 +469,49 @@ def _parse_spec(spec: str) -> Fault:
     return _checked(fault, spec, right)
 
 
-_SCALARS = (str, int, float, bool, type(None))
+@attrs.frozen(kw_only=True)
+class FaultEntry:
+    """One fault as a fault file writes it (:meth:`Fault.to_json`): the
+    action is written as the exception (``hang``, ``crash``), the ranks as
+    spec text or a list of ranks."""
+
+    target: str
+    exception: str
+    args: tuple[str | int | float | bool | None, ...] = ()
+    kwargs: Mapping[str, str] = attrs.field(factory=dict)
+    ranks: Any = None
 
 
 def _fault_from_json(item: object, source: str, index: int) -> Fault:
     where = f"entry {index}"
-    if not isinstance(item, dict):
-        raise FaultSpecError(source, where, "each fault is an object with target and exception")
-    unknown = set(item) - {"target", "exception", "args", "kwargs", "ranks"}
-    if unknown:
-        raise FaultSpecError(
-            source,
-            f"{where}: {sorted(unknown)[0]}",
-            "allowed fields: target, exception, args, kwargs, ranks",
-        )
-    target = item.get("target")
-    if not isinstance(target, str):
-        raise FaultSpecError(source, f"{where}: target", "a string is required")
-    _check_target(source, target)
-    name = item.get("exception")
-    if not isinstance(name, str):
-        raise FaultSpecError(source, f"{where}: exception", "a string is required")
-    action, exception = _action_for(source, name)
-    args = item.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, _SCALARS) for a in args):
-        raise FaultSpecError(source, f"{where}: args", "a list of strings and numbers")
-    kwargs = item.get("kwargs", {})
-    if not isinstance(kwargs, dict) or not all(
-        k in ("name", "path") and isinstance(v, str) for k, v in kwargs.items()
+    try:
+        entry = structure(FaultEntry, item)
+    except DecodeError as exc:
+        part = f"{where}: {exc.field}" if exc.field else where
+        raise FaultSpecError(source, part, exc.reason) from None
+    _check_target(source, entry.target)
+    action, exception = _action_for(source, entry.exception)
+    if entry.kwargs and (
+        exception is None
+        or not issubclass(_EXCEPTIONS[exception], ImportError)
+        or not set(entry.kwargs) <= {"name", "path"}
     ):
         raise FaultSpecError(
             source, f"{where}: kwargs", "only name and path (strings), for ImportError types"
         )
-    if kwargs and (exception is None or not issubclass(_EXCEPTIONS[exception], ImportError)):
-        raise FaultSpecError(source, f"{where}: kwargs", "only ImportError types take kwargs")
-    ranks_value = item.get("ranks")
-    ranks: RankRanges | None
-    if ranks_value is None:
-        ranks = None
-    elif isinstance(ranks_value, str):
-        ranks = RankRanges.parse(ranks_value, spec=source)
-    elif isinstance(ranks_value, list) and all(type(r) is int and r >= 0 for r in ranks_value):
-        ranks = RankRanges.of(ranks_value)
-    else:
+    ranks = entry.ranks
+    if isinstance(ranks, str):
+        ranks = RankRanges.parse(ranks, spec=source)
+    elif isinstance(ranks, list) and all(type(r) is int and r >= 0 for r in ranks):
+        ranks = RankRanges.of(ranks)
+    elif ranks is not None:
         raise FaultSpecError(source, f"{where}: ranks", 'a string like "0-3" or a list of ranks')
     fault = Fault(
-        target=target,
+        target=entry.target,
         action=action,
         exception=exception,
-        args=tuple(args),
-        kwargs=kwargs,
+        args=entry.args,
+        kwargs=entry.kwargs,
         ranks=ranks,
     )
     return _checked(fault, source, f"{where}: args")
-
-
-def describe_exceptions() -> Sequence[str]:
-    """The exception names a spec may use (for help texts)."""
-    return sorted(_EXCEPTIONS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -72,11 +71,6 @@ class Step:
     def __attrs_post_init__(self) -> None:
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"step {self.name!r}: timeout must be > 0 seconds, not {self.timeout}")
-
-    @property
-    def is_async(self) -> bool:
-        """Whether the body is a coroutine function (runs on the event loop)."""
-        return inspect.iscoroutinefunction(self.body)
 
 
 class Graph:

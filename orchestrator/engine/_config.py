@@ -236,14 +236,3 @@ class EngineConfig:
             "target_device": self.target_device,
             "step_timeout": self.step_timeout,
         }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EngineConfig:
-        """Rebuild from :meth:`to_json`'s form; unknown keys are ignored (a
-        newer release may add settings).
-
-        Raises:
-            EngineConfigError: a value is invalid.
-        """
-        known = {field.name for field in attrs.fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})

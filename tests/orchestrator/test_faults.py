@@ -183,7 +183,7 @@ def test_malformed_specs_name_the_bad_part(spec: str, part: str, reason: str) ->
         ([{"target": "x", "exception": "OSError", "colour": "red"}], "entry 0: colour"),
         ([{"exception": "OSError"}], "entry 0: target"),
         ([{"target": "x", "exception": 3}], "entry 0: exception"),
-        ([{"target": "x", "exception": "OSError", "args": [[1]]}], "entry 0: args"),
+        ([{"target": "x", "exception": "OSError", "args": [[1]]}], "entry 0: args[0]"),
         ([{"target": "x", "exception": "OSError", "kwargs": {"name": "x"}}], "entry 0: kwargs"),
         ([{"target": "x", "exception": "OSError", "ranks": [-1]}], "entry 0: ranks"),
         ([{"target": "x", "exception": "UnicodeDecodeError", "args": ["x"]}], "entry 0: args"),
@@ -193,6 +193,20 @@ def test_malformed_json_names_the_bad_entry_and_field(data: Any, part: str) -> N
     with pytest.raises(FaultSpecError) as raised:
         FaultPlan.from_json(data)
     assert raised.value.part == part
+
+
+def test_a_fault_file_is_read_as_strictly_as_an_event() -> None:
+    with pytest.raises(FaultSpecError) as unknown:
+        FaultPlan.from_json([{"target": "x", "exception": "OSError", "colour": "red"}])
+    with pytest.raises(FaultSpecError) as mistyped:
+        FaultPlan.from_json([{"target": "x", "exception": "ImportError", "kwargs": {"name": 3}}])
+
+    assert unknown.value.reason == (
+        "field 'colour' is not a field of FaultEntry"
+        " (valid: args, exception, kwargs, ranks, target)"
+    )
+    assert mistyped.value.part == "entry 0: kwargs['name']"
+    assert mistyped.value.reason == "field \"kwargs['name']\": expected a string, got integer 3"
 
 
 def test_a_fault_file_that_is_not_json_names_line_and_column(tmp_path: Path) -> None:
