@@ -44,12 +44,14 @@ from events import (
     ExceptionInfo,
     FrameInfo,
     JsonValue,
+    Outcome,
     RankIdentity,
     StepKind,
     ThreadStack,
     decode_exception,
     encode_exception,
 )
+from events._codec import structure, unstructure
 
 from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable
 from ._errors import IsolatedStepError
@@ -93,6 +95,38 @@ def _portable(obj: Any) -> dict[str, Any] | None:
     return spec() if callable(spec) else None
 
 
+@attrs.frozen(kw_only=True)
+class Dependency:
+    """A dependency's result, as an isolated step's child reads it."""
+
+    outcome: Outcome
+    value: Any = None
+    reasons: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class IsolationJob:
+    """What the parent sends an isolated step's child, as one JSON line
+    (read by the strict converter): the body's import path, the step and
+    its run, the dependencies' results, the fault plan (:meth:`Fault.to_json`
+    forms) and the ``isolation_spec()`` of the importer and host objects."""
+
+    body: str
+    step: str
+    run_id: str
+    identity: RankIdentity
+    config: Mapping[str, Any]
+    trace_id: str
+    span_id: str
+    span_activator: str | None = None
+    dependencies: Mapping[str, Dependency] = attrs.field(factory=dict)
+    faults: tuple[Mapping[str, Any], ...] = ()
+    step_fault: Mapping[str, Any] | None = None
+    importer: Mapping[str, Any] | None = None
+    host: Mapping[str, Any] | None = None
+    sys_path: tuple[str, ...] = ()
+
+
 async def run_isolated(
     run: StepRun,
     body: StepBody,
@@ -115,34 +149,28 @@ async def run_isolated(
     if isinstance(importer, InjectingImporter):
         plan = importer.plan
         importer = importer.base
-    job = {
-        "body": _import_path(body),
-        "step": context.step,
-        "run_id": run.run_id,
-        "identity": {
-            "rank": run.identity.rank,
-            "local_rank": run.identity.local_rank,
-            "world_size": run.identity.world_size,
-            "local_world_size": run.identity.local_world_size,
-            "node_rank": run.identity.node_rank,
-        },
-        "config": run.config,
-        "trace_id": run.trace_id,
-        "span_id": context.span_id,
+    job = IsolationJob(
+        body=_import_path(body),
+        step=context.step,
+        run_id=run.run_id,
+        identity=run.identity,
+        config=run.config,
+        trace_id=run.trace_id,
+        span_id=context.span_id,
         # As in this process: the step's span is current while the body runs
         # only when the run traces, made current by the same activator
         # (named, so the child loads it as it loads the body).
-        "span_activator": _importable_name(span_activator),
-        "dependencies": {
-            name: {"outcome": str(r.outcome), "value": r.value, "reasons": list(r.reasons)}
+        span_activator=_importable_name(span_activator),
+        dependencies={
+            name: Dependency(outcome=r.outcome, value=r.value, reasons=r.reasons)
             for name, r in context._dependencies.items()
         },
-        "faults": plan.to_json(),
-        "step_fault": None if fault is None else fault.to_json(),
-        "importer": _portable(importer),
-        "host": _portable(run.host),
-        "sys_path": sys.path,
-    }
+        faults=tuple(plan.to_json()),
+        step_fault=None if fault is None else fault.to_json(),
+        importer=_portable(importer),
+        host=_portable(run.host),
+        sys_path=tuple(sys.path),
+    )
     environment = dict(os.environ)
     environment["TRACEPARENT"] = context.traceparent
     process = await anyio.open_process(
@@ -159,7 +187,7 @@ async def run_isolated(
         assert process.stdout is not None
         assert process.stderr is not None
         # stdin stays open: the parent asks a child it gives up for its stacks.
-        await process.stdin.send(orjson.dumps(job) + b"\n")
+        await process.stdin.send(orjson.dumps(unstructure(job)) + b"\n")
 
         async def drain(stream: Any, into: bytearray) -> None:
             async for chunk in stream:
@@ -281,19 +309,19 @@ class _ChildRun:
     the parent sent. The parent writes every event, so what would append to
     the log (child steps, decisions) is refused here."""
 
-    def __init__(self, job: Mapping[str, Any]) -> None:
-        self.run_id: str = job["run_id"]
-        self.identity = RankIdentity(**job["identity"])
-        self.config: Mapping[str, JsonValue] = job["config"]
-        self.trace_id: str = job["trace_id"]
+    def __init__(self, job: IsolationJob) -> None:
+        self.run_id = job.run_id
+        self.identity = job.identity
+        self.config: Mapping[str, JsonValue] = job.config
+        self.trace_id = job.trace_id
         self.services: Mapping[str, Any] = {}
         self._threads = StepThreads()
-        base = _rebuild(job["importer"]) if job["importer"] else RealImporter()
-        plan = FaultPlan.from_json(job["faults"], source="parent")
+        base = _rebuild(job.importer) if job.importer else RealImporter()
+        plan = FaultPlan.from_json(list(job.faults), source="parent")
         self.importer: Importer = (
             InjectingImporter(base, plan, self.identity.rank) if plan else base
         )
-        self.host: Any = _rebuild(job["host"]) if job["host"] else None
+        self.host: Any = _rebuild(job.host) if job.host else None
 
     async def run_child(
         self,
@@ -368,24 +396,21 @@ def _importable_name(function: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def _step_span(job: Mapping[str, Any]) -> Iterator[None]:
+def _step_span(job: IsolationJob) -> Iterator[None]:
     """Make the step's span the current span while the body runs, with the
     activator the parent used (loaded by name), so spans the body creates
     nest under the step as they do in the parent's threads. Nothing is
     imported when the run does not trace."""
-    name = job.get("span_activator")
+    name = job.span_activator
     if not name:
         yield
         return
     activator = _load_body(name)
-    with activator(job["trace_id"], job["span_id"]):
+    with activator(job.trace_id, job.span_id):
         yield
 
 
 def _child_main() -> int:
-
-    from events import Outcome
-
     # Results go to the original stdout; everything the body prints goes to stderr.
     result_fd = os.dup(1)
     os.dup2(2, 1)
@@ -399,34 +424,24 @@ def _child_main() -> int:
                 data = data[os.write(result_fd, data) :]
 
     try:
-        job = orjson.loads(sys.stdin.buffer.readline())
+        job = structure(IsolationJob, orjson.loads(sys.stdin.buffer.readline()))
         threading.Thread(
-            target=_answer_stacks, args=(answer, job["step"]), name="stacks", daemon=True
+            target=_answer_stacks, args=(answer, job.step), name="stacks", daemon=True
         ).start()
-        sys.path[:] = job["sys_path"]
+        sys.path[:] = job.sys_path
         run = _ChildRun(job)
-        body = _load_body(job["body"])
+        body = _load_body(job.body)
         dependencies = {
-            name: StepResult(
-                step=name,
-                outcome=Outcome(d["outcome"]),
-                value=d["value"],
-                reasons=tuple(d["reasons"]),
-            )
-            for name, d in job["dependencies"].items()
+            name: StepResult(step=name, outcome=d.outcome, value=d.value, reasons=d.reasons)
+            for name, d in job.dependencies.items()
         }
-        context = StepContext(
-            run,
-            step=job["step"],
-            span_id=job["span_id"],
-            dependencies=dependencies,
-        )
+        context = StepContext(run, step=job.step, span_id=job.span_id, dependencies=dependencies)
     except Exception as exc:
         print(f"isolated step could not start: {exc!r}", file=sys.stderr)
         return _SETUP_FAILED
     try:
-        if job["step_fault"] is not None:
-            fault = FaultPlan.from_json([job["step_fault"]], source="parent").faults[0]
+        if job.step_fault is not None:
+            fault = FaultPlan.from_json([job.step_fault], source="parent").faults[0]
             fault.fire()
         with _step_span(job):
             if inspect.iscoroutinefunction(body):
