@@ -487,8 +487,11 @@ def _fault_from_json(item: object, source: str, index: int) -> Fault:
     try:
         entry = structure(FaultEntry, item)
     except DecodeError as exc:
-        part = f"{where}: {exc.field}" if exc.field else where
-        raise FaultSpecError(source, part, exc.reason) from None
+        if exc.field is None:
+            raise FaultSpecError(source, where, exc.reason) from None
+        # The part names the field; the reason need not say it again.
+        reason = exc.reason.removeprefix(f"field {exc.field!r}: ")
+        raise FaultSpecError(source, f"{where}: {exc.field}", reason) from None
     _check_target(source, entry.target)
     action, exception = _action_for(source, entry.exception)
     if entry.kwargs and (

@@ -174,8 +174,16 @@ def test_an_unknown_profile_name_lists_the_builtins() -> None:
         ({"modules": {"bad name": "import"}}, "modules['bad name']", "not a module name"),
         ({"modules": {"x": {"raise": "OSErr"}}}, "modules['x'].raise", "builtin exception"),
         ({"modules": {"x": {"raise": "hang"}}}, "modules['x'].raise", "builtin exception"),
-        ({"modules": {"x": {"raise": 7}}}, "modules['x'].raise", "a string is required"),
-        ({"modules": {"x": {"raise": "OSError", "args": [[1]]}}}, "modules['x'].args", "list"),
+        (
+            {"modules": {"x": {"raise": 7}}},
+            "modules['x'].raise",
+            "expected a string, got integer 7",
+        ),
+        (
+            {"modules": {"x": {"raise": "OSError", "args": [[1]]}}},
+            "modules['x'].args[0]",
+            "expected a JSON scalar",
+        ),
         ({"modules": {"x": {"raise": "OSError", "why": 1}}}, "modules['x'].why", "raise, args"),
         (
             {"modules": {"x": {"raise": "ValueError", "kwargs": {"name": "y"}}}},
@@ -199,6 +207,7 @@ def test_a_malformed_profile_names_the_field(data: Any, field: str | None, hint:
     assert message.startswith("profile 'broken.json': ")
     if field is not None:
         assert f"field {field!r}" in message
+        assert message.count(": field ") == 1, "the field is named once"
     assert hint in message
     assert caught.value.source == "broken.json"
 
