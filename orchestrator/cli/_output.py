@@ -27,12 +27,16 @@ def to_json_text(document: Any) -> str:
 
 
 def hold_stops() -> bool:
-    """Hold SIGINT and SIGTERM from here on (the kernel keeps them pending;
-    the process ends without acting on them), once the program's work is
+    """Ignore SIGINT and SIGTERM from here on, once the program's work is
     done and only its last output is left. Returns whether it did: not while
     a thread that is not a daemon is still running, since the interpreter's
     exit waits for it and a stop must still end the process (nor, since
-    only that thread may, off the main thread)."""
+    only that thread may, off the main thread).
+
+    The disposition is the process's, not a thread's: a signal mask would
+    hold the stop on the main thread only, and the kernel would hand it to
+    any other thread still there (a daemon, or one just joined and not yet
+    gone), which it kills the process from."""
     import signal
     import threading
 
@@ -42,7 +46,8 @@ def hold_stops() -> bool:
     ):
         return False
     if threading.current_thread() is threading.main_thread():
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop, signal.SIG_IGN)
     return True
 
 
@@ -55,10 +60,10 @@ def exit_program(code: int) -> NoReturn:
     of the run are closed before this is called.
 
     With a thread still running that is not a daemon, the interpreter's own
-    exit (which waits for it) is kept. Otherwise SIGINT and SIGTERM are held
-    from here on: the program has done its work, and a stop that lands in
-    an ``atexit`` hook would only print a traceback ("Exception ignored in
-    atexit callback") on the way out.
+    exit (which waits for it) is kept. Otherwise SIGINT and SIGTERM are
+    ignored from here on (:func:`hold_stops`): the program has done its
+    work, and a stop that lands in an ``atexit`` hook would only print a
+    traceback ("Exception ignored in atexit callback") on the way out.
     """
     import atexit
 
