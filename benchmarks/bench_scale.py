@@ -150,17 +150,18 @@ def our_figures(count: int, repeat: int, directory: Path) -> dict[str, float]:
 
 
 def one_engine_log(directory: Path) -> list[Any]:
-    from orchestrator.engine import EngineConfig, load_profile, run_engine
+    from orchestrator.engine import EngineConfig, load_profile, prepare_engine
 
     log = MemoryLog("scale", 0)
 
     async def main() -> None:
-        await run_engine(
+        runner, graph = prepare_engine(
             EngineConfig(tp=8),
             log,
             identity=RankIdentity(rank=0, world_size=8, local_world_size=8),
             profile=load_profile("h200x8"),
         )
+        await runner.run(graph)
 
     anyio.run(main)
     return list(log.events)

@@ -30,13 +30,14 @@ import anyio
 from events import JsonlLog, RankIdentity, merge, read_log, replay
 from exporters import JaegerJsonExporter, export_events
 from orchestrator import new_run_id
-from orchestrator.engine import ENGINE, EngineConfig, Profile, load_profile, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, Profile, load_profile, prepare_engine
 
 
 async def start_rank(
     config: EngineConfig, log: JsonlLog, identity: RankIdentity, profile: Profile
 ) -> None:
-    await run_engine(config, log, identity=identity, profile=profile)
+    runner, graph = prepare_engine(config, log, identity=identity, profile=profile)
+    await runner.run(graph)
 
 
 def make_run(world_size: int = 8) -> Path:

@@ -41,7 +41,7 @@ import anyio
 from events import JsonlLog, RankIdentity, read_log, replay
 from exporters import report_text
 from orchestrator import FaultPlan
-from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, load_profile, prepare_engine
 
 WORLD_SIZE = 8
 
@@ -51,10 +51,11 @@ async def start_rank(rank: int, run_id: str, run_dir: Path, faults: FaultPlan) -
     identity = RankIdentity(rank=rank, world_size=WORLD_SIZE, local_world_size=WORLD_SIZE)
     config = EngineConfig(tp=WORLD_SIZE)
     with JsonlLog(run_dir / f"rank-{rank}.jsonl", run_id=run_id, rank=rank) as log:
+        runner, graph = prepare_engine(
+            config, log, identity=identity, profile=load_profile("zen4"), faults=faults
+        )
         try:
-            await run_engine(
-                config, log, identity=identity, profile=load_profile("zen4"), faults=faults
-            )
+            await runner.run(graph)
         except Exception as exc:
             # The failure is in the log already, with its cause chain; a real
             # rank would exit non-zero here.

@@ -4,9 +4,9 @@ workspace, on the real host or a simulated one; and the engine as one slice of
 the generic kernel (:data:`ENGINE`): its step names, rank state, message rules
 and report columns, in pure modules that import only ``events``.
 
-Replay an engine run with :func:`replay` (``events.replay`` with
-:data:`ENGINE`). Names load on first use, so replaying a log imports neither
-the runtime, anyio nor torch.
+Run one rank's engine startup with :func:`prepare_engine` and replay its
+log with ``events.replay(events, slices=[ENGINE])``. Names load on
+first use, so replaying a log imports neither the runtime, anyio nor torch.
 """
 
 import typing
@@ -71,7 +71,6 @@ if typing.TYPE_CHECKING:
     from ._resolution import ENGINE_DECIDERS as ENGINE_DECIDERS
     from ._resolution import decide_platform as decide_platform
     from ._run import prepare_engine as prepare_engine
-    from ._run import run_engine as run_engine
     from ._slice import ENGINE as ENGINE
     from ._slice import EngineState as EngineState
     from ._targets import InjectionTargets as InjectionTargets

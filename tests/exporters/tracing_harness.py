@@ -30,7 +30,7 @@ from events import (
 )
 from exporters import LiveSpans, LoggingBridge, context_with_span, spans_from_events
 from orchestrator import FaultPlan
-from orchestrator.engine import ENGINE, EngineConfig, load_profile, run_engine
+from orchestrator.engine import ENGINE, EngineConfig, load_profile, prepare_engine
 
 #: Upper bound for one in-process engine run: longer means hung.
 DEADLINE_S = 30.0
@@ -185,7 +185,7 @@ async def run_engine_traced(
     error: BaseException | None = None
     try:
         with anyio.fail_after(DEADLINE_S):
-            await run_engine(
+            runner, graph = prepare_engine(
                 EngineConfig(tp=tp, **config),
                 log,
                 identity=identity,
@@ -193,6 +193,7 @@ async def run_engine_traced(
                 faults=FaultPlan.parse(list(inject)),
                 span_activator=activate_span,
             )
+            await runner.run(graph)
     except Exception as exc:
         error = exc
     finally:

@@ -290,11 +290,12 @@ HAND_BACK = textwrap.dedent(
     """
     import anyio, json, vllm.platforms
     from events import MemoryLog
-    from orchestrator.engine import EngineConfig, run_engine
+    from orchestrator.engine import EngineConfig, prepare_engine
 
     async def main():
         log = MemoryLog("hand-back", 0)
-        result = await run_engine(EngineConfig(), log, engine="vllm")
+        runner, graph = prepare_engine(EngineConfig(), log, engine="vllm")
+        result = await runner.run(graph)
         before = vllm.platforms._current_platform
         after = vllm.platforms.current_platform
         print(json.dumps({
@@ -398,7 +399,7 @@ CAPTURE = textwrap.dedent(
     """
     import anyio, json, logging
     from events import MemoryLog, StepSucceeded
-    from orchestrator.engine import EngineConfig, run_engine
+    from orchestrator.engine import EngineConfig, prepare_engine
 
     seen = []
     class Keep(logging.Handler):
@@ -411,8 +412,9 @@ CAPTURE = textwrap.dedent(
 
     async def main():
         log = MemoryLog("capture", 0)
+        runner, graph = prepare_engine(EngineConfig(), log, engine="vllm")
         try:
-            await run_engine(EngineConfig(), log, engine="vllm")
+            await runner.run(graph)
         except Exception:
             pass
         register = [

@@ -20,7 +20,7 @@ from events import (
     outcome_of,
 )
 from orchestrator import FaultPlan, RunResult
-from orchestrator.engine import EngineConfig, Profile, load_profile, run_engine
+from orchestrator.engine import EngineConfig, Profile, load_profile, prepare_engine
 
 E = TypeVar("E", bound=Event)
 
@@ -109,9 +109,10 @@ async def run(
     error: BaseException | None = None
     with anyio.fail_after(DEADLINE_S):
         try:
-            result = await run_engine(
+            runner, graph = prepare_engine(
                 config or EngineConfig(), log, profile=profile, faults=plan(faults), **options
             )
+            result = await runner.run(graph)
         except Exception as exc:
             error = exc
         except (KeyboardInterrupt, SystemExit) as exc:
