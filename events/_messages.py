@@ -227,9 +227,6 @@ class _Setup:
         return any(hook.covers_stop(step, started) for hook in self.hooks)
 
     def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
-        for rule in self.rules_for(step):
-            if Outcome.FAILED in rule.outcomes and (rule.exception is None or rule.raised(cause)):
-                return True
         return any(hook.covers_failure(step, cause) for hook in self.hooks)
 
 
@@ -627,20 +624,35 @@ class _Fold:
         )
         self.failures = tracked.pending
         self.originated = tracked.originated
+        settled = tracked.settled
+        rule = self.rule_for(event, setup.rules_for(step))
         if isinstance(event, StepFailed) and tracked.originated:
+            if rule is not None:
+                # The rule says this failure where it started: no step.failed.
+                if settled is not None:
+                    settled = attrs.evolve(settled, reported=True)
+                else:
+                    *rest, failure = self.failures
+                    self.failures = (*rest, attrs.evolve(failure, reported=True))
             # Counted as soon as it fails, so the span that ends now gets it.
             self.raise_severity(step, self.severity("step.failed"))
         if reported:
             self.step_stopped(event)
-        if tracked.settled is not None:
-            self.settle(tracked.settled)
+        if settled is not None:
+            self.settle(settled)
         # The chain ended: a fallback that never started is no message.
         self.fallbacks.pop(step, None)
         if started is not None and not setup.claimed(step):
             self.generic(event, started)
-        rules = setup.rules_for(step)
-        if rules:
-            self.apply_rules(event, rules)
+        if rule is not None:
+            text, args = rule.render(event, started)
+            self.emit(
+                rule.code,
+                text,
+                step=step,
+                args=args,
+                exception=cause_of(event) if rule.detail else None,
+            )
         self.waiting.pop(step, None)
 
     def generic(self, event: Event, started: StepStarted) -> None:
@@ -666,22 +678,17 @@ class _Fold:
             )
             self.raise_severity(event.step, self.severity("fallback.used"))
 
-    def apply_rules(self, event: Event, rules: tuple[MessageRule, ...]) -> None:
+    def rule_for(self, event: Event, rules: tuple[MessageRule, ...]) -> MessageRule | None:
+        """The first of ``rules`` (those of the event's step) that speaks for
+        ``event``."""
         outcome = outcome_of(event)
         if outcome is None:
-            return
+            return None
+        originated, started = self.originated, self.started
         for rule in rules:
-            if not rule.matches_event(event, outcome, originated=self.originated):
-                continue
-            text, args = rule.render(event, self.started)
-            cause = cause_of(event)
-            self.emit(
-                rule.code,
-                text,
-                step=event.step,
-                args=args,
-                exception=cause if rule.detail else None,
-            )
+            if rule.matches_event(event, outcome, originated=originated, started=started):
+                return rule
+        return None
 
     def step_stopped(self, event: Event) -> None:
         if isinstance(event, StepTimedOut):

@@ -158,6 +158,49 @@ def _mapping(value: object) -> _Fields:
     return _Fields(value) if isinstance(value, Mapping) else _Fields()
 
 
+#: Where a rule's ``when`` and ``defaults`` keys read from.
+_RECORDED = ("result.", "attributes.")
+
+
+def _recorded_key(key: object, where: str) -> str:
+    if not isinstance(key, str) or not key.startswith(_RECORDED) or "." in key.split(".", 1)[1]:
+        raise ValueError(
+            f"MessageRule {where} key {key!r} is not 'result.KEY' or 'attributes.KEY' "
+            "(a key of the step's result or of its start attributes)"
+        )
+    return key
+
+
+def _conditions(value: Mapping[str, Any]) -> dict[str, JsonValue]:
+    found = dict(value)
+    for key, wanted in found.items():
+        if key == "cause":
+            if not isinstance(wanted, bool):
+                raise ValueError(
+                    f"MessageRule when['cause'] is {wanted!r}: give True (the step recorded "
+                    "an exception) or False (it recorded none)"
+                )
+        else:
+            _recorded_key(key, "when")
+    return found
+
+
+def _defaults(value: Mapping[str, Any]) -> dict[str, str]:
+    return {_recorded_key(key, "defaults"): str(text) for key, text in value.items()}
+
+
+def _recorded(key: str, event: Event, started: StepStarted | None) -> JsonValue:
+    """The value ``key`` (``result.KEY``, ``attributes.KEY``) names, or
+    ``None``."""
+    where, _, name = key.partition(".")
+    recorded: object = None
+    if where == "result" and isinstance(event, StepSucceeded):
+        recorded = event.result
+    elif where == "attributes" and started is not None:
+        recorded = started.attributes
+    return recorded.get(name) if isinstance(recorded, Mapping) else None
+
+
 @attrs.frozen(kw_only=True)
 class MessageRule:
     """One message, declared as data: which events produce it and its text.
@@ -172,12 +215,25 @@ class MessageRule:
     the enclosing steps it goes up through; the failure is then reported by
     this rule instead of the generic ``step.failed``.
 
+    ``when`` adds conditions on what the step recorded, all of which must
+    hold: ``{"result.enabled": True}`` (a key of its result, so only when it
+    ended ok), ``{"attributes.mode": "fast"}`` (a key of its start
+    attributes), ``{"cause": False}`` (whether it recorded an exception). A
+    missing key reads as ``None``; a bool matches only a bool.
+
+    Rules are tried in order, the slices' in the order the slices are given;
+    the first that matches an event speaks for it, and the later ones do not.
+    A more specific rule therefore goes before a general one for the same
+    step.
+
     ``text`` and ``args`` are :meth:`str.format` templates over these fields:
     ``step``, ``name`` (last path segment), ``parent``, ``outcome``,
     ``reason`` (one line: reasons, cause or timeout), ``error`` (the cause as
     ``Type: message``), ``message`` (the cause's message), ``result`` (the
     step's result, ``{result[key]}``) and ``attributes`` (the step's start
-    attributes, ``{attributes[key]}``); a missing key reads ``-``.
+    attributes, ``{attributes[key]}``). A missing key reads ``-``, or its
+    entry in ``defaults`` (``{"attributes.plugin": "{name}"}``: a template
+    over the same fields), which also stands for an empty or non-text value.
 
     Attributes:
         code: the stable message code (``my_engine.cache_missing``).
@@ -189,6 +245,13 @@ class MessageRule:
         args: templates of what makes the message unique on its rank (with
             ``code``); ``None``: the rendered text.
         detail: attach the cause's traceback to the message.
+        when: conditions on the step's result, attributes and cause.
+        defaults: templates for result and attribute values that are
+            missing, empty or not text.
+
+    Raises:
+        ValueError: a ``when`` or ``defaults`` key is not ``cause``,
+            ``result.KEY`` or ``attributes.KEY``, or ``cause`` is not a bool.
     """
 
     code: str
@@ -204,28 +267,54 @@ class MessageRule:
         default=None, converter=attrs.converters.optional(_strings)
     )
     detail: bool = True
+    when: Mapping[str, JsonValue] = attrs.field(factory=dict, converter=_conditions)
+    defaults: Mapping[str, str] = attrs.field(factory=dict, converter=_defaults)
 
-    def matches(self, event: Event, outcome: Outcome, *, originated: bool) -> bool:
+    def matches(
+        self,
+        event: Event,
+        outcome: Outcome,
+        *,
+        originated: bool,
+        started: StepStarted | None = None,
+    ) -> bool:
         """Whether this rule speaks for ``event`` (ended with ``outcome``;
-        ``originated``: a failure started at this step)."""
+        ``originated``: a failure started at this step; ``started``: the
+        step's start, for ``attributes`` conditions)."""
         return self.matches_step(event.step) and self.matches_event(
-            event, outcome, originated=originated
+            event, outcome, originated=originated, started=started
         )
 
     def matches_step(self, step: str) -> bool:
         """Whether ``step`` matches :attr:`step`."""
         return step_matches(self.step, step)
 
-    def matches_event(self, event: Event, outcome: Outcome, *, originated: bool) -> bool:
+    def matches_event(
+        self,
+        event: Event,
+        outcome: Outcome,
+        *,
+        originated: bool,
+        started: StepStarted | None = None,
+    ) -> bool:
         """:meth:`matches`, for an event whose step is known to match."""
         if outcome not in self.outcomes:
             return False
         if outcome is Outcome.FAILED and isinstance(event, StepFailed) and not originated:
             return False
-        if self.exception is None:
-            return True
         cause = cause_of(event)
-        return cause is not None and self.raised(cause)
+        if self.exception is not None and (cause is None or not self.raised(cause)):
+            return False
+        for key, wanted in self.when.items():
+            if key == "cause":
+                if (cause is not None) is not wanted:
+                    return False
+                continue
+            value = _recorded(key, event, started)
+            # JSON's true is not its 1: a bool matches only a bool.
+            if value != wanted or isinstance(value, bool) is not isinstance(wanted, bool):
+                return False
+        return True
 
     def raised(self, cause: ExceptionInfo) -> bool:
         """Whether ``cause``'s chain holds an exception of :attr:`exception`."""
@@ -248,6 +337,11 @@ class MessageRule:
             result=_mapping(event.result if isinstance(event, StepSucceeded) else None),
             attributes=_mapping(started.attributes if started is not None else None),
         )
+        for key, template in self.defaults.items():
+            where, _, name = key.partition(".")
+            value = fields[where].get(name)
+            if not isinstance(value, str) or not value:
+                fields[where][name] = template.format_map(fields)
         text = self.text.format_map(fields)
         if self.args is None:
             return text, (text,)

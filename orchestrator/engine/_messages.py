@@ -13,32 +13,37 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
     platform started with vLLM's own code               platform.vllm_code, and
                                                         platform.vllm_untested outside
                                                         the vLLM releases tested
-    platform ok                                         platform.detected
+    platform ok                                         platform.detected          [rule]
     platform ok after some plugin failed                platform.fallback (one per plugin)
     platform failed: PlatformConflictError              platform.conflict          [rule]
     platform failed: UnspecifiedPlatformError           platform.unspecified       [rule]
     platform/cpu/zentorch ok | absent                   zentorch.loaded | .absent  [rules]
     platform/cpu/zentorch unavailable                   zentorch.broken
-    attention/<B> unavailable|absent | invalid          attention.backend_unavailable | _invalid
-    attention ok (automatic | explicit)                 attention.selected | .explicit_selected
+    attention/<B> invalid | unavailable, absent         attention.backend_invalid |
+                                                        _unavailable               [rules]
+    attention ok, explicit                              attention.explicit_selected [rule]
+    attention ok, automatic                             attention.selected
     attention failed: ExplicitCandidateInvalidError     attention.explicit_invalid [rule]
     attention failed: NoValidCandidateError             attention.none_valid       [rule]
-    flashinfer_comm unavailable                         flashinfer_comm.unavailable
+    flashinfer_comm unavailable | invalid               flashinfer_comm.unavailable [rules]
       (absent, i.e. flashinfer not installed, is the expected case: no message)
     allreduce_workspace/<b> attempt ends unavailable,   allreduce.attempt_failed, derived when
       failed, timed out or crashed, fallback_left      the next attempt starts (its backend
                                                        names the fallback) or, failing that,
                                                        when the parent step ends
-    allreduce_workspace ok, enabled                     allreduce.workspace_ready
+    allreduce_workspace ok, enabled                     allreduce.workspace_ready  [rule]
     allreduce_workspace ok, disabled, attempts ran      allreduce.workspace_failed
-    allreduce_workspace ok, disabled, no backend        allreduce.unsupported
+    allreduce_workspace ok, disabled, no backend        allreduce.unsupported      [rule]
       for the launch (auto on several nodes without MNNVL)
     allreduce_workspace/quant ends unavailable,         allreduce.quant_workspace_failed
       timed out or crashed (quantization fusion off)
 
-``[rule]`` rows are :class:`events.MessageRule` data; the others need what
-earlier events said (failed plugins, attempts, the torch version) and are
-derived by :class:`EngineMessageHook`, the slice's message hook.
+``[rule]`` rows are :class:`events.MessageRule` data (conditions on the
+step's result and cause, defaults for values an older log lacks); the others
+need what earlier events said (failed plugins, attempts, the torch version)
+or a step's place under its parent (a platform plugin's children are not
+plugins) and are derived by :class:`EngineMessageHook`, the slice's message
+hook.
 
 Legacy logs: releases before the typed candidate errors recorded
 ``attention.explicit_invalid`` and ``attention.none_valid`` failures as a
@@ -139,6 +144,46 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         detail=False,
     ),
     MessageRule(
+        code="platform.detected",
+        step=PLATFORM_STEP,
+        outcomes=Outcome.OK,
+        text="Automatically detected platform {result[platform_class]}.",
+        args=("{result[platform_class]}",),
+        defaults={"result.platform_class": "an unknown platform"},
+        severity=_INFO,
+        scope=_LOCAL,
+    ),
+    MessageRule(
+        code="attention.backend_invalid",
+        step=f"{ATTENTION_STEP}/*",
+        outcomes=Outcome.INVALID,
+        text="Attention backend {attributes[candidate]} does not support this configuration: "
+        "{reason}",
+        args=("{attributes[candidate]}", "{reason}"),
+        defaults={"attributes.candidate": "{name}"},
+        severity=_DEBUG,
+    ),
+    MessageRule(
+        code="attention.backend_unavailable",
+        step=f"{ATTENTION_STEP}/*",
+        outcomes=(Outcome.UNAVAILABLE, Outcome.ABSENT),
+        text="Attention backend {attributes[candidate]} is unavailable: {reason}",
+        args=("{attributes[candidate]}", "{reason}"),
+        defaults={"attributes.candidate": "{name}"},
+        severity=_DEBUG,
+    ),
+    MessageRule(
+        code="attention.explicit_selected",
+        step=ATTENTION_STEP,
+        outcomes=Outcome.OK,
+        when={"result.explicit": True},
+        text="Using {result[backend]} backend.",
+        args=("{result[backend]}",),
+        defaults={"result.backend": "an unknown"},
+        severity=_INFO,
+        scope=_LOCAL,
+    ),
+    MessageRule(
         code="attention.explicit_invalid",
         step=ATTENTION_STEP,
         exception=EXPLICIT_INVALID_ERROR,
@@ -151,6 +196,47 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         exception=NO_VALID_ERROR,
         text="{message}",
         severity=_ERROR,
+    ),
+    # Absent (flashinfer not installed) is the expected case: no message.
+    MessageRule(
+        code="flashinfer_comm.unavailable",
+        step=FLASHINFER_COMM_STEP,
+        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
+        when={"cause": True},
+        text="flashinfer.comm import failed: {message}",
+        args=("{message}",),
+        severity=_DEBUG,
+        scope=_LOCAL,
+    ),
+    MessageRule(
+        code="flashinfer_comm.unavailable",
+        step=FLASHINFER_COMM_STEP,
+        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
+        text="flashinfer.comm is unavailable: {reason}",
+        args=("{reason}",),
+        severity=_DEBUG,
+        scope=_LOCAL,
+    ),
+    MessageRule(
+        code="allreduce.workspace_ready",
+        step=ALLREDUCE_STEP,
+        outcomes=Outcome.OK,
+        when={"result.enabled": True},
+        text="Initialized FlashInfer allreduce fusion workspace with backend={result[backend]}",
+        args=("{result[backend]}",),
+        defaults={"result.backend": "unknown"},
+        severity=_INFO,
+        scope=_LOCAL,
+    ),
+    MessageRule(
+        code="allreduce.unsupported",
+        step=ALLREDUCE_STEP,
+        outcomes=Outcome.OK,
+        when={"result.reason": ALLREDUCE_UNSUPPORTED_REASON},
+        text="FlashInfer allreduce fusion is disabled: {result[reason]}.",
+        args=("{result[reason]}",),
+        severity=_DEBUG,
+        scope=_LOCAL,
     ),
 )
 
@@ -323,10 +409,6 @@ class EngineMessageHook:
             _zentorch(context, memory)
         elif step == ATTENTION_STEP:
             _attention(context, started)
-        elif parent == ATTENTION_STEP:
-            _attention_candidate(context, started, name)
-        elif step == FLASHINFER_COMM_STEP:
-            _flashinfer_comm(context)
         elif step == ALLREDUCE_STEP:
             _allreduce(context, memory)
         elif _is_attempt(step, started):
@@ -399,13 +481,8 @@ def _platform(context: MessageContext, memory: _Memory) -> None:
     event = context.event
     if not isinstance(event, StepSucceeded):
         return
+    # platform.detected is a rule, said before these.
     platform_class = _text(_field(event.result, "platform_class")) or "an unknown platform"
-    context.emit(
-        "platform.detected",
-        f"Automatically detected platform {platform_class}.",
-        step=event.step,
-        args=(platform_class,),
-    )
     for plugin, reason, seq in memory.failed_plugins:
         context.emit(
             "platform.fallback",
@@ -470,45 +547,15 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
 # -- attention ---------------------------------------------------------------
 
 
-def _attention_candidate(context: MessageContext, started: StepStarted | None, name: str) -> None:
-    event = context.event
-    if not isinstance(event, StepUnavailable):
-        return
-    backend = _attribute(started, "candidate", name)
-    if event.outcome is Outcome.INVALID:
-        reasons = "; ".join(event.reasons) or "no reason given"
-        context.emit(
-            "attention.backend_invalid",
-            f"Attention backend {backend} does not support this configuration: {reasons}",
-            step=event.step,
-            args=(backend, reasons),
-        )
-    else:
-        reason = reason_of(event)
-        context.emit(
-            "attention.backend_unavailable",
-            f"Attention backend {backend} is unavailable: {reason}",
-            step=event.step,
-            args=(backend, reason),
-            exception=event.cause,
-        )
-
-
 def _attention(context: MessageContext, started: StepStarted | None) -> None:
     event = context.event
     if not isinstance(event, StepSucceeded):
         _legacy(context)
         return
     result = event.result
+    if _field(result, "explicit") is True:
+        return  # attention.explicit_selected, a rule
     backend = _text(_field(result, "backend")) or "an unknown"
-    if _field(result, "explicit"):
-        context.emit(
-            "attention.explicit_selected",
-            f"Using {backend} backend.",
-            step=event.step,
-            args=(backend,),
-        )
-        return
     # vLLM 0.33 lists the valid candidates; logs of earlier releases have
     # only every candidate probed.
     valid = _field(result, "valid")
@@ -522,29 +569,6 @@ def _attention(context: MessageContext, started: StepStarted | None) -> None:
         f"Using {backend} attention backend out of potential backends: {names!r}",
         step=event.step,
         args=(backend, repr(names)),
-    )
-
-
-# -- flashinfer.comm ---------------------------------------------------------
-
-
-def _flashinfer_comm(context: MessageContext) -> None:
-    event = context.event
-    if not isinstance(event, StepUnavailable) or event.outcome is Outcome.ABSENT:
-        return
-    if event.cause is not None:
-        text = f"flashinfer.comm import failed: {event.cause.message}"
-        args = (event.cause.message,)
-    else:
-        reason = reason_of(event)
-        text = f"flashinfer.comm is unavailable: {reason}"
-        args = (reason,)
-    context.emit(
-        "flashinfer_comm.unavailable",
-        text,
-        step=event.step,
-        args=args,
-        exception=event.cause,
     )
 
 
@@ -628,24 +652,10 @@ def _allreduce(context: MessageContext, memory: _Memory) -> None:
     if not isinstance(event, StepSucceeded):
         return
     result = event.result
-    if _field(result, "enabled") is True:
-        backend = _text(_field(result, "backend")) or "unknown"
-        context.emit(
-            "allreduce.workspace_ready",
-            f"Initialized FlashInfer allreduce fusion workspace with backend={backend}",
-            step=event.step,
-            args=(backend,),
-        )
-        return
-    attempts = memory.attempts
     reason = _text(_field(result, "reason"))
-    if reason == ALLREDUCE_UNSUPPORTED_REASON:
-        context.emit(
-            "allreduce.unsupported",
-            f"FlashInfer allreduce fusion is disabled: {reason}.",
-            step=event.step,
-            args=(reason,),
-        )
+    attempts = memory.attempts
+    # Enabled (allreduce.workspace_ready) and unsupported are rules.
+    if _field(result, "enabled") is True or reason == ALLREDUCE_UNSUPPORTED_REASON:
         return
     if not attempts:
         return

@@ -342,7 +342,7 @@ def explicit_rank(outcome: str) -> list[Event]:
         builder.succeeded("attention/FLASHINFER", {"candidate": "FLASHINFER", "priority": 1})
         builder.succeeded(
             ATTENTION_STEP,
-            {"backend": "FLASHINFER", "explicit": "FLASHINFER", "considered": ["FLASHINFER"]},
+            {"backend": "FLASHINFER", "explicit": True, "considered": ["FLASHINFER"]},
         )
         return builder.run_finished()
     builder.unavailable("attention/FLASHINFER", cause=FLASHINFER_PERMISSION)

@@ -1,0 +1,190 @@
+"""Message rules with conditions on what a step recorded (``when``), with
+defaults for the values a log lacks, tried in order (the first that matches
+speaks). Built on ``events.testing`` alone: no engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import (
+    Event,
+    JsonValue,
+    Message,
+    MessageRule,
+    Messages,
+    Outcome,
+    RunOutcome,
+    Severity,
+    Slice,
+    fold,
+)
+from events.testing import EventStream, exception_info
+
+BOOM = exception_info("RuntimeError", "boom")
+
+
+def workspace(result: JsonValue, *, attributes: dict[str, JsonValue] | None = None) -> list[Event]:
+    stream = EventStream().run_started()
+    stream.started("workspace", attributes=attributes)
+    stream.succeeded("workspace", result)
+    return stream.run_finished()
+
+
+def loader(*, cause: bool, attributes: dict[str, JsonValue] | None = None) -> list[Event]:
+    stream = EventStream().run_started()
+    stream.started("loader", attributes=attributes)
+    if cause:
+        stream.unavailable("loader", cause=exception_info("ImportError", "no module named x"))
+    else:
+        stream.unavailable("loader", reasons=["not configured"])
+    return stream.run_finished()
+
+
+def messages(events: list[Event], *rules: MessageRule) -> list[Message]:
+    slice_ = Slice(name="mine", steps=("workspace", "loader", "model"), rules=rules)
+    found = fold(Messages(slices=[slice_]), events).messages()
+    return [m for m in found if not m.code.startswith("run.")]
+
+
+READY = MessageRule(
+    code="mine.ready",
+    step="workspace",
+    outcomes=Outcome.OK,
+    when={"result.enabled": True},
+    text="Workspace ready on {result[backend]}",
+    defaults={"result.backend": "an unknown backend"},
+)
+
+
+def test_a_result_condition_speaks_only_when_the_result_says_so() -> None:
+    (ready,) = messages(workspace({"enabled": True, "backend": "nccl"}), READY)
+    assert ready.text == "Workspace ready on nccl"
+    assert messages(workspace({"enabled": False, "backend": "nccl"}), READY) == []
+    assert messages(workspace({"backend": "nccl"}), READY) == []
+    assert messages(workspace(None), READY) == []
+
+
+def test_a_bool_condition_is_not_met_by_a_number() -> None:
+    # JSON's true and 1 are different values, though Python's True == 1.
+    assert messages(workspace({"enabled": 1, "backend": "nccl"}), READY) == []
+
+
+def test_a_default_stands_for_a_missing_empty_or_non_text_value() -> None:
+    for result in (
+        {"enabled": True},
+        {"enabled": True, "backend": ""},
+        {"enabled": True, "backend": 7},
+    ):
+        (ready,) = messages(workspace(result), READY)
+        assert ready.text == "Workspace ready on an unknown backend", result
+
+
+def test_a_default_is_a_template_over_the_event_fields() -> None:
+    rule = MessageRule(
+        code="mine.plugin",
+        step="loader",
+        outcomes=Outcome.UNAVAILABLE,
+        text="Plugin {attributes[plugin]} is unavailable: {reason}",
+        defaults={"attributes.plugin": "{name}"},
+    )
+    (named,) = messages(loader(cause=False, attributes={"plugin": "acme"}), rule)
+    assert named.text == "Plugin acme is unavailable: not configured"
+    (unnamed,) = messages(loader(cause=False), rule)
+    assert unnamed.text == "Plugin loader is unavailable: not configured"
+
+
+def test_an_attribute_condition_reads_the_steps_start() -> None:
+    rule = MessageRule(
+        code="mine.fast_ready",
+        step="workspace",
+        outcomes=Outcome.OK,
+        when={"attributes.mode": "fast"},
+        text="Fast workspace ready",
+    )
+    assert [m.code for m in messages(workspace(None, attributes={"mode": "fast"}), rule)] == [
+        "mine.fast_ready"
+    ]
+    assert messages(workspace(None, attributes={"mode": "slow"}), rule) == []
+    assert messages(workspace(None), rule) == []
+
+
+def test_the_first_rule_that_matches_speaks_and_the_later_ones_do_not() -> None:
+    with_cause = MessageRule(
+        code="mine.loader_broken",
+        step="loader",
+        outcomes=Outcome.UNAVAILABLE,
+        when={"cause": True},
+        text="Loader import failed: {message}",
+    )
+    general = MessageRule(
+        code="mine.loader_unavailable",
+        step="loader",
+        outcomes=Outcome.UNAVAILABLE,
+        text="Loader unavailable: {reason}",
+    )
+    (broken,) = messages(loader(cause=True), with_cause, general)
+    assert (broken.code, broken.text) == (
+        "mine.loader_broken",
+        "Loader import failed: no module named x",
+    )
+    (plain,) = messages(loader(cause=False), with_cause, general)
+    assert (plain.code, plain.text) == (
+        "mine.loader_unavailable",
+        "Loader unavailable: not configured",
+    )
+    # In the other order the general rule always speaks first.
+    assert [m.code for m in messages(loader(cause=True), general, with_cause)] == [
+        "mine.loader_unavailable"
+    ]
+
+
+def test_a_cause_condition_of_false_speaks_only_without_an_exception() -> None:
+    rule = MessageRule(
+        code="mine.declined",
+        step="loader",
+        outcomes=Outcome.UNAVAILABLE,
+        when={"cause": False},
+        text="Loader declined: {reason}",
+    )
+    assert [m.code for m in messages(loader(cause=False), rule)] == ["mine.declined"]
+    assert messages(loader(cause=True), rule) == []
+
+
+def failed_model(attributes: dict[str, JsonValue] | None) -> list[Event]:
+    stream = EventStream().run_started()
+    stream.started("model", attributes=attributes)
+    stream.failed("model", BOOM)
+    return stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="model")
+
+
+def test_a_failure_rule_whose_condition_fails_leaves_the_failure_to_step_failed() -> None:
+    rule = MessageRule(
+        code="mine.gpu_model_failed",
+        step="model",
+        when={"attributes.device": "gpu"},
+        exception="RuntimeError",
+        text="The GPU model failed: {message}",
+        severity=Severity.ERROR,
+    )
+    assert [m.code for m in messages(failed_model({"device": "gpu"}), rule)] == [
+        "mine.gpu_model_failed"
+    ]
+    # The rule does not speak for a CPU model, so the generic message does.
+    assert [m.code for m in messages(failed_model({"device": "cpu"}), rule)] == ["step.failed"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("when", {"enabled": True}, "'enabled'"),
+        ("when", {"result.a.b": 1}, "'result.a.b'"),
+        ("when", {"cause": "yes"}, "when['cause'] is 'yes'"),
+        ("defaults", {"reason": "x"}, "'reason'"),
+        ("defaults", {"cause": "x"}, "'cause'"),
+    ],
+)
+def test_a_condition_or_default_on_something_not_recorded_is_named(
+    field: str, value: dict[str, JsonValue], named: str
+) -> None:
+    with pytest.raises(ValueError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        MessageRule(code="mine.x", step="x", text="x", **{field: value})  # type: ignore[arg-type]
