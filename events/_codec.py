@@ -126,8 +126,21 @@ UPCASTERS = Upcasters()
 @UPCASTERS.register("*", 0)
 def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (pre-release logs) stored the time as float seconds in
-    ``time`` with no monotonic clock, and a single ``reason`` string on
-    ``step.unavailable``. Version 1 stores integer nanoseconds and a list."""
+    ``time`` with no monotonic clock, a single ``reason`` string on
+    ``step.unavailable``, and no spans. Version 1 stores integer nanoseconds
+    and a list; each step of a version-0 log gets a span id of its own,
+    derived from its path (so its start and end agree), and the run's events
+    share the root's, so that no two steps read as one span; the trace id is
+    the run's, as a run without a launcher's derives it."""
+    import hashlib
+
+    from ._launch import derive_trace_id
+
+    if "span_id" not in record:
+        path = str(record.get("step", "")).encode()
+        record["span_id"] = hashlib.blake2b(path, digest_size=8).hexdigest()
+    if "trace_id" not in record:
+        record["trace_id"] = derive_trace_id(str(record.get("run_id", "")))
     if "time" in record:
         seconds = record.pop("time")
         if not isinstance(seconds, int | float) or isinstance(seconds, bool):

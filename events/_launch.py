@@ -18,7 +18,14 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["MAX_WORLD_SIZE", "LaunchRecord", "RankProcess", "implausible_world", "launch_span_id"]
+__all__ = [
+    "MAX_WORLD_SIZE",
+    "LaunchRecord",
+    "RankProcess",
+    "derive_trace_id",
+    "implausible_world",
+    "launch_span_id",
+]
 
 #: The largest world a run is read as. A log or manifest that claims more
 #: (a flipped digit in a 1 KB file) would make every view's cost follow the
@@ -36,6 +43,12 @@ def implausible_world(world_size: int, source: str, present: int) -> str | None:
         f"{source} claims {world_size:,} ranks; {logs} present, and a run of at most "
         f"{MAX_WORLD_SIZE:,} ranks is read (is the file damaged?)"
     )
+
+
+def derive_trace_id(run_id: str) -> str:
+    """The trace id of a run without a launcher ``TRACEPARENT``: derived from
+    the run id, so every rank of the launch lands in the same trace."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
 
 
 def launch_span_id(trace_id: str, run_id: str) -> str:

@@ -39,11 +39,11 @@ Only the standard library, attrs and this package are imported here.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from ._exception_info import ExceptionInfo, FrameInfo, ThreadStack
+from ._launch import derive_trace_id
 from ._model import (
     DecisionMade,
     Event,
@@ -175,7 +175,7 @@ class EventStream:
             local_world_size=local,
             node_rank=rank // local,
         )
-        self.trace_id = trace_id or hashlib.sha256(run_id.encode()).hexdigest()[:32]
+        self.trace_id = trace_id or derive_trace_id(run_id)
         self.launcher_span_id = launcher_span_id
         #: The clock the next event takes.
         self.wall_ns = wall_ns

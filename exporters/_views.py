@@ -215,6 +215,11 @@ def _alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -
     return last.mono_ns + max(0, ended - last.wall_ns)
 
 
+#: How many levels of nesting ``explain`` indents; deeper steps stay at that
+#: indentation.
+_MAX_INDENT = 32
+
+
 def _tree_lines(
     events: Sequence[Event], *, with_times: bool, launch: LaunchRecord | None = None
 ) -> list[str]:
@@ -227,30 +232,41 @@ def _tree_lines(
         children.setdefault(parent, []).append(node)
     lines: list[str] = []
     last_mono = _alive_until_mono_ns(events, launch) if events else 0
-
-    def walk(parent: str | None, prefix: str) -> None:
-        kids = children.get(parent, [])
-        for index, node in enumerate(kids):
-            last = index == len(kids) - 1
-            branch = "└─ " if last else "├─ "
-            duration = ""
-            if with_times and node.end is not None:
-                duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
-            elif with_times:
-                # In flight when the log ends: it ran at least until the
-                # rank's process ended, or its last sign of life.
-                duration = f" [>= {_seconds(last_mono - node.start_mono)}]"
-            below = prefix + ("   " if last else "│  ")
-            line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
-            # A multi-line reason continues under its step, inside the tree.
-            lines.append(terminal_text(line, indent=below + "   "))
-            if node.stall is not None and with_times:
-                lines.extend(stall_lines(node.stall, indent=below + "   "))
-            walk(node.span_id, below)
-
     outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
     lines.append(f"run: {outcome}")
-    walk(root_span, "")
+    # Depth first, without recursion: a log is untrusted, and its spans may
+    # nest thousands deep, share ids or form a cycle. A span is entered
+    # once; a step no walk from the root reaches is shown at the top level;
+    # indentation stops growing at _MAX_INDENT levels, so the text stays
+    # linear in the events.
+    entered = {root_span}
+    shown: set[int] = set()
+    top = children.get(root_span, [])
+    pending = [(node, "", False) for node in reversed(nodes)]
+    pending.extend((node, "", i == 0) for i, node in enumerate(reversed(top)))
+    while pending:
+        node, prefix, last = pending.pop()
+        if id(node) in shown:
+            continue
+        shown.add(id(node))
+        branch = "└─ " if last else "├─ "
+        duration = ""
+        if with_times and node.end is not None:
+            duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
+        elif with_times:
+            # In flight when the log ends: it ran at least until the rank's
+            # process ended, or its last sign of life.
+            duration = f" [>= {_seconds(last_mono - node.start_mono)}]"
+        below = prefix + ("   " if last else "│  ") if len(prefix) < 3 * _MAX_INDENT else prefix
+        line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
+        # A multi-line reason continues under its step, inside the tree.
+        lines.append(terminal_text(line, indent=below + "   "))
+        if node.stall is not None and with_times:
+            lines.extend(stall_lines(node.stall, indent=below + "   "))
+        if node.span_id not in entered:
+            entered.add(node.span_id)
+            kids = children.get(node.span_id, [])
+            pending.extend((kid, below, i == 0) for i, kid in enumerate(reversed(kids)))
     for event in events:
         if isinstance(event, DecisionMade):
             lines.append(terminal_text(f"decision {event.name} = {event.value!r} ({event.step})"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import math
 import os
@@ -58,6 +57,7 @@ from events import (
     Stop,
     ThreadStack,
 )
+from events._launch import derive_trace_id
 
 from ._context import StepBody, StepContext, StepResult, Unavailable
 from ._decisions import DEFAULT_DECIDERS, Decider
@@ -81,12 +81,6 @@ SpanActivator = Callable[[str, str], AbstractContextManager[object]]
 
 #: Reusable do-nothing context for steps run without a span activator.
 _NO_SPAN: AbstractContextManager[object] = contextlib.nullcontext()
-
-
-def derive_trace_id(run_id: str) -> str:
-    """The trace id of a run without a launcher ``TRACEPARENT``: derived from
-    the run id, so every rank of the launch lands in the same trace."""
-    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
 
 
 def _new_span_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -361,7 +362,20 @@ def test_v0_fixture_is_upcast() -> None:
     decoded = [events.decode_record(record) for record in records]
     assert [event.schema_version for event in decoded] == [events.SCHEMA_VERSION] * 7
     started, platform, platform_ok, flash, flash_unavailable, xformers, finished = decoded
+    # Version 0 had no spans: each step gets one of its own, which its start
+    # and end share, and the run's events share the root's.
+    assert platform.span_id == platform_ok.span_id
+    assert flash.span_id == flash_unavailable.span_id
+    assert started.span_id == finished.span_id
+    spans = {started.span_id, platform.span_id, flash.span_id, xformers.span_id}
+    assert len(spans) == 4
+    assert "0" * 16 not in spans
+    # And one trace, the run's, as a run without a launcher derives it.
+    assert {event.trace_id for event in decoded} == {hashlib.sha256(b"legacy-run").hexdigest()[:32]}
+    trace_id = started.trace_id
     assert started == events.RunStarted(
+        span_id=started.span_id,
+        trace_id=trace_id,
         run_id="legacy-run",
         rank=0,
         seq=0,
@@ -373,6 +387,8 @@ def test_v0_fixture_is_upcast() -> None:
         versions={"python": "3.11.7"},
     )
     assert platform == events.StepStarted(
+        span_id=platform.span_id,
+        trace_id=trace_id,
         run_id="legacy-run",
         rank=0,
         seq=1,
@@ -381,6 +397,8 @@ def test_v0_fixture_is_upcast() -> None:
         step="platform",
     )
     assert platform_ok == events.StepSucceeded(
+        span_id=platform.span_id,
+        trace_id=trace_id,
         run_id="legacy-run",
         rank=0,
         seq=2,
@@ -392,6 +410,8 @@ def test_v0_fixture_is_upcast() -> None:
     assert isinstance(flash, events.StepStarted)
     assert flash.kind is StepKind.CANDIDATE
     assert flash_unavailable == events.StepUnavailable(
+        span_id=flash.span_id,
+        trace_id=trace_id,
         run_id="legacy-run",
         rank=0,
         seq=4,

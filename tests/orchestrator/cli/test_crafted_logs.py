@@ -12,10 +12,14 @@ from typing import Any
 import orjson
 import pytest
 
+from events import encode
+from events.testing import EventStream
+
 from .conftest import StoredRun
 from .harness import call_cli, rank_logs
 
 PROG = "startup-orchestrator: error: "
+V0_LOG = Path(__file__).resolve().parents[2] / "events" / "fixtures" / "v0-rank0.jsonl"
 VIEWS = [
     ("replay",),
     ("replay", "--json"),
@@ -126,6 +130,64 @@ def test_span_ids_that_make_no_tree_never_crash_a_view(
     completed = call_cli(*view, str(run), cwd=tmp_path)
     assert completed.returncode in (0, 1), completed.describe()
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_parent_is_itself, _parents_in_a_cycle],
+    ids=["parent-is-itself", "parents-in-a-cycle"],
+)
+def test_explain_shows_every_step_whose_spans_make_no_tree(
+    healthy: StoredRun, tmp_path: Path, change: Callable[[Records], Records]
+) -> None:
+    run = _crafted(healthy, tmp_path, change)
+    steps = set(
+        _spans_of([orjson.loads(line) for line in rank_logs(run)[0].read_bytes().splitlines()])
+    )
+    completed = call_cli("explain", str(run), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    shown = {line.lstrip("│├└─ ").split(": ")[0] for line in completed.stdout.splitlines()}
+    assert steps <= shown, sorted(steps - shown)
+
+
+def _nested(depth: int) -> bytes:
+    stream = EventStream().run_started()
+    path = [f"s{level}" for level in range(depth)]
+    for level in range(depth):
+        stream.started("/".join(path[: level + 1]))
+    for level in reversed(range(depth)):
+        stream.succeeded("/".join(path[: level + 1]))
+    return b"".join(encode(event) + b"\n" for event in stream.run_finished())
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=" ".join)
+def test_steps_nested_thousands_deep_never_crash_a_view(
+    tmp_path: Path, view: tuple[str, ...]
+) -> None:
+    log = tmp_path / "rank-0.jsonl"
+    log.write_bytes(_nested(3000))
+    completed = call_cli(*view, str(log), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    if view == ("explain",):
+        lines = completed.stdout.splitlines()
+        assert sum(": ok" in line for line in lines) == 3000
+        # Indentation stops growing, so the text stays linear in the log.
+        assert max(len(line) - len(line.lstrip(" │")) for line in lines) <= 3 * 32
+
+
+def test_a_version_0_log_shows_each_step_as_its_own_span(tmp_path: Path) -> None:
+    log = tmp_path / "rank-0.jsonl"
+    shutil.copy(V0_LOG, log)
+    completed = call_cli("explain", str(log), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert "├─ platform: ok (device=cpu, count=1) [500.0ms]" in completed.stdout
+    assert "└─ attention/flashinfer: unavailable: PermissionError" in completed.stdout
+    exported = call_cli("replay", str(log), "--export", "jaeger-json=spans.json", cwd=tmp_path)
+    # Rank 1 of its two wrote no log: an incomplete run, exported all the same.
+    assert exported.returncode == 1, exported.describe()
+    assert PROG not in exported.stderr
+    spans = json.loads((tmp_path / "spans.json").read_text())["data"][0]["spans"]
+    assert len({span["spanID"] for span in spans}) == len(spans) >= 3
 
 
 def test_a_directory_with_only_an_empty_log_is_an_incomplete_run(tmp_path: Path) -> None:
