@@ -215,8 +215,8 @@ def _alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -
     return last.mono_ns + max(0, ended - last.wall_ns)
 
 
-#: How many levels of nesting ``explain`` indents; deeper steps stay at that
-#: indentation.
+#: How many levels ``explain`` and ``critical-path`` indent; deeper lines
+#: stay at that indentation.
 _MAX_INDENT = 32
 
 
@@ -362,7 +362,9 @@ def critical_path_text(
     current = max(top.values(), key=end_of) if top else None
     while current is not None:
         chain.append(current)
-        deps = [top[d] for d in current.depends_on if d in top]
+        # A crafted log may make the dependencies a cycle: each step once.
+        on_chain = {node.step for node in chain}
+        deps = [top[d] for d in current.depends_on if d in top and d not in on_chain]
         current = max(deps, key=end_of) if deps else None
     # The run is incomplete while any of its ranks is (a rank that died
     # may not be the slowest one).
@@ -374,17 +376,21 @@ def critical_path_text(
             f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
             "the process ended, else the last sign of life"
         )
-    for depth, node in enumerate(chain):
+    inside: dict[str | None, list[_Node]] = {}
+    for node in nodes:
+        if node.end is not None:
+            inside.setdefault(node.parent_span_id, []).append(node)
+    for level, node in enumerate(chain):
         start = node.start_mono - origin
+        indent = "   " * min(level, _MAX_INDENT)
         lines.append(
-            f"{'   ' * depth}└─ {node.step} @{_seconds(start)} "
-            f"+{_seconds(end_of(node) - node.start_mono)}"
+            f"{indent}└─ {node.step} @{_seconds(start)} +{_seconds(end_of(node) - node.start_mono)}"
         )
-        inner = [n for n in nodes if n.parent_span_id == node.span_id and n.end is not None]
+        inner = inside.get(node.span_id)
         if inner:
             slow = max(inner, key=lambda n: end_of(n) - n.start_mono)
             lines.append(
-                f"{'   ' * (depth + 1)}   (slowest inside: {slow.step} "
+                f"{indent}      (slowest inside: {slow.step} "
                 f"+{_seconds(end_of(slow) - slow.start_mono)})"
             )
     return _printable(lines)

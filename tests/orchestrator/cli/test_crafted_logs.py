@@ -175,6 +175,28 @@ def test_steps_nested_deeper_than_the_recursion_limit_never_crash_a_view(
         assert max(len(line) - len(line.lstrip(" │")) for line in lines) <= 3 * 32
 
 
+@pytest.mark.parametrize(
+    ("depends_on", "expected"),
+    [({"a": ["b"], "b": ["a"]}, ["b", "a"]), ({"b": [], "a": ["a"]}, ["a"])],
+    ids=["two-steps-wait-for-each-other", "a-step-waits-for-itself"],
+)
+def test_critical_path_ends_on_dependencies_in_a_cycle(
+    tmp_path: Path, depends_on: dict[str, list[str]], expected: list[str]
+) -> None:
+    stream = EventStream().run_started()
+    for step, needs in depends_on.items():
+        stream.started(step, depends_on=needs)
+    for step in depends_on:
+        stream.succeeded(step)
+    log = tmp_path / "rank-0.jsonl"
+    log.write_bytes(b"".join(encode(event) + b"\n" for event in stream.run_finished()))
+    completed = call_cli("critical-path", str(log), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    chain = [line.split("└─ ")[1].split(" @")[0] for line in completed.stdout.splitlines()[1:]]
+    # The step that ended last, then what it waited for, each step once.
+    assert chain == expected
+
+
 def test_a_version_0_log_shows_each_step_as_its_own_span(tmp_path: Path) -> None:
     log = tmp_path / "rank-0.jsonl"
     shutil.copy(V0_LOG, log)
