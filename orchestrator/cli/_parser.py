@@ -577,7 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
         "a run directory as a whole (one run id in its logs, "
         ".run-id and manifest.json; no duplicate or foreign ranks; one world size; every rank "
         "with a log that has events) and each log line by line (bad records, sequence gaps, "
-        "torn tails, a missing run.started or run.finished). Files that are not regular files "
+        "torn tails, a missing run.started or run.finished) and as a tree of steps (no two "
+        "sharing a span, none ending before it starts, no cycle of parents or of "
+        "dependencies). Files that are not regular files "
         "are reported, never read. A directory of run directories (startup-runs) is checked "
         "run by run. Goes on over every path and ends with a summary line.",
         epilog=(

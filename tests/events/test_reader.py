@@ -21,6 +21,7 @@ from events import (
     UnknownEventTypeError,
     UnsupportedVersionError,
 )
+from events.testing import EventStream
 
 from .samples import rank_stream
 
@@ -310,3 +311,91 @@ def test_validate_a_missing_file(tmp_path: Path) -> None:
         True,
     )
     assert "cannot read log" in problem.message
+
+
+# --- the steps' tree -------------------------------------------------------------
+
+
+def _written(tmp_path: Path, records: list[dict[str, object]]) -> Path:
+    path = tmp_path / "rank-0.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+    return path
+
+
+def _records(stream: EventStream) -> list[dict[str, object]]:
+    return [orjson.loads(events.encode(event)) for event in stream.run_finished()]
+
+
+def _two_steps(**started: dict[str, object]) -> list[dict[str, object]]:
+    stream = EventStream().run_started()
+    for step in ("a", "b"):
+        stream.started(step)
+    for step in ("b", "a"):
+        stream.succeeded(step)
+    records = _records(stream)
+    for record in records:
+        if record["type"] == "step.started":
+            record.update(started.get(str(record["step"]), {}))
+    return records
+
+
+def _step_tree(tmp_path: Path, records: list[dict[str, object]]) -> list[tuple[int, str]]:
+    problems = events.validate(_written(tmp_path, records))
+    assert all(p.kind is ProblemKind.STEP_TREE and not p.fatal for p in problems), problems
+    # Readable all the same: the views show such steps.
+    assert len(events.read_log(tmp_path / "rank-0.jsonl").events) == len(records)
+    return [(p.line, p.message) for p in problems]
+
+
+def test_validate_names_a_span_that_is_its_own_parent(tmp_path: Path) -> None:
+    records = _two_steps()
+    a = next(r for r in records if r.get("step") == "a")
+    a["parent_span_id"] = a["span_id"]
+    assert _step_tree(tmp_path, records) == [(2, "the span of step a is its own parent")]
+
+
+def test_validate_names_spans_that_are_each_others_parents(tmp_path: Path) -> None:
+    records = _two_steps()
+    a, b = (next(r for r in records if r.get("step") == s) for s in "ab")
+    a["parent_span_id"], b["parent_span_id"] = b["span_id"], a["span_id"]
+    assert _step_tree(tmp_path, records) == [
+        (2, "the spans of steps a, b are each other's parents")
+    ]
+
+
+def test_validate_names_a_span_two_steps_share(tmp_path: Path) -> None:
+    records = _two_steps()
+    a, b = (next(r for r in records if r.get("step") == s) for s in "ab")
+    b["span_id"] = a["span_id"]
+    ((line, message),) = _step_tree(tmp_path, records)
+    assert (line, message) == (3, f"step b reuses span {a['span_id']} of step a")
+
+
+def test_validate_names_a_step_that_ends_before_it_starts(tmp_path: Path) -> None:
+    records = _two_steps()
+    end = next(r for r in records if r["type"] == "step.succeeded" and r["step"] == "a")
+    end["mono_ns"] = -2_000_000_000
+    assert _step_tree(tmp_path, records) == [(5, "step a ends 2.001 s before it starts")]
+
+
+@pytest.mark.parametrize(
+    ("depends_on", "message"),
+    [
+        ({"a": {"depends_on": ["b"]}, "b": {"depends_on": ["a"]}}, "steps a, b wait on each other"),
+        ({"a": {"depends_on": ["a"]}}, "step a depends on itself"),
+    ],
+)
+def test_validate_names_dependencies_in_a_cycle(
+    tmp_path: Path, depends_on: dict[str, dict[str, object]], message: str
+) -> None:
+    ((line, found),) = _step_tree(tmp_path, _two_steps(**depends_on))
+    assert line == 0
+    assert found.startswith(message)
+
+
+def test_a_long_chain_of_dependencies_is_no_problem(tmp_path: Path) -> None:
+    stream = EventStream().run_started()
+    for index in range(2_000):
+        stream.started(f"s{index}", depends_on=[f"s{index - 1}"] if index else [])
+        stream.succeeded(f"s{index}")
+    assert events.validate(_written(tmp_path, _records(stream))) == []
