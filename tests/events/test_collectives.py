@@ -12,13 +12,13 @@ from events import (
     Slice,
     replay,
 )
+from events.testing import EventStream, exception_info
 from exporters import report_json, report_text
-from tests.orchestrator.engine.streams import RankBuilder, exception
 
 GROUP = "process_group"
 SLICE = Slice(name="group", collectives=(Collective(step=GROUP, what="the process group"),))
-NO_TORCH = exception("ImportError", "No module named 'torch'")
-TIMEOUT = exception(
+NO_TORCH = exception_info("ImportError", "No module named 'torch'")
+TIMEOUT = exception_info(
     "orchestrator.GroupError", "the rendezvous timed out after 120 s: ranks 1 never came"
 )
 SECOND = 1_000_000_000
@@ -26,7 +26,7 @@ SECOND = 1_000_000_000
 
 def _left(rank: int, world_size: int) -> list[Event]:
     """Goes on without the group at once, then ends ready on its own."""
-    builder = RankBuilder(rank, world_size=world_size).run_started()
+    builder = EventStream(rank=rank, world_size=world_size).run_started()
     builder.started(GROUP).unavailable(GROUP, Outcome.UNAVAILABLE, cause=NO_TORCH)
     builder.started("platform").succeeded("platform", {"plugin": "cuda"})
     return builder.run_finished(RunOutcome.READY)
@@ -34,7 +34,7 @@ def _left(rank: int, world_size: int) -> list[Event]:
 
 def _waited(rank: int, world_size: int, *, after_s: int = 120) -> list[Event]:
     """Waits at the rendezvous and fails there."""
-    builder = RankBuilder(rank, world_size=world_size).run_started()
+    builder = EventStream(rank=rank, world_size=world_size).run_started()
     builder.started(GROUP).advance(after_s * SECOND).failed(GROUP, TIMEOUT)
     return builder.run_finished(RunOutcome.FAILED, cause=TIMEOUT, failed_step=GROUP)
 
@@ -75,9 +75,9 @@ def test_without_the_declaration_a_peer_that_failed_is_the_root_cause() -> None:
 def test_a_failure_before_the_rank_left_stays_the_root_cause() -> None:
     # Rank 2 failed at once, before rank 1 went on alone: rank 2's failure
     # is the first thing that went wrong.
-    early = RankBuilder(2, world_size=4).run_started()
+    early = EventStream(rank=2, world_size=4).run_started()
     early.started(GROUP).failed(GROUP, TIMEOUT)
-    late_leaver = RankBuilder(1, world_size=4).run_started().advance(5 * SECOND)
+    late_leaver = EventStream(rank=1, world_size=4).run_started().advance(5 * SECOND)
     late_leaver.started(GROUP).unavailable(GROUP, cause=NO_TORCH)
     run = [
         _waited(0, 4),

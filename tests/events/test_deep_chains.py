@@ -32,7 +32,7 @@ from events import (
 )
 from events._codec import _capped
 from events._exception_info import MAX_CHAIN
-from tests.orchestrator.engine.streams import RankBuilder
+from events.testing import EventStream
 
 from .samples import foreign_chain, with_foreign_cause
 
@@ -289,8 +289,8 @@ def failed(info: ExceptionInfo) -> StepFailed:
     return StepFailed(run_id="r", rank=0, wall_ns=1, mono_ns=1, step="s", cause=info)
 
 
-def write_log(path: Path, info: ExceptionInfo) -> RankBuilder:
-    builder = RankBuilder(0, world_size=1).run_started()
+def write_log(path: Path, info: ExceptionInfo) -> EventStream:
+    builder = EventStream(rank=0, world_size=1).run_started()
     builder.started("probe")
     builder.failed("probe", info)
     builder.run_finished(RunOutcome.FAILED, cause=info, failed_step="probe")

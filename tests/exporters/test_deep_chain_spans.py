@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from events import ExceptionInfo, FrameInfo, RunOutcome
+from events.testing import EventStream
 from exporters import JaegerJsonExporter, spans_from_events
-from tests.orchestrator.engine.streams import RankBuilder
 
 DEPTH = 10_000
 
@@ -35,8 +35,8 @@ def leaf(name: str, cause: ExceptionInfo | None = None) -> ExceptionInfo:
     return ExceptionInfo(type="ValueError", message=name, reason=f"ValueError: {name}", cause=cause)
 
 
-def failed_run(info: ExceptionInfo) -> RankBuilder:
-    builder = RankBuilder(0, world_size=1).run_started()
+def failed_run(info: ExceptionInfo) -> EventStream:
+    builder = EventStream(rank=0, world_size=1).run_started()
     builder.started("probe")
     builder.failed("probe", info)
     builder.run_finished(RunOutcome.FAILED, cause=info, failed_step="probe")

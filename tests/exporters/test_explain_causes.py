@@ -10,15 +10,15 @@ import pytest
 
 import events
 from events import RunOutcome
+from events.testing import EventStream, exception_info
 from exporters import explain_text
-from tests.orchestrator.engine.streams import RankBuilder, exception
 
 PEER = "Connection closed by peer [127.0.0.1]:29500"
 _BRACKETS = {"(": ")", "[": "]", "{": "}"}
 
 
 def explained_cause(cause: events.ExceptionInfo) -> str:
-    builder = RankBuilder(0).run_started()
+    builder = EventStream(rank=0, world_size=8, local_world_size=4).run_started()
     builder.started("agree")
     builder.failed("agree", cause)
     stream = builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="agree")
@@ -42,13 +42,13 @@ def balanced(text: str) -> bool:
 def chain(links: int, message: str = PEER) -> events.ExceptionInfo:
     cause = None
     for index in range(links):
-        cause = exception("RuntimeError", f"{message} (link {index})", cause=cause)
+        cause = exception_info("RuntimeError", f"{message} (link {index})", cause=cause)
     assert cause is not None
     return cause
 
 
 def test_a_short_cause_is_shown_whole() -> None:
-    assert explained_cause(exception("RuntimeError", PEER)) == f"RuntimeError: {PEER}"
+    assert explained_cause(exception_info("RuntimeError", PEER)) == f"RuntimeError: {PEER}"
 
 
 @pytest.mark.parametrize("pad", range(0, 60, 3))
@@ -69,7 +69,7 @@ def test_a_long_chain_is_cut_between_tokens_never_inside_brackets(pad: int) -> N
 
 
 def test_one_enormous_bracketed_token_leaves_no_open_bracket() -> None:
-    shown = explained_cause(exception("OSError", "[" + "9" * 500 + "] " + "tail " * 10))
+    shown = explained_cause(exception_info("OSError", "[" + "9" * 500 + "] " + "tail " * 10))
 
     assert balanced(shown), shown
     assert shown.endswith("…")
@@ -78,7 +78,7 @@ def test_one_enormous_bracketed_token_leaves_no_open_bracket() -> None:
 
 def test_hostile_brackets_do_not_break_the_cut() -> None:
     hostile = "]] (( [[" + " word" * 100 + " {" + "z" * 50 + "}"
-    shown = explained_cause(exception("RuntimeError", hostile))
+    shown = explained_cause(exception_info("RuntimeError", hostile))
 
     assert shown.endswith(" …")
     assert len(shown) <= 300

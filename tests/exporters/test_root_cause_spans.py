@@ -8,21 +8,21 @@ from opentelemetry.trace import StatusCode
 
 from events import Event, RunOutcome, merge, root_cause
 from events import replay as replay_run
+from events.testing import EventStream, exception_info
 from exporters import run_trace, spans_from_events
-from tests.orchestrator.engine.streams import RankBuilder, exception
 
-CAUSE = exception("RuntimeError", "unknown zentorch failure")
-PEER_GONE = exception("GroupError", "all_gather failed: a peer exited")
+CAUSE = exception_info("RuntimeError", "unknown zentorch failure")
+PEER_GONE = exception_info("GroupError", "all_gather failed: a peer exited")
 
 
 def launch() -> list[list[Event]]:
-    ready = RankBuilder(0, world_size=3).run_started()
+    ready = EventStream(rank=0, world_size=3).run_started()
     ready.started("platform")
     ready.succeeded("platform")
-    cause = RankBuilder(1, world_size=3).run_started()
+    cause = EventStream(rank=1, world_size=3).run_started()
     cause.started("platform")
     cause.failed("platform", CAUSE)
-    consequence = RankBuilder(2, world_size=3).run_started()
+    consequence = EventStream(rank=2, world_size=3).run_started()
     consequence.started("agree")
     consequence.failed("agree", PEER_GONE)
     return [
@@ -63,7 +63,7 @@ def test_the_root_cause_rank_and_its_consequences_are_marked() -> None:
 
 
 def test_without_a_root_cause_nothing_changes() -> None:
-    ready = RankBuilder(0, world_size=1).run_started()
+    ready = EventStream(rank=0, world_size=1).run_started()
     ready.started("platform")
     ready.succeeded("platform")
     streams = [ready.run_finished(RunOutcome.READY)]
