@@ -12,7 +12,7 @@ from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import InputError, UsageError
-from ._output import PROG, exit_program
+from ._output import diagnose, exit_program
 from ._parser import build_parser
 
 __all__ = ["main", "program"]
@@ -50,16 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        diagnose(f"error: {exc}")
         return 2
-    except InputError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except (OrchestratorError, LogError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+    except (InputError, OrchestratorError, LogError) as exc:
+        diagnose(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        diagnose("interrupted")
         return 1
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error of ours.

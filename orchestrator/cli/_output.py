@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["PROG", "emit", "exit_program", "hold_stops", "to_json_text"]
+__all__ = ["PROG", "diagnose", "emit", "exit_program", "hold_stops", "to_json_text"]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"
@@ -17,6 +17,16 @@ def emit(text: str) -> None:
     """Print to stdout (reports go to stdout, diagnostics to stderr)."""
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
+
+
+def diagnose(text: str, *, flush: bool = False) -> None:
+    """Print ``text`` on stderr under the program's name, as terminal text:
+    its control characters escaped and any further lines indented, since a
+    path or a value in it may come from a crafted log or directory name and
+    must not clear the screen, move the cursor or forge a line."""
+    from exporters import terminal_text
+
+    print(terminal_text(f"{PROG}: {text}"), file=sys.stderr, flush=flush)
 
 
 def to_json_text(document: Any) -> str:

@@ -54,7 +54,7 @@ from ._launcher import (
     SIMULATED_VARIABLE,
     launch_local,
 )
-from ._output import PROG, emit, hold_stops, to_json_text
+from ._output import PROG, diagnose, emit, hold_stops, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
         raise UsageError(str(exc)) from None
     handed, descriptors = _hand_over(args, faults, host)
     rank_arguments = _rank_arguments(args.argv, handed)
-    print(f"{PROG}: run {run_id}: starting {args.nproc} ranks in {run_dir}", file=sys.stderr)
+    diagnose(f"run {run_id}: starting {args.nproc} ranks in {run_dir}")
     # On a terminal, the live view of `watch` while the ranks run.
     view = _live_view(run_dir)
     try:
@@ -258,7 +258,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
             run_id=run_id,
             run_dir=run_dir,
             grace_s=grace_s,
-            notify=lambda line: _note(view, f"{PROG}: {line}"),
+            notify=lambda line: _note(view, line),
             manifest=manifest,
             tick=None if view is None else view.tick,
             relay=None if view is None else view.line,
@@ -275,13 +275,13 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
     _send_launch_trace(args, run_dir)
     for exit in exits:
         if exit.returncode not in (0, 1):
-            print(f"{PROG}: {exit.describe()}", file=sys.stderr)
+            diagnose(exit.describe())
     refused = [exit for exit in exits if exit.returncode == 2]
     if refused:
         # A rank refused to start (its own one-line error is above): what is
         # in the directory is not a run this launch made whole.
         ranks = ", ".join(str(exit.rank) for exit in refused)
-        print(f"{PROG}: error: rank {ranks} refused to start; no report", file=sys.stderr)
+        diagnose(f"error: rank {ranks} refused to start; no report")
         return 2
     return _report(args, [run_dir], for_ranks=True)
 
@@ -307,9 +307,11 @@ def _live_view(run_dir: Path) -> LaunchView | None:
 
 def _note(view: LaunchView | None, line: str) -> None:
     if view is None:
-        print(line, file=sys.stderr, flush=True)
+        diagnose(line, flush=True)
     else:
-        view.line(line)
+        from exporters import terminal_text
+
+        view.line(terminal_text(f"{PROG}: {line}"))
 
 
 def _check_writable(path: Path) -> None:
@@ -348,12 +350,12 @@ def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
             write_file(path, (text + "\n").encode())
     except (OSError, ValueError, EventsError, RunDirectoryError) as exc:
         what = "the launch's span" if path is None else f"--trace-file {path}"
-        print(f"{PROG}: {what}: not written: {exc}", file=sys.stderr)
+        diagnose(f"{what}: not written: {exc}")
         return
     if path is not None:
-        print(f"{PROG}: the launch's trace ({len(spans)} spans) is in {path}", file=sys.stderr)
+        diagnose(f"the launch's trace ({len(spans)} spans) is in {path}")
     if not send_launch_span(tracing, spans, ranks_ended=True):
-        print(f"{PROG}: could not export the launch's span to the collector", file=sys.stderr)
+        diagnose("could not export the launch's span to the collector")
 
 
 def _grace(args: argparse.Namespace) -> float:
@@ -485,10 +487,9 @@ def _report(
     decisions = decision_divergences(run.contents)
     document = with_decision_divergences(report_json(result), decisions)
     if own_rank is not None:
-        print(
-            f"{PROG}: rank {own_rank} reports only itself (its peers may still be running); "
-            f"replay {paths[0]} once every rank has stopped for the whole run",
-            file=sys.stderr,
+        diagnose(
+            f"rank {own_rank} reports only itself (its peers may still be running); "
+            f"replay {paths[0]} once every rank has stopped for the whole run"
         )
         document = {**document, "ranks": [r for r in document["ranks"] if r["rank"] == own_rank]}
     if args.json:
@@ -504,7 +505,7 @@ def _report(
     if verdict:
         cause = result.root_cause
         why = "" if cause is None else f": {cause.describe()}"
-        print(f"{PROG}: startup {result.outcome.value}{why}; replay {paths[0]}", file=sys.stderr)
+        diagnose(f"startup {result.outcome.value}{why}; replay {paths[0]}")
     if own_rank is not None:
         return 0 if result.outcome_of(own_rank).value == "ready" else 1
     return 0 if document["outcome"] == "ready" else 1
@@ -562,10 +563,9 @@ def _run_rank(
         # The record ends where the disk refused it: the report would read
         # a rank that is still running. The cause is said here, always.
         error = log.failed_write
-        print(
-            f"{PROG}: error: cannot write {log.path}: {error.strerror or error}; "
-            "the run's record ends where the write failed",
-            file=sys.stderr,
+        diagnose(
+            f"error: cannot write {log.path}: {error.strerror or error}; "
+            "the run's record ends where the write failed"
         )
         return 1
     result = startup.result
@@ -585,10 +585,9 @@ def _run_rank(
     if not result.peers_finished:
         # Ranks that reached the end have closed their logs; the others
         # show as still running. Replay later gives the final picture.
-        print(
-            f"{PROG}: not every rank reached the end of the startup together; "
-            f"replay {result.run_dir} once every rank has stopped for the final report",
-            file=sys.stderr,
+        diagnose(
+            "not every rank reached the end of the startup together; "
+            f"replay {result.run_dir} once every rank has stopped for the final report"
         )
     # Rank 0 holds the merged record: its one-line verdict, the last line of
     # the orchestrator's own before the launcher's summary. The run is over,
@@ -609,10 +608,9 @@ def _print_next_steps(run_dir: Path, identity: RankIdentity, launched: bool) -> 
 def _print_where_the_logs_are(run_dir: Path) -> None:
     """The one line every run's launcher prints on stderr, a single rank or
     ``--nproc N`` alike."""
-    print(
-        f"{PROG}: the run's logs are in {run_dir}; replay {run_dir} for the report, "
-        f"explain {run_dir} for every step",
-        file=sys.stderr,
+    diagnose(
+        f"the run's logs are in {run_dir}; replay {run_dir} for the report, "
+        f"explain {run_dir} for every step"
     )
 
 

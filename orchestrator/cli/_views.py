@@ -37,7 +37,7 @@ from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
 
 from ._errors import InputError, UsageError
-from ._output import emit, to_json_text
+from ._output import diagnose, emit, to_json_text
 from ._run_logs import RunLogs, rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
@@ -65,14 +65,11 @@ def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()
         if recorded is None or recorded == (ENGINE_SLICE,):
             return replay(run.contents, launch=run.launch, until=until, slices=[ENGINE])
         if recorded:
-            from exporters import terminal_text
-
-            named = [terminal_text(path, indent="") for path in recorded]
-            print(
-                f"note: recorded with slice{'s' if len(named) > 1 else ''} {', '.join(named)}; "
-                f"pass {' '.join('--slice ' + shlex.quote(path) for path in named)} "
-                "for its columns and messages (shown: the generic ones)",
-                file=sys.stderr,
+            diagnose(
+                f"note: recorded with slice{'s' if len(recorded) > 1 else ''} "
+                f"{', '.join(recorded)}; "
+                f"pass {' '.join('--slice ' + shlex.quote(path) for path in recorded)} "
+                "for its columns and messages (shown: the generic ones)"
             )
         return replay(run.contents, launch=run.launch, until=until)
     except LogError as exc:
@@ -350,9 +347,7 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
         raise InputError(f"--export {kind}: {exc}") from None
     finally:
         exporter.shutdown()
-    print(
-        f"exported {count} spans ({kind}{'' if path is None else ' ' + str(path)})", file=sys.stderr
-    )
+    diagnose(f"exported {count} spans ({kind}{'' if path is None else ' ' + str(path)})")
 
 
 def _view(

@@ -16,7 +16,7 @@ from events import encode
 from events.testing import EventStream
 
 from .conftest import StoredRun
-from .harness import call_cli, rank_logs
+from .harness import call_cli, rank_logs, run_cli
 
 PROG = "startup-orchestrator: error: "
 V0_LOG = Path(__file__).resolve().parents[2] / "events" / "fixtures" / "v0-rank0.jsonl"
@@ -223,3 +223,30 @@ def test_a_directory_with_only_an_empty_log_is_an_incomplete_run(tmp_path: Path)
     assert document["ranks"][0]["log"] == "empty"
     text = call_cli("replay", str(run), cwd=tmp_path)
     assert "Root cause: rank 0 wrote no events (empty log)" in text.stdout
+
+
+#: A directory name that would clear the screen and forge a line if printed.
+FORGING_NAME = "evil\x1b[2J\rINFO    [rank 0] Startup ready."
+
+
+def _escaped_only(stderr: str) -> None:
+    assert "\x1b" not in stderr, repr(stderr)
+    assert "\r" not in stderr, repr(stderr)
+    assert "evil\\x1b[2J\\rINFO" in stderr, stderr
+
+
+def test_an_error_naming_a_forging_path_escapes_it(tmp_path: Path) -> None:
+    completed = call_cli("replay", str(tmp_path / FORGING_NAME / "rank-9.jsonl"), cwd=tmp_path)
+    assert completed.returncode == 2, completed.describe()
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(PROG)
+    _escaped_only(completed.stderr)
+
+
+def test_a_run_into_a_forging_directory_names_it_escaped(tmp_path: Path) -> None:
+    completed = run_cli("run", "--simulate", "xeon", "--run-dir", FORGING_NAME, cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert (tmp_path / FORGING_NAME / "rank-0.jsonl").is_file()
+    (where,) = [line for line in completed.stderr.splitlines() if "the run's logs are in" in line]
+    _escaped_only(where)
+    _escaped_only(completed.stderr)

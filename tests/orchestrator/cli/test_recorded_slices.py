@@ -97,8 +97,8 @@ def test_replay_without_slice_names_the_recorded_one_and_shows_no_engine_columns
     completed = call_cli("replay", str(run), cwd=run.parent)
     assert completed.returncode == 0, completed.describe()
     assert completed.stderr == (
-        f"note: recorded with slice {script}:SLICE; pass --slice {script}:SLICE "
-        "for its columns and messages (shown: the generic ones)\n"
+        f"startup-orchestrator: note: recorded with slice {script}:SLICE; "
+        f"pass --slice {script}:SLICE for its columns and messages (shown: the generic ones)\n"
     )
     # Neither the engine's columns and messages nor the slice's (not loaded).
     assert "PLATFORM" not in completed.stdout
