@@ -228,6 +228,7 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_INFO,
         scope=_LOCAL,
     ),
+    # vLLM 0.33 leaves multi-node fusion off without MNNVL, at DEBUG.
     MessageRule(
         code="allreduce.unsupported",
         step=ALLREDUCE_STEP,
@@ -240,27 +241,17 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
     ),
 )
 
-#: SPEC §3.6, row by row, then the codes this release adds to it: the
-#: engine's policy (severity and scope of every code an engine run derives).
+#: SPEC §3.6, row by row, for the codes the hook and the kernel derive (the
+#: rules above carry their own), then the codes this release adds to it:
+#: with the rules, the engine's policy (severity and scope of every code an
+#: engine run derives), each written once.
 _TABLE: dict[str, tuple[Severity, Scope]] = {
     "platform.plugin_declined": (_DEBUG, _PROCESS),
     "platform.plugin_failed": (_DEBUG, _PROCESS),
-    "platform.detected": (_INFO, _LOCAL),
     "platform.fallback": (_WARNING, _PROCESS),
-    "platform.conflict": (_ERROR, _PROCESS),
-    "platform.unspecified": (_ERROR, _PROCESS),
-    "zentorch.loaded": (_INFO, _LOCAL),
-    "zentorch.absent": (_DEBUG, _LOCAL),
     "zentorch.broken": (_WARNING, _LOCAL),
-    "attention.backend_unavailable": (_DEBUG, _PROCESS),
-    "attention.backend_invalid": (_DEBUG, _PROCESS),
     "attention.selected": (_INFO, _LOCAL),
-    "attention.explicit_selected": (_INFO, _LOCAL),
-    "attention.explicit_invalid": (_ERROR, _PROCESS),
-    "attention.none_valid": (_ERROR, _PROCESS),
-    "flashinfer_comm.unavailable": (_DEBUG, _LOCAL),
     "allreduce.attempt_failed": (_WARNING, _LOCAL),
-    "allreduce.workspace_ready": (_INFO, _LOCAL),
     "allreduce.workspace_failed": (_ERROR, _PROCESS),
     "allreduce.divergence": (_ERROR, _GLOBAL),
     # Added: a terminal failure, ERROR once per rank as its plain sibling.
@@ -287,8 +278,6 @@ EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     # Which steps ran a real engine's own code (engine="vllm").
     "platform.vllm_code": (_INFO, _LOCAL),
     "platform.vllm_untested": (_WARNING, _LOCAL),
-    # vLLM 0.33 leaves multi-node fusion off without MNNVL, at DEBUG.
-    "allreduce.unsupported": (_DEBUG, _LOCAL),
 }
 
 
