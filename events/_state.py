@@ -689,6 +689,12 @@ def replay(
         }
         if never:
             launch = attrs.evolve(launch, processes={**launch.processes, **never})
+    outside = sorted(rank for rank in empty if rank >= world_size)
+    if outside:
+        warnings.append(
+            f"empty logs name {format_ranks(outside)}, outside the world size {world_size}: "
+            "not counted"
+        )
     silent = [rank for rank, why in no_events.items() if why != ELSEWHERE]
     if silent:
         warnings.append(

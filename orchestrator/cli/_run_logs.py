@@ -146,8 +146,8 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
         UsageError: a path does not exist, or the paths are of different
             runs (``diff`` compares two).
         InputError: a log is corrupt or unreadable, a manifest is invalid,
-            a rank has two different logs, or nothing was found to report
-            on.
+            a log's name says another rank than its events, a rank has two
+            different logs, or nothing was found to report on.
     """
     from events import read_log
 
@@ -186,6 +186,13 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
                         "it on its own"
                     )
                 rank = read.events[0].rank
+                named = rank_of_file(file)
+                if named is not None and named != rank:
+                    raise InputError(
+                        f"{file}: holds the events of rank {rank}, not of rank {named} (a "
+                        "foreign or renamed log): rename or move it out; validate lists every "
+                        "problem of the run"
+                    )
                 if rank not in read_from:
                     read_from[rank] = (file, len(contents))
                     contents.append(read)

@@ -250,3 +250,42 @@ def test_a_run_into_a_forging_directory_names_it_escaped(tmp_path: Path) -> None
     (where,) = [line for line in completed.stderr.splitlines() if "the run's logs are in" in line]
     _escaped_only(where)
     _escaped_only(completed.stderr)
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=" ".join)
+def test_a_log_renamed_to_another_rank_is_named_by_every_view(
+    healthy: StoredRun, tmp_path: Path, view: tuple[str, ...]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(healthy.directory, run)
+    (log,) = rank_logs(run)
+    # An identical copy under another rank's name, as a careless copy makes.
+    shutil.copy(log, run / "rank-5.jsonl")
+    completed = call_cli(*view, str(run), cwd=tmp_path)
+    assert completed.returncode == 1, completed.describe()
+    assert completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line == (
+        f"{PROG}{run / 'rank-5.jsonl'}: holds the events of rank 0, not of rank 5 (a foreign "
+        "or renamed log): rename or move it out; validate lists every problem of the run"
+    )
+
+
+def test_empty_logs_of_ranks_outside_the_world_are_named_not_dropped(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(healthy.directory, run)
+    for rank in (7, 99_999_999_999):
+        (run / f"rank-{rank}.jsonl").touch()
+    completed = call_cli("replay", str(run), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert (
+        "empty logs name ranks 7,99999999999, outside the world size 1: not counted"
+        in completed.stdout
+    )
+    document = json.loads(call_cli("replay", "--json", str(run), cwd=tmp_path).stdout)
+    assert document["world_size"] == 1
+    assert document["warnings"] == [
+        "empty logs name ranks 7,99999999999, outside the world size 1: not counted"
+    ]
