@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import string
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -158,6 +159,34 @@ def _mapping(value: object) -> _Fields:
     return _Fields(value) if isinstance(value, Mapping) else _Fields()
 
 
+#: The fields a rule's templates may name; ``result`` and ``attributes``
+#: by one key (``{result[backend]}``).
+_TEMPLATE_FIELDS = frozenset(
+    {"step", "name", "parent", "outcome", "reason", "error", "message", "result", "attributes"}
+)
+
+
+def _template_fault(template: str) -> str | None:
+    """What keeps ``template`` from rendering over any event, or ``None``."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return str(exc)
+    for _text, field, spec, _conversion in parts:
+        if field is None:
+            continue
+        root, bracket, key = field.partition("[")
+        if root not in _TEMPLATE_FIELDS:
+            return f"{{{field}}} names no field"
+        if bracket and (root not in ("result", "attributes") or not key.endswith("]")):
+            return f"{{{field}}}: only result and attributes take a key, and one"
+        if any(mark in key[:-1] for mark in "[]."):
+            return f"{{{field}}}: only result and attributes take a key, and one"
+        if spec:
+            return f"{{{field}:{spec}}}: a field takes no format spec (values are text)"
+    return None
+
+
 #: Where a rule's ``when`` and ``defaults`` keys read from.
 _RECORDED = ("result.", "attributes.")
 
@@ -231,7 +260,8 @@ class MessageRule:
     ``reason`` (one line: reasons, cause or timeout), ``error`` (the cause as
     ``Type: message``), ``message`` (the cause's message), ``result`` (the
     step's result, ``{result[key]}``) and ``attributes`` (the step's start
-    attributes, ``{attributes[key]}``). A missing key reads ``-``, or its
+    attributes, ``{attributes[key]}``); a conversion (``{reason!r}``) is
+    allowed, a format spec is not. A missing key reads ``-``, or its
     entry in ``defaults`` (``{"attributes.plugin": "{name}"}``: a template
     over the same fields), which also stands for an empty or non-text value.
 
@@ -251,7 +281,11 @@ class MessageRule:
 
     Raises:
         ValueError: a ``when`` or ``defaults`` key is not ``cause``,
-            ``result.KEY`` or ``attributes.KEY``, or ``cause`` is not a bool.
+            ``result.KEY`` or ``attributes.KEY``, or ``cause`` is not a bool;
+            or a template does not parse, names another field, indexes
+            one other than ``result`` and ``attributes`` (or by more than
+            one key), or has a format spec: found when the rule is made,
+            not while a log replays.
     """
 
     code: str
@@ -269,6 +303,18 @@ class MessageRule:
     detail: bool = True
     when: Mapping[str, JsonValue] = attrs.field(factory=dict, converter=_conditions)
     defaults: Mapping[str, str] = attrs.field(factory=dict, converter=_defaults)
+
+    def __attrs_post_init__(self) -> None:
+        templates = [("text", self.text), *(("args", arg) for arg in self.args or ())]
+        templates.extend((f"defaults[{key!r}]", value) for key, value in self.defaults.items())
+        for where, template in templates:
+            fault = _template_fault(template)
+            if fault is not None:
+                raise ValueError(
+                    f"MessageRule {self.code!r}: {where} {template!r}: {fault}; a template "
+                    "names step, name, parent, outcome, reason, error, message, "
+                    "result[KEY] or attributes[KEY]"
+                )
 
     def matches(
         self,

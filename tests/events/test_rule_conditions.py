@@ -188,3 +188,41 @@ def test_a_condition_or_default_on_something_not_recorded_is_named(
 ) -> None:
     with pytest.raises(ValueError, match=named.replace("[", r"\[").replace("]", r"\]")):
         MessageRule(code="mine.x", step="x", text="x", **{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("template", "fault"),
+    [
+        ("{nope", "expected '}' before end of string"),
+        ("{result.platform}", "{result.platform} names no field"),
+        ("{nosuch}", "{nosuch} names no field"),
+        ("{}", "{} names no field"),
+        ("{result[a][b]}", "only result and attributes take a key, and one"),
+        ("{step[0]}", "only result and attributes take a key, and one"),
+        ("{reason:>10}", "a field takes no format spec"),
+    ],
+)
+def test_a_template_that_cannot_render_is_refused_when_the_rule_is_made(
+    template: str, fault: str
+) -> None:
+    with pytest.raises(ValueError, match=r"MessageRule 'mine\.x': text ") as caught:
+        MessageRule(code="mine.x", step="loader", text=template)
+    assert fault in str(caught.value)
+    for where in ({"args": (template,)}, {"defaults": {"attributes.plugin": template}}):
+        with pytest.raises(ValueError, match=r"MessageRule 'mine\.x': (args|defaults)"):
+            MessageRule(code="mine.x", step="loader", text="x", **where)  # type: ignore[arg-type]
+
+
+def test_every_field_a_template_may_name_renders() -> None:
+    rule = MessageRule(
+        code="mine.all",
+        step="loader",
+        outcomes=Outcome.UNAVAILABLE,
+        text="{step}|{name}|{parent}|{outcome}|{reason}|{error}|{message!r}|"
+        "{result[x]}|{attributes[plugin]}",
+    )
+    (message,) = messages(loader(cause=True, attributes={"plugin": "acme"}), rule)
+    assert message.text == (
+        "loader|loader||unavailable|ImportError: no module named x|"
+        "ImportError: no module named x|'no module named x'|-|acme"
+    )
