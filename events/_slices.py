@@ -100,6 +100,19 @@ def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
+def _each(cls: type[Any]) -> Callable[[Any, attrs.Attribute[Any], tuple[Any, ...]], None]:
+    """A validator: every item is a ``cls``."""
+
+    def check(_instance: Any, attribute: attrs.Attribute[Any], items: tuple[Any, ...]) -> None:
+        for index, item in enumerate(items):
+            if not isinstance(item, cls):
+                raise TypeError(
+                    f"Slice {attribute.name}[{index}] is {item!r}, not an events.{cls.__name__}"
+                )
+
+    return check
+
+
 def step_matches(pattern: str, step: str) -> bool:
     """Whether ``step`` matches ``pattern`` (:mod:`fnmatch` rules; ``*``
     also crosses ``/``)."""
@@ -599,14 +612,20 @@ class Slice:
 
     name: str
     steps: tuple[str, ...] = attrs.field(default=(), converter=_strings)
-    rules: tuple[MessageRule, ...] = attrs.field(default=(), converter=_tuple)
+    rules: tuple[MessageRule, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_each(MessageRule)
+    )
     severities: Mapping[str, Rule] = attrs.field(factory=dict, converter=_code_rules)
     facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
     report_facts: tuple[str, ...] | None = None
-    columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple)
-    agreements: tuple[Agreement, ...] = attrs.field(default=(), converter=_tuple)
-    losses: tuple[Loss, ...] = attrs.field(default=(), converter=_tuple)
-    collectives: tuple[Collective, ...] = attrs.field(default=(), converter=_tuple)
+    columns: tuple[Column, ...] = attrs.field(default=(), converter=_tuple, validator=_each(Column))
+    agreements: tuple[Agreement, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_each(Agreement)
+    )
+    losses: tuple[Loss, ...] = attrs.field(default=(), converter=_tuple, validator=_each(Loss))
+    collectives: tuple[Collective, ...] = attrs.field(
+        default=(), converter=_tuple, validator=_each(Collective)
+    )
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
     state_type: type[RankState] | None = None

@@ -563,7 +563,16 @@ def replay(
         LogError: two logs of the same rank, logs of different runs, or a
             launch record of another run.
         FoldError: a rank's events skip, repeat or reorder ``seq``.
+        TypeError: one of ``slices`` is not a :class:`~events.Slice` (an
+            import path such as ``"orchestrator.engine:ENGINE"`` is what the
+            command line's ``--slice`` loads; in code, pass the object).
     """
+    for index, part in enumerate(slices):
+        if not isinstance(part, Slice):
+            raise TypeError(
+                f"slices[{index}] is {part!r}, not an events.Slice: pass the object "
+                "(an import path is what the command line's --slice loads)"
+            )
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}
     warnings: list[str] = []

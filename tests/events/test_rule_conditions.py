@@ -17,6 +17,7 @@ from events import (
     Severity,
     Slice,
     fold,
+    replay,
 )
 from events.testing import EventStream, exception_info
 
@@ -226,3 +227,14 @@ def test_every_field_a_template_may_name_renders() -> None:
         "loader|loader||unavailable|ImportError: no module named x|"
         "ImportError: no module named x|'no module named x'|-|acme"
     )
+
+
+def test_a_slice_of_something_else_is_named_where_it_is_made_or_passed() -> None:
+    with pytest.raises(
+        TypeError, match=r"Slice rules\[1\] is 'mine\.x', not an events\.MessageRule"
+    ):
+        Slice(name="mine", rules=[READY, "mine.x"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"Slice columns\[0\] is 'KERNELS', not an events\.Column"):
+        Slice(name="mine", columns=["KERNELS"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"slices\[0\] is 'orchestrator\.engine:ENGINE', not an"):
+        replay(workspace(None), slices=["orchestrator.engine:ENGINE"])  # type: ignore[list-item]
