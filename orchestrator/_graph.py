@@ -39,9 +39,24 @@ def _step_names(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def _check_name(_instance: object, _attribute: object, value: str) -> None:
-    if not value or value.startswith("/") or value.endswith("/") or "//" in value:
+    if (
+        not value
+        or value.startswith("/")
+        or value.endswith("/")
+        or "//" in value
+        or not value.isprintable()
+    ):
         raise ValueError(
-            f"step name {value!r} is not a path like 'platform' or 'platform/cpu/zentorch'"
+            f"step name {value!r} is not a path like 'platform' or 'platform/cpu/zentorch' "
+            "(printable characters, segments joined by '/')"
+        )
+
+
+def _check_body(instance: Step, _attribute: object, value: Any) -> None:
+    if not callable(value):
+        raise TypeError(
+            f"step {instance.name!r}: body is {value!r}, not a function of the step's context "
+            "(def probe(ctx): ... or async def probe(ctx): ...)"
         )
 
 
@@ -61,7 +76,7 @@ class Step:
     """
 
     name: str = attrs.field(validator=_check_name)
-    body: StepBody
+    body: StepBody = attrs.field(validator=_check_body)
     depends_on: tuple[str, ...] = attrs.field(default=(), converter=_step_names)
     policy: ErrorPolicy = PROBE_POLICY
     timeout: float | None = None

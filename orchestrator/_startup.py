@@ -84,6 +84,7 @@ from events import (
     RunOutcome,
     Scope,
     Severity,
+    Slice,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
@@ -123,7 +124,6 @@ from ._threads import StepThreads
 from ._watchdog import DEFAULT_STALL_S
 
 if TYPE_CHECKING:
-    from events import Slice
     from exporters import LoggingBridge, Tracing
 
     from .engine import EngineConfig, Profile
@@ -276,6 +276,11 @@ class Startup:
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,
             ``host``, ``importer``, ``workspace_factory``...).
+
+    Raises:
+        ValueError: ``slices`` without a ``graph`` of your own.
+        TypeError: ``graph`` is not a :class:`~orchestrator.Graph`, or an
+            item of ``slices`` is not an :class:`events.Slice`.
     """
 
     def __init__(
@@ -311,6 +316,14 @@ class Startup:
                 "slices describe a graph of your own (pass graph=...); the reference "
                 "engine's graph has its own"
             )
+        if graph is not None and not isinstance(graph, Graph):
+            raise TypeError(f"graph is {graph!r}, not an orchestrator.Graph")
+        for index, part in enumerate(slices):
+            if not isinstance(part, Slice):
+                raise TypeError(
+                    f"slices[{index}] is {part!r}, not an events.Slice: pass the object "
+                    "(an import path is what the command line's --slice loads)"
+                )
         self._graph = graph
         self._slices = tuple(slices)
         self._identity = identity

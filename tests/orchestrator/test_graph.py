@@ -328,3 +328,14 @@ async def test_the_context_exposes_identity_config_host_and_services() -> None:
 def test_a_runner_rejects_an_identity_of_another_rank() -> None:
     with pytest.raises(ValueError, match="does not match the log's rank"):
         orchestrator.Runner(new_log(), identity=RankIdentity(rank=1, world_size=2))
+
+
+def test_a_step_whose_body_cannot_be_called_is_named() -> None:
+    with pytest.raises(TypeError, match=r"step 'cache': body is 3, not a function of the step"):
+        Step(name="cache", body=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["cache\x1b[2J", "cache\nINFO forged", "cache\u202e"])
+def test_a_step_name_with_control_characters_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="is not a path like"):
+        Step(name=name, body=lambda ctx: None)

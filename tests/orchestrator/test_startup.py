@@ -465,6 +465,16 @@ def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
         _startup(tmp_path, slices=[OWN_SLICE])
 
 
+def test_a_graph_or_slice_of_the_wrong_type_is_named_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(TypeError, match=r"graph is 'my-graph', not an orchestrator\.Graph"):
+        _startup(tmp_path, graph="my-graph")
+    with pytest.raises(TypeError, match=r"slices\[0\] is 'mine:SLICE', not an events.Slice"):
+        _own_startup(tmp_path, slices=["mine:SLICE"])
+    assert not (tmp_path / "run").exists()
+
+
 # --- the lifecycle ---------------------------------------------------------------------
 
 
