@@ -329,21 +329,6 @@ class MessageRule:
                     "result[KEY] or attributes[KEY]"
                 )
 
-    def matches(
-        self,
-        event: Event,
-        outcome: Outcome,
-        *,
-        originated: bool,
-        started: StepStarted | None = None,
-    ) -> bool:
-        """Whether this rule speaks for ``event`` (ended with ``outcome``;
-        ``originated``: a failure started at this step; ``started``: the
-        step's start, for ``attributes`` conditions)."""
-        return self.matches_step(event.step) and self.matches_event(
-            event, outcome, originated=originated, started=started
-        )
-
     def matches_step(self, step: str) -> bool:
         """Whether ``step`` matches :attr:`step`."""
         return step_matches(self.step, step)
@@ -356,7 +341,10 @@ class MessageRule:
         originated: bool,
         started: StepStarted | None = None,
     ) -> bool:
-        """:meth:`matches`, for an event whose step is known to match."""
+        """Whether this rule speaks for ``event``, whose step
+        :meth:`matches_step` (ended with ``outcome``; ``originated``: a
+        failure started at this step; ``started``: the step's start, for
+        ``attributes`` conditions)."""
         if outcome not in self.outcomes:
             return False
         if outcome is Outcome.FAILED and isinstance(event, StepFailed) and not originated:
