@@ -49,6 +49,7 @@ from ._model import (
     RunFinished,
     StepCrashed,
     StepFailed,
+    StepKind,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
@@ -222,6 +223,10 @@ def _conditions(value: Mapping[str, Any]) -> dict[str, JsonValue]:
                     f"MessageRule when['cause'] is {wanted!r}: give True (the step recorded "
                     "an exception) or False (it recorded none)"
                 )
+        elif key == "kind":
+            if wanted not in set(StepKind):
+                kinds = ", ".join(repr(kind.value) for kind in StepKind)
+                raise ValueError(f"MessageRule when['kind'] is {wanted!r}: give one of {kinds}")
         else:
             _recorded_key(key, "when")
     return found
@@ -260,8 +265,9 @@ class MessageRule:
     ``when`` adds conditions on what the step recorded, all of which must
     hold: ``{"result.enabled": True}`` (a key of its result, so only when it
     ended ok), ``{"attributes.mode": "fast"}`` (a key of its start
-    attributes), ``{"cause": False}`` (whether it recorded an exception). A
-    missing key reads as ``None``; a bool matches only a bool.
+    attributes), ``{"cause": False}`` (whether it recorded an exception),
+    ``{"kind": "candidate"}`` (the kind it started as). A missing key reads
+    as ``None``; a bool matches only a bool.
 
     Rules are tried in order, the slices' in the order the slices are given;
     the first that matches an event speaks for it, and the later ones do not.
@@ -294,7 +300,8 @@ class MessageRule:
 
     Raises:
         ValueError: a ``when`` or ``defaults`` key is not ``cause``,
-            ``result.KEY`` or ``attributes.KEY``, or ``cause`` is not a bool;
+            ``kind``, ``result.KEY`` or ``attributes.KEY`` (``defaults``:
+            the last two), ``cause`` is not a bool or ``kind`` no step kind;
             or a template does not parse, names another field, indexes
             one other than ``result`` and ``attributes`` (or by more than
             one key), or has a format spec: found when the rule is made,
@@ -355,6 +362,10 @@ class MessageRule:
         for key, wanted in self.when.items():
             if key == "cause":
                 if (cause is not None) is not wanted:
+                    return False
+                continue
+            if key == "kind":
+                if started is None or started.kind != wanted:
                     return False
                 continue
             value = _recorded(key, event, started)

@@ -5,8 +5,8 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
 (``step.*``, ``run.*``); this module adds the engine's, for the steps of
 :mod:`orchestrator.engine._conventions`::
 
-    platform/<p> ends absent (declined)                 platform.plugin_declined
-    platform/<p> ends unavailable without a cause       platform.device_unusable
+    platform/<p> ends absent (declined)                 platform.plugin_declined   [rule]
+    platform/<p> ends unavailable without a cause       platform.device_unusable   [rule]
       (declined, its hardware present but unusable)
     platform/<p> ends unavailable|failed with a cause   platform.plugin_failed
       (or timed out or crashed)
@@ -41,9 +41,7 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
 ``[rule]`` rows are :class:`events.MessageRule` data (conditions on the
 step's result and cause, defaults for values an older log lacks); the others
 need what earlier events said (failed plugins, attempts, the torch version)
-or a step's place under its parent (a platform plugin's children are not
-plugins) and are derived by :class:`EngineMessageHook`, the slice's message
-hook.
+and are derived by :class:`EngineMessageHook`, the slice's message hook.
 
 Legacy logs: releases before the typed candidate errors recorded
 ``attention.explicit_invalid`` and ``attention.none_valid`` failures as a
@@ -142,6 +140,30 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_DEBUG,
         scope=_LOCAL,
         detail=False,
+    ),
+    # A plugin (a candidate under platform: not its children, nor the build
+    # target) that declined says why at DEBUG; at WARNING when its hardware
+    # is evidently there but unusable (beyond vLLM: GPUs evidently there,
+    # device nodes, that cannot be used).
+    MessageRule(
+        code="platform.plugin_declined",
+        step=f"{PLATFORM_STEP}/*",
+        outcomes=Outcome.ABSENT,
+        when={"kind": "candidate", "cause": False},
+        text="Platform plugin {attributes[plugin]} declined: {reason}",
+        args=("{attributes[plugin]}", "{reason}"),
+        defaults={"attributes.plugin": "{name}"},
+        severity=_DEBUG,
+    ),
+    MessageRule(
+        code="platform.device_unusable",
+        step=f"{PLATFORM_STEP}/*",
+        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
+        when={"kind": "candidate", "cause": False},
+        text="Platform plugin {attributes[plugin]} cannot use this host's devices: {reason}",
+        args=("{attributes[plugin]}", "{reason}"),
+        defaults={"attributes.plugin": "{name}"},
+        severity=_WARNING,
     ),
     MessageRule(
         code="platform.detected",
@@ -246,7 +268,6 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
 #: with the rules, the engine's policy (severity and scope of every code an
 #: engine run derives), each written once.
 _TABLE: dict[str, tuple[Severity, Scope]] = {
-    "platform.plugin_declined": (_DEBUG, _PROCESS),
     "platform.plugin_failed": (_DEBUG, _PROCESS),
     "platform.fallback": (_WARNING, _PROCESS),
     "zentorch.broken": (_WARNING, _LOCAL),
@@ -273,8 +294,6 @@ EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
     "attention.divergence": (_WARNING, _GLOBAL),
     # A rank without flashinfer.comm costs every rank the fusion (recovered).
     "flashinfer_comm.divergence": (_WARNING, _GLOBAL),
-    # Beyond vLLM: GPUs evidently there (device nodes) that cannot be used.
-    "platform.device_unusable": (_WARNING, _PROCESS),
     # Which steps ran a real engine's own code (engine="vllm").
     "platform.vllm_code": (_INFO, _LOCAL),
     "platform.vllm_untested": (_WARNING, _LOCAL),
@@ -427,30 +446,13 @@ def _legacy(context: MessageContext) -> None:
 def _plugin(
     context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
 ) -> _Memory:
-    # A plugin that declined says why at DEBUG (at WARNING when its hardware
-    # is evidently there but unusable); one that raised, timed out or
-    # crashed failed: not activated, and worth a WARNING if the run goes on
-    # on another platform.
+    # A plugin that raised, timed out or crashed failed: not activated, and
+    # worth a WARNING if the run goes on on another platform (one that
+    # declined is a rule).
     event = context.event
     cause = cause_of(event)
     plugin = _attribute(started, "plugin", name)
     reason = reason_of(event)
-    if isinstance(event, StepUnavailable) and cause is None:
-        if event.outcome is Outcome.ABSENT:
-            context.emit(
-                "platform.plugin_declined",
-                f"Platform plugin {plugin} declined: {reason}",
-                step=event.step,
-                args=(plugin, reason),
-            )
-        else:
-            context.emit(
-                "platform.device_unusable",
-                f"Platform plugin {plugin} cannot use this host's devices: {reason}",
-                step=event.step,
-                args=(plugin, reason),
-            )
-        return memory
     stopped = isinstance(event, StepTimedOut | StepCrashed)
     if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
         return memory

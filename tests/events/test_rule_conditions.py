@@ -16,6 +16,7 @@ from events import (
     RunOutcome,
     Severity,
     Slice,
+    StepKind,
     fold,
     replay,
 )
@@ -238,3 +239,27 @@ def test_a_slice_of_something_else_is_named_where_it_is_made_or_passed() -> None
         Slice(name="mine", columns=["KERNELS"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"slices\[0\] is 'orchestrator\.engine:ENGINE', not an"):
         replay(workspace(None), slices=["orchestrator.engine:ENGINE"])  # type: ignore[list-item]
+
+
+def test_a_kind_condition_speaks_for_candidates_and_not_for_their_siblings() -> None:
+    stream = EventStream().run_started()
+    stream.started("backend")
+    stream.started("backend/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    stream.unavailable("backend/fast", Outcome.ABSENT, reasons=["not installed"])
+    stream.started("backend/build")
+    stream.unavailable("backend/build", Outcome.ABSENT, reasons=["no target"])
+    stream.succeeded("backend")
+    rule = MessageRule(
+        code="mine.declined",
+        step="backend/*",
+        outcomes=Outcome.ABSENT,
+        when={"kind": "candidate"},
+        text="Backend {attributes[candidate]} declined: {reason}",
+    )
+    slice_ = Slice(name="mine", steps=("backend", "backend/*"), rules=(rule,))
+    found = fold(Messages(slices=[slice_]), stream.run_finished()).messages()
+    assert [m.text for m in found if m.code == "mine.declined"] == [
+        "Backend fast declined: not installed"
+    ]
+    with pytest.raises(ValueError, match=r"when\['kind'\] is 'probe': give one of 'step'"):
+        MessageRule(code="mine.x", step="x", text="x", when={"kind": "probe"})
