@@ -36,7 +36,7 @@ import fnmatch
 import os
 import string
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -577,6 +577,22 @@ class Collective:
 
     step: str
     what: str
+
+
+def checked_slices(slices: Sequence[Any]) -> tuple[Slice, ...]:
+    """``slices`` as a tuple, each checked to be a :class:`Slice`.
+
+    Raises:
+        TypeError: one is not (an import path is what the command line's
+            ``--slice`` loads; in code the object is passed).
+    """
+    for index, part in enumerate(slices):
+        if not isinstance(part, Slice):
+            raise TypeError(
+                f"slices[{index}] is {part!r}, not an events.Slice: pass the object "
+                "(an import path is what the command line's --slice loads)"
+            )
+    return tuple(slices)
 
 
 #: ``facts(facts, event)``: the facts ``event`` changes, or ``None``.

@@ -58,7 +58,7 @@ from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTra
 from ._reader import LogContents
 from ._reducers import fold
 from ._severity import Scope, Severity
-from ._slices import FactsHook, Slice, cause_of
+from ._slices import FactsHook, Slice, cause_of, checked_slices
 from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
@@ -567,12 +567,7 @@ def replay(
             import path such as ``"orchestrator.engine:ENGINE"`` is what the
             command line's ``--slice`` loads; in code, pass the object).
     """
-    for index, part in enumerate(slices):
-        if not isinstance(part, Slice):
-            raise TypeError(
-                f"slices[{index}] is {part!r}, not an events.Slice: pass the object "
-                "(an import path is what the command line's --slice loads)"
-            )
+    slices = checked_slices(slices)
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}
     warnings: list[str] = []

@@ -84,7 +84,6 @@ from events import (
     RunOutcome,
     Scope,
     Severity,
-    Slice,
     StepFailed,
     StepSucceeded,
     StepUnavailable,
@@ -93,6 +92,7 @@ from events import (
 )
 from events._codec import structure, unstructure
 from events._files import write_file
+from events._slices import checked_slices
 
 from ._context import StepResult
 from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
@@ -124,6 +124,7 @@ from ._threads import StepThreads
 from ._watchdog import DEFAULT_STALL_S
 
 if TYPE_CHECKING:
+    from events import Slice
     from exporters import LoggingBridge, Tracing
 
     from .engine import EngineConfig, Profile
@@ -318,14 +319,8 @@ class Startup:
             )
         if graph is not None and not isinstance(graph, Graph):
             raise TypeError(f"graph is {graph!r}, not an orchestrator.Graph")
-        for index, part in enumerate(slices):
-            if not isinstance(part, Slice):
-                raise TypeError(
-                    f"slices[{index}] is {part!r}, not an events.Slice: pass the object "
-                    "(an import path is what the command line's --slice loads)"
-                )
         self._graph = graph
-        self._slices = tuple(slices)
+        self._slices = checked_slices(slices)
         self._identity = identity
         self._run_id = run_id
         self._run_dir = None if run_dir is None else Path(run_dir)
