@@ -157,7 +157,7 @@ from orchestrator.cli._output import hold_stops
 release = threading.Event()
 worker = threading.Thread(target=release.wait)
 worker.start()
-print("with a thread running:", hold_stops())
+print("with a thread running:", hold_stops(), flush=True)
 release.set()
 worker.join()
 answers = []
