@@ -367,7 +367,7 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
 
 class _StepTree:
     """What :func:`validate` checks of one rank's steps: that no two share a
-    span, none ends before it starts, and neither their spans' parents nor
+    span or a path, none ends before it starts, and neither their spans' parents nor
     their dependencies go round in a cycle (which no run writes; a crafted
     log may). Readable all the same: the views show such steps."""
 
@@ -378,6 +378,8 @@ class _StepTree:
         self.spans: dict[str, tuple[str, str | None, int]] = {}
         self.lines: dict[str, int] = {}
         self.depends_on: dict[str, tuple[str, ...]] = {}
+        #: step path -> the line it started on
+        self.started: dict[str, int] = {}
 
     def problem(self, line: int, message: str) -> None:
         self.found.append(
@@ -394,6 +396,13 @@ class _StepTree:
                     line, f"step {event.step} reuses span {event.span_id} of step {other[0]}"
                 )
                 return
+            first = self.started.setdefault(event.step, line)
+            if first != line:
+                self.problem(
+                    line,
+                    f"step {event.step} starts again (it started on line {first}); a path "
+                    "names one step of a run",
+                )
             self.spans[event.span_id] = (event.step, event.parent_span_id, event.mono_ns)
             self.lines[event.span_id] = line
             self.depends_on.setdefault(event.step, event.depends_on)

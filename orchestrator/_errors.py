@@ -72,17 +72,29 @@ class GraphError(OrchestratorError):
 
 
 class DuplicateStepError(GraphError):
-    """Two steps share a name.
+    """Two steps share a name: two steps of a graph, or a child step that a
+    body starts again under the same path (a path names one step of a run,
+    so that its log says which one each event is of).
 
     Attributes:
-        step: the repeated name.
+        step: the repeated name (a child's whole path).
+        child: whether it is a child step started a second time.
     """
 
     __module__ = "orchestrator"
 
-    def __init__(self, step: str) -> None:
+    def __init__(self, step: str, *, child: bool = False) -> None:
         self.step = step
-        super().__init__(f"step {step!r} is defined twice; step names must be unique")
+        self.child = child
+        if child:
+            parent, _, name = step.rpartition("/")
+            message = (
+                f"step {step!r} already ran in this run; give each child of {parent!r} its "
+                f"own name (a retry as {name + '-2'!r}, say)"
+            )
+        else:
+            message = f"step {step!r} is defined twice; step names must be unique"
+        super().__init__(message)
 
 
 class UnknownDependencyError(GraphError):

@@ -61,7 +61,7 @@ from events._launch import derive_trace_id
 
 from ._context import StepBody, StepContext, StepResult, Unavailable
 from ._decisions import DEFAULT_DECIDERS, Decider
-from ._errors import StartupInterrupted, StepCrashedError, StepTimeoutError
+from ._errors import DuplicateStepError, StartupInterrupted, StepCrashedError, StepTimeoutError
 from ._faults import FaultPlan
 from ._graph import Graph, Isolation, Step
 from ._importer import Importer, InjectingImporter, RealImporter
@@ -403,6 +403,8 @@ class _Run:
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}
+        #: every step path started so far: a path names one step of the run
+        self.paths: set[str] = set()
         self.done: dict[str, anyio.Event] = {}
         self.cancel_reason: str | None = None
         #: The exceptions steps failed with, by id, and the step each failure
@@ -557,6 +559,8 @@ class _Run:
         attributes: Mapping[str, JsonValue],
     ) -> StepResult:
         path = f"{parent.step}/{name}"
+        if path in self.paths:
+            raise DuplicateStepError(path, child=True)
         result = await self.run_step(
             name=path,
             body=body,
@@ -602,6 +606,7 @@ class _Run:
         depends_on: tuple[str, ...],
     ) -> StepResult:
         span_id = _new_span_id()
+        self.paths.add(name)
         self.emit(
             StepStarted,
             step=name,

@@ -325,6 +325,7 @@ class Recording:
     async def _follow(self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any]) -> JsonValue:
         """Run the phases announced to ``inbox`` as children, one after
         another, until this step's own end arrives."""
+        seen: dict[str, int] = {}
         try:
             async for message in inbox:
                 if isinstance(message, _End):
@@ -333,7 +334,7 @@ class Recording:
                     return message.value
                 try:
                     await ctx.run_child(
-                        message.name,
+                        _numbered(seen, message.name),
                         self._phase_body(message.inbox, message.started),
                         attributes=message.attributes,
                     )
@@ -370,10 +371,12 @@ class Recording:
                     receiving.cancel()
 
                 watchers.start_soon(stop_receiving)
+                seen: dict[str, int] = {}
                 with self._children_inbox:
                     async for spawned in self._children_inbox:
                         count += 1
-                        watchers.start_soon(self._watch, ctx, spawned)
+                        named = attrs.evolve(spawned, name=_numbered(seen, spawned.name))
+                        watchers.start_soon(self._watch, ctx, named)
         return {"spawned": count}
 
     async def _watch(self, ctx: StepContext, spawned: _Spawned) -> None:
@@ -418,6 +421,14 @@ class Recording:
         body = cast(StepBody, watch)
         with contextlib.suppress(Exception):
             await ctx.run_child(spawned.name, body, attributes={"pid": spawned.pid})
+
+
+def _numbered(seen: dict[str, int], name: str) -> str:
+    """``name`` the first time, then ``name-2``, ``name-3``...: a phase the
+    engine's code enters again, or a process name used again, is a step of
+    its own (a path names one step of a run)."""
+    count = seen[name] = seen.get(name, 0) + 1
+    return name if count == 1 else f"{name}-{count}"
 
 
 def _close(inbox: MemoryObjectReceiveStream[Any]) -> None:

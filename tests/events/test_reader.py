@@ -371,6 +371,16 @@ def test_validate_names_a_span_two_steps_share(tmp_path: Path) -> None:
     assert (line, message) == (3, f"step b reuses span {a['span_id']} of step a")
 
 
+def test_validate_names_a_step_path_that_starts_again(tmp_path: Path) -> None:
+    # A path names one step of a run (the runner refuses a child started
+    # again); a crafted log may repeat one, under a span of its own.
+    stream = EventStream().run_started()
+    stream.started("a").succeeded("a").started("a").succeeded("a")
+    assert _step_tree(tmp_path, _records(stream)) == [
+        (4, "step a starts again (it started on line 2); a path names one step of a run")
+    ]
+
+
 def test_validate_names_a_step_that_ends_before_it_starts(tmp_path: Path) -> None:
     records = _two_steps()
     end = next(r for r in records if r["type"] == "step.succeeded" and r["step"] == "a")

@@ -291,3 +291,41 @@ async def test_a_decision_needs_a_registered_decider() -> None:
     decision = only(log, DecisionMade)
     assert (decision.name, decision.value, decision.inputs) == ("count", 1, {"of": "steps"})
     assert check_decisions(log.read(), {"count": count}) == []
+
+
+async def test_a_child_started_again_under_the_same_path_is_refused() -> None:
+    # A path names one step of a run: a retry under the same name would make
+    # two steps of one path, which no projection could tell apart.
+    async def retries(ctx: StepContext) -> JsonValue:
+        first = await ctx.run_child("connect", lambda ctx: "up")
+        with pytest.raises(orchestrator.DuplicateStepError) as refused:
+            await ctx.run_child("connect", lambda ctx: "up again")
+        assert (refused.value.step, refused.value.child) == ("retry/connect", True)
+        assert "give each child of 'retry' its own name" in str(refused.value)
+        await ctx.run_child("connect-2", lambda ctx: "up again")
+        return first.value
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(Graph("g", [Step(name="retry", body=retries)]), log)
+
+    assert result["retry"].value == "up"
+    started = [e.step for e in of_type(log, StepStarted)]
+    assert started == ["retry", "retry/connect", "retry/connect-2"]
+    assert_log_contract(log)
+
+
+async def test_an_uncaught_repeated_child_fails_its_parent_with_the_error() -> None:
+    async def repeats(ctx: StepContext) -> JsonValue:
+        await ctx.run_child("probe", lambda ctx: 1)
+        await ctx.run_child("probe", lambda ctx: 2)
+        return None
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        with pytest.raises(orchestrator.DuplicateStepError):
+            await orchestrator.run(Graph("g", [Step(name="p", body=repeats)]), log)
+
+    failed = only(log, StepFailed, "p")
+    assert failed.cause.type == "orchestrator.DuplicateStepError"
+    assert "step 'p/probe' already ran in this run" in failed.cause.message

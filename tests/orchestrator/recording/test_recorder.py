@@ -72,6 +72,32 @@ def test_phases_nest_and_a_ready_start_ends_them(tmp_path: Path) -> None:
     assert finished.outcome is RunOutcome.READY
 
 
+def test_a_phase_entered_again_is_a_step_of_its_own(tmp_path: Path) -> None:
+    # The engine's code may call a hooked function twice: each call is a
+    # step, under a path of its own.
+    started = recording(tmp_path, spawns=False)
+    for _ in range(3):
+        with started.phase("profile_run"):
+            pass
+    with started.phase("engine"), started.phase("profile_run"):
+        pass
+    started.finish()
+
+    events = events_of(tmp_path)
+    steps = [e.step for e in events if isinstance(e, StepStarted)]  # type: ignore[attr-defined]
+    assert steps == [
+        "startup",
+        "startup/profile_run",
+        "startup/profile_run-2",
+        "startup/profile_run-3",
+        "startup/engine",
+        "startup/engine/profile_run",
+    ]
+    assert all(isinstance(e, StepSucceeded) for e in ends(events).values())
+    assert isinstance(events[-1], RunFinished)
+    assert events[-1].outcome is RunOutcome.READY
+
+
 def test_a_phase_that_raises_fails_there_and_the_error_goes_on_unchanged(tmp_path: Path) -> None:
     started = recording(tmp_path, spawns=False)
     with pytest.raises(ValueError, match="Available memory") as raised, started.phase("model_load"):
