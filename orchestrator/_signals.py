@@ -42,12 +42,12 @@ _PR_SET_PDEATHSIG = 1
 class StopRequests:
     """The stop signals this process received, in order.
 
-    :meth:`hold` blocks SIGINT and SIGTERM (held by the kernel, not lost)
-    until :meth:`install` replaces their handlers with one that only
-    remembers the signal (and calls ``on_signal``, if given) and lets them
-    through, so a stop that lands between the two is recorded like any
-    other; :meth:`restore` puts the previous handlers back. Only the main
-    thread can hold or install.
+    :meth:`install` replaces the handlers of SIGINT and SIGTERM with one
+    that only remembers the signal (and calls ``on_signal``, if given): a
+    disposition of the process, so a stop is remembered whichever of its
+    threads the kernel hands it to (a mask would hold it on one thread
+    only). :meth:`restore` puts the previous handlers back. Only the main
+    thread can install.
 
     Args:
         launcher_pid: the pid of the launcher that started this process,
@@ -62,26 +62,15 @@ class StopRequests:
         self._previous: dict[int, object] = {}
         self._lock = threading.Lock()
 
-    def hold(self) -> None:
-        """Block SIGINT and SIGTERM until :meth:`install` (or :meth:`release`)."""
-        if threading.current_thread() is threading.main_thread():
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-
-    def release(self) -> None:
-        """Let SIGINT and SIGTERM through again, whoever handles them (what
-        was held is delivered now)."""
-        if threading.current_thread() is threading.main_thread():
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-
     def install(self) -> None:
-        """Catch SIGINT and SIGTERM from now on, and let through those held
-        until now (by :meth:`hold`, or by a launcher that started this
-        process with them blocked) (main thread only)."""
+        """Catch SIGINT and SIGTERM from now on, and let through those a
+        launcher that started this process with them blocked held until
+        now (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
-        self.release()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def reinstall(self) -> None:
         """Catch SIGINT and SIGTERM again after something else handled them

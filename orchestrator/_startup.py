@@ -417,21 +417,26 @@ class Startup:
         launcher_pid = _launcher_pid(self._env)
         self._stops = StopRequests(launcher_pid=launcher_pid)
         if self._handle_signals:
-            # From before the log exists until stops are caught, a stop is
-            # held, then recorded: the log never ends up empty for one.
-            self._stops.hold()
+            # Stops are caught from before the log exists: one that lands
+            # while it is created is recorded once the run starts, so the
+            # log never ends up empty for one. (The handler is the
+            # process's: whichever thread the kernel gives the signal to,
+            # it is only remembered.)
+            self._stops.install()
         try:
             log = self._create_log(run_dir, run_id, identity)
         except BaseException:
             if self._handle_signals:
-                self._stops.release()
+                self._stops.restore()
+                for signum in self._stops.received:
+                    # A stop that came meanwhile acts as it would have.
+                    signal.raise_signal(signum)
             raise
         self._log = log
         self._opened_wall_ns = time.time_ns()
         self._state = "open"
         self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
         if self._handle_signals:
-            self._stops.install()
             followed = launcher_pid if launcher_pid is not None else _elastic_agent(self._env)
             if followed is not None:
                 # A rank never outlives its launcher; asked once stops are

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -234,3 +236,53 @@ def test_a_launch_stopped_the_instant_a_ranks_log_is_created_leaves_no_empty_log
         assert events, f"{log.name} is empty"
         assert isinstance(events[-1], RunFinished), log.name
         assert events[-1].outcome is RunOutcome.INTERRUPTED, log.name
+
+
+_STOPPED_BY_A_THREAD = """
+import os, signal, sys, threading
+from pathlib import Path
+from orchestrator import Startup, StartupInterrupted
+from orchestrator.engine import EngineConfig
+
+log = Path(sys.argv[1]) / "rank-0.jsonl"
+
+def stop_the_instant_the_log_exists():
+    while not log.exists():
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+# Another thread is alive, and it is the one the stop comes from: the kernel
+# may hand the signal to it rather than to the main thread.
+threading.Thread(target=stop_the_instant_the_log_exists, daemon=True).start()
+startup = Startup(
+    EngineConfig(), run_dir=Path(sys.argv[1]), profile="xeon", tracing=None,
+    configure_logging=False, environ={},
+)
+try:
+    with startup:
+        startup.run()
+except StartupInterrupted as exc:
+    print("interrupted by", exc.signal)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_stop_while_the_log_is_created_is_recorded_with_other_threads_alive(
+    tmp_path: Path, attempt: int
+) -> None:
+    # Stops are caught by the process's handler from before the log exists:
+    # a mask on the main thread alone would leave the other thread to take
+    # the SIGTERM and die of it (-15) with the log cut short.
+    done = subprocess.run(
+        [sys.executable, "-c", _STOPPED_BY_A_THREAD, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment(),
+    )
+
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.splitlines() == ["interrupted by SIGTERM"]
+    finished = _ended(tmp_path / "run" / "rank-0.jsonl")
+    assert finished.outcome is RunOutcome.INTERRUPTED
