@@ -36,6 +36,7 @@ from ._errors import RankEnvironmentError
 
 __all__ = [
     "RUN_ID_VARIABLE",
+    "checked_run_id",
     "identity_from_environment",
     "launcher_convention",
     "new_run_id",
@@ -199,32 +200,42 @@ def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | N
     env = os.environ if environ is None else environ
     ours = env.get(RUN_ID_VARIABLE, "").strip()
     if ours:
-        return _checked(RUN_ID_VARIABLE, ours)
+        return checked_run_id(ours, RUN_ID_VARIABLE)
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if elastic and elastic != "none":
-        checked = _checked("TORCHELASTIC_RUN_ID", elastic)
+        checked = checked_run_id(elastic, "TORCHELASTIC_RUN_ID")
         restarts = _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None)
         return (
             checked
             if restarts == 0
-            else _checked("TORCHELASTIC_RUN_ID", f"{checked}-restart-{restarts}")
+            else checked_run_id(f"{checked}-restart-{restarts}", "TORCHELASTIC_RUN_ID")
         )
     job = env.get("SLURM_JOB_ID", "").strip()
     if job and env.get("SLURM_PROCID", "").strip():
         step = env.get("SLURM_STEP_ID", "").strip() or "0"
-        return _checked("SLURM_JOB_ID", f"slurm-{job}-{step}")
+        return checked_run_id(f"slurm-{job}-{step}", "SLURM_JOB_ID")
     for name in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"):
         value = env.get(name, "").strip()
         if value and env.get("OMPI_COMM_WORLD_RANK", "").strip():
             # Namespaces look like "prterun-host-1234@1": keep what names a
             # directory.
-            return _checked(name, "ompi-" + re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-"))
+            return checked_run_id(
+                "ompi-" + re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("-"), name
+            )
     return None
 
 
-def _checked(name: str, value: str) -> str:
-    if not _RUN_ID.match(value):
+def checked_run_id(value: str, name: str = "run_id") -> str:
+    """``value`` as a run id (surrounding blanks dropped), which names the
+    run's directory.
+
+    Raises:
+        RankEnvironmentError: it is not 1-128 letters, digits, ``.``, ``_``
+            and ``-`` (``name`` says where it came from).
+    """
+    stripped = value.strip()
+    if not _RUN_ID.match(stripped):
         raise RankEnvironmentError(
             name, value, "a run id is 1-128 letters, digits, '.', '_' or '-'"
         )
-    return value
+    return stripped

@@ -79,6 +79,7 @@ __all__ = [
     "read_run_directory",
     "refuse_foreign_rank",
     "run_id_of",
+    "simulated_name",
     "store_collected_log",
 ]
 
@@ -108,6 +109,17 @@ class RunDirectoryError(OrchestratorError):
         self.reason = reason
         self.held_by = held_by
         super().__init__(f"{path}: {reason}")
+
+
+def simulated_name(profile: object) -> str | None:
+    """How the manifest and the reports name the host a launch simulates:
+    its profile's name, a profile file's path, ``None`` for the real host."""
+    name = getattr(profile, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(profile, str | os.PathLike):
+        return os.fspath(profile)
+    return None
 
 
 def rank_log_path(run_dir: Path, rank: int) -> Path:

@@ -107,7 +107,12 @@ from ._group import (
     follows_a_peer,
     process_group_step,
 )
-from ._identity import identity_from_environment, new_run_id, run_id_from_environment
+from ._identity import (
+    checked_run_id,
+    identity_from_environment,
+    new_run_id,
+    run_id_from_environment,
+)
 from ._run_directory import (
     Collected,
     LauncherProcess,
@@ -116,6 +121,7 @@ from ._run_directory import (
     claim_run_directory,
     rank_log_path,
     refuse_foreign_rank,
+    simulated_name,
     store_collected_log,
 )
 from ._runner import Runner, derive_trace_id
@@ -603,14 +609,7 @@ class Startup:
         """The run id, and the process group when forming it was the only
         way to agree on one."""
         if self._run_id is not None:
-            from ._identity import RUN_ID_VARIABLE
-
-            checked = run_id_from_environment({RUN_ID_VARIABLE: self._run_id})
-            if checked is None:
-                raise RankEnvironmentError(
-                    "run_id", self._run_id, "a run id is 1-128 letters, digits, '.', '_' or '-'"
-                )
-            return checked, None
+            return checked_run_id(self._run_id), None
         found = run_id_from_environment(self._env)
         if found is not None:
             return found, None
@@ -946,7 +945,7 @@ class Startup:
         manifest = Manifest(
             run_id=str(self.run_id),
             world_size=identity.world_size,
-            simulated=self._simulated_name(),
+            simulated=self._simulated or simulated_name(self._profile),
             injected=self._injected,
             launcher=attrs.evolve(
                 LauncherProcess.this(
@@ -1077,17 +1076,6 @@ class Startup:
             )
         except Exception:
             return None
-
-    def _simulated_name(self) -> str | None:
-        if self._simulated is not None:
-            return self._simulated
-        profile = self._profile
-        name = getattr(profile, "name", None)
-        if isinstance(name, str):
-            return name
-        if isinstance(profile, str | os.PathLike):
-            return os.fspath(profile)
-        return None
 
     # --- results -----------------------------------------------------------------------
 

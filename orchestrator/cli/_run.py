@@ -178,16 +178,12 @@ def _engine(args: argparse.Namespace) -> str:
 
 
 def _check_run_id(run_id: str) -> str:
-    from .._identity import RUN_ID_VARIABLE
+    from .._identity import checked_run_id
 
-    if not run_id.strip():
-        raise UsageError(f"--run-id {run_id!r}: a run id is 1-128 letters, digits, '.', '_' or '-'")
     try:
-        checked = run_id_from_environment({RUN_ID_VARIABLE: run_id})
+        return checked_run_id(run_id)
     except RankEnvironmentError as exc:
         raise UsageError(f"--run-id {run_id!r}: {exc.reason}") from None
-    assert checked is not None
-    return checked
 
 
 def command_run(args: argparse.Namespace) -> int:

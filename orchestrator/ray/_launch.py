@@ -47,13 +47,14 @@ from events import Durability, RankIdentity, RankProcess, RunOutcome
 
 from .._errors import OrchestratorError
 from .._faults import FaultPlan
-from .._identity import RUN_ID_VARIABLE, new_run_id, run_id_from_environment
+from .._identity import checked_run_id, new_run_id
 from .._run_directory import (
     LauncherProcess,
     Manifest,
     RunDirectoryError,
     claim_launch_directory,
     rank_log_path,
+    simulated_name,
 )
 from .._startup import DEFAULT_RUNS_ROOT, caller_span
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
@@ -237,7 +238,7 @@ def launch_on_ray(
             f"timeouts must be > 0, not timeout_s={timeout_s}, group_timeout_s={group_timeout_s}"
         )
     plan = _fault_plan(faults, world_size)
-    run_id = _checked_run_id(run_id)
+    run_id = new_run_id() if run_id is None else checked_run_id(run_id)
     ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
     env = os.environ if environ is None else environ
@@ -245,7 +246,7 @@ def launch_on_ray(
         run_id=run_id,
         command=tuple(sys.argv),
         world_size=world_size,
-        simulated=_simulated(profile),
+        simulated=simulated_name(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
         launcher=LauncherProcess.this(trace_parent=caller_span(env)),
     )
@@ -563,26 +564,6 @@ def _fault_plan(faults: FaultPlan | Sequence[str] | None, world_size: int) -> Fa
 
         plan.check(world_size=world_size, targets=injection_targets())
     return plan
-
-
-def _checked_run_id(run_id: str | None) -> str:
-    if run_id is None:
-        return new_run_id()
-    checked = run_id_from_environment({RUN_ID_VARIABLE: run_id})
-    if checked is None:
-        from .._errors import RankEnvironmentError
-
-        raise RankEnvironmentError(
-            "run_id", run_id, "a run id is 1-128 letters, digits, '.', '_' or '-'"
-        )
-    return checked
-
-
-def _simulated(profile: Profile | str | None) -> str | None:
-    if profile is None:
-        return None
-    name = getattr(profile, "name", None)
-    return name if isinstance(name, str) else str(profile)
 
 
 def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
