@@ -13,31 +13,66 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from events import LaunchRecord, RankProcess, RunOutcome, StepKind, Stop, replay
+from events import Event, LaunchRecord, RankProcess, RunOutcome, StepKind, Stop, replay
+from events.testing import BASE_WALL_NS as BASE_NS
+from events.testing import EventStream, exception_info
 from exporters import report_json, report_text
-from orchestrator.engine import ALLREDUCE_STEP, ATTENTION_STEP, ENGINE, PLATFORM_STEP
-from tests.orchestrator.engine.streams import BASE_NS, RankBuilder, exception, healthy_rank
 
-GROUP_LOST = exception(
+RUN_ID = "run-7f3a"
+
+GROUP_LOST = exception_info(
     "orchestrator._group.GroupError",
     "all_gather across the process group failed: a peer failed, exited, or never reached "
     "this exchange",
-    cause=exception("RuntimeError", "Connection closed by peer [127.0.0.1]:29500"),
+    cause=exception_info("RuntimeError", "Connection closed by peer [127.0.0.1]:29500"),
 )
 
 
-def survivor_of_a_lost_peer(rank: int, world_size: int) -> list:
-    """Waited for a peer in the all-reduce agreement and failed with GroupError."""
-    builder = RankBuilder(rank, world_size=world_size).run_started().cuda_platform()
-    builder.started(ALLREDUCE_STEP)
-    builder.started(f"{ALLREDUCE_STEP}/agree", kind=StepKind.STEP)
-    builder.failed(f"{ALLREDUCE_STEP}/agree", GROUP_LOST)
-    builder.failed(ALLREDUCE_STEP, GROUP_LOST)
-    return builder.run_finished(RunOutcome.FAILED, cause=GROUP_LOST, failed_step=ALLREDUCE_STEP)
+def started_rank(rank: int, world_size: int) -> EventStream:
+    """A rank of a graph of its own, ``run.started`` written: events 1 ms
+    apart, rank ``r`` ``r`` µs after the others."""
+    return EventStream(
+        run_id=RUN_ID, rank=rank, world_size=world_size, wall_ns=BASE_NS + rank * 1_000
+    ).run_started()
+
+
+def with_kernels(stream: EventStream) -> EventStream:
+    """``kernels`` chosen among two candidates, ``fast`` unavailable."""
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    stream.started("kernels/slow", kind=StepKind.CANDIDATE, attributes={"candidate": "slow"})
+    stream.unavailable("kernels/fast", cause=exception_info("OSError", "no libfast.so"))
+    stream.succeeded("kernels/slow", {"candidate": "slow"})
+    stream.decision("candidates.select", "slow", step="kernels")
+    return stream.succeeded("kernels", {"selected": "slow"})
+
+
+def ready_rank(rank: int, *, world_size: int) -> list[Event]:
+    """A rank that started: kernels chosen, then a fallback chain under
+    ``warmup`` (``graph`` unavailable, ``eager`` ok): ready."""
+    stream = with_kernels(started_rank(rank, world_size))
+    stream.started("warmup")
+    stream.started("warmup/graph", kind=StepKind.ATTEMPT, attributes={"fallback_left": True})
+    stream.unavailable("warmup/graph", cause=exception_info("RuntimeError", "no graph capture"))
+    stream.started("warmup/eager", kind=StepKind.ATTEMPT, attributes={"fallback_left": False})
+    stream.succeeded("warmup/eager")
+    stream.succeeded("warmup")
+    return stream.run_finished()
+
+
+def survivor_of_a_lost_peer(rank: int, world_size: int) -> list[Event]:
+    """Waited for a peer in an agreement across the ranks and failed with
+    GroupError."""
+    stream = with_kernels(started_rank(rank, world_size))
+    stream.started("exchange")
+    stream.started("exchange/agree", kind=StepKind.STEP)
+    stream.failed("exchange/agree", GROUP_LOST)
+    stream.failed("exchange", GROUP_LOST)
+    return stream.run_finished(RunOutcome.FAILED, cause=GROUP_LOST, failed_step="exchange")
 
 
 def test_a_rank_without_a_log_makes_the_run_incomplete_and_is_named_first() -> None:
-    result = replay([healthy_rank(r, world_size=4) for r in (0, 2, 3)], slices=[ENGINE])
+    result = replay([ready_rank(r, world_size=4) for r in (0, 2, 3)])
 
     assert result.world_size == 4
     assert result.outcome is RunOutcome.INCOMPLETE
@@ -69,9 +104,7 @@ def test_the_lost_rank_comes_before_the_group_errors_of_its_peers() -> None:
     # Rank 1 wrote nothing; ranks 0, 2 and 3 then failed in the collective
     # that waited for it. Their GroupError is a consequence.
     streams = [survivor_of_a_lost_peer(r, 4) for r in (0, 2, 3)]
-    result = replay(
-        streams, launch=LaunchRecord(world_size=4, empty_logs=frozenset({1})), slices=[ENGINE]
-    )
+    result = replay(streams, launch=LaunchRecord(world_size=4, empty_logs=frozenset({1})))
 
     assert result.outcome is RunOutcome.INCOMPLETE
     cause = result.root_cause
@@ -95,7 +128,7 @@ def test_the_manifest_says_how_a_silent_rank_ended() -> None:
         },
         empty_logs=frozenset({0}),
     )
-    result = replay([healthy_rank(1, world_size=2)], launch=launch, slices=[ENGINE])
+    result = replay([ready_rank(1, world_size=2)], launch=launch)
 
     lines = report_text(result).splitlines()
     assert (
@@ -122,7 +155,7 @@ def test_a_rank_its_launcher_lost_is_reported_with_what_the_launcher_knows() -> 
             ),
         },
     )
-    result = replay([healthy_rank(0, world_size=2)], launch=launch, slices=[ENGINE])
+    result = replay([ready_rank(0, world_size=2)], launch=launch)
 
     assert result.root_cause is not None
     assert result.root_cause.rank == 1
@@ -139,22 +172,18 @@ def test_a_manifest_of_another_run_is_refused() -> None:
     from events import LogError
 
     with pytest.raises(LogError, match="launch record"):
-        replay(
-            [healthy_rank(0, world_size=1)],
-            launch=LaunchRecord(run_id="other", world_size=1),
-            slices=[ENGINE],
-        )
+        replay([ready_rank(0, world_size=1)], launch=LaunchRecord(run_id="other", world_size=1))
 
 
 def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> None:
     # Rank 1 was stuck (its last event early) and the launcher killed it after
     # rank 0 failed; without the manifest the earliest event would blame rank 1.
-    stuck = RankBuilder(1, world_size=2).run_started()
-    stuck.started(ATTENTION_STEP)
+    stuck = started_rank(1, 2)
+    stuck.started("kernels")
     failing = survivor_of_a_lost_peer(0, 2)
     failing = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in failing]
     streams = [failing, stuck.events]
-    assert replay(streams, slices=[ENGINE]).root_cause.rank == 1  # type: ignore[union-attr]
+    assert replay(streams).root_cause.rank == 1  # type: ignore[union-attr]
 
     launch = LaunchRecord(
         world_size=2,
@@ -167,7 +196,7 @@ def test_a_rank_the_launcher_stopped_is_a_consequence_not_the_root_cause() -> No
             )
         },
     )
-    cause = replay(streams, launch=launch, slices=[ENGINE]).root_cause
+    cause = replay(streams, launch=launch).root_cause
     assert cause is not None
     assert cause.rank == 0
 
@@ -176,11 +205,11 @@ def test_a_rank_stopped_after_its_own_failure_is_still_the_root_cause() -> None:
     # Rank 1 failed first and waited for its peers; rank 0 then failed in an
     # exchange and exited first, so the launcher stopped rank 1 "after rank
     # 0". Rank 1's log had finished before that: the stop changed nothing.
-    boom = exception("RuntimeError", "unknown zentorch failure")
-    builder = RankBuilder(1, world_size=2).run_started()
-    builder.started(PLATFORM_STEP)
-    builder.failed(PLATFORM_STEP, boom)
-    first = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step=PLATFORM_STEP)
+    boom = exception_info("RuntimeError", "unknown cache failure")
+    stream = started_rank(1, 2)
+    stream.started("cache_dir")
+    stream.failed("cache_dir", boom)
+    first = stream.run_finished(RunOutcome.FAILED, cause=boom, failed_step="cache_dir")
     peer = survivor_of_a_lost_peer(0, 2)
     peer = [attrs.evolve(e, wall_ns=e.wall_ns + 10_000_000_000) for e in peer]
     ended = peer[-1].wall_ns + 1_000_000
@@ -194,63 +223,56 @@ def test_a_rank_stopped_after_its_own_failure_is_still_the_root_cause() -> None:
             stopped_by_launcher="SIGTERM after rank 0 (pid 10): exited with code 1, 1 s later",
         ),
     }
-    cause = replay(
-        [peer, first], launch=LaunchRecord(world_size=2, processes=processes), slices=[ENGINE]
-    ).root_cause
+    cause = replay([peer, first], launch=LaunchRecord(world_size=2, processes=processes)).root_cause
     assert cause is not None
-    assert (cause.rank, cause.step) == (1, PLATFORM_STEP)
+    assert (cause.rank, cause.step) == (1, "cache_dir")
 
     # Stopped before its log finished, the same rank is a consequence.
     unfinished = first[:-1]
     cause = replay(
-        [peer, unfinished], launch=LaunchRecord(world_size=2, processes=processes), slices=[ENGINE]
+        [peer, unfinished], launch=LaunchRecord(world_size=2, processes=processes)
     ).root_cause
     assert cause is not None
     assert cause.rank == 0
 
 
 def test_a_rank_that_died_with_several_steps_in_flight_lists_them_all() -> None:
-    builder = RankBuilder(0, world_size=1).run_started().cuda_platform()
-    builder.started(ATTENTION_STEP)
-    for name in ("FLASH_ATTN", "TRITON_ATTN"):
-        builder.started(f"{ATTENTION_STEP}/{name}", kind=StepKind.CANDIDATE)
-    builder.started(ALLREDUCE_STEP)
-    builder.started(f"{ALLREDUCE_STEP}/mnnvl", kind=StepKind.ATTEMPT)
+    stream = started_rank(0, 1)
+    stream.started("cache_dir")
+    stream.succeeded("cache_dir", {"cache_dir": "/cache"})
+    stream.started("kernels")
+    for name in ("fast", "slow"):
+        stream.started(f"kernels/{name}", kind=StepKind.CANDIDATE)
+    stream.started("warmup")
+    stream.started("warmup/graph", kind=StepKind.ATTEMPT)
     launch = LaunchRecord(
         world_size=1,
         started_wall_ns=BASE_NS,
         processes={0: RankProcess(rank=0, pid=7, signal="SIGSEGV", ended_wall_ns=BASE_NS + 10**9)},
     )
-    result = replay([builder.events], launch=launch, slices=[ENGINE])
+    result = replay([stream.events], launch=launch)
 
     cause = result.root_cause
     assert cause is not None
     assert cause.step is None  # several steps: none of them is "the" step
-    assert cause.in_flight == (
-        "attention/FLASH_ATTN",
-        "attention/TRITON_ATTN",
-        "allreduce_workspace/mnnvl",
-    )
+    assert cause.in_flight == ("kernels/fast", "kernels/slow", "warmup/graph")
     lines = report_text(result).splitlines()
     assert lines[1] == (
         "Root cause: rank 0: the process died before the rank finished "
         "(no run.finished in its log: it crashed or was killed)"
     )
-    assert lines[2] == (
-        "  3 steps were in flight: attention/FLASH_ATTN, attention/TRITON_ATTN, "
-        "allreduce_workspace/mnnvl"
-    )
+    assert lines[2] == "  3 steps were in flight: kernels/fast, kernels/slow, warmup/graph"
     assert lines[3] == "  its launcher saw: rank 0 (pid 7) was killed by SIGSEGV at +1.0 s"
     assert report_json(result)["root_cause"]["in_flight"] == list(cause.in_flight)
 
 
 def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
-    stop = exception("orchestrator._errors.StartupInterrupted", "received SIGTERM")
-    builder = RankBuilder(0, world_size=1).run_started()
-    builder.started("process_group")
-    builder.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
-    events = builder.run_finished(RunOutcome.INTERRUPTED, cause=stop, stop=Stop(signal="SIGTERM"))
-    result = replay([events], slices=[ENGINE])
+    stop = exception_info("orchestrator._errors.StartupInterrupted", "received SIGTERM")
+    stream = started_rank(0, 1)
+    stream.started("process_group")
+    stream.cancelled("process_group", reason="the run was interrupted: received SIGTERM")
+    events = stream.run_finished(RunOutcome.INTERRUPTED, cause=stop, stop=Stop(signal="SIGTERM"))
+    result = replay([events])
 
     assert result.outcome is RunOutcome.INTERRUPTED
     cause = result.root_cause
@@ -264,8 +286,8 @@ def test_an_interrupted_rank_names_the_steps_it_was_in() -> None:
 
 
 def test_a_cutoff_is_not_a_crash() -> None:
-    streams = [healthy_rank(r, world_size=2) for r in range(2)]
-    result = replay(streams, until=5, slices=[ENGINE])
+    streams = [ready_rank(r, world_size=2) for r in range(2)]
+    result = replay(streams, until=5)
 
     assert result.outcome is RunOutcome.RUNNING
     assert result.root_cause is None
@@ -283,22 +305,22 @@ def test_a_cutoff_is_not_a_crash() -> None:
 def test_a_simulated_host_and_injected_faults_are_said_first() -> None:
     streams = []
     for rank in range(2):
-        events = healthy_rank(rank, world_size=2)
+        events = ready_rank(rank, world_size=2)
         events[0] = attrs.evolve(
-            events[0], simulated="zen4", injected=("1:zentorch=RuntimeError:boom",)
+            events[0], simulated="my-host", injected=("1:my_kernels=RuntimeError:boom",)
         )
         streams.append(events)
-    result = replay(streams, slices=[ENGINE])
+    result = replay(streams)
 
     lines = report_text(result).splitlines()
     assert lines[1] == (
-        "Not a real start: simulated host zen4; injected faults: 1:zentorch=RuntimeError:boom"
+        "Not a real start: simulated host my-host; injected faults: 1:my_kernels=RuntimeError:boom"
     )
     assert lines[2].startswith("Root cause:")
     document = report_json(result)
     assert (document["simulated"], document["injected"]) == (
-        "zen4",
-        ["1:zentorch=RuntimeError:boom"],
+        "my-host",
+        ["1:my_kernels=RuntimeError:boom"],
     )
 
 
@@ -320,7 +342,7 @@ def test_a_launch_whose_ranks_wrote_nothing_is_reported_from_its_manifest() -> N
         },
         source="run/manifest.json",
     )
-    result = replay([], launch=launch, slices=[ENGINE])
+    result = replay([], launch=launch)
 
     assert result.outcome is RunOutcome.INCOMPLETE
     assert result.run_id == "run-7f3a"

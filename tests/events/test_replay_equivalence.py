@@ -6,142 +6,228 @@ reference here folds the merged run through a :class:`events.Composite`, one
 event at a time through each projection's ``apply``, as the projections
 define it. For varied runs (any events, several ranks, interleaved), the
 states, messages, timeline, root cause, divergences and the report text are
-the same, with the kernel's generic meaning and with the engine's slice.
+the same, with the kernel's generic meaning and with a slice of rules,
+facts, agreements and a message hook (the engine's slice is held against
+the fold in the engine's tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import events
-from events import Composite, Messages, RankStates, Timeline, find_divergences, merge, replay
+from events import (
+    Agreement,
+    Collective,
+    Column,
+    JsonValue,
+    Loss,
+    MessageRule,
+    Outcome,
+    RunFinished,
+    RunOutcome,
+    Scope,
+    Severity,
+    Slice,
+    StepKind,
+    StepSucceeded,
+    outcome_of,
+)
+from events.testing import EventStream, exception_info
 
-from .strategies import streams
-
-PROPERTY = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+from .equivalence import (
+    PROPERTY,
+    assert_projections_fold_as_they_apply,
+    assert_replay_is_the_fold,
+    runs,
 )
 
 
-@st.composite
-def runs(draw: st.DrawFn) -> list[list[events.Event]]:
-    """One to four ranks of one run, each a stream of any events up to its
-    first ``run.finished`` (a finished rank writes nothing more: replay
-    refuses a log that goes on)."""
-    count = draw(st.integers(1, 4))
-    ranks = draw(st.lists(st.integers(0, 7), min_size=count, max_size=count, unique=True))
-    run: list[list[events.Event]] = []
-    for rank in ranks:
-        stream = [attrs.evolve(e, run_id="run", rank=rank) for e in draw(streams(max_size=10))]
-        end = next((i for i, e in enumerate(stream) if isinstance(e, events.RunFinished)), None)
-        run.append(stream if end is None else stream[: end + 1])
-    return run
+def _facts(facts: Mapping[str, JsonValue], event: events.Event) -> Mapping[str, JsonValue] | None:
+    """The slice's facts hook: the last step that ended ok, whether any
+    step failed, and what a ``kernels`` step selected."""
+    outcome = outcome_of(event)
+    if outcome is None:
+        return None
+    if isinstance(event, StepSucceeded):
+        changed: dict[str, JsonValue] = {"last_ok": event.step}
+        if event.step == "kernels" and isinstance(event.result, dict):
+            changed["kernels"] = event.result.get("selected")
+        return changed
+    if outcome is Outcome.FAILED:
+        return {"failed": True}
+    return None
 
 
-def _slices(engine: bool) -> tuple[events.Slice, ...]:
-    if not engine:
-        return ()
-    from orchestrator.engine import ENGINE
+class _NotOkHook:
+    """A message hook with memory: it counts the steps that ended other than
+    ok and says so when the rank finishes; it speaks for timeouts and
+    crashes of steps under ``w`` and for failures caused by an OSError."""
 
-    return (ENGINE,)
+    def initial(self) -> int:
+        return 0
+
+    def covers_stop(self, step: str, started: events.StepStarted | None) -> bool:
+        return step.startswith("w")
+
+    def covers_failure(self, step: str, cause: events.ExceptionInfo) -> bool:
+        return cause.type == "OSError"
+
+    def before(self, context: Any, memory: int) -> int:
+        event = context.event
+        if isinstance(event, RunFinished) and memory:
+            context.emit(
+                "mine.not_ok",
+                f"{memory} steps did not end ok",
+                step="",
+                args=(str(memory),),
+                seqs=(event.seq,),
+            )
+        return memory
+
+    def after(self, context: Any, memory: int) -> int:
+        outcome = outcome_of(context.event)
+        if outcome is None or outcome is Outcome.OK:
+            return memory
+        if outcome is Outcome.FAILED and context.originated:
+            context.raise_severity(context.event.step, context.severity("mine.not_ok"))
+        return memory + 1
 
 
-def _apply_one_by_one(projection: Any, stream: Sequence[events.Event]) -> Any:
-    state = projection.initial()
-    for event in stream:
-        state = projection.apply(state, event)
-    return state
+#: A slice of the tests' own, with something of every kind a slice declares.
+MINE = Slice(
+    name="mine",
+    steps=("k*", "kernels/*"),
+    rules=[
+        MessageRule(
+            code="mine.unavailable",
+            step="*",
+            outcomes=("unavailable", "absent", "invalid"),
+            severity=Severity.WARNING,
+            scope=Scope.LOCAL,
+            text="{name} is {outcome}: {reason}",
+        ),
+        MessageRule(
+            code="mine.a_failed",
+            step="a*",
+            severity=Severity.ERROR,
+            text="{step} failed: {error}",
+            args=("{step}",),
+        ),
+        MessageRule(code="mine.kernels", step="kernels", outcomes="ok", text="{result[selected]}"),
+    ],
+    severities={
+        "mine.not_ok": (Severity.WARNING, Scope.GLOBAL),
+        "mine.divergence": (Severity.ERROR, Scope.GLOBAL),
+    },
+    facts={"last_ok": None, "kernels": None, "failed": False},
+    columns=[
+        Column(title="LAST OK", fact="last_ok"),
+        Column(title="KERNELS", fact="kernels"),
+        Column(title="FAILED", fact="failed", labels={True: "yes", False: "no"}),
+    ],
+    agreements=[
+        Agreement(code="mine.divergence", fact="kernels", what="Kernels differ", advice="pin"),
+    ],
+    losses=[Loss(fact="failed", what="something failed")],
+    collectives=[Collective(step="exchange", what="the exchange")],
+    derive_facts=_facts,
+    messages=_NotOkHook(),
+)
+
+
+def _slices(sliced: bool) -> tuple[events.Slice, ...]:
+    return (MINE,) if sliced else ()
 
 
 @PROPERTY
-@given(run=runs(), engine=st.booleans())
+@given(run=runs(), sliced=st.booleans())
 @pytest.mark.slow
 def test_each_projection_folds_a_stream_as_its_apply_does(
-    run: list[list[events.Event]], engine: bool
+    run: list[list[events.Event]], sliced: bool
 ) -> None:
-    slices = _slices(engine)
-    merged = list(merge(run))
-    for projection in (RankStates(slices), Messages(slices=slices), Timeline()):
-        assert events.fold(projection, merged) == _apply_one_by_one(projection, merged)
+    assert_projections_fold_as_they_apply(run, _slices(sliced))
 
 
 @PROPERTY
-@given(run=runs(), engine=st.booleans())
+@given(run=runs(), sliced=st.booleans())
 @pytest.mark.slow
 def test_replay_is_the_one_event_at_a_time_fold(
-    run: list[list[events.Event]], engine: bool
+    run: list[list[events.Event]], sliced: bool
 ) -> None:
-    from exporters import report_json, report_text
-
-    slices = _slices(engine)
-    result = replay(run, slices=slices)
-    composite: Composite[Any] = Composite(
-        states=RankStates(slices), messages=Messages(slices=slices), timeline=Timeline()
-    )
-    reference = _apply_one_by_one(composite, list(merge(run)))
-
-    assert result.states == reference["states"]
-    assert result.messages == reference["messages"].messages()
-    assert dict(result.message_state.ranks) == dict(reference["messages"].ranks)
-    assert dict(result.timeline.ranks) == dict(reference["timeline"].ranks)
-    assert result.divergences == find_divergences(reference["states"], slices=slices)
-    straightforward = attrs.evolve(
-        result,
-        states=reference["states"],
-        message_state=reference["messages"],
-        messages=reference["messages"].messages(),
-        timeline=reference["timeline"],
-    )
-    assert report_text(result) == report_text(straightforward)
-    assert report_json(result) == report_json(straightforward)
-    if not result.no_events:
-        assert result.root_cause == events.root_cause(reference["states"])
+    assert_replay_is_the_fold(run, _slices(sliced))
 
 
-def _engine_runs() -> dict[str, list[list[events.Event]]]:
-    """Engine runs of 64 ranks: all ready, one failed (and one that died),
-    a node of eight missing."""
-    from tests.orchestrator.engine.streams import dead_rank, failed_rank, healthy_rank
+def _rank(rank: int, *, world_size: int = 64, kernels: str = "fast") -> EventStream:
+    """A rank of a graph of its own, ``run.started`` written, up to its
+    ``kernels`` choice: ``exchange`` joined, ``kernels/fast`` ok or
+    unavailable, ``kernels/slow`` ok."""
+    stream = EventStream(
+        run_id="run-big", rank=rank, world_size=world_size, local_world_size=8
+    ).run_started()
+    stream.started("exchange")
+    stream.succeeded("exchange")
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    stream.started("kernels/slow", kind=StepKind.CANDIDATE, attributes={"candidate": "slow"})
+    if kernels == "fast":
+        stream.succeeded("kernels/fast", {"candidate": "fast"})
+    else:
+        stream.unavailable("kernels/fast", cause=exception_info("OSError", "no libfast.so"))
+    stream.succeeded("kernels/slow", {"candidate": "slow"})
+    stream.decision("candidates.select", kernels, step="kernels")
+    return stream.succeeded("kernels", {"selected": kernels})
 
-    healthy = [healthy_rank(rank, world_size=64) for rank in range(64)]
-    failed = list(healthy)
-    failed[5] = failed_rank(5, offset_ns=3)
-    failed[40] = dead_rank(40, offset_ns=9, world_size=64)
+
+def _ready_rank(rank: int, **options: Any) -> list[events.Event]:
+    stream = _rank(rank, **options)
+    stream.started("warmup")
+    stream.started("warmup/graph", kind=StepKind.ATTEMPT, attributes={"fallback_left": True})
+    stream.timed_out("warmup/graph", timeout_s=2.0)
+    stream.started("warmup/eager", kind=StepKind.ATTEMPT, attributes={"fallback_left": False})
+    stream.succeeded("warmup/eager")
+    stream.succeeded("warmup")
+    return stream.run_finished()
+
+
+def _failed_rank(rank: int) -> list[events.Event]:
+    """``apply`` fails with a chained cause, and the run with it."""
+    boom = exception_info("RuntimeError", "boom", cause=exception_info("my_lib.Error", "full"))
+    stream = _rank(rank, kernels="slow")
+    stream.started("apply")
+    stream.failed("apply", boom)
+    return stream.run_finished(RunOutcome.FAILED, cause=boom, failed_step="apply")
+
+
+def _dead_rank(rank: int) -> list[events.Event]:
+    """Killed while its warmup attempts ran: no ``run.finished``."""
+    stream = _rank(rank)
+    stream.started("warmup")
+    stream.started("warmup/graph", kind=StepKind.ATTEMPT)
+    return stream.events
+
+
+def _large_runs() -> dict[str, list[list[events.Event]]]:
+    """Runs of 64 ranks: all ready (one with other kernels), one failed (and
+    one that died), a node of eight missing."""
+    ready = [_ready_rank(rank) for rank in range(64)]
+    ready[9] = _ready_rank(9, kernels="slow")
+    failed = list(ready)
+    failed[5] = _failed_rank(5)
+    failed[40] = _dead_rank(40)
     return {
-        "ready": healthy,
+        "ready": ready,
         "failed": failed,
-        "node-missing": [s for rank, s in enumerate(healthy) if not 16 <= rank < 24],
+        "node-missing": [s for rank, s in enumerate(ready) if not 16 <= rank < 24],
     }
 
 
-def test_replay_of_engine_runs_is_the_one_event_at_a_time_fold() -> None:
-    from exporters import report_json, report_text
-    from orchestrator.engine import ENGINE
-
-    for name, run in _engine_runs().items():
-        result = replay(run, slices=(ENGINE,))
-        composite: Composite[Any] = Composite(
-            states=RankStates((ENGINE,)), messages=Messages(slices=(ENGINE,)), timeline=Timeline()
-        )
-        reference = _apply_one_by_one(composite, list(merge(run)))
-        assert result.states == reference["states"], name
-        assert result.messages == reference["messages"].messages(), name
-        assert dict(result.timeline.ranks) == dict(reference["timeline"].ranks), name
-        straightforward = attrs.evolve(
-            result,
-            states=reference["states"],
-            message_state=reference["messages"],
-            messages=reference["messages"].messages(),
-            timeline=reference["timeline"],
-        )
-        assert report_text(result) == report_text(straightforward), name
-        assert report_json(result) == report_json(straightforward), name
+def test_replay_of_large_runs_is_the_one_event_at_a_time_fold() -> None:
+    for name, run in _large_runs().items():
+        for slices in ((), (MINE,)):
+            assert_replay_is_the_fold(run, slices, name=f"{name} {[s.name for s in slices]}")

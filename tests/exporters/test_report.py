@@ -1,40 +1,158 @@
-"""The replay report: the stable JSON document and the text report."""
+"""The replay report: the stable JSON document and the text report (on a
+graph and a slice of the tests' own; the report of engine runs is tested
+with the engine)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
-from events import Event, RunOutcome, Severity, StepKind, merge, replay
-from orchestrator.engine import ATTENTION_STEP, ENGINE, PLATFORM_STEP
-from tests.orchestrator.engine.streams import (
-    MNNVL_UNSUPPORTED,
-    TRTLLM_FAILED,
-    RankBuilder,
-    dead_rank,
-    exception,
-    failed_rank,
-    healthy_rank,
+from events import (
+    Agreement,
+    Column,
+    Event,
+    FrameInfo,
+    JsonValue,
+    Outcome,
+    RunOutcome,
+    Scope,
+    Severity,
+    Slice,
+    StepKind,
+    merge,
+    outcome_of,
+    replay,
+)
+from events.testing import BASE_WALL_NS, EventStream, exception_info
+
+RUN_ID = "run-7f3a"
+
+
+def _settled(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, JsonValue] | None:
+    """The slice's facts hook: a rank took part in choosing kernels once its
+    ``kernels`` step ended, whatever it chose."""
+    if event.step == "kernels" and outcome_of(event) is not None:
+        return {"kernels_settled": True}
+    return None
+
+
+#: The tests' slice: two columns read from step results, and the kernels
+#: every rank that chose some must agree on (none counts).
+MINE = Slice(
+    name="mine",
+    facts={"kernels_settled": False},
+    report_facts=("kernels", "cache"),
+    columns=[
+        Column(title="KERNELS", fact="kernels", step="kernels", key="selected"),
+        Column(title="CACHE", fact="cache", step="cache_dir", key="cache_dir"),
+    ],
+    agreements=[
+        Agreement(
+            code="mine.divergence",
+            fact="kernels",
+            what="Ranks chose different kernels",
+            advice="pin one kernel library that works on every rank.",
+            among="kernels_settled",
+            none_text="none",
+        ),
+    ],
+    severities={"mine.divergence": (Severity.ERROR, Scope.GLOBAL)},
+    derive_facts=_settled,
 )
 
 RANK_KEYS: dict[str, type | tuple[type, ...]] = {
     "rank": int,
     "outcome": str,
-    "platform": (str, type(None)),
-    "platform_class": (str, type(None)),
-    "attention_backend": (str, type(None)),
-    "allreduce_backend": (str, type(None)),
-    "fusion_enabled": bool,
-    "flashinfer_comm_available": (bool, type(None)),
+    "kernels": (str, type(None)),
+    "cache": (str, type(None)),
     "last_step": (str, type(None)),
     "log": str,
     "in_flight": list,
     "process": (dict, type(None)),
 }
 
+DENIED = exception_info("PermissionError", "[Errno 13] Permission denied: '/opt/fast'", errno=13)
+NO_CAPTURE = exception_info("OSError", "[Errno 95] Operation not supported: 'graph capture'")
+CACHE_BROKEN = exception_info(
+    "RuntimeError",
+    "unknown cache failure",
+    frames=(
+        FrameInfo(filename="/opt/mine/probe.py", lineno=41, name="probe_cache", line="open()"),
+    ),
+)
+NO_CACHE = exception_info(
+    "my_lib.NoCacheError",
+    "No usable cache directory. Tried: /cache: RuntimeError: unknown cache failure",
+    cause=CACHE_BROKEN,
+)
+
+
+def started_rank(rank: int, *, world_size: int = 8, offset_ns: int = 0) -> EventStream:
+    """One rank (four a node), ``run.started`` written; rank ``r`` starts
+    ``r`` µs after the first."""
+    return EventStream(
+        run_id=RUN_ID,
+        rank=rank,
+        world_size=world_size,
+        local_world_size=min(world_size, 4),
+        wall_ns=BASE_WALL_NS + offset_ns + rank * 1_000,
+    ).run_started()
+
+
+def kernels(stream: EventStream, selected: str | None = "slow") -> EventStream:
+    """``kernels``: ``fast`` unavailable (a DEBUG line), ``slow`` chosen (or
+    none with ``selected=None``, ``slow`` invalid too)."""
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    stream.started("kernels/slow", kind=StepKind.CANDIDATE, attributes={"candidate": "slow"})
+    stream.unavailable("kernels/fast", cause=DENIED)
+    if selected is None:
+        stream.unavailable("kernels/slow", Outcome.INVALID, reasons=["head size 7"])
+    else:
+        stream.succeeded("kernels/slow", {"candidate": "slow"})
+    return stream.succeeded("kernels", {"selected": selected})
+
+
+def ready_rank(rank: int, *, world_size: int = 8) -> list[Event]:
+    """The cache at /cache, the slow kernels, and a warmup whose ``graph``
+    attempt is unavailable and ``eager`` recovers (a WARNING): ready."""
+    stream = started_rank(rank, world_size=world_size)
+    stream.started("cache_dir")
+    stream.succeeded("cache_dir", {"cache_dir": "/cache"})
+    kernels(stream)
+    stream.started("warmup")
+    stream.started("warmup/graph", kind=StepKind.ATTEMPT, attributes={"fallback_left": True})
+    stream.unavailable("warmup/graph", cause=NO_CAPTURE)
+    stream.started("warmup/eager", kind=StepKind.ATTEMPT, attributes={"fallback_left": False})
+    stream.succeeded("warmup/eager")
+    stream.succeeded("warmup")
+    return stream.run_finished()
+
+
+def failed_rank(rank: int) -> list[Event]:
+    """The cache directory step fails with NoCacheError, caused by the
+    probe's RuntimeError: the run fails there."""
+    stream = started_rank(rank)
+    stream.started("cache_dir")
+    stream.failed("cache_dir", NO_CACHE)
+    return stream.run_finished(RunOutcome.FAILED, cause=NO_CACHE, failed_step="cache_dir")
+
+
+def dead_rank(rank: int, *, world_size: int = 8) -> list[Event]:
+    """Killed while probing the kernel candidates: no run.finished."""
+    stream = started_rank(rank, world_size=world_size)
+    stream.started("cache_dir")
+    stream.succeeded("cache_dir", {"cache_dir": "/cache"})
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE)
+    stream.started("kernels/slow", kind=StepKind.CANDIDATE)
+    stream.succeeded("kernels/fast")
+    return stream.events
+
 
 def failed_run() -> list[Event]:
-    """Eight ranks; rank 5 fails on its platform (zentorch RuntimeError)."""
-    streams = [healthy_rank(rank) for rank in range(8) if rank != 5]
+    """Eight ranks; rank 5 fails on its cache directory."""
+    streams = [ready_rank(rank) for rank in range(8) if rank != 5]
     streams.append(failed_rank(5))
     return list(merge(streams))
 
@@ -42,7 +160,7 @@ def failed_run() -> list[Event]:
 def test_report_json_fields_and_types() -> None:
     from exporters import report_json
 
-    document = report_json(replay(failed_run(), slices=[ENGINE]))
+    document = report_json(replay(failed_run(), slices=[MINE]))
     json.dumps(document)  # plain JSON all the way down
     assert document["report_version"] == 1
     assert document["run_id"] == "run-7f3a"
@@ -55,15 +173,15 @@ def test_report_json_fields_and_types() -> None:
             assert isinstance(row[key], kind), key
     rank5 = document["ranks"][5]
     assert rank5["outcome"] == "failed"
-    assert rank5["platform"] is None
-    assert document["ranks"][0]["platform"] == "cuda"
-    assert document["ranks"][0]["allreduce_backend"] == "trtllm"
+    assert rank5["cache"] is None
+    assert document["ranks"][0]["cache"] == "/cache"
+    assert document["ranks"][0]["kernels"] == "slow"
 
     for message in document["messages"]:
         assert set(message) == {"code", "severity", "scope", "ranks", "text"}
         assert message["severity"] in {"debug", "info", "warning", "error"}
         assert message["ranks"] == sorted(message["ranks"])
-    attempt = next(m for m in document["messages"] if m["code"] == "allreduce.attempt_failed")
+    attempt = next(m for m in document["messages"] if m["code"] == "fallback.used")
     assert attempt["ranks"] == [0, 1, 2, 3, 4, 6, 7]
     assert attempt["severity"] == "warning"
     severities = [Severity[m["severity"].upper()] for m in document["messages"]]
@@ -71,14 +189,14 @@ def test_report_json_fields_and_types() -> None:
 
     cause = document["root_cause"]
     assert cause["rank"] == 5
-    assert cause["step"] == PLATFORM_STEP
+    assert cause["step"] == "cache_dir"
     assert cause["outcome"] == "failed"
     exception_json = cause["exception"]
-    assert exception_json["type"] == "orchestrator.engine._config.UnspecifiedPlatformError"
-    assert exception_json["message"].startswith("Failed to infer device type")
+    assert exception_json["type"] == "my_lib.NoCacheError"
+    assert exception_json["message"].startswith("No usable cache directory")
     assert exception_json["cause"] == {
         "type": "RuntimeError",
-        "message": "unknown zentorch failure",
+        "message": "unknown cache failure",
         "cause": None,
     }
     assert document["divergences"] == []
@@ -90,66 +208,63 @@ def test_report_json_of_a_ready_run_and_divergences() -> None:
 
     streams = []
     for rank in range(4):
-        builder = RankBuilder(rank, world_size=4).run_started()
-        if rank == 2:
-            builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", TRTLLM_FAILED)])
-        else:
-            builder.allreduce([("mnnvl", MNNVL_UNSUPPORTED), ("trtllm", None)])
-        streams.append(builder.run_finished())
-    document = report_json(replay(streams, slices=[ENGINE]))
+        stream = started_rank(rank, world_size=4)
+        kernels(stream, selected=None if rank == 2 else "slow")
+        streams.append(stream.run_finished())
+    document = report_json(replay(streams, slices=[MINE]))
     assert document["outcome"] == "ready"
     assert document["root_cause"] is None
     (divergence,) = document["divergences"]
-    assert divergence["code"] == "allreduce.divergence"
+    assert divergence["code"] == "mine.divergence"
     assert divergence["severity"] == "error"
     assert divergence["values"] == [
-        {"value": "trtllm", "ranks": [0, 1, 3]},
+        {"value": "slow", "ranks": [0, 1, 3]},
         {"value": None, "ranks": [2]},
     ]
-    assert document["messages"][0]["code"] in {"allreduce.divergence", "allreduce.workspace_failed"}
-    assert any(m["code"] == "allreduce.divergence" for m in document["messages"])
+    assert document["messages"][0]["code"] == "mine.divergence"
+    assert any(m["code"] == "mine.divergence" for m in document["messages"])
 
 
 def test_report_json_is_the_same_for_the_same_logs() -> None:
     from exporters import report_json
 
     events = failed_run()
-    assert report_json(replay(events, slices=[ENGINE])) == report_json(
-        replay(list(events), slices=[ENGINE])
+    assert report_json(replay(events, slices=[MINE])) == report_json(
+        replay(list(events), slices=[MINE])
     )
 
 
 def test_report_text_starts_with_the_outcome_and_the_root_cause() -> None:
     from exporters import report_text
 
-    text = report_text(replay(failed_run(), slices=[ENGINE]))
+    text = report_text(replay(failed_run(), slices=[MINE]))
     lines = text.splitlines()
     assert lines[0] == "Startup failed: 1 failed, 7 ready (run run-7f3a, 8 of 8 ranks)"
-    assert lines[1] == "Root cause: rank 5, step platform"
-    assert lines[2].startswith("  UnspecifiedPlatformError: Failed to infer device type")
-    assert lines[3] == "  caused by RuntimeError: unknown zentorch failure"
-    assert lines[4] == "      at /opt/engine/probe.py:41 in probe_zentorch"
+    assert lines[1] == "Root cause: rank 5, step cache_dir"
+    assert lines[2].startswith("  NoCacheError: No usable cache directory")
+    assert lines[3] == "  caused by RuntimeError: unknown cache failure"
+    assert lines[4] == "      at /opt/mine/probe.py:41 in probe_cache"
     assert "Ranks:" in lines
-    assert any(line.startswith("  0-4,6-7 ") and "CudaPlatform" in line for line in lines)
+    assert any(line.startswith("  0-4,6-7 ") and "/cache" in line for line in lines)
     assert any(line.startswith("  5 ") and "failed" in line for line in lines)
-    assert "  WARNING [ranks 0-4,6-7] FlashInfer allreduce workspace with backend=mnnvl" in text
-    assert "  ERROR [rank 5] Failed to infer device type" in text
+    assert "  WARNING [ranks 0-4,6-7] Step warmup/graph was unavailable (OSError" in text
+    assert "  ERROR [rank 5] Step cache_dir failed: NoCacheError: No usable cache" in text
     assert "DEBUG" not in text
 
 
 def test_report_text_levels_and_one_rank() -> None:
     from exporters import report_text
 
-    result = replay(failed_run(), slices=[ENGINE])
+    result = replay(failed_run(), slices=[MINE])
     verbose = report_text(result, min_severity=Severity.DEBUG)
-    assert "  DEBUG [ranks 0-4,6-7] Attention backend FLASHINFER is unavailable" in verbose
+    assert "  DEBUG [ranks 0-4,6-7] Candidate kernels/fast is unavailable" in verbose
     errors_only = report_text(result, min_severity=Severity.ERROR)
     assert "WARNING" not in errors_only
     assert "Messages (error and above):" in errors_only
     one = report_text(result, rank=3)
     assert one.splitlines()[0].startswith("Startup failed")
     assert "Rank 3:" in one
-    assert "  WARNING [rank 3] FlashInfer allreduce workspace" in one
+    assert "  WARNING [rank 3] Step warmup/graph was unavailable" in one
     assert "[rank 5]" not in one
 
 
@@ -161,18 +276,18 @@ def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
 
     torn = TornTail(path=Path("run/rank-1.jsonl"), line=9, offset=1000, length=12)
     contents = [
-        LogContents(path=Path("run/rank-0.jsonl"), events=tuple(healthy_rank(0, world_size=2))),
+        LogContents(path=Path("run/rank-0.jsonl"), events=tuple(ready_rank(0, world_size=2))),
         LogContents(
             path=Path("run/rank-1.jsonl"),
-            events=tuple(dead_rank(1, offset_ns=0, world_size=2)),
+            events=tuple(dead_rank(1, world_size=2)),
             torn_tail=torn,
         ),
     ]
-    text = report_text(replay(contents, slices=[ENGINE]))
+    text = report_text(replay(contents, slices=[MINE]))
     lines = text.splitlines()
     assert lines[0].startswith("Startup incomplete: 1 incomplete, 1 ready")
     assert lines[1].startswith(
-        "Root cause: rank 1, step attention/FLASHINFER: the process died before the rank finished"
+        "Root cause: rank 1, step kernels/slow: the process died before the rank finished"
     )
     assert "Log warnings:" in lines
     assert f"  {torn.describe()}" in lines
@@ -181,7 +296,7 @@ def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
 def test_report_text_of_a_ready_run() -> None:
     from exporters import report_text
 
-    text = report_text(replay([healthy_rank(r, world_size=2) for r in range(2)], slices=[ENGINE]))
+    text = report_text(replay([ready_rank(r, world_size=2) for r in range(2)], slices=[MINE]))
     assert text.splitlines()[:2] == [
         "Startup ready: 2 ready (run run-7f3a, 2 of 2 ranks)",
         "Root cause: none (every rank is ready)",
@@ -191,20 +306,17 @@ def test_report_text_of_a_ready_run() -> None:
 def test_report_text_collapses_1024_ranks() -> None:
     from exporters import report_text
 
-    streams = [healthy_rank(rank, world_size=1024) for rank in range(1024)]
-    boom = exception("RuntimeError", "boom")
-    builder = RankBuilder(1024 - 1, world_size=1024, offset_ns=1)
-    builder.run_started()
-    builder.started(ATTENTION_STEP)
-    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.failed("attention/FLASH_ATTN", boom)
-    builder.failed(ATTENTION_STEP, boom)
-    streams[-1] = builder.run_finished(
-        RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN"
-    )
-    text = report_text(replay(streams, slices=[ENGINE]))
+    streams = [ready_rank(rank, world_size=1024) for rank in range(1024)]
+    boom = exception_info("RuntimeError", "boom")
+    stream = started_rank(1024 - 1, world_size=1024, offset_ns=1)
+    stream.started("kernels")
+    stream.started("kernels/fast", kind=StepKind.CANDIDATE)
+    stream.failed("kernels/fast", boom)
+    stream.failed("kernels", boom)
+    streams[-1] = stream.run_finished(RunOutcome.FAILED, cause=boom, failed_step="kernels/fast")
+    text = report_text(replay(streams, slices=[MINE]))
     lines = text.splitlines()
-    assert lines[1] == "Root cause: rank 1023, step attention/FLASH_ATTN"
+    assert lines[1] == "Root cause: rank 1023, step kernels/fast"
     table = lines[lines.index("Ranks:") + 1 : lines.index("Ranks:") + 4]
     assert table[0].startswith("  RANKS")
     # The rank that differs comes first, the run's common state last.
@@ -222,14 +334,14 @@ def test_ranks_without_events_stay_a_few_lines_at_scale() -> None:
     seen = range(100, 112)
     unrecorded = range(500, 512)
     silent = {*seen, *unrecorded}
-    streams = [healthy_rank(rank, world_size=1024) for rank in range(1024) if rank not in silent]
+    streams = [ready_rank(rank, world_size=1024) for rank in range(1024) if rank not in silent]
     launch = LaunchRecord(
         run_id=streams[0][0].run_id,
         world_size=1024,
         processes={rank: RankProcess(rank=rank, pid=1000 + rank, exit_code=1) for rank in seen},
         empty_logs=frozenset(range(508, 512)),
     )
-    lines = report_text(replay(streams, launch=launch, slices=[ENGINE])).splitlines()
+    lines = report_text(replay(streams, launch=launch, slices=[MINE])).splitlines()
     start = lines.index("Ranks without events:") + 1
     listed = lines[start : lines.index("", start)]
     # A node's worth described one by one, the rest as rank ranges by reason.

@@ -7,11 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from events import RunStarted
+from events import JsonValue, RunStarted
+from orchestrator import Graph, Step, StepContext
 
-from .tracing_harness import run_engine_traced, spans_by_id
+from .tracing_harness import run_graph_traced, spans_by_id
 
 pytestmark = pytest.mark.anyio
+
+
+def probe(context: StepContext) -> JsonValue:
+    context.import_module("json")
+    return {"json": True}
+
+
+async def parent(context: StepContext) -> JsonValue:
+    child = await context.run_child("probe", probe)
+    return child.value
+
+
+#: A graph of the tests' own: a step, and one with a child step.
+GRAPH = Graph(
+    "mine",
+    [Step(name="cache_dir", body=probe), Step(name="kernels", body=parent)],
+)
 
 RUN_ENVIRONMENT = {
     "OTEL_SERVICE_NAME": "my-engine",
@@ -34,7 +52,8 @@ async def test_replay_rebuilds_the_recorded_resource(
 ) -> None:
     for name, value in RUN_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
-    run = await run_engine_traced(tmp_path, profile="h200x8", tp=8, rank=2)
+    run = await run_graph_traced(tmp_path, GRAPH, rank=2, world_size=8)
+    assert run.error is None
     for name in RUN_ENVIRONMENT:
         monkeypatch.delenv(name)
     for name, value in replay_environment.items():
@@ -64,7 +83,8 @@ async def test_without_a_service_name_the_service_is_startup_orchestrator(
 ) -> None:
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
-    run = await run_engine_traced(tmp_path, profile="xeon")
+    run = await run_graph_traced(tmp_path, GRAPH)
+    assert run.error is None
 
     for spans in (run.live, run.replayed()):
         assert {span.resource.attributes["service.name"] for span in spans} == {

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import events
-from events import JsonlLog, RunOutcome, StepKind, read_log
+from events import FrameInfo, JsonlLog, MessageRule, RunOutcome, Severity, Slice, StepKind, read_log
+from events.testing import EventStream, exception_info
 from exporters import (
     LoggingBridge,
     blame_text,
@@ -20,8 +21,6 @@ from exporters import (
     explain_text,
 )
 from exporters._terminal import terminal_text
-from orchestrator.engine import ENGINE, PLATFORM_STEP, ZENTORCH_STEP
-from tests.orchestrator.engine.streams import RankBuilder, exception
 
 #: What a hostile message may hold: clear screen, a colour, a bell, a
 #: carriage return, a right-to-left override, and a forged report line.
@@ -130,34 +129,56 @@ def test_backslashes_are_left_alone() -> None:
 # --- the live logging bridge ---------------------------------------------------------
 
 
-def hostile_zentorch(message: str = HOSTILE) -> RankBuilder:
-    """A Zen host whose zentorch import fails with an OSError carrying
-    ``message``: a WARNING (with its traceback), and the start goes on."""
-    cause = exception(
-        "OSError", message, frame="probe_zentorch", notes=(f"note\x1b]0;title\x07\n{FORGED}",)
+def frame(name: str) -> tuple[FrameInfo, ...]:
+    """The frame of a probe function ``name`` an exception was raised in."""
+    return (FrameInfo(filename="/opt/mine/probe.py", lineno=41, name=name, line="import x"),)
+
+
+#: A slice of the test's own: a broken import of an optional library is a
+#: WARNING that carries its traceback, and the start goes on.
+MINE = Slice(
+    name="mine",
+    steps=("kernels/*",),
+    rules=[
+        MessageRule(
+            code="mine.import_broken",
+            step="kernels/*/import",
+            outcomes="unavailable",
+            exception="OSError",
+            severity=Severity.WARNING,
+            text="{parent} failed to import ({error})",
+        )
+    ],
+)
+
+
+def hostile_import(message: str = HOSTILE) -> EventStream:
+    """A host whose import of the fast kernels fails with an OSError
+    carrying ``message``: a WARNING (with its traceback), and the start goes
+    on with the slow kernels."""
+    cause = exception_info(
+        "OSError",
+        message,
+        frames=frame("probe_fast_kernels"),
+        notes=(f"note\x1b]0;title\x07\n{FORGED}",),
     )
-    builder = RankBuilder(0).run_started()
-    builder.started(PLATFORM_STEP)
-    builder.started(
-        f"{PLATFORM_STEP}/cpu",
-        kind=StepKind.CANDIDATE,
-        attributes={"plugin": "cpu", "builtin": True, "priority": 4},
-    )
-    builder.started(ZENTORCH_STEP)
-    builder.unavailable(ZENTORCH_STEP, cause=cause)
-    builder.succeeded(
-        f"{PLATFORM_STEP}/cpu",
-        {"activated": True, "platform_class": "CpuPlatform", "device": "cpu"},
-    )
-    builder.platform_ok("cpu", "CpuPlatform")
+    builder = EventStream(run_id="run-7f3a").run_started()
+    builder.started("kernels")
+    builder.started("kernels/fast", kind=StepKind.CANDIDATE, attributes={"candidate": "fast"})
+    builder.started("kernels/fast/import")
+    builder.unavailable("kernels/fast/import", cause=cause)
+    builder.unavailable("kernels/fast", cause=cause)
+    builder.started("kernels/slow", kind=StepKind.CANDIDATE, attributes={"candidate": "slow"})
+    builder.succeeded("kernels/slow", {"candidate": "slow"})
+    builder.succeeded("kernels", {"selected": "slow"})
     builder.run_finished()
     return builder
 
 
-def hostile_failure() -> RankBuilder:
+def hostile_failure() -> EventStream:
     """A start that fails with the hostile message (an ERROR)."""
-    cause = exception("RuntimeError", HOSTILE, frame="probe")
-    builder = RankBuilder(0).run_started()
+    cause = exception_info("RuntimeError", HOSTILE, frames=frame("probe"))
+    builder = EventStream(run_id="run-7f3a").run_started()
     builder.started("probe")
     builder.failed("probe", cause)
     builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="probe")
@@ -168,10 +189,10 @@ def test_the_logging_bridge_prints_escaped_and_indented_text(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="orchestrator")
-    bridge = LoggingBridge(slices=(ENGINE,))
-    for event in [*hostile_zentorch().events, *hostile_failure().events]:
+    bridge = LoggingBridge(slices=(MINE,))
+    for event in [*hostile_import().events, *hostile_failure().events]:
         bridge(event)
-    warnings = [r for r in caplog.records if getattr(r, "code", None) == "zentorch.broken"]
+    warnings = [r for r in caplog.records if getattr(r, "code", None) == "mine.import_broken"]
     (warning,) = warnings
     text = warning.getMessage()
     assert_safe(text)
@@ -198,8 +219,8 @@ def test_the_logging_bridge_prints_escaped_and_indented_text(
 
 def hostile_views_stream() -> list[events.Event]:
     """A start whose step names, reasons, decision and cause are hostile."""
-    cause = exception("RuntimeError", HOSTILE, frame="probe")
-    builder = RankBuilder(0).run_started()
+    cause = exception_info("RuntimeError", HOSTILE, frames=frame("probe"))
+    builder = EventStream(run_id="run-7f3a").run_started()
     step = f"probe\x1b[8m\n{FORGED}"
     builder.started(step)
     builder.decision(f"pick\x1b[0m\n{FORGED}", f"value\x07\n{FORGED}", step=step)

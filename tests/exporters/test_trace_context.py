@@ -1,12 +1,12 @@
 """Trace context reaches the code a step runs: spans a user's probe creates
 with the OpenTelemetry API, in a worker thread, in a child step or in an
-isolated child process, nest under the step's span in the run's trace; and
-the launcher's TRACEPARENT is checked at the door."""
+isolated child process, nest under the step's span in the run's trace, and
+under the launcher's span (the command line checks the launcher's
+TRACEPARENT at the door: ``tests/orchestrator/cli/test_bad_input.py``)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import anyio
 import pytest
@@ -21,7 +21,7 @@ from orchestrator import Graph, Isolation, Step
 from tests.exporters.otlp_receivers import HttpReceiver
 
 from . import probe_bodies
-from .tracing_harness import DEADLINE_S, activate_span, cli_environment, run_cli
+from .tracing_harness import DEADLINE_S, activate_span
 
 pytestmark = pytest.mark.anyio
 
@@ -106,15 +106,3 @@ async def test_the_launchers_span_is_the_parent_of_the_rank_root() -> None:
     assert events[0].parent_span_id == launcher_span
     [span] = captured.get_finished_spans()
     assert format(span.context.trace_id, "032x") == trace_id
-
-
-def test_a_malformed_traceparent_is_a_usage_error(tmp_path: Path) -> None:
-    done = run_cli(
-        "run", "--simulate", "xeon", "--run-dir", str(tmp_path / "run"),
-        env=cli_environment(TRACEPARENT="00-not-a-trace-01"),
-        cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 2
-    [line] = done.stderr.splitlines()
-    assert "TRACEPARENT" in line
-    assert "00-not-a-trace-01" in line

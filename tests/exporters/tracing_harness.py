@@ -1,5 +1,10 @@
 """What the tracing tests share: the command line in a clean environment,
-the engine run in this process with live spans, and spans as plain values."""
+a run in this process with live spans, and spans as plain values.
+
+:func:`run_traced` wires a rank as the command line does and runs what its
+caller prepares; :func:`run_graph_traced` runs a graph of the test's own
+through :class:`orchestrator.Runner` (the engine's tests run the engine
+graph through :func:`run_traced`)."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +28,16 @@ from events import (
     JsonlLog,
     RankIdentity,
     RunStarted,
+    Slice,
     StepStarted,
     merge,
     read_log,
     step_severity_hook,
 )
 from exporters import LiveSpans, LoggingBridge, context_with_span, spans_from_events
-from orchestrator import FaultPlan
-from orchestrator.engine import ENGINE, EngineConfig, load_profile, prepare_engine
+from orchestrator import Graph, Runner
 
-#: Upper bound for one in-process engine run: longer means hung.
+#: Upper bound for one in-process run: longer means hung.
 DEADLINE_S = 30.0
 #: Upper bound for one command-line invocation (eight ranks importing torch
 #: on two busy cores included).
@@ -148,51 +153,45 @@ def spans_by_id(spans: Sequence[ReadableSpan]) -> dict[str, dict[str, Any]]:
 
 @attrs.frozen(kw_only=True)
 class LiveRun:
-    """An engine run in this process: the spans exported live, the events
-    read back from its stored log, and the error it raised, if any."""
+    """A run in this process: the spans exported live, the events read back
+    from its stored log, the error it raised, if any, and the slices its
+    messages were derived with."""
 
     live: list[ReadableSpan]
     events: list[Event]
     error: BaseException | None
+    slices: tuple[Slice, ...] = ()
 
     def replayed(self) -> list[ReadableSpan]:
         """The spans rebuilt from the stored log, as replay export builds them."""
         return spans_from_events(
-            self.events, severity_of=step_severity_hook(self.events, slices=[ENGINE])
+            self.events, severity_of=step_severity_hook(self.events, slices=self.slices)
         )
 
 
-async def run_engine_traced(
+async def run_traced(
     directory: Path,
+    prepare: Callable[[JsonlLog], tuple[Runner, Graph]],
     *,
-    profile: str,
-    tp: int = 1,
     rank: int = 0,
-    inject: Sequence[str] = (),
-    **config: Any,
+    slices: Sequence[Slice] = (),
 ) -> LiveRun:
-    """Run the engine graph for ``rank`` on a simulated host, wired as the
-    command line wires a rank: a JSON Lines log with the logging bridge
-    subscribed first and live spans (into memory) second, the span
-    activator on."""
+    """Run the graph ``prepare`` returns with its runner for ``rank``, wired
+    as the command line wires a rank: a JSON Lines log (``prepare`` gets it)
+    with the logging bridge on ``slices`` subscribed first and live spans
+    (into memory) second. ``prepare`` turns the span activator on
+    (:func:`activate_span`). What it or the run raises is
+    :attr:`LiveRun.error`."""
     log = JsonlLog(directory / f"rank-{rank}.jsonl", run_id="tracing-run", rank=rank)
-    bridge = LoggingBridge(slices=(ENGINE,))
+    bridge = LoggingBridge(slices=tuple(slices))
     captured = InMemorySpanExporter()
     live = LiveSpans(captured, severity_of=bridge.severity_of)
     log.subscribe(bridge)
     log.subscribe(live)
-    identity = RankIdentity(rank=rank, local_rank=rank, world_size=tp, local_world_size=tp)
     error: BaseException | None = None
     try:
         with anyio.fail_after(DEADLINE_S):
-            runner, graph = prepare_engine(
-                EngineConfig(tp=tp, **config),
-                log,
-                identity=identity,
-                profile=load_profile(profile),
-                faults=FaultPlan.parse(list(inject)),
-                span_activator=activate_span,
-            )
+            runner, graph = prepare(log)
             await runner.run(graph)
     except Exception as exc:
         error = exc
@@ -201,4 +200,29 @@ async def run_engine_traced(
     assert live.force_flush(timeout_s=10.0), "live spans were not exported"
     spans = list(captured.get_finished_spans())
     live.shutdown(timeout_s=5.0)
-    return LiveRun(live=spans, events=list(read_log(log.path).events), error=error)
+    return LiveRun(
+        live=spans, events=list(read_log(log.path).events), error=error, slices=tuple(slices)
+    )
+
+
+async def run_graph_traced(
+    directory: Path,
+    graph: Graph,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    slices: Sequence[Slice] = (),
+    **runner_options: Any,
+) -> LiveRun:
+    """:func:`run_traced` of ``graph`` on a :class:`orchestrator.Runner` for
+    ``rank`` of a world of ``world_size`` on one node, the span activator on;
+    ``runner_options`` go to the runner."""
+    identity = RankIdentity(
+        rank=rank, local_rank=rank, world_size=world_size, local_world_size=world_size
+    )
+
+    def prepare(log: JsonlLog) -> tuple[Runner, Graph]:
+        runner = Runner(log, identity=identity, span_activator=activate_span, **runner_options)
+        return runner, graph
+
+    return await run_traced(directory, prepare, rank=rank, slices=slices)

@@ -231,6 +231,19 @@ def test_a_rank_no_launch_started_is_refused_by_a_launch_of_its_run_id(tmp_path:
     assert {path.name: path.read_bytes() for path in run.iterdir()} == before
 
 
+def test_a_malformed_traceparent_is_a_usage_error(tmp_path: Path) -> None:
+    # The launcher's trace context is checked at the door.
+    done = run_cli(
+        "run", "--simulate", "xeon", "--run-dir", str(tmp_path / "run"),
+        env=environment(TRACEPARENT="00-not-a-trace-01"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert "TRACEPARENT" in line
+    assert "00-not-a-trace-01" in line
+
+
 def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path: Path) -> None:
     # A single rank finds out when the embedding API claims the directory
     # (after it has set up signals and logging): a process of its own.
