@@ -226,9 +226,6 @@ class _Setup:
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
         return any(hook.covers_stop(step, started) for hook in self.hooks)
 
-    def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
-        return any(hook.covers_failure(step, cause) for hook in self.hooks)
-
 
 class Messages:
     """Projection: :class:`MessagesState` from any stream of events.
@@ -717,8 +714,6 @@ class _Fold:
         there (on the step it started in, whichever step it reached)."""
         cause = failure.cause
         if failure.reported or cause is None or cause.name in _INTERRUPTS:
-            return
-        if self.setup.covers_failure(failure.step, cause):
             return
         self.emit(
             "step.failed",

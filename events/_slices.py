@@ -26,7 +26,7 @@ only this package and the slices' pure modules.
 
 Precedence: a slice *claims* the steps its ``steps`` patterns match; the
 kernel's generic ``candidate.unavailable`` and ``fallback.used`` messages are
-not derived for claimed steps. A failure that a slice's rule (or hook) covers
+not derived for claimed steps. A failure that a slice's rule covers
 is reported by that rule instead of the generic ``step.failed``.
 """
 
@@ -227,6 +227,12 @@ def _conditions(value: Mapping[str, Any]) -> dict[str, JsonValue]:
             if wanted not in set(StepKind):
                 kinds = ", ".join(repr(kind.value) for kind in StepKind)
                 raise ValueError(f"MessageRule when['kind'] is {wanted!r}: give one of {kinds}")
+        elif key == "message":
+            if not isinstance(wanted, str):
+                raise ValueError(
+                    f"MessageRule when['message'] is {wanted!r}: give a pattern over the "
+                    "cause's message ('Checkpoint * missing')"
+                )
         else:
             _recorded_key(key, "when")
     return found
@@ -266,8 +272,10 @@ class MessageRule:
     hold: ``{"result.enabled": True}`` (a key of its result, so only when it
     ended ok), ``{"attributes.mode": "fast"}`` (a key of its start
     attributes), ``{"cause": False}`` (whether it recorded an exception),
-    ``{"kind": "candidate"}`` (the kind it started as). A missing key reads
-    as ``None``; a bool matches only a bool.
+    ``{"kind": "candidate"}`` (the kind it started as),
+    ``{"message": "Checkpoint * missing"}`` (an :mod:`fnmatch` pattern that
+    the cause's message matches, for logs whose exception type alone does
+    not tell). A missing key reads as ``None``; a bool matches only a bool.
 
     Rules are tried in order, the slices' in the order the slices are given;
     the first that matches an event speaks for it, and the later ones do not.
@@ -300,8 +308,9 @@ class MessageRule:
 
     Raises:
         ValueError: a ``when`` or ``defaults`` key is not ``cause``,
-            ``kind``, ``result.KEY`` or ``attributes.KEY`` (``defaults``:
-            the last two), ``cause`` is not a bool or ``kind`` no step kind;
+            ``kind``, ``message``, ``result.KEY`` or ``attributes.KEY``
+            (``defaults``: the last two), ``cause`` is not a bool, ``kind``
+            no step kind or ``message`` not text;
             or a template does not parse, names another field, indexes
             one other than ``result`` and ``attributes`` (or by more than
             one key), or has a format spec: found when the rule is made,
@@ -366,6 +375,10 @@ class MessageRule:
                 continue
             if key == "kind":
                 if started is None or started.kind != wanted:
+                    return False
+                continue
+            if key == "message":
+                if cause is None or not fnmatch.fnmatchcase(cause.message, str(wanted)):
                     return False
                 continue
             value = _recorded(key, event, started)
@@ -530,12 +543,8 @@ class MessageHook(Protocol):
 
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
         """Whether the hook reports a timeout or crash of ``step`` itself
-        (no generic ``step.timed_out``/``step.crashed``)."""
-        ...
-
-    def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
-        """Whether the hook reports a failure that started at ``step``
-        (no generic ``step.failed``)."""
+        (no generic ``step.timed_out``/``step.crashed``). A failure is
+        covered by a rule (:class:`MessageRule`), not by a hook."""
         ...
 
 

@@ -45,10 +45,11 @@ and are derived by :class:`EngineMessageHook`, the slice's message hook.
 
 Legacy logs: releases before the typed candidate errors recorded
 ``attention.explicit_invalid`` and ``attention.none_valid`` failures as a
-plain ``ValueError``. Such a log is still understood: a ``ValueError`` that
-starts at the attention step and whose message begins as those releases
-wrote it (``Selected backend`` / ``No valid``) gets the same code. This is
-the only place a message's text decides anything, and only for those logs.
+plain ``ValueError``. Such a log is still understood, by two more rules: a
+``ValueError`` that starts at the attention step and whose message begins as
+those releases wrote it (``Selected backend`` / ``No valid``) gets the same
+code. These are the only rules where a message's text decides anything, and
+only for those logs.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from collections.abc import Iterable
 import attrs
 
 from events import (
-    ExceptionInfo,
     JsonValue,
     MessageContext,
     MessageRule,
@@ -95,7 +95,6 @@ __all__ = [
     "ENGINE_RULES",
     "EXTENSION_RULES",
     "EngineMessageHook",
-    "legacy_code",
 ]
 
 _DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
@@ -219,6 +218,23 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         text="{message}",
         severity=_ERROR,
     ),
+    # Logs of releases before the typed errors (the module docstring).
+    MessageRule(
+        code="attention.explicit_invalid",
+        step=ATTENTION_STEP,
+        exception="ValueError",
+        when={"message": "Selected backend*"},
+        text="{message}",
+        severity=_ERROR,
+    ),
+    MessageRule(
+        code="attention.none_valid",
+        step=ATTENTION_STEP,
+        exception="ValueError",
+        when={"message": "No valid*"},
+        text="{message}",
+        severity=_ERROR,
+    ),
     # Absent (flashinfer not installed) is the expected case: no message.
     MessageRule(
         code="flashinfer_comm.unavailable",
@@ -320,18 +336,6 @@ def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
     return fallback
 
 
-def legacy_code(step: str, cause: ExceptionInfo) -> str | None:
-    """The code of a failure that a log of an earlier release recorded as a
-    plain ``ValueError`` (see the module docstring), else ``None``."""
-    if step != ATTENTION_STEP or cause.type != "ValueError":
-        return None
-    if cause.message.startswith("Selected backend"):
-        return "attention.explicit_invalid"
-    if cause.message.startswith("No valid"):
-        return "attention.none_valid"
-    return None
-
-
 @attrs.frozen(kw_only=True)
 class _PendingAttempt:
     """An all-reduce attempt that failed with a fallback left; its message
@@ -383,9 +387,6 @@ class EngineMessageHook:
             or step.rpartition("/")[0] == PLATFORM_STEP
         )
 
-    def covers_failure(self, step: str, cause: ExceptionInfo) -> bool:
-        return legacy_code(step, cause) is not None
-
     def before(self, context: MessageContext, memory: _Memory) -> _Memory:
         event = context.event
         if isinstance(event, RunFinished) or (
@@ -424,20 +425,6 @@ class EngineMessageHook:
         elif step == ALLREDUCE_QUANT_STEP:
             _quant_workspace(context, memory, started)
         return memory
-
-
-def _legacy(context: MessageContext) -> None:
-    event = context.event
-    if isinstance(event, StepFailed) and context.originated:
-        code = legacy_code(event.step, event.cause)
-        if code is not None:
-            context.emit(
-                code,
-                event.cause.message,
-                step=event.step,
-                args=(event.cause.message,),
-                exception=event.cause,
-            )
 
 
 # -- platform ----------------------------------------------------------------
@@ -541,7 +528,6 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
 def _attention(context: MessageContext, started: StepStarted | None) -> None:
     event = context.event
     if not isinstance(event, StepSucceeded):
-        _legacy(context)
         return
     result = event.result
     if _field(result, "explicit") is True:

@@ -67,16 +67,13 @@ def _facts(facts: Mapping[str, JsonValue], event: events.Event) -> Mapping[str, 
 class _NotOkHook:
     """A message hook with memory: it counts the steps that ended other than
     ok and says so when the rank finishes; it speaks for timeouts and
-    crashes of steps under ``w`` and for failures caused by an OSError."""
+    crashes of steps under ``w``."""
 
     def initial(self) -> int:
         return 0
 
     def covers_stop(self, step: str, started: events.StepStarted | None) -> bool:
         return step.startswith("w")
-
-    def covers_failure(self, step: str, cause: events.ExceptionInfo) -> bool:
-        return cause.type == "OSError"
 
     def before(self, context: Any, memory: int) -> int:
         event = context.event
@@ -119,6 +116,7 @@ MINE = Slice(
             text="{step} failed: {error}",
             args=("{step}",),
         ),
+        MessageRule(code="mine.os_error", step="*", exception="OSError", text="{error}"),
         MessageRule(code="mine.kernels", step="kernels", outcomes="ok", text="{result[selected]}"),
     ],
     severities={

@@ -4,6 +4,7 @@ speaks). Built on ``events.testing`` alone: no engine."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from events import (
@@ -175,12 +176,35 @@ def test_a_failure_rule_whose_condition_fails_leaves_the_failure_to_step_failed(
     assert [m.code for m in messages(failed_model({"device": "cpu"}), rule)] == ["step.failed"]
 
 
+def test_a_message_condition_matches_the_causes_message_as_a_pattern() -> None:
+    # A log whose exception type alone does not tell which failure it was.
+    rule = MessageRule(
+        code="mine.model_missing",
+        step="model",
+        exception="RuntimeError",
+        when={"message": "bo*"},
+        text="{message}",
+        severity=Severity.ERROR,
+    )
+    (said,) = messages(failed_model(None), rule)
+    assert (said.code, said.text, said.detail) == ("mine.model_missing", "boom", BOOM.format())
+    other = attrs.evolve(rule, when={"message": "boo?m"})
+    assert [m.code for m in messages(failed_model(None), other)] == ["step.failed"]
+    # Without a cause there is no message to match.
+    declined = attrs.evolve(
+        rule, step="loader", outcomes=Outcome.UNAVAILABLE, exception=None, when={"message": "*"}
+    )
+    assert messages(loader(cause=False), declined) == []
+    assert [m.code for m in messages(loader(cause=True), declined)] == ["mine.model_missing"]
+
+
 @pytest.mark.parametrize(
     ("field", "value", "named"),
     [
         ("when", {"enabled": True}, "'enabled'"),
         ("when", {"result.a.b": 1}, "'result.a.b'"),
         ("when", {"cause": "yes"}, "when['cause'] is 'yes'"),
+        ("when", {"message": 3}, "when['message'] is 3"),
         ("defaults", {"reason": "x"}, "'reason'"),
         ("defaults", {"cause": "x"}, "'cause'"),
     ],
