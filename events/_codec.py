@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import reprlib
+import sys
 import threading
 import types
 import typing
@@ -352,6 +353,23 @@ def _shape(tp: Any) -> tuple[Any, ...]:
 _MISSING: Any = object()
 
 
+def _share(value: dict[str, Any] | list[Any]) -> None:
+    """Intern, in place, the texts of a JSON object or array read from a log
+    (results and attributes repeat them from event to event and from rank to
+    rank)."""
+    intern = sys.intern
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        pairs = item.items() if type(item) is dict else enumerate(item)
+        for key, inner in pairs:
+            kind = type(inner)
+            if kind is str:
+                item[key] = intern(inner)
+            elif kind is dict or kind is list:
+                pending.append(inner)
+
+
 class _Generated:
     """Encoders and decoders for a closed set of classes, compiled into one
     namespace so that nested (and self-nesting) classes call each other."""
@@ -364,6 +382,8 @@ class _Generated:
             "_set": object.__setattr__,
             "_at": _at,
             "_capped": _capped,
+            "_intern": sys.intern,
+            "_share": _share,
             "_missing": _missing,
             "_unknown": _unknown,
             "_wrong": _wrong,
@@ -670,13 +690,26 @@ class _Generated:
                     f"        {wrong('a number')}",
                     f"    {var} = float({var})",
                 ], True
+            case ("scalar", scalar) if scalar is str:
+                # Logs repeat their texts (runs, steps, span ids, frames),
+                # and the ranks of a run each other's: each is kept once per
+                # process while in use.
+                return [
+                    f"if type({var}) is not str:",
+                    f"    {wrong(_A[str])}",
+                    f"{var} = _intern({var})",
+                ], True
             case ("scalar", scalar):
                 return [
                     f"if type({var}) is not {scalar.__name__}:",
                     f"    {wrong(_A[scalar])}",
                 ], False
             case ("any",):
-                return [], False
+                # A JSON value's texts are shared in place (see _share).
+                return [
+                    f"if type({var}) is dict or type({var}) is list:",
+                    f"    _share({var})",
+                ], False
             case ("optional", inner):
                 check, converts = self._check(inner, var, depth, key, path)
                 if not check:
@@ -751,7 +784,11 @@ class _Generated:
                     f"        {wrong('a string', item, f'{path} + _at({var}, {item})')}",
                 ], False
             case ("json_mapping",):
-                return [f"if type({var}) is not dict:", f"    {wrong('an object')}"], False
+                return [
+                    f"if type({var}) is not dict:",
+                    f"    {wrong('an object')}",
+                    f"_share({var})",
+                ], False
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 # An exception record entered from outside is cut first.

@@ -41,6 +41,7 @@ message (:attr:`Message.printed`): ``process`` every rank, ``local`` local rank
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -511,7 +512,8 @@ class _Fold:
                 severity=severity,
                 scope=scope,
                 rank=self.base.rank,
-                text=text,
+                # Ranks derive the same texts: each is kept once.
+                text=sys.intern(text),
                 step=step,
                 seqs=tuple(sorted({*seqs, event.seq})),
                 args=key[1],

@@ -202,9 +202,6 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
 
 
 #: The envelope's texts that a rank's events repeat.
-_SHARED_TEXTS = ("run_id", "trace_id", "step", "span_id", "parent_span_id")
-
-
 def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     lines = data.split(b"\n")
     # What follows the last newline: nothing, or a line the writer never
@@ -223,10 +220,6 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     expected = 0  # the next seq
     decoders = CURRENT_DECODERS
     loads = orjson.loads
-    # A rank's events repeat their run, trace, steps and span ids: each text
-    # is kept once (a quarter of the memory a read log takes).
-    texts: dict[str, str] = {}
-    share = texts.setdefault
     while lines:
         content = next_line()
         # A line holding a well-formed record of the current version (all of
@@ -238,10 +231,6 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
             record: Any = loads(content)
             version = record["v"]
             if type(version) is int and version == SCHEMA_VERSION:
-                for key in _SHARED_TEXTS:
-                    text = record.get(key)
-                    if text is not None:
-                        record[key] = share(text, text)
                 event = decoders[record["type"]](record)
         except (ValueError, TypeError, LookupError):
             pass

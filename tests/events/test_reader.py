@@ -409,3 +409,28 @@ def test_a_long_chain_of_dependencies_is_no_problem(tmp_path: Path) -> None:
         stream.started(f"s{index}", depends_on=[f"s{index - 1}"] if index else [])
         stream.succeeded(f"s{index}")
     assert events.validate(_written(tmp_path, _records(stream))) == []
+
+
+def test_ranks_read_share_their_texts(tmp_path: Path) -> None:
+    # A run's ranks repeat each other's steps, reasons and results: a text
+    # read from two logs is one object, so a large run's memory does not
+    # hold it once per rank.
+    def log(rank: int) -> Path:
+        stream = EventStream(rank=rank, world_size=2).run_started()
+        stream.started("loader", attributes={"plugins": ["acme", {"name": "zeta"}]})
+        stream.unavailable("loader", reasons=["no device found"])
+        stream.started("model")
+        stream.succeeded("model", {"backend": "nccl", "tried": [{"name": "mnnvl"}]})
+        return write(tmp_path / f"rank-{rank}.jsonl", lines_of(stream.run_finished()))
+
+    first, second = (events.read_log(log(rank)).events for rank in (0, 1))
+    assert first[1].step is second[1].step
+    assert first[2].reasons[0] is second[2].reasons[0]
+    one, other = first[4].result, second[4].result
+    assert isinstance(one, dict)
+    assert isinstance(other, dict)
+    assert one == other == {"backend": "nccl", "tried": [{"name": "mnnvl"}]}
+    assert one["backend"] is other["backend"]
+    assert one["tried"][0]["name"] is other["tried"][0]["name"]
+    plugins = first[1].attributes["plugins"], second[1].attributes["plugins"]
+    assert plugins[0][1]["name"] is plugins[1][1]["name"]
