@@ -192,6 +192,50 @@ def test_a_child_killed_before_the_start_ends_is_crashed_with_its_signal(tmp_pat
     assert killed.exitcode == -signal.SIGKILL, "the owner still reads its child's status"
 
 
+def test_a_process_name_used_again_is_a_step_of_its_own(tmp_path: Path) -> None:
+    # An engine that starts a worker again under the same name (a restart):
+    # each process is a step, under a path of its own, with its own pid.
+    context = multiprocessing.get_context("spawn")
+    first, second = (
+        context.Process(target=_sleep_forever, name="VllmWorker-0", daemon=True) for _ in range(2)
+    )
+    first.start()
+    second.start()
+    log = JsonlLog(tmp_path / "rank-0.jsonl", run_id="recorded", rank=0)
+    watched: list[str] = []
+    both = threading.Event()
+
+    def seen(event: object) -> None:
+        if isinstance(event, StepStarted) and event.step.startswith("processes/"):
+            watched.append(event.step)
+            if len(watched) == 2:
+                both.set()
+
+    log.subscribe(seen)
+    try:
+        started = recording(tmp_path, log=log)
+        started.spawned(first.name, first)
+        started.spawned(second.name, second)
+        assert both.wait(timeout=30)
+        started.finish()
+    finally:
+        for process in (first, second):
+            process.kill()
+            process.join()
+
+    events = events_of(tmp_path)
+    starts = {e.step: e for e in events if isinstance(e, StepStarted)}
+    assert starts["processes/VllmWorker-0"].attributes == {"pid": first.pid}
+    assert starts["processes/VllmWorker-0-2"].attributes == {"pid": second.pid}
+    results = {
+        step: ends(events)[step] for step in ("processes/VllmWorker-0", "processes/VllmWorker-0-2")
+    }
+    assert [r.result for r in results.values()] == [  # type: ignore[attr-defined]
+        {"pid": first.pid, "running": True},
+        {"pid": second.pid, "running": True},
+    ]
+
+
 def test_a_forked_child_records_nothing_and_never_waits(tmp_path: Path) -> None:
     started = recording(tmp_path, spawns=False)
     with started.phase("config"):
