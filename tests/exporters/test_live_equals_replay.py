@@ -14,8 +14,6 @@ from opentelemetry.trace import StatusCode
 from events import (
     JsonValue,
     MessageRule,
-    RunFinished,
-    RunOutcome,
     Severity,
     Slice,
     StepStarted,
@@ -34,7 +32,12 @@ from orchestrator import (
 )
 from orchestrator._runner import derive_trace_id
 
-from .tracing_harness import LiveRun, run_graph_traced, spans_by_id
+from .tracing_harness import (
+    LiveRun,
+    assert_red_from_the_failing_step,
+    run_graph_traced,
+    spans_by_id,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -164,19 +167,11 @@ async def test_a_failed_run_is_red_from_the_failing_step_to_the_root(tmp_path: P
     run = await run_scenario(tmp_path, "failed: a kernel probe raises")
 
     assert isinstance(run.error, RuntimeError)
-    finished = run.events[-1]
-    assert isinstance(finished, RunFinished)
-    assert finished.outcome is RunOutcome.FAILED
-    spans = {span.name: span for span in run.live}
-    for name in ("kernels/fast", "kernels", "startup rank 0"):
-        assert spans[name].status.status_code is StatusCode.ERROR, name
-    [raised] = [e for e in spans["kernels/fast"].events if e.name == "exception"]
-    assert raised.attributes is not None
-    assert raised.attributes["exception.type"] == "RuntimeError"
-    assert raised.attributes["exception.message"] == "no kernel image is available"
-    # Siblings cancelled because of it are not where the problem is.
-    cancelled = [s for s in run.live if (s.attributes or {}).get("startup.outcome") == "cancelled"]
-    assert all(span.status.status_code is StatusCode.UNSET for span in cancelled)
+    assert_red_from_the_failing_step(
+        run,
+        ("kernels/fast", "kernels", "startup rank 0"),
+        "RuntimeError: no kernel image is available",
+    )
 
 
 async def test_a_recovered_import_failure_nests_under_its_parent_and_is_marked(

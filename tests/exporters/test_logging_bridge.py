@@ -24,6 +24,8 @@ from events import (
 )
 from events.testing import EventStream, exception_info
 
+from .tracing_harness import live_span_marks
+
 RUN_ID = "run-7f3a"
 
 #: An optional library whose shared object does not load: an OSError with
@@ -247,23 +249,8 @@ def test_the_bridge_gives_live_spans_their_severity_and_status() -> None:
     from opentelemetry.trace import StatusCode
 
     from events import merge
-    from exporters import LoggingBridge, SpanProjection
 
-    bridge = LoggingBridge(slices=(MINE,))
-    spans = SpanProjection(severity_of=bridge.severity_of)
-    finished = []
-    for event in merge(ready_rank(rank) for rank in range(2)):
-        bridge(event)
-        finished.extend(spans.feed(event))
-    status = {
-        (s.resource.attributes["startup.rank"], s.name): s.status.status_code for s in finished
-    }
-    severity = {
-        (s.resource.attributes["startup.rank"], s.name): (s.attributes or {}).get(
-            "startup.severity"
-        )
-        for s in finished
-    }
+    status, severity = live_span_marks((MINE,), merge(ready_rank(rank) for rank in range(2)))
     # A recovered fallback: WARNING, and (like every span short of ERROR) unset.
     assert severity[(1, "warmup/graph")] == "WARNING"
     assert status[(1, "warmup/graph")] is StatusCode.UNSET

@@ -226,3 +226,53 @@ async def run_graph_traced(
         return runner, graph
 
     return await run_traced(directory, prepare, rank=rank, slices=slices)
+
+
+def live_span_marks(
+    slices: Sequence[Slice], events: Iterable[Event]
+) -> tuple[dict[tuple[int, str], Any], dict[tuple[int, str], Any]]:
+    """Feed ``events`` (ranks merged) to a :class:`LoggingBridge` with
+    ``slices`` and to live spans that take their severity from it, as a run
+    does; the finished spans' status codes and ``startup.severity``
+    attributes, by ``(rank, step)``."""
+    from exporters import SpanProjection
+
+    bridge = LoggingBridge(slices=tuple(slices))
+    spans = SpanProjection(severity_of=bridge.severity_of)
+    finished = []
+    for event in events:
+        bridge(event)
+        finished.extend(spans.feed(event))
+    keys = [(s.resource.attributes["startup.rank"], s.name) for s in finished]
+    status = {key: s.status.status_code for key, s in zip(keys, finished, strict=True)}
+    severity = {
+        key: (s.attributes or {}).get("startup.severity")
+        for key, s in zip(keys, finished, strict=True)
+    }
+    return status, severity
+
+
+def assert_red_from_the_failing_step(run: LiveRun, path: Sequence[str], error: str) -> None:
+    """A failed run's live spans: ERROR on each step of ``path`` (the failing
+    step first, up to the rank's root span), the failing step's exception
+    event ``error`` (``Type: message``), and every span cancelled because of
+    it unset (it is not where the problem is)."""
+    from opentelemetry.trace import StatusCode
+
+    from events import RunFinished, RunOutcome
+
+    finished = run.events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.FAILED
+    spans = {span.name: span for span in run.live}
+    for name in path:
+        assert spans[name].status.status_code is StatusCode.ERROR, name
+    [raised] = [e for e in spans[path[0]].events if e.name == "exception"]
+    assert raised.attributes is not None
+    kind, _, message = error.partition(": ")
+    assert (raised.attributes["exception.type"], raised.attributes["exception.message"]) == (
+        kind,
+        message,
+    )
+    cancelled = [s for s in run.live if (s.attributes or {}).get("startup.outcome") == "cancelled"]
+    assert all(span.status.status_code is StatusCode.UNSET for span in cancelled)

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from opentelemetry.trace import StatusCode
 
-from events import RunFinished, RunOutcome, StepStarted
+from events import StepStarted
 from orchestrator._runner import derive_trace_id
 from orchestrator.engine import ZENTORCH_STEP
-from tests.exporters.tracing_harness import LiveRun, spans_by_id
+from tests.exporters.tracing_harness import LiveRun, assert_red_from_the_failing_step, spans_by_id
 
 from .tracing import run_engine_traced
 
@@ -77,19 +77,11 @@ async def test_a_failed_run_is_red_from_the_failing_step_to_the_root(tmp_path: P
     run = await run_engine_traced(tmp_path, **SCENARIOS["failed: attention probe raises"])
 
     assert isinstance(run.error, RuntimeError)
-    finished = run.events[-1]
-    assert isinstance(finished, RunFinished)
-    assert finished.outcome is RunOutcome.FAILED
-    spans = {span.name: span for span in run.live}
-    for name in ("attention/FLASHINFER", "attention", "startup rank 0"):
-        assert spans[name].status.status_code is StatusCode.ERROR, name
-    [raised] = [e for e in spans["attention/FLASHINFER"].events if e.name == "exception"]
-    assert raised.attributes is not None
-    assert raised.attributes["exception.type"] == "RuntimeError"
-    assert raised.attributes["exception.message"] == "CUDA error: no kernel image is available"
-    # Siblings cancelled because of it are not where the problem is.
-    cancelled = [s for s in run.live if (s.attributes or {}).get("startup.outcome") == "cancelled"]
-    assert all(span.status.status_code is StatusCode.UNSET for span in cancelled)
+    assert_red_from_the_failing_step(
+        run,
+        ("attention/FLASHINFER", "attention", "startup rank 0"),
+        "RuntimeError: CUDA error: no kernel image is available",
+    )
 
 
 async def test_zentorch_abi_mismatch_nests_under_the_cpu_plugin_and_is_marked(

@@ -12,6 +12,7 @@ import pytest
 from events import MemoryLog
 from exporters import LoggingBridge
 from orchestrator.engine import ENGINE
+from tests.exporters.tracing_harness import live_span_marks
 
 from .streams import RUN_ID, eight_ranks_two_nodes, healthy_rank, zentorch_rank
 
@@ -95,23 +96,8 @@ def test_the_bridge_gives_live_engine_spans_their_severity_and_status() -> None:
     from opentelemetry.trace import StatusCode
 
     from events import merge
-    from exporters import SpanProjection
 
-    bridge = LoggingBridge(slices=(ENGINE,))
-    spans = SpanProjection(severity_of=bridge.severity_of)
-    finished = []
-    for event in merge(healthy_rank(rank) for rank in range(2)):
-        bridge(event)
-        finished.extend(spans.feed(event))
-    status = {
-        (s.resource.attributes["startup.rank"], s.name): s.status.status_code for s in finished
-    }
-    severity = {
-        (s.resource.attributes["startup.rank"], s.name): (s.attributes or {}).get(
-            "startup.severity"
-        )
-        for s in finished
-    }
+    status, severity = live_span_marks((ENGINE,), merge(healthy_rank(rank) for rank in range(2)))
     # A recovered fallback: WARNING, and (like every span short of ERROR) unset.
     assert severity[(1, "allreduce_workspace/mnnvl")] == "WARNING"
     assert status[(1, "allreduce_workspace/mnnvl")] is StatusCode.UNSET

@@ -35,16 +35,14 @@ def failed_run() -> list[Event]:
     return list(merge(streams))
 
 
-def test_report_json_fields_and_types() -> None:
+def test_report_json_has_the_engines_columns_codes_and_root_cause() -> None:
+    # The document's shape is the report's (tests/exporters/test_report.py):
+    # here, what the engine's slice puts in it.
     from exporters import report_json
 
     document = report_json(replay(failed_run(), slices=[ENGINE]))
     json.dumps(document)  # plain JSON all the way down
-    assert document["report_version"] == 1
-    assert document["run_id"] == "run-7f3a"
-    assert document["world_size"] == 8
     assert document["outcome"] == "failed"
-    assert [r["rank"] for r in document["ranks"]] == list(range(8))
     for row in document["ranks"]:
         assert set(row) == set(RANK_KEYS)
         for key, kind in RANK_KEYS.items():
@@ -54,16 +52,9 @@ def test_report_json_fields_and_types() -> None:
     assert rank5["platform"] is None
     assert document["ranks"][0]["platform"] == "cuda"
     assert document["ranks"][0]["allreduce_backend"] == "trtllm"
-
-    for message in document["messages"]:
-        assert set(message) == {"code", "severity", "scope", "ranks", "text"}
-        assert message["severity"] in {"debug", "info", "warning", "error"}
-        assert message["ranks"] == sorted(message["ranks"])
     attempt = next(m for m in document["messages"] if m["code"] == "allreduce.attempt_failed")
     assert attempt["ranks"] == [0, 1, 2, 3, 4, 6, 7]
     assert attempt["severity"] == "warning"
-    severities = [Severity[m["severity"].upper()] for m in document["messages"]]
-    assert severities == sorted(severities, reverse=True)
 
     cause = document["root_cause"]
     assert cause["rank"] == 5
@@ -131,8 +122,8 @@ def test_report_text_levels_and_one_rank() -> None:
     verbose = report_text(result, min_severity=Severity.DEBUG)
     assert "  DEBUG [ranks 0-4,6-7] Attention backend FLASHINFER is unavailable" in verbose
     errors_only = report_text(result, min_severity=Severity.ERROR)
+    assert "  ERROR [rank 5] Failed to infer device type" in errors_only
     assert "WARNING" not in errors_only
-    assert "Messages (error and above):" in errors_only
     one = report_text(result, rank=3)
     assert one.splitlines()[0].startswith("Startup failed")
     assert "Rank 3:" in one
