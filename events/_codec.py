@@ -37,6 +37,7 @@ import sys
 import threading
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -370,6 +371,20 @@ def _share(value: dict[str, Any] | list[Any]) -> None:
                 pending.append(inner)
 
 
+#: The frames decoded and still in use, by their fields: the ranks of a run
+#: record the same tracebacks, each frame then held once.
+_FRAMES: weakref.WeakValueDictionary[tuple[Any, ...], FrameInfo] = weakref.WeakValueDictionary()
+
+
+def _same_frame(frame: FrameInfo) -> FrameInfo:
+    """The frame in use equal to ``frame``, else ``frame`` (now in use)."""
+    key = (frame.filename, frame.lineno, frame.name, frame.line)
+    found = _FRAMES.get(key)
+    if found is None:
+        _FRAMES[key] = found = frame
+    return found
+
+
 class _Generated:
     """Encoders and decoders for a closed set of classes, compiled into one
     namespace so that nested (and self-nesting) classes call each other."""
@@ -383,6 +398,7 @@ class _Generated:
             "_at": _at,
             "_capped": _capped,
             "_intern": sys.intern,
+            "_same_frame": _same_frame,
             "_share": _share,
             "_missing": _missing,
             "_unknown": _unknown,
@@ -800,6 +816,7 @@ class _Generated:
                     f"    {var} = decode_{ident}({f'_capped({var})' if cut else var})",
                     "except _Bad as bad:",
                     f"    raise bad.within({path} + '.') from None",
+                    *([f"{var} = _same_frame({var})"] if record_cls is FrameInfo else []),
                 ], True
         raise AssertionError(tp)  # pragma: no cover - _shape covers every case
 

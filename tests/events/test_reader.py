@@ -21,7 +21,7 @@ from events import (
     UnknownEventTypeError,
     UnsupportedVersionError,
 )
-from events.testing import EventStream
+from events.testing import EventStream, exception_info
 
 from .samples import rank_stream
 
@@ -411,14 +411,21 @@ def test_a_long_chain_of_dependencies_is_no_problem(tmp_path: Path) -> None:
     assert events.validate(_written(tmp_path, _records(stream))) == []
 
 
-def test_ranks_read_share_their_texts(tmp_path: Path) -> None:
+NO_DEVICE = exception_info(
+    "RuntimeError",
+    "no device found",
+    frames=[events.FrameInfo(filename="/opt/lib/probe.py", lineno=3812, name="probe")],
+)
+
+
+def test_ranks_read_share_their_texts_and_frames(tmp_path: Path) -> None:
     # A run's ranks repeat each other's steps, reasons and results: a text
     # read from two logs is one object, so a large run's memory does not
     # hold it once per rank.
     def log(rank: int) -> Path:
         stream = EventStream(rank=rank, world_size=2).run_started()
         stream.started("loader", attributes={"plugins": ["acme", {"name": "zeta"}]})
-        stream.unavailable("loader", reasons=["no device found"])
+        stream.unavailable("loader", reasons=["no device found"], cause=NO_DEVICE)
         stream.started("model")
         stream.succeeded("model", {"backend": "nccl", "tried": [{"name": "mnnvl"}]})
         return write(tmp_path / f"rank-{rank}.jsonl", lines_of(stream.run_finished()))
@@ -426,6 +433,8 @@ def test_ranks_read_share_their_texts(tmp_path: Path) -> None:
     first, second = (events.read_log(log(rank)).events for rank in (0, 1))
     assert first[1].step is second[1].step
     assert first[2].reasons[0] is second[2].reasons[0]
+    assert first[2].cause == second[2].cause == NO_DEVICE
+    assert first[2].cause.frames[0] is second[2].cause.frames[0]
     one, other = first[4].result, second[4].result
     assert isinstance(one, dict)
     assert isinstance(other, dict)
