@@ -47,11 +47,16 @@ where the fault, though it never fired, still changed how the start ended.
     plugin           platform/<plugin>                   any Exception recorded, the
                                                          plugin not activated; if it
                                                          is this host's plugin the
-                                                         start fails, unless only its
-                                                         driver library (pynvml) is
-                                                         broken: then the accelerator
-                                                         is unusable and the run falls
-                                                         back to the CPU with a WARNING
+                                                         start fails, also when only
+                                                         its driver library (pynvml)
+                                                         is broken: as in vLLM, the
+                                                         cpu plugin activates only
+                                                         for a CPU build
+    build            platform/build                      any Exception recorded: the
+                                                         build target is unknown and
+                                                         the cpu plugin declines with
+                                                         it as its reason; the run
+                                                         goes on
     zentorch         platform/cpu/zentorch               ModuleNotFoundError naming
                                                          zentorch -> absent; other
                                                          ImportError, OSError ->
@@ -401,6 +406,8 @@ def step_kind(step: str, config: Configuration) -> str:
         return "explicit" if config.explicit else "candidate"
     if step == "platform/cpu/zentorch":
         return "zentorch"
+    if step == "platform/build":
+        return "build"
     if step.startswith("platform/"):
         return "plugin"
     if step == "flashinfer_comm":
@@ -473,9 +480,9 @@ def find_reach(
 #: effect on the run: "go on" (recorded), "fail", "interrupt" or "die".
 Effect = tuple[frozenset[str], str]
 
-_RECORDED_ANY = frozenset({"plugin", "flashinfer_comm", "attempt", "quant"})
+_RECORDED_ANY = frozenset({"plugin", "build", "flashinfer_comm", "attempt", "quant"})
 _OPTIONAL = frozenset(
-    {"candidate", "plugin", "zentorch", "flashinfer_comm", "attempt", "quant", "group"}
+    {"candidate", "plugin", "build", "zentorch", "flashinfer_comm", "attempt", "quant", "group"}
 )
 
 #: SPEC §3.6: the default severity of the message codes expected below.
@@ -608,18 +615,13 @@ def _expect_recovered(result: Expectation, reach: Reach, steps: Sequence[str]) -
     plugins = {
         s.removeprefix("platform/")
         for s in steps
-        if s.count("/") == 1 and s.startswith("platform/")
+        if step_kind(s, reach.config) == "plugin" and s.count("/") == 1
     }
     if reach.healthy_plugin in plugins:
-        if reach.target_kind == "step":
-            # The plugin of this host failed, yet its accelerator is there:
-            # the cpu plugin does not activate; no platform.
-            result.outcome = "failed"
-        else:
-            # The accelerator's driver library is broken: the host has no
-            # usable accelerator, and the run lands on the CPU, with a
-            # WARNING (SPEC §3.2).
-            result.messages.append(["platform.fallback"])
+        # The plugin of this host failed (itself, or its driver library):
+        # the cpu plugin activates only for a CPU build, so, as in vLLM,
+        # there is no platform.
+        result.outcome = "failed"
     elif plugins:
         # A plugin that raised may have been the one meant to activate: the
         # run goes on where it can, with a WARNING naming the plugin.
