@@ -219,21 +219,19 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_ERROR,
     ),
     # Logs of releases before the typed errors (the module docstring).
-    MessageRule(
-        code="attention.explicit_invalid",
-        step=ATTENTION_STEP,
-        exception="ValueError",
-        when={"message": "Selected backend*"},
-        text="{message}",
-        severity=_ERROR,
-    ),
-    MessageRule(
-        code="attention.none_valid",
-        step=ATTENTION_STEP,
-        exception="ValueError",
-        when={"message": "No valid*"},
-        text="{message}",
-        severity=_ERROR,
+    *(
+        MessageRule(
+            code=code,
+            step=ATTENTION_STEP,
+            exception="ValueError",
+            when={"message": pattern},
+            text="{message}",
+            severity=_ERROR,
+        )
+        for code, pattern in (
+            ("attention.explicit_invalid", "Selected backend*"),
+            ("attention.none_valid", "No valid*"),
+        )
     ),
     # Absent (flashinfer not installed) is the expected case: no message.
     MessageRule(
