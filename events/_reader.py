@@ -201,7 +201,6 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
     return _read(file, _read_bytes(file), upcasters)
 
 
-#: The envelope's texts that a rank's events repeat.
 def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     lines = data.split(b"\n")
     # What follows the last newline: nothing, or a line the writer never
