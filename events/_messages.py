@@ -126,13 +126,12 @@ class Message:
 
 @attrs.frozen(kw_only=True)
 class _PendingFallback:
-    """An attempt that failed with a fallback left; its ``fallback.used``
-    waits for the next attempt, whose step it names."""
+    """An attempt that failed with a fallback left, and the fallback rule
+    that speaks for it when the next attempt starts."""
 
-    step: str
-    verb: str
-    reason: str
-    seq: int
+    rule: MessageRule
+    ended: Event
+    started: StepStarted
 
 
 @attrs.frozen(kw_only=True)
@@ -201,9 +200,12 @@ class _Setup:
             codes.update(part.code_rules())
         self.codes = codes
         self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
-        self.rules = tuple(rule for part in self.slices for rule in part.rules)
+        rules = [rule for part in self.slices for rule in part.rules]
+        self.rules = tuple(rule for rule in rules if not rule.fallback)
+        self.fallback_rules = tuple(rule for rule in rules if rule.fallback)
         self._claimed: dict[str, bool] = {}
         self._rules_for: dict[str, tuple[MessageRule, ...]] = {}
+        self._fallbacks_for: dict[str, tuple[MessageRule, ...]] = {}
 
     def rule(self, code: str) -> tuple[Severity, Scope]:
         found = self.codes.get(code)
@@ -222,6 +224,17 @@ class _Setup:
         if found is None:
             found = tuple(rule for rule in self.rules if rule.matches_step(step))
             self._rules_for[step] = found
+        return found
+
+    def fallbacks_for(self, step: str) -> tuple[MessageRule, ...]:
+        """The fallback rules of ``step``: the slices', then the kernel's
+        unless a slice claims the step."""
+        found = self._fallbacks_for.get(step)
+        if found is None:
+            found = tuple(rule for rule in self.fallback_rules if rule.matches_step(step))
+            if not self.claimed(step):
+                found += _FALLBACK_USED
+            self._fallbacks_for[step] = found
         return found
 
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
@@ -375,11 +388,18 @@ def _chain_reason(cause: ExceptionInfo) -> str:
 _INTERRUPTS = frozenset({"KeyboardInterrupt"})
 
 
-_VERBS = {
-    Outcome.TIMED_OUT: "timed out",
-    Outcome.CRASHED: "crashed",
-    Outcome.FAILED: "failed",
-}
+#: The kernel's fallback message, for the attempts no slice claims.
+_FALLBACK_USED = (
+    MessageRule(
+        code="fallback.used",
+        fallback=True,
+        step="*",
+        outcomes=set(Outcome) - {Outcome.OK, Outcome.CANCELLED},
+        text="Step {step} {verb} ({reason}); falling back to {next}.",
+        args=("{step}", "{reason}", "{next}"),
+        detail=False,
+    ),
+)
 
 
 class _Fold:
@@ -582,13 +602,15 @@ class _Fold:
         if event.kind is StepKind.ATTEMPT and self.fallbacks:
             pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
             if pending is not None:
+                rule, ended = pending.rule, pending.ended
+                text, args = rule.render(ended, pending.started, next_step=event.step)
                 self.emit(
-                    "fallback.used",
-                    f"Step {pending.step} {pending.verb} ({pending.reason}); "
-                    f"falling back to {event.step}.",
-                    step=pending.step,
-                    args=(pending.step, pending.reason, event.step),
-                    seqs=(pending.seq,),
+                    rule.code,
+                    text,
+                    step=ended.step,
+                    args=args,
+                    seqs=(ended.seq,),
+                    exception=cause_of(ended) if rule.detail else None,
                 )
 
     def step_stalled(self, event: StepStalled) -> None:
@@ -641,8 +663,10 @@ class _Fold:
             self.settle(settled)
         # The chain ended: a fallback that never started is no message.
         self.fallbacks.pop(step, None)
-        if started is not None and not setup.claimed(step):
-            self.generic(event, started)
+        if started is not None:
+            self.fallback(event, started)
+            if started.kind is StepKind.CANDIDATE and not setup.claimed(step):
+                self.candidate(event)
         if rule is not None:
             text, args = rule.render(event, started)
             self.emit(
@@ -654,9 +678,9 @@ class _Fold:
             )
         self.waiting.pop(step, None)
 
-    def generic(self, event: Event, started: StepStarted) -> None:
-        """The messages of candidates and attempts no slice claims."""
-        if started.kind is StepKind.CANDIDATE and isinstance(event, StepUnavailable):
+    def candidate(self, event: Event) -> None:
+        """The message of a candidate no slice claims."""
+        if isinstance(event, StepUnavailable):
             reason = reason_of(event)
             self.emit(
                 "candidate.unavailable",
@@ -665,17 +689,18 @@ class _Fold:
                 args=(event.step, reason),
                 exception=event.cause,
             )
-        elif started.kind is StepKind.ATTEMPT and started.attributes.get("fallback_left"):
-            outcome = outcome_of(event) or Outcome.FAILED
-            if outcome in (Outcome.OK, Outcome.CANCELLED):
-                return
+
+    def fallback(self, event: Event, started: StepStarted) -> None:
+        """An attempt with a fallback left that a fallback rule speaks for:
+        its span's severity now, its message when the next attempt starts."""
+        if started.kind is not StepKind.ATTEMPT:
+            return
+        rule = self.rule_for(event, self.setup.fallbacks_for(event.step))
+        if rule is not None:
             self.fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
-                step=event.step,
-                verb=_VERBS.get(outcome, "was unavailable"),
-                reason=reason_of(event),
-                seq=event.seq,
+                rule=rule, ended=event, started=started
             )
-            self.raise_severity(event.step, self.severity("fallback.used"))
+            self.raise_severity(event.step, self.severity(rule.code))
 
     def rule_for(self, event: Event, rules: tuple[MessageRule, ...]) -> MessageRule | None:
         """The first of ``rules`` (those of the event's step) that speaks for

@@ -20,8 +20,8 @@ describes them in a :class:`Slice`, mostly as data:
 Two hooks take what data cannot say, both pure: ``facts`` (the rank facts a
 terminal step event or a decision settles, for a state projection with more
 than step results) and ``messages`` (a :class:`MessageHook`: derivations
-that remember earlier events, such as an attempt's failure reported when the
-next attempt starts). Slices never import a runtime: replaying a log needs
+that remember earlier events, such as a message naming every attempt of a
+chain). Slices never import a runtime: replaying a log needs
 only this package and the slices' pure modules.
 
 Precedence: a slice *claims* the steps its ``steps`` patterns match; the
@@ -176,11 +176,28 @@ def _mapping(value: object) -> _Fields:
 #: The fields a rule's templates may name; ``result`` and ``attributes``
 #: by one key (``{result[backend]}``).
 _TEMPLATE_FIELDS = frozenset(
-    {"step", "name", "parent", "outcome", "reason", "error", "message", "result", "attributes"}
+    {
+        "step",
+        "name",
+        "parent",
+        "outcome",
+        "verb",
+        "reason",
+        "error",
+        "message",
+        "result",
+        "attributes",
+    }
 )
+#: The fields only a fallback rule's templates have: the next attempt.
+_NEXT_FIELDS = frozenset({"next", "next_name"})
+
+#: How an outcome reads after the step's name (``Step x timed out``), where
+#: that is not the outcome itself (``Step x unavailable``).
+_VERBS = {Outcome.OK: "succeeded", Outcome.TIMED_OUT: "timed out"}
 
 
-def _template_fault(template: str) -> str | None:
+def _template_fault(template: str, *, fallback: bool) -> str | None:
     """What keeps ``template`` from rendering over any event, or ``None``."""
     try:
         parts = list(string.Formatter().parse(template))
@@ -190,7 +207,9 @@ def _template_fault(template: str) -> str | None:
         if field is None:
             continue
         root, bracket, key = field.partition("[")
-        if root not in _TEMPLATE_FIELDS:
+        if root in _NEXT_FIELDS and not fallback:
+            return f"{{{field}}} is the next attempt's: only a fallback rule has one"
+        if root not in _TEMPLATE_FIELDS | _NEXT_FIELDS:
             return f"{{{field}}} names no field"
         if bracket and (root not in ("result", "attributes") or not key.endswith("]")):
             return f"{{{field}}}: only result and attributes take a key, and one"
@@ -277,13 +296,27 @@ class MessageRule:
     the cause's message matches, for logs whose exception type alone does
     not tell). A missing key reads as ``None``; a bool matches only a bool.
 
-    Rules are tried in order, the slices' in the order the slices are given;
-    the first that matches an event speaks for it, and the later ones do not.
-    A more specific rule therefore goes before a general one for the same
-    step.
+    A *fallback* rule (``fallback``) speaks for an attempt of a fallback
+    chain (a step started as an ``attempt`` whose ``fallback_left``
+    attribute is true, as :func:`orchestrator.run_fallback_chain` starts
+    them) that ended with one of ``outcomes``, and says so when the chain's
+    next attempt starts; its templates may also name ``next`` (that
+    attempt's step) and ``next_name`` (its last path segment). The attempt's
+    span gets the rule's severity when the attempt ends; a chain that ends
+    first (the run stopped) gets no message. A fallback rule stands in for
+    no other message: a timeout or crash of the attempt is still reported.
+    The kernel's own ``fallback.used`` is such a rule, for the steps no
+    slice claims.
+
+    Rules are tried in order, the slices' in the order the slices are given,
+    the kernel's last; the first that matches an event speaks for it, and
+    the later ones do not. A more specific rule therefore goes before a
+    general one for the same step.
 
     ``text`` and ``args`` are :meth:`str.format` templates over these fields:
     ``step``, ``name`` (last path segment), ``parent``, ``outcome``,
+    ``verb`` (the outcome after a step's name: ``succeeded``, ``timed out``
+    or the outcome itself, ``unavailable``),
     ``reason`` (one line: reasons, cause or timeout), ``error`` (the cause as
     ``Type: message``), ``message`` (the cause's message), ``result`` (the
     step's result, ``{result[key]}``) and ``attributes`` (the step's start
@@ -305,6 +338,7 @@ class MessageRule:
         when: conditions on the step's result, attributes and cause.
         defaults: templates for result and attribute values that are
             missing, empty or not text.
+        fallback: a fallback rule: said when the next attempt starts.
 
     Raises:
         ValueError: a ``when`` or ``defaults`` key is not ``cause``,
@@ -314,7 +348,8 @@ class MessageRule:
             or a template does not parse, names another field, indexes
             one other than ``result`` and ``attributes`` (or by more than
             one key), or has a format spec: found when the rule is made,
-            not while a log replays.
+            not while a log replays; a fallback rule's ``outcomes`` hold
+            ``ok`` or ``cancelled``, or another rule names ``next``.
     """
 
     code: str
@@ -332,18 +367,27 @@ class MessageRule:
     detail: bool = True
     when: Mapping[str, JsonValue] = attrs.field(factory=dict, converter=_conditions)
     defaults: Mapping[str, str] = attrs.field(factory=dict, converter=_defaults)
+    fallback: bool = False
 
     def __attrs_post_init__(self) -> None:
         templates = [("text", self.text), *(("args", arg) for arg in self.args or ())]
         templates.extend((f"defaults[{key!r}]", value) for key, value in self.defaults.items())
         for where, template in templates:
-            fault = _template_fault(template)
+            fault = _template_fault(template, fallback=self.fallback)
             if fault is not None:
                 raise ValueError(
                     f"MessageRule {self.code!r}: {where} {template!r}: {fault}; a template "
-                    "names step, name, parent, outcome, reason, error, message, "
-                    "result[KEY] or attributes[KEY]"
+                    "names step, name, parent, outcome, verb, reason, error, message, "
+                    "result[KEY] or attributes[KEY] (a fallback rule's also next and "
+                    "next_name)"
                 )
+        ended = self.outcomes & {Outcome.OK, Outcome.CANCELLED}
+        if self.fallback and ended:
+            raise ValueError(
+                f"MessageRule {self.code!r}: a fallback rule speaks for an attempt that "
+                f"failed, not one that ended {' or '.join(sorted(ended))}; drop it from "
+                "outcomes"
+            )
 
     def matches_step(self, step: str) -> bool:
         """Whether ``step`` matches :attr:`step`."""
@@ -364,6 +408,12 @@ class MessageRule:
         if outcome not in self.outcomes:
             return False
         if outcome is Outcome.FAILED and isinstance(event, StepFailed) and not originated:
+            return False
+        if self.fallback and (
+            started is None
+            or started.kind is not StepKind.ATTEMPT
+            or not started.attributes.get("fallback_left")
+        ):
             return False
         cause = cause_of(event)
         if self.exception is not None and (cause is None or not self.raised(cause)):
@@ -393,15 +443,22 @@ class MessageRule:
         qualified = wanted is not None and "." in wanted
         return any((link.type if qualified else link.name) == wanted for link in cause.chain())
 
-    def render(self, event: Event, started: StepStarted | None) -> tuple[str, tuple[str, ...]]:
-        """The message text and args for ``event``."""
+    def render(
+        self, event: Event, started: StepStarted | None, *, next_step: str = ""
+    ) -> tuple[str, tuple[str, ...]]:
+        """The message text and args for ``event`` (a fallback rule's:
+        ``next_step``, the attempt that started next)."""
         cause = cause_of(event)
         parent, _, name = event.step.rpartition("/")
+        outcome = outcome_of(event)
         fields = _Fields(
             step=event.step,
             name=name,
             parent=parent,
-            outcome=(outcome_of(event) or ""),
+            outcome=(outcome or ""),
+            verb="" if outcome is None else _VERBS.get(outcome, str(outcome)),
+            next=next_step,
+            next_name=next_step.rpartition("/")[2],
             reason=reason_of(event),
             error="" if cause is None else cause.reason,
             message="" if cause is None else cause.message,

@@ -27,10 +27,9 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
     attention failed: NoValidCandidateError             attention.none_valid       [rule]
     flashinfer_comm unavailable | invalid               flashinfer_comm.unavailable [rules]
       (absent, i.e. flashinfer not installed, is the expected case: no message)
-    allreduce_workspace/<b> attempt ends unavailable,   allreduce.attempt_failed, derived when
-      failed, timed out or crashed, fallback_left      the next attempt starts (its backend
-                                                       names the fallback) or, failing that,
-                                                       when the parent step ends
+    allreduce_workspace/<b> attempt ends unavailable,   allreduce.attempt_failed   [fallback
+      failed, timed out or crashed, fallback_left      rules: said when the next attempt
+                                                       starts, which they name]
     allreduce_workspace ok, enabled                     allreduce.workspace_ready  [rule]
     allreduce_workspace ok, disabled, attempts ran      allreduce.workspace_failed
     allreduce_workspace ok, disabled, no backend        allreduce.unsupported      [rule]
@@ -54,8 +53,6 @@ only for those logs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import attrs
 
 from events import (
@@ -63,7 +60,6 @@ from events import (
     MessageContext,
     MessageRule,
     Outcome,
-    RunFinished,
     RunStarted,
     Scope,
     Severity,
@@ -253,6 +249,28 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_DEBUG,
         scope=_LOCAL,
     ),
+    # An attempt a fallback recovers is expected on many healthy hosts: one
+    # line, no traceback (the cause stays in the log). The first that matches
+    # speaks: mnnvl's names its likely cause.
+    *(
+        MessageRule(
+            code="allreduce.attempt_failed",
+            fallback=True,
+            step=f"{ALLREDUCE_STEP}/{backend}",
+            outcomes=set(Outcome) - {Outcome.OK, Outcome.CANCELLED},
+            text="FlashInfer allreduce workspace with backend={attributes[backend]} {verb} "
+            f"({{reason}}{hint}); falling back to {{next_name}}.",
+            args=("{attributes[backend]}", "{reason}", "{next_name}"),
+            defaults={"attributes.backend": "{name}"},
+            detail=False,
+            severity=_WARNING,
+            scope=_LOCAL,
+        )
+        for backend, hint in (
+            ("mnnvl", "; likely no NVSwitch multicast support for mnnvl"),
+            ("*", ""),
+        )
+    ),
     MessageRule(
         code="allreduce.workspace_ready",
         step=ALLREDUCE_STEP,
@@ -286,7 +304,6 @@ _TABLE: dict[str, tuple[Severity, Scope]] = {
     "platform.fallback": (_WARNING, _PROCESS),
     "zentorch.broken": (_WARNING, _LOCAL),
     "attention.selected": (_INFO, _LOCAL),
-    "allreduce.attempt_failed": (_WARNING, _LOCAL),
     "allreduce.workspace_failed": (_ERROR, _PROCESS),
     "allreduce.divergence": (_ERROR, _GLOBAL),
     # Added: a terminal failure, ERROR once per rank as its plain sibling.
@@ -335,19 +352,6 @@ def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class _PendingAttempt:
-    """An all-reduce attempt that failed with a fallback left; its message
-    waits for the next attempt, whose backend it names."""
-
-    step: str
-    backend: str
-    verb: str
-    reason: str
-    seqs: tuple[int, ...]
-    outcome: Outcome
-
-
-@attrs.frozen(kw_only=True)
 class _Memory:
     """What the engine's derivations remember between events of a rank."""
 
@@ -355,7 +359,6 @@ class _Memory:
     failed_plugins: tuple[tuple[str, str, int], ...] = ()
     #: all-reduce attempts that ended: (backend, failure reason or None, seq)
     attempts: tuple[tuple[str, str | None, int], ...] = ()
-    pending_attempt: _PendingAttempt | None = None
 
 
 def _is_attempt(step: str, started: StepStarted | None) -> bool:
@@ -387,10 +390,6 @@ class EngineMessageHook:
 
     def before(self, context: MessageContext, memory: _Memory) -> _Memory:
         event = context.event
-        if isinstance(event, RunFinished) or (
-            event.step == ALLREDUCE_STEP and outcome_of(event) is not None
-        ):
-            return _flush_attempt(context, memory)
         if isinstance(event, RunStarted):
             return attrs.evolve(memory, torch_version=event.versions.get("torch"))
         return memory
@@ -400,7 +399,7 @@ class EngineMessageHook:
         if isinstance(event, StepStarted):
             if event.step == PLATFORM_STEP:
                 _real_engine_code(context, event)
-            return _attempt_started(context, memory, event)
+            return memory
         if outcome_of(event) is None:
             return memory
         step = event.step
@@ -550,76 +549,16 @@ def _attention(context: MessageContext, started: StepStarted | None) -> None:
 # -- all-reduce --------------------------------------------------------------
 
 
-def _attempt_started(context: MessageContext, memory: _Memory, event: StepStarted) -> _Memory:
-    pending = memory.pending_attempt
-    if (
-        pending is None
-        or event.kind is not StepKind.ATTEMPT
-        or event.step.rpartition("/")[0] != pending.step.rpartition("/")[0]
-    ):
-        return memory
-    nxt = _attribute(event, "backend", event.step.rpartition("/")[2])
-    _emit_attempt(context, pending, nxt, seqs=(*pending.seqs, event.seq))
-    return attrs.evolve(memory, pending_attempt=None)
-
-
 def _allreduce_attempt(
     context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
 ) -> _Memory:
+    # Its message, with a fallback left, is a rule's; the workspace's outcome
+    # names the attempts.
     event = context.event
-    backend = _attribute(started, "backend", name)
     outcome = outcome_of(event) or Outcome.FAILED
-    if outcome in (Outcome.OK, Outcome.CANCELLED):
-        return attrs.evolve(memory, attempts=(*memory.attempts, (backend, None, event.seq)))
-    reason = reason_of(event)
-    memory = attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
-    fallback_left = bool(started.attributes.get("fallback_left")) if started else False
-    if not fallback_left:
-        return memory
-    verb = {
-        Outcome.TIMED_OUT: "timed out",
-        Outcome.CRASHED: "crashed",
-        Outcome.FAILED: "failed",
-    }.get(outcome, "unavailable")
-    pending = _PendingAttempt(
-        step=event.step,
-        backend=backend,
-        verb=verb,
-        reason=reason,
-        seqs=(event.seq,),
-        outcome=outcome,
-    )
-    context.raise_severity(event.step, context.severity("allreduce.attempt_failed"))
-    return attrs.evolve(memory, pending_attempt=pending)
-
-
-def _flush_attempt(context: MessageContext, memory: _Memory) -> _Memory:
-    """The chain ended before another attempt started: a recorded attempt
-    failure is still worth its WARNING; a propagated one is a ``step.failed``
-    instead (no fallback happened)."""
-    pending = memory.pending_attempt
-    if pending is None:
-        return memory
-    if pending.outcome is not Outcome.FAILED:
-        _emit_attempt(context, pending, "the next backend", seqs=pending.seqs)
-    return attrs.evolve(memory, pending_attempt=None)
-
-
-def _emit_attempt(
-    context: MessageContext, pending: _PendingAttempt, nxt: str, *, seqs: Iterable[int]
-) -> None:
-    hint = "; likely no NVSwitch multicast support for mnnvl" if pending.backend == "mnnvl" else ""
-    context.emit(
-        "allreduce.attempt_failed",
-        f"FlashInfer allreduce workspace with backend={pending.backend} {pending.verb} "
-        f"({pending.reason}{hint}); falling back to {nxt}.",
-        step=pending.step,
-        args=(pending.backend, pending.reason, nxt),
-        seqs=tuple(seqs),
-        # An attempt that a fallback recovers is expected on many healthy
-        # hosts: one line, no traceback (the cause stays in the log).
-        exception=None,
-    )
+    reason = None if outcome in (Outcome.OK, Outcome.CANCELLED) else reason_of(event)
+    backend = _attribute(started, "backend", name)
+    return attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
 
 
 def _allreduce(context: MessageContext, memory: _Memory) -> None:

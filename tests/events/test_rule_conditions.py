@@ -18,6 +18,8 @@ from events import (
     Severity,
     Slice,
     StepKind,
+    StepStarted,
+    StepUnavailable,
     fold,
     replay,
 )
@@ -244,12 +246,12 @@ def test_every_field_a_template_may_name_renders() -> None:
         code="mine.all",
         step="loader",
         outcomes=Outcome.UNAVAILABLE,
-        text="{step}|{name}|{parent}|{outcome}|{reason}|{error}|{message!r}|"
+        text="{step}|{name}|{parent}|{outcome}|{verb}|{reason}|{error}|{message!r}|"
         "{result[x]}|{attributes[plugin]}",
     )
     (message,) = messages(loader(cause=True, attributes={"plugin": "acme"}), rule)
     assert message.text == (
-        "loader|loader||unavailable|ImportError: no module named x|"
+        "loader|loader||unavailable|unavailable|ImportError: no module named x|"
         "ImportError: no module named x|'no module named x'|-|acme"
     )
 
@@ -288,3 +290,123 @@ def test_a_kind_condition_speaks_for_candidates_and_not_for_their_siblings() -> 
     ]
     with pytest.raises(ValueError, match=r"when\['kind'\] is 'probe': give one of 'step'"):
         MessageRule(code="mine.x", step="x", text="x", when={"kind": "probe"})
+
+
+def chain(first: str, *, then: bool = True, cause: bool = False, left: bool = True) -> list[Event]:
+    """A fallback chain under ``warmup``: ``graph`` ends ``first`` with a
+    fallback left (unless ``left`` is false), then ``eager`` runs (unless
+    ``then`` is false: the run is interrupted between the two)."""
+    stream = EventStream().run_started()
+    stream.started("warmup")
+    stream.started(
+        "warmup/graph", kind=StepKind.ATTEMPT, attributes={"fallback_left": left, "mode": "cuda"}
+    )
+    if first == "timed_out":
+        stream.timed_out("warmup/graph", timeout_s=2.0)
+    else:
+        stream.unavailable(
+            "warmup/graph",
+            Outcome(first),
+            cause=BOOM if cause else None,
+            reasons=[] if cause else ["no graphs here"],
+        )
+    if not then:
+        stream.cancelled("warmup", "interrupted")
+        return stream.run_finished(RunOutcome.INTERRUPTED)
+    stream.started("warmup/eager", kind=StepKind.ATTEMPT, attributes={"fallback_left": False})
+    stream.succeeded("warmup/eager")
+    stream.succeeded("warmup")
+    return stream.run_finished()
+
+
+FALLBACK = MessageRule(
+    code="mine.eager",
+    fallback=True,
+    step="warmup/*",
+    outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID, Outcome.TIMED_OUT),
+    text="{attributes[mode]} graphs {verb} ({reason}); running {next_name} ({next}) instead",
+    args=("{name}", "{next_name}"),
+    severity=Severity.WARNING,
+)
+
+
+def test_a_fallback_rule_speaks_when_the_next_attempt_starts_and_names_it() -> None:
+    events = chain("unavailable")
+    slice_ = Slice(name="mine", rules=(FALLBACK,))
+    state = fold(Messages(slices=[slice_]), events)
+    (message,) = [m for m in state.messages() if not m.code.startswith("run.")]
+    assert message.code == "mine.eager"
+    assert message.text == (
+        "cuda graphs unavailable (no graphs here); running eager (warmup/eager) instead"
+    )
+    assert (message.step, message.args, message.severity) == (
+        "warmup/graph",
+        ("graph", "eager"),
+        Severity.WARNING,
+    )
+    ended = next(e for e in events if isinstance(e, StepUnavailable))
+    next_started = next(
+        e for e in events if isinstance(e, StepStarted) and e.step == "warmup/eager"
+    )
+    assert message.seqs == (ended.seq, next_started.seq)
+    # The slice's rule speaks instead of the kernel's, though the slice
+    # claims no step; the kernel's speaks without it, and not on a step a
+    # slice claims.
+    assert "fallback.used" not in [m.code for m in state.messages()]
+    claimed = Slice(name="mine", steps=("warmup/*",))
+    assert "fallback.used" not in [
+        m.code for m in fold(Messages(slices=[claimed]), events).messages()
+    ]
+    (generic,) = [m for m in fold(Messages(), events).messages() if m.code == "fallback.used"]
+    assert generic.text == (
+        "Step warmup/graph unavailable (no graphs here); falling back to warmup/eager."
+    )
+    assert generic.args == ("warmup/graph", "no graphs here", "warmup/eager")
+
+
+def test_a_fallback_rule_leaves_timeouts_to_step_timed_out_and_unmatched_outcomes_alone() -> None:
+    slice_ = Slice(name="mine", rules=(FALLBACK,))
+    timed_out = fold(Messages(slices=[slice_]), chain("timed_out")).messages()
+    assert [m.code for m in timed_out] == ["step.timed_out", "mine.eager", "run.ready"]
+    assert timed_out[1].text.startswith("cuda graphs timed out (timed out after 2 s)")
+    # An outcome the rule does not name is the kernel's again.
+    absent = fold(Messages(slices=[slice_]), chain("absent")).messages()
+    assert [m.code for m in absent] == ["fallback.used", "run.ready"]
+
+
+def test_a_fallback_rule_attaches_the_cause_only_with_detail() -> None:
+    slice_ = Slice(name="mine", rules=(FALLBACK,))
+    (with_cause,) = [
+        m
+        for m in fold(Messages(slices=[slice_]), chain("unavailable", cause=True)).messages()
+        if m.code == "mine.eager"
+    ]
+    assert with_cause.exception is not None
+    assert with_cause.exception.message == "boom"
+    quiet = Slice(name="mine", rules=(attrs.evolve(FALLBACK, detail=False),))
+    (without,) = [
+        m
+        for m in fold(Messages(slices=[quiet]), chain("unavailable", cause=True)).messages()
+        if m.code == "mine.eager"
+    ]
+    assert without.exception is None
+
+
+def test_a_chain_that_stops_before_the_next_attempt_says_no_fallback() -> None:
+    slice_ = Slice(name="mine", rules=(FALLBACK,))
+    state = fold(Messages(slices=[slice_]), chain("unavailable", then=False))
+    assert [m.code for m in state.messages()] == ["run.interrupted"]
+    # The attempt's span still says what the rule would have.
+    assert state.ranks[0].severities["warmup/graph"] is Severity.WARNING
+    # An attempt that had no fallback left is not fallen back from, whatever
+    # starts next.
+    last = fold(Messages(slices=[slice_]), chain("unavailable", left=False))
+    assert [m.code for m in last.messages()] == ["run.ready"]
+    assert "warmup/graph" not in last.ranks[0].severities
+
+
+def test_a_fallback_rule_for_a_success_or_a_next_attempt_outside_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="not one that ended ok; drop it from outcomes"):
+        MessageRule(code="mine.x", step="x", text="x", fallback=True, outcomes=Outcome.OK)
+    with pytest.raises(ValueError, match=r"\{next\} is the next attempt's: only a fallback"):
+        MessageRule(code="mine.x", step="x", text="then {next}")

@@ -247,7 +247,7 @@ def test_report_text_starts_with_the_outcome_and_the_root_cause() -> None:
     assert "Ranks:" in lines
     assert any(line.startswith("  0-4,6-7 ") and "/cache" in line for line in lines)
     assert any(line.startswith("  5 ") and "failed" in line for line in lines)
-    assert "  WARNING [ranks 0-4,6-7] Step warmup/graph was unavailable (OSError" in text
+    assert "  WARNING [ranks 0-4,6-7] Step warmup/graph unavailable (OSError" in text
     assert "  ERROR [rank 5] Step cache_dir failed: NoCacheError: No usable cache" in text
     assert "DEBUG" not in text
 
@@ -264,7 +264,7 @@ def test_report_text_levels_and_one_rank() -> None:
     one = report_text(result, rank=3)
     assert one.splitlines()[0].startswith("Startup failed")
     assert "Rank 3:" in one
-    assert "  WARNING [rank 3] Step warmup/graph was unavailable" in one
+    assert "  WARNING [rank 3] Step warmup/graph unavailable" in one
     assert "[rank 5]" not in one
 
 
