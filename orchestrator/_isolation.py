@@ -424,9 +424,13 @@ def _child_main() -> int:
                 data = data[os.write(result_fd, data) :]
 
     try:
-        job = structure(IsolationJob, orjson.loads(sys.stdin.buffer.readline()))
+        # Read from the descriptor itself, never through sys.stdin: a daemon
+        # thread blocked in sys.stdin's reader holds its lock, and the
+        # interpreter's exit waits a second for that lock and then aborts.
+        lines = _lines(0)
+        job = structure(IsolationJob, orjson.loads(next(lines, b"")))
         threading.Thread(
-            target=_answer_stacks, args=(answer, job.step), name="stacks", daemon=True
+            target=_answer_stacks, args=(answer, job.step, lines), name="stacks", daemon=True
         ).start()
         sys.path[:] = job.sys_path
         run = _ChildRun(job)
@@ -472,11 +476,25 @@ def _child_main() -> int:
     return 0
 
 
-def _answer_stacks(answer: Callable[[dict[str, Any]], None], step: str) -> None:
-    """In the child: answer each ``stacks`` line on stdin with the stacks of
-    every other thread (the body's first), until stdin closes."""
+def _lines(fd: int) -> Iterator[bytes]:
+    """The lines read from descriptor ``fd`` until it closes (a last line
+    without its newline included)."""
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        yield from lines
+    if pending:
+        yield pending
+
+
+def _answer_stacks(
+    answer: Callable[[dict[str, Any]], None], step: str, lines: Iterator[bytes]
+) -> None:
+    """In the child: answer each ``stacks`` line of ``lines`` (the rest of
+    stdin) with the stacks of every other thread (the body's first), until
+    stdin closes."""
     me = threading.get_ident()
-    for line in sys.stdin.buffer:
+    for line in lines:
         if line.strip() != b"stacks":
             continue
         names = {thread.ident: thread.name for thread in threading.enumerate()}

@@ -5,8 +5,11 @@ Each test spawns one Python process, so there are few of them.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -271,3 +274,47 @@ def test_an_isolated_body_must_be_importable_by_name() -> None:
     with pytest.raises(TypeError, match="module-level function"):
         _import_path(local)
     assert _import_path(isolated_bodies.hang) == "tests.orchestrator.isolated_bodies:hang"
+
+
+def child_job(body: str) -> bytes:
+    """The job line a parent sends its isolated step's child."""
+    from events import RankIdentity
+    from events._codec import unstructure
+    from orchestrator._isolation import IsolationJob
+
+    job = IsolationJob(
+        body=body,
+        step="probe",
+        run_id="run-1",
+        identity=RankIdentity(),
+        config={},
+        trace_id="0" * 31 + "1",
+        span_id="0" * 15 + "1",
+        sys_path=tuple(sys.path),
+    )
+    return json.dumps(unstructure(job)).encode() + b"\n"
+
+
+@pytest.mark.parametrize("stdin_open", [True, False], ids=["stdin-open", "stdin-closed"])
+def test_the_child_exits_cleanly_once_it_has_answered(stdin_open: bool) -> None:
+    # The parent keeps the child's stdin open (to ask for stacks) until the
+    # child exits: the child's stdin reader must not hold up or abort its exit.
+    read_end, write_end = os.pipe()
+    os.write(write_end, child_job("tests.orchestrator.isolated_bodies:succeed"))
+    if not stdin_open:
+        os.close(write_end)
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-m", "orchestrator._isolation"],
+            stdin=read_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as child:
+            os.close(read_end)
+            stdout, stderr = child.communicate(timeout=DEADLINE_S)
+    finally:
+        if stdin_open:
+            os.close(write_end)
+    assert b"Fatal Python error" not in stderr, stderr.decode()
+    assert child.returncode == 0
+    assert json.loads(stdout.splitlines()[0])["status"] == "ok"
