@@ -394,7 +394,6 @@ _FALLBACK_USED = (
         code="fallback.used",
         fallback=True,
         step="*",
-        outcomes=set(Outcome) - {Outcome.OK, Outcome.CANCELLED},
         text="Step {step} {verb} ({reason}); falling back to {next}.",
         args=("{step}", "{reason}", "{next}"),
         detail=False,

@@ -192,6 +192,9 @@ _TEMPLATE_FIELDS = frozenset(
 #: The fields only a fallback rule's templates have: the next attempt.
 _NEXT_FIELDS = frozenset({"next", "next_name"})
 
+#: The outcomes of an attempt that a fallback can follow.
+_ATTEMPT_FAILURES = frozenset(Outcome) - {Outcome.OK, Outcome.CANCELLED}
+
 #: How an outcome reads after the step's name (``Step x timed out``), where
 #: that is not the outcome itself (``Step x unavailable``).
 _VERBS = {Outcome.OK: "succeeded", Outcome.TIMED_OUT: "timed out"}
@@ -329,7 +332,9 @@ class MessageRule:
         code: the stable message code (``my_engine.cache_missing``).
         text: the message text template.
         step: the step path pattern.
-        outcomes: the outcomes that match (default ``failed``).
+        fallback: a fallback rule: said when the next attempt starts.
+        outcomes: the outcomes that match (default ``failed``; a fallback
+            rule's, every outcome but ``ok`` and ``cancelled``).
         exception: an exception type the cause chain must hold, or ``None``.
         severity, scope: the code's (a later slice may override them).
         args: templates of what makes the message unique on its rank (with
@@ -338,7 +343,6 @@ class MessageRule:
         when: conditions on the step's result, attributes and cause.
         defaults: templates for result and attribute values that are
             missing, empty or not text.
-        fallback: a fallback rule: said when the next attempt starts.
 
     Raises:
         ValueError: a ``when`` or ``defaults`` key is not ``cause``,
@@ -355,8 +359,13 @@ class MessageRule:
     code: str
     text: str
     step: str
+    fallback: bool = False
     outcomes: frozenset[Outcome] = attrs.field(
-        default=frozenset({Outcome.FAILED}), converter=_outcomes
+        default=attrs.Factory(
+            lambda rule: _ATTEMPT_FAILURES if rule.fallback else frozenset({Outcome.FAILED}),
+            takes_self=True,
+        ),
+        converter=_outcomes,
     )
     exception: str | None = None
     severity: Severity = attrs.field(default=Severity.INFO, converter=Severity)
@@ -367,7 +376,6 @@ class MessageRule:
     detail: bool = True
     when: Mapping[str, JsonValue] = attrs.field(factory=dict, converter=_conditions)
     defaults: Mapping[str, str] = attrs.field(factory=dict, converter=_defaults)
-    fallback: bool = False
 
     def __attrs_post_init__(self) -> None:
         templates = [("text", self.text), *(("args", arg) for arg in self.args or ())]

@@ -257,7 +257,6 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
             code="allreduce.attempt_failed",
             fallback=True,
             step=f"{ALLREDUCE_STEP}/{backend}",
-            outcomes=set(Outcome) - {Outcome.OK, Outcome.CANCELLED},
             text="FlashInfer allreduce workspace with backend={attributes[backend]} {verb} "
             f"({{reason}}{hint}); falling back to {{next_name}}.",
             args=("{attributes[backend]}", "{reason}", "{next_name}"),

@@ -406,6 +406,11 @@ def test_a_chain_that_stops_before_the_next_attempt_says_no_fallback() -> None:
 
 
 def test_a_fallback_rule_for_a_success_or_a_next_attempt_outside_one_is_refused() -> None:
+    # By default a fallback rule speaks for every way an attempt can fail
+    # (a plain rule: for failed alone).
+    rule = MessageRule(code="mine.x", step="x", text="x", fallback=True)
+    assert rule.outcomes == set(Outcome) - {Outcome.OK, Outcome.CANCELLED}
+    assert MessageRule(code="mine.x", step="x", text="x").outcomes == {Outcome.FAILED}
     with pytest.raises(ValueError, match="not one that ended ok; drop it from outcomes"):
         MessageRule(code="mine.x", step="x", text="x", fallback=True, outcomes=Outcome.OK)
     with pytest.raises(ValueError, match=r"\{next\} is the next attempt's: only a fallback"):
