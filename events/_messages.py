@@ -200,12 +200,9 @@ class _Setup:
             codes.update(part.code_rules())
         self.codes = codes
         self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
-        rules = [rule for part in self.slices for rule in part.rules]
-        self.rules = tuple(rule for rule in rules if not rule.fallback)
-        self.fallback_rules = tuple(rule for rule in rules if rule.fallback)
+        self.rules = tuple(rule for part in self.slices for rule in part.rules)
         self._claimed: dict[str, bool] = {}
         self._rules_for: dict[str, tuple[MessageRule, ...]] = {}
-        self._fallbacks_for: dict[str, tuple[MessageRule, ...]] = {}
 
     def rule(self, code: str) -> tuple[Severity, Scope]:
         found = self.codes.get(code)
@@ -224,17 +221,6 @@ class _Setup:
         if found is None:
             found = tuple(rule for rule in self.rules if rule.matches_step(step))
             self._rules_for[step] = found
-        return found
-
-    def fallbacks_for(self, step: str) -> tuple[MessageRule, ...]:
-        """The fallback rules of ``step``: the slices', then the kernel's
-        unless a slice claims the step."""
-        found = self._fallbacks_for.get(step)
-        if found is None:
-            found = tuple(rule for rule in self.fallback_rules if rule.matches_step(step))
-            if not self.claimed(step):
-                found += _FALLBACK_USED
-            self._fallbacks_for[step] = found
         return found
 
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
@@ -694,22 +680,30 @@ class _Fold:
         its span's severity now, its message when the next attempt starts."""
         if started.kind is not StepKind.ATTEMPT:
             return
-        rule = self.rule_for(event, self.setup.fallbacks_for(event.step))
+        # The slices' first, then the kernel's unless a slice claims the step.
+        rules = self.setup.rules_for(event.step)
+        if not self.setup.claimed(event.step):
+            rules += _FALLBACK_USED
+        rule = self.rule_for(event, rules, fallback=True)
         if rule is not None:
             self.fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
                 rule=rule, ended=event, started=started
             )
             self.raise_severity(event.step, self.severity(rule.code))
 
-    def rule_for(self, event: Event, rules: tuple[MessageRule, ...]) -> MessageRule | None:
-        """The first of ``rules`` (those of the event's step) that speaks for
-        ``event``."""
+    def rule_for(
+        self, event: Event, rules: tuple[MessageRule, ...], *, fallback: bool = False
+    ) -> MessageRule | None:
+        """The first of ``rules`` (those of the event's step), fallback rules
+        or the others, that speaks for ``event``."""
         outcome = outcome_of(event)
         if outcome is None:
             return None
         originated, started = self.originated, self.started
         for rule in rules:
-            if rule.matches_event(event, outcome, originated=originated, started=started):
+            if rule.fallback is fallback and rule.matches_event(
+                event, outcome, originated=originated, started=started
+            ):
                 return rule
         return None
 
