@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import FaultSpecError, OrchestratorError, Startup, StartupInterrupted
-from orchestrator.engine import ProfileError, load_profile
+from orchestrator.engine import EngineState, ProfileError, load_profile
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -85,13 +85,15 @@ def main() -> int:
             # ERROR on this rank; the result below says where it stopped.
             result = startup.result
     assert result is not None
-    platform = f"{result.platform} ({result.platform_class})" if result.platform else "-"
+    state = result.state
+    assert isinstance(state, EngineState)
+    platform = f"{state.platform} ({state.platform_class})" if state.platform else "-"
     print(
         f"rank {result.rank} of {result.world_size}, run {result.run_id}: {result.outcome}"
         f" platform={platform}"
-        f" attention={result.attention_backend or '-'}"
-        f" allreduce={result.allreduce_backend or '-'}"
-        f" fusion={'on' if result.fusion_enabled else 'off'}"
+        f" attention={state.attention_backend or '-'}"
+        f" allreduce={state.allreduce_backend or '-'}"
+        f" fusion={'on' if state.fusion_enabled else 'off'}"
         f" log={result.log_path}",
         flush=True,
     )

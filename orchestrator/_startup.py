@@ -9,7 +9,7 @@ spawner)::
 
     with Startup(EngineConfig(tp=2)) as startup:
         result = startup.run()
-    print(result.platform_class, result.attention_backend, result.log_path)
+    print(result.state.platform_class, result.state.attention_backend, result.log_path)
 
 Constructed with nothing, it reads everything from the environment:
 
@@ -80,6 +80,7 @@ from events import (
     Outcome,
     RankIdentity,
     RankProcess,
+    RankState,
     RunFinished,
     RunOutcome,
     Scope,
@@ -165,19 +166,16 @@ class StartupResult:
         run_id, rank: the stream.
         world_size: how many ranks the launch has.
         outcome: ``ready``, ``failed`` or ``interrupted``.
-        platform: the platform plugin that won (reference engine), or ``None``.
-        platform_class: its platform class (``CudaPlatform``), or ``None``.
-        attention_backend: the selected attention backend, or ``None``.
-        allreduce_backend: the all-reduce fusion backend, or ``None`` (off).
-        fusion_enabled: whether the all-reduce fusion workspace is usable.
-            (``platform`` to ``fusion_enabled`` are the reference engine's:
-            ``None`` and ``False`` for a graph of your own.)
+        state: what the run's slices derived for this rank, of the type
+            the first slice that declares one gives it
+            (:attr:`events.Slice.state_type`): for the reference engine an
+            :class:`~orchestrator.engine.EngineState`, whose views read the
+            selected platform and backends (``result.state.platform_class``);
+            for a graph of your own, its ``slices``' facts in
+            ``result.state.facts``, and no engine field.
         steps: how every step and child step that ended on this rank ended,
             by step path: its outcome, its value when ``ok``, its reasons
             and exception otherwise.
-        facts: what the slices derived for this rank (fact name -> JSON
-            value): the reference engine's, or those of the ``slices`` a
-            graph of your own was given.
         messages: every message derived on this rank, in order (printed or
             not).
         log_path: this rank's log.
@@ -194,13 +192,8 @@ class StartupResult:
     rank: int
     world_size: int
     outcome: RunOutcome
-    platform: str | None = None
-    platform_class: str | None = None
-    attention_backend: str | None = None
-    allreduce_backend: str | None = None
-    fusion_enabled: bool = False
+    state: RankState
     steps: Mapping[str, StepResult] = attrs.field(factory=dict)
-    facts: Mapping[str, JsonValue] = attrs.field(factory=dict)
     messages: tuple[Message, ...] = ()
     log_path: Path
     run_dir: Path
@@ -1089,27 +1082,18 @@ class Startup:
             return None
         from events import replay
 
-        from .engine import EngineState
-
         assert self.identity is not None
         assert self.run_id is not None
         rank = self.identity.rank
         logged = list(self._log.read())
-        found = replay(logged, slices=self._meaning()).states.get(rank)
-        state = found if isinstance(found, EngineState) else None
         messages = () if self._bridge is None else self._bridge.state.messages(rank)
         return StartupResult(
             run_id=self.run_id,
             rank=rank,
             world_size=self.identity.world_size,
             outcome=self._outcome(),
-            platform=None if state is None else state.platform,
-            platform_class=None if state is None else state.platform_class,
-            attention_backend=None if state is None else state.attention_backend,
-            allreduce_backend=None if state is None else state.allreduce_backend,
-            fusion_enabled=False if state is None else state.fusion_enabled,
+            state=replay(logged, slices=self._meaning()).states[rank],
             steps=_step_results(logged),
-            facts={} if found is None else dict(found.facts),
             messages=messages,
             log_path=self._log.path,
             run_dir=self.run_dir,

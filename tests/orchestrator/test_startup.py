@@ -22,6 +22,7 @@ from events import (
     MessageRule,
     Outcome,
     RankIdentity,
+    RankState,
     RunFinished,
     RunOutcome,
     RunStarted,
@@ -43,7 +44,7 @@ from orchestrator import (
     Step,
     StepContext,
 )
-from orchestrator.engine import EngineConfig
+from orchestrator.engine import EngineConfig, EngineState
 
 
 def _startup(tmp_path: Path, **options: object) -> Startup:
@@ -73,8 +74,9 @@ def test_a_ready_start_returns_what_it_decided(tmp_path: Path) -> None:
         result = startup.run()
 
     assert result.ready
-    assert (result.platform, result.platform_class) == ("cpu", "CpuPlatform")
-    assert result.attention_backend == "CPU_ATTN"
+    assert isinstance(result.state, EngineState)
+    assert (result.state.platform, result.state.platform_class) == ("cpu", "CpuPlatform")
+    assert result.state.attention_backend == "CPU_ATTN"
     assert result.log_path == tmp_path / "run" / "rank-0.jsonl"
     assert result.run_dir == tmp_path / "run"
     assert "attention.selected" in [message.code for message in result.messages]
@@ -444,20 +446,40 @@ def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> N
     assert "Attention by mine." in texts
     assert not any("attention backend" in text for text in texts), texts
     assert any(text.startswith("No cache: PermissionError") for text in texts), texts
-    assert result.facts["attention"] == "mine"
+    assert result.state.facts["attention"] == "mine"
     assert result.steps["attention"].outcome is Outcome.OK
     assert result.steps["attention"].value == {"backend": "mine"}
     assert result.steps["cache"].outcome is Outcome.UNAVAILABLE
     assert result.steps["cache"].exception is not None
     assert result.steps["cache"].exception.name == "PermissionError"
-    assert (result.platform, result.attention_backend, result.fusion_enabled) == (None, None, False)
+    # No engine field, nor the engine's state type, for a graph of your own.
+    assert type(result.state) is RankState
+    assert set(result.state.facts) == {"attention"}
+
+
+@attrs.frozen(kw_only=True)
+class _MineState(RankState):
+    @property
+    def attention(self) -> str | None:
+        value = self.facts.get("attention")
+        return value if isinstance(value, str) else None
+
+
+def test_the_result_state_is_of_the_type_the_slice_declares(tmp_path: Path) -> None:
+    typed = attrs.evolve(OWN_SLICE, state_type=_MineState)
+    result = _own_startup(tmp_path, slices=[typed]).run()
+
+    assert isinstance(result.state, _MineState)
+    assert result.state.attention == "mine"
+    assert result.state.outcome is RunOutcome.READY
 
 
 def test_without_slices_a_graph_of_your_own_gets_the_kernels_messages(tmp_path: Path) -> None:
     result = _own_startup(tmp_path).run()
     codes = {message.code for message in result.messages}
     assert codes <= {"run.ready", "step.unavailable"}, codes
-    assert result.facts == {}
+    assert type(result.state) is RankState
+    assert result.state.facts == {}
 
 
 def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
