@@ -230,22 +230,30 @@ class _Ended:
 
     __slots__ = ("exception", "reasons")
 
-    def __init__(self, event: Event) -> None:
-        self.reasons: tuple[str, ...] = ()
-        self.exception: ExceptionInfo | None = None
+    def __init__(
+        self, reasons: tuple[str, ...] = (), exception: ExceptionInfo | None = None
+    ) -> None:
+        self.reasons = reasons
+        self.exception = exception
+
+    @classmethod
+    def of(cls, event: Event) -> _Ended:
+        """What ``event`` said; a step that ended saying nothing (most of
+        them: every step that succeeded) shares one value."""
         if isinstance(event, StepUnavailable):
-            self.reasons, self.exception = event.reasons, event.cause
-        elif isinstance(event, StepFailed):
-            self.exception = event.cause
-        elif isinstance(event, StepTimedOut):
-            self.reasons = (f"timed out after {event.timeout_s:g} s",)
-        elif isinstance(event, StepCancelled):
-            self.reasons = (event.reason,) if event.reason else ()
-        elif isinstance(event, StepCrashed):
+            return cls(event.reasons, event.cause)
+        if isinstance(event, StepFailed):
+            return cls(exception=event.cause)
+        if isinstance(event, StepTimedOut):
+            return cls((f"timed out after {event.timeout_s:g} s",))
+        if isinstance(event, StepCancelled) and event.reason:
+            return cls((event.reason,))
+        if isinstance(event, StepCrashed):
             how = (
                 f"signal {event.signal}" if event.signal is not None else f"exit {event.exit_code}"
             )
-            self.reasons = (f"the step's process crashed ({how})", *event.stderr_tail)
+            return cls((f"the step's process crashed ({how})", *event.stderr_tail))
+        return _SAID_NOTHING
 
     def kind(self) -> tuple[str, ...]:
         """What a lane groups by: the exception types along the chain (the
@@ -258,6 +266,9 @@ class _Ended:
         """What one variant of a step's details is: every text."""
         chain = () if self.exception is None else self.exception.chain()
         return (*self.reasons, "", *(link.reason for link in chain))
+
+
+_SAID_NOTHING = _Ended()
 
 
 def _signature(
@@ -348,19 +359,21 @@ def report_html(
         The page, self-contained: no network, no external resources.
     """
     ended: dict[int, dict[str, _Ended]] = defaultdict(dict)
-    decisions: dict[tuple[int, str], list[DecisionMade]] = defaultdict(list)
+    # By rank, then step: a key tuple per rank and step would cost more
+    # than what it indexes.
+    decisions: dict[int, dict[str, list[DecisionMade]]] = defaultdict(dict)
     hosts: dict[int, str] = {}
     for event in events:
         if isinstance(event, RunStarted):
             hosts[event.rank] = event.host
         elif isinstance(event, DecisionMade):
-            decisions[(event.rank, event.step)].append(event)
+            decisions[event.rank].setdefault(event.step, []).append(event)
         elif outcome_of(event) is not None and isinstance(getattr(event, "step", None), str):
-            ended[event.rank].setdefault(event.step, _Ended(event))
-    step_messages: dict[tuple[int, str], list[Any]] = defaultdict(list)
+            ended[event.rank].setdefault(event.step, _Ended.of(event))
+    step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
     for message in result.messages:
         if message.step:
-            step_messages[(message.rank, message.step)].append(message)
+            step_messages[message.rank].setdefault(message.step, []).append(message)
 
     ranks = result.timeline.ranks
     starts = [r.start_wall_ns for r in ranks.values() if r.start_wall_ns is not None]
@@ -585,8 +598,8 @@ def _lane(
     members: list[int],
     rank_outcome: RunOutcome,
     ended: Mapping[int, Mapping[str, _Ended]],
-    step_messages: Mapping[tuple[int, str], list[Any]],
-    decisions: Mapping[tuple[int, str], list[DecisionMade]],
+    step_messages: Mapping[int, Mapping[str, list[Any]]],
+    decisions: Mapping[int, Mapping[str, list[DecisionMade]]],
     scale: _Scale,
     died: int | None,
     hosts: Mapping[int, str],
@@ -659,7 +672,7 @@ def _lane(
         said = _group(
             (m.code, m.severity.name.lower(), m.text, m.rank)
             for rank in members
-            for m in step_messages.get((rank, step), ())
+            for m in step_messages.get(rank, {}).get(step, ())
         )
         if said:
             items = _capped(
@@ -678,7 +691,7 @@ def _lane(
         decided = _group(
             (d.name, _json(d.value), "", d.rank)
             for rank in members
-            for d in decisions.get((rank, step), ())
+            for d in decisions.get(rank, {}).get(step, ())
         )
         if decided:
             items = "".join(
@@ -787,10 +800,11 @@ def _divergences_html(found: Sequence[Divergence]) -> str:
     return f'<section id="divergences"><h2>Divergences</h2><ul>{items}</ul></section>'
 
 
-def _decisions_html(decisions: Mapping[tuple[int, str], list[DecisionMade]]) -> str:
+def _decisions_html(decisions: Mapping[int, Mapping[str, list[DecisionMade]]]) -> str:
     grouped = _group(
         (f"{d.name}@{step}", _json(d.value), "", rank)
-        for (rank, step), made in sorted(decisions.items())
+        for rank, steps in sorted(decisions.items())
+        for step, made in sorted(steps.items())
         for d in made
     )
     if not grouped:
