@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,16 @@ def _events(contents: list[LogContents], *, until: int | None = None) -> list[Ev
     if until is not None:
         events = [e for e in events if e.seq <= until]
     return events
+
+
+def _each_event(logs: list[LogContents], *, until: int | None) -> Iterator[Event]:
+    """The events of ``logs`` (to ``until``), log by log, taking each log
+    out of ``logs`` once its events are read: nothing else may need them."""
+    logs.reverse()
+    while logs:
+        for event in logs.pop().events:
+            if until is None or event.seq <= until:
+                yield event
 
 
 def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()) -> Any:
@@ -158,6 +168,13 @@ def command_replay(args: argparse.Namespace) -> int:
     result = _replay(run, args.until, slices)
     _check_rank(args.rank, result)
     decisions = decision_divergences(run.contents, until=args.until)
+    # The reports are of the replay alone; the events are read again only by
+    # --export and --html, and --html, the last, lets each log go once it
+    # has read it. Without either they go now, before the reports are built.
+    logs = run.contents
+    del run
+    if export is None and args.html is None:
+        logs = []
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
@@ -165,29 +182,26 @@ def command_replay(args: argparse.Namespace) -> int:
         emit(report_text(result, min_severity=args.level, rank=args.rank))
         if decisions:
             emit(decision_divergences_text(decisions))
+    ready = document["outcome"] == "ready"
+    del document
     if export is not None:
         # Cut at --until, a rank is running there, however it ended later.
         cut = result if args.until is None else attrs.evolve(result, launch=None)
-        _export(export, _events(run.contents, until=args.until), cut)
+        _export(export, _events(logs, until=args.until), cut)
     if args.html is not None:
         from exporters import report_html
 
         # The page takes each rank's events apart: no need to merge them.
         page = report_html(
             result,
-            (
-                event
-                for log in run.contents
-                for event in log.events
-                if args.until is None or event.seq <= args.until
-            ),
+            _each_event(logs, until=args.until),
             divergences=grouped_decision_divergences(decisions),
         )
         try:
             write_file(args.html, page.encode())
         except OSError as exc:
             raise InputError(f"--html {args.html}: cannot write: {exc.strerror}") from None
-    return 0 if document["outcome"] == "ready" else 1
+    return 0 if ready else 1
 
 
 def decision_divergences(contents: Sequence[LogContents], *, until: int | None = None) -> list[Any]:
