@@ -145,6 +145,10 @@ def test_a_failure_raises_the_original_error_after_everything_is_flushed(
 
     assert startup.result is not None
     assert startup.result.outcome is outcome
+    # What was decided before the failure is still there, typed.
+    assert isinstance(startup.result.state, EngineState)
+    assert startup.result.state.platform_class == "CpuPlatform"
+    assert startup.result.state.attention_backend is None
     finished = _finished(tmp_path / "run" / "rank-0.jsonl")
     assert finished.outcome is outcome
     assert finished.failed_step == "attention/CPU_ATTN"
