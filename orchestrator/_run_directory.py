@@ -64,6 +64,7 @@ __all__ = [
     "CLAIM_FILE",
     "MANIFEST_FILE",
     "Collected",
+    "LaunchBook",
     "LauncherProcess",
     "Manifest",
     "RunDirectory",
@@ -71,7 +72,6 @@ __all__ = [
     "RunProblem",
     "check_run_directories",
     "check_run_directory",
-    "claim_launch_directory",
     "claim_run_directory",
     "longer_copy",
     "rank_log_path",
@@ -173,32 +173,6 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
             f"already holds run {holder}; one run directory holds one run: "
             "use a new --run-id or --run-dir",
             held_by=holder,
-        )
-
-
-def claim_launch_directory(run_dir: Path, manifest: Manifest) -> None:
-    """Claim ``run_dir`` for a launch and create its manifest, exclusively,
-    before any rank starts: a second launch, or a single run of the same run
-    id, already there is refused, and the launch has written nothing.
-
-    The manifest is created before the directory is checked for logs, as a
-    rank checks for a manifest once its log exists
-    (:func:`refuse_foreign_rank`).
-
-    Raises:
-        RunDirectoryError: the directory holds another run, another launch,
-            or logs of a run this launch did not start.
-    """
-    claim_run_directory(run_dir, manifest.run_id)
-    manifest.write(run_dir, exclusive=True)
-    present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
-    if present:
-        (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
-        shown = ", ".join(present[:3]) + (", ..." if len(present) > 3 else "")
-        raise RunDirectoryError(
-            run_dir,
-            f"already holds {shown} of run {manifest.run_id} started without this launch; "
-            "use a new --run-id or --run-dir",
         )
 
 
@@ -425,6 +399,84 @@ class Manifest:
             raise RunDirectoryError(
                 run_dir, f"cannot write the manifest: {exc.strerror or exc}"
             ) from None
+
+
+class LaunchBook:
+    """A launch's record as it goes, kept by whatever starts the ranks (the
+    command line's launcher, the Ray driver): its manifest, created with the
+    claim of the run directory before any rank starts, and written again,
+    whole, each time a rank starts or ends and when the launch ends.
+
+    A write that fails (a full disk) does not stop the launch: the ranks'
+    logs hold the run. The first such failure is kept in :attr:`unwritten`,
+    for the launcher to raise once its ranks have ended.
+    """
+
+    def __init__(self, run_dir: Path, manifest: Manifest) -> None:
+        self.run_dir = run_dir
+        self.manifest = manifest
+        #: the first write of the manifest that failed, if one did
+        self.unwritten: RunDirectoryError | None = None
+
+    @classmethod
+    def claim(cls, run_dir: Path, manifest: Manifest) -> LaunchBook:
+        """Claim ``run_dir`` for a launch and create its manifest,
+        exclusively, before any rank starts: a second launch, or a single
+        run of the same run id, already there is refused, and the launch
+        has written nothing.
+
+        The manifest is created before the directory is checked for logs,
+        as a rank checks for a manifest once its log exists
+        (:func:`refuse_foreign_rank`).
+
+        Raises:
+            RunDirectoryError: the directory holds another run, another
+                launch, or logs of a run this launch did not start.
+        """
+        claim_run_directory(run_dir, manifest.run_id)
+        manifest.write(run_dir, exclusive=True)
+        present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
+        if present:
+            (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
+            shown = ", ".join(present[:3]) + (", ..." if len(present) > 3 else "")
+            raise RunDirectoryError(
+                run_dir,
+                f"already holds {shown} of run {manifest.run_id} started without this "
+                "launch; use a new --run-id or --run-dir",
+            )
+        return cls(run_dir, manifest)
+
+    def record(self, *entries: RankProcess) -> None:
+        """Each of ``entries`` in place of its rank's entry."""
+        for entry in entries:
+            self.manifest = self.manifest.with_rank(entry)
+        self._write()
+
+    def ended(self, rank: int, **how: Any) -> None:
+        """``rank`` ended now, as ``how`` says (fields of its
+        :class:`~events.RankProcess`: ``exit_code``, ``signal``, ``lost``...)."""
+        entry = self.manifest.rank(rank) or RankProcess(rank=rank)
+        self.record(attrs.evolve(entry, ended_wall_ns=time.time_ns(), **how))
+
+    def finish(self, *, not_started: str | None = None) -> None:
+        """The launch ended now; with ``not_started``, every rank of its
+        world without an entry was not started, for that reason."""
+        manifest = self.manifest
+        if not_started is not None:
+            for rank in range(manifest.world_size):
+                if manifest.rank(rank) is None:
+                    manifest = manifest.with_rank(
+                        RankProcess(rank=rank, stopped_by_launcher=not_started)
+                    )
+        launcher = attrs.evolve(manifest.launcher, finished_wall_ns=time.time_ns())
+        self.manifest = attrs.evolve(manifest, launcher=launcher)
+        self._write()
+
+    def _write(self) -> None:
+        try:
+            self.manifest.write(self.run_dir)
+        except RunDirectoryError as exc:
+            self.unwritten = self.unwritten or exc
 
 
 #: Fields of a rank entry written only when set (added after version 1 was

@@ -14,10 +14,10 @@ with a peer that is gone never keeps the launch waiting forever. The grace
 period is 10 s unless the caller says otherwise (the command line reads
 ``--grace`` or ``STARTUP_ORCHESTRATOR_GRACE_S``).
 
-Given a :class:`~orchestrator._run_directory.Manifest`, the launcher keeps it
-up to date in the run directory as the launch goes (each rank's pid and
-start time as it starts; its exit status or signal, and any signal the
-launcher sent it and why, as it ends), rewriting it atomically each time.
+The launcher writes what it sees in the launch's record
+(:class:`~orchestrator._run_directory.LaunchBook`, the manifest in the run
+directory): each rank's pid and start time as it starts; its exit status or
+signal, and any signal the launcher sent it and why, as it ends.
 Ranks never outlive the launcher: each learns its launcher's pid and asks
 the kernel for SIGTERM when the launcher dies (see ``_signals``).
 
@@ -46,7 +46,7 @@ from anyio.abc import Process, TaskGroup
 from events import RankProcess
 
 from .._identity import RUN_ID_VARIABLE
-from .._run_directory import Manifest, RunDirectoryError
+from .._run_directory import LaunchBook
 from .._signals import LAUNCHER_PID_VARIABLE, STOP_SIGNALS
 
 __all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
@@ -114,7 +114,7 @@ def launch_local(
     environ: Mapping[str, str] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     notify: Callable[[str], None] | None = None,
-    manifest: Manifest | None = None,
+    book: LaunchBook,
     tick: Callable[[], None] | None = None,
     relay: Callable[[str], None] | None = None,
     pass_fds: Sequence[int] = (),
@@ -131,8 +131,9 @@ def launch_local(
         grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
             once a rank ended other than ready or a stop was asked (> 0).
         notify: called with one line whenever the launcher escalates.
-        manifest: the launch's manifest, already written to ``run_dir``;
-            kept up to date there as ranks start and end.
+        book: the launch's record, its manifest already in ``run_dir``
+            (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
+            rank's start and end, and the launch's, are written to it.
         tick: called about every 0.1 s while the launcher waits for its
             ranks, in the launcher's thread (a live view looks at the logs).
         relay: when given, the ranks' stderr is read by the launcher and
@@ -162,7 +163,7 @@ def launch_local(
         run_dir=run_dir,
         grace_s=grace_s,
         notify=notify or (lambda _line: None),
-        manifest=manifest,
+        book=book,
         tick=tick,
         relay=relay,
         pass_fds=pass_fds,
@@ -177,9 +178,9 @@ def launch_local(
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    if launch.unwritten is not None:
+    if book.unwritten is not None:
         # The ranks ran to their end all the same; their logs hold the run.
-        raise launch.unwritten
+        raise book.unwritten
     return [launch.exits[rank] for rank in range(len(launch.processes))]
 
 
@@ -221,7 +222,7 @@ class _Launch:
         run_dir: Path,
         grace_s: float,
         notify: Callable[[str], None],
-        manifest: Manifest | None,
+        book: LaunchBook,
         tick: Callable[[], None] | None = None,
         relay: Callable[[str], None] | None = None,
         pass_fds: Sequence[int] = (),
@@ -234,7 +235,7 @@ class _Launch:
         self.run_dir = run_dir
         self.grace_s = grace_s
         self.notify = notify
-        self.manifest = manifest
+        self.book = book
         self.tick = tick
         self.relay = relay
         self.port = _free_port()
@@ -249,8 +250,6 @@ class _Launch:
         self.trouble = anyio.Event()
         self.why = ""
         self.starting = True
-        #: the first manifest write that failed
-        self.unwritten: RunDirectoryError | None = None
 
     async def run(self) -> None:
         with contextlib.ExitStack() as stack:
@@ -351,7 +350,9 @@ class _Launch:
                 if stderr is not None:
                     os.close(stderr[1])
             self.processes.append(process)
-            self.update(RankProcess(rank=rank, pid=process.pid, started_wall_ns=time.time_ns()))
+            self.book.record(
+                RankProcess(rank=rank, pid=process.pid, started_wall_ns=time.time_ns())
+            )
             ranks.start_soon(self.watch, rank, process, None if stderr is None else stderr[0])
             if self.received:
                 # Asked to stop while starting: this rank may have started
@@ -409,53 +410,21 @@ class _Launch:
             if partial and final:
                 self.relay(partial.decode("utf-8", "replace"))
 
-    def update(self, entry: RankProcess) -> None:
-        if self.manifest is None:
-            return
-        self.manifest = self.manifest.with_rank(entry)
-        self.write_manifest()
-
-    def write_manifest(self) -> None:
-        """Rewrite the manifest; the first failure (a full disk) is kept for
-        the end of the launch, which goes on."""
-        assert self.manifest is not None
-        try:
-            self.manifest.write(self.run_dir)
-        except RunDirectoryError as exc:
-            self.unwritten = self.unwritten or exc
-
     def record_end(self, rank: int, code: int) -> None:
         """Write down how ``rank`` ended."""
-        if self.manifest is None:
-            return
-        entry = self.manifest.rank(rank) or RankProcess(rank=rank, pid=self.processes[rank].pid)
-        self.update(
-            attrs.evolve(
-                entry,
-                ended_wall_ns=time.time_ns(),
-                exit_code=code if code >= 0 else None,
-                signal=_signal_name(-code) if code < 0 else None,
-                stopped_by_launcher=self.sent.get(rank),
-            )
+        self.book.ended(
+            rank,
+            exit_code=code if code >= 0 else None,
+            signal=_signal_name(-code) if code < 0 else None,
+            stopped_by_launcher=self.sent.get(rank),
         )
 
     def finish_if_done(self) -> None:
         """Once every rank started has ended, and no more will start: the
         ranks never started, and the launch's end, in the manifest."""
-        if self.starting or len(self.exits) < len(self.processes) or self.manifest is None:
+        if self.starting or len(self.exits) < len(self.processes):
             return
-        manifest = self.manifest
-        for rank in range(self.nproc):
-            if manifest.rank(rank) is None:
-                manifest = manifest.with_rank(
-                    RankProcess(
-                        rank=rank, stopped_by_launcher="never started: the launch was stopped"
-                    )
-                )
-        self.manifest = attrs.evolve(
-            manifest, launcher=attrs.evolve(manifest.launcher, finished_wall_ns=time.time_ns())
-        )
-        self.write_manifest()
+        self.book.finish(not_started="never started: the launch was stopped")
 
 
 def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:

@@ -39,12 +39,7 @@ from .._identity import (
     new_run_id,
     run_id_from_environment,
 )
-from .._run_directory import (
-    LauncherProcess,
-    Manifest,
-    RunDirectoryError,
-    claim_launch_directory,
-)
+from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
 from .._startup import Startup
 from ._errors import InputError, UsageError
 from ._launcher import (
@@ -239,7 +234,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
     # a second launch into the same directory stops here, having written
     # nothing, and can never report this run as its own.
     try:
-        claim_launch_directory(run_dir, manifest)
+        book = LaunchBook.claim(run_dir, manifest)
     except RunDirectoryError as exc:
         raise UsageError(str(exc)) from None
     handed, descriptors = _hand_over(args, faults, host)
@@ -255,7 +250,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
             run_dir=run_dir,
             grace_s=grace_s,
             notify=lambda line: _note(view, line),
-            manifest=manifest,
+            book=book,
             tick=None if view is None else view.tick,
             relay=None if view is None else view.line,
             environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},

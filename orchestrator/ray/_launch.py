@@ -49,10 +49,10 @@ from .._errors import OrchestratorError
 from .._faults import FaultPlan
 from .._identity import checked_run_id, new_run_id
 from .._run_directory import (
+    LaunchBook,
     LauncherProcess,
     Manifest,
     RunDirectoryError,
-    claim_launch_directory,
     rank_log_path,
     simulated_name,
 )
@@ -226,7 +226,8 @@ def launch_on_ray(
             world (nothing is written).
         RankEnvironmentError: ``run_id`` is not a valid run id.
         RunDirectoryError: the run directory holds another run or cannot be
-            written.
+            written; or the manifest could not be written again as the launch
+            went (raised once every rank has ended: the logs hold the run).
         RayLaunchError: Ray (or torch, for the process group) is not
             installed on the driver, or this process is not connected to a
             Ray cluster.
@@ -256,8 +257,8 @@ def launch_on_ray(
     # nothing.
     store = _rendezvous_store(ray) if process_group and world_size > 1 else None
     try:
-        claim_launch_directory(directory, manifest)
-        launch = _Launch(ray=ray, run_dir=directory, manifest=manifest, world_size=world_size)
+        book = LaunchBook.claim(directory, manifest)
+        launch = _Launch(ray=ray, book=book, world_size=world_size)
         try:
             launch.place(actor_options, timeout_s=timeout_s)
             rendezvous = {} if store is None else store.variables
@@ -278,6 +279,8 @@ def launch_on_ray(
             launch.gather(timeout_s=timeout_s + GRACE_S)
         finally:
             launch.release()
+        if book.unwritten is not None:
+            raise book.unwritten
         _send_launch_span(directory, env)
     finally:
         if store is not None:
@@ -342,10 +345,10 @@ class _Actor:
 
 
 class _Launch:
-    def __init__(self, *, ray: Any, run_dir: Path, manifest: Manifest, world_size: int) -> None:
+    def __init__(self, *, ray: Any, book: LaunchBook, world_size: int) -> None:
         self.ray = ray
-        self.run_dir = run_dir
-        self.manifest = manifest
+        self.run_dir = book.run_dir
+        self.book = book
         self.world_size = world_size
         self.actors: list[_Actor] = []
         self.driver_node = str(ray.get_runtime_context().get_node_id())
@@ -381,7 +384,8 @@ class _Launch:
             identity = actor.identity
             if actor.lost is None:
                 actor.pending = actor.handle.run.remote(assign(identity))
-            self.manifest = self.manifest.with_rank(
+        self.book.record(
+            *(
                 RankProcess(
                     rank=actor.rank,
                     pid=actor.pid,
@@ -389,8 +393,9 @@ class _Launch:
                     ended_wall_ns=now if actor.lost is not None else None,
                     lost=actor.lost,
                 )
+                for actor in self.actors
             )
-        self.manifest.write(self.run_dir)
+        )
 
     def gather(self, *, timeout_s: float) -> None:
         """Wait for every running actor's report (at most ``timeout_s``);
@@ -403,11 +408,7 @@ class _Launch:
                 with contextlib.suppress(Exception):
                     self.ray.kill(actor.handle)
                 self._record(id(actor), None)
-        self.manifest = attrs.evolve(
-            self.manifest,
-            launcher=attrs.evolve(self.manifest.launcher, finished_wall_ns=time.time_ns()),
-        )
-        self.manifest.write(self.run_dir)
+        self.book.finish()
 
     def _record(self, key: int, answer: object) -> None:
         actor = next(actor for actor in self.actors if id(actor) == key)
@@ -421,11 +422,7 @@ class _Launch:
         else:
             actor.lost = _lost(actor, answer, "did not answer in time; the launcher killed it")
             actor.lost += self._recover(actor)
-        entry = self.manifest.rank(actor.rank) or RankProcess(rank=actor.rank)
-        self.manifest = self.manifest.with_rank(
-            attrs.evolve(entry, ended_wall_ns=time.time_ns(), lost=actor.lost)
-        )
-        self.manifest.write(self.run_dir)
+        self.book.ended(actor.rank, lost=actor.lost)
         if isinstance(answer, RankReport):
             # Done with this launch: its process ends now, as a torchrun
             # worker's does, so peers still waiting on it in a collective
@@ -441,7 +438,7 @@ class _Launch:
             return ""
         if actor.node_id != self.driver_node:
             return f"; what it logged was left on that node in {actor.workspace}"
-        left = rank_log_path(actor.workspace / self.manifest.run_id, actor.rank)
+        left = rank_log_path(actor.workspace / self.book.manifest.run_id, actor.rank)
         try:
             content = left.read_bytes()
         except OSError:
