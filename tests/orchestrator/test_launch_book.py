@@ -43,7 +43,7 @@ def test_a_directory_holding_logs_started_without_the_launch_is_refused(
     (run_dir / CLAIM_FILE).write_text("run-1\n")
     (run_dir / "rank-0.jsonl").write_bytes(b"")
 
-    with pytest.raises(RunDirectoryError, match="rank-0.jsonl of run run-1 started without"):
+    with pytest.raises(RunDirectoryError, match=r"rank-0\.jsonl of run run-1 started without"):
         LaunchBook.claim(run_dir, _manifest())
     # Refused, it leaves no manifest to make the logs look launched.
     assert not (run_dir / MANIFEST_FILE).exists()

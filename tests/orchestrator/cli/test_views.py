@@ -178,6 +178,42 @@ def test_replay_until_shows_an_earlier_state(eight_ranks: StoredRun, tmp_path: P
     assert "Startup ready." not in text.stdout
 
 
+def test_replay_until_cuts_the_page_and_the_spans_as_the_report(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    events = read_events(healthy.directory / "rank-0.jsonl")
+    decided = next(e["seq"] for e in events if e["type"] == "decision.made")
+    page, spans = tmp_path / "page.html", tmp_path / "spans.json"
+    cut = call_cli(
+        "replay",
+        "--until",
+        str(decided - 1),
+        "--html",
+        str(page),
+        f"--export=jaeger-json={spans}",
+        str(healthy.directory),
+        cwd=tmp_path,
+    )
+    whole = call_cli(
+        "replay", "--html", str(tmp_path / "whole.html"), str(healthy.directory), cwd=tmp_path
+    )
+
+    assert cut.returncode == 1, cut.describe()
+    assert whole.returncode == 0, whole.describe()
+    # Nothing after the cutoff is on the page or in the trace: no decision
+    # yet, and only the spans started by then.
+    html = page.read_text(encoding="utf-8")
+    assert "<p>none recorded</p>" in html
+    assert "<p>none recorded</p>" not in (tmp_path / "whole.html").read_text(encoding="utf-8")
+    started = {
+        e["span_id"]
+        for e in events
+        if e["type"] in ("run.started", "step.started") and e["seq"] < decided
+    }
+    [trace] = json.loads(spans.read_text(encoding="utf-8"))["data"]
+    assert {span["spanID"] for span in trace["spans"]} == started
+
+
 @pytest.mark.slow
 def test_replay_one_rank(eight_ranks: StoredRun, tmp_path: Path) -> None:
     text = call_cli("replay", "--rank", "5", str(eight_ranks.directory), cwd=tmp_path)
