@@ -119,6 +119,8 @@ if typing.TYPE_CHECKING:
     from ._slices import cause_of as cause_of
     from ._slices import reason_of as reason_of
     from ._state import Divergence as Divergence
+    from ._state import FoldedRank as FoldedRank
+    from ._state import RankFolder as RankFolder
     from ._state import RankStates as RankStates
     from ._state import Replay as Replay
     from ._state import find_divergences as find_divergences

@@ -63,6 +63,8 @@ from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
     "Divergence",
+    "FoldedRank",
+    "RankFolder",
     "RankState",
     "RankStates",
     "Replay",
@@ -519,9 +521,160 @@ class Replay:
         return RunOutcome.READY
 
 
+@attrs.frozen(kw_only=True)
+class FoldedRank:
+    """One rank's log folded on its own: everything :func:`replay` needs of
+    the rank to judge the run, without its events. :meth:`RankFolder.fold` makes
+    it wherever the log is (a worker process, the node that wrote it); it
+    is small and picklable, so it can be sent on, and :func:`replay` takes
+    it in place of the events.
+
+    Attributes:
+        rank, run_id: whose log it is.
+        owner: where the events came from (a log's path), for errors.
+        slices: the names of the slices it was folded with.
+        until: the cutoff (``seq``) it was folded to, if any.
+        state: the rank's :class:`RankState` (or the slices' state type).
+        messages: the rank's messages (``None`` before any).
+        timeline: when each of its steps ran (``None`` before any started).
+        started: its ``run.started``, when its log begins with one.
+        first_wall_ns: when its first event was written.
+        watched: the processes it started and saw end (a step with a
+            ``pid`` attribute that ended ``crashed``): ``(pid, started,
+            ended, exit code, signal name)``, in the order they ended.
+        left_out: the first :class:`~events.Collective` step it went on
+            without, as a root cause (``None`` if none).
+        warnings: about the log itself (its torn tail).
+    """
+
+    rank: int
+    run_id: str
+    owner: str | None
+    slices: tuple[str, ...]
+    until: int | None
+    state: RankState
+    messages: RankMessages | None
+    timeline: RankTimeline | None
+    started: RunStarted | None
+    first_wall_ns: int
+    watched: tuple[tuple[int, int, int, int | None, str | None], ...] = ()
+    left_out: RootCause | None = None
+    warnings: tuple[str, ...] = ()
+
+
+class RankFolder:
+    """Folds ranks' logs one at a time, each on its own, with ``slices`` and
+    to ``until``, as :func:`replay` does: pass what :meth:`fold` gives to
+    :func:`replay` with the same ``slices`` and ``until`` to judge the run.
+    Use one folder for every rank of a run (where the logs are: a worker
+    process, the node that wrote them); it keeps what the slices' rules
+    resolve to from one rank to the next.
+
+    Attributes:
+        slices: the slices it folds with.
+        until: the cutoff (``seq``) it folds to, if any.
+
+    Raises:
+        TypeError: one of ``slices`` is not a :class:`~events.Slice`.
+    """
+
+    def __init__(self, slices: Sequence[Slice] = (), until: int | None = None) -> None:
+        self.slices = checked_slices(slices)
+        self.until = until
+        self._names = tuple(part.name for part in self.slices)
+        self._states = RankStates(self.slices)
+        self._messages = Messages(slices=self.slices)
+        self._timeline = Timeline()
+        self._collectives = [collective for part in self.slices for collective in part.collectives]
+
+    def fold(self, source: LogContents | Sequence[Event]) -> FoldedRank:
+        """One rank's log (its :class:`~events.LogContents`, or its events in
+        ``seq`` order), folded.
+
+        Raises:
+            FoldError: the events skip, repeat or reorder ``seq``.
+            LogError: an event follows ``run.finished``.
+            ValueError: no events (to ``until``), or events of several ranks.
+        """
+        if isinstance(source, LogContents):
+            return self._fold(source.events, str(source.path), source.warnings)
+        return self._fold(source, None, ())
+
+    def _fold(
+        self, events: Sequence[Event], owner: str | None, warnings: tuple[str, ...]
+    ) -> FoldedRank:
+        until = self.until
+        if until is not None:
+            events = [event for event in events if event.seq <= until]
+        if not events:
+            raise ValueError(f"{owner or 'an event stream'}: no events to fold")
+        late = next((i for i, e in enumerate(events[:-1]) if type(e) is RunFinished), None)
+        if late is not None:
+            after = events[late + 1]
+            raise LogError(
+                f"{owner or f'rank {after.rank}'}:{late + 2}: {after.TYPE} (seq {after.seq}) "
+                "after run.finished: a finished rank writes nothing more"
+            )
+        # Each projection over the rank's whole stream: they are
+        # independent, so this is what one Composite fold gives, without a
+        # mapping per event. The order is checked once, by the first fold.
+        states = fold(self._states, events)
+        if len(states) != 1:
+            raise ValueError(
+                f"{owner or 'an event stream'}: events of ranks {sorted(states)}; "
+                "a rank is folded alone"
+            )
+        ((rank, state),) = states.items()
+        timeline = fold(self._timeline, events, check_order=False).ranks.get(rank)
+        first = events[0]
+        return FoldedRank(
+            rank=rank,
+            run_id=first.run_id,
+            owner=owner,
+            slices=self._names,
+            until=until,
+            state=state,
+            messages=fold(self._messages, events, check_order=False).ranks.get(rank),
+            timeline=timeline,
+            started=first if isinstance(first, RunStarted) else None,
+            first_wall_ns=first.wall_ns,
+            watched=_watched(events),
+            left_out=self._left_out(events, timeline, state),
+            warnings=warnings,
+        )
+
+    def _left_out(
+        self, events: Sequence[Event], timeline: RankTimeline | None, state: RankState
+    ) -> RootCause | None:
+        """The first collective step (see :class:`~events.Collective`) the
+        rank went on without, at the event that ended it."""
+        if timeline is None:
+            return None
+        for collective in self._collectives:
+            timing = timeline.steps.get(collective.step)
+            if timing is None or timing.outcome not in _WENT_ON:
+                continue  # not ended, joined, or failed there (a failure of its own)
+            end = next(
+                event
+                for event in reversed(events)
+                if event.step == collective.step and isinstance(event, TERMINAL_STEP_EVENTS)
+            )
+            return RootCause(
+                rank=state.rank,
+                step=collective.step,
+                exception=cause_of(end),
+                outcome=state.outcome,
+                wall_ns=end.wall_ns,
+                seq=end.seq,
+                left_out=collective.what,
+            )
+        return None
+
+
 #: What :func:`replay` accepts: events (one stream, or several ranks merged),
-#: :class:`~events.LogContents`, or per-rank event sequences.
-ReplaySource = Iterable[Event | LogContents | Sequence[Event]]
+#: :class:`~events.LogContents`, per-rank event sequences, or ranks already
+#: folded (:class:`RankFolder`).
+ReplaySource = Iterable[Event | LogContents | FoldedRank | Sequence[Event]]
 
 
 def replay(
@@ -532,9 +685,9 @@ def replay(
     until: int | None = None,
 ) -> Replay:
     """Re-derive a run: rank state, messages, root cause, divergences and
-    timeline, folding each rank's events through each projection (as one
-    :class:`~events.Composite` fold would), and judge it against its
-    expected ranks.
+    timeline, folding each rank's events on its own through each projection
+    (as one :class:`~events.Composite` fold would; :class:`RankFolder`), then
+    judging the ranks together against the run's expected ranks.
 
     ``slices`` say what the run's steps mean (their facts, message rules,
     agreements and report columns); without them the run gets the kernel's
@@ -545,7 +698,8 @@ def replay(
     ``source`` may be a stream of events (one rank's, or several ranks'
     merged in any interleaving that keeps each rank's order), the
     :class:`~events.LogContents` of each rank (their torn tails become
-    warnings), or one event sequence per rank.
+    warnings), one event sequence per rank, or each rank already folded
+    with the same ``slices`` and ``until`` (:class:`FoldedRank`).
 
     The world size is the launcher's (``launch``), else the largest in the
     ranks' ``run.started``. A rank of that world with no events makes the
@@ -563,56 +717,73 @@ def replay(
         LogError: two logs of the same rank, logs of different runs, or a
             launch record of another run.
         FoldError: a rank's events skip, repeat or reorder ``seq``.
+        ValueError: a :class:`FoldedRank` folded with other slices or
+            another ``until``.
         TypeError: one of ``slices`` is not a :class:`~events.Slice` (an
             import path such as ``"orchestrator.engine:ENGINE"`` is what the
             command line's ``--slice`` loads; in code, pass the object).
     """
-    slices = checked_slices(slices)
+    folder = RankFolder(slices, until)
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}
     warnings: list[str] = []
+    ranks: dict[int, FoldedRank] = {}
 
-    def take(events: Iterable[Event], owner: str | None) -> None:
-        if owner is not None and isinstance(events, tuple) and events:
+    def own(rank: int, owner: str) -> None:
+        previous = owners.setdefault(rank, owner)
+        if previous != owner:
+            raise LogError(
+                f"two logs for rank {rank} ({previous} and {owner}); pass one log per rank"
+            )
+
+    def take(events: Sequence[Event], owner: str | None) -> None:
+        if owner is not None and events and len(set(map(_rank_of, events))) == 1:
             # A log's events, in the usual case all of one rank: taken at once.
-            number = events[0].rank
-            if len(set(map(_rank_of, events))) == 1:
-                previous = owners.setdefault(number, owner)
-                if previous == owner:
-                    if until is not None:
-                        events = tuple(e for e in events if e.seq <= until)
-                    by_rank.setdefault(number, []).extend(events)
-                    return
+            own(events[0].rank, owner)
+            by_rank.setdefault(events[0].rank, []).extend(events)
+            return
         for event in events:
-            if until is not None and event.seq > until:
-                continue
             if owner is not None:
-                previous = owners.setdefault(event.rank, owner)
-                if previous != owner:
-                    raise LogError(
-                        f"two logs for rank {event.rank} ({previous} and {owner}); "
-                        "pass one log per rank"
-                    )
+                own(event.rank, owner)
             by_rank.setdefault(event.rank, []).append(event)
 
     for index, item in enumerate(source):
         if isinstance(item, Event):
             take((item,), None)
+        elif isinstance(item, FoldedRank):
+            if (item.slices, item.until) != (folder._names, until):
+                raise ValueError(
+                    f"rank {item.rank} was folded with slices {list(item.slices)} to "
+                    f"{item.until}, not {list(folder._names)} to {until}: fold every rank as "
+                    "it is replayed"
+                )
+            own(item.rank, item.owner or f"folded rank {item.rank}")
+            ranks[item.rank] = item
         elif isinstance(item, LogContents):
             warnings.extend(item.warnings)
             take(item.events, str(item.path))
         else:
-            stream = item if isinstance(item, Sequence) else list(item)
-            take(stream, f"event stream {index}")
+            take(item if isinstance(item, Sequence) else list(item), f"event stream {index}")
     for rank, events in by_rank.items():
-        late = next((i for i, e in enumerate(events[:-1]) if type(e) is RunFinished), None)
-        if late is not None:
-            after = events[late + 1]
-            raise LogError(
-                f"{owners.get(rank, f'rank {rank}')}:{late + 2}: {after.TYPE} (seq {after.seq}) "
-                "after run.finished: a finished rank writes nothing more"
-            )
-    run_ids = {events[0].run_id for events in by_rank.values()}
+        if until is not None:
+            events = [event for event in events if event.seq <= until]
+        if events:
+            ranks[rank] = folder._fold(events, owners.get(rank), ())
+    by_rank.clear()
+    return _judged([ranks[rank] for rank in sorted(ranks)], folder.slices, launch, until, warnings)
+
+
+def _judged(
+    ranks: Sequence[FoldedRank],
+    slices: tuple[Slice, ...],
+    launch: LaunchRecord | None,
+    until: int | None,
+    warnings: list[str],
+) -> Replay:
+    """The run of its folded ``ranks`` (ascending), judged together."""
+    for folded in ranks:
+        warnings.extend(folded.warnings)
+    run_ids = {folded.run_id for folded in ranks}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
     if launch is not None and launch.run_id is not None and run_ids - {launch.run_id}:
@@ -620,31 +791,12 @@ def replay(
             f"the launch record ({launch.source or 'manifest'}) is of run {launch.run_id}, "
             f"the logs of run {sorted(run_ids)[0]}; pass the manifest of the same run"
         )
-
-    # Each rank is folded alone, and each projection over the rank's whole
-    # stream: the projections are independent, so this is what one
-    # Composite fold gives, without a mapping per event. The order is
-    # checked once, by the first fold.
-    messages_projection = Messages(slices=slices)
-    rank_states = RankStates(slices)
-    timeline = Timeline()
-    states: dict[int, RankState] = {}
-    rank_messages: dict[int, RankMessages] = {}
-    timelines: dict[int, RankTimeline] = {}
-    for rank in sorted(by_rank):
-        events = by_rank[rank]
-        folded: Mapping[int, RankState] = fold(rank_states, events)
-        states.update(folded)
-        rank_messages.update(fold(messages_projection, events, check_order=False).ranks)
-        timelines.update(fold(timeline, events, check_order=False).ranks)
-
-    watched = _watched_processes(by_rank, states)
+    states = {folded.rank: folded.state for folded in ranks}
+    watched = _watched_processes(ranks)
     if watched:
         known = launch.processes if launch is not None else {}
         seen = {rank: process for rank, process in watched.items() if rank not in known}
-        first_start = min(
-            (events[0].wall_ns for events in by_rank.values() if events), default=None
-        )
+        first_start = min((folded.first_wall_ns for folded in ranks), default=None)
         launch = (
             LaunchRecord(processes=seen, started_wall_ns=first_start)
             if launch is None
@@ -654,9 +806,10 @@ def replay(
         (s.identity.world_size for s in states.values() if s.identity is not None),
         default=0,
     )
-    for state in states.values():
+    for folded in ranks:
+        state = folded.state
         claimed = max(state.rank + 1, 0 if state.identity is None else state.identity.world_size)
-        why = implausible_world(claimed, owners.get(state.rank, "a log"), len(states))
+        why = implausible_world(claimed, folded.owner or "a log", len(states))
         if why is not None:
             raise LogError(why)
     if launch is not None and launch.world_size is not None:
@@ -705,12 +858,14 @@ def replay(
             f"no events from {format_ranks(silent)} of world size {world_size}: "
             "never started, or stopped before the first event"
         )
-    message_state = MessagesState(ranks=rank_messages)
+    message_state = MessagesState(
+        ranks={folded.rank: folded.messages for folded in ranks if folded.messages is not None}
+    )
     messages = message_state.messages()
     divergences = find_divergences(states, slices=slices)
     grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
     grouped.sort(key=lambda group: -group.severity)
-    started = [event for events in by_rank.values() if isinstance(event := events[0], RunStarted)]
+    started = [folded.started for folded in ranks if folded.started is not None]
     return Replay(
         run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
         world_size=world_size,
@@ -723,10 +878,14 @@ def replay(
             no_events,
             launch,
             until,
-            _left_out(slices, by_rank, timelines, states) if world_size > 1 else [],
+            [folded.left_out for folded in ranks if folded.left_out is not None]
+            if world_size > 1
+            else [],
         ),
         divergences=divergences,
-        timeline=TimelineState(ranks=timelines),
+        timeline=TimelineState(
+            ranks={folded.rank: folded.timeline for folded in ranks if folded.timeline is not None}
+        ),
         warnings=tuple(warnings),
         no_events=no_events,
         launch=launch,
@@ -738,45 +897,56 @@ def replay(
     )
 
 
-def _watched_processes(
-    by_rank: Mapping[int, Sequence[Event]], states: Mapping[int, RankState]
-) -> dict[int, RankProcess]:
+def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, str | None], ...]:
+    """The processes a rank started and watched end (see
+    :attr:`FoldedRank.watched`)."""
+    if not isinstance(events[0], RunStarted):
+        return ()
+    watching: dict[str, StepStarted] = {}
+    found: list[tuple[int, int, int, int | None, str | None]] = []
+    for event in events:
+        if isinstance(event, StepStarted):
+            if isinstance(event.attributes.get("pid"), int):
+                watching[event.span_id] = event
+        elif isinstance(event, StepCrashed) and event.span_id in watching:
+            start = watching[event.span_id]
+            signal_name = None if event.signal is None else _signal_name(event.signal)
+            pid = start.attributes["pid"]
+            assert isinstance(pid, int)
+            found.append((pid, start.wall_ns, event.wall_ns, event.exit_code, signal_name))
+    return tuple(found)
+
+
+def _watched_processes(ranks: Sequence[FoldedRank]) -> dict[int, RankProcess]:
     """How the processes a rank started and watched ended, for the ranks
     those processes are: a step with a ``pid`` attribute that ended
     ``crashed`` saw that process end (a recorded engine's parent process
     watching its children), and the rank whose log that pid wrote, on the
     same host, is described with it."""
     ranks_by_pid = {
-        (first.host, first.pid): rank
-        for rank, events in by_rank.items()
-        if events and isinstance(first := events[0], RunStarted)
+        (folded.started.host, folded.started.pid): folded.rank
+        for folded in ranks
+        if folded.started is not None
     }
     found: dict[int, RankProcess] = {}
-    for rank, events in by_rank.items():
-        opening = events[0] if events else None
-        if not isinstance(opening, RunStarted):
+    for folded in ranks:
+        if folded.started is None:
             continue
-        watching: dict[str, StepStarted] = {}
-        for event in events:
-            if isinstance(event, StepStarted):
-                if isinstance(event.attributes.get("pid"), int):
-                    watching[event.span_id] = event
-            elif isinstance(event, StepCrashed) and event.span_id in watching:
-                pid = watching[event.span_id].attributes["pid"]
-                watched = ranks_by_pid.get((opening.host, pid)) if isinstance(pid, int) else None
-                if watched is None or watched == rank or watched in found:
-                    continue
-                identity = states[rank].identity if rank in states else None
-                role = identity.role if identity is not None else None
-                found[watched] = RankProcess(
-                    rank=watched,
-                    pid=pid if isinstance(pid, int) else None,
-                    started_wall_ns=watching[event.span_id].wall_ns,
-                    ended_wall_ns=event.wall_ns,
-                    exit_code=event.exit_code,
-                    signal=None if event.signal is None else _signal_name(event.signal),
-                    observer=f"rank {rank}" + (f", {role}" if role else ""),
-                )
+        for pid, started_ns, ended_ns, exit_code, signal_name in folded.watched:
+            watched = ranks_by_pid.get((folded.started.host, pid))
+            if watched is None or watched == folded.rank or watched in found:
+                continue
+            identity = folded.state.identity
+            role = identity.role if identity is not None else None
+            found[watched] = RankProcess(
+                rank=watched,
+                pid=pid,
+                started_wall_ns=started_ns,
+                ended_wall_ns=ended_ns,
+                exit_code=exit_code,
+                signal=signal_name,
+                observer=f"rank {folded.rank}" + (f", {role}" if role else ""),
+            )
     return found
 
 
@@ -789,44 +959,6 @@ def _signal_name(number: int) -> str:
 
 #: How a rank ends a collective step and goes on without it.
 _WENT_ON = frozenset({Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID})
-
-
-def _left_out(
-    slices: Sequence[Slice],
-    by_rank: Mapping[int, Sequence[Event]],
-    timelines: Mapping[int, RankTimeline],
-    states: Mapping[int, RankState],
-) -> list[RootCause]:
-    """The ranks that went on without a collective step (see
-    :class:`~events.Collective`), each at the event that ended it, the
-    earliest collective first."""
-    collectives = [collective for part in slices for collective in part.collectives]
-    found: list[RootCause] = []
-    if not collectives:
-        return found
-    for rank, timeline in timelines.items():
-        for collective in collectives:
-            timing = timeline.steps.get(collective.step)
-            if timing is None or timing.outcome not in _WENT_ON:
-                continue  # not ended, joined, or failed there (a failure of its own)
-            end = next(
-                event
-                for event in reversed(by_rank[rank])
-                if event.step == collective.step and isinstance(event, TERMINAL_STEP_EVENTS)
-            )
-            found.append(
-                RootCause(
-                    rank=rank,
-                    step=collective.step,
-                    exception=cause_of(end),
-                    outcome=states[rank].outcome,
-                    wall_ns=end.wall_ns,
-                    seq=end.seq,
-                    left_out=collective.what,
-                )
-            )
-            break
-    return found
 
 
 def _of_absent_nodes(no_events: Mapping[int, str], states: Mapping[int, RankState]) -> list[int]:

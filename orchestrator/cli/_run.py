@@ -459,23 +459,18 @@ def _report(
     launcher), first print on stderr, as the live stream would have, what
     its ranks left to it (see :func:`_print_for_ranks`). With ``verdict``,
     last print on stderr the run's outcome and root cause in one line."""
-    from events import replay
     from exporters import report_json, report_text
 
     from ..engine import ENGINE
-    from ._views import (
-        decision_divergences,
-        decision_divergences_text,
-        with_decision_divergences,
-    )
+    from ._views import decision_divergences_text, with_decision_divergences
 
-    run = read_run(paths)
-    result = replay(run.contents, launch=run.launch, slices=[ENGINE])
+    run = read_run(paths, slices=[ENGINE])
+    result = run.replay()
     if for_ranks:
         _print_for_ranks(args, result)
         # The same line a single-rank run prints: where the record is, what next.
         _print_where_the_logs_are(paths[0])
-    decisions = decision_divergences(run.contents)
+    decisions = run.decisions()
     document = with_decision_divergences(report_json(result), decisions)
     if own_rank is not None:
         diagnose(

@@ -3,19 +3,32 @@ manifest) and log files, read strictly."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
 import shlex
+import signal
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from events import EventsError
-
 from ._errors import InputError, UsageError
 
 if TYPE_CHECKING:
-    from events import LaunchRecord, LogContents
+    from events import (
+        Divergence,
+        Event,
+        FoldedRank,
+        LaunchRecord,
+        RankFolder,
+        Replay,
+        RunStarted,
+        Slice,
+    )
 
-__all__ = ["DEFAULT_RUNS", "RunLogs", "log_files", "rank_of_file", "read_run"]
+__all__ = ["DEFAULT_RUNS", "RankLog", "RunLogs", "log_files", "rank_of_file", "read_run"]
 
 #: Where ``run`` puts its run directories unless told otherwise.
 DEFAULT_RUNS = Path("startup-runs")
@@ -121,26 +134,106 @@ def rank_of_file(path: Path) -> int | None:
     return None
 
 
-class RunLogs(NamedTuple):
-    """A run as read from the command line's paths.
+class RankLog(NamedTuple):
+    """One log file, read and folded on its own (the map of a replay).
 
     Attributes:
-        contents: every rank log read (strictly), in rank order.
-        launch: the launcher's facts (its manifest) and the ranks whose log
-            holds no event; ``None`` when there is neither.
+        path: the file.
+        folded: the rank folded (``None``: the log holds no event).
+        ended: whether the whole file ends with ``run.finished``.
+        decisions: the recorded decisions that current code decides
+            differently, each with when it was made (wall clock, rank, seq).
+        events: the events to the cutoff, when asked to keep them; else ().
     """
 
-    contents: list[LogContents]
+    path: Path
+    folded: FoldedRank | None
+    ended: bool
+    decisions: tuple[tuple[int, int, int, Divergence], ...]
+    events: tuple[Event, ...]
+
+
+class RunLogs(NamedTuple):
+    """A run as read from the command line's paths, each rank folded.
+
+    Attributes:
+        logs: every rank log read (strictly) that holds events, in rank
+            order.
+        launch: the launcher's facts (its manifest) and the ranks whose log
+            holds no event; ``None`` when there is neither.
+        slices: the slices the ranks were folded with.
+        until: the cutoff they were folded to.
+    """
+
+    logs: list[RankLog]
     launch: LaunchRecord | None
+    slices: tuple[Slice, ...]
+    until: int | None
+
+    def replay(self) -> Replay:
+        """The run, judged from its folded ranks (:func:`events.replay`).
+
+        Raises:
+            InputError: the logs are not of one run, or do not fit the
+                launch record (:class:`events.LogError`).
+        """
+        from events import LogError, replay
+
+        try:
+            return replay(
+                [log.folded for log in self.logs if log.folded is not None],
+                launch=self.launch,
+                until=self.until,
+                slices=self.slices,
+            )
+        except LogError as exc:
+            raise InputError(str(exc)) from None
+
+    def decisions(self) -> list[Divergence]:
+        """Recorded decisions that the current deciders would make
+        differently (a changed reducer shows up here, never as a silent
+        change), in the order they were made (wall-clock time, then rank),
+        each rank's recomputed from its own events."""
+        found = sorted((item for log in self.logs for item in log.decisions), key=_when)
+        return [divergence for *_when, divergence in found]
+
+    def events(self) -> list[Event]:
+        """Every rank's kept events (to the cutoff), merged by time."""
+        from events import merge
+
+        return list(merge(log.events for log in self.logs))
 
 
-def read_run(paths: Sequence[Path]) -> RunLogs:
+def _when(item: tuple[int, int, int, Divergence]) -> tuple[int, int, int]:
+    return item[:3]
+
+
+#: Below this many logs a run is folded in this process: starting worker
+#: processes would cost more than they save.
+_FOLDED_HERE = 64
+
+
+def read_run(
+    paths: Sequence[Path],
+    *,
+    slices: Sequence[Slice] | None = None,
+    until: int | None = None,
+    keep_events: bool = False,
+) -> RunLogs:
     """Read run directories (their manifest too) or log files strictly, as
-    one run: several directories are one run's when they are of one run id
-    (one per node of a multi-node run). A rank whose log is in several
-    places is read once: the copies must be the same log (identical, or one
-    a prefix of the other: the longer is read). Of several manifests, the
-    first is the launch record.
+    one run, and fold each rank log on its own (in worker processes, one a
+    core, for a large run whose events need not be kept): several
+    directories are one run's when they are of one run id (one per node of
+    a multi-node run). A rank whose log is in several places is read once:
+    the copies must be the same log (identical, or one a prefix of the
+    other: the longer is read). Of several manifests, the first is the
+    launch record.
+
+    The ranks are folded with ``slices`` to ``until``. Without ``slices``,
+    a run the reference engine made (or a log that predates recording
+    slices) is folded with the engine's; any other run with the kernel's
+    generic meaning only, and a note on stderr names the ``--slice`` it was
+    recorded with: code named in a log is never loaded unasked.
 
     Raises:
         UsageError: a path does not exist, or the paths are of different
@@ -149,12 +242,8 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
             a log's name says another rank than its events, a rank has two
             different logs, or nothing was found to report on.
     """
-    from events import read_log
-
     from .._run_directory import RunDirectoryError, read_manifest
 
-    contents: list[LogContents] = []
-    empty: list[int] = []
     manifests = []
     for path in paths:
         if path.is_dir():
@@ -164,6 +253,22 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
                 raise InputError(str(exc)) from None
             if manifest is not None:
                 manifests.append((path, manifest))
+    files = [(path, file) for path in paths for file in log_files([path])]
+    chosen = None if slices is None else tuple(slices)
+    if chosen is None:
+        chosen = _slices_recorded(_first_started([file for _path, file in files]))
+    logs = _fold_logs([file for _path, file in files], chosen, until, keep_events)
+    if slices is None:
+        lowest = min(
+            (log.folded for log in logs if log.folded is not None),
+            key=lambda folded: folded.rank,
+            default=None,
+        )
+        recorded = _slices_recorded(None if lowest is None else lowest.started, note=True)
+        if recorded != chosen:
+            # The lowest rank is not in the lowest-named file: fold again.
+            chosen = recorded
+            logs = _fold_logs([file for _path, file in files], chosen, until, keep_events)
     # The run each command-line path is of (its manifest's, or its first
     # event's): two paths of different runs are two runs to compare.
     run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
@@ -171,43 +276,39 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
     # directories of a multi-node run (node 0's collected copy and the
     # node's own), to be read once.
     read_from: dict[int, tuple[Path, int]] = {}
-    for path in paths:
-        for file in log_files([path]):
-            try:
-                read = read_log(file)
-            except EventsError as exc:
-                raise InputError(str(exc)) from exc
-            if read.events:
-                run_id = run_of.setdefault(path, read.events[0].run_id)
-                if read.events[0].run_id != run_id:
-                    raise InputError(
-                        f"{file}: a log of run {read.events[0].run_id} in {path}, which holds "
-                        f"run {run_id}; a report is of one run: move that log out, or replay "
-                        "it on its own"
-                    )
-                rank = read.events[0].rank
-                named = rank_of_file(file)
-                if named is not None and named != rank:
-                    raise InputError(
-                        f"{file}: holds the events of rank {rank}, not of rank {named} (a "
-                        "foreign or renamed log): rename or move it out; validate lists every "
-                        "problem of the run"
-                    )
-                if rank not in read_from:
-                    read_from[rank] = (file, len(contents))
-                    contents.append(read)
-                    continue
-                kept, index = read_from[rank]
-                if read.events[0].run_id != contents[index].events[0].run_id:
-                    continue  # two paths of two runs: named below
-                longer = _same_log(kept, file, rank)
-                if longer == file:
-                    read_from[rank] = (file, index)
-                    contents[index] = read
-                continue
+    kept: list[RankLog] = []
+    empty: list[int] = []
+    for (path, file), read in zip(files, logs, strict=True):
+        folded = read.folded
+        if folded is None:
             named = rank_of_file(file)
             if named is not None:
                 empty.append(named)
+            continue
+        run_id = run_of.setdefault(path, folded.run_id)
+        if folded.run_id != run_id:
+            raise InputError(
+                f"{file}: a log of run {folded.run_id} in {path}, which holds run {run_id}; "
+                "a report is of one run: move that log out, or replay it on its own"
+            )
+        rank = folded.rank
+        named = rank_of_file(file)
+        if named is not None and named != rank:
+            raise InputError(
+                f"{file}: holds the events of rank {rank}, not of rank {named} (a foreign or "
+                "renamed log): rename or move it out; validate lists every problem of the run"
+            )
+        if rank not in read_from:
+            read_from[rank] = (file, len(kept))
+            kept.append(read)
+            continue
+        first, index = read_from[rank]
+        other = kept[index].folded
+        if other is None or other.run_id != folded.run_id:
+            continue  # two paths of two runs: named below
+        if _same_log(first, file, rank) == file:
+            read_from[rank] = (file, index)
+            kept[index] = read
     if len(set(run_of.values())) > 1:
         in_order = {path: run_of[path] for path in paths if path in run_of}
         raise UsageError(_different_runs(in_order))
@@ -222,32 +323,211 @@ def read_run(paths: Sequence[Path]) -> RunLogs:
         from events import LaunchRecord
 
         launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
-    if not contents and not empty and (launch is None or launch.world_size is None):
+    if not kept and not empty and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
-    running = frozenset(_still_running(contents, launch))
+    running = frozenset(_still_running(kept, launch))
     if running:
         import attrs
 
         from events import LaunchRecord
 
         launch = attrs.evolve(launch or LaunchRecord(), running=running)
-    return RunLogs(contents=contents, launch=launch)
+    kept.sort(key=lambda log: log.folded.rank if log.folded is not None else -1)
+    return RunLogs(logs=kept, launch=launch, slices=chosen, until=until)
 
 
-def _still_running(contents: Sequence[LogContents], launch: LaunchRecord | None) -> Iterator[int]:
+def _first_started(files: Sequence[Path]) -> RunStarted | None:
+    """The ``run.started`` of the lowest-named log that holds events."""
+    from events import EventsError, RunStarted, read_log
+
+    for file in sorted(files, key=_rank_key):
+        try:
+            events = read_log(file).events
+        except EventsError:
+            return None  # named when the logs are folded
+        if events:
+            return events[0] if isinstance(events[0], RunStarted) else None
+    return None
+
+
+def _slices_recorded(started: RunStarted | None, *, note: bool = False) -> tuple[Slice, ...]:
+    """The slices to fold a run with whose lowest rank's ``run.started`` is
+    ``started``: the engine's for a run it made (or one that predates
+    recording slices), none for any other (with ``note``, said on stderr)."""
+    from ..engine import ENGINE, ENGINE_SLICE
+
+    recorded = None if started is None else started.slices
+    if recorded is None or recorded == (ENGINE_SLICE,):
+        return (ENGINE,)
+    if recorded and note:
+        from ._output import diagnose
+
+        diagnose(
+            f"note: recorded with slice{'s' if len(recorded) > 1 else ''} "
+            f"{', '.join(recorded)}; "
+            f"pass {' '.join('--slice ' + shlex.quote(path) for path in recorded)} "
+            "for its columns and messages (shown: the generic ones)"
+        )
+    return ()
+
+
+class _Job(NamedTuple):
+    """What each log is read and folded with."""
+
+    folder: RankFolder
+    keep_events: bool
+
+    def fold(self, file: Path) -> RankLog | str:
+        """One log read strictly and folded, its recorded decisions checked;
+        what is wrong with it, in words, if it cannot be."""
+        from events import EventsError, RunFinished, read_log
+
+        from .._decisions import check_decisions
+        from ..engine import ENGINE_DECIDERS
+
+        try:
+            read = read_log(file)
+            if not read.events:
+                return RankLog(path=file, folded=None, ended=False, decisions=(), events=())
+            folded = self.folder.fold(read)
+        except EventsError as exc:
+            return str(exc)
+        events = read.events
+        if folded.until is not None:
+            events = tuple(event for event in events if event.seq <= folded.until)
+        decisions = tuple(
+            (events[d.seq].wall_ns, folded.rank, d.seq, d)
+            for d in check_decisions(events, ENGINE_DECIDERS)
+            if d.seq is not None
+        )
+        return RankLog(
+            path=file,
+            folded=folded,
+            ended=isinstance(read.events[-1], RunFinished),
+            decisions=decisions,
+            events=events if self.keep_events else (),
+        )
+
+
+def _fold_logs(
+    files: Sequence[Path], slices: tuple[Slice, ...], until: int | None, keep_events: bool
+) -> list[RankLog]:
+    """Each of ``files`` read and folded (:meth:`_Job.fold`), in order.
+
+    A run of many logs whose events are not kept is shared among the cores:
+    this process folds the first share while a forked worker a core folds
+    each of the others into a file of its own, read back once this
+    process's share is done (events would cost more to send than to fold
+    here). A worker that fails in any way leaves its share to this process,
+    and a process that runs other threads folds every log itself (a thread
+    holding a lock when the process forks would leave the worker stuck).
+
+    Raises:
+        InputError: a log is corrupt or unreadable (the first in order).
+    """
+    from events import RankFolder
+
+    job = _Job(RankFolder(slices, until), keep_events)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    shares = min(cores, len(files) // _FOLDED_HERE)
+    if keep_events or shares < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
+        return [_checked(job.fold(file)) for file in files]
+    size = -(-len(files) // shares)
+    here, *there = [files[start : start + size] for start in range(0, len(files), size)]
+    workers: list[_Worker | None] = []
+    try:
+        for part in there:
+            try:
+                workers.append(_Worker(job, part))
+            except OSError:
+                workers.append(None)  # no process or file to be had: folded here
+        folded = [_checked(job.fold(file)) for file in here]
+        for worker, part in zip(workers, there, strict=True):
+            reads = None if worker is None else worker.results()
+            folded.extend(_checked(read) for read in (reads or map(job.fold, part)))
+        return folded
+    finally:
+        for worker in workers:
+            if worker is not None:
+                worker.stop()
+
+
+class _Worker:
+    """A forked process folding a share of a run's logs into a file of its
+    own (unnamed, gone once closed), a batch of :data:`_BATCH` at a time."""
+
+    _BATCH = 64
+
+    def __init__(self, job: _Job, files: Sequence[Path]) -> None:
+        import tempfile
+
+        # Open for as long as the worker: read back, or closed when stopped.
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            self.pid: int | None = os.fork()
+        except OSError:
+            self.out.close()
+            raise
+        if self.pid == 0:  # the worker: Ctrl-C is for the process that started it
+            status = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                for start in range(0, len(files), self._BATCH):
+                    batch = [job.fold(file) for file in files[start : start + self._BATCH]]
+                    pickle.dump(batch, self.out, protocol=pickle.HIGHEST_PROTOCOL)
+                self.out.flush()
+                status = 0
+            finally:
+                os._exit(status)
+
+    def results(self) -> list[RankLog | str] | None:
+        """What the worker folded, once it has ended; ``None`` if it
+        failed."""
+        assert self.pid is not None
+        _pid, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        if status != 0:
+            return None
+        self.out.seek(0)
+        found: list[RankLog | str] = []
+        try:
+            while True:
+                found.extend(pickle.load(self.out))
+        except EOFError:
+            return found
+        finally:
+            self.out.close()
+
+    def stop(self) -> None:
+        """Kill the worker if it still runs (this process was interrupted)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        self.out.close()
+
+
+def _checked(read: RankLog | str) -> RankLog:
+    if isinstance(read, str):
+        raise InputError(read)
+    return read
+
+
+def _still_running(logs: Sequence[RankLog], launch: LaunchRecord | None) -> Iterator[int]:
     """The ranks whose log has no end and whose process runs here now: the
     log's ``run.started`` names this host and a live pid that started no
     later than the log did (so a pid used again since is not taken for it),
     and no launcher saw it end."""
     import platform
 
-    from events import RunFinished, RunStarted
-
     host = platform.node()
     processes = launch.processes if launch is not None else {}
-    for read in contents:
-        first, last = read.events[0], read.events[-1]
-        if not isinstance(first, RunStarted) or isinstance(last, RunFinished):
+    for log in logs:
+        first = None if log.folded is None else log.folded.started
+        if first is None or log.ended:
             continue
         ended = processes.get(first.rank)
         if first.host != host or (ended is not None and ended.ended):
@@ -260,8 +540,6 @@ def _still_running(contents: Sequence[LogContents], launch: LaunchRecord | None)
 def _process_started_ns(pid: int) -> int | None:
     """When process ``pid`` started (wall clock, to the kernel's clock tick),
     ``None`` if it does not run (or this system does not say)."""
-    import os
-
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()

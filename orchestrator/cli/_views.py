@@ -12,7 +12,6 @@ import functools
 import gc
 import importlib
 import importlib.util
-import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,14 +22,9 @@ import attrs
 from events import (
     Event,
     LaunchRecord,
-    LogContents,
-    LogError,
     Replay,
-    RunStarted,
     Slice,
     format_ranks,
-    merge,
-    replay,
     validate,
 )
 from events._files import check_writable, write_file
@@ -38,63 +32,17 @@ from events._slices import SLICE_FILE_MODULE
 
 from ._errors import InputError, UsageError
 from ._output import diagnose, emit, to_json_text
-from ._run_logs import RunLogs, rank_of_file, read_run
+from ._run_logs import RankLog, rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
 
 
-def _events(contents: list[LogContents], *, until: int | None = None) -> list[Event]:
-    events = list(merge(contents))
-    if until is not None:
-        events = [e for e in events if e.seq <= until]
-    return events
-
-
-def _each_event(logs: list[LogContents], *, until: int | None) -> Iterator[Event]:
-    """The events of ``logs`` (to ``until``), log by log, taking each log
-    out of ``logs`` once its events are read: nothing else may need them."""
+def _each_event(logs: list[RankLog]) -> Iterator[Event]:
+    """The kept events of ``logs``, log by log, taking each log out of
+    ``logs`` once its events are read: nothing else may need them."""
     logs.reverse()
     while logs:
-        for event in logs.pop().events:
-            if until is None or event.seq <= until:
-                yield event
-
-
-def _replay(run: RunLogs, until: int | None = None, slices: Sequence[Slice] = ()) -> Any:
-    """The run replayed with ``slices`` (``--slice``). Without them, a run
-    the reference engine made (or a log that predates recording slices) is
-    replayed with the engine's; any other run with the kernel's generic
-    meaning only, and a note on stderr names the ``--slice`` it was recorded
-    with: code named in a log is never loaded unasked."""
-    try:
-        if slices:
-            return replay(run.contents, launch=run.launch, until=until, slices=slices)
-        from ..engine import ENGINE, ENGINE_SLICE
-
-        recorded = recorded_slices(run.contents)
-        if recorded is None or recorded == (ENGINE_SLICE,):
-            return replay(run.contents, launch=run.launch, until=until, slices=[ENGINE])
-        if recorded:
-            diagnose(
-                f"note: recorded with slice{'s' if len(recorded) > 1 else ''} "
-                f"{', '.join(recorded)}; "
-                f"pass {' '.join('--slice ' + shlex.quote(path) for path in recorded)} "
-                "for its columns and messages (shown: the generic ones)"
-            )
-        return replay(run.contents, launch=run.launch, until=until)
-    except LogError as exc:
-        raise InputError(str(exc)) from None
-
-
-def recorded_slices(contents: Iterable[LogContents]) -> tuple[str, ...] | None:
-    """The slices the lowest rank's ``run.started`` recorded (``None``: the
-    logs predate recording them, or no rank started)."""
-    starts = [
-        log.events[0] for log in contents if log.events and isinstance(log.events[0], RunStarted)
-    ]
-    if not starts:
-        return None
-    return min(starts, key=lambda event: event.rank).slices
+        yield from logs.pop().events
 
 
 def load_slice(spec: str) -> Slice:
@@ -163,18 +111,17 @@ def command_replay(args: argparse.Namespace) -> int:
         _check_writable(f"--export jaeger-json={export[1]}", export[1])
     if args.html is not None:
         _check_writable(f"--html {args.html}", args.html)
-    slices = [load_slice(spec) for spec in args.slices or ()]
-    run = read_run(args.paths)
-    result = _replay(run, args.until, slices)
+    run = read_run(
+        args.paths,
+        slices=_slices(args),
+        until=args.until,
+        keep_events=export is not None or args.html is not None,
+    )
+    result = run.replay()
     _check_rank(args.rank, result)
-    decisions = decision_divergences(run.contents, until=args.until)
-    # The reports are of the replay alone; the events are read again only by
-    # --export and --html, and --html, the last, lets each log go once it
-    # has read it. Without either they go now, before the reports are built.
-    logs = run.contents
-    del run
-    if export is None and args.html is None:
-        logs = []
+    decisions = run.decisions()
+    # The events are kept only for --export and --html; --html, the last,
+    # lets each log go once it has read it.
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
@@ -187,14 +134,14 @@ def command_replay(args: argparse.Namespace) -> int:
     if export is not None:
         # Cut at --until, a rank is running there, however it ended later.
         cut = result if args.until is None else attrs.evolve(result, launch=None)
-        _export(export, _events(logs, until=args.until), cut)
+        _export(export, run.events(), cut)
     if args.html is not None:
         from exporters import report_html
 
         # The page takes each rank's events apart: no need to merge them.
         page = report_html(
             result,
-            _each_event(logs, until=args.until),
+            _each_event(run.logs),
             divergences=grouped_decision_divergences(decisions),
         )
         try:
@@ -204,25 +151,9 @@ def command_replay(args: argparse.Namespace) -> int:
     return 0 if ready else 1
 
 
-def decision_divergences(contents: Sequence[LogContents], *, until: int | None = None) -> list[Any]:
-    """Recorded decisions that the current deciders would make differently
-    (a changed reducer shows up here, never as a silent change), in the
-    order they were made (wall-clock time, then rank).
-
-    Each rank's decisions are recomputed from its own events."""
-    from .._decisions import check_decisions
-    from ..engine import ENGINE_DECIDERS
-
-    found: list[tuple[int, int, int, Any]] = []
-    for log in sorted((log for log in contents if log.events), key=lambda log: log.events[0].rank):
-        events = log.events if until is None else [e for e in log.events if e.seq <= until]
-        divergences = check_decisions(events, ENGINE_DECIDERS)
-        for divergence in divergences:
-            assert divergence.seq is not None  # a recorded decision's
-            made = events[divergence.seq]
-            found.append((made.wall_ns, made.rank, made.seq, divergence))
-    found.sort(key=lambda item: item[:3])
-    return [divergence for *_key, divergence in found]
+def _slices(args: argparse.Namespace) -> list[Slice] | None:
+    """The slices ``--slice`` names; ``None`` (as recorded) without any."""
+    return [load_slice(spec) for spec in args.slices] if args.slices else None
 
 
 def with_decision_divergences(document: dict[str, Any], found: list[Any]) -> dict[str, Any]:
@@ -368,9 +299,8 @@ def _view(
     render: Callable[..., str], *, header: bool = False
 ) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
-        slices = [load_slice(spec) for spec in args.slices or ()]
-        run = read_run(args.paths)
-        result = _replay(run, slices=slices)
+        run = read_run(args.paths, slices=_slices(args), keep_events=True)
+        result = run.replay()
         _check_rank(args.rank, result)
         if header:
             from exporters import report_header
@@ -380,7 +310,7 @@ def _view(
             emit(report_header(result))
         cause = result.root_cause
         first = None if cause is None else cause.rank
-        emit(render(_events(run.contents), rank=args.rank, launch=run.launch, first=first))
+        emit(render(run.events(), rank=args.rank, launch=run.launch, first=first))
         return 0
 
     return command
@@ -391,13 +321,12 @@ def command_diff(args: argparse.Namespace) -> int:
     0 when they do not (2 for bad input)."""
     from exporters import decisions_of, diff_text, report_json, run_differences
 
-    slices = [load_slice(spec) for spec in args.slices or ()]
+    slices = _slices(args)
     sides = []
     labels = []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
-        run = read_run(paths)
-        events = _events(run.contents)
-        sides.append((report_json(_replay(run, slices=slices)), decisions_of(events)))
+        run = read_run(paths, slices=slices, keep_events=True)
+        sides.append((report_json(run.replay()), decisions_of(run.events())))
         labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(

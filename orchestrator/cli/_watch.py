@@ -678,13 +678,10 @@ def command_watch(args: argparse.Namespace) -> int:
 
 def _judge(run_dir: Path, screen: Screen) -> int:
     """``replay``'s verdict on the finished run, as one line and its exit status."""
-    from events import replay
-
     from ..engine import ENGINE
     from ._run_logs import read_run
 
-    run = read_run([run_dir])
-    result = replay(run.contents, launch=run.launch, slices=[ENGINE])
+    result = read_run([run_dir], slices=[ENGINE]).replay()
     outcome = result.outcome
-    screen.line(f"run {run.contents[0].events[0].run_id}: {outcome.value}")
+    screen.line(f"run {result.run_id}: {outcome.value}")
     return 0 if outcome is RunOutcome.READY else 1

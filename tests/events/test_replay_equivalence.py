@@ -13,6 +13,7 @@ the fold in the engine's tests).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -159,6 +160,42 @@ def test_replay_is_the_one_event_at_a_time_fold(
     run: list[list[events.Event]], sliced: bool
 ) -> None:
     assert_replay_is_the_fold(run, _slices(sliced))
+
+
+@PROPERTY
+@given(run=runs(), sliced=st.booleans(), until=st.none() | st.integers(0, 6))
+@pytest.mark.slow
+def test_ranks_folded_apart_and_sent_on_replay_as_their_events(
+    run: list[list[events.Event]], sliced: bool, until: int | None
+) -> None:
+    # Each rank folded where its log is, pickled as a worker sends it, then
+    # judged together: the run its events replay to.
+    folder = events.RankFolder(_slices(sliced), until)
+    folded = [
+        pickle.loads(pickle.dumps(folder.fold(stream)))
+        for stream in run
+        if any(until is None or event.seq <= until for event in stream)
+    ]
+
+    assert events.replay(folded, slices=_slices(sliced), until=until) == events.replay(
+        run, slices=_slices(sliced), until=until
+    )
+
+
+def test_a_folded_rank_is_judged_only_as_it_was_folded() -> None:
+    stream = _rank(0).run_finished()
+    folded = events.RankFolder([MINE], until=3).fold(stream)
+
+    with pytest.raises(ValueError, match=r"folded with slices \['mine'\] to 3, not \[\] to 3"):
+        events.replay([folded], until=3)
+    with pytest.raises(ValueError, match=r"not \['mine'\] to None"):
+        events.replay([folded], slices=[MINE])
+    with pytest.raises(events.LogError, match="two logs for rank 0"):
+        events.replay([folded, stream[:2]], slices=[MINE], until=3)
+    with pytest.raises(ValueError, match=r"events of ranks \[0, 1\]"):
+        events.RankFolder().fold([*stream[:1], *_rank(1).run_finished()[:1]])
+    with pytest.raises(ValueError, match="no events to fold"):
+        events.RankFolder(until=-1).fold(stream)
 
 
 def _rank(rank: int, *, world_size: int = 64, kernels: str = "fast") -> EventStream:

@@ -77,7 +77,7 @@ def test_every_rank_that_diverges_is_reported_in_the_order_decided(tmp_path: Pat
     # own way, four of them with the attention selection rewritten.
     from events import RunStarted, merge
     from orchestrator._decisions import check_decisions
-    from orchestrator.cli._views import decision_divergences
+    from orchestrator.cli._run_logs import read_run
     from orchestrator.engine import ENGINE_DECIDERS
 
     healthy = _run(tmp_path, "run", "--simulate", "h200x8", "--run-id", "six")
@@ -98,9 +98,10 @@ def test_every_rank_that_diverges_is_reported_in_the_order_decided(tmp_path: Pat
         return stream
 
     contents = []
+    (tmp_path / "six").mkdir()
     for rank in range(6):
         stream = made(rank)
-        path = tmp_path / f"rank-{rank}.jsonl"
+        path = tmp_path / "six" / f"rank-{rank}.jsonl"
         log = JsonlLog(path, run_id=stream[0].run_id, rank=rank, durability="never")
         for event in stream:
             log.append(event)
@@ -108,7 +109,7 @@ def test_every_rank_that_diverges_is_reported_in_the_order_decided(tmp_path: Pat
         contents.append(read_log(path))
 
     assert check_decisions(contents[0].events, ENGINE_DECIDERS) == []
-    found = decision_divergences(contents)
+    found = read_run([tmp_path / "six"]).decisions()
     merged = check_decisions(merge(contents), ENGINE_DECIDERS)
     assert sorted(d.ranks for d in found) == [(1,), (2,), (3,), (4,)]
     assert sorted(found, key=lambda d: d.ranks) == sorted(merged, key=lambda d: d.ranks)

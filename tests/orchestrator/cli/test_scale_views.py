@@ -5,6 +5,8 @@ number of ranks that are alike (``replay``, ``validate``, ``replay --html``).
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -12,7 +14,14 @@ import pytest
 
 from events import Event, RunOutcome, StepKind, encode
 from orchestrator.engine import ATTENTION_STEP
-from tests.orchestrator.cli.harness import call_cli
+from tests.orchestrator.cli.harness import (
+    COMMAND_TIMEOUT_S,
+    Background,
+    call_cli,
+    command,
+    environment,
+    poll_file,
+)
 from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
 
 pytestmark = pytest.mark.slow
@@ -124,3 +133,36 @@ def test_html_report_does_not_grow_with_alike_ranks(runs: dict[str, Path], tmp_p
         assert text.count("<tr") < 40, name
     # A thousand ranks alike are a row, not a thousand rows.
     assert max(sizes.values()) < 256 * 1024, sizes
+
+
+def test_ctrl_c_stops_the_shared_fold_and_its_workers(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # Ctrl-C reaches the whole foreground process group: the command says
+    # "interrupted" and ends at once, and the workers folding its logs end
+    # with it (they leave the signal to the command, which kills them).
+    replaying = Background(
+        command("replay", str(runs["ready"])), cwd=tmp_path, env=environment(), new_session=True
+    )
+    try:
+        children = Path(f"/proc/{replaying.pid}/task/{replaying.pid}/children")
+        workers = poll_file(
+            lambda: children.read_text().split() if replaying.running() else [],
+            bool,
+            alive=replaying.running,
+            deadline_s=COMMAND_TIMEOUT_S,
+            what="a worker folding the logs",
+        )
+        os.killpg(replaying.pid, signal.SIGINT)
+        done = replaying.finish()
+    finally:
+        replaying.kill_group()
+
+    assert done.returncode == 1, done.describe()
+    assert done.stderr == "startup-orchestrator: interrupted\n", done.describe()
+    assert done.stdout == ""
+    for worker in workers:
+        # Killed and reaped by the command: no such process (or the pid is
+        # already another program's).
+        cmdline = Path(f"/proc/{worker}/cmdline")
+        assert not cmdline.exists() or b"replay" not in cmdline.read_bytes()

@@ -1,0 +1,109 @@
+"""A large run is folded on every core: the command's process folds the
+first share of the logs while forked workers fold the others, and what the
+commands print is what one process folding every log gives (the library's
+:func:`events.replay` of the logs as read), errors included.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from events import Event, RunOutcome, StepKind, encode, read_log, replay
+from exporters import report_json
+from orchestrator._decisions import check_decisions
+from orchestrator.cli._output import to_json_text
+from orchestrator.engine import ATTENTION_STEP, ENGINE, ENGINE_DECIDERS
+from tests.orchestrator.cli.harness import run_cli
+from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
+
+#: Enough ranks for two shares of a 2-core machine's fold.
+WORLD = 160
+#: A rank of the second share: it fails, and its log is torn.
+FAILING = 130
+TORN = 141
+
+
+def _failing_rank(rank: int) -> list[Event]:
+    boom = exception("RuntimeError", "CUDA error: an illegal memory access")
+    builder = RankBuilder(rank, world_size=WORLD, offset_ns=1).run_started()
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.failed("attention/FLASH_ATTN", boom)
+    builder.failed(ATTENTION_STEP, boom)
+    return builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("shared") / "run"
+    directory.mkdir()
+    for rank in range(WORLD):
+        events = _failing_rank(rank) if rank == FAILING else healthy_rank(rank, world_size=WORLD)
+        data = b"".join(encode(event) + b"\n" for event in events)
+        if rank == TORN:
+            data += encode(events[-1])[:40]  # a writer that stopped mid-line
+        (directory / f"rank-{rank}.jsonl").write_bytes(data)
+    return directory
+
+
+def _one_process(run_dir: Path, until: int | None = None) -> dict[str, Any]:
+    """The report document of the logs folded in this process, with the
+    recorded decisions that current code decides differently."""
+    logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in range(WORLD)]
+    document = report_json(replay(logs, slices=[ENGINE], until=until))
+    cut = [event for log in logs for event in log.events if until is None or event.seq <= until]
+    decided = check_decisions(cut, ENGINE_DECIDERS)
+    document["divergences"] = [
+        *document["divergences"],
+        *({"rank": d.ranks[0], "seq": d.seq, "text": d.text} for d in decided),
+    ]
+    return dict(json.loads(to_json_text(document)))
+
+
+def _made(run_dir: Path, divergence: dict[str, Any]) -> int:
+    """When a divergent decision was made (wall clock)."""
+    log = read_log(run_dir / f"rank-{divergence['rank']}.jsonl")
+    return log.events[divergence["seq"]].wall_ns
+
+
+@pytest.mark.parametrize("until", [None, 7])
+def test_the_shared_fold_reports_what_one_process_folding_every_log_reports(
+    run_dir: Path, tmp_path: Path, until: int | None
+) -> None:
+    cut = [] if until is None else ["--until", str(until)]
+    replayed = run_cli("replay", "--json", *cut, str(run_dir), cwd=tmp_path)
+
+    assert replayed.returncode == 1, replayed.describe()
+    shared, one = replayed.json(), _one_process(run_dir, until)
+    assert {**shared, "divergences": None} == {**one, "divergences": None}
+    # Decision divergences in the order they were made, every one found.
+    assert [
+        {"rank": d["rank"], "seq": d["seq"], "text": d["text"]} for d in shared["divergences"]
+    ] == sorted(one["divergences"], key=lambda d: (_made(run_dir, d), d["rank"], d["seq"]))
+    if until is None:
+        assert len(shared["divergences"]) >= WORLD - 1
+        assert replayed.json()["root_cause"]["rank"] == FAILING
+        assert f"rank-{TORN}.jsonl" in " ".join(replayed.json()["warnings"])
+
+
+def test_a_corrupt_log_in_a_workers_share_is_named_as_one_process_names_it(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "run"
+    broken.mkdir()
+    for log in run_dir.iterdir():
+        (broken / log.name).write_bytes(log.read_bytes())
+    lines = (broken / "rank-150.jsonl").read_bytes().splitlines(keepends=True)
+    lines[3] = b'{"v": 3, "type": "step.started", "seq": "three"}\n'
+    (broken / "rank-150.jsonl").write_bytes(b"".join(lines))
+
+    replayed = run_cli("replay", str(broken), cwd=tmp_path)
+
+    assert replayed.returncode == 1, replayed.describe()
+    assert replayed.stdout == ""
+    assert replayed.stderr.startswith(f"startup-orchestrator: error: {broken}/rank-150.jsonl:4: ")
+    assert len(replayed.stderr.splitlines()) == 1
