@@ -25,8 +25,9 @@ process that reads the same files and runs bare ``orjson.loads`` on every
 line. Peak memory
 is measured in a fresh interpreter per command (its high-water mark,
 ``VmHWM``: Linux only), less the peak of a fresh interpreter that imports the
-same modules and parses nothing, and set against the number of events and
-the size of the logs.
+same modules and parses nothing, plus the growth of the largest worker
+process a large replay forks (one on 2 cores; ``workers`` column), and set
+against the number of events and the size of the logs.
 
     .venv/bin/python benchmarks/bench_replay_scale.py [--ranks 1024,8192]
         [--mixes ready,failed,node-missing] [--repeat 3] [--no-memory]
@@ -214,9 +215,12 @@ def argv_of(name: str, run_dir: Path, html: Path) -> list[str]:
 
 
 # The peak is the process's own high-water mark (VmHWM), not ru_maxrss:
-# Linux carries a parent's peak over to a child through fork and exec.
+# Linux carries a parent's peak over to a child through fork and exec. The
+# workers a large replay forks are counted with it: the largest worker's
+# peak (ru_maxrss of the children), as each started from the command's
+# memory at the fork.
 _PEAK = """
-import contextlib, io, sys
+import contextlib, io, resource, sys
 import orchestrator.cli._main, orchestrator.cli._views, orchestrator.engine, exporters
 from exporters import report_html, report_json, report_text
 argv = sys.argv[1:]
@@ -225,12 +229,14 @@ if argv:
         orchestrator.cli._main.main(argv)
 with open("/proc/self/status") as status:
     print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
-def peak_kib(argv: Sequence[str]) -> int:
+def peak_kib(argv: Sequence[str]) -> tuple[int, int]:
     """The peak RSS (KiB) of a fresh interpreter running ``argv`` (none:
-    only the imports). Linux only (``/proc/self/status``)."""
+    only the imports), and that of the largest process it forked (0 for
+    none). Linux only (``/proc/self/status``)."""
     done = subprocess.run(
         [sys.executable, "-c", _PEAK, *argv],
         check=True,
@@ -238,7 +244,8 @@ def peak_kib(argv: Sequence[str]) -> int:
         text=True,
         env={**os.environ, "OTEL_SDK_DISABLED": "true"},
     )
-    return int(done.stdout.split()[-1])
+    own, children = done.stdout.split()[-2:]
+    return int(own), int(children)
 
 
 def measure(
@@ -284,12 +291,12 @@ def main() -> None:
         else:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         templates = launch_templates(directory)
-        baseline = 0 if args.no_memory else peak_kib([])
+        baseline = 0 if args.no_memory else peak_kib([])[0]
         if baseline:
             print(f"fresh interpreter with the command line's modules: {baseline / 1024:.0f} MiB")
         header = f"{'':>6} {'mix':<13} {'command':<14} {'seconds':>8} {'ratio':>7} {'output':<24}"
         if not args.no_memory:
-            header += f" {'peak-base':>10} {'B/event':>8}"
+            header += f" {'peak-base':>10} {'B/event':>8} {'workers':>8}"
         for ranks in (int(value) for value in args.ranks.split(",")):
             for mix in mixes:
                 run_dir = directory / f"{mix}-{ranks}"
@@ -309,8 +316,16 @@ def main() -> None:
                         f"{cells['ratio']:6.1f}x {cells['output']:<24}"
                     )
                     if "peak_kib" in cells:
-                        grown = (cells["peak_kib"] - baseline) * 1024
-                        line += f" {grown / 2**20:7.0f} MiB {grown / row['events']:8.0f}"
+                        # The command and the largest worker, each above the
+                        # interpreter it started as; the workers' column says
+                        # how much of that they were.
+                        own, child = cells["peak_kib"]
+                        workers = max(0, child - baseline) * 1024
+                        grown = (own - baseline) * 1024 + workers
+                        line += (
+                            f" {grown / 2**20:7.0f} MiB {grown / row['events']:8.0f}"
+                            f" {workers / 2**20:5.0f} MiB"
+                        )
                     print(line, flush=True)
                 if args.keep is None:
                     for path in run_dir.iterdir():
