@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from events import Event, RunOutcome, StepKind, encode
-from orchestrator.engine import ATTENTION_STEP
+from events import Event, encode
 from tests.orchestrator.cli.harness import (
     COMMAND_TIMEOUT_S,
     Background,
@@ -22,7 +21,7 @@ from tests.orchestrator.cli.harness import (
     environment,
     poll_file,
 )
-from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
+from tests.orchestrator.engine.streams import attention_failed_rank, healthy_rank
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +30,6 @@ WORLD = 1024
 MISSING = range(512, 520)
 #: The rank the ``failed`` run fails on.
 FAILING = 700
-
-
-def _failing_rank(rank: int) -> list[Event]:
-    boom = exception("RuntimeError", "CUDA error: an illegal memory access")
-    builder = RankBuilder(rank, world_size=WORLD, offset_ns=1).run_started()
-    builder.started(ATTENTION_STEP)
-    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.failed("attention/FLASH_ATTN", boom)
-    builder.failed(ATTENTION_STEP, boom)
-    return builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
 
 
 def _write(run_dir: Path, streams: Iterable[list[Event]]) -> None:
@@ -58,7 +47,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     healthy = [healthy_rank(rank, world_size=WORLD) for rank in range(WORLD)]
     made = {name: root / name for name in ("ready", "failed", "node-missing")}
     _write(made["ready"], healthy)
-    _write(made["failed"], (_failing_rank(r) if r == FAILING else s for r, s in enumerate(healthy)))
+    _write(
+        made["failed"],
+        (
+            attention_failed_rank(r, world_size=WORLD) if r == FAILING else s
+            for r, s in enumerate(healthy)
+        ),
+    )
     _write(made["node-missing"], (s for r, s in enumerate(healthy) if r not in MISSING))
     return made
 

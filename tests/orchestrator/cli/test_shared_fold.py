@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from events import Event, RunOutcome, StepKind, encode, read_log, replay
+from events import encode, read_log, replay
 from exporters import report_json
 from orchestrator._decisions import check_decisions
 from orchestrator.cli._output import to_json_text
-from orchestrator.engine import ATTENTION_STEP, ENGINE, ENGINE_DECIDERS
+from orchestrator.engine import ENGINE, ENGINE_DECIDERS
 from tests.orchestrator.cli.harness import run_cli
-from tests.orchestrator.engine.streams import RankBuilder, exception, healthy_rank
+from tests.orchestrator.engine.streams import attention_failed_rank, healthy_rank
 
 #: Enough ranks for two shares of a 2-core machine's fold.
 WORLD = 160
@@ -27,22 +27,16 @@ FAILING = 130
 TORN = 141
 
 
-def _failing_rank(rank: int) -> list[Event]:
-    boom = exception("RuntimeError", "CUDA error: an illegal memory access")
-    builder = RankBuilder(rank, world_size=WORLD, offset_ns=1).run_started()
-    builder.started(ATTENTION_STEP)
-    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.failed("attention/FLASH_ATTN", boom)
-    builder.failed(ATTENTION_STEP, boom)
-    return builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("shared") / "run"
     directory.mkdir()
     for rank in range(WORLD):
-        events = _failing_rank(rank) if rank == FAILING else healthy_rank(rank, world_size=WORLD)
+        events = (
+            attention_failed_rank(rank, world_size=WORLD)
+            if rank == FAILING
+            else healthy_rank(rank, world_size=WORLD)
+        )
         data = b"".join(encode(event) + b"\n" for event in events)
         if rank == TORN:
             data += encode(events[-1])[:40]  # a writer that stopped mid-line

@@ -311,6 +311,18 @@ def failed_rank(rank: int, *, offset_ns: int = 0) -> list[Event]:
     return builder.run_finished(RunOutcome.FAILED, cause=unspecified, failed_step=PLATFORM_STEP)
 
 
+def attention_failed_rank(rank: int, *, world_size: int = 8) -> list[Event]:
+    """A CUDA error in the only attention candidate: the rank fails there,
+    just after its peers' first events (one nanosecond later)."""
+    boom = exception("RuntimeError", "CUDA error: an illegal memory access")
+    builder = RankBuilder(rank, world_size=world_size, offset_ns=1).run_started()
+    builder.started(ATTENTION_STEP)
+    builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
+    builder.failed("attention/FLASH_ATTN", boom)
+    builder.failed(ATTENTION_STEP, boom)
+    return builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="attention/FLASH_ATTN")
+
+
 def dead_rank(rank: int, *, offset_ns: int = 0, world_size: int = 8) -> list[Event]:
     """Killed while probing attention candidates: no run.finished."""
     builder = (
