@@ -454,7 +454,9 @@ def _fold_logs(
 
 class _Worker:
     """A forked process folding a share of a run's logs into a file of its
-    own (unnamed, gone once closed), a batch of :data:`_BATCH` at a time."""
+    own (unnamed, gone once closed), a batch of :data:`_BATCH` at a time.
+    It never outlives the process that started it by more than a batch: a
+    worker whose parent is gone (killed) stops."""
 
     _BATCH = 64
 
@@ -465,6 +467,7 @@ class _Worker:
         self.out = tempfile.TemporaryFile()  # noqa: SIM115
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
         try:
             self.pid: int | None = os.fork()
         except OSError:
@@ -475,10 +478,13 @@ class _Worker:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 for start in range(0, len(files), self._BATCH):
+                    if os.getppid() != parent:
+                        break  # no one will read it
                     batch = [job.fold(file) for file in files[start : start + self._BATCH]]
                     pickle.dump(batch, self.out, protocol=pickle.HIGHEST_PROTOCOL)
-                self.out.flush()
-                status = 0
+                else:
+                    self.out.flush()
+                    status = 0
             finally:
                 os._exit(status)
 

@@ -161,3 +161,76 @@ def test_ctrl_c_stops_the_shared_fold_and_its_workers(
         # already another program's).
         cmdline = Path(f"/proc/{worker}/cmdline")
         assert not cmdline.exists() or b"replay" not in cmdline.read_bytes()
+
+
+#: A slice whose facts hook, in whichever process folds the logs, notes each
+#: rank it folds (at the first event that settles facts) and holds the fold
+#: of one rank until a gate file appears.
+_GATED_SLICE = """
+import os, time
+from pathlib import Path
+from events import Slice
+
+HERE = Path(__file__).parent
+SEEN = set()
+
+def _facts(facts, event):
+    if event.rank not in SEEN:
+        SEEN.add(event.rank)
+        with open(HERE / "folded", "a") as out:
+            out.write(f"{event.rank}\\n")
+        if event.rank == int(os.environ["GATED_RANK"]):
+            (HERE / "waiting").write_text(str(os.getpid()))
+            while not (HERE / "gate").exists():
+                time.sleep(0.01)
+    return None
+
+SLICE = Slice(name="gated", derive_facts=_facts)
+"""
+
+
+def test_a_worker_stops_when_the_command_is_killed(runs: dict[str, Path], tmp_path: Path) -> None:
+    # SIGKILL to the command alone (no Ctrl-C to the group, no chance to
+    # stop its workers): a worker sees it is orphaned before its next batch
+    # of logs and ends, instead of folding the rest of its share for no one.
+    (tmp_path / "gated.py").write_text(_GATED_SLICE)
+    gated = WORLD // 2 + 1  # in the worker's share, its first batch
+    replaying = Background(
+        command("replay", "--slice", str(tmp_path / "gated.py") + ":SLICE", str(runs["ready"])),
+        cwd=tmp_path,
+        env=environment(GATED_RANK=str(gated)),
+        new_session=True,
+    )
+    waiting = tmp_path / "waiting"
+    try:
+        worker = int(
+            poll_file(
+                lambda: waiting.read_text() if waiting.exists() else "",
+                bool,
+                alive=replaying.running,
+                deadline_s=COMMAND_TIMEOUT_S,
+                what="the worker holding its fold",
+            )
+        )
+        replaying.send(signal.SIGKILL)
+        replaying.finish()
+        (tmp_path / "gate").touch()
+
+        def ended() -> bool:
+            # Gone, or a zombie its new parent has not reaped yet.
+            try:
+                return Path(f"/proc/{worker}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+            except OSError:
+                return True
+
+        poll_file(
+            ended, bool, alive=lambda: True, deadline_s=COMMAND_TIMEOUT_S, what="the worker ending"
+        )
+    finally:
+        (tmp_path / "gate").touch()
+        replaying.kill_group()
+
+    folded = [int(line) for line in (tmp_path / "folded").read_text().split()]
+    after_the_gate = [rank for rank in folded if rank > gated]
+    # The rest of its batch at most: not the other 400-odd ranks of its share.
+    assert 0 < len(after_the_gate) < 64, sorted(after_the_gate)
