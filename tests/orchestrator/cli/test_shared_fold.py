@@ -7,6 +7,8 @@ commands print is what one process folding every log gives (the library's
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from exporters import report_json
 from orchestrator._decisions import check_decisions
 from orchestrator.cli._output import to_json_text
 from orchestrator.engine import ENGINE, ENGINE_DECIDERS
-from tests.orchestrator.cli.harness import run_cli
+from tests.orchestrator.cli.harness import COMMAND_TIMEOUT_S, command, environment, run_cli
 from tests.orchestrator.engine.streams import attention_failed_rank, healthy_rank
 
 #: Enough ranks for two shares of a 2-core machine's fold.
@@ -101,3 +103,28 @@ def test_a_corrupt_log_in_a_workers_share_is_named_as_one_process_names_it(
     assert replayed.stdout == ""
     assert replayed.stderr.startswith(f"startup-orchestrator: error: {broken}/rank-150.jsonl:4: ")
     assert len(replayed.stderr.splitlines()) == 1
+
+
+def test_a_worker_that_cannot_write_its_results_leaves_its_share_to_the_command(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # A machine with no room for the worker's results (here a 4 KiB limit
+    # on any file the command's processes write): the worker fails, and the
+    # command folds its share itself, to the same report.
+    def no_room() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    done = subprocess.run(
+        command("replay", "--json", str(run_dir)),
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        preexec_fn=no_room,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == run_cli("replay", "--json", str(run_dir), cwd=tmp_path).json()
