@@ -208,9 +208,9 @@ def _when(item: tuple[int, int, int, Divergence]) -> tuple[int, int, int]:
     return item[:3]
 
 
-#: Below this many logs a run is folded in this process: starting worker
-#: processes would cost more than they save.
-_FOLDED_HERE = 64
+#: The fewest logs a share of a run holds: a run of fewer than twice as many
+#: is folded in this process alone (a worker would cost more than it saves).
+_SHARE = 64
 
 
 def read_run(
@@ -429,7 +429,7 @@ def _fold_logs(
 
     job = _Job(RankFolder(slices, until), keep_events)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    shares = min(cores, len(files) // _FOLDED_HERE)
+    shares = min(cores, len(files) // _SHARE)
     if keep_events or shares < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
         return [_checked(job.fold(file)) for file in files]
     size = -(-len(files) // shares)
