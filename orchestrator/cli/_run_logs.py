@@ -195,7 +195,7 @@ class RunLogs(NamedTuple):
         change), in the order they were made (wall-clock time, then rank),
         each rank's recomputed from its own events."""
         found = sorted((item for log in self.logs for item in log.decisions), key=_when)
-        return [divergence for *_when, divergence in found]
+        return [divergence for *_key, divergence in found]
 
     def events(self) -> list[Event]:
         """Every rank's kept events (to the cutoff), merged by time."""
