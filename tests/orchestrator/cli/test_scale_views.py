@@ -5,6 +5,7 @@ number of ranks that are alike (``replay``, ``validate``, ``replay --html``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterable
@@ -165,9 +166,9 @@ def test_ctrl_c_stops_the_shared_fold_and_its_workers(
 
 #: A slice whose facts hook, in whichever process folds the logs, notes each
 #: rank it folds (at the first event that settles facts) and holds the fold
-#: of one rank until a gate file appears.
+#: of one rank until the test opens the gate (a FIFO).
 _GATED_SLICE = """
-import os, time
+import os
 from pathlib import Path
 from events import Slice
 
@@ -181,8 +182,9 @@ def _facts(facts, event):
             out.write(f"{event.rank}\\n")
         if event.rank == int(os.environ["GATED_RANK"]):
             (HERE / "waiting").write_text(str(os.getpid()))
-            while not (HERE / "gate").exists():
-                time.sleep(0.01)
+            # Opening a FIFO to read blocks until the test opens it to write.
+            with open(HERE / "gate"):
+                pass
     return None
 
 SLICE = Slice(name="gated", derive_facts=_facts)
@@ -194,6 +196,7 @@ def test_a_worker_stops_when_the_command_is_killed(runs: dict[str, Path], tmp_pa
     # stop its workers): a worker sees it is orphaned before its next batch
     # of logs and ends, instead of folding the rest of its share for no one.
     (tmp_path / "gated.py").write_text(_GATED_SLICE)
+    os.mkfifo(tmp_path / "gate")
     gated = WORLD // 2 + 1  # in the worker's share, its first batch
     replaying = Background(
         command("replay", "--slice", str(tmp_path / "gated.py") + ":SLICE", str(runs["ready"])),
@@ -214,7 +217,8 @@ def test_a_worker_stops_when_the_command_is_killed(runs: dict[str, Path], tmp_pa
         )
         replaying.send(signal.SIGKILL)
         replaying.finish()
-        (tmp_path / "gate").touch()
+        with (tmp_path / "gate").open("w"):  # the worker is in open(): both go on
+            pass
 
         def ended() -> bool:
             # Gone, or a zombie its new parent has not reaped yet.
@@ -227,7 +231,8 @@ def test_a_worker_stops_when_the_command_is_killed(runs: dict[str, Path], tmp_pa
             ended, bool, alive=lambda: True, deadline_s=COMMAND_TIMEOUT_S, what="the worker ending"
         )
     finally:
-        (tmp_path / "gate").touch()
+        with contextlib.suppress(OSError):  # a worker still held: let it go
+            os.close(os.open(tmp_path / "gate", os.O_WRONLY | os.O_NONBLOCK))
         replaying.kill_group()
 
     folded = [int(line) for line in (tmp_path / "folded").read_text().split()]
