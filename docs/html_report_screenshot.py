@@ -24,7 +24,7 @@ from tests.exporters.html_runs import synthetic_run
 
 def main() -> None:
     runs = synthetic_run(8, failing=2, message="no kernel image is available for sm_90")
-    page_text = report_html(replay(runs), [event for run in runs for event in run])
+    page_text = report_html(replay(runs))
     target = Path(__file__).with_name("html-report.png")
     with tempfile.TemporaryDirectory() as directory, sync_playwright() as playwright:
         path = Path(directory) / "report.html"

@@ -639,26 +639,20 @@ class RankFolder:
             started=first if isinstance(first, RunStarted) else None,
             first_wall_ns=first.wall_ns,
             watched=_watched(events),
-            left_out=self._left_out(events, timeline, state),
+            left_out=self._left_out(timeline, state),
             warnings=warnings,
         )
 
-    def _left_out(
-        self, events: Sequence[Event], timeline: RankTimeline | None, state: RankState
-    ) -> RootCause | None:
+    def _left_out(self, timeline: RankTimeline | None, state: RankState) -> RootCause | None:
         """The first collective step (see :class:`~events.Collective`) the
         rank went on without, at the event that ended it."""
         if timeline is None:
             return None
         for collective in self._collectives:
             timing = timeline.steps.get(collective.step)
-            if timing is None or timing.outcome not in _WENT_ON:
+            if timing is None or timing.end is None or timing.outcome not in _WENT_ON:
                 continue  # not ended, joined, or failed there (a failure of its own)
-            end = next(
-                event
-                for event in reversed(events)
-                if event.step == collective.step and isinstance(event, TERMINAL_STEP_EVENTS)
-            )
+            end = timing.end
             return RootCause(
                 rank=state.rank,
                 step=collective.step,

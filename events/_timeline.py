@@ -1,9 +1,15 @@
-"""The timeline projection: when each step of each rank started and ended.
+"""The timeline projection: when and how each step of each rank ran.
 
 It is the model for every other projection: frozen state, one pure fold
-(``apply_many``) that works on plain private dicts and builds the frozen
+(``apply_many``) that works on plain private lists and builds the frozen
 state once, at the end, sharing what did not change, and no I/O. ``apply``
 is that fold of one event.
+
+A step's timing keeps the events that say how it ended and where it was
+last seen waiting, and a rank's keeps its ``run.started``, ``run.finished``,
+last event and decisions: the views (the fallback tree, blame, the
+critical path, the HTML page) read a run's steps from here, not from its
+events, so a command can let each log's events go once it is folded.
 """
 
 from __future__ import annotations
@@ -16,14 +22,15 @@ import attrs
 from ._builders import builder
 from ._model import (
     TERMINAL_STEP_EVENTS,
+    DecisionMade,
     Event,
     Outcome,
     RunFinished,
     RunOutcome,
     RunStarted,
     StepKind,
+    StepStalled,
     StepStarted,
-    StepUnavailable,
     outcome_of,
 )
 
@@ -38,10 +45,12 @@ class StepTiming:
         rank, step, kind: which step.
         start_wall_ns: wall clock at ``step.started``.
         start_mono_ns: monotonic clock at ``step.started``.
-        end_wall_ns, duration_ns: set once the step ended (duration from the
-            monotonic clock, immune to wall-clock steps).
-        outcome: set once the step ended.
         depends_on: the steps it waited for.
+        span_id, parent_span_id: its span and its parent's, as its
+            ``step.started`` recorded them.
+        end: the event that ended it (the first one: an end is final);
+            ``None`` while it runs.
+        stall: its latest ``step.stalled``: where it was last seen waiting.
     """
 
     rank: int
@@ -50,27 +59,79 @@ class StepTiming:
     start_wall_ns: int
     start_mono_ns: int
     depends_on: tuple[str, ...] = ()
-    end_wall_ns: int | None = None
-    duration_ns: int | None = None
-    outcome: Outcome | None = None
+    span_id: str = ""
+    parent_span_id: str | None = None
+    end: Event | None = None
+    stall: StepStalled | None = None
 
     @property
     def finished(self) -> bool:
         """Whether the step has ended."""
-        return self.outcome is not None
+        return self.end is not None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How it ended; ``None`` while it runs."""
+        return None if self.end is None else outcome_of(self.end)
+
+    @property
+    def end_wall_ns(self) -> int | None:
+        """The wall clock when it ended."""
+        return None if self.end is None else self.end.wall_ns
+
+    @property
+    def duration_ns(self) -> int | None:
+        """How long it ran, on the monotonic clock (immune to wall-clock
+        steps)."""
+        return None if self.end is None else self.end.mono_ns - self.start_mono_ns
 
 
 @attrs.frozen(kw_only=True)
 class RankTimeline:
-    """The steps of one rank, in the order they started."""
+    """One rank's run and its steps, in the order they started.
+
+    Attributes:
+        rank: whose.
+        started, finished: its ``run.started`` and ``run.finished``, when
+            its log has them.
+        last: its last event: its last sign of life.
+        steps: its steps by name, in the order they started.
+        decisions: the decisions it recorded, in order.
+    """
 
     rank: int
-    start_wall_ns: int | None = None
-    start_mono_ns: int | None = None
-    end_wall_ns: int | None = None
-    duration_ns: int | None = None
-    outcome: RunOutcome | None = None
+    started: RunStarted | None = None
+    finished: RunFinished | None = None
+    last: Event | None = None
     steps: Mapping[str, StepTiming] = attrs.field(factory=dict)
+    decisions: tuple[DecisionMade, ...] = ()
+
+    @property
+    def start_wall_ns(self) -> int | None:
+        """The wall clock at ``run.started``."""
+        return None if self.started is None else self.started.wall_ns
+
+    @property
+    def start_mono_ns(self) -> int | None:
+        """The monotonic clock at ``run.started``."""
+        return None if self.started is None else self.started.mono_ns
+
+    @property
+    def end_wall_ns(self) -> int | None:
+        """The wall clock at ``run.finished``."""
+        return None if self.finished is None else self.finished.wall_ns
+
+    @property
+    def duration_ns(self) -> int | None:
+        """From ``run.started`` to ``run.finished``, on the monotonic clock."""
+        if self.finished is None or self.started is None:
+            return None
+        return self.finished.mono_ns - self.started.mono_ns
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        """How the rank's run ended, if it did."""
+        return None if self.finished is None else self.finished.outcome
 
 
 @attrs.frozen(kw_only=True)
@@ -87,26 +148,14 @@ class TimelineState:
 
 
 # A fold builds a timing per step: directly, without attrs' keyword parsing
-# (see events._builders). The argument order is spelled out, so a change to
-# the classes fails at import.
-_timing = builder(
-    StepTiming,
-    (
-        "rank",
-        "step",
-        "kind",
-        "start_wall_ns",
-        "start_mono_ns",
-        "depends_on",
-        "end_wall_ns",
-        "duration_ns",
-        "outcome",
-    ),
-)
-_rank = builder(
-    RankTimeline,
-    ("rank", "start_wall_ns", "start_mono_ns", "end_wall_ns", "duration_ns", "outcome", "steps"),
-)
+# (see events._builders), from a list of its fields in this order.
+_STEP_FIELDS = (
+    "rank", "step", "kind", "start_wall_ns", "start_mono_ns", "depends_on",
+    "span_id", "parent_span_id", "end", "stall",
+)  # fmt: skip
+_END, _STALL = _STEP_FIELDS.index("end"), _STEP_FIELDS.index("stall")
+_timing = builder(StepTiming, _STEP_FIELDS)
+_rank = builder(RankTimeline, ("rank", "started", "finished", "last", "steps", "decisions"))
 _state = builder(TimelineState, ("ranks",))
 
 
@@ -118,123 +167,110 @@ class Timeline:
         return TimelineState()
 
     def apply(self, state: TimelineState, event: Event) -> TimelineState:
-        """Record a start or an end; other events leave the state as it is
-        (:meth:`apply_many` of one event)."""
+        """The state after ``event`` (:meth:`apply_many` of one event)."""
         return self.apply_many(state, (event,))
 
     def apply_many(self, state: TimelineState, events: Iterable[Event]) -> TimelineState:
         """The state after every event of ``events`` in turn.
 
+        A rank is recorded from its first ``run.started``, ``step.started``
+        or ``run.finished``; its other events before that are left out, as
+        is an end or a stall of a step that is not running.
+
         No intermediate state is built: each rank that changes is worked on
-        in plain dicts and lists, and its frozen timeline is built once, at
-        the end. When no event is one the timeline records, ``state`` itself
-        is returned.
+        in plain lists, and its frozen timeline is built once, at the end.
+        When no event is recorded, ``state`` itself is returned.
         """
         ranks = state.ranks
-        # A changed rank: [start_wall_ns, start_mono_ns, end_wall_ns,
-        # duration_ns, outcome, steps]; a step is a StepTiming (as found in
-        # ``state``) or the tuple of its fields, in _timing's order.
+        # A changed rank: [started, finished, last, steps, decisions]; a
+        # step is a StepTiming (as found in ``state``) or the list of its
+        # fields, in _STEP_FIELDS' order.
         working: dict[int, list[Any]] = {}
         kinds = _KINDS
-        started_kind, terminal_kind, run_started_kind = _STARTED, _TERMINAL, _RUN_STARTED
         number: int | None = None
         rank: list[Any] = []
         steps: dict[str, Any] = {}
-        # The kind table stands for the isinstance tests apply() makes; with
-        # it, the type checker cannot tell an event's class, hence Any.
+        # The kind table stands for isinstance tests; with it, the type
+        # checker cannot tell an event's class, hence Any.
         stream: Iterable[Any] = events
         for event in stream:
-            try:
-                kind, outcome = kinds[type(event)]
-            except KeyError:
-                kind, outcome = _kind_of(event)
-            if kind == _OTHER:
-                continue
+            kind = kinds.get(type(event))
+            if kind is None:
+                kind = _kind_of(event)
             if event.rank != number:
                 number = event.rank
                 found = working.get(number)
                 if found is None:
                     previous = ranks.get(number)
-                    if previous is None:
-                        if kind == terminal_kind:
-                            number = None
-                            continue
-                        found = [None, None, None, None, None, {}]
-                    else:
+                    if previous is not None:
                         found = [
-                            previous.start_wall_ns, previous.start_mono_ns, previous.end_wall_ns,
-                            previous.duration_ns, previous.outcome, dict(previous.steps),
+                            previous.started, previous.finished, previous.last,
+                            dict(previous.steps), list(previous.decisions),
                         ]  # fmt: skip
+                    elif kind in _OPENS:
+                        found = [None, None, None, {}, []]
+                    else:
+                        number = None
+                        continue
                     working[number] = found
-                rank, steps = found, found[5]
-            if kind == started_kind:
-                steps[event.step] = (
+                rank, steps = found, found[3]
+            rank[2] = event
+            if kind == _STARTED:
+                steps[event.step] = [
                     number, event.step, event.kind, event.wall_ns, event.mono_ns,
-                    event.depends_on, None, None, None,
-                )  # fmt: skip
-            elif kind == terminal_kind:
-                step = event.step
-                started = steps.get(step)
-                if started is None:
+                    event.depends_on, event.span_id, event.parent_span_id, None, None,
+                ]  # fmt: skip
+            elif kind in (_TERMINAL, _STALLED):
+                timing = steps.get(event.step)
+                if timing is None:
                     continue  # never started
-                if type(started) is not tuple:
-                    started = _fields(started)
-                if started[8] is not None:
-                    continue  # ended already: terminal states are final
-                start_mono = started[4]
-                steps[step] = (
-                    started[0], step, started[2], started[3], start_mono, started[5],
-                    event.wall_ns, event.mono_ns - start_mono,
-                    outcome_of(event) if outcome is None else outcome,
-                )  # fmt: skip
-            elif kind == run_started_kind:
-                rank[0], rank[1] = event.wall_ns, event.mono_ns
-            else:
-                start = rank[1]
-                rank[2] = event.wall_ns
-                rank[3] = None if start is None else event.mono_ns - start
-                rank[4] = event.outcome
+                if type(timing) is not list:
+                    timing = steps[event.step] = _fields(timing)
+                if timing[_END] is not None:
+                    continue  # ended already: an end is final
+                timing[_END if kind == _TERMINAL else _STALL] = event
+            elif kind == _DECISION:
+                rank[4].append(event)
+            elif kind == _RUN_STARTED:
+                rank[0] = event
+            elif kind == _RUN_FINISHED:
+                rank[1] = event
         if not working:
             return state
         merged = dict(ranks)
-        for number, (start_wall, start_mono, end_wall, duration, outcome, steps) in working.items():
+        for number, (started, finished, last, steps, decisions) in working.items():
             timings = {
-                step: _timing(*timing) if type(timing) is tuple else timing
+                step: _timing(*timing) if type(timing) is list else timing
                 for step, timing in steps.items()
             }
-            merged[number] = _rank(
-                number, start_wall, start_mono, end_wall, duration, outcome, timings
-            )
+            merged[number] = _rank(number, started, finished, last, timings, tuple(decisions))
         return _state(merged)
 
 
-# What the fold does with an event, by its class: the kind, and for a
-# terminal event class whose events all end a step the same way, the outcome.
-_STARTED, _TERMINAL, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(5)
-_KINDS: dict[type[Event], tuple[int, Outcome | None]] = {}
+# What the fold does with an event, by its class.
+_STARTED, _TERMINAL, _STALLED, _DECISION, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(7)
+_KINDS: dict[type[Event], int] = {}
+#: The events that record a rank not seen before.
+_OPENS = frozenset({_STARTED, _RUN_STARTED, _RUN_FINISHED})
 
 
-def _kind_of(event: Event) -> tuple[int, Outcome | None]:
-    outcome = None
-    if isinstance(event, StepStarted):
-        kind = _STARTED
-    elif isinstance(event, TERMINAL_STEP_EVENTS):
-        kind = _TERMINAL
-        if not isinstance(event, StepUnavailable):
-            outcome = outcome_of(event)
-    elif isinstance(event, RunStarted):
-        kind = _RUN_STARTED
-    elif isinstance(event, RunFinished):
-        kind = _RUN_FINISHED
-    else:
-        kind = _OTHER
-    _KINDS[type(event)] = kind, outcome
-    return kind, outcome
+def _kind_of(event: Event) -> int:
+    kind = _OTHER
+    for cls, found in (
+        (StepStarted, _STARTED),
+        (TERMINAL_STEP_EVENTS, _TERMINAL),
+        (StepStalled, _STALLED),
+        (DecisionMade, _DECISION),
+        (RunStarted, _RUN_STARTED),
+        (RunFinished, _RUN_FINISHED),
+    ):
+        if isinstance(event, cls):
+            kind = found
+            break
+    _KINDS[type(event)] = kind
+    return kind
 
 
-def _fields(timing: StepTiming) -> tuple[Any, ...]:
-    """``timing``'s fields, in :func:`_timing`'s order."""
-    return (
-        timing.rank, timing.step, timing.kind, timing.start_wall_ns, timing.start_mono_ns,
-        timing.depends_on, timing.end_wall_ns, timing.duration_ns, timing.outcome,
-    )  # fmt: skip
+def _fields(timing: StepTiming) -> list[Any]:
+    """``timing``'s fields, in :data:`_STEP_FIELDS`' order."""
+    return [getattr(timing, name) for name in _STEP_FIELDS]

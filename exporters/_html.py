@@ -1,11 +1,10 @@
 """A self-contained HTML report of a run: the file to attach to a bug report.
 
-:func:`report_html` renders a :class:`~events.Replay` and the events it was
-derived from as one page that needs nothing else: inline CSS and no script
-at all (expanding every step and zooming the time axis are CSS toggles), no
-fonts, images or network (a Content-Security-Policy forbids every fetch and
-every script). Every text from the log is escaped, so an exception message
-cannot inject markup or script.
+:func:`report_html` renders a :class:`~events.Replay` as one page that
+needs nothing else: inline CSS and no script at all (expanding every step
+and zooming the time axis are CSS toggles), no fonts, images or network (a
+Content-Security-Policy forbids every fetch and every script). Every text
+from the log is escaped, so an exception message cannot inject markup or script.
 
 The page, from the top: the outcome, the simulated profile and injected
 faults, the root cause with its exception chain and a link to its step
@@ -42,7 +41,6 @@ from events import (
     GroupedMessage,
     Replay,
     RunOutcome,
-    RunStarted,
     Severity,
     StepCancelled,
     StepCrashed,
@@ -51,7 +49,6 @@ from events import (
     StepTiming,
     StepUnavailable,
     format_ranks,
-    outcome_of,
 )
 
 from ._report import degraded_by, lost_by, rank_label
@@ -340,17 +337,16 @@ def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
 
 def report_html(
     result: Replay,
-    events: Iterable[Event],
     *,
     title: str | None = None,
     divergences: Sequence[Divergence] = (),
 ) -> str:
-    """``result`` (and the ``events`` it was replayed from) as one HTML page.
+    """``result`` as one HTML page.
 
     Args:
-        result: the run, replayed (``events.replay``, with its slices).
-        events: the same events (one rank's or the merged run's): the steps'
-            exception chains, reasons and decisions come from them.
+        result: the run, replayed (``events.replay``, with its slices); the
+            steps' exception chains, reasons and decisions come from its
+            timeline.
         title: the page's title (default: ``startup report RUN_ID``).
         divergences: more divergences to show beside the replay's own (the
             decision divergences the command line finds).
@@ -358,18 +354,21 @@ def report_html(
     Returns:
         The page, self-contained: no network, no external resources.
     """
-    ended: dict[int, dict[str, _Ended]] = defaultdict(dict)
+    ended: dict[int, dict[str, _Ended]] = {}
     # By rank, then step: a key tuple per rank and step would cost more
     # than what it indexes.
     decisions: dict[int, dict[str, list[DecisionMade]]] = defaultdict(dict)
     hosts: dict[int, str] = {}
-    for event in events:
-        if isinstance(event, RunStarted):
-            hosts[event.rank] = event.host
-        elif isinstance(event, DecisionMade):
-            decisions[event.rank].setdefault(event.step, []).append(event)
-        elif outcome_of(event) is not None and isinstance(getattr(event, "step", None), str):
-            ended[event.rank].setdefault(event.step, _Ended.of(event))
+    for rank, rank_timeline in result.timeline.ranks.items():
+        if rank_timeline.started is not None:
+            hosts[rank] = rank_timeline.started.host
+        for decision in rank_timeline.decisions:
+            decisions[rank].setdefault(decision.step, []).append(decision)
+        ended[rank] = {
+            step: _Ended.of(timing.end)
+            for step, timing in rank_timeline.steps.items()
+            if timing.end is not None
+        }
     step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
     for message in result.messages:
         if message.step:

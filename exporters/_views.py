@@ -1,7 +1,8 @@
 """Text views of a run for humans: the fallback tree, blame, critical path, diff.
 
-Each view is a pure function of events (and, for ``diff``, of two report
-documents), so it shows the same thing live, on replay, and on any machine.
+Each view is a pure function of a replayed run (its timeline: each rank's
+steps, with the events that ended them), and ``diff`` of two report
+documents, so it shows the same thing live, on replay, and on any machine.
 Ranks whose views are identical are shown once, with their rank range.
 
 Views are text for a terminal, and step names, reasons, messages and values
@@ -14,28 +15,21 @@ the views read only as much of it as they show.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import attrs
-
 from events import (
-    TERMINAL_STEP_EVENTS,
-    DecisionMade,
-    Event,
     ExceptionInfo,
     LaunchRecord,
-    RunFinished,
-    RunStarted,
+    RankTimeline,
+    Replay,
     StepCrashed,
     StepFailed,
-    StepStalled,
-    StepStarted,
     StepSucceeded,
     StepTimedOut,
+    StepTiming,
     StepUnavailable,
     format_ranks,
-    outcome_of,
 )
 
 from ._report import stall_lines
@@ -61,57 +55,32 @@ def _seconds(ns: int | None) -> str:
     return f"{ns / 1_000_000_000:.3f}s"
 
 
-@attrs.frozen
-class _Node:
-    step: str
-    kind: str
-    span_id: str
-    parent_span_id: str | None
-    start_mono: int
-    depends_on: tuple[str, ...]
-    end: Event | None = None
-    #: its latest step.stalled: where it was last seen waiting
-    stall: StepStalled | None = None
+def _alive_until_mono_ns(timeline: RankTimeline, launch: LaunchRecord | None) -> int:
+    """Until when a rank's steps in flight ran, on its monotonic clock: when
+    its process was seen to end, for a rank whose log has no end and whose
+    launcher saw it die; else its last sign of life (its last event)."""
+    last = timeline.last
+    if last is None:
+        return max((t.start_mono_ns for t in timeline.steps.values()), default=0)
+    ended = None if launch is None else launch.ended_wall_ns(timeline.rank)
+    if ended is None or timeline.finished is not None:
+        return last.mono_ns
+    return last.mono_ns + max(0, ended - last.wall_ns)
 
 
-def _by_rank(events: Iterable[Event]) -> dict[int, list[Event]]:
-    ranks: dict[int, list[Event]] = {}
-    for event in events:
-        ranks.setdefault(event.rank, []).append(event)
-    return dict(sorted(ranks.items()))
+def _began_mono_ns(timeline: RankTimeline) -> int:
+    """When a rank began, on its monotonic clock: its ``run.started``, else
+    its first step's start."""
+    if timeline.start_mono_ns is not None:
+        return timeline.start_mono_ns
+    return min((t.start_mono_ns for t in timeline.steps.values()), default=0)
 
 
-def _nodes(events: Sequence[Event]) -> tuple[list[_Node], RunStarted | None, RunFinished | None]:
-    nodes: dict[str, _Node] = {}
-    started: RunStarted | None = None
-    finished: RunFinished | None = None
-    for event in events:
-        if isinstance(event, StepStarted):
-            nodes[event.span_id] = _Node(
-                step=event.step,
-                kind=str(event.kind),
-                span_id=event.span_id,
-                parent_span_id=event.parent_span_id,
-                start_mono=event.mono_ns,
-                depends_on=event.depends_on,
-            )
-        elif isinstance(event, TERMINAL_STEP_EVENTS) and event.span_id in nodes:
-            nodes[event.span_id] = attrs.evolve(nodes[event.span_id], end=event)
-        elif isinstance(event, StepStalled) and event.span_id in nodes:
-            nodes[event.span_id] = attrs.evolve(nodes[event.span_id], stall=event)
-        elif isinstance(event, RunStarted):
-            started = event
-        elif isinstance(event, RunFinished):
-            finished = event
-    return list(nodes.values()), started, finished
-
-
-def _describe_end(node: _Node) -> str:
-    end = node.end
+def _describe_end(timing: StepTiming) -> str:
+    end = timing.end
     if end is None:
         return "still running when the log ends"
-    outcome = outcome_of(end)
-    text = str(outcome)
+    text = str(timing.outcome)
     match end:
         case StepSucceeded(result=result) if isinstance(result, dict):
             summary = ", ".join(
@@ -204,34 +173,24 @@ def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
     return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
 
 
-def _alive_until_mono_ns(events: Sequence[Event], launch: LaunchRecord | None) -> int:
-    """Until when a rank's steps in flight ran, on its monotonic clock: when
-    its process was seen to end, for a rank whose log has no end and whose
-    launcher saw it die; else its last sign of life (its last event)."""
-    last = events[-1]
-    ended = None if launch is None else launch.ended_wall_ns(last.rank)
-    if ended is None or isinstance(last, RunFinished):
-        return last.mono_ns
-    return last.mono_ns + max(0, ended - last.wall_ns)
-
-
 #: How many levels ``explain`` and ``critical-path`` indent; deeper lines
 #: stay at that indentation.
 _MAX_INDENT = 32
 
 
 def _tree_lines(
-    events: Sequence[Event], *, with_times: bool, launch: LaunchRecord | None = None
+    timeline: RankTimeline, *, with_times: bool, launch: LaunchRecord | None = None
 ) -> list[str]:
-    nodes, started, finished = _nodes(events)
-    children: dict[str | None, list[_Node]] = {}
-    root_span = started.span_id if started is not None else None
-    known = {n.span_id for n in nodes}
-    for node in nodes:
-        parent = node.parent_span_id if node.parent_span_id in known else root_span
-        children.setdefault(parent, []).append(node)
+    steps = list(timeline.steps.values())
+    children: dict[str | None, list[StepTiming]] = {}
+    root_span = timeline.started.span_id if timeline.started is not None else None
+    known = {t.span_id for t in steps}
+    for timing in steps:
+        parent = timing.parent_span_id if timing.parent_span_id in known else root_span
+        children.setdefault(parent, []).append(timing)
     lines: list[str] = []
-    last_mono = _alive_until_mono_ns(events, launch) if events else 0
+    last_mono = _alive_until_mono_ns(timeline, launch)
+    finished = timeline.finished
     outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
     lines.append(f"run: {outcome}")
     # Depth first, without recursion: a log is untrusted, and its spans may
@@ -242,86 +201,81 @@ def _tree_lines(
     entered = {root_span}
     shown: set[int] = set()
     top = children.get(root_span, [])
-    pending = [(node, "", False) for node in reversed(nodes)]
-    pending.extend((node, "", i == 0) for i, node in enumerate(reversed(top)))
+    pending = [(timing, "", False) for timing in reversed(steps)]
+    pending.extend((timing, "", i == 0) for i, timing in enumerate(reversed(top)))
     while pending:
-        node, prefix, last = pending.pop()
-        if id(node) in shown:
+        timing, prefix, last = pending.pop()
+        if id(timing) in shown:
             continue
-        shown.add(id(node))
+        shown.add(id(timing))
         branch = "└─ " if last else "├─ "
         duration = ""
-        if with_times and node.end is not None:
-            duration = f" [{_seconds(node.end.mono_ns - node.start_mono)}]"
+        if with_times and timing.duration_ns is not None:
+            duration = f" [{_seconds(timing.duration_ns)}]"
         elif with_times:
             # In flight when the log ends: it ran at least until the rank's
             # process ended, or its last sign of life.
-            duration = f" [>= {_seconds(last_mono - node.start_mono)}]"
+            duration = f" [>= {_seconds(last_mono - timing.start_mono_ns)}]"
         below = prefix + ("   " if last else "│  ") if len(prefix) < 3 * _MAX_INDENT else prefix
-        line = f"{prefix}{branch}{node.step}: {_describe_end(node)}{duration}"
+        line = f"{prefix}{branch}{timing.step}: {_describe_end(timing)}{duration}"
         # A multi-line reason continues under its step, inside the tree.
         lines.append(terminal_text(line, indent=below + "   "))
-        if node.stall is not None and with_times:
-            lines.extend(stall_lines(node.stall, indent=below + "   "))
-        if node.span_id not in entered:
-            entered.add(node.span_id)
-            kids = children.get(node.span_id, [])
+        if timing.stall is not None and with_times:
+            lines.extend(stall_lines(timing.stall, indent=below + "   "))
+        if timing.span_id not in entered:
+            entered.add(timing.span_id)
+            kids = children.get(timing.span_id, [])
             pending.extend((kid, below, i == 0) for i, kid in enumerate(reversed(kids)))
-    for event in events:
-        if isinstance(event, DecisionMade):
-            lines.append(terminal_text(f"decision {event.name} = {event.value!r} ({event.step})"))
+    lines.extend(
+        terminal_text(f"decision {d.name} = {d.value!r} ({d.step})") for d in timeline.decisions
+    )
     return lines
 
 
-def explain_text(
-    events: Iterable[Event],
-    *,
-    rank: int | None = None,
-    launch: LaunchRecord | None = None,
-    first: int | None = None,
-) -> str:
-    """The fallback tree of every step of every rank, with outcomes, causes
-    and decisions; ranks with identical trees are shown once (timings of the
-    first rank of the group), the group of rank ``first`` (the root cause)
-    first, then by lowest rank. With the run's ``launch``, a step in flight
-    when its rank died lasts until the process ended."""
-    by_rank = _by_rank(events)
-    if rank is not None:
-        by_rank = {r: e for r, e in by_rank.items() if r == rank}
+def _timelines(replay: Replay, rank: int | None) -> dict[int, RankTimeline]:
+    """The ranks' timelines by rank (only ``rank``'s, if given)."""
+    ranks = replay.timeline.ranks
+    return {r: ranks[r] for r in sorted(ranks) if rank is None or r == rank}
+
+
+def explain_text(replay: Replay, *, rank: int | None = None) -> str:
+    """The fallback tree of every step of every rank (or of ``rank``), with
+    outcomes, causes and decisions; ranks with identical trees are shown
+    once (timings of the first rank of the group), the root cause's group
+    first, then by lowest rank. With the run's launch record, a step in
+    flight when its rank died lasts until the process ended."""
+    timelines = _timelines(replay, rank)
     groups: dict[tuple[str, ...], list[int]] = {}
-    for r, rank_events in by_rank.items():
-        key = tuple(_tree_lines(rank_events, with_times=False))
+    for r, timeline in timelines.items():
+        key = tuple(_tree_lines(timeline, with_times=False))
         groups.setdefault(key, []).append(r)
+    first = None if replay.root_cause is None else replay.root_cause.rank
     out: list[str] = []
     for ranks in sorted(groups.values(), key=lambda ranks: first not in ranks):
-        started = by_rank[ranks[0]][0] if by_rank[ranks[0]] else None
-        role = started.identity.role if isinstance(started, RunStarted) else None
+        started = timelines[ranks[0]].started
+        role = started.identity.role if started is not None else None
         label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
         out.append(f"== {format_ranks(ranks)}{label} ==")
-        out.extend(_tree_lines(by_rank[ranks[0]], with_times=True, launch=launch))
+        out.extend(_tree_lines(timelines[ranks[0]], with_times=True, launch=replay.launch))
         out.append("")
     # The tree lines are escaped already.
     return "\n".join(out).rstrip() + "\n"
 
 
-def blame_text(
-    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
-) -> str:
+def blame_text(replay: Replay, *, rank: int | None = None) -> str:
     """Steps by time spent, slowest first (as ``systemd-analyze blame``); for
     several ranks, each step's slowest rank. A step in flight when its log
-    ends counts until its rank's process ended (``launch``), else until the
-    rank's last event."""
+    ends counts until its rank's process ended (the run's launch record),
+    else until the rank's last event."""
     slowest: dict[str, tuple[int, int, bool]] = {}
-    for r, rank_events in _by_rank(events).items():
-        if rank is not None and r != rank:
-            continue
-        nodes, _, _ = _nodes(rank_events)
-        last_mono = _alive_until_mono_ns(rank_events, launch)
-        for node in nodes:
-            end = node.end.mono_ns if node.end is not None else last_mono
-            duration = end - node.start_mono
-            if node.step not in slowest or duration > slowest[node.step][0]:
-                slowest[node.step] = (duration, r, node.end is None)
+    for r, timeline in _timelines(replay, rank).items():
+        last_mono = _alive_until_mono_ns(timeline, replay.launch)
+        for timing in timeline.steps.values():
+            duration = timing.duration_ns
+            if duration is None:
+                duration = last_mono - timing.start_mono_ns
+            if timing.step not in slowest or duration > slowest[timing.step][0]:
+                slowest[timing.step] = (duration, r, timing.end is None)
     rows = sorted(slowest.items(), key=lambda item: -item[1][0])
     width = max((len(_seconds(d)) for _, (d, _, _) in rows), default=0)
     return _printable(
@@ -331,67 +285,67 @@ def blame_text(
     )
 
 
-def critical_path_text(
-    events: Iterable[Event], *, rank: int | None = None, launch: LaunchRecord | None = None
-) -> str:
+def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     """The chain of steps that decided the startup's wall time, on the rank
     that took longest: each line ``@start +duration`` relative to the rank's
     start, like ``systemd-analyze critical-chain``. A rank that died lasts
-    until its process ended (``launch``), else until its last event."""
-    by_rank = _by_rank(events)
-    if rank is not None:
-        by_rank = {r: e for r, e in by_rank.items() if r == rank}
-    if not by_rank:
+    until its process ended (the run's launch record), else until its last
+    event."""
+    timelines = _timelines(replay, rank)
+    if not timelines:
         return "no events\n"
+    launch = replay.launch
 
-    def total(rank_events: list[Event]) -> int:
-        return _alive_until_mono_ns(rank_events, launch) - rank_events[0].mono_ns
+    def total(timeline: RankTimeline) -> int:
+        return _alive_until_mono_ns(timeline, launch) - _began_mono_ns(timeline)
 
-    chosen = max(by_rank, key=lambda r: total(by_rank[r]))
-    rank_events = by_rank[chosen]
-    nodes, started, finished = _nodes(rank_events)
-    origin = started.mono_ns if started is not None else rank_events[0].mono_ns
-    top = {n.step: n for n in nodes if started is None or n.parent_span_id == started.span_id}
+    chosen = max(timelines, key=lambda r: total(timelines[r]))
+    timeline = timelines[chosen]
+    started, finished = timeline.started, timeline.finished
+    origin = _began_mono_ns(timeline)
+    steps = list(timeline.steps.values())
+    top = {t.step: t for t in steps if started is None or t.parent_span_id == started.span_id}
 
-    alive_until = _alive_until_mono_ns(rank_events, launch)
+    alive_until = _alive_until_mono_ns(timeline, launch)
 
-    def end_of(node: _Node) -> int:
-        return node.end.mono_ns if node.end is not None else alive_until
+    def end_of(timing: StepTiming) -> int:
+        return timing.end.mono_ns if timing.end is not None else alive_until
 
-    chain: list[_Node] = []
+    chain: list[StepTiming] = []
     current = max(top.values(), key=end_of) if top else None
     while current is not None:
         chain.append(current)
         # A crafted log may make the dependencies a cycle: each step once.
-        on_chain = {node.step for node in chain}
+        on_chain = {timing.step for timing in chain}
         deps = [top[d] for d in current.depends_on if d in top and d not in on_chain]
         current = max(deps, key=end_of) if deps else None
     # The run is incomplete while any of its ranks is (a rank that died
     # may not be the slowest one).
-    unfinished = [r for r, e in by_rank.items() if not any(isinstance(x, RunFinished) for x in e)]
+    unfinished = [r for r, t in timelines.items() if t.finished is None]
     outcome = "incomplete" if finished is None or unfinished else str(finished.outcome)
-    lines = [f"run {outcome} +{_seconds(total(rank_events))} (rank {chosen}, the slowest)"]
+    lines = [f"run {outcome} +{_seconds(total(timeline))} (rank {chosen}, the slowest)"]
     if unfinished and rank is None:
         lines.append(
             f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
             "the process ended, else the last sign of life"
         )
-    inside: dict[str | None, list[_Node]] = {}
-    for node in nodes:
-        if node.end is not None:
-            inside.setdefault(node.parent_span_id, []).append(node)
-    for level, node in enumerate(chain):
-        start = node.start_mono - origin
+    inside: dict[str | None, list[StepTiming]] = {}
+    for timing in steps:
+        if timing.end is not None:
+            inside.setdefault(timing.parent_span_id, []).append(timing)
+    for level, timing in enumerate(chain):
+        start = timing.start_mono_ns - origin
         indent = "   " * min(level, _MAX_INDENT)
         lines.append(
-            f"{indent}└─ {node.step} @{_seconds(start)} +{_seconds(end_of(node) - node.start_mono)}"
+            f"{indent}└─ {timing.step} @{_seconds(start)} "
+            f"+{_seconds(end_of(timing) - timing.start_mono_ns)}"
         )
-        inner = inside.get(node.span_id)
+        inner = inside.get(timing.span_id)
         if inner:
-            slow = max(inner, key=lambda n: end_of(n) - n.start_mono)
+            slow = max(inner, key=lambda t: end_of(t) - t.start_mono_ns)
             lines.append(
                 f"{indent}      (slowest inside: {slow.step} "
-                f"+{_seconds(end_of(slow) - slow.start_mono)})"
+                f"+{_seconds(end_of(slow) - slow.start_mono_ns)})"
             )
     return _printable(lines)
 
@@ -556,10 +510,10 @@ def _cause_text(cause: Mapping[str, Any] | None) -> str:
     )
 
 
-def decisions_of(events: Iterable[Event]) -> dict[tuple[int, str], Any]:
+def decisions_of(replay: Replay) -> dict[tuple[int, str], Any]:
     """Every recorded decision, by (rank, "name@step")."""
     return {
-        (event.rank, f"{event.name}@{event.step}"): event.value
-        for event in events
-        if isinstance(event, DecisionMade)
+        (rank, f"{decision.name}@{decision.step}"): decision.value
+        for rank, timeline in replay.timeline.ranks.items()
+        for decision in timeline.decisions
     }

@@ -13,7 +13,7 @@ import gc
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import attrs
 
 from events import (
     Event,
-    LaunchRecord,
     Replay,
     Slice,
     format_ranks,
@@ -32,17 +31,9 @@ from events._slices import SLICE_FILE_MODULE
 
 from ._errors import InputError, UsageError
 from ._output import diagnose, emit, to_json_text
-from ._run_logs import RankLog, rank_of_file, read_run
+from ._run_logs import rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
-
-
-def _each_event(logs: list[RankLog]) -> Iterator[Event]:
-    """The kept events of ``logs``, log by log, taking each log out of
-    ``logs`` once its events are read: nothing else may need them."""
-    logs.reverse()
-    while logs:
-        yield from logs.pop().events
 
 
 def load_slice(spec: str) -> Slice:
@@ -115,13 +106,12 @@ def command_replay(args: argparse.Namespace) -> int:
         args.paths,
         slices=_slices(args),
         until=args.until,
-        keep_events=export is not None or args.html is not None,
+        keep_events=export is not None,
     )
     result = run.replay()
     _check_rank(args.rank, result)
     decisions = run.decisions()
-    # The events are kept only for --export and --html; --html, the last,
-    # lets each log go once it has read it.
+    # The events are kept only for --export.
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
@@ -138,12 +128,7 @@ def command_replay(args: argparse.Namespace) -> int:
     if args.html is not None:
         from exporters import report_html
 
-        # The page takes each rank's events apart: no need to merge them.
-        page = report_html(
-            result,
-            _each_event(run.logs),
-            divergences=grouped_decision_divergences(decisions),
-        )
+        page = report_html(result, divergences=grouped_decision_divergences(decisions))
         try:
             write_file(args.html, page.encode())
         except OSError as exc:
@@ -295,22 +280,20 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
     diagnose(f"exported {count} spans ({kind}{'' if path is None else ' ' + str(path)})")
 
 
-def _view(
-    render: Callable[..., str], *, header: bool = False
-) -> Callable[[argparse.Namespace], int]:
+def _view(render: str, *, header: bool = False) -> Callable[[argparse.Namespace], int]:
+    """The command that prints ``exporters``' view ``render`` of a run."""
+
     def command(args: argparse.Namespace) -> int:
-        run = read_run(args.paths, slices=_slices(args), keep_events=True)
+        import exporters
+
+        run = read_run(args.paths, slices=_slices(args))
         result = run.replay()
         _check_rank(args.rank, result)
         if header:
-            from exporters import report_header
-
             # The run's outcome, what was simulated or injected, and the
             # ranks without events come first, as in the report.
-            emit(report_header(result))
-        cause = result.root_cause
-        first = None if cause is None else cause.rank
-        emit(render(run.events(), rank=args.rank, launch=run.launch, first=first))
+            emit(exporters.report_header(result))
+        emit(getattr(exporters, render)(result, rank=args.rank))
         return 0
 
     return command
@@ -325,8 +308,8 @@ def command_diff(args: argparse.Namespace) -> int:
     sides = []
     labels = []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
-        run = read_run(paths, slices=slices, keep_events=True)
-        sides.append((report_json(run.replay()), decisions_of(run.events())))
+        result = read_run(paths, slices=slices).replay()
+        sides.append((report_json(result), decisions_of(result)))
         labels.append(" ".join(str(path) for path in paths))
     (a, decisions_a), (b, decisions_b) = sides
     emit(
@@ -471,30 +454,6 @@ def terminal_line(text: str) -> str:
     return terminal_text(text)
 
 
-def _explain(
-    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
-) -> str:
-    from exporters import explain_text
-
-    return explain_text(events, rank=rank, launch=launch, first=first)
-
-
-def _blame(
-    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
-) -> str:
-    from exporters import blame_text
-
-    return blame_text(events, rank=rank, launch=launch)
-
-
-def _critical(
-    events: list[Event], rank: int | None, launch: LaunchRecord | None, first: int | None
-) -> str:
-    from exporters import critical_path_text
-
-    return critical_path_text(events, rank=rank, launch=launch)
-
-
 def _without_cycle_collection(
     command: Callable[[argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
@@ -525,9 +484,9 @@ COMMANDS: Mapping[str, Callable[[argparse.Namespace], int]] = {
     name: _without_cycle_collection(command)
     for name, command in {
         "replay": command_replay,
-        "explain": _view(_explain, header=True),
-        "blame": _view(_blame),
-        "critical-path": _view(_critical),
+        "explain": _view("explain_text", header=True),
+        "blame": _view("blame_text"),
+        "critical-path": _view("critical_path_text"),
         "diff": command_diff,
         "validate": command_validate,
     }.items()

@@ -132,15 +132,15 @@ def test_composite_needs_a_projection() -> None:
 
 def test_timeline_records_each_step() -> None:
     stream = rank_stream("run-1", 0, wall_ns=1_000)
+    started, platform, flash, ok, unavailable, decision, finished = stream
     state = events.fold(Timeline(), stream)
     rank = state.ranks[0]
     assert rank == RankTimeline(
         rank=0,
-        start_wall_ns=1_000,
-        start_mono_ns=0,
-        end_wall_ns=1_060,
-        duration_ns=600,
-        outcome=RunOutcome.READY,
+        started=started,
+        finished=finished,
+        last=finished,
+        decisions=(decision,),
         steps={
             "platform": StepTiming(
                 rank=0,
@@ -148,9 +148,9 @@ def test_timeline_records_each_step() -> None:
                 kind=StepKind.STEP,
                 start_wall_ns=1_010,
                 start_mono_ns=100,
-                end_wall_ns=1_030,
-                duration_ns=200,
-                outcome=Outcome.OK,
+                span_id=platform.span_id,
+                parent_span_id=started.span_id,
+                end=ok,
             ),
             "attention/flashinfer": StepTiming(
                 rank=0,
@@ -159,14 +159,22 @@ def test_timeline_records_each_step() -> None:
                 start_wall_ns=1_020,
                 start_mono_ns=200,
                 depends_on=("platform",),
-                end_wall_ns=1_040,
-                duration_ns=200,
-                outcome=Outcome.UNAVAILABLE,
+                span_id=flash.span_id,
+                parent_span_id=started.span_id,
+                end=unavailable,
             ),
         },
     )
-    assert [timing.step for timing in state.steps()] == ["platform", "attention/flashinfer"]
-    assert all(timing.finished for timing in state.steps())
+    # What the events say, read as times and outcomes.
+    assert (rank.start_wall_ns, rank.end_wall_ns, rank.duration_ns) == (1_000, 1_060, 600)
+    assert rank.outcome is RunOutcome.READY
+    timings = state.steps()
+    assert [(t.end_wall_ns, t.duration_ns, t.outcome) for t in timings] == [
+        (1_030, 200, Outcome.OK),
+        (1_040, 200, Outcome.UNAVAILABLE),
+    ]
+    assert [timing.step for timing in timings] == ["platform", "attention/flashinfer"]
+    assert all(timing.finished for timing in timings)
 
 
 def test_timeline_while_running() -> None:
@@ -256,7 +264,7 @@ def test_timeline_run_outcomes_per_rank() -> None:
 
 def test_unhandled_events_share_the_state() -> None:
     start = events.fold(Timeline(), rank_stream()[:5])
-    decision = rank_stream()[5]
+    decision = rank_stream(rank=1)[5]  # of a rank not yet seen
     assert Timeline().apply(start, decision) is start
     # A rank whose first event the timeline ignores is not added.
     lone = attrs.evolve(decision, rank=9)
@@ -313,7 +321,9 @@ def test_apply_leaves_a_state_of_plain_dicts_alone() -> None:
     assert ranks == {0: RankTimeline(rank=0, steps={"a": started})}
     assert after.ranks[0].steps.keys() == {"a", "b"}
     assert after.ranks[0].steps["a"].outcome is Outcome.OK
-    assert after == TimelineState(ranks={0: RankTimeline(rank=0, steps=dict(after.ranks[0].steps))})
+    assert after == TimelineState(
+        ranks={0: RankTimeline(rank=0, last=after.ranks[0].last, steps=dict(after.ranks[0].steps))}
+    )
 
 
 # --- Timeline.apply_many: the fold's path ------------------------------------------------
@@ -376,7 +386,8 @@ def test_fold_builds_the_state_apply_builds(ops: list[tuple[str, int, str]], cut
 
 def test_fold_of_ignored_events_returns_the_state_itself() -> None:
     start = events.fold(Timeline(), rank_stream()[:5])
-    decision = rank_stream()[5]
+    # A decision of a rank that has not started: nothing to record it on.
+    decision = rank_stream(rank=1)[5]
     assert events.fold(Timeline(), [decision], start, check_order=False) is start
 
 

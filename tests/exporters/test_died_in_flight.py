@@ -38,15 +38,14 @@ def test_blame_explain_and_the_critical_path_count_until_the_process_ended() -> 
     stream, launch = _died()
     # attention started 1 ms before its last event (the stall), the rank
     # 1 ms before that; the process ended 30 s after the last event.
-    assert blame_text(stream.events, launch=launch).splitlines()[0] == (
+    result = replay(stream.events, launch=launch)
+    assert blame_text(result).splitlines()[0] == (
         "30.001s attention (rank 0, still running when its log ends)"
     )
-    assert "attention: still running when the log ends [>= 30.001s]" in explain_text(
-        stream.events, launch=launch
-    )
-    assert critical_path_text(stream.events, launch=launch).startswith("run incomplete +30.002s")
+    assert "attention: still running when the log ends [>= 30.001s]" in explain_text(result)
+    assert critical_path_text(result).startswith("run incomplete +30.002s")
     # Without the launcher's record: until the last sign of life.
-    assert blame_text(stream.events).splitlines()[0] == (
+    assert blame_text(replay(stream.events)).splitlines()[0] == (
         "1.0ms attention (rank 0, still running when its log ends)"
     )
 
@@ -60,7 +59,7 @@ def test_the_dead_ranks_spans_and_report_lane_end_at_its_death() -> None:
     assert (attention.end_time, root.end_time) == (died, died)
     assert spans_from_events(stream.events)[0].end_time == stream.events[-1].wall_ns
 
-    page = report_html(replay(stream.events, launch=launch), stream.events)
+    page = report_html(replay(stream.events, launch=launch))
     step = page[page.index('data-step="attention"') :].split("</details>")[0]
     assert 'data-outcome="incomplete"' in step
     # The page's time axis runs to the death, and the step's bar with it.

@@ -22,7 +22,11 @@ def explained_cause(cause: events.ExceptionInfo) -> str:
     builder.started("agree")
     builder.failed("agree", cause)
     stream = builder.run_finished(RunOutcome.FAILED, cause=cause, failed_step="agree")
-    [line] = [line for line in explain_text(stream).splitlines() if "agree: failed: " in line]
+    [line] = [
+        line
+        for line in explain_text(events.replay(stream)).splitlines()
+        if "agree: failed: " in line
+    ]
     summary = line.split("agree: failed: ", 1)[1]
     # The duration the view appends, then the cause as shown.
     found = re.fullmatch(r"(.*) (\[\d+(?:\.\d+)?(?:us|ms|s)\])", summary)

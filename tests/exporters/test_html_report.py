@@ -16,7 +16,7 @@ from .html_runs import HOSTILE, synthetic_run
 
 
 def page_of(runs: list[list[Event]]) -> str:
-    return report_html(replay(runs), [event for run in runs for event in run])
+    return report_html(replay(runs))
 
 
 class Elements(HTMLParser):
@@ -60,7 +60,7 @@ def test_hostile_step_names_and_faults_stay_text() -> None:
     stream.run_started(simulated="<i>sim</i>", injected=('0:a="><script>x()</script>',))
     stream.started('s"><script>y()</script>').succeeded('s"><script>y()</script>')
     stored = stream.run_finished()
-    page = report_html(replay(stored), stored)
+    page = report_html(replay(stored))
     tags = parse(page).tags
     assert "script" not in [tag for tag, _ in tags]
     assert "i" not in {tag for tag, _ in tags}
@@ -166,7 +166,7 @@ def test_a_thousand_ranks_make_a_small_page() -> None:
 
 def test_a_rank_without_events_gets_its_own_lane() -> None:
     runs = synthetic_run(4)[:3]
-    page = report_html(replay(runs), [e for run in runs for e in run])
+    page = report_html(replay(runs))
     assert 'data-ranks="rank 3"' in page
     assert "wrote no events (no log)" in page
     lanes = [a["data-ranks"] for t, a in parse(page).tags if a.get("class") == "lane"]
@@ -191,7 +191,7 @@ def test_texts_that_differ_by_rank_stay_in_one_lane() -> None:
 
 
 def test_no_events_make_a_page_that_does_not_say_all_is_well() -> None:
-    page = report_html(replay([]), [])
+    page = report_html(replay([]))
     assert 'id="root-cause"><b>No root cause</b>: the run ended incomplete.' in page
     assert "Ranks (0 lanes for 0 ranks)" in page
 

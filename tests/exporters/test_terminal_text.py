@@ -230,7 +230,8 @@ def hostile_views_stream() -> list[events.Event]:
 
 def test_explain_blame_and_critical_path_escape_and_indent() -> None:
     stream = hostile_views_stream()
-    explained = explain_text(stream)
+    result = events.replay(stream)
+    explained = explain_text(result)
     assert_safe(explained)
     assert "\\x1b[2J" in explained
     for line in explained.splitlines():
@@ -243,7 +244,7 @@ def test_explain_blame_and_critical_path_escape_and_indent() -> None:
         == f"      {FORGED}: failed: RuntimeError: evil\\x1b[2J\\x1b[31m\\x07\\r\\u202eroot"
     )
     assert tree[step + 2].startswith(f"      {FORGED} [")
-    for view in (blame_text(stream), critical_path_text(stream)):
+    for view in (blame_text(result), critical_path_text(result)):
         assert_safe(view)
         assert "probe\\x1b[8m\n  " + FORGED in view
 

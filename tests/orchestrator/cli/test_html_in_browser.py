@@ -171,9 +171,7 @@ def test_a_failed_four_rank_run(four_failed: Path, show: Any, tmp_path: Path) ->
 def test_a_thousand_ranks_with_hostile_text(show: Any, tmp_path: Path) -> None:
     runs = synthetic_run(1024, failing=517, message=HOSTILE)
     path = tmp_path / "report.html"
-    path.write_text(
-        report_html(replay(runs), [event for run in runs for event in run]), encoding="utf-8"
-    )
+    path.write_text(report_html(replay(runs)), encoding="utf-8")
     shown = show(path)
 
     shown.assert_quiet()

@@ -86,6 +86,47 @@ def test_the_shared_fold_reports_what_one_process_folding_every_log_reports(
         assert f"rank-{TORN}.jsonl" in " ".join(replayed.json()["warnings"])
 
 
+@pytest.mark.parametrize(
+    ("view", "render"),
+    [
+        ("explain", "explain_text"),
+        ("blame", "blame_text"),
+        ("critical-path", "critical_path_text"),
+    ],
+)
+def test_the_views_of_the_shared_fold_are_what_one_process_shows(
+    run_dir: Path, tmp_path: Path, view: str, render: str
+) -> None:
+    import exporters
+
+    shown = run_cli(view, str(run_dir), cwd=tmp_path)
+
+    assert shown.returncode == 0, shown.describe()
+    logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in range(WORLD)]
+    one = getattr(exporters, render)(replay(logs, slices=[ENGINE]))
+    # explain opens with the report's header; the view follows it.
+    assert shown.stdout.endswith(one)
+    if view == "explain":  # the failing rank, folded by a worker, first
+        assert one.startswith(f"== rank {FAILING} ==\n")
+
+
+def test_the_page_of_the_shared_fold_is_what_one_process_draws(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    from exporters import report_html
+
+    page = tmp_path / "page.html"
+    drawn = run_cli("replay", "--html", str(page), str(run_dir), cwd=tmp_path)
+
+    assert drawn.returncode == 1, drawn.describe()
+    logs = [read_log(run_dir / f"rank-{rank}.jsonl") for rank in range(WORLD)]
+    one = report_html(replay(logs, slices=[ENGINE]))
+    # The same page but for the decision divergences the command adds.
+    cut = one.index('<section id="divergences">')
+    assert page.read_text(encoding="utf-8")[:cut] == one[:cut]
+    assert f'data-ranks="rank {FAILING}" data-outcome="failed"' in one
+
+
 def test_a_corrupt_log_in_a_workers_share_is_named_as_one_process_names_it(
     run_dir: Path, tmp_path: Path
 ) -> None:
