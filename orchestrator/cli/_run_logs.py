@@ -212,6 +212,11 @@ def _when(item: tuple[int, int, int, Divergence]) -> tuple[int, int, int]:
 #: is folded in this process alone (a worker would cost more than it saves).
 _SHARE = 64
 
+#: This process's share of a shared run, against an even share: a worker
+#: also writes out what it folded, which costs it more than reading it back
+#: costs this process (measured on 2 cores; BENCHMARKS.md).
+_OWN_SHARE = 1.15
+
 
 def read_run(
     paths: Sequence[Path],
@@ -432,8 +437,11 @@ def _fold_logs(
     shares = min(cores, len(files) // _SHARE)
     if keep_events or shares < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
         return [_checked(job.fold(file)) for file in files]
-    size = -(-len(files) // shares)
-    here, *there = [files[start : start + size] for start in range(0, len(files), size)]
+    first = int(len(files) / shares * _OWN_SHARE)
+    size = -(-(len(files) - first) // (shares - 1))
+    here, *there = [files[:first]] + [
+        files[start : start + size] for start in range(first, len(files), size)
+    ]
     workers: list[_Worker | None] = []
     try:
         for part in there:

@@ -197,7 +197,10 @@ def test_a_worker_stops_when_the_command_is_killed(runs: dict[str, Path], tmp_pa
     # of logs and ends, instead of folding the rest of its share for no one.
     (tmp_path / "gated.py").write_text(_GATED_SLICE)
     os.mkfifo(tmp_path / "gate")
-    gated = WORLD // 2 + 1  # in the worker's share, its first batch
+    from orchestrator.cli._run_logs import _OWN_SHARE
+
+    # In the worker's share (after the command's own), its first batch.
+    gated = int(WORLD / 2 * _OWN_SHARE) + 1
     replaying = Background(
         command("replay", "--slice", str(tmp_path / "gated.py") + ":SLICE", str(runs["ready"])),
         cwd=tmp_path,
