@@ -5,11 +5,12 @@ It is the model for every other projection: frozen state, one pure fold
 state once, at the end, sharing what did not change, and no I/O. ``apply``
 is that fold of one event.
 
-A step's timing keeps the events that say how it ended and where it was
-last seen waiting, and a rank's keeps its ``run.started``, ``run.finished``,
-last event and decisions: the views (the fallback tree, blame, the
-critical path, the HTML page) read a run's steps from here, not from its
-events, so a command can let each log's events go once it is folded.
+A step's timing keeps what it returned or the event that says how else it
+ended, and where it was last seen waiting; a rank's keeps its
+``run.started``, ``run.finished``, last event and decisions: the views (the
+fallback tree, blame, the critical path, the HTML page) read a run's steps
+from here, not from its events, so a command can let each log's events go
+once it is folded.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+import orjson
 
 from ._builders import builder
 from ._model import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
     Event,
+    JsonValue,
     Outcome,
     RunFinished,
     RunOutcome,
@@ -31,6 +34,7 @@ from ._model import (
     StepKind,
     StepStalled,
     StepStarted,
+    StepSucceeded,
     outcome_of,
 )
 
@@ -48,8 +52,12 @@ class StepTiming:
         depends_on: the steps it waited for.
         span_id, parent_span_id: its span and its parent's, as its
             ``step.started`` recorded them.
-        end: the event that ended it (the first one: an end is final);
-            ``None`` while it runs.
+        end_wall_ns, duration_ns: set once the step ended (duration from the
+            monotonic clock, immune to wall-clock steps).
+        outcome: set once the step ended (the first end: an end is final).
+        result: what it returned, if it ended ``ok``.
+        end: the event that ended it, if it ended otherwise than ``ok``: its
+            reasons, cause, timeout or crash.
         stall: its latest ``step.stalled``: where it was last seen waiting.
     """
 
@@ -61,29 +69,17 @@ class StepTiming:
     depends_on: tuple[str, ...] = ()
     span_id: str = ""
     parent_span_id: str | None = None
+    end_wall_ns: int | None = None
+    duration_ns: int | None = None
+    outcome: Outcome | None = None
+    result: JsonValue = None
     end: Event | None = None
     stall: StepStalled | None = None
 
     @property
     def finished(self) -> bool:
         """Whether the step has ended."""
-        return self.end is not None
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """How it ended; ``None`` while it runs."""
-        return None if self.end is None else outcome_of(self.end)
-
-    @property
-    def end_wall_ns(self) -> int | None:
-        """The wall clock when it ended."""
-        return None if self.end is None else self.end.wall_ns
-
-    @property
-    def duration_ns(self) -> int | None:
-        """How long it ran, on the monotonic clock (immune to wall-clock
-        steps)."""
-        return None if self.end is None else self.end.mono_ns - self.start_mono_ns
+        return self.outcome is not None
 
 
 @attrs.frozen(kw_only=True)
@@ -150,17 +146,28 @@ class TimelineState:
 # A fold builds a timing per step: directly, without attrs' keyword parsing
 # (see events._builders), from a list of its fields in this order.
 _STEP_FIELDS = (
-    "rank", "step", "kind", "start_wall_ns", "start_mono_ns", "depends_on",
-    "span_id", "parent_span_id", "end", "stall",
+    "rank", "step", "kind", "start_wall_ns", "start_mono_ns", "depends_on", "span_id",
+    "parent_span_id", "end_wall_ns", "duration_ns", "outcome", "result", "end", "stall",
 )  # fmt: skip
-_END, _STALL = _STEP_FIELDS.index("end"), _STEP_FIELDS.index("stall")
+_START_MONO, _END_WALL, _DURATION, _OUTCOME, _RESULT, _END, _STALL = map(
+    _STEP_FIELDS.index,
+    ("start_mono_ns", "end_wall_ns", "duration_ns", "outcome", "result", "end", "stall"),
+)
 _timing = builder(StepTiming, _STEP_FIELDS)
 _rank = builder(RankTimeline, ("rank", "started", "finished", "last", "steps", "decisions"))
 _state = builder(TimelineState, ("ranks",))
 
 
 class Timeline:
-    """Projection: :class:`TimelineState` from any stream of events."""
+    """Projection: :class:`TimelineState` from any stream of events.
+
+    The ranks of a run return the same results from most steps: a timeline
+    keeps each result it has seen once (the first equal one), for as long
+    as it is used, so a run's timings share them.
+    """
+
+    def __init__(self) -> None:
+        self._results: dict[bytes, JsonValue] = {}
 
     def initial(self) -> TimelineState:
         """No ranks yet."""
@@ -218,17 +225,28 @@ class Timeline:
             if kind == _STARTED:
                 steps[event.step] = [
                     number, event.step, event.kind, event.wall_ns, event.mono_ns,
-                    event.depends_on, event.span_id, event.parent_span_id, None, None,
+                    event.depends_on, event.span_id, event.parent_span_id,
+                    None, None, None, None, None, None,
                 ]  # fmt: skip
-            elif kind in (_TERMINAL, _STALLED):
+            elif kind in (_SUCCEEDED, _TERMINAL, _STALLED):
                 timing = steps.get(event.step)
                 if timing is None:
                     continue  # never started
                 if type(timing) is not list:
                     timing = steps[event.step] = _fields(timing)
-                if timing[_END] is not None:
+                if timing[_OUTCOME] is not None:
                     continue  # ended already: an end is final
-                timing[_END if kind == _TERMINAL else _STALL] = event
+                if kind == _STALLED:
+                    timing[_STALL] = event
+                    continue
+                timing[_END_WALL] = event.wall_ns
+                timing[_DURATION] = event.mono_ns - timing[_START_MONO]
+                if kind == _SUCCEEDED:
+                    timing[_OUTCOME] = Outcome.OK
+                    timing[_RESULT] = self._once(event.result)
+                else:
+                    timing[_OUTCOME] = outcome_of(event)
+                    timing[_END] = event
             elif kind == _DECISION:
                 rank[4].append(event)
             elif kind == _RUN_STARTED:
@@ -246,9 +264,20 @@ class Timeline:
             merged[number] = _rank(number, started, finished, last, timings, tuple(decisions))
         return _state(merged)
 
+    def _once(self, result: JsonValue) -> JsonValue:
+        """``result``, or the equal one (its keys in the same order) seen
+        first."""
+        if type(result) is not dict and type(result) is not list:
+            return result
+        try:
+            key = orjson.dumps(result)
+        except TypeError:  # not JSON (too large a number): not shared
+            return result
+        return self._results.setdefault(key, result)
+
 
 # What the fold does with an event, by its class.
-_STARTED, _TERMINAL, _STALLED, _DECISION, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(7)
+_STARTED, _SUCCEEDED, _TERMINAL, _STALLED, _DECISION, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(8)
 _KINDS: dict[type[Event], int] = {}
 #: The events that record a rank not seen before.
 _OPENS = frozenset({_STARTED, _RUN_STARTED, _RUN_FINISHED})
@@ -258,6 +287,7 @@ def _kind_of(event: Event) -> int:
     kind = _OTHER
     for cls, found in (
         (StepStarted, _STARTED),
+        (StepSucceeded, _SUCCEEDED),
         (TERMINAL_STEP_EVENTS, _TERMINAL),
         (StepStalled, _STALLED),
         (DecisionMade, _DECISION),

@@ -365,9 +365,9 @@ def report_html(
         for decision in rank_timeline.decisions:
             decisions[rank].setdefault(decision.step, []).append(decision)
         ended[rank] = {
-            step: _Ended.of(timing.end)
+            step: _SAID_NOTHING if timing.end is None else _Ended.of(timing.end)
             for step, timing in rank_timeline.steps.items()
-            if timing.end is not None
+            if timing.finished
         }
     step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
     for message in result.messages:

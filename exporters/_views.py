@@ -1,7 +1,7 @@
 """Text views of a run for humans: the fallback tree, blame, critical path, diff.
 
 Each view is a pure function of a replayed run (its timeline: each rank's
-steps, with the events that ended them), and ``diff`` of two report
+steps and how they ended), and ``diff`` of two report
 documents, so it shows the same thing live, on replay, and on any machine.
 Ranks whose views are identical are shown once, with their rank range.
 
@@ -25,7 +25,6 @@ from events import (
     Replay,
     StepCrashed,
     StepFailed,
-    StepSucceeded,
     StepTimedOut,
     StepTiming,
     StepUnavailable,
@@ -77,14 +76,15 @@ def _began_mono_ns(timeline: RankTimeline) -> int:
 
 
 def _describe_end(timing: StepTiming) -> str:
-    end = timing.end
-    if end is None:
+    if timing.outcome is None:
         return "still running when the log ends"
     text = str(timing.outcome)
-    match end:
-        case StepSucceeded(result=result) if isinstance(result, dict):
+    match timing.end:
+        case None if isinstance(timing.result, dict):
             summary = ", ".join(
-                f"{k}={v}" for k, v in result.items() if v not in (None, [], {}) and k != "priority"
+                f"{k}={v}"
+                for k, v in timing.result.items()
+                if v not in (None, [], {}) and k != "priority"
             )
             if summary:
                 text += f" ({_clip(summary, 120)})"
@@ -275,7 +275,7 @@ def blame_text(replay: Replay, *, rank: int | None = None) -> str:
             if duration is None:
                 duration = last_mono - timing.start_mono_ns
             if timing.step not in slowest or duration > slowest[timing.step][0]:
-                slowest[timing.step] = (duration, r, timing.end is None)
+                slowest[timing.step] = (duration, r, not timing.finished)
     rows = sorted(slowest.items(), key=lambda item: -item[1][0])
     width = max((len(_seconds(d)) for _, (d, _, _) in rows), default=0)
     return _printable(
@@ -309,7 +309,9 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     alive_until = _alive_until_mono_ns(timeline, launch)
 
     def end_of(timing: StepTiming) -> int:
-        return timing.end.mono_ns if timing.end is not None else alive_until
+        if timing.duration_ns is None:
+            return alive_until
+        return timing.start_mono_ns + timing.duration_ns
 
     chain: list[StepTiming] = []
     current = max(top.values(), key=end_of) if top else None
@@ -331,7 +333,7 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
         )
     inside: dict[str | None, list[StepTiming]] = {}
     for timing in steps:
-        if timing.end is not None:
+        if timing.finished:
             inside.setdefault(timing.parent_span_id, []).append(timing)
     for level, timing in enumerate(chain):
         start = timing.start_mono_ns - origin

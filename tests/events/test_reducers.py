@@ -132,7 +132,7 @@ def test_composite_needs_a_projection() -> None:
 
 def test_timeline_records_each_step() -> None:
     stream = rank_stream("run-1", 0, wall_ns=1_000)
-    started, platform, flash, ok, unavailable, decision, finished = stream
+    started, platform, flash, _ok, unavailable, decision, finished = stream
     state = events.fold(Timeline(), stream)
     rank = state.ranks[0]
     assert rank == RankTimeline(
@@ -150,7 +150,10 @@ def test_timeline_records_each_step() -> None:
                 start_mono_ns=100,
                 span_id=platform.span_id,
                 parent_span_id=started.span_id,
-                end=ok,
+                end_wall_ns=1_030,
+                duration_ns=200,
+                outcome=Outcome.OK,
+                result={"n": 1},
             ),
             "attention/flashinfer": StepTiming(
                 rank=0,
@@ -161,20 +164,33 @@ def test_timeline_records_each_step() -> None:
                 depends_on=("platform",),
                 span_id=flash.span_id,
                 parent_span_id=started.span_id,
+                end_wall_ns=1_040,
+                duration_ns=200,
+                outcome=Outcome.UNAVAILABLE,
                 end=unavailable,
             ),
         },
     )
-    # What the events say, read as times and outcomes.
+    # The rank's times and outcome, read from its run events.
     assert (rank.start_wall_ns, rank.end_wall_ns, rank.duration_ns) == (1_000, 1_060, 600)
     assert rank.outcome is RunOutcome.READY
-    timings = state.steps()
-    assert [(t.end_wall_ns, t.duration_ns, t.outcome) for t in timings] == [
-        (1_030, 200, Outcome.OK),
-        (1_040, 200, Outcome.UNAVAILABLE),
-    ]
-    assert [timing.step for timing in timings] == ["platform", "attention/flashinfer"]
-    assert all(timing.finished for timing in timings)
+    assert [timing.step for timing in state.steps()] == ["platform", "attention/flashinfer"]
+    assert all(timing.finished for timing in state.steps())
+
+
+def test_the_ranks_of_a_timeline_share_equal_results() -> None:
+    timeline = Timeline()
+    state = events.fold(timeline, [*rank_stream(rank=0), *rank_stream(rank=1)], check_order=False)
+    first, second = (state.ranks[rank].steps["platform"].result for rank in (0, 1))
+    assert first == second == {"n": 1}
+    assert first is second
+    # Equal, but with its keys in another order: a result of its own.
+    other = events.StepSucceeded(**envelope(7, step="platform", rank=2), result={"b": 1, "a": 2})
+    again = events.StepSucceeded(**envelope(7, step="platform", rank=3), result={"a": 2, "b": 1})
+    for result in (other, again):
+        start = events.StepStarted(**envelope(6, step="platform", rank=result.rank))
+        state = timeline.apply_many(state, [start, result])
+    assert list(state.ranks[3].steps["platform"].result) == ["a", "b"]
 
 
 def test_timeline_while_running() -> None:
