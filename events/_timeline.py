@@ -15,7 +15,7 @@ once it is folded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -128,6 +128,39 @@ class RankTimeline:
     def outcome(self) -> RunOutcome | None:
         """How the rank's run ended, if it did."""
         return None if self.finished is None else self.finished.outcome
+
+    def tree(self) -> Iterator[tuple[int, bool, StepTiming]]:
+        """Its steps depth first, each under the step whose span is its
+        parent (a step whose parent is unknown is at the top), children in
+        the order they started: ``(depth, last, timing)``, ``last`` when it
+        is the last child of its parent.
+
+        A log is untrusted and its spans may nest thousands deep, share ids
+        or form a cycle: the walk takes no recursion, enters each span once,
+        and shows every step once, a step no walk from the top reaches at
+        depth 0 after the others.
+        """
+        steps = list(self.steps.values())
+        root = self.started.span_id if self.started is not None else None
+        known = {timing.span_id for timing in steps}
+        children: dict[str | None, list[StepTiming]] = {}
+        for timing in steps:
+            parent = timing.parent_span_id if timing.parent_span_id in known else root
+            children.setdefault(parent, []).append(timing)
+        entered = {root}
+        shown: set[int] = set()
+        pending = [(0, False, timing) for timing in reversed(steps)]
+        pending.extend((0, i == 0, t) for i, t in enumerate(reversed(children.get(root, []))))
+        while pending:
+            depth, last, timing = pending.pop()
+            if id(timing) in shown:
+                continue
+            shown.add(id(timing))
+            yield depth, last, timing
+            if timing.span_id not in entered:
+                entered.add(timing.span_id)
+                kids = children.get(timing.span_id, [])
+                pending.extend((depth + 1, i == 0, kid) for i, kid in enumerate(reversed(kids)))
 
 
 @attrs.frozen(kw_only=True)

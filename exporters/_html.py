@@ -13,10 +13,11 @@ same steps with the same outcomes and the same exception types collapse
 into one lane labelled with the rank set, its fastest and slowest rank,
 hosts, pids and start times; texts that differ by rank are shown inside,
 each with its ranks), failed and incomplete ranks first, each with its steps
-nested by path under a time axis with round ticks, each bar with its
-duration. The axis covers the whole run, or, when one step every other
-waited for (``process_group``) takes most of it, the run from the first step
-that waited. A step opens (``<details>``) to its outcome, duration, reasons,
+nested under the step each ran in (:meth:`~events.RankTimeline.tree`) on a
+time axis with round ticks, each bar with its duration. The axis covers
+the whole run, or, when one step every other waited for
+(``process_group``) takes most of it, the run from the first step that
+waited. A step opens (``<details>``) to its outcome, duration, reasons,
 exception chain, the messages it produced (grouped by rank set) and the
 decisions recorded at it. Messages, divergences, decisions and warnings of
 the whole run follow.
@@ -288,27 +289,6 @@ def _signature(
 def _key(step: str, ended: Mapping[str, _Ended]) -> tuple[str, ...]:
     found = ended.get(step)
     return () if found is None else found.kind()
-
-
-def _tree(timings: Sequence[StepTiming]) -> list[tuple[int, StepTiming]]:
-    """Steps in tree order (a step's children by path under it), with depth."""
-    names = {t.step for t in timings}
-    children: dict[str, list[StepTiming]] = defaultdict(list)
-    for timing in timings:
-        parent = timing.step.rpartition("/")[0]
-        while parent and parent not in names:
-            parent = parent.rpartition("/")[0]
-        children[parent].append(timing)
-    out: list[tuple[int, StepTiming]] = []
-    stack: list[tuple[int, StepTiming]] = [(0, t) for t in reversed(children[""])]
-    while stack:
-        depth, timing = stack.pop()
-        out.append((depth, timing))
-        # A step named "" (only a damaged log has one) is the root's name:
-        # it has no children of its own.
-        if timing.step:
-            stack.extend((depth + 1, t) for t in reversed(children.get(timing.step, ())))
-    return out
 
 
 def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
@@ -621,7 +601,7 @@ def _lane(
         f"<h3>{_e(label)} {_badge(rank_outcome.value)}"
         f'<span class="lane-facts">{_e(facts)}</span></h3>'
     ]
-    for depth, timing in _tree(tuple(timeline.steps.values())):
+    for depth, _last, timing in timeline.tree():
         step = timing.step
         if timing.outcome is not None:
             outcome = timing.outcome.value

@@ -181,34 +181,18 @@ _MAX_INDENT = 32
 def _tree_lines(
     timeline: RankTimeline, *, with_times: bool, launch: LaunchRecord | None = None
 ) -> list[str]:
-    steps = list(timeline.steps.values())
-    children: dict[str | None, list[StepTiming]] = {}
-    root_span = timeline.started.span_id if timeline.started is not None else None
-    known = {t.span_id for t in steps}
-    for timing in steps:
-        parent = timing.parent_span_id if timing.parent_span_id in known else root_span
-        children.setdefault(parent, []).append(timing)
-    lines: list[str] = []
     last_mono = _alive_until_mono_ns(timeline, launch)
     finished = timeline.finished
     outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
-    lines.append(f"run: {outcome}")
-    # Depth first, without recursion: a log is untrusted, and its spans may
-    # nest thousands deep, share ids or form a cycle. A span is entered
-    # once; a step no walk from the root reaches is shown at the top level;
-    # indentation stops growing at _MAX_INDENT levels, so the text stays
-    # linear in the events.
-    entered = {root_span}
-    shown: set[int] = set()
-    top = children.get(root_span, [])
-    pending = [(timing, "", False) for timing in reversed(steps)]
-    pending.extend((timing, "", i == 0) for i, timing in enumerate(reversed(top)))
-    while pending:
-        timing, prefix, last = pending.pop()
-        if id(timing) in shown:
-            continue
-        shown.add(id(timing))
-        branch = "└─ " if last else "├─ "
+    lines = [f"run: {outcome}"]
+    # Each level's indentation, down to the step shown; it stops growing at
+    # _MAX_INDENT levels, so the text stays linear in the events.
+    levels: list[str] = []
+    for depth, last, timing in timeline.tree():
+        del levels[depth:]
+        prefix = "".join(levels[:_MAX_INDENT])
+        levels.append("   " if last else "│  ")
+        below = "".join(levels[:_MAX_INDENT])
         duration = ""
         if with_times and timing.duration_ns is not None:
             duration = f" [{_seconds(timing.duration_ns)}]"
@@ -216,16 +200,12 @@ def _tree_lines(
             # In flight when the log ends: it ran at least until the rank's
             # process ended, or its last sign of life.
             duration = f" [>= {_seconds(last_mono - timing.start_mono_ns)}]"
-        below = prefix + ("   " if last else "│  ") if len(prefix) < 3 * _MAX_INDENT else prefix
+        branch = "└─ " if last else "├─ "
         line = f"{prefix}{branch}{timing.step}: {_describe_end(timing)}{duration}"
         # A multi-line reason continues under its step, inside the tree.
         lines.append(terminal_text(line, indent=below + "   "))
         if timing.stall is not None and with_times:
             lines.extend(stall_lines(timing.stall, indent=below + "   "))
-        if timing.span_id not in entered:
-            entered.add(timing.span_id)
-            kids = children.get(timing.span_id, [])
-            pending.extend((kid, below, i == 0) for i, kid in enumerate(reversed(kids)))
     lines.extend(
         terminal_text(f"decision {d.name} = {d.value!r} ({d.step})") for d in timeline.decisions
     )

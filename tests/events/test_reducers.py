@@ -21,6 +21,7 @@ from events import (
     Timeline,
     TimelineState,
 )
+from events.testing import EventStream
 
 from .samples import PERMISSION_DENIED, rank_stream
 
@@ -176,6 +177,41 @@ def test_timeline_records_each_step() -> None:
     assert rank.outcome is RunOutcome.READY
     assert [timing.step for timing in state.steps()] == ["platform", "attention/flashinfer"]
     assert all(timing.finished for timing in state.steps())
+
+
+def _tree(timeline: RankTimeline) -> list[tuple[int, bool, str]]:
+    return [(depth, last, timing.step) for depth, last, timing in timeline.tree()]
+
+
+def test_a_ranks_steps_as_a_tree_nest_by_span_in_start_order() -> None:
+    stream = EventStream().run_started()
+    stream.started("platform").started("platform/cuda").started("platform/rocm")
+    stream.started("attention", parent="")
+    events_ = stream.run_finished()
+    state = events.fold(Timeline(), events_)
+    assert _tree(state.ranks[0]) == [
+        (0, False, "platform"),
+        (1, False, "platform/cuda"),
+        (1, True, "platform/rocm"),
+        (0, True, "attention"),
+    ]
+
+
+def test_a_tree_of_spans_that_make_no_tree_shows_every_step_once() -> None:
+    stream = EventStream().run_started()
+    stream.started("a").started("a/b")
+    records = stream.run_finished()
+    a, b = (e for e in records if isinstance(e, events.StepStarted))
+    # a's parent is b, b's is a: neither is reached from the top.
+    cycle = [attrs.evolve(a, parent_span_id=b.span_id) if e is a else e for e in records]
+    state = events.fold(Timeline(), cycle)
+    assert _tree(state.ranks[0]) == [(0, False, "a"), (1, True, "a/b")]
+    # A parent no step of the log has: at the top.
+    lost = [attrs.evolve(b, parent_span_id="f" * 16) if e is b else e for e in records]
+    assert _tree(events.fold(Timeline(), lost).ranks[0]) == [
+        (0, False, "a"),
+        (0, True, "a/b"),
+    ]
 
 
 def test_the_ranks_of_a_timeline_share_equal_results() -> None:
