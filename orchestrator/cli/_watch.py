@@ -162,7 +162,6 @@ class RunWatcher:
         #: rank -> (seconds since its last event when first seen, clock then)
         self._progress: dict[int, tuple[float, float]] = {}
         self._last_seq: dict[int, int] = {}
-        self.finished: dict[int, RunFinished] = {}
         #: rank -> how its launcher saw its process end, for a rank that
         #: ended without ``run.finished`` (it died)
         self.died: dict[int, RankProcess] = {}
@@ -202,8 +201,6 @@ class RunWatcher:
                     self.run_id = self.run_id or event.run_id
                     size = event.identity.world_size
                     self.world_size = max(self.world_size or 0, size)
-                elif isinstance(event, RunFinished):
-                    self.finished[rank] = event
             progress = [e for e in events if not isinstance(e, StepStalled)]
             if progress:
                 last = progress[-1]
@@ -219,7 +216,7 @@ class RunWatcher:
         if manifest is not None:
             for entry in manifest.ranks:
                 process = entry
-                if process.ended and entry.rank not in self.finished:
+                if process.ended and not self.ended(entry.rank):
                     self.died.setdefault(entry.rank, process)
         if self._manifest_world is not None:
             self.world_size = self._manifest_world
@@ -264,11 +261,16 @@ class RunWatcher:
         known = set(self._tails) | set(range(self.world_size or 0))
         return sorted(known)
 
+    def ended(self, rank: int) -> bool:
+        """Whether the rank has finished or died."""
+        timeline = self.state.ranks.get(rank)
+        return rank in self.died or (timeline is not None and timeline.finished is not None)
+
     def done(self) -> bool:
         """Whether every rank of the world has finished or died."""
         if self.world_size is None:
             return False
-        return all(rank in self.finished or rank in self.died for rank in self.ranks)
+        return all(self.ended(rank) for rank in self.ranks)
 
     def idle_s(self, rank: int) -> float | None:
         """Seconds since the rank last appended an event (``None``: no event yet)."""
@@ -303,10 +305,10 @@ class RunWatcher:
 
     def describe(self, rank: int) -> tuple[str, str, float]:
         """(state key, what to print before the duration, duration in seconds)."""
-        finished = self.finished.get(rank)
-        if finished is not None:
-            timeline = self.state.ranks.get(rank)
-            took = (timeline.duration_ns or 0) / 1e9 if timeline is not None else 0.0
+        timeline = self.state.ranks.get(rank)
+        finished = None if timeline is None else timeline.finished
+        if timeline is not None and finished is not None:
+            took = (timeline.duration_ns or 0) / 1e9
             where = f" at {finished.failed_step}" if finished.failed_step else ""
             key = f"{finished.outcome.value}{where}"
             return key, f"{key} in", took
@@ -342,7 +344,7 @@ class RunWatcher:
         the ranks not finished)."""
         grouped: dict[str, tuple[str, list[int], float]] = {}
         for rank in self.ranks:
-            if running and (rank in self.finished or rank in self.died):
+            if running and self.ended(rank):
                 continue
             key, text, seconds = self.describe(rank)
             if key in grouped:
@@ -467,7 +469,7 @@ class _Stalls:
         self.slow: set[tuple[str, ...]] = set()  # steps said to be slow
 
     def lines(self, watcher: RunWatcher) -> list[str]:
-        running = [r for r in watcher.ranks if r not in watcher.finished and r not in watcher.died]
+        running = [r for r in watcher.ranks if not watcher.ended(r)]
         idle = {r: watcher.idle_s(r) for r in running}
         stuck = [r for r in running if (i := idle[r]) is not None and i > self.threshold_s]
         if not stuck:
