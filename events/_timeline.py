@@ -195,8 +195,9 @@ class Timeline:
     """Projection: :class:`TimelineState` from any stream of events.
 
     The ranks of a run return the same results from most steps: a timeline
-    keeps each result it has seen once (the first equal one), for as long
-    as it is used, so a run's timings share them.
+    keeps the first of each equal result (the same JSON) it has seen, up to
+    :data:`_SHARED_RESULTS` of them, for as long as it is used, and a later
+    timing shares it.
     """
 
     def __init__(self) -> None:
@@ -306,8 +307,14 @@ class Timeline:
             key = orjson.dumps(result)
         except TypeError:  # not JSON (too large a number): not shared
             return result
-        return self._results.setdefault(key, result)
+        if len(self._results) < _SHARED_RESULTS:
+            return self._results.setdefault(key, result)
+        return self._results.get(key, result)
 
+
+#: The most distinct results a timeline keeps to share: a run whose ranks
+#: return results of their own (a device id in each) is not held twice.
+_SHARED_RESULTS = 1024
 
 # What the fold does with an event, by its class.
 _STARTED, _SUCCEEDED, _TERMINAL, _STALLED, _DECISION, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(8)

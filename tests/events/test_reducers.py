@@ -461,3 +461,24 @@ def test_fold_through_apply_many_checks_the_order() -> None:
     stream = rank_stream()
     with pytest.raises(FoldError):
         events.fold(Timeline(), [stream[0], stream[2]])
+
+
+def test_a_timeline_shares_a_bounded_number_of_results() -> None:
+    from events._timeline import _SHARED_RESULTS
+
+    timeline = Timeline()
+    stream: list[events.Event] = []
+    # Each rank returns a result of its own: each is kept once, to the bound.
+    for rank in range(_SHARED_RESULTS + 10):
+        start = events.StepStarted(**envelope(0, step="s", rank=rank))
+        ok = events.StepSucceeded(**envelope(1, step="s", rank=rank), result={"device": rank})
+        stream += [start, ok]
+    state = events.fold(timeline, stream, check_order=False)
+    assert len(timeline._results) == _SHARED_RESULTS
+    assert state.ranks[_SHARED_RESULTS + 5].steps["s"].result == {"device": _SHARED_RESULTS + 5}
+    # One seen before the bound is still shared.
+    again = events.StepSucceeded(**envelope(1, step="s", rank=9999), result={"device": 3})
+    state = timeline.apply_many(
+        state, [events.StepStarted(**envelope(0, step="s", rank=9999)), again]
+    )
+    assert state.ranks[9999].steps["s"].result is state.ranks[3].steps["s"].result
