@@ -42,7 +42,10 @@ def test_blame_explain_and_the_critical_path_count_until_the_process_ended() -> 
     assert blame_text(result).splitlines()[0] == (
         "30.001s attention (rank 0, still running when its log ends)"
     )
-    assert "attention: still running when the log ends [>= 30.001s]" in explain_text(result)
+    explained = explain_text(result).splitlines()
+    step = explained.index("└─ attention: still running when the log ends [>= 30.001s]")
+    # Where it was last seen waiting, under it.
+    assert explained[step + 1] == "      waiting in wait_for_fabric (fabric.py:42) after 2.0 s"
     assert critical_path_text(result).startswith("run incomplete +30.002s")
     # Without the launcher's record: until the last sign of life.
     assert blame_text(replay(stream.events)).splitlines()[0] == (
