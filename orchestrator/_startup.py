@@ -67,73 +67,38 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 import anyio
 import attrs
-import orjson
 
-from events import (
-    TERMINAL_STEP_EVENTS,
-    DecodeError,
-    Durability,
-    Event,
-    JsonlLog,
-    JsonValue,
-    Message,
-    Outcome,
-    RankIdentity,
-    RankProcess,
-    RankState,
-    RunFinished,
-    RunOutcome,
-    Scope,
-    Severity,
-    StepFailed,
-    StepSucceeded,
-    StepUnavailable,
-    launch_span_id,
-    outcome_of,
-)
-from events._codec import structure, unstructure
-from events._files import write_file
-from events._slices import checked_slices
-
-from ._context import StepResult
-from ._errors import OrchestratorError, RankEnvironmentError, StartupInterrupted
-from ._faults import FaultPlan
-from ._graph import Graph
-from ._group import (
-    GROUP_ERROR_NAME,
-    DeferredGroup,
-    Group,
-    GroupError,
-    Mailbox,
-    follows_a_peer,
-    process_group_step,
-)
-from ._identity import (
-    checked_run_id,
-    identity_from_environment,
-    new_run_id,
-    run_id_from_environment,
-)
-from ._run_directory import (
-    Collected,
-    LauncherProcess,
-    Manifest,
-    RunDirectoryError,
-    claim_run_directory,
-    rank_log_path,
-    refuse_foreign_rank,
-    simulated_name,
-    store_collected_log,
-)
-from ._runner import Runner, derive_trace_id
-from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
-from ._threads import StepThreads
-from ._watchdog import DEFAULT_STALL_S
+# Only what defining the two classes needs is imported with the module: the
+# runtime (the event model, the runner, the run directory, the process
+# group) is imported by the methods that use it, and ``events`` names load
+# on first use, so that ``from orchestrator import Startup`` in a launcher
+# costs little until a startup is made (BENCHMARKS.md).
+import events
+from events._severity import Scope, Severity
 
 if TYPE_CHECKING:
-    from events import Slice
+    from events import (
+        Durability,
+        Event,
+        JsonlLog,
+        JsonValue,
+        Message,
+        RankIdentity,
+        RankProcess,
+        RankState,
+        RunFinished,
+        RunOutcome,
+        Slice,
+    )
     from exporters import LoggingBridge, Tracing
 
+    from ._context import StepResult
+    from ._errors import StartupInterrupted
+    from ._faults import FaultPlan
+    from ._graph import Graph
+    from ._group import DeferredGroup, Group, Mailbox
+    from ._runner import Runner
+    from ._signals import StopRequests
     from .engine import EngineConfig, Profile
 
 __all__ = ["DEFAULT_RUNS_ROOT", "Startup", "StartupResult"]
@@ -203,7 +168,7 @@ class StartupResult:
     @property
     def ready(self) -> bool:
         """Whether this rank reached ready."""
-        return self.outcome is RunOutcome.READY
+        return self.outcome is events.RunOutcome.READY
 
 
 class Startup:
@@ -243,7 +208,8 @@ class Startup:
             interrupted).
         stall_s: seconds a step may run before this rank records where it
             waits (``step.stalled``, with the stacks of the threads doing
-            its work); ``None`` for never.
+            its work), as the command line's ``--stall-s``; ``None`` for
+            never.
         tracing: ``"auto"`` reads the ``OTEL_*`` variables; a
             :class:`exporters.Tracing`; ``None`` for none.
         configure_logging: add a stderr handler to the ``orchestrator``
@@ -293,13 +259,13 @@ class Startup:
         run_id: str | None = None,
         run_dir: str | os.PathLike[str] | None = None,
         runs_root: str | os.PathLike[str] = DEFAULT_RUNS_ROOT,
-        durability: Durability | str = Durability.INTERVAL,
+        durability: Durability | str = "interval",
         profile: Profile | str | os.PathLike[str] | None = None,
         simulated: str | None = None,
         faults: FaultPlan | Sequence[str] | None = None,
         group: Group | Literal["auto"] | None = "auto",
         group_timeout_s: float = 120.0,
-        stall_s: float | None = DEFAULT_STALL_S,
+        stall_s: float | None = 10.0,
         tracing: Tracing | Literal["auto"] | None = "auto",
         configure_logging: bool | None = None,
         level: Severity = Severity.INFO,
@@ -309,6 +275,12 @@ class Startup:
         environ: Mapping[str, str] | None = None,
         **engine_options: Any,
     ) -> None:
+        from events._slices import checked_slices
+
+        from ._graph import Graph
+        from ._group import DeferredGroup
+        from ._threads import StepThreads
+
         self._env = os.environ if environ is None else environ
         self._config = config
         if slices and graph is None:
@@ -324,7 +296,7 @@ class Startup:
         self._run_id = run_id
         self._run_dir = None if run_dir is None else Path(run_dir)
         self._runs_root = Path(runs_root)
-        self._durability = Durability(durability)
+        self._durability = events.Durability(durability)
         self._profile = profile
         self._simulated = simulated
         self._faults = faults
@@ -405,6 +377,9 @@ class Startup:
                 start goes on.
             RuntimeError: opened twice.
         """
+        from ._identity import identity_from_environment
+        from ._signals import StopRequests, follow_launcher
+
         if self._state != "new":
             raise RuntimeError("a Startup opens once; make a new one for the next run")
         identity = self._identity or identity_from_environment(self._env)
@@ -449,12 +424,19 @@ class Startup:
         return self
 
     def _create_log(self, run_dir: Path, run_id: str, identity: RankIdentity) -> JsonlLog:
+        from ._run_directory import (
+            RunDirectoryError,
+            claim_run_directory,
+            rank_log_path,
+            refuse_foreign_rank,
+        )
+
         claim_run_directory(run_dir, run_id)
         path = rank_log_path(run_dir, identity.rank)
         try:
             # Created exclusively: a stored log is never resumed or changed,
             # and of two runs started into one directory only one writes.
-            log = JsonlLog(
+            log = events.JsonlLog(
                 path,
                 run_id=run_id,
                 rank=identity.rank,
@@ -487,6 +469,8 @@ class Startup:
         early_group: Group | None,
         parent: tuple[str, str] | None,
     ) -> None:
+        from ._group import Group, follows_a_peer, process_group_step
+
         assert self._log is not None
         assert self._stops is not None
         log = self._log
@@ -538,6 +522,8 @@ class Startup:
     def _runner_and_graph(
         self, identity: RankIdentity, faults: FaultPlan, parent: tuple[str, str] | None
     ) -> tuple[Runner, Graph]:
+        from ._runner import Runner, derive_trace_id
+
         assert self._log is not None
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
         trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
@@ -549,7 +535,7 @@ class Startup:
             # own span, which the launcher (or rank 0) sends once the run
             # has ended, under the caller's span if there is one.
             options.update(
-                trace_id=trace_id, parent_span_id=launch_span_id(trace_id, self._log.run_id)
+                trace_id=trace_id, parent_span_id=events.launch_span_id(trace_id, self._log.run_id)
             )
         elif parent is not None:
             options.update(trace_id=parent[0], parent_span_id=parent[1])
@@ -583,6 +569,8 @@ class Startup:
         )
 
     def _fault_plan(self, identity: RankIdentity) -> FaultPlan:
+        from ._faults import FaultPlan
+
         faults = self._faults
         if faults is None:
             return FaultPlan()
@@ -601,6 +589,10 @@ class Startup:
     def _agree_run_id(self, identity: RankIdentity) -> tuple[str, Group | None]:
         """The run id, and the process group when forming it was the only
         way to agree on one."""
+        from ._errors import RankEnvironmentError
+        from ._group import Group
+        from ._identity import checked_run_id, new_run_id, run_id_from_environment
+
         if self._run_id is not None:
             return checked_run_id(self._run_id), None
         found = run_id_from_environment(self._env)
@@ -652,7 +644,7 @@ class Startup:
         return choice
 
     def _watch_finish(self, event: Event) -> None:
-        if isinstance(event, RunFinished):
+        if isinstance(event, events.RunFinished):
             self._finished = event
 
     def close(self) -> None:
@@ -665,6 +657,8 @@ class Startup:
         try:
             if self._runner is not None and not self._ran and not self._runner.ended:
                 # Opened and never run: the log still says how it ended.
+                from ._errors import StartupInterrupted
+
                 never_ran = StartupInterrupted(None, "closed before it ran")
                 if not self._runner.stop_requested:
                     self._runner.stopping(never_ran)
@@ -718,7 +712,7 @@ class Startup:
         or failed in an exchange), then the logs in one place. A stop asked
         meanwhile ends whichever wait is going on."""
         end_started = anyio.current_time()
-        if self._outcome() is RunOutcome.INTERRUPTED:
+        if self._outcome() is events.RunOutcome.INTERRUPTED:
             self._release_held()
         elif self._group_broken():
             # Known without asking: the ranks did not end together.
@@ -806,6 +800,8 @@ class Startup:
         as its cause and its ``run.finished``'s ``stop``. Call it from the
         thread that runs the startup (a signal handler, or a task in its
         event loop)."""
+        from ._errors import StartupInterrupted
+
         if self._runner is None:
             return
         if reason is None:
@@ -823,6 +819,8 @@ class Startup:
         """Whether the run failed in an exchange with its peers (a peer
         gone, out of step, or silent): the ranks' collectives no longer
         line up, so a last exchange would only wait out the group timeout."""
+        from ._group import GROUP_ERROR_NAME, GroupError
+
         if isinstance(self._error, GroupError):
             return True
         cause = self._finished.cause if self._finished is not None else None
@@ -883,6 +881,12 @@ class Startup:
         """Tell rank 0, as soon as the group is formed, where this rank runs:
         if it never delivers its log, the run's record still says who it
         was. Best effort: a store that cannot be reached only loses that."""
+        import orjson
+
+        from events._codec import unstructure
+
+        from ._group import Mailbox
+
         identity = self.identity
         if identity is None or identity.rank == 0 or not isinstance(group, Mailbox):
             return
@@ -890,7 +894,7 @@ class Startup:
         # Any error: a group of the caller's own may break its contract, and
         # delivery never fails a run.
         with contextlib.suppress(Exception):
-            group.post(self._mailbox_key("peer", identity.rank), _json_bytes(whereabouts))
+            group.post(self._mailbox_key("peer", identity.rank), orjson.dumps(whereabouts))
 
     async def _collect_logs(self, end_started: float) -> None:
         """The run's logs in one place: every rank but 0 posts its whole log
@@ -905,6 +909,9 @@ class Startup:
         deliver and why. Skipped when the caller reads every log itself
         (``wait_for_peers=False``) and for a world of one. A stop asked
         meanwhile ends the wait."""
+        from ._group import Mailbox
+        from ._run_directory import LauncherProcess, Manifest, RunDirectoryError, simulated_name
+
         identity, log, run_dir = self.identity, self._log, self.run_dir
         if identity is None or log is None or run_dir is None:
             return
@@ -913,7 +920,7 @@ class Startup:
         group = self._group.group
         mailbox = group if isinstance(group, Mailbox) else None
         bound = self._group_timeout_s
-        if self._outcome() is RunOutcome.INTERRUPTED:
+        if self._outcome() is events.RunOutcome.INTERRUPTED:
             bound = min(bound, _INTERRUPTED_COLLECTION_S)
         if identity.rank != 0:
             if mailbox is None:
@@ -977,6 +984,15 @@ class Startup:
         deadline: float,
     ) -> list[RankProcess]:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
+        from events import RankProcess
+
+        from ._run_directory import (
+            Collected,
+            RunDirectoryError,
+            rank_log_path,
+            store_collected_log,
+        )
+
         entries = [attrs.evolve(_own_process(identity), collected=True)]
         group_state = (
             "no store to deliver it through"
@@ -1040,7 +1056,7 @@ class Startup:
         return (
             self._stops is not None
             and self._stops.requested
-            and self._outcome() is not RunOutcome.INTERRUPTED
+            and self._outcome() is not events.RunOutcome.INTERRUPTED
         )
 
     def _not_collected(self) -> str:
@@ -1048,7 +1064,7 @@ class Startup:
         assert self._stops is not None
         stop = self._stops.cause()
         by = f"by {stop.signal}" if stop.signal else "by its caller"
-        if self._outcome() is RunOutcome.INTERRUPTED:
+        if self._outcome() is events.RunOutcome.INTERRUPTED:
             return f"was not collected: rank 0 was stopped {by} before the end of the run"
         return (
             f"was not collected: rank 0 was stopped {by} after its startup ended, before this "
@@ -1073,15 +1089,13 @@ class Startup:
     # --- results -----------------------------------------------------------------------
 
     def _outcome(self) -> RunOutcome:
-        return RunOutcome.FAILED if self._finished is None else self._finished.outcome
+        return events.RunOutcome.FAILED if self._finished is None else self._finished.outcome
 
     @property
     def result(self) -> StartupResult | None:
         """What the startup decided, once it ran (whatever its outcome)."""
         if not self._ran or self._log is None or self.run_dir is None:
             return None
-        from events import replay
-
         assert self.identity is not None
         assert self.run_id is not None
         rank = self.identity.rank
@@ -1092,7 +1106,7 @@ class Startup:
             rank=rank,
             world_size=self.identity.world_size,
             outcome=self._outcome(),
-            state=replay(logged, slices=self._meaning()).states[rank],
+            state=events.replay(logged, slices=self._meaning()).states[rank],
             steps=_step_results(logged),
             messages=messages,
             log_path=self._log.path,
@@ -1102,27 +1116,25 @@ class Startup:
         )
 
     def _returned(self) -> StartupResult:
+        from ._errors import OrchestratorError, StartupInterrupted
+
         result = self.result
         assert result is not None
-        if result.outcome is RunOutcome.READY:
+        if result.outcome is events.RunOutcome.READY:
             return result
         if self._error is not None:
             raise self._error
         stop = self._finished.stop if self._finished is not None else None
         if stop is not None:
             raise StartupInterrupted(stop.signal, stop.reason)
-        if result.outcome is RunOutcome.INTERRUPTED:
+        if result.outcome is events.RunOutcome.INTERRUPTED:
             raise StartupInterrupted(None, "the run was cancelled")
         raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
 
 
-def _json_bytes(value: JsonValue) -> bytes:
-    return orjson.dumps(value)
-
-
 def _own_process(identity: RankIdentity) -> RankProcess:
     """This process, as rank ``identity``'s entry in a manifest."""
-    return RankProcess(
+    return events.RankProcess(
         rank=identity.rank,
         pid=os.getpid(),
         host=platform.node(),
@@ -1134,11 +1146,15 @@ def _own_process(identity: RankIdentity) -> RankProcess:
 def _whereabouts(entry: RankProcess, posted: bytes | None) -> RankProcess:
     """``entry`` with what the rank announced of itself (its own
     :class:`~events.RankProcess` record), when it did."""
+    import orjson
+
+    from events._codec import structure
+
     if posted is None:
         return entry
     try:
-        said = structure(RankProcess, orjson.loads(posted))
-    except (orjson.JSONDecodeError, DecodeError):
+        said = structure(events.RankProcess, orjson.loads(posted))
+    except (orjson.JSONDecodeError, events.DecodeError):
         return entry
     return attrs.evolve(
         entry, pid=said.pid, host=said.host, node_rank=said.node_rank, local_rank=said.local_rank
@@ -1169,6 +1185,8 @@ def _printed_below(
 
 
 def _launcher_pid(env: Mapping[str, str]) -> int | None:
+    from ._signals import LAUNCHER_PID_VARIABLE
+
     text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
     return int(text) if text.isdigit() else None
 
@@ -1199,11 +1217,15 @@ def _write_elastic_error(
     one was stopped, or failed in an exchange with its peers) with the
     second after it happened: never earlier than the failure it follows.
     Nothing is written for a ready rank, or where the file cannot be."""
+    import orjson
+
+    from events._files import write_file
+
     path = env.get(ELASTIC_ERROR_FILE_VARIABLE)
-    if not path or finished is None or finished.outcome is RunOutcome.READY:
+    if not path or finished is None or finished.outcome is events.RunOutcome.READY:
         return
     seconds = finished.wall_ns // 1_000_000_000
-    if consequence or finished.outcome is RunOutcome.INTERRUPTED:
+    if consequence or finished.outcome is events.RunOutcome.INTERRUPTED:
         seconds += 1
     cause = finished.cause
     where = f" (step {finished.failed_step})" if finished.failed_step else ""
@@ -1259,6 +1281,17 @@ def _modules_any(plan: FaultPlan) -> list[str]:
 def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
     """How each step that ended in ``logged`` ended, by step path, in the
     order they ended."""
+    from events import (
+        TERMINAL_STEP_EVENTS,
+        Outcome,
+        StepFailed,
+        StepSucceeded,
+        StepUnavailable,
+        outcome_of,
+    )
+
+    from ._context import StepResult
+
     results: dict[str, StepResult] = {}
     for event in logged:
         if isinstance(event, StepSucceeded):

@@ -3,6 +3,7 @@ every exit path flushed and the original error raised."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import subprocess
@@ -628,3 +629,33 @@ def test_a_failure_that_follows_a_peers_is_stamped_after_it(tmp_path: Path) -> N
     )  # fmt: skip
     assert follows_a_peer(message)
     assert not follows_a_peer(attrs.evolve(message, exception=exception_info("RuntimeError")))
+
+
+def test_importing_startup_loads_no_runtime_until_one_is_made() -> None:
+    # A launcher imports Startup at its top: that must not load the event
+    # model, the runner or the run directory: they load when a startup is
+    # made.
+    code = (
+        "import sys\n"
+        "from orchestrator import Startup\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('events.', 'orchestrator.'))))\n"
+        "Startup(environ={}, handle_signals=False)\n"
+        "print('events._model' in sys.modules)\n"
+    )
+    lines = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert lines == [
+        "['events._errors', 'events._severity', 'events._surface', 'orchestrator._startup']",
+        "True",
+    ]
+
+
+def test_the_signatures_defaults_are_the_runtimes() -> None:
+    # Written as values in the signature, so that it needs no import.
+    from events import Durability
+    from orchestrator._watchdog import DEFAULT_STALL_S
+
+    defaults = inspect.signature(Startup).parameters
+    assert defaults["stall_s"].default == DEFAULT_STALL_S
+    assert Durability(defaults["durability"].default) is Durability.INTERVAL
