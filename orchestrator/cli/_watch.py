@@ -167,8 +167,6 @@ class RunWatcher:
         self.died: dict[int, RankProcess] = {}
         #: when the launch began (the manifest's), for times as ``+25 s``
         self.launched_ns: int | None = None
-        #: rank -> where its steps in flight were last seen waiting
-        self.waiting: dict[int, dict[str, StepStalled]] = {}
         self._manifest: Manifest | None = None
         self._manifest_key: tuple[int, int, int] | None = None
 
@@ -192,11 +190,6 @@ class RunWatcher:
             if not events:
                 continue
             for event in events:
-                waiting = self.waiting.setdefault(rank, {})
-                if isinstance(event, StepStalled):
-                    waiting[event.step] = event
-                    continue  # where it waits, not progress
-                waiting.pop(event.step, None)
                 if isinstance(event, RunStarted):
                     self.run_id = self.run_id or event.run_id
                     size = event.identity.world_size
@@ -250,10 +243,12 @@ class RunWatcher:
         )
 
     def waiting_in(self, rank: int) -> StepStalled | None:
-        """Where the rank's innermost step in flight was last seen waiting."""
-        stalls = self.waiting.get(rank, {})
+        """Where the rank's innermost step in flight was last seen waiting
+        (the timeline keeps each step's latest ``step.stalled``)."""
+        timeline = self.state.ranks.get(rank)
         steps, _ = self.in_progress(rank)
-        return next((stalls[step] for step in steps if step in stalls), None)
+        timings = [] if timeline is None else [timeline.steps.get(step) for step in steps]
+        return next((t.stall for t in timings if t is not None and t.stall is not None), None)
 
     @property
     def ranks(self) -> list[int]:
