@@ -49,7 +49,7 @@ from events._codec import structure
 from ._errors import FaultSpecError
 from ._json_text import load_json
 
-__all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges", "parse_ranks"]
+__all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges"]
 
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RANKS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -160,18 +160,6 @@ class RankRanges(Collection[int]):
             if end >= world_size:
                 return max(start, world_size)
         return None  # pragma: no cover - the last range reaches past the world
-
-
-def parse_ranks(text: str, *, spec: str | None = None) -> frozenset[int]:
-    """``"3"``, ``"0-3"``, ``"1,5"``, ``"0-1,6-7"`` to a set of ranks.
-
-    Every rank is materialised: use :meth:`RankRanges.parse` for text that
-    is not bounded by a known world size (fault specs use it).
-
-    Raises:
-        FaultSpecError: malformed, or a range that runs backwards.
-    """
-    return frozenset(RankRanges.parse(text, spec=spec))
 
 
 def _rank_ranges(value: RankRanges | str | Iterable[int] | None) -> RankRanges | None:

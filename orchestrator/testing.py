@@ -57,7 +57,7 @@ import attrs
 
 from events import Event, MemoryLog, Outcome, RunFinished, outcome_of
 
-from ._faults import Fault, FaultAction, FaultPlan, parse_ranks
+from ._faults import Fault, FaultAction, FaultPlan
 from ._graph import Graph
 from ._importer import Importer, RealImporter
 from ._runner import Runner, RunResult
@@ -65,14 +65,6 @@ from ._runner import Runner, RunResult
 __all__ = ["Captured", "FakeHost", "crash", "fake_host", "faults", "hang", "raise_", "run_captured"]
 
 E = TypeVar("E", bound=Event)
-
-
-def _ranks(ranks: str | Iterable[int] | None) -> frozenset[int] | None:
-    if ranks is None:
-        return None
-    if isinstance(ranks, str):
-        return parse_ranks(ranks)
-    return frozenset(ranks)
 
 
 def raise_(
@@ -99,18 +91,18 @@ def raise_(
         exception=exception.__name__,
         args=tuple(args),
         kwargs=dict(kwargs),
-        ranks=_ranks(ranks),
+        ranks=ranks,
     )
 
 
 def hang(target: str, *, ranks: str | Iterable[int] | None = None) -> Fault:
     """A fault that never returns (until the run ends): exercises timeouts."""
-    return Fault(target=target, action=FaultAction.HANG, ranks=_ranks(ranks))
+    return Fault(target=target, action=FaultAction.HANG, ranks=ranks)
 
 
 def crash(target: str, *, ranks: str | Iterable[int] | None = None) -> Fault:
     """A fault that kills the process: use it on process-isolated steps."""
-    return Fault(target=target, action=FaultAction.CRASH, ranks=_ranks(ranks))
+    return Fault(target=target, action=FaultAction.CRASH, ranks=ranks)
 
 
 def faults(*items: Fault) -> FaultPlan:

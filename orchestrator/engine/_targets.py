@@ -45,9 +45,9 @@ from typing import Literal
 import attrs
 
 from .._group import PROCESS_GROUP_STEP
-from ._allreduce import WORKSPACE_MODULES, allreduce_chain
+from ._allreduce import WORKSPACE_MODULES
 from ._attention import ATTENTION_BACKENDS
-from ._config import AllreduceBackend, EngineConfigError
+from ._config import AllreduceBackend
 from ._conventions import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
@@ -157,22 +157,12 @@ def injection_targets(
             f"{PLATFORM_STEP}/{name}" for name in (*BUILTIN_PLATFORM_PLUGINS, *third_party)
         )
     steps.update(f"{ATTENTION_STEP}/{name}" for name in ATTENTION_BACKENDS)
-    steps.update(f"{ALLREDUCE_STEP}/{backend}" for backend in _chain_backends())
+    # Every backend a chain may attempt: each but auto, which picks among them.
+    backends = [backend for backend in AllreduceBackend if backend is not AllreduceBackend.AUTO]
+    steps.update(f"{ALLREDUCE_STEP}/{backend}" for backend in backends)
     steps.update((ALLREDUCE_AGREE_STEP, ALLREDUCE_QUANT_STEP, PROCESS_GROUP_STEP))
     return InjectionTargets(modules=tuple(sorted(modules)), steps=tuple(sorted(steps)))
 
 
 def _entry_point_names(group: str) -> set[str]:
     return {entry_point.name for entry_point in importlib.metadata.entry_points(group=group)}
-
-
-def _chain_backends() -> set[str]:
-    """Every backend some all-reduce chain attempts, on one node or several."""
-    backends: set[str] = set()
-    for requested in AllreduceBackend:
-        for nodes in (1, 2):
-            try:
-                backends.update(allreduce_chain(requested, nodes))
-            except EngineConfigError:
-                continue
-    return backends

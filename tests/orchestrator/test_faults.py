@@ -36,7 +36,6 @@ from orchestrator import (
     Step,
     StepContext,
 )
-from orchestrator._faults import parse_ranks
 from orchestrator._identity import identity_from_environment
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
@@ -104,7 +103,7 @@ def test_module_not_found_without_a_message_names_the_module() -> None:
     [("3", {3}), ("0-3", {0, 1, 2, 3}), ("1,5", {1, 5}), ("0-1, 6-7", {0, 1, 6, 7}), ("2-2", {2})],
 )
 def test_rank_sets(text: str, ranks: set[int]) -> None:
-    assert parse_ranks(text) == frozenset(ranks)
+    assert frozenset(RankRanges.parse(text)) == frozenset(ranks)
 
 
 def test_structured_arguments_from_json() -> None:
@@ -285,8 +284,8 @@ def test_rank_ranges_are_merged_and_print_as_spec_text(
     assert ranks.spans == spans
     assert str(ranks) == canonical
     assert RankRanges.parse(canonical) == ranks
-    assert frozenset(ranks) == parse_ranks(text)
-    assert len(ranks) == len(parse_ranks(text))
+    assert frozenset(ranks) == frozenset(RankRanges.parse(text))
+    assert len(ranks) == len(frozenset(RankRanges.parse(text)))
 
 
 def test_ranges_given_directly_are_normalised_and_checked() -> None:
