@@ -186,17 +186,17 @@ def _severity(text: str) -> Severity:
 _EXPORT_KINDS = "otlp, console, or jaeger-json=FILE"
 
 
-def _export_spec(text: str) -> list[str]:
-    """An argparse type: ``KIND[=FILE]``, as ``[kind]`` or ``["jaeger-json", FILE]``.
+def _export_spec(text: str) -> tuple[str, Path | None]:
+    """An argparse type: ``KIND[=FILE]``, as ``(kind, None)`` or ``("jaeger-json", FILE)``.
 
     The destination is part of the one argument, so ``--export`` never takes
     a run directory for its file, whichever side of it the paths are.
     """
     kind, equals, destination = text.partition("=")
     if kind in ("otlp", "console") and not equals:
-        return [kind]
+        return kind, None
     if kind == "jaeger-json" and destination:
-        return [kind, destination]
+        return kind, Path(destination)
     if kind == "jaeger-json":
         raise argparse.ArgumentTypeError(f"{text!r}: name the file, as jaeger-json=FILE")
     raise argparse.ArgumentTypeError(f"{text!r}: expected {_EXPORT_KINDS}")

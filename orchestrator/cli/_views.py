@@ -95,7 +95,7 @@ def command_replay(args: argparse.Namespace) -> int:
     """Report outcome and root cause first, then state, messages, divergences."""
     from exporters import report_json, report_text
 
-    export = _parse_export(args.export) if args.export else None
+    export = args.export
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
     if export is not None and export[1] is not None:
@@ -222,15 +222,6 @@ def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
     return narrowed
 
 
-def _parse_export(values: list[str]) -> tuple[str, Path | None]:
-    kind, *rest = values
-    if kind in ("otlp", "console") and not rest:
-        return kind, None
-    if kind == "jaeger-json" and len(rest) == 1:
-        return kind, Path(rest[0])
-    raise UsageError(f"--export {' '.join(values)!r}: expected otlp, console, or jaeger-json=FILE")
-
-
 def _check_writable(option: str, path: Path) -> None:
     """Raises :class:`InputError` when ``path`` cannot be written (the
     exporters would only say that spans were "not delivered")."""
@@ -241,8 +232,6 @@ def _check_writable(option: str, path: Path) -> None:
 
 
 def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: Replay) -> None:
-    import sys
-
     from exporters import (
         JaegerJsonExporter,
         console_exporter,
@@ -263,16 +252,10 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
                 "--export otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
             )
-    from events import step_severity_hook
     from exporters import ExportersError
 
     try:
-        count = export_events(
-            events,
-            exporter,
-            replayed=replayed,
-            severity_of=step_severity_hook(events, slices=replayed.slices),
-        )
+        count = export_events(events, exporter, replayed=replayed)
     except ExportersError as exc:
         raise InputError(f"--export {kind}: {exc}") from None
     finally:
