@@ -37,7 +37,6 @@ import orjson
 from events import (
     DecisionMade,
     Divergence,
-    Event,
     ExceptionInfo,
     GroupedMessage,
     Replay,
@@ -52,7 +51,7 @@ from events import (
     format_ranks,
 )
 
-from ._report import degraded_by, lost_by, rank_label
+from ._report import _OUTCOME_ORDER, degraded_by, lost_by, rank_label
 
 __all__ = ["report_html"]
 
@@ -75,14 +74,6 @@ _TONE = {
 #: A step's details show this many distinct texts (of reasons and
 #: exceptions) across its lane's ranks, then name the rest's ranks.
 _VARIANTS = 8
-
-#: Rank outcomes sorted first in the swimlanes.
-_LANE_ORDER = {
-    RunOutcome.FAILED: 0,
-    RunOutcome.INCOMPLETE: 1,
-    RunOutcome.INTERRUPTED: 2,
-    RunOutcome.RUNNING: 3,
-}
 
 _CSS = (
     "body{font:13px/1.4 system-ui,sans-serif;margin:0 1.2em 2em;color:#1d2329}"
@@ -235,9 +226,13 @@ class _Ended:
         self.exception = exception
 
     @classmethod
-    def of(cls, event: Event) -> _Ended:
-        """What ``event`` said; a step that ended saying nothing (most of
-        them: every step that succeeded) shares one value."""
+    def of(cls, timing: StepTiming | None) -> _Ended | None:
+        """What the event that ended ``timing`` said (``None`` while it
+        runs); a step that ended saying nothing (most of them: every step
+        that succeeded) shares one value."""
+        if timing is None or not timing.finished:
+            return None
+        event = timing.end
         if isinstance(event, StepUnavailable):
             return cls(event.reasons, event.cause)
         if isinstance(event, StepFailed):
@@ -269,9 +264,7 @@ class _Ended:
 _SAID_NOTHING = _Ended()
 
 
-def _signature(
-    timings: Sequence[StepTiming], ended: Mapping[str, _Ended], outcome: RunOutcome
-) -> tuple[Any, ...]:
+def _signature(timings: Sequence[StepTiming], outcome: RunOutcome) -> tuple[Any, ...]:
     """What makes two ranks' lanes identical: steps, outcomes, the kinds of
     failure (in any order: concurrent steps start in a different order on
     each rank)."""
@@ -279,15 +272,15 @@ def _signature(
         outcome,
         tuple(
             sorted(
-                (t.step, t.kind.value, t.outcome.value if t.outcome else "", _key(t.step, ended))
+                (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t))
                 for t in timings
             )
         ),
     )
 
 
-def _key(step: str, ended: Mapping[str, _Ended]) -> tuple[str, ...]:
-    found = ended.get(step)
+def _kind(timing: StepTiming) -> tuple[str, ...]:
+    found = _Ended.of(timing)
     return () if found is None else found.kind()
 
 
@@ -334,21 +327,12 @@ def report_html(
     Returns:
         The page, self-contained: no network, no external resources.
     """
-    ended: dict[int, dict[str, _Ended]] = {}
     # By rank, then step: a key tuple per rank and step would cost more
     # than what it indexes.
     decisions: dict[int, dict[str, list[DecisionMade]]] = defaultdict(dict)
-    hosts: dict[int, str] = {}
     for rank, rank_timeline in result.timeline.ranks.items():
-        if rank_timeline.started is not None:
-            hosts[rank] = rank_timeline.started.host
         for decision in rank_timeline.decisions:
             decisions[rank].setdefault(decision.step, []).append(decision)
-        ended[rank] = {
-            step: _SAID_NOTHING if timing.end is None else _Ended.of(timing.end)
-            for step, timing in rank_timeline.steps.items()
-            if timing.finished
-        }
     step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
     for message in result.messages:
         if message.step:
@@ -457,14 +441,14 @@ def report_html(
     lanes: dict[tuple[Any, ...], list[int]] = {}
     for rank in sorted(ranks):
         timings = tuple(ranks[rank].steps.values())
-        key = _signature(timings, ended.get(rank, {}), result.outcome_of(rank))
+        key = _signature(timings, result.outcome_of(rank))
         lanes.setdefault(key, []).append(rank)
     cause_rank = cause.rank if cause is not None else -1
     ordered = sorted(
         lanes.items(),
         key=lambda item: (
             cause_rank not in item[1],
-            _LANE_ORDER.get(item[0][0], 9),
+            _OUTCOME_ORDER.index(item[0][0]),
             item[1][0],
         ),
     )
@@ -500,12 +484,10 @@ def report_html(
                 result,
                 members,
                 rank_outcome,
-                ended,
                 step_messages,
                 decisions,
                 _Scale(origin=origin, span=span, last=last, zoom=zoom),
                 died.get(members[0]),
-                hosts,
             )
         )
     out.append("</section>")
@@ -541,12 +523,12 @@ class _Scale:
         return style
 
 
-def _lane_facts(result: Replay, members: Sequence[int], hosts: Mapping[int, str]) -> list[str]:
+def _lane_facts(result: Replay, members: Sequence[int]) -> list[str]:
     """What a lane's heading says of its ranks: where they ran (hosts, pids),
     when they started (UTC), and for several ranks the fastest and slowest."""
     facts: list[str] = []
     timelines = result.timeline.ranks
-    where = sorted({hosts[rank] for rank in members if rank in hosts})
+    where = sorted({s.host for rank in members if (s := timelines[rank].started) is not None})
     if where:
         shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
         facts.append(f"host{'s' if len(where) > 1 else ''} {shown}")
@@ -576,12 +558,10 @@ def _lane(
     result: Replay,
     members: list[int],
     rank_outcome: RunOutcome,
-    ended: Mapping[int, Mapping[str, _Ended]],
     step_messages: Mapping[int, Mapping[str, list[Any]]],
     decisions: Mapping[int, Mapping[str, list[DecisionMade]]],
     scale: _Scale,
     died: int | None,
-    hosts: Mapping[int, str],
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
     the first, with the duration range across all of them; ``scale`` is
@@ -595,7 +575,7 @@ def _lane(
     # A lane of one rank that names its role (a recorded engine process)
     # says it, as the text report does.
     label = rank_label(result, first) if len(members) == 1 else who
-    facts = " \N{MIDDLE DOT} ".join(_lane_facts(result, members, hosts))
+    facts = " \N{MIDDLE DOT} ".join(_lane_facts(result, members))
     rows: list[str] = [
         f'<div class="lane" data-ranks="{_e(who)}" data-outcome="{_e(rank_outcome.value)}">'
         f"<h3>{_e(label)} {_badge(rank_outcome.value)}"
@@ -615,11 +595,12 @@ def _lane(
             if (t := result.timeline.ranks[rank].steps.get(step)) is not None
             and (d := t.duration_ns) is not None
         ]
-        duration = (
-            _ms(timing.duration_ns)
-            if timing.duration_ns is not None
-            else f">= {_ms(end - timing.start_wall_ns)}"
-        )
+        if timing.duration_ns is not None:
+            own = duration = _ms(timing.duration_ns)
+        else:
+            own, duration = (
+                f"{sign} {_ms(end - timing.start_wall_ns)}" for sign in ("\u2265", ">=")
+            )
         if len(durations) > 1 and min(durations) != max(durations):
             duration = f"{_ms(min(durations))} to {_ms(max(durations))} across {who}"
         is_root = cause is not None and cause.step == step and cause.rank in members
@@ -631,7 +612,7 @@ def _lane(
             info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
         variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
         for rank in members:
-            found = ended.get(rank, {}).get(step)
+            found = _Ended.of(result.timeline.ranks[rank].steps.get(step))
             if found is not None:
                 variants.setdefault(found.text(), (found, []))[1].append(rank)
         for index, (detail, ranks) in enumerate(variants.values()):
@@ -684,11 +665,6 @@ def _lane(
         # The root cause's step is open from the start, and the root-cause
         # box links to it.
         root = ' id="root-step" open' if is_root else ""
-        own = (
-            _ms(timing.duration_ns)
-            if timing.duration_ns is not None
-            else f"\u2265 {_ms(end - timing.start_wall_ns)}"
-        )
         rows.append(
             f'<details class="step{" root" if is_root else ""}" data-step="{_e(step)}"'
             f' data-outcome="{_e(outcome)}"{root}><summary title="{_e(tip)}">'
