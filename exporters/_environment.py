@@ -206,7 +206,7 @@ def exporter_from_environment(
         _otlp_from_environment(env, timeout_s) if name == "otlp" else console_exporter()
         for name in dict.fromkeys(names)
     ]
-    return exporters[0] if len(exporters) == 1 else _FanOutExporter(exporters)
+    return combine_exporters(*exporters)
 
 
 def combine_exporters(*exporters: SpanExporter) -> SpanExporter:

@@ -59,13 +59,15 @@ def span_id_to_int(span_id: str) -> int:
     return int(span_id, 16)
 
 
-def span_context(trace_id: str, span_id: str, *, is_remote: bool = False) -> SpanContext:
-    """A sampled :class:`~opentelemetry.trace.SpanContext` for recorded hex ids.
+def span_context(
+    trace_id: str, span_id: str, *, is_remote: bool = False, sampled: bool = True
+) -> SpanContext:
+    """A :class:`~opentelemetry.trace.SpanContext` for recorded hex ids.
 
     Raises:
         ValueError: an id is not lower-case hex of the right length, or is zero.
     """
-    return _span_context(trace_id, span_id, is_remote)
+    return _span_context(trace_id, span_id, is_remote, sampled)
 
 
 # A step's span context is built by the activator while the step runs, again
@@ -74,12 +76,12 @@ def span_context(trace_id: str, span_id: str, *, is_remote: bool = False) -> Spa
 # costs a step. A SpanContext is an immutable tuple, so one can be shared; a failed
 # check raises and is not cached.
 @functools.lru_cache(maxsize=4096)
-def _span_context(trace_id: str, span_id: str, is_remote: bool) -> SpanContext:
+def _span_context(trace_id: str, span_id: str, is_remote: bool, sampled: bool) -> SpanContext:
     return SpanContext(
         trace_id=trace_id_to_int(trace_id),
         span_id=span_id_to_int(span_id),
         is_remote=is_remote,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
     )
 
 

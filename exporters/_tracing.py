@@ -35,6 +35,13 @@ __all__ = ["Tracing"]
 
 SeverityOf = Callable[[int, str, Event], Severity | None]
 
+#: The variables that ask for spans (a collector, or an exporter by name).
+_ASKING = (
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
+
 
 class Tracing:
     """Which spans a rank exports and where, and the machinery that does it.
@@ -80,15 +87,7 @@ class Tracing:
         happens in :meth:`attach`, after the rank's log has its first
         event)."""
         env = self._env
-        asks = self._otlp_endpoint or any(
-            env.get(name)
-            for name in (
-                "OTEL_TRACES_EXPORTER",
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            )
-        )
-        if not asks:
+        if not (self._otlp_endpoint or any(env.get(name) for name in _ASKING)):
             return None
         from ._environment import exporter_from_environment, otlp_exporter
 
@@ -119,7 +118,7 @@ class Tracing:
         from opentelemetry.sdk.trace.sampling import Decision
 
         from ._environment import sampler_from_environment
-        from ._propagation import parse_traceparent, span_id_to_int, trace_id_to_int
+        from ._propagation import parse_traceparent, span_context, trace_id_to_int
         from ._spans import ROOT_SPAN_NAME
 
         sampler = self._sampler = sampler_from_environment(self._env)
@@ -135,17 +134,9 @@ class Tracing:
                 else:
                     if traceparent.trace_id == trace_id:
                         sampled = traceparent.sampled
-            flags = trace.TraceFlags(
-                trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT
-            )
             parent = trace.set_span_in_context(
                 trace.NonRecordingSpan(
-                    trace.SpanContext(
-                        trace_id_to_int(trace_id),
-                        span_id_to_int(parent_span_id),
-                        is_remote=True,
-                        trace_flags=flags,
-                    )
+                    span_context(trace_id, parent_span_id, is_remote=True, sampled=sampled)
                 )
             )
         result = sampler.should_sample(parent, trace_id_to_int(trace_id), ROOT_SPAN_NAME)
@@ -163,14 +154,11 @@ class Tracing:
         ``OTEL_SDK_DISABLED=true`` turns every exporter off."""
         if self._disabled:
             return False
-        env = self._env
         return bool(
-            self._otlp_endpoint
-            or self._trace_file is not None
+            self._trace_file is not None
             or self._console is not None
-            or env.get("OTEL_TRACES_EXPORTER")
-            or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or self._otlp_endpoint
+            or any(self._env.get(name) for name in _ASKING)
         )
 
     def attach(self, log: EventLog, *, severity_of: SeverityOf | None = None) -> None:
