@@ -33,12 +33,10 @@ from events import (
 
 from ._errors import SpanExportError
 from ._live import Refused, captured_messages, quiet_opentelemetry_loggers, refused_at_once
-from ._spans import SeverityOf, readable_span, spans_from_events
+from ._spans import _ROOT_KIND, SeverityOf, readable_span, spans_from_events
 
 __all__ = ["export_events", "run_trace"]
 
-#: The ``startup.kind`` of a rank's root span.
-_ROOT_KIND = "run"
 #: The ``startup.kind`` of a launch's own span.
 _LAUNCH_KIND = "launch"
 

@@ -405,10 +405,6 @@ def _provenance_line(replay: Replay) -> list[str]:
     return [terminal_text(f"Not a real start: {text}")]
 
 
-#: At most this many ranks without events are described one by one (with
-#: what their launcher saw); the rest are listed as rank ranges.
-_RANKS_DESCRIBED = 8
-
 #: Links of a root cause's chain the text report shows: the outermost ones
 #: and the root, with a count of those in between.
 _TEXT_CHAIN_LINKS = 12

@@ -322,21 +322,17 @@ def read_run(
     if manifests:
         path, manifest = manifests[0]
         launch = manifest.to_launch_record(source=str(path / "manifest.json"))
-    if empty:
-        import attrs
-
-        from events import LaunchRecord
-
-        launch = attrs.evolve(launch or LaunchRecord(), empty_logs=frozenset(empty))
     if not kept and not empty and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
     running = frozenset(_still_running(kept, launch))
-    if running:
+    if empty or running:
         import attrs
 
         from events import LaunchRecord
 
-        launch = attrs.evolve(launch or LaunchRecord(), running=running)
+        launch = attrs.evolve(
+            launch or LaunchRecord(), empty_logs=frozenset(empty), running=running
+        )
     kept.sort(key=lambda log: log.folded.rank if log.folded is not None else -1)
     return RunLogs(logs=kept, launch=launch, slices=chosen, until=until)
 
