@@ -43,8 +43,8 @@ import orjson
 
 import events
 from events import ExceptionInfo, Outcome, Redactor
+from events._builders import evolve
 from events._codec import SEQUENCED_LINE_ENCODERS
-from events._log import _with_seq as with_seq
 
 RUN_ID = "bench-run"
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
                 lambda pair: SEQUENCED_LINE_ENCODERS[type(pair[1])](pair[1], pair[0]), seqs
             ),
             "event copied with its seq alone": lambda: _each(
-                lambda pair: with_seq(pair[1], pair[0]), seqs
+                lambda pair: evolve(pair[1], {"seq": pair[0]}), seqs
             ),
             "attrs.evolve(event, seq=...) (for comparison)": lambda: _each(
                 lambda pair: attrs.evolve(pair[1], seq=pair[0]), seqs

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["builder", "evolve", "field_names", "replacer", "twin"]
+__all__ = ["builder", "evolve", "field_names", "twin"]
 
 T = TypeVar("T")
 
@@ -57,28 +57,6 @@ def builder(cls: type[T], names: Sequence[str] | None = None) -> Callable[..., T
     ]
     built: Callable[..., T] = _compile(cls, "build", body)
     return built
-
-
-def replacer(cls: type[T], *names: str) -> Callable[..., T]:
-    """A function ``(instance, value, ...)`` returning a copy of ``instance``
-    with the fields ``names`` set to the values that follow it, in that
-    order, as ``attrs.evolve`` would.
-
-    Raises:
-        TypeError: ``cls`` does not qualify, has no field of one of
-            ``names``, or ``names`` is empty or names a field twice.
-    """
-    fields = field_names(cls)
-    if not names or len(set(names)) != len(names):
-        raise TypeError(f"replacer needs distinct field names, not {list(names)}")
-    for name in names:
-        if name not in fields:
-            raise TypeError(f"{cls.__qualname__} has no field {name!r}")
-    arguments = {name: f"value{index}" for index, name in enumerate(names)}
-    body = [f"def replace(source, {', '.join(arguments.values())}):", "    obj = mutable()"]
-    body += [f"    obj.{field} = {arguments.get(field, f'source.{field}')}" for field in fields]
-    replaced: Callable[..., T] = _compile(cls, "replace", body)
-    return replaced
 
 
 def evolve(instance: T, changes: Mapping[str, Any]) -> T:

@@ -521,7 +521,7 @@ class _Generated:
         self, ident: int, tag: str, fields: list[Any], hints: dict[str, Any]
     ) -> list[str]:
         """``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
-        (as :func:`events._builders.replacer` makes it) and the line record of
+        (as :func:`events._builders.evolve` makes it) and the line record of
         that copy (as ``encode_N_line`` makes it), reading each field once:
         what a log does with every event it is handed without its ``seq``."""
         lines = [

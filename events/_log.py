@@ -20,11 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, Self, runtime_checkable
 
-import attrs
 import orjson
 
-from ._builders import replacer
-from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS, encode_line
+from ._builders import evolve
+from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS
 from ._errors import LogClosedError, StreamMismatchError
 from ._model import Event
 
@@ -188,7 +187,7 @@ class _LogBase:
 
     def _store(self, event: Event, seq: int) -> Event:
         """Store ``event`` as number ``seq``; return it with that ``seq``."""
-        return event if event.seq == seq else _with_seq(event, seq)
+        return event if event.seq == seq else evolve(event, {"seq": seq})
 
     def _close(self) -> None:
         pass
@@ -326,12 +325,9 @@ class JsonlLog(_LogBase):
             else:
                 event, record = SEQUENCED_LINE_ENCODERS[type(event)](event, seq)
         except KeyError:  # a class of the user's own making
-            event = _with_seq(event, seq)
+            event = evolve(event, {"seq": seq})
             record = LINE_ENCODERS[event.TYPE](event)
-        try:
-            line = orjson.dumps(record, None, _NEWLINE)
-        except orjson.JSONEncodeError:
-            line = encode_line(event)
+        line = orjson.dumps(record, None, _NEWLINE)
         try:
             written = os.write(self._fd, line)
             if written != len(line):
@@ -386,27 +382,6 @@ def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
 
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
-
-#: Per event class, how to copy an event with another ``seq``.
-_SEQ_REPLACERS: dict[type[Event], Callable[[Event, int], Event]] = {}
-
-
-def _with_seq(event: Event, seq: int) -> Event:
-    """``attrs.evolve(event, seq=seq)``, without its keyword round trip for
-    the classes that allow it (all of this package's)."""
-    cls = type(event)
-    replace = _SEQ_REPLACERS.get(cls)
-    if replace is None:
-        try:
-            replace = replacer(cls, "seq")
-        except TypeError:  # a class of the user's own making
-            replace = _evolve_seq
-        _SEQ_REPLACERS[cls] = replace
-    return replace(event, seq)
-
-
-def _evolve_seq(event: Event, seq: int) -> Event:
-    return attrs.evolve(event, seq=seq)
 
 
 def _fsync_directory(directory: Path) -> None:

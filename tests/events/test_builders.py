@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import events
 from events import Outcome
-from events._builders import builder, evolve, replacer, twin
+from events._builders import builder, evolve, twin
 
 from .samples import PERMISSION_DENIED
 from .strategies import EVENTS
@@ -39,29 +39,6 @@ def test_built_instances_are_what_init_builds(event: events.Event) -> None:
         built.step = "changed"  # type: ignore[misc]
 
 
-@PROPERTY
-@given(event=EVENTS)
-def test_replaced_instances_are_what_evolve_builds(event: events.Event) -> None:
-    replaced = replacer(type(event), "seq")(event, 41)
-    assert type(replaced) is type(event)
-    assert replaced == attrs.evolve(event, seq=41)
-    assert replaced is not event
-    assert event.seq != 41 or event == replaced
-
-
-@PROPERTY
-@given(event=EVENTS)
-def test_several_fields_are_replaced_in_the_order_named(event: events.Event) -> None:
-    replace = replacer(type(event), "wall_ns", "rank", "parent_span_id")
-    replaced = replace(event, 7, 3, None)
-    assert type(replaced) is type(event)
-    assert replaced == attrs.evolve(event, wall_ns=7, rank=3, parent_span_id=None)
-    with pytest.raises(TypeError, match="distinct field names"):
-        replacer(type(event), "rank", "rank")
-    with pytest.raises(TypeError, match="distinct field names"):
-        replacer(type(event))
-
-
 def test_arguments_follow_the_given_order() -> None:
     order = (
         "node_rank",
@@ -86,8 +63,6 @@ def test_arguments_follow_the_given_order() -> None:
         builder(events.RankIdentity, ("rank", "world_size"))
     with pytest.raises(TypeError, match="has the fields"):
         builder(events.RankIdentity, ("rank", "rank", "world_size", "local_rank", "node_rank"))
-    with pytest.raises(TypeError, match="no field 'nope'"):
-        replacer(events.RankIdentity, "nope")
 
 
 def test_post_init_invariants_still_hold() -> None:
@@ -96,13 +71,11 @@ def test_post_init_invariants_still_hold() -> None:
     values = fields_of(fine) | {"outcome": Outcome.OK}
     with pytest.raises(ValueError, match="must be absent, unavailable or invalid"):
         builder(events.StepUnavailable)(*values.values())
-    with pytest.raises(ValueError, match="must be absent, unavailable or invalid"):
-        replacer(events.StepUnavailable, "outcome")(fine, Outcome.FAILED)
 
 
 def test_the_twin_never_shows() -> None:
     event = events.StepStarted(run_id="r", rank=0, wall_ns=1, mono_ns=1)
-    copy = replacer(events.StepStarted, "seq")(event, 3)
+    copy = evolve(event, {"seq": 3})
     assert type(copy) is events.StepStarted
     assert issubclass(twin(events.StepStarted), events.StepStarted)  # a subclass...
     assert twin(events.StepStarted) is twin(events.StepStarted)  # ...made once
@@ -162,8 +135,6 @@ class OwnNew:
 def test_classes_init_would_build_differently_are_refused(cls: type[object]) -> None:
     with pytest.raises(TypeError, match="cannot be built without its __init__"):
         builder(cls)
-    with pytest.raises(TypeError, match="cannot be built without its __init__"):
-        replacer(cls, "level")
 
 
 @attrs.frozen(kw_only=True)
@@ -174,8 +145,6 @@ class CheckedStart(events.StepStarted):
 
 
 def test_logs_copy_other_classes_with_attrs() -> None:
-    with pytest.raises(TypeError):
-        replacer(CheckedStart, "seq")
     log = events.MemoryLog("r")
     event = CheckedStart(run_id="r", rank=0, wall_ns=1, mono_ns=1, budget=5)
     assert log.append(event) == 0
