@@ -207,23 +207,13 @@ class RankState:
         if self.failure is not None:
             return self.failure
         tracking = self.tracking
+        # Died mid-propagation: the failure was on its way up (a finished
+        # rank has none pending).
+        going_up = [f for f in tracking.failures if f.cause is not None]
+        if going_up:
+            return _root_cause(self, going_up[0], None)
         in_flight = self.in_flight
-        if not self.finished:
-            # Died mid-propagation: the failure was on its way up.
-            going_up = [f for f in tracking.failures if f.cause is not None]
-            if going_up:
-                return _root_cause(self, going_up[0], None)
-            step = _one_step(in_flight, self.last_step)
-            return RootCause(
-                rank=self.rank,
-                step=step,
-                exception=None,
-                outcome=self.outcome,
-                wall_ns=self.last_wall_ns,
-                seq=self.last_seq,
-                in_flight=in_flight,
-                waiting=_waiting(self, step, in_flight),
-            )
+        # An unfinished rank has no finish fields: its last event speaks.
         step = tracking.failed_step or _one_step(in_flight, self.last_step)
         return RootCause(
             rank=self.rank,
