@@ -47,8 +47,6 @@ production runs; nothing patches ``builtins``.
 
 from __future__ import annotations
 
-import copy
-import importlib.machinery
 from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any, TypeVar
@@ -59,7 +57,7 @@ from events import Event, MemoryLog, Outcome, RunFinished, outcome_of
 
 from ._faults import Fault, FaultAction, FaultPlan
 from ._graph import Graph
-from ._importer import Importer, RealImporter
+from ._importer import Importer, TableImporter
 from ._runner import Runner, RunResult
 
 __all__ = ["Captured", "FakeHost", "crash", "fake_host", "faults", "hang", "raise_", "run_captured"]
@@ -239,96 +237,4 @@ def fake_host(
                 f"fake_host() module {module!r}: expected a module, an exception or None, "
                 f"not {type(answer).__name__}"
             )
-    return FakeHost(name=name, importer=_FakeImporter(answers, base), facts=facts)
-
-
-class _FakeImporter:
-    """The importer of a :class:`FakeHost` (see :func:`fake_host`)."""
-
-    def __init__(
-        self, modules: Mapping[str, ModuleType | BaseException | None], base: Importer | None
-    ) -> None:
-        self._modules = dict(modules)
-        self._base = base
-        self._packages: dict[str, ModuleType] = {}
-
-    def __repr__(self) -> str:
-        return f"FakeImporter({sorted(self._modules)!r}, base={self._base!r})"
-
-    def _is_parent(self, name: str) -> bool:
-        return any(listed.startswith(name + ".") for listed in self._modules)
-
-    def _answer(self, name: str) -> ModuleType | None:
-        """The module ``name`` itself imports as (its parents done), or
-        ``None`` when neither ``modules`` nor a listed child names it.
-        Raises what importing it raises."""
-        if name in self._modules:
-            answer = self._modules[name]
-            if answer is None:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            if isinstance(answer, BaseException):
-                raise _fresh(answer)
-            return answer
-        if self._is_parent(name):
-            return self._packages.setdefault(name, _package(name))
-        return None
-
-    def import_module(self, name: str) -> ModuleType:
-        """Import ``name`` (its parent packages first) from the fake host."""
-        parts = name.split(".")
-        module: ModuleType | None = None
-        for end in range(1, len(parts) + 1):
-            module = self._answer(".".join(parts[:end]))
-            if module is None:
-                # Nothing below an unlisted module is listed: the rest is the base's.
-                if self._base is None:
-                    missing = ".".join(parts[:end])
-                    raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
-                return self._base.import_module(name)
-        assert module is not None
-        return module
-
-    def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
-        """A spec if ``name`` would import or raise on import; ``None`` if it
-        or a parent package is not installed. As with importlib, a parent
-        package that raises on import raises here."""
-        parts = name.split(".")
-        for end in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:end])
-            if prefix not in self._modules and not self._is_parent(prefix):
-                return None if self._base is None else self._base.find_spec(name)
-            answer = self._modules.get(prefix)
-            if prefix in self._modules and answer is None:
-                return None
-            if isinstance(answer, BaseException) and end < len(parts):
-                raise _fresh(answer)
-        return importlib.machinery.ModuleSpec(name, loader=None, origin="fake host")
-
-    def isolation_spec(self) -> dict[str, Any] | None:
-        """How a process-isolated step rebuilds this importer: possible only
-        when nothing but the base answers."""
-        if self._modules or self._base is None:
-            raise TypeError(
-                "a fake host's modules do not cross into a process-isolated step; "
-                "give the step's host a base importer that does"
-            )
-        spec = getattr(self._base, "isolation_spec", None)
-        if spec is None and not isinstance(self._base, RealImporter):
-            raise TypeError(f"{self._base!r} cannot be rebuilt in a process-isolated step")
-        return None if spec is None else dict(spec())
-
-
-def _fresh(exception: BaseException) -> BaseException:
-    # A copy per import, so one import's traceback and context never show
-    # up on the next; an exception that cannot be copied is raised as is.
-    try:
-        return copy.copy(exception)
-    except Exception:
-        return exception
-
-
-def _package(name: str) -> ModuleType:
-    package = ModuleType(name, f"Fake package {name} (a parent of a fake host's module).")
-    package.__path__ = []
-    package.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin="fake host")
-    return package
+    return FakeHost(name=name, importer=TableImporter(answers, base), facts=facts)

@@ -45,7 +45,6 @@ import enum
 import importlib.machinery
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +57,7 @@ from events._codec import structure, unstructure
 
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
+from .._importer import TableImporter
 from .._json_text import load_json
 from ._config import BUILD_TARGETS, ProfileError
 from ._host import (
@@ -541,90 +541,45 @@ def rebuild_simulated_host(args: Any) -> SimulatedHost:
     return SimulatedHost(Profile.from_json(args, source="parent process"))
 
 
-class SimulatedImporter:
+class SimulatedImporter(TableImporter):
     """Imports from a :class:`Profile`: synthetic modules for ``import``
-    entries (with the attributes the probes use), ModuleNotFoundError for
-    absent and unlisted modules, the configured exception for ``raise``
-    entries. ``find_spec`` answers as importlib would: a spec for modules
-    that import or raise (and for parent packages of listed modules),
-    ``None`` for absent ones."""
+    entries (with the attributes the probes use) and for the parent
+    packages of listed modules, ModuleNotFoundError for absent and unlisted
+    modules, a fresh instance of the configured exception for ``raise``
+    entries: the profile's table for :class:`~orchestrator._importer.TableImporter`."""
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
-        self._rules = profile.effective_modules()
-        self._modules: dict[str, ModuleType] = {}
-        self._lock = threading.Lock()
+        origin = f"simulated:{profile.name}"
+        self._rules = rules = profile.effective_modules()
+        # Listed modules and their parent packages, built parents first.
+        names: set[str] = set()
+        for listed in rules:
+            parts = listed.split(".")
+            names.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        modules: dict[str, ModuleType | BaseException | None] = {}
+        for name in sorted(names, key=lambda n: n.count(".")):
+            rule = rules.get(name, ModuleRule())
+            if rule.action is ModuleAction.RAISE:
+                modules[name] = rule.make_exception(name)
+            elif rule.action is ModuleAction.IMPORT:
+                modules[name] = module = ModuleType(name, f"Simulated {name} ({origin}).")
+                module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin=origin)
+                module.__version__ = _VERSIONS.get(name, "0.0.0+simulated")  # type: ignore[attr-defined]
+                if name in _POPULATE:
+                    _POPULATE[name](module, profile)
+                parent, _, child = name.rpartition(".")
+                if isinstance(modules.get(parent), ModuleType):
+                    setattr(modules[parent], child, module)
+            else:
+                modules[name] = None
+        super().__init__(modules, None, origin)
 
     def __repr__(self) -> str:
         return f"SimulatedImporter({self.profile.name!r})"
 
-    def _is_parent(self, name: str) -> bool:
-        return any(listed.startswith(name + ".") for listed in self._rules)
-
-    def _check(self, name: str) -> None:
-        """Raise what importing ``name`` itself (its parents already done)
-        raises, if anything."""
-        rule = self._rules.get(name)
-        if rule is None:
-            if self._is_parent(name):
-                return
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        if rule.action is ModuleAction.ABSENT:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        if rule.action is ModuleAction.RAISE:
-            raise rule.make_exception(name)
-
-    def import_module(self, name: str) -> ModuleType:
-        """Import ``name`` (and its parent packages, first) from the profile."""
-        parts = name.split(".")
-        for end in range(1, len(parts) + 1):
-            self._check(".".join(parts[:end]))
-        return self._module(name)
-
-    def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
-        """A spec if ``name`` imports or raises on import; ``None`` if it (or
-        a parent package) is absent. As with importlib, a parent package that
-        raises on import raises here."""
-        parts = name.split(".")
-        for end in range(1, len(parts)):
-            parent = ".".join(parts[:end])
-            try:
-                self._check(parent)
-            except ModuleNotFoundError as exc:
-                if exc.name == parent:
-                    return None
-                raise
-        rule = self._rules.get(name)
-        if rule is None and not self._is_parent(name):
-            return None
-        if rule is not None and rule.action is ModuleAction.ABSENT:
-            return None
-        return importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
-
-    @property
-    def _origin(self) -> str:
-        return f"simulated:{self.profile.name}"
-
-    def _module(self, name: str) -> ModuleType:
-        with self._lock:
-            cached = self._modules.get(name)
-            if cached is not None:
-                return cached
-            module = self._build(name)
-            self._modules[name] = module
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(self._module(parent), child, module)
-        return module
-
-    def _build(self, name: str) -> ModuleType:
-        module = ModuleType(name, f"Simulated {name} ({self._origin}).")
-        module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
-        module.__version__ = _VERSIONS.get(name, "0.0.0+simulated")  # type: ignore[attr-defined]
-        populate = _POPULATE.get(name)
-        if populate is not None:
-            populate(module, self.profile)
-        return module
+    def _fresh(self, name: str, exception: BaseException) -> BaseException:
+        return self._rules[name].make_exception(name)
 
     def isolation_spec(self) -> dict[str, Any]:
         """Rebuilt in a child process by :func:`rebuild_simulated_importer`."""
