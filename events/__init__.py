@@ -24,9 +24,6 @@ from ._surface import Surface as _Surface
 # use (PEP 562), with __all__ and dir(), so importing the package for one
 # thing (the command line's --help) does not import everything.
 if typing.TYPE_CHECKING:
-    from ._codec import UPCASTERS as UPCASTERS
-    from ._codec import Upcaster as Upcaster
-    from ._codec import Upcasters as Upcasters
     from ._codec import decode as decode
     from ._codec import decode_exception as decode_exception
     from ._codec import decode_record as decode_record

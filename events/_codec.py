@@ -7,8 +7,8 @@ default are omitted, so records of healthy steps stay short.
 Decoding accepts only plain JSON values and builds only the event classes of
 :data:`events.EVENT_TYPES`; nothing named in a record is imported, looked up
 or evaluated. Every field is type-checked strictly (``"1"`` is not an int).
-Records of older schema versions are upgraded by the upcasters registered in
-an :class:`Upcasters` registry before they are checked.
+Records of older schema versions are upgraded, one version at a time, before
+they are checked.
 
 Each class gets an encoder and a decoder generated once, on first use, from its
 attrs field definitions, so a field added to the model is encoded and
@@ -51,9 +51,6 @@ from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity, Stop
 from ._type_names import public_type_names
 
 __all__ = [
-    "UPCASTERS",
-    "Upcaster",
-    "Upcasters",
     "decode",
     "decode_exception",
     "decode_record",
@@ -64,68 +61,27 @@ __all__ = [
     "unstructure",
 ]
 
-#: An upcaster takes a record of version N (a fresh dict it may change) and
-#: returns the same record in version N + 1.
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-
 T = TypeVar("T")
 
 
-class Upcasters:
-    """A registry of record upgrades, one per (type tag, from-version).
+def _upcast(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (not changed) upgraded to :data:`SCHEMA_VERSION` by the
+    upgrades of :data:`_UPGRADES` from its version on.
 
-    A record of version ``v`` is upgraded by the upcaster registered for its
-    type at ``v`` (or for ``"*"`` at ``v``, which applies to every type), then
-    by the one at ``v + 1`` and so on, until it reaches
-    :data:`SCHEMA_VERSION`. A missing step is an
-    :class:`~events.UnsupportedVersionError`.
+    Raises:
+        UnsupportedVersionError: the version is missing or newer than this
+            release.
     """
-
-    def __init__(self) -> None:
-        self._table: dict[tuple[str, int], Upcaster] = {}
-
-    def register(self, type_tag: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
-        """Decorator: register ``fn`` to upgrade ``type_tag`` records from
-        ``from_version`` to ``from_version + 1`` (``"*"`` for every type)."""
-
-        def decorator(fn: Upcaster) -> Upcaster:
-            key = (type_tag, from_version)
-            if key in self._table:
-                raise ValueError(f"an upcaster for {type_tag!r} v{from_version} exists already")
-            self._table[key] = fn
-            return fn
-
-        return decorator
-
-    def upcast(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Return ``record`` upgraded to :data:`SCHEMA_VERSION`.
-
-        Raises:
-            UnsupportedVersionError: the version is missing, newer than this
-                release, or has no upcaster for the record's type.
-        """
-        version = record.get("v")
-        if type(version) is not int or version < 0 or version > SCHEMA_VERSION:
-            raise UnsupportedVersionError(version, SCHEMA_VERSION)
-        type_tag = record.get("type")
-        while version < SCHEMA_VERSION:
-            fn = self._table.get((str(type_tag), version)) or self._table.get(("*", version))
-            if fn is None:
-                raise UnsupportedVersionError(
-                    version, SCHEMA_VERSION, f" for type {type_tag!r} (no upcaster)"
-                )
-            record = fn(dict(record))
-            version += 1
-            record["v"] = version
-            type_tag = record.get("type")
-        return record
+    version = record.get("v")
+    if type(version) is not int or version < 0 or version > SCHEMA_VERSION:
+        raise UnsupportedVersionError(version, SCHEMA_VERSION)
+    record = dict(record)
+    for upgrade in _UPGRADES[version:]:
+        record = upgrade(record)
+    record["v"] = SCHEMA_VERSION
+    return record
 
 
-#: The upcasters this release ships.
-UPCASTERS = Upcasters()
-
-
-@UPCASTERS.register("*", 0)
 def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (pre-release logs) stored the time as float seconds in
     ``time`` with no monotonic clock, a single ``reason`` string on
@@ -155,11 +111,6 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-# Version 2 records exception types by their public path (see _type_names).
-UPCASTERS.register("*", 1)(public_type_names)
-
-
-@UPCASTERS.register("*", 2)
 def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
     """Version 3 records where a failure started (``step.failed``'s
     ``origin``, replacing ``propagated``, which was always true) and a stop
@@ -181,6 +132,17 @@ def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
         signal = head.removeprefix("received ") if head.startswith("received ") else None
         record["stop"] = {"signal": signal, "reason": reason or None}
     return record
+
+
+#: Version N's record to version N + 1's, for every N below SCHEMA_VERSION:
+#: each takes a record of its own (it may change it) and returns it. Version
+#: 2 records exception types by their public path (see _type_names).
+_UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
+    _v0_to_v1,
+    public_type_names,
+    _v2_to_v3,
+)
+assert len(_UPGRADES) == SCHEMA_VERSION
 
 
 # --- what a decoder says is wrong ---------------------------------------------------
@@ -922,7 +884,7 @@ def encode_line(event: Event) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
+def decode_record(record: object) -> Event:
     """Build the event a JSON object describes.
 
     The record is not modified.
@@ -930,13 +892,13 @@ def decode_record(record: object, upcasters: Upcasters = UPCASTERS) -> Event:
     Raises:
         DecodeError: ``record`` is not an object or its fields do not fit.
         UnknownEventTypeError: its ``type`` is not known.
-        UnsupportedVersionError: its ``v`` is newer or has no upcaster.
+        UnsupportedVersionError: its ``v`` is missing or newer than this release.
     """
     if type(record) is not dict:
         raise DecodeError(f"a record must be a JSON object, not {_json_type(record)}")
     version = record.get("v")
     if version != SCHEMA_VERSION or type(version) is not int:
-        record = upcasters.upcast(record)
+        record = _upcast(record)
     type_tag: Any = record.get("type")
     if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
@@ -1041,11 +1003,11 @@ def unstructure(instance: Any) -> dict[str, Any]:
     return _UNSTRUCTURERS[cls](instance)
 
 
-def decode(line: bytes | str, upcasters: Upcasters = UPCASTERS) -> Event:
+def decode(line: bytes | str) -> Event:
     """Parse one JSON line and :func:`decode_record` it.
 
     Raises:
         DecodeError: the line is not JSON or not a valid event (see
             :func:`decode_record`).
     """
-    return decode_record(_loads(line), upcasters)
+    return decode_record(_loads(line))

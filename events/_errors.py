@@ -124,8 +124,7 @@ class UnknownEventTypeError(DecodeError):
 
 
 class UnsupportedVersionError(DecodeError):
-    """The record's schema version is newer than this release or has no
-    upcaster.
+    """The record's schema version is missing, or not one this release reads.
 
     Attributes:
         version: the version found.
@@ -134,7 +133,7 @@ class UnsupportedVersionError(DecodeError):
 
     __module__ = "events"
 
-    def __init__(self, version: object, supported: int, detail: str = "") -> None:
+    def __init__(self, version: object, supported: int) -> None:
         self.version = version
         self.supported = supported
         hint = (
@@ -145,11 +144,11 @@ class UnsupportedVersionError(DecodeError):
         if version is None:
             # No "v" at all: most likely a JSON Lines file of something else.
             super().__init__(
-                f'not a startup event: the record has no schema version ("v"){detail}; '
+                f'not a startup event: the record has no schema version ("v"); '
                 f"{hint}: is this a startup-orchestrator log?"
             )
             return
-        super().__init__(f"unsupported schema version {version!r}{detail}; {hint}")
+        super().__init__(f"unsupported schema version {version!r}; {hint}")
 
 
 class LogError(EventsError):

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import orjson
 
-from ._codec import CURRENT_DECODERS, UPCASTERS, Upcasters, decode
+from ._codec import CURRENT_DECODERS, decode
 from ._errors import (
     DecodeError,
     ForeignEventError,
@@ -183,7 +183,7 @@ def _file_kind(mode: int) -> str:
     return "special file"
 
 
-def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> LogContents:
+def read_log(path: str | os.PathLike[str]) -> LogContents:
     """Read every event of one rank's log file, strictly.
 
     Returns:
@@ -198,10 +198,10 @@ def read_log(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
         LogError: the file cannot be read.
     """
     file = Path(path)
-    return _read(file, _read_bytes(file), upcasters)
+    return _read(file, _read_bytes(file))
 
 
-def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
+def _read(file: Path, data: bytes) -> LogContents:
     lines = data.split(b"\n")
     # What follows the last newline: nothing, or a line the writer never
     # finished.
@@ -235,7 +235,7 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
             pass
         if event is None:
             try:
-                event = decode(content, upcasters)
+                event = decode(content)
             except DecodeError as exc:
                 # Every earlier line holds an event: this is the next one.
                 raise LogCorruptError(file, len(events) + 1, exc.reason) from exc
@@ -255,7 +255,7 @@ def _read(file: Path, data: bytes, upcasters: Upcasters) -> LogContents:
     return LogContents(path=file, events=tuple(events), torn_tail=torn)
 
 
-def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) -> list[LogProblem]:
+def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     """List every integrity problem in a log file instead of stopping at the
     first. An empty list means the file reads cleanly and is complete (it
     starts with ``run.started`` and ends with ``run.finished``)."""
@@ -284,7 +284,7 @@ def validate(path: str | os.PathLike[str], *, upcasters: Upcasters = UPCASTERS) 
             )
             break
         try:
-            event = decode(content, upcasters)
+            event = decode(content)
         except DecodeError as exc:
             problems.append(
                 LogProblem(path=file, line=number, kind=_kind_of(exc), message=exc.reason)

@@ -47,7 +47,7 @@ def public_type_name(name: str) -> str:
 
 
 def public_type_names(record: dict[str, Any]) -> dict[str, Any]:
-    """Upcaster from schema version 1 to 2: rename the exception types of
+    """The upgrade from schema version 1 to 2: rename the exception types of
     ``record``'s ``cause`` (and the causes, contexts and group members nested
     in it) to their public paths.
 
@@ -59,7 +59,7 @@ def public_type_names(record: dict[str, Any]) -> dict[str, Any]:
     cause = record.get("cause")
     if not isinstance(cause, dict):
         return record
-    # ``record`` is the upcaster's own copy, but nested objects are shared
+    # ``record`` is the upgrade's own copy, but nested objects are shared
     # with the caller's parsed JSON: copy each exception record before
     # changing it.
     record["cause"] = top = dict(cause)

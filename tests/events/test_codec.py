@@ -493,35 +493,7 @@ def test_a_version_2_failure_drops_propagated_and_has_no_origin() -> None:
     assert failed.origin is None
 
 
-def test_custom_upcaster_registry() -> None:
-    registry = events.Upcasters()
-
-    @registry.register("step.succeeded", 0)
-    def rename_value(record: dict[str, Any]) -> dict[str, Any]:
-        record["result"] = record.pop("value")
-        return record
-
-    # Every version needs its step: this registry's records change no
-    # further on their way from 1 to 3.
-    registry.register("*", 1)(lambda record: record)
-    registry.register("*", 2)(lambda record: record)
-
-    old = base(v=0, value=42)
-    event = events.decode_record(old, registry)
-    assert isinstance(event, events.StepSucceeded)
-    assert event.result == 42
-    assert old["value"] == 42  # the caller's record is untouched
-    assert old["v"] == 0
-    # No upcaster for another type in this registry.
-    with pytest.raises(UnsupportedVersionError) as caught:
-        events.decode_record(base(v=0, type="step.cancelled"), registry)
-    assert "for type 'step.cancelled' (no upcaster)" in str(caught.value)
-    with pytest.raises(ValueError, match="exists already"):
-        registry.register("step.succeeded", 0)(rename_value)
-
-
-def test_shipped_registry_is_the_default() -> None:
-    assert isinstance(events.UPCASTERS, events.Upcasters)
+def test_a_version_0_record_is_upgraded_through_every_version() -> None:
     record = base(v=0, time=1.5)
     del record["wall_ns"], record["mono_ns"]
     event = events.decode_record(record)
