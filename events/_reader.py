@@ -127,21 +127,6 @@ class LogProblem:
         return f"{self.path}:{self.line}: {self.message}"
 
 
-def _lines(data: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
-    """Yield ``(line number, offset, content, terminated)`` for each line."""
-    offset = 0
-    number = 0
-    size = len(data)
-    while offset < size:
-        number += 1
-        end = data.find(b"\n", offset)
-        if end < 0:
-            yield number, offset, data[offset:], False
-            return
-        yield number, offset, data[offset:end], True
-        offset = end + 1
-
-
 def _read_bytes(path: Path) -> bytes:
     """The whole file; only a regular file is read.
 
@@ -265,30 +250,24 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     except LogError as exc:
         return [LogProblem(path=file, line=0, kind=ProblemKind.UNREADABLE, message=str(exc))]
     problems: list[LogProblem] = []
+
+    def found(line: int, kind: ProblemKind, message: str, *, fatal: bool = True) -> None:
+        problems.append(LogProblem(path=file, line=line, kind=kind, message=message, fatal=fatal))
+
     stream: tuple[str, int] | None = None
     expected = 0
     first: Event | None = None
     last: Event | None = None
     after_finished = False
     steps = _StepTree(file)
-    for number, _offset, content, terminated in _lines(data):
-        if not terminated:
-            problems.append(
-                LogProblem(
-                    path=file,
-                    line=number,
-                    kind=ProblemKind.TORN_TAIL,
-                    message=f"torn last line ({len(content)} bytes without a newline)",
-                    fatal=False,
-                )
-            )
-            break
+    # What follows the last newline: nothing, or a line the writer never
+    # finished.
+    *lines, tail = data.split(b"\n")
+    for number, content in enumerate(lines, 1):
         try:
             event = decode(content)
         except DecodeError as exc:
-            problems.append(
-                LogProblem(path=file, line=number, kind=_kind_of(exc), message=exc.reason)
-            )
+            found(number, _kind_of(exc), exc.reason)
             expected += 1  # assume the bad line held the next event
             continue
         foreign = stream is not None and (event.run_id, event.rank) != stream
@@ -296,59 +275,49 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             stream = (event.run_id, event.rank)
         elif foreign:
             error = ForeignEventError(file, number, stream, (event.run_id, event.rank))
-            problems.append(
-                LogProblem(
-                    path=file, line=number, kind=ProblemKind.FOREIGN_EVENT, message=error.reason
-                )
-            )
+            found(number, ProblemKind.FOREIGN_EVENT, error.reason)
         if event.seq != expected:
             gap = SequenceGapError(file, number, expected, event.seq)
-            problems.append(
-                LogProblem(
-                    path=file, line=number, kind=ProblemKind.SEQUENCE_GAP, message=gap.reason
-                )
-            )
+            found(number, ProblemKind.SEQUENCE_GAP, gap.reason)
         if not foreign and (after_finished or isinstance(last, RunFinished)):
             after_finished = True
-            problems.append(
-                LogProblem(
-                    path=file,
-                    line=number,
-                    kind=ProblemKind.AFTER_FINISHED,
-                    message=f"{event.TYPE} (seq {event.seq}) after run.finished: a finished "
-                    "rank writes nothing more",
-                )
+            found(
+                number,
+                ProblemKind.AFTER_FINISHED,
+                f"{event.TYPE} (seq {event.seq}) after run.finished: a finished rank writes "
+                "nothing more",
             )
         expected = event.seq + 1
         first = first or event
         last = event
         if not foreign:
             steps.add(event, number)
+    if tail:
+        found(
+            len(lines) + 1,
+            ProblemKind.TORN_TAIL,
+            f"torn last line ({len(tail)} bytes without a newline)",
+            fatal=False,
+        )
     problems.extend(steps.problems())
     if first is None or not isinstance(first, RunStarted):
-        problems.append(
-            LogProblem(
-                path=file,
-                line=1,
-                kind=ProblemKind.NOT_STARTED,
-                message="the log holds no complete event"
-                if first is None
-                else f"first event is {first.TYPE}, not run.started",
-                # read_log accepts such a file: like a missing run.finished,
-                # this is reported, not fatal.
-                fatal=False,
-            )
+        # read_log accepts such a file: like a missing run.finished, this is
+        # reported, not fatal.
+        found(
+            1,
+            ProblemKind.NOT_STARTED,
+            "the log holds no complete event"
+            if first is None
+            else f"first event is {first.TYPE}, not run.started",
+            fatal=False,
         )
     if last is not None and not isinstance(last, RunFinished) and not after_finished:
-        problems.append(
-            LogProblem(
-                path=file,
-                line=0,
-                kind=ProblemKind.NOT_FINISHED,
-                message=f"no run.finished event: the rank stopped after seq {last.seq} "
-                f"({last.TYPE} {last.step or ''})".rstrip(),
-                fatal=False,
-            )
+        found(
+            0,
+            ProblemKind.NOT_FINISHED,
+            f"no run.finished event: the rank stopped after seq {last.seq} "
+            f"({last.TYPE} {last.step or ''})".rstrip(),
+            fatal=False,
         )
     return problems
 
