@@ -233,6 +233,8 @@ class _Ended:
         if timing is None or not timing.finished:
             return None
         event = timing.end
+        if event is None:  # it ended ok
+            return _SAID_NOTHING
         if isinstance(event, StepUnavailable):
             return cls(event.reasons, event.cause)
         if isinstance(event, StepFailed):
