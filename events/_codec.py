@@ -15,11 +15,14 @@ attrs field definitions, so a field added to the model is encoded and
 decoded without touching this module (its type must be one the codec knows;
 an unknown type fails on the first encode or decode, and in the tests). The
 decoder checks each field as it builds the instance and names the first
-one that is wrong, by its path (``cause.frames[0].filename``). Logs use two
-more generated encoders per event class, for speed: one whose record only
-orjson sees (:data:`LINE_ENCODERS`), and one that also copies the event with
-the ``seq`` the log assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`);
-the bytes written are those :func:`encode` gives.
+one that is wrong, by its path (``cause.frames[0].filename``). The encoder
+makes a record only orjson sees (:data:`LINE_ENCODERS`: it may hold enum
+members and tuples, and share the instance's dicts); the functions that
+return a record (:func:`encode_record`, :func:`unstructure`) give what
+orjson reads back from it. Logs use one more generated encoder per event
+class, for speed, that also copies the event with the ``seq`` the log
+assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`); the bytes
+written are those :func:`encode` gives.
 
 An exception record read from a log is cut to :data:`MAX_CHAIN` linked
 records (its ``cause``, ``context`` and group members, all told) before it
@@ -391,8 +394,7 @@ class _Generated:
         encoded = [field for field in fields if field.name not in skipped]
         self._own = cls
         try:
-            self.source += self._encoder(ident, tag, encoded, hints, line=False)
-            self.source += self._encoder(ident, tag, encoded, hints, line=True)
+            self.source += self._encoder(ident, tag, encoded, hints)
             if tag is not None:
                 self.source += self._sequenced_encoder(ident, tag, encoded, hints)
             self.source += self._decoder(ident, tag, fields, skipped, hints)
@@ -408,11 +410,10 @@ class _Generated:
         exec(code, self.namespace)
         self.source = []
 
-    def encoder(self, cls: type[Any], *, line: bool = False) -> Callable[[Any], dict[str, Any]]:
-        """The compiled encoder of ``cls``; with ``line``, the one whose
-        record is only handed to orjson (see :meth:`_encoder`)."""
-        name = f"encode_{self.ids[cls]}{'_line' if line else ''}"
-        function: Callable[[Any], dict[str, Any]] = self.namespace[name]
+    def encoder(self, cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+        """The compiled encoder of ``cls``, whose record is only handed to
+        orjson (see :meth:`_encoder`)."""
+        function: Callable[[Any], dict[str, Any]] = self.namespace[f"encode_{self.ids[cls]}"]
         return function
 
     def decoder(self, cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
@@ -435,21 +436,17 @@ class _Generated:
         tag: str | None,
         fields: list[Any],
         hints: dict[str, Any],
-        *,
-        line: bool,
     ) -> list[str]:
-        # With ``line``, the record is for orjson alone (a log's line) and is
-        # dropped once written: enum members and tuples are left for orjson,
-        # which writes them as their values and as arrays, and a dict field
-        # is not copied. The JSON is the same; the record costs less.
-        mode = "_line" if line else ""
+        # The record is for orjson alone and is dropped once written: enum
+        # members and tuples are left for orjson, which writes them as their
+        # values and as arrays, and a dict field is not copied.
         # record = {"v": ..., "type": ...} plus the leading required fields as
         # one literal; then each field in order, defaults left out.
         literal = []
         if tag is not None:
             literal += [
                 '"v": obj.schema_version',
-                f'"type": {self._constant(f"tag_{ident}{mode}", tag)}',
+                f'"type": {self._constant(f"tag_{ident}", tag)}',
             ]
         lines: list[str] = []
         for field in fields:
@@ -457,9 +454,9 @@ class _Generated:
             shape = _shape(hints[name])
             if field.default is None and shape[0] == "optional":
                 # Emitted only when not None: no need to test for None again.
-                dump = self._dump(shape[1], "value", 0, line)
+                dump = self._dump(shape[1], "value", 0)
             else:
-                dump = self._dump(hints[name], "value", 0, line)
+                dump = self._dump(hints[name], "value", 0)
             if field.default is attrs.NOTHING and not lines and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
                 continue
@@ -473,10 +470,10 @@ class _Generated:
             if default is None:
                 lines.append("if value is not None:")
             else:
-                constant = self._constant(f"omitted_{ident}{mode}_{name}", default)
+                constant = self._constant(f"omitted_{ident}_{name}", default)
                 lines.append(f"if value != {constant}:")
             lines.append(f"    record[{name!r}] = {dump}")
-        head = [f"def encode_{ident}{mode}(obj):", f"    record = {{{', '.join(literal)}}}"]
+        head = [f"def encode_{ident}(obj):", f"    record = {{{', '.join(literal)}}}"]
         return [*head, *(f"    {line}" for line in lines), "    return record", ""]
 
     def _sequenced_encoder(
@@ -484,7 +481,7 @@ class _Generated:
     ) -> list[str]:
         """``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
         (as :func:`events._builders.evolve` makes it) and the line record of
-        that copy (as ``encode_N_line`` makes it), reading each field once:
+        that copy (as ``encode_N`` makes it), reading each field once:
         what a log does with every event it is handed without its ``seq``."""
         lines = [
             f"copy = twin_{ident}()",
@@ -496,9 +493,9 @@ class _Generated:
             name = field.name
             shape = _shape(hints[name])
             if field.default is None and shape[0] == "optional":
-                dump = self._dump(shape[1], "value", 0, True)
+                dump = self._dump(shape[1], "value", 0)
             else:
-                dump = self._dump(hints[name], "value", 0, True)
+                dump = self._dump(hints[name], "value", 0)
             lines += [
                 "value = seq" if name == "seq" else f"value = obj.{name}",
                 f"copy.{name} = value",
@@ -527,36 +524,27 @@ class _Generated:
         function = self.namespace[f"encode_{self.ids[cls]}_seq"]
         return function
 
-    def _dump(self, tp: Any, var: str, depth: int, line: bool) -> str:
-        """An expression turning the value in variable ``var`` into JSON (with
-        ``line``, into what orjson writes as that JSON)."""
+    def _dump(self, tp: Any, var: str, depth: int) -> str:
+        """An expression turning the value in variable ``var`` into what
+        orjson writes as its JSON."""
         match _shape(tp):
             case ("optional", inner):
-                dump = self._dump(inner, var, depth, line)
+                dump = self._dump(inner, var, depth)
                 return var if dump == var else f"(None if {var} is None else {dump})"
-            case ("enum", _):
-                return var if line else f"{var}.value"
             case ("tuple", item):
                 name = f"item{depth}"
-                dump = self._dump(item, name, depth + 1, line)
-                if dump == name:
-                    return var if line else f"list({var})"
-                return f"[{dump} for {name} in {var}]"
-            case ("fixed", _):
-                return var if line else f"list({var})"
+                dump = self._dump(item, name, depth + 1)
+                return var if dump == name else f"[{dump} for {name} in {var}]"
             case ("str_mapping",) | ("json_mapping",):
-                return (
-                    f"({var} if type({var}) is dict else dict({var}))" if line else f"dict({var})"
-                )
+                return f"({var} if type({var}) is dict else dict({var}))"
             case ("record_mapping", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 name = f"key{depth}"
-                encode = f"encode_{ident}{'_line' if line else ''}"
-                return f"{{{name}: {encode}({var}[{name}]) for {name} in {var}}}"
+                return f"{{{name}: encode_{ident}({var}[{name}]) for {name} in {var}}}"
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
-                return f"encode_{ident}{'_line' if line else ''}({var})"
-            case _:
+                return f"encode_{ident}({var})"
+            case _:  # enum members, fixed-size tuples and scalars: orjson's own
                 return var
 
     # Decoding ---------------------------------------------------------------------------
@@ -802,7 +790,6 @@ class _Table(dict[Any, Any]):
         raise KeyError(key)
 
 
-_EVENT_ENCODERS = _Table()
 _EVENT_DECODERS = _Table()
 #: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
 #: for readers that call them without :func:`decode_record`'s checks of the
@@ -810,12 +797,12 @@ _EVENT_DECODERS = _Table()
 #: ``ValueError`` for anything else, which :func:`decode_record` turns into
 #: the :class:`DecodeError` naming the field.
 CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
-_EVENT_LINE_ENCODERS = _Table()
-#: The generated encoders of log lines, by type tag, for a log that writes
+_EVENT_ENCODERS = _Table()
+#: The generated encoders, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: each returns a record only fit to
 #: be handed to orjson at once (it may share the event's dicts and hold enum
 #: members and tuples).
-LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_LINE_ENCODERS
+LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_ENCODERS
 #: By event class, ``(event, seq) -> (copy, record)``: the copy of the event
 #: with ``seq`` and the line record of that copy, in one pass over the fields
 #: (the record as :data:`LINE_ENCODERS` makes it).
@@ -842,7 +829,6 @@ def _compile() -> None:
         for tag, event_cls in EVENT_TYPES.items():
             _EVENT_ENCODERS[tag] = generated.encoder(event_cls)
             _EVENT_DECODERS[tag] = generated.decoder(event_cls)
-            _EVENT_LINE_ENCODERS[tag] = generated.encoder(event_cls, line=True)
             _SEQUENCED_LINE_ENCODERS[event_cls] = generated.sequenced_encoder(event_cls)
         for cls in _NESTED:
             _NESTED_DECODERS[cls] = generated.decoder(cls)
@@ -869,7 +855,7 @@ def _loads(line: bytes | str) -> Any:
 
 def encode_record(event: Event) -> dict[str, Any]:
     """The JSON object for ``event`` (``v`` and ``type`` first)."""
-    record: dict[str, Any] = _EVENT_ENCODERS[event.TYPE](event)
+    record: dict[str, Any] = orjson.loads(encode(event))
     return record
 
 
@@ -880,7 +866,7 @@ def encode(event: Event) -> bytes:
 
 def encode_line(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
-    record = _EVENT_LINE_ENCODERS[event.TYPE](event)
+    record = _EVENT_ENCODERS[event.TYPE](event)
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
@@ -913,7 +899,7 @@ def decode_record(record: object) -> Event:
 
 def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
     """``info`` as a JSON object (the form events embed)."""
-    encoded: dict[str, Any] = _NESTED_ENCODERS[ExceptionInfo](info)
+    encoded: dict[str, Any] = orjson.loads(orjson.dumps(_NESTED_ENCODERS[ExceptionInfo](info)))
     return encoded
 
 
@@ -1000,7 +986,8 @@ def unstructure(instance: Any) -> dict[str, Any]:
     cls = type(instance)
     if cls not in _UNSTRUCTURERS:
         _structurer(cls)
-    return _UNSTRUCTURERS[cls](instance)
+    record: dict[str, Any] = orjson.loads(orjson.dumps(_UNSTRUCTURERS[cls](instance)))
+    return record
 
 
 def decode(line: bytes | str) -> Event:
