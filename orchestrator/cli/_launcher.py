@@ -205,51 +205,38 @@ def _wait_without_threads() -> None:
 _DRAIN_S = 0.5
 
 
+@attrs.define(kw_only=True, eq=False)
 class _Launch:
-    """The ranks of one launch, what was done to them, and its manifest.
+    """The ranks of one launch, what was done to them, and its manifest
+    (the arguments are :func:`launch_local`'s).
 
     One task per rank waits for its process and records its end; a task
     forwards the stop signals the launcher receives; a task escalates once a
     rank ended other than ready or a stop was asked. Nothing polls."""
 
-    def __init__(
-        self,
-        *,
-        base: dict[str, str],
-        nproc: int,
-        rank_arguments: Sequence[str],
-        run_id: str,
-        run_dir: Path,
-        grace_s: float,
-        notify: Callable[[str], None],
-        book: LaunchBook,
-        tick: Callable[[], None] | None = None,
-        relay: Callable[[str], None] | None = None,
-        pass_fds: Sequence[int] = (),
-    ) -> None:
-        self.base = base
-        self.pass_fds = pass_fds
-        self.nproc = nproc
-        self.rank_arguments = rank_arguments
-        self.run_id = run_id
-        self.run_dir = run_dir
-        self.grace_s = grace_s
-        self.notify = notify
-        self.book = book
-        self.tick = tick
-        self.relay = relay
-        self.port = _free_port()
-        self.processes: list[Process] = []
-        #: how each rank that ended ended, by rank
-        self.exits: dict[int, RankExit] = {}
-        self.received: list[signal.Signals] = []  # the signals asked to stop, in order
-        #: rank -> what the launcher sent it and why
-        self.sent: dict[int, str] = {}
-        #: set once the launch cannot become ready: a rank ended other than
-        #: ready, or a stop was asked; ``why`` says which, for the manifest
-        self.trouble = anyio.Event()
-        self.why = ""
-        self.starting = True
+    base: dict[str, str]
+    nproc: int
+    rank_arguments: Sequence[str]
+    run_id: str
+    run_dir: Path
+    grace_s: float
+    notify: Callable[[str], None]
+    book: LaunchBook
+    tick: Callable[[], None] | None
+    relay: Callable[[str], None] | None
+    pass_fds: Sequence[int]
+    port: int = attrs.field(factory=_free_port)
+    processes: list[Process] = attrs.field(factory=list)
+    #: how each rank that ended ended, by rank
+    exits: dict[int, RankExit] = attrs.field(factory=dict)
+    received: list[signal.Signals] = attrs.field(factory=list)  # the stops asked, in order
+    #: rank -> what the launcher sent it and why
+    sent: dict[int, str] = attrs.field(factory=dict)
+    #: set once the launch cannot become ready: a rank ended other than
+    #: ready, or a stop was asked; ``why`` says which, for the manifest
+    trouble: anyio.Event = attrs.field(factory=anyio.Event)
+    why: str = ""
+    starting: bool = True
 
     async def run(self) -> None:
         with contextlib.ExitStack() as stack:
@@ -275,13 +262,16 @@ class _Launch:
     async def forward(self, signals: AsyncIterator[signal.Signals]) -> None:
         async for signum in signals:
             self.received.append(signum)
-            name = _signal_name(signum)
-            for rank, process in enumerate(self.processes):
+            for rank in range(len(self.processes)):
                 if rank not in self.exits:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.send_signal(signum)
-                    self.sent.setdefault(rank, f"{name}: the launcher was asked to stop")
+                    self.pass_on(signum, rank)
             self.trouble_from("after the launcher was asked to stop")
+
+    def pass_on(self, signum: signal.Signals, rank: int) -> None:
+        """Send ``rank`` a stop the launcher was asked for."""
+        with contextlib.suppress(ProcessLookupError):
+            self.processes[rank].send_signal(signum)
+        self.sent.setdefault(rank, f"{_signal_name(signum)}: the launcher was asked to stop")
 
     def trouble_from(self, why: str) -> None:
         if not self.trouble.is_set():
@@ -305,10 +295,7 @@ class _Launch:
             for rank in running:
                 self.sent[rank] = f"{name} {self.why}, {self.grace_s:g} s later"
                 with contextlib.suppress(ProcessLookupError):
-                    if name == "SIGTERM":
-                        self.processes[rank].terminate()
-                    else:
-                        self.processes[rank].kill()
+                    self.processes[rank].send_signal(signal.Signals[name])
 
     @staticmethod
     async def ticking(tick: Callable[[], None]) -> None:
@@ -357,11 +344,7 @@ class _Launch:
             if self.received:
                 # Asked to stop while starting: this rank may have started
                 # after the signal was forwarded; the rest are not started.
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(self.received[-1])
-                self.sent.setdefault(
-                    rank, f"{_signal_name(self.received[-1])}: the launcher was asked to stop"
-                )
+                self.pass_on(self.received[-1], rank)
                 break
 
     async def watch(self, rank: int, process: Process, stderr: int | None) -> None:
@@ -434,19 +417,16 @@ def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:
 def _rank_environment(
     base: Mapping[str, str], rank: int, nproc: int, port: int, run_id: str
 ) -> dict[str, str]:
-    env = dict(base)
-    env.update(
-        {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(nproc),
-            "LOCAL_WORLD_SIZE": str(nproc),
-            "GROUP_RANK": "0",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            RUN_ID_VARIABLE: run_id,
-            CHILD_VARIABLE: "1",
-            LAUNCHER_PID_VARIABLE: str(os.getpid()),
-        }
-    )
-    return env
+    return {
+        **base,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        RUN_ID_VARIABLE: run_id,
+        CHILD_VARIABLE: "1",
+        LAUNCHER_PID_VARIABLE: str(os.getpid()),
+    }
