@@ -106,8 +106,6 @@ class _Tail:
                 raise InputError(f"{self.path}: not a regular file; it was not read")
             if info.st_size < self.offset:
                 raise InputError(f"{self.path}: the log got shorter while watched (rewritten?)")
-            if info.st_size == self.offset:
-                return []
             os.lseek(fd, self.offset, os.SEEK_SET)
             chunks = []
             while chunk := os.read(fd, 1 << 20):
@@ -118,11 +116,9 @@ class _Tail:
             os.close(fd)
         data = b"".join(chunks)
         self.offset += len(data)
-        complete, newline, rest = (self.pending + data).rpartition(b"\n")
+        complete, newline, self.pending = (self.pending + data).rpartition(b"\n")
         if not newline:
-            self.pending = rest
             return []
-        self.pending = rest
         events = []
         for content in complete.split(b"\n"):
             self.line += 1
@@ -158,15 +154,14 @@ class RunWatcher:
         self.state: TimelineState = self._timeline.initial()
         self.run_id: str | None = None
         self.world_size: int | None = None
-        self._manifest_world: int | None = None
-        #: rank -> (seconds since its last event when first seen, clock then)
-        self._progress: dict[int, tuple[float, float]] = {}
-        self._last_seq: dict[int, int] = {}
+        #: rank -> (seconds since its last progress when first seen, clock
+        #: then, that event's seq: ``None`` for a log of stalls only so far)
+        self._progress: dict[int, tuple[float, float, int | None]] = {}
         #: rank -> how its launcher saw its process end, for a rank that
         #: ended without ``run.finished`` (it died)
         self.died: dict[int, RankProcess] = {}
-        #: when the launch began (the manifest's), for times as ``+25 s``
-        self.launched_ns: int | None = None
+        #: the manifest last read (its world is the world; the launch's
+        #: start, for times as ``+25 s``)
         self._manifest: Manifest | None = None
         self._manifest_key: tuple[int, int, int] | None = None
 
@@ -174,45 +169,35 @@ class RunWatcher:
         """Read what was appended since the last poll; return the new events."""
         manifest = self._read_manifest()
         if manifest is not None:
-            self._manifest_world = manifest.world_size
             self.run_id = self.run_id or manifest.run_id
-            self.launched_ns = manifest.launcher.started_wall_ns
         if self.run_dir.is_dir():
             for path in self.run_dir.glob("rank-*.jsonl"):
                 rank = rank_of_file(path)
                 if rank is not None and rank not in self._tails:
                     self._tails[rank] = _Tail(path)
         new: list[Event] = []
-        now = self._clock()
-        now_wall = self._wall_ns()
+        now, now_wall = self._clock(), self._wall_ns()
         for rank in sorted(self._tails):
             events = self._tails[rank].read()
-            if not events:
-                continue
             for event in events:
                 if isinstance(event, RunStarted):
                     self.run_id = self.run_id or event.run_id
-                    size = event.identity.world_size
-                    self.world_size = max(self.world_size or 0, size)
+                    self.world_size = max(self.world_size or 0, event.identity.world_size)
             progress = [e for e in events if not isinstance(e, StepStalled)]
-            if progress:
-                last = progress[-1]
-                self._last_seq[rank] = last.seq
-                self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now)
-            elif rank not in self._progress:
-                # A log that so far holds only stalls still says it is alive.
-                self._progress[rank] = (max(0.0, (now_wall - events[0].wall_ns) / 1e9), now)
+            # A log that so far holds only stalls still says it is alive.
+            if progress or (events and rank not in self._progress):
+                last, seq = (progress[-1], progress[-1].seq) if progress else (events[0], None)
+                self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now, seq)
             new.extend(events)
         # Each poll's events are folded at once: the ranks' logs are separate
         # streams, so the order between them does not matter.
         self.state = self._timeline.apply_many(self.state, new)
         if manifest is not None:
-            for entry in manifest.ranks:
-                process = entry
-                if process.ended and not self.ended(entry.rank):
-                    self.died.setdefault(entry.rank, process)
-        if self._manifest_world is not None:
-            self.world_size = self._manifest_world
+            for process in manifest.ranks:
+                if process.ended and not self.ended(process.rank):
+                    self.died.setdefault(process.rank, process)
+        if self._manifest is not None:
+            self.world_size = self._manifest.world_size
         return new
 
     def _read_manifest(self) -> Manifest | None:
@@ -253,8 +238,7 @@ class RunWatcher:
     @property
     def ranks(self) -> list[int]:
         """Every rank known: the world's, and any with a log."""
-        known = set(self._tails) | set(range(self.world_size or 0))
-        return sorted(known)
+        return sorted(set(self._tails) | set(range(self.world_size or 0)))
 
     def ended(self, rank: int) -> bool:
         """Whether the rank has finished or died."""
@@ -263,103 +247,89 @@ class RunWatcher:
 
     def done(self) -> bool:
         """Whether every rank of the world has finished or died."""
-        if self.world_size is None:
-            return False
-        return all(self.ended(rank) for rank in self.ranks)
+        return self.world_size is not None and all(self.ended(rank) for rank in self.ranks)
 
     def idle_s(self, rank: int) -> float | None:
         """Seconds since the rank last appended an event (``None``: no event yet)."""
         seen = self._progress.get(rank)
-        if seen is None:
-            return None
-        age, when = seen
-        return age + self._clock() - when
+        return None if seen is None else seen[0] + self._clock() - seen[1]
 
     def last_seq(self, rank: int) -> int | None:
-        """The last event's ``seq`` read from the rank's log."""
-        return self._last_seq.get(rank)
+        """The ``seq`` of the last event read from the rank's log that is
+        progress (not a ``step.stalled``)."""
+        seen = self._progress.get(rank)
+        return None if seen is None else seen[2]
 
     def in_progress(self, rank: int) -> tuple[tuple[str, ...], float]:
         """The innermost steps the rank has started and not ended (those with
         no unfinished step under them), and the seconds since the oldest of
         them started."""
         timeline = self.state.ranks.get(rank)
-        if timeline is None:
-            return (), 0.0
-        open_steps = [t for t in timeline.steps.values() if not t.finished]
+        steps = () if timeline is None else timeline.steps.values()
+        open_steps = [t for t in steps if not t.finished]
         names = {t.step for t in open_steps}
-        leaves = [
-            t
-            for t in open_steps
-            if not any(other.startswith(t.step + "/") for other in names if other != t.step)
-        ]
+        leaves = [t for t in open_steps if not any(n.startswith(t.step + "/") for n in names)]
         if not leaves:
             return (), 0.0
         started = min(t.start_wall_ns for t in leaves)
         return tuple(t.step for t in leaves), max(0.0, (self._wall_ns() - started) / 1e9)
 
-    def describe(self, rank: int) -> tuple[str, str, float]:
-        """(state key, what to print before the duration, duration in seconds)."""
+    def describe(self, rank: int) -> tuple[str, float]:
+        """(its state, ending in `` in`` or `` for`` where the duration
+        goes, duration in seconds); ranks in the same state say the same."""
         timeline = self.state.ranks.get(rank)
-        finished = None if timeline is None else timeline.finished
-        if timeline is not None and finished is not None:
-            took = (timeline.duration_ns or 0) / 1e9
+        if timeline is not None and (finished := timeline.finished) is not None:
             where = f" at {finished.failed_step}" if finished.failed_step else ""
-            key = f"{finished.outcome.value}{where}"
-            return key, f"{key} in", took
+            return f"{finished.outcome.value}{where} in", (timeline.duration_ns or 0) / 1e9
         if rank in self.died:
-            death = self.death(rank)
-            return death, death, 0.0
+            return self.death(rank), 0.0
         if rank not in self._progress:
-            return "no log yet", "no log yet", 0.0
+            return "no log yet", 0.0
         steps, for_s = self.in_progress(rank)
         if not steps:
-            return "between steps", "between steps", self.idle_s(rank) or 0.0
-        key = f"in {_steps_text(steps)}"
-        stall = self.waiting_in(rank)
-        frame = stall.waiting_in if stall is not None else None
-        if frame is not None:
-            key += f" (waiting in {frame.where()})"
-        return key, f"{key} for", for_s
+            return "between steps for", self.idle_s(rank) or 0.0
+        text = f"in {_steps_text(steps)}"
+        if (stall := self.waiting_in(rank)) and (frame := stall.waiting_in):
+            text += f" (waiting in {frame.where()})"
+        return f"{text} for", for_s
 
     def death(self, rank: int) -> str:
         """``killed by SIGKILL at +25 s in attention/FLASH_ATTN, waiting in
         wait_for_fabric (fabric.py:42) after 22.0 s``: how a rank that died
         ended, where, and where it was last seen waiting."""
-        how = self.died[rank].how(since_ns=self.launched_ns).removeprefix("was ")
+        since_ns = None if self._manifest is None else self._manifest.launcher.started_wall_ns
+        how = self.died[rank].how(since_ns=since_ns).removeprefix("was ")
         steps, _ = self.in_progress(rank)
         where = f" in {_steps_text(steps)}" if steps else ""
         stall = self.waiting_in(rank)
         summary = stall.summary() if stall is not None else ""
         return f"{how}{where}" + (f", {summary}" if summary else "")
 
-    def groups(self, *, running: bool = False) -> list[tuple[str, tuple[int, ...], float]]:
-        """(text without ranks, ranks, longest duration) per group of ranks in
-        the same state, in the order of their lowest rank (``running``: only
-        the ranks not finished)."""
-        grouped: dict[str, tuple[str, list[int], float]] = {}
-        for rank in self.ranks:
-            if running and self.ended(rank):
-                continue
-            key, text, seconds = self.describe(rank)
-            if key in grouped:
-                prefix, ranks, longest = grouped[key]
-                ranks.append(rank)
-                grouped[key] = (prefix, ranks, max(longest, seconds))
-            else:
-                grouped[key] = (text, [rank], seconds)
-        return [(text, tuple(ranks), longest) for text, ranks, longest in grouped.values()]
-
     def status_lines(self, *, durations: bool = True, running: bool = False) -> list[str]:
-        """One line per group: ``ranks 0,2-7: ready in 5.8 s``."""
-        lines = []
-        for text, ranks, seconds in self.groups(running=running):
-            if text.endswith((" in", " for")):
-                text = f"{text} {_seconds(seconds)}" if durations else text.rsplit(" ", 1)[0]
-            elif text == "between steps" and durations:
-                text = f"{text} for {_seconds(seconds)}"
-            lines.append(f"{format_ranks(ranks)}: {text}")
-        return lines
+        """One line per group of ranks in the same state, in the order of
+        their lowest rank: ``ranks 0,2-7: ready in 5.8 s`` (``running``: only
+        the ranks not finished)."""
+        states = ((*self.describe(r), r) for r in self.ranks if not (running and self.ended(r)))
+        return [_status_line(*group, durations=durations) for group in _grouped(states)]
+
+
+def _grouped(items: Iterable[tuple[str, float, int]]) -> list[tuple[str, float, list[int]]]:
+    """(text, longest duration, ranks) per text of ``(text, duration, rank)``
+    items, in the order of their first."""
+    grouped: dict[str, tuple[float, list[int]]] = {}
+    for text, seconds, rank in items:
+        longest, ranks = grouped.setdefault(text, (seconds, []))
+        ranks.append(rank)
+        grouped[text] = (max(longest, seconds), ranks)
+    return [(text, longest, ranks) for text, (longest, ranks) in grouped.items()]
+
+
+def _status_line(text: str, seconds: float, ranks: list[int], *, durations: bool = True) -> str:
+    """``ranks 0,2-7: ready in 5.8 s``: a text that ends in `` in`` or
+    `` for`` takes the duration (or, without ``durations``, drops that word)."""
+    if text.endswith((" in", " for")):
+        text = f"{text} {_seconds(seconds)}" if durations else text.rsplit(" ", 1)[0]
+    return f"{format_ranks(ranks)}: {text}"
 
 
 def _steps_text(steps: tuple[str, ...]) -> str:
@@ -431,21 +401,14 @@ def is_terminal(stream: TextIO) -> bool:
 def _outcome_lines(events: Iterable[Event], watcher: RunWatcher) -> list[str]:
     """The lines for the outcomes among ``events``, ranks with the same
     outcome at the same step grouped (with the longest duration)."""
-    grouped: dict[str, tuple[list[int], float | None]] = {}
+    outcomes: list[tuple[str, float, int]] = []
     for event in events:
         if isinstance(event, RunFinished):
-            _key, text, seconds = watcher.describe(event.rank)
-            ranks, longest = grouped.get(text, ([], 0.0))
-            grouped[text] = ([*ranks, event.rank], max(longest or 0.0, seconds))
-        else:
-            outcome = outcome_of(event)
-            if outcome in _NOTABLE:
-                text = f"{event.step} {outcome.value}"
-                grouped[text] = ([*grouped.get(text, ([], None))[0], event.rank], None)
-    return [
-        f"{format_ranks(ranks)}: {text}" + ("" if seconds is None else f" {_seconds(seconds)}")
-        for text, (ranks, seconds) in grouped.items()
-    ]
+            text, seconds = watcher.describe(event.rank)
+            outcomes.append((text, max(0.0, seconds), event.rank))
+        elif (outcome := outcome_of(event)) in _NOTABLE:
+            outcomes.append((f"{event.step} {outcome.value}", 0.0, event.rank))
+    return [_status_line(*group) for group in _grouped(outcomes)]
 
 
 class _Stalls:
@@ -465,8 +428,10 @@ class _Stalls:
 
     def lines(self, watcher: RunWatcher) -> list[str]:
         running = [r for r in watcher.ranks if not watcher.ended(r)]
-        idle = {r: watcher.idle_s(r) for r in running}
-        stuck = [r for r in running if (i := idle[r]) is not None and i > self.threshold_s]
+        # rank -> seconds since its last progress, for those past the threshold
+        stuck = {
+            r: i for r in running if (i := watcher.idle_s(r)) is not None and i > self.threshold_s
+        }
         if not stuck:
             return []
         together = {watcher.in_progress(r)[0] for r in running}
@@ -477,28 +442,24 @@ class _Stalls:
             if not steps or steps in self.slow:
                 return []
             self.slow.add(steps)
-            longest = max(i for r in stuck if (i := idle[r]) is not None)
             return [
                 f"{format_ranks(running)}: {_steps_text(steps)} is slow "
-                f"({_seconds(longest)} so far, every rank in it together)"
+                f"({_seconds(max(stuck.values()))} so far, every rank in it together)"
             ]
-        grouped: dict[str, tuple[list[int], float]] = {}
-        for rank in stuck:
+        stalls: list[tuple[str, float, int]] = []
+        for rank, idle in stuck.items():
             seq = watcher.last_seq(rank)
             if rank in self.reported and self.reported[rank] == seq:
                 continue
             self.reported[rank] = seq
             steps, _ = watcher.in_progress(rank)
             where = _steps_text(steps) if steps else "no step (between steps)"
-            stall = watcher.waiting_in(rank)
-            frame = stall.waiting_in if stall is not None else None
-            if frame is not None:
+            if (stall := watcher.waiting_in(rank)) and (frame := stall.waiting_in):
                 where += f", waiting in {frame.where()}"
-            ranks, longest = grouped.get(where, ([], 0.0))
-            grouped[where] = ([*ranks, rank], max(longest, idle[rank] or 0.0))
+            stalls.append((where, idle, rank))
         return [
             f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
-            for where, (ranks, longest) in grouped.items()
+            for where, longest, ranks in _grouped(stalls)
         ]
 
 
