@@ -104,8 +104,9 @@ _DTYPES = "auto, float16, bfloat16, float32"
 _KV_CACHE_DTYPES = "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
 
 
-def _examples(*lines: str) -> str:
-    return "examples:\n" + "\n".join(f"  {PROG} {line}" for line in lines)
+def _epilog(status: str, *examples: str) -> str:
+    """A command's epilog: what its exit status says, then examples."""
+    return f"{status}\n\nexamples:\n" + "\n".join(f"  {PROG} {line}" for line in examples)
 
 
 def _inject_targets() -> str:
@@ -147,6 +148,33 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+#: The arguments several commands take alike (see _add).
+_SHARED: dict[str, dict[str, Any]] = {
+    "paths": {"nargs": "+", "type": _path, "metavar": "PATH", "help": _PATHS_HELP},
+    "--json": {"action": "store_true", "help": "print the JSON report (default: the text report)"},
+    "--rank": {
+        "type": _non_negative_int,
+        "metavar": "N",
+        "help": "only this rank (default: every rank)",
+    },
+    # For every command that replays a run.
+    "--slice": {
+        "action": "append",
+        "dest": "slices",
+        "metavar": "MODULE:NAME",
+        "help": "derive messages and report columns with this events.Slice instead of the "
+        "reference engine's, for a run of your own graph; MODULE is an importable module or "
+        "a .py file (repeatable)",
+    },
+}
+
+
+def _add(command: argparse.ArgumentParser, *names: str) -> None:
+    """The shared arguments ``names`` (:data:`_SHARED`), in that order."""
+    for name in names:
+        command.add_argument(name, **_SHARED[name])
+
+
 def _endpoint(text: str) -> str:
     """An argparse type: an OTLP collector's URL, ``http(s)://HOST[:PORT]``
     (checked here: a malformed one fails before a log exists)."""
@@ -160,6 +188,13 @@ def _endpoint(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(f"expected http(s)://HOST[:PORT], got {text!r}")
     return text
+
+
+def _seconds_option(
+    command: argparse.ArgumentParser, name: str, *, help: str, default: float | None = None
+) -> None:
+    """An option of seconds (:func:`parse_seconds`)."""
+    command.add_argument(name, type=parse_seconds, default=default, metavar="S", help=help)
 
 
 def parse_seconds(text: str) -> float:
@@ -208,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Start an inference engine's probes as an event-sourced task graph; "
         "replay and explain failed starts from their logs.",
-        epilog="Each command has its own --help: options, exit status, examples.\n\n"
-        + _examples(
+        epilog=_epilog(
+            "Each command has its own --help: options, exit status, examples.",
             "run --simulate h200x8 --nproc 8",
             "replay startup-runs/<run-id>",
         ),
@@ -231,9 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run.started before anything slow, and records SIGINT/SIGTERM at any moment as "
         "interrupted; with --nproc the launcher also writes manifest.json (pids, exit "
         "statuses, signals) and its ranks never outlive it.",
-        epilog=_OUTCOMES_EPILOG
-        + "\n\n"
-        + _examples(
+        epilog=_epilog(
+            _OUTCOMES_EPILOG,
             "run",
             "run --simulate h200x8 --nproc 8 --run-dir startup-runs/h200",
             "run --simulate zen4 --nproc 8 --inject '5:zentorch=RuntimeError:no such op'",
@@ -245,15 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--nproc",
         type=_rank_count,
-        default=None,
         metavar="N",
         help="start N local rank processes (default: 1, or the torchrun ranks)",
     )
-    run.add_argument(
+    _seconds_option(
+        run,
         "--grace",
-        type=parse_seconds,
-        default=None,
-        metavar="S",
         help="with --nproc: seconds the launcher waits, once a rank ended other than ready "
         "or a stop was asked, before sending SIGTERM to the ranks still running, and again "
         "before SIGKILL (default: $STARTUP_ORCHESTRATOR_GRACE_S, else 10)",
@@ -261,38 +292,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--run-dir",
         type=_path,
-        default=None,
         metavar="DIR",
         help="the run directory (default: ./startup-runs/<run-id>)",
     )
     run.add_argument(
-        "--run-id",
-        default=None,
-        metavar="ID",
-        help="the run id (default: from the launcher, else a new one)",
+        "--run-id", metavar="ID", help="the run id (default: from the launcher, else a new one)"
     )
-    run.add_argument(
+    _seconds_option(
+        run,
         "--group-timeout",
-        type=parse_seconds,
         default=120.0,
-        metavar="S",
         help="seconds forming the ranks' process group and each exchange over it may wait "
         "for the other ranks; at the end, how long rank 0 waits for the other ranks' logs "
         "(a rank that did not deliver by then is named missing in rank 0's run directory) "
         "(default: 120)",
     )
-    run.add_argument(
+    _seconds_option(
+        run,
         "--stall",
-        type=parse_seconds,
         default=DEFAULT_STALL_S,
-        metavar="S",
         help="seconds a step may run before its rank records where it waits (the stacks of "
         "the threads doing its work, in the log; again at twice, four times... that while "
         f"it stays) (default: {DEFAULT_STALL_S:g})",
     )
     run.add_argument(
         "--simulate",
-        default=None,
         metavar="PROFILE",
         help=f"simulate a host: a built-in profile ({_BUILTIN_PROFILES}) or a JSON profile "
         "file (its fields: docs/profiles.md; a complete one: examples/profile-custom.json) "
@@ -312,7 +336,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--inject-file",
         type=_path,
-        default=None,
         metavar="FILE",
         help="inject the faults of a JSON file, for structured exception arguments: a list of "
         '{"target": ..., "exception": NAME | "hang" | "crash", "args": [...], "kwargs": {...}, '
@@ -330,14 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target-device",
         choices=("cuda", "rocm", "cpu", "tpu", "xpu"),
-        default=None,
         help="what the engine build targets, as VLLM_TARGET_DEVICE: the cpu plugin "
         "activates only for a CPU build, and cpu probes it alone (default: "
         "$VLLM_TARGET_DEVICE, else the installed torch build, or the simulated profile's)",
     )
     run.add_argument(
         "--attention-backend",
-        default=None,
         metavar="NAME",
         help="use this attention backend only, no fallback (default: the first of the "
         "platform's candidates that works)",
@@ -351,7 +372,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--tp",
         type=_rank_count,
-        default=None,
         metavar="N",
         help="tensor-parallel size (default: the number of ranks)",
     )
@@ -379,11 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--mla", action="store_true", help="a multi-head latent attention model (default: not)"
     )
-    run.add_argument(
+    _seconds_option(
+        run,
         "--timeout",
-        type=parse_seconds,
-        default=None,
-        metavar="S",
         help="seconds each probe may take (a plugin's check, an import, a candidate, an "
         "attempt); a step that waits for probes may take that long per level below it plus "
         "once for itself, so the probe that hangs is the one that times out (default: none)",
@@ -394,9 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="interval",
         help="when the log is fsynced (default: interval)",
     )
-    run.add_argument(
-        "--json", action="store_true", help="print the JSON report (default: the text report)"
-    )
+    _add(run, "--json")
     run.add_argument(
         "--level",
         type=_severity,
@@ -412,30 +428,18 @@ def build_parser() -> argparse.ArgumentParser:
         "and messages, and print a report whose first lines name the outcome, whether the "
         "host was simulated or faults injected, and the root cause. The run is judged "
         "against every rank of its world (from manifest.json when the directory has one).",
-        epilog=_OUTCOMES_EPILOG
-        + "\n\n"
-        + _examples(
+        epilog=_epilog(
+            _OUTCOMES_EPILOG,
             "replay startup-runs/<run-id>",
             "replay startup-runs/<run-id> --rank 5 --level debug",
             "replay --export jaeger-json=trace.json startup-runs/<run-id>",
             "replay --json startup-runs/<run-id>/rank-0.jsonl startup-runs/<run-id>/rank-1.jsonl",
         ),
     )
-    replay.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
-    replay.add_argument(
-        "--json", action="store_true", help="print the JSON report (default: the text report)"
-    )
-    replay.add_argument(
-        "--rank",
-        type=_non_negative_int,
-        default=None,
-        metavar="N",
-        help="only this rank (default: every rank)",
-    )
+    _add(replay, "paths", "--json", "--rank")
     replay.add_argument(
         "--until",
         type=_non_negative_int,
-        default=None,
         metavar="SEQ",
         help="the state as it was after event SEQ of each rank (ranks not finished by then "
         "are 'running', not crashed) (default: the end of the logs)",
@@ -449,7 +453,6 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--export",
         type=_export_spec,
-        default=None,
         metavar="KIND[=FILE]",
         help="also export the trace: otlp (to the collector OTEL_EXPORTER_OTLP_* name), "
         "console (spans to stderr), or jaeger-json=FILE (a Jaeger-UI JSON file)",
@@ -457,11 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--html",
         type=_path,
-        default=None,
         metavar="FILE",
         help="also write a self-contained HTML report (to attach to a bug report)",
     )
-    _slice_option(replay)
+    _add(replay, "--slice")
 
     for name, text in (
         ("explain", "the fallback tree of every step, with outcomes and causes"),
@@ -472,19 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
             name,
             help=text,
             description=f"{text[0].upper()}{text[1:]}, from the logs of a stored run.",
-            epilog=_VIEWS_EPILOG
-            + "\n\n"
-            + _examples(f"{name} startup-runs/<run-id>", f"{name} startup-runs/<run-id> --rank 3"),
+            epilog=_epilog(
+                _VIEWS_EPILOG,
+                f"{name} startup-runs/<run-id>",
+                f"{name} startup-runs/<run-id> --rank 3",
+            ),
         )
-        view.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
-        view.add_argument(
-            "--rank",
-            type=_non_negative_int,
-            default=None,
-            metavar="N",
-            help="only this rank (default: every rank)",
-        )
-        _slice_option(view)
+        _add(view, "paths", "--rank", "--slice")
 
     diff = commands.add_parser(
         "diff",
@@ -492,12 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare two runs (e.g. a healthy and a failed start): outcomes, "
         "decisions, per-rank state and messages, one line per group of ranks with the "
         "same difference.",
-        epilog=(
+        epilog=_epilog(
             "exit status, as diff(1): 0 the runs do not differ; 1 they differ, or a log could "
-            "not be read; 2 bad usage."
-        )
-        + "\n\n"
-        + _examples(
+            "not be read; 2 bad usage.",
             "diff startup-runs/healthy startup-runs/failed",
             "diff healthy/node0 healthy/node1 failed/node0 failed/node1",
         ),
@@ -519,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with more than two paths, the run directories of two multi-node runs (one per "
         "node): grouped into the two runs by run id, the run of the first path the baseline",
     )
-    _slice_option(diff)
+    _add(diff, "--slice")
 
     watch = commands.add_parser(
         "watch",
@@ -532,12 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
         "terminal a block redrawn in place; elsewhere plain lines, each printed once). Ends "
         "when every rank of the world (from manifest.json, else from the ranks' run.started) "
         "has finished.",
-        epilog=(
+        epilog=_epilog(
             "exit status: as replay's once every rank finished: 0 ready, 1 otherwise; 1 at "
-            "--timeout, with a line naming the ranks still running and where; 2 bad usage."
-        )
-        + "\n\n"
-        + _examples(
+            "--timeout, with a line naming the ranks still running and where; 2 bad usage.",
             "watch startup-runs/<run-id>",
             "watch startup-runs/<run-id> --stall 30 --timeout 600",
         ),
@@ -548,25 +538,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="the run directory the launch writes (it may not exist yet)",
     )
-    watch.add_argument(
+    _seconds_option(
+        watch,
         "--stall",
-        type=parse_seconds,
         default=10.0,
-        metavar="S",
         help="a rank that appended nothing for longer than this is stalled (default: 10)",
     )
-    watch.add_argument(
-        "--interval",
-        type=parse_seconds,
-        default=0.5,
-        metavar="S",
-        help="seconds between looks at the logs (default: 0.5)",
+    _seconds_option(
+        watch, "--interval", default=0.5, help="seconds between looks at the logs (default: 0.5)"
     )
-    watch.add_argument(
+    _seconds_option(
+        watch,
         "--timeout",
-        type=parse_seconds,
-        default=None,
-        metavar="S",
         help="give up after this many seconds, exit 1 (default: wait until the run ends)",
     )
 
@@ -582,18 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
         "dependencies). Files that are not regular files "
         "are reported, never read. A directory of run directories (startup-runs) is checked "
         "run by run. Goes on over every path and ends with a summary line.",
-        epilog=(
+        epilog=_epilog(
             "exit status: 0 nothing is wrong; 1 anything is; 2 bad usage (a path that does "
-            "not exist)."
-        )
-        + "\n\n"
-        + _examples(
+            "not exist).",
             "validate startup-runs/<run-id>",
             "validate startup-runs",
             "validate startup-runs/<run-id>/rank-3.jsonl",
         ),
     )
-    validate.add_argument("paths", nargs="+", type=_path, metavar="PATH", help=_PATHS_HELP)
+    _add(validate, "paths")
     return parser
 
 
@@ -606,20 +586,17 @@ def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--otlp-endpoint",
         type=_endpoint,
-        default=None,
         metavar="URL",
         help="send spans to this OTLP collector (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     group.add_argument(
         "--otlp-protocol",
         choices=("grpc", "http/protobuf"),
-        default=None,
         help="the OTLP protocol (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
     )
     group.add_argument(
         "--trace-file",
         type=_path,
-        default=None,
         metavar="FILE",
         help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "
         "whole launch (every rank's spans, root cause marked), written from the logs once "
@@ -653,17 +630,3 @@ def _version() -> str:
         return version("startup-orchestrator")
     except PackageNotFoundError:  # pragma: no cover - running from a checkout
         return "0"
-
-
-def _slice_option(command: argparse.ArgumentParser) -> None:
-    """``--slice``, for every command that replays a run."""
-    command.add_argument(
-        "--slice",
-        action="append",
-        default=None,
-        dest="slices",
-        metavar="MODULE:NAME",
-        help="derive messages and report columns with this events.Slice instead of the "
-        "reference engine's, for a run of your own graph; MODULE is an importable module or "
-        "a .py file (repeatable)",
-    )
