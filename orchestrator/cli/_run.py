@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from events import InvalidValueError, RankIdentity, Severity
-from events._files import check_writable, write_file
+from events._files import write_file
 
 from .._errors import FaultSpecError, RankEnvironmentError
 from .._faults import FaultPlan
@@ -127,15 +127,10 @@ def _host(args: argparse.Namespace, launched: bool) -> _Host:
 def _config(args: argparse.Namespace, world_size: int) -> Any:
     from ..engine import ATTENTION_BACKENDS, EngineConfig, EngineConfigError
 
-    if args.attention_backend is not None and args.attention_backend not in ATTENTION_BACKENDS:
-        raise UsageError(
-            str(
-                InvalidValueError(
-                    "backend", args.attention_backend, ATTENTION_BACKENDS, "--attention-backend"
-                )
-            )
-        )
-
+    backend = args.attention_backend
+    if backend is not None and backend not in ATTENTION_BACKENDS:
+        error = InvalidValueError("backend", backend, ATTENTION_BACKENDS, "--attention-backend")
+        raise UsageError(str(error))
     try:
         return EngineConfig(
             tp=args.tp if args.tp is not None else world_size,
@@ -152,11 +147,11 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _engine(args: argparse.Namespace) -> str:
+def _check_engine(args: argparse.Namespace) -> None:
     """The engine whose platform code runs, checked before anything is
     written."""
     if args.engine != "vllm":
-        return str(args.engine)
+        return
     from ..engine import EngineConfigError
     from ..engine._vllm import vllm_version
 
@@ -169,7 +164,6 @@ def _engine(args: argparse.Namespace) -> str:
         vllm_version()
     except EngineConfigError as exc:
         raise UsageError(f"--engine vllm: {exc.reason}") from None
-    return "vllm"
 
 
 def _check_run_id(run_id: str) -> str:
@@ -188,7 +182,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.run_id is not None:
         _check_run_id(args.run_id)
     host = _host(args, launched)
-    _engine(args)
+    _check_engine(args)
     if args.nproc is not None and args.nproc > 1 and not launched:
         if under_launcher:
             raise UsageError(
@@ -221,7 +215,10 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
     if args.trace_file is not None:
-        _check_writable(args.trace_file)
+        # Exit 2 before any rank starts when the trace file cannot be written.
+        from ._views import check_output
+
+        check_output(f"--trace-file {args.trace_file}", args.trace_file, UsageError)
     manifest = Manifest(
         run_id=run_id,
         command=(PROG, *args.argv),
@@ -300,17 +297,7 @@ def _note(view: LaunchView | None, line: str) -> None:
     if view is None:
         diagnose(line, flush=True)
     else:
-        from exporters import terminal_text
-
-        view.line(terminal_text(f"{PROG}: {line}"))
-
-
-def _check_writable(path: Path) -> None:
-    """Exit 2 before any rank starts when the trace file cannot be written."""
-    try:
-        check_writable(path)
-    except OSError as exc:
-        raise UsageError(f"--trace-file {path}: cannot write: {exc.strerror}") from None
+        view.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
 
 
 def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
@@ -322,8 +309,6 @@ def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
     a killed rank left open end as ``incomplete``), the root cause marked
     (per-rank files of one trace id, loaded together, would hide all but
     one)."""
-    import json
-
     from events import EventsError
     from exporters import Tracing, jaeger_document
 
@@ -415,7 +400,7 @@ def _rank_arguments(argv: list[str], handed: list[str]) -> list[str]:
         if skip:
             skip = False
             continue
-        if item in ("run",) and not out:
+        if item == "run" and not out:
             continue
         if item in dropped:
             skip = True
@@ -481,10 +466,10 @@ def _report(
     if args.json:
         emit(to_json_text(document))
     else:
-        above = None
-        if args.command == "run" and sys.stdout.isatty() and sys.stderr.isatty():
-            # The live messages are on the same screen, just above.
-            above = f"replay {paths[0]} lists them"
+        # The live messages are on the same screen, just above.
+        above = (
+            f"replay {paths[0]} lists them" if sys.stdout.isatty() and sys.stderr.isatty() else None
+        )
         emit(report_text(result, min_severity=args.level, rank=own_rank, printed_above=above))
         if decisions:
             emit(decision_divergences_text(decisions))
@@ -556,10 +541,13 @@ def _run_rank(
         return 1
     result = startup.result
     assert result is not None
-    _print_next_steps(result.run_dir, identity, launched)
     own_code = 0 if result.ready else 1
     if launched:
         return own_code
+    # Where the record is and what to do with it (stderr: stdout is the
+    # report, or the JSON document).
+    if identity.rank == 0:
+        _print_where_the_logs_are(result.run_dir)
     if identity.world_size == 1:
         return _report(args, [result.run_dir])
     if result.peers_finished is None:
@@ -581,14 +569,6 @@ def _run_rank(
     # mpirun) would cut the report short: a stop waits until it is printed.
     hold_stops()
     return _report(args, [result.run_dir], verdict=True)
-
-
-def _print_next_steps(run_dir: Path, identity: RankIdentity, launched: bool) -> None:
-    """Where the record is and what to do with it (stderr: stdout is the
-    report, or the JSON document)."""
-    if launched or identity.rank != 0:
-        return
-    _print_where_the_logs_are(run_dir)
 
 
 def _print_where_the_logs_are(run_dir: Path) -> None:

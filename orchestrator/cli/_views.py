@@ -29,7 +29,7 @@ from events import (
 from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
 
-from ._errors import InputError, UsageError
+from ._errors import CommandLineError, InputError, UsageError
 from ._output import diagnose, emit, to_json_text
 from ._run_logs import rank_of_file, read_run
 
@@ -99,9 +99,9 @@ def command_replay(args: argparse.Namespace) -> int:
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
     if export is not None and export[1] is not None:
-        _check_writable(f"--export jaeger-json={export[1]}", export[1])
+        check_output(f"--export jaeger-json={export[1]}", export[1])
     if args.html is not None:
-        _check_writable(f"--html {args.html}", args.html)
+        check_output(f"--html {args.html}", args.html)
     run = read_run(
         args.paths,
         slices=_slices(args),
@@ -222,13 +222,14 @@ def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
     return narrowed
 
 
-def _check_writable(option: str, path: Path) -> None:
-    """Raises :class:`InputError` when ``path`` cannot be written (the
-    exporters would only say that spans were "not delivered")."""
+def check_output(option: str, path: Path, error: type[CommandLineError] = InputError) -> None:
+    """Raises ``error`` when ``path``, where ``option`` writes, cannot be
+    written (the exporters would only say that spans were "not
+    delivered"), before anything is written or printed."""
     try:
         check_writable(path)
     except OSError as exc:
-        raise InputError(f"{option}: cannot write: {exc.strerror}") from None
+        raise error(f"{option}: cannot write: {exc.strerror}") from None
 
 
 def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: Replay) -> None:
@@ -345,6 +346,9 @@ def command_validate(args: argparse.Namespace) -> int:
     whole (the directories of one run id together: one per node of a
     multi-node run); goes on over every path and ends with a summary; exit
     1 if there is any problem."""
+    # File names and messages come from outside: printed as terminal text.
+    from exporters import terminal_text
+
     from .._run_directory import check_run_directories, run_id_of
 
     for path in args.paths:
@@ -365,7 +369,7 @@ def command_validate(args: argparse.Namespace) -> int:
             logs, run_problems = check_run_directories(group)
             for run_problem in run_problems:
                 kind = "error" if run_problem.fatal else "warning"
-                emit(terminal_line(f"{run_problem} [run, {kind}]"))
+                emit(terminal_text(f"{run_problem} [run, {kind}]"))
             problems += len(run_problems)
         else:
             logs = group
@@ -378,9 +382,9 @@ def command_validate(args: argparse.Namespace) -> int:
                 clean.append(file)
             for problem in found:
                 kind = "error" if problem.fatal else "warning"
-                emit(terminal_line(f"{problem} [{problem.kind}, {kind}]"))
+                emit(terminal_text(f"{problem} [{problem.kind}, {kind}]"))
         for line in _clean_lines(group, clean):
-            emit(terminal_line(line))
+            emit(terminal_text(line))
     emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
     return 1 if problems else 0
 
@@ -388,6 +392,8 @@ def command_validate(args: argparse.Namespace) -> int:
 def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
     """The paths, with a directory of run directories (``startup-runs``)
     replaced by the run directories it holds, oldest first; says so."""
+    from exporters import terminal_text
+
     from ._run_logs import run_directories_in
 
     expanded: list[Path] = []
@@ -403,7 +409,7 @@ def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
             expanded.append(path)
             continue
         held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
-        emit(terminal_line(f"{path}: holds {held}; checking each"))
+        emit(terminal_text(f"{path}: holds {held}; checking each"))
         expanded.extend(reversed(runs))
     return expanded
 
@@ -427,14 +433,6 @@ def _clean_lines(group: list[Path], clean: list[Path]) -> list[str]:
         *(f"{file}: ok" for file in named),
         f"{', '.join(map(str, group))}: {len(numbered)} logs ok, {format_ranks(numbered)}",
     ]
-
-
-def terminal_line(text: str) -> str:
-    """``text`` with control characters escaped (file names and messages
-    come from outside)."""
-    from exporters import terminal_text
-
-    return terminal_text(text)
 
 
 def _without_cycle_collection(
