@@ -297,26 +297,24 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
             f"(valid: {', '.join(TRACES_SAMPLERS)}); using {_DEFAULT_SAMPLER}"
         )
         name = _DEFAULT_SAMPLER
-    if name == "always_on":
-        return sampling.ALWAYS_ON
-    if name == "always_off":
-        return sampling.ALWAYS_OFF
-    if name == "parentbased_always_on":
-        return sampling.ParentBased(sampling.ALWAYS_ON)
-    if name == "parentbased_always_off":
-        return sampling.ParentBased(sampling.ALWAYS_OFF)
-    ratio = 1.0
-    text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
-    if text:
-        try:
-            ratio = float(text)
-        except ValueError:
-            ratio = -1.0
-        if not 0.0 <= ratio <= 1.0:
-            _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
-            ratio = 1.0
-    ratio_sampler = sampling.TraceIdRatioBased(ratio)
-    return ratio_sampler if name == "traceidratio" else sampling.ParentBased(ratio_sampler)
+    kind = name.removeprefix("parentbased_")
+    if kind == "always_on":
+        sampler: Sampler = sampling.ALWAYS_ON
+    elif kind == "always_off":
+        sampler = sampling.ALWAYS_OFF
+    else:
+        ratio = 1.0
+        text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+        if text:
+            try:
+                ratio = float(text)
+            except ValueError:
+                ratio = -1.0
+            if not 0.0 <= ratio <= 1.0:
+                _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
+                ratio = 1.0
+        sampler = sampling.TraceIdRatioBased(ratio)
+    return sampler if kind == name else sampling.ParentBased(sampler)
 
 
 #: Whether a bad setting is a warning here (see :func:`settings_reported`).

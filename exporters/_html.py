@@ -35,7 +35,6 @@ from typing import Any
 import orjson
 
 from events import (
-    DecisionMade,
     Divergence,
     ExceptionInfo,
     GroupedMessage,
@@ -51,7 +50,7 @@ from events import (
     format_ranks,
 )
 
-from ._report import _OUTCOME_ORDER, degraded_by, lost_by, rank_label
+from ._report import _OUTCOME_ORDER, _launched_ns, capped, degraded_by, lost_by, rank_label
 
 __all__ = ["report_html"]
 
@@ -185,9 +184,8 @@ def _badge(outcome: str) -> str:
 def _chain_html(exception: ExceptionInfo) -> str:
     """The exception chain, outermost first, each link with why it follows."""
     items: list[str] = []
-    node: ExceptionInfo | None = exception
     link = ""
-    while node is not None:
+    for node in exception.chain():
         frames = ""
         if node.frames:
             lines = "\n".join(
@@ -207,10 +205,7 @@ def _chain_html(exception: ExceptionInfo) -> str:
             f"{' (chain cut here)' if node.truncated else ''}{notes}{frames}"
             f"{f'<ul class=chain>{members}</ul>' if members else ''}</li>"
         )
-        if node.cause is not None:
-            link, node = "caused by", node.cause
-        else:
-            link, node = "while handling", node.context
+        link = "caused by" if node.cause is not None else "while handling"
     return f'<ul class="chain">{"".join(items)}</ul>'
 
 
@@ -298,12 +293,11 @@ def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
         f"<li><b>{_e(group.code)}</b> on {_e(format_ranks(group.ranks))}: {_e(group.text)}</li>"
         for group in degraded
     ]
-    for divergence in result.divergences:
-        ranks = sorted(rank for _value, members in divergence.values for rank in members)
-        items.append(
-            f'<li class="differ"><b>Ranks differ</b> ({_e(divergence.code)}) on '
-            f"{_e(format_ranks(ranks))}: {_e(divergence.text)}</li>"
-        )
+    items += [
+        f'<li class="differ"><b>Ranks differ</b> ({_e(divergence.code)}) on '
+        f"{_e(format_ranks(divergence.ranks))}: {_e(divergence.text)}</li>"
+        for divergence in result.divergences
+    ]
     return (
         '<section id="degraded"><b>Ready, degraded</b>: the start reached ready without '
         f"everything it was set up for.<ul>{''.join(items)}</ul></section>"
@@ -331,10 +325,6 @@ def report_html(
     """
     # By rank, then step: a key tuple per rank and step would cost more
     # than what it indexes.
-    decisions: dict[int, dict[str, list[DecisionMade]]] = defaultdict(dict)
-    for rank, rank_timeline in result.timeline.ranks.items():
-        for decision in rank_timeline.decisions:
-            decisions[rank].setdefault(decision.step, []).append(decision)
     step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
     for message in result.messages:
         if message.step:
@@ -346,16 +336,12 @@ def report_html(
     origin = min(starts, default=0)
     # Times are since the launch began, as the text report counts them,
     # when its launcher recorded when; else since the first event.
-    began = result.launch.started_wall_ns if result.launch is not None else None
+    began = _launched_ns(result)
     since = "the first event"
     if began and began <= origin:
         origin, since = began, "the launch began"
-    ends = [origin]
-    for rank_timeline in ranks.values():
-        for timing in rank_timeline.steps.values():
-            ends.append(timing.end_wall_ns or timing.start_wall_ns)
-        if rank_timeline.end_wall_ns is not None:
-            ends.append(rank_timeline.end_wall_ns)
+    ends = [t.end_wall_ns or t.start_wall_ns for r in ranks.values() for t in r.steps.values()]
+    ends += [origin, *(r.end_wall_ns for r in ranks.values() if r.end_wall_ns is not None)]
     # A rank that died lasts until its launcher saw its process end (cut at
     # --until, it is running there, however it ended later).
     launch = result.launch if result.until is None else None
@@ -366,8 +352,7 @@ def report_html(
         and rank_timeline.end_wall_ns is None
         and (at := launch.ended_wall_ns(rank)) is not None
     }
-    ends.extend(died.values())
-    last = max(ends)
+    last = max([*ends, *died.values()])
     span = max(last - origin, 1)
     # The axis from the first step that waited for another: the one every
     # probe waits for (process_group, while torch imports and the group
@@ -487,7 +472,6 @@ def report_html(
                 members,
                 rank_outcome,
                 step_messages,
-                decisions,
                 _Scale(origin=origin, span=span, last=last, zoom=zoom),
                 died.get(members[0]),
             )
@@ -496,7 +480,7 @@ def report_html(
 
     out.append(_messages_html(result))
     out.append(_divergences_html((*result.divergences, *divergences)))
-    out.append(_decisions_html(decisions))
+    out.append(_decisions_html(result))
     out.append("</body></html>\n")
     return "".join(out)
 
@@ -561,7 +545,6 @@ def _lane(
     members: list[int],
     rank_outcome: RunOutcome,
     step_messages: Mapping[int, Mapping[str, list[Any]]],
-    decisions: Mapping[int, Mapping[str, list[DecisionMade]]],
     scale: _Scale,
     died: int | None,
 ) -> str:
@@ -653,7 +636,8 @@ def _lane(
         decided = _group(
             (d.name, _json(d.value), "", d.rank)
             for rank in members
-            for d in decisions.get(rank, {}).get(step, ())
+            for d in result.timeline.ranks[rank].decisions
+            if d.step == step
         )
         if decided:
             items = "".join(
@@ -702,24 +686,12 @@ def _severity(severity: Severity) -> str:
     return '<span class="badge bad">error</span>' if name == "error" else _e(name)
 
 
-def _capped(rows: Sequence[tuple[str, Sequence[int], str]], more: str) -> str:
-    """Rendered ``(code, ranks, row)`` rows, at most :data:`_VARIANTS` of a
-    code (texts that name a rank differ on every rank), then one ``more``
-    row per code for the rest: how many, and their ranks."""
-    shown: dict[str, int] = defaultdict(int)
-    rest: dict[str, tuple[int, set[int]]] = {}
-    out: list[str] = []
-    for code, ranks, row in rows:
-        shown[code] += 1
-        if shown[code] <= _VARIANTS:
-            out.append(row)
-            continue
-        count, seen = rest.get(code, (0, set()))
-        seen.update(ranks)
-        rest[code] = (count + 1, seen)
+def _capped(rows: Iterable[tuple[str, Sequence[int], str]], more: str) -> str:
+    """Rendered rows as :func:`capped` keeps them, then one ``more`` row per
+    code for the rest: how many, and their ranks."""
+    out, rest = capped(rows)
     for code, (count, seen) in rest.items():
-        text = f"and {count} more {code} messages, from {format_ranks(seen)}"
-        out.append(more.format(_e(text)))
+        out.append(more.format(_e(f"and {count} more {code} messages, from {format_ranks(seen)}")))
     return "".join(out)
 
 
@@ -757,12 +729,11 @@ def _divergences_html(found: Sequence[Divergence]) -> str:
     return f'<section id="divergences"><h2>Divergences</h2><ul>{items}</ul></section>'
 
 
-def _decisions_html(decisions: Mapping[int, Mapping[str, list[DecisionMade]]]) -> str:
+def _decisions_html(result: Replay) -> str:
     grouped = _group(
-        (f"{d.name}@{step}", _json(d.value), "", rank)
-        for rank, steps in sorted(decisions.items())
-        for step, made in sorted(steps.items())
-        for d in made
+        (f"{d.name}@{d.step}", _json(d.value), "", rank)
+        for rank, timeline in sorted(result.timeline.ranks.items())
+        for d in sorted(timeline.decisions, key=lambda d: d.step)
     )
     if not grouped:
         return '<section id="decisions"><h2>Decisions</h2><p>none recorded</p></section>'

@@ -38,7 +38,7 @@ from typing import Any
 from opentelemetry.sdk.resources import SERVICE_NAME
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanContext, StatusCode
 
 from events._files import write_file
 
@@ -122,11 +122,8 @@ def _trace(trace_id: int, spans: Sequence[ReadableSpan]) -> JsonObject:
     for span in spans:
         process = _process(span.resource.attributes)
         identity = json.dumps(process, sort_keys=True)
-        process_id = process_ids.get(identity)
-        if process_id is None:
-            process_id = f"p{len(process_ids) + 1}"
-            process_ids[identity] = process_id
-            processes[process_id] = process
+        process_id = process_ids.setdefault(identity, f"p{len(process_ids) + 1}")
+        processes.setdefault(process_id, process)
         out_spans.append(_span(span, process_id))
     return {
         "traceID": _trace_hex(trace_id),
@@ -138,11 +135,8 @@ def _trace(trace_id: int, spans: Sequence[ReadableSpan]) -> JsonObject:
 
 def _span(span: ReadableSpan, process_id: str) -> JsonObject:
     context = span.context
-    references: list[JsonObject] = []
-    if span.parent is not None:
-        references.append(_reference("CHILD_OF", span.parent.trace_id, span.parent.span_id))
-    for link in span.links:
-        references.append(_reference("FOLLOWS_FROM", link.context.trace_id, link.context.span_id))
+    references = [] if span.parent is None else [_reference("CHILD_OF", span.parent)]
+    references += [_reference("FOLLOWS_FROM", link.context) for link in span.links]
     start_ns = span.start_time or 0
     end_ns = span.end_time if span.end_time is not None else start_ns
     # Whole microseconds, each time rounded down, and the duration taken
@@ -200,8 +194,8 @@ def _process(resource: Mapping[str, Any]) -> JsonObject:
     }
 
 
-def _reference(kind: str, trace_id: int, span_id: int) -> JsonObject:
-    return {"refType": kind, "traceID": _trace_hex(trace_id), "spanID": _span_hex(span_id)}
+def _reference(kind: str, to: SpanContext) -> JsonObject:
+    return {"refType": kind, "traceID": _trace_hex(to.trace_id), "spanID": _span_hex(to.span_id)}
 
 
 def _tag(key: str, value: object) -> JsonObject:

@@ -322,13 +322,12 @@ def refused_at_once(said: Sequence[str]) -> None:
 def _summary(messages: Sequence[str], problem: str) -> str:
     """A few words on why an export failed, from what the exporter logged
     (its own lines are long and repeat per retry)."""
-    if not messages:  # it raised, or said nothing: its own words
-        return problem if len(problem) <= 160 else problem[:157] + "..."
     text = " ".join(messages)
     for pattern, reason in _REASONS:
         found = pattern.search(text)
         if found:
             return reason or found.group(1).lower()
+    # Nothing recognised, or nothing said (it raised): its own words.
     detail = _describe(messages) or problem
     return detail if len(detail) <= 160 else detail[:157] + "..."
 

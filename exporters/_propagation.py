@@ -180,9 +180,7 @@ def _parse_fields(text: str) -> None:
         raise ValueError("version ff is forbidden")
     if version == "00" and len(text) != _VERSION_00_LENGTH:
         raise ValueError(f"version 00 must be exactly {_VERSION_00_LENGTH} characters")
-    if len(text) > _VERSION_00_LENGTH and text[_VERSION_00_LENGTH] != "-":
-        raise ValueError("fields must be separated by '-'")
-    if text[2] != "-" or text[35] != "-" or text[52] != "-":
+    if text[2] != "-" or text[35] != "-" or text[52] != "-" or text[55:56] not in ("", "-"):
         raise ValueError("fields must be separated by '-'")
     _check_hex(text[3:35], 32, "trace id")
     _check_hex(text[36:52], 16, "span id")

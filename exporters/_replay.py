@@ -178,24 +178,39 @@ def _marked(
     marked: list[ReadableSpan] = []
     for span in spans:
         attributes: dict[str, AttributeValue] = dict(span.attributes or {})
-        if attributes.get("startup.kind") != _ROOT_KIND:
+        own, links = attributes.get("startup.rank") == cause.rank, span.links
+        if attributes.get("startup.kind") != _ROOT_KIND or (
+            not own and attributes.get("startup.outcome") == "ready"
+        ):
             marked.append(span)
             continue
-        rank = attributes.get("startup.rank")
-        if rank == cause.rank:
+        if own:
             attributes["startup.root_cause"] = True
             description = f"root cause: {_cause_text(cause)}"
-        elif attributes.get("startup.outcome") != "ready":
+        else:
             attributes["startup.root_cause"] = False
             attributes["startup.root_cause_rank"] = cause.rank
-            own = span.status.description
-            description = f"consequence of rank {cause.rank}" + (f": {own}" if own else "")
-            if link is not None:
-                span = _evolved(span, attributes, span.status, links=(*span.links, link))
-        else:
-            marked.append(span)
-            continue
-        marked.append(_evolved(span, attributes, Status(StatusCode.ERROR, description)))
+            said = span.status.description
+            description = f"consequence of rank {cause.rank}" + (f": {said}" if said else "")
+            links = links if link is None else (*links, link)
+        # A finished span is immutable: the marked one is a copy with the same
+        # ids, times, events and resource (built as the projection builds it).
+        marked.append(
+            ReadableSpan(
+                name=span.name,
+                context=span.context,
+                parent=span.parent,
+                resource=span.resource,
+                attributes=attributes,
+                events=span.events,
+                links=links,
+                kind=span.kind,
+                status=Status(StatusCode.ERROR, description),
+                start_time=span.start_time,
+                end_time=span.end_time,
+                instrumentation_scope=span.instrumentation_scope,
+            )
+        )
     return marked
 
 
@@ -287,28 +302,3 @@ def _cause_text(cause: RootCause) -> str:
     if cause.no_events is not None:
         return f"rank {cause.rank} wrote no events ({cause.no_events})"
     return f"{where}{cause.outcome.value}"
-
-
-def _evolved(
-    span: ReadableSpan,
-    attributes: dict[str, AttributeValue],
-    status: Status,
-    *,
-    links: Sequence[Link] | None = None,
-) -> ReadableSpan:
-    # A finished span is immutable: the marked one is a copy with the same
-    # ids, times, events and resource (built as the projection builds it).
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=attributes,
-        events=span.events,
-        links=span.links if links is None else links,
-        kind=span.kind,
-        status=status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )

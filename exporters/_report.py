@@ -102,14 +102,13 @@ logs name the ranks' roles), OUTCOME, the columns the replay's slices declare
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from events import (
     Column,
     ExceptionInfo,
     GroupedMessage,
-    JsonValue,
     Loss,
     RankProcess,
     RankState,
@@ -263,8 +262,7 @@ def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
         entry[fact] = state.facts.get(fact)
     entry["last_step"] = state.last_step
     entry["in_flight"] = list(state.in_flight)
-    role = _role(replay.states.get(rank))
-    if role:
+    if role := _role(state):
         entry["role"] = role
     entry["process"] = _process_json(_process_of(replay, rank), replay)
     return entry
@@ -399,10 +397,7 @@ def _provenance_line(replay: Replay) -> list[str]:
         parts.append(f"simulated host {replay.simulated}")
     if replay.injected:
         parts.append(f"injected faults: {'; '.join(replay.injected)}")
-    if not parts:
-        return []
-    text = "; ".join(parts)
-    return [terminal_text(f"Not a real start: {text}")]
+    return [terminal_text(f"Not a real start: {'; '.join(parts)}")] if parts else []
 
 
 #: Links of a root cause's chain the text report shows: the outermost ones
@@ -426,7 +421,8 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
             lead = "  caused by "
         else:
             lead = "  while handling "
-        lines.append(terminal_text(lead + _link_text(link), indent="      "))
+        text = f"{link.name}: {link.message}" if link.message else link.name
+        lines.append(terminal_text(lead + text, indent="      "))
         if link.frames:
             frame = link.frames[-1]
             lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
@@ -434,10 +430,6 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
     if chain[-1].truncated:
         lines.append("  ... the chain was cut here when it was recorded")
     return lines
-
-
-def _link_text(link: ExceptionInfo) -> str:
-    return f"{link.name}: {link.message}" if link.message else link.name
 
 
 def _root_cause_lines(replay: Replay) -> list[str]:
@@ -541,8 +533,8 @@ def _degraded_lines(replay: Replay) -> list[str]:
         lines.append(f"Degraded: and {len(rest)} more ({codes}); see the messages below")
     if groups:
         for divergence in replay.divergences:
-            ranks = sorted(rank for _value, ranks in divergence.values for rank in ranks)
-            lines.append(terminal_text(f"Ranks differ: {divergence.code} on {format_ranks(ranks)}"))
+            ranks = format_ranks(divergence.ranks)
+            lines.append(terminal_text(f"Ranks differ: {divergence.code} on {ranks}"))
             lines.append(terminal_text(f"  {divergence.text}", indent="    "))
     return lines
 
@@ -591,13 +583,11 @@ def _cells(
     outcome = replay.outcome_of(rank).value
     if state is None:
         return (outcome, *("-" for _column in columns), "(no events)")
-    facts = state.facts
-    values: list[JsonValue] = [facts.get(column.fact) for column in columns]
     cause = state.root_cause
     step = cause.step if cause is not None and cause.step else state.last_step
     return (
         outcome,
-        *(column.cell(value) for column, value in zip(columns, values, strict=True)),
+        *(column.cell(state.facts.get(column.fact)) for column in columns),
         step or "-",
     )
 
@@ -640,20 +630,32 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
     ]
 
 
-def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> list[str]:
-    lines: list[str] = []
+def capped(
+    rows: Iterable[tuple[str, Iterable[int], str]],
+) -> tuple[list[str], dict[str, tuple[int, set[int]]]]:
+    """At most :data:`_GROUPS_PER_CODE` ``(code, ranks, row)`` rows of a code
+    (texts that name a rank differ on every rank); for the rest, by code,
+    how many and their ranks."""
     shown: dict[str, int] = {}
-    hidden: dict[str, set[int]] = {}
-    for group in groups:
-        if group.severity < min_severity:
-            continue
-        count = shown.get(group.code, 0)
-        if count >= _GROUPS_PER_CODE:
-            hidden.setdefault(group.code, set()).update(group.ranks)
-            continue
-        shown[group.code] = count + 1
-        lines.append(terminal_text(f"  {group.describe()}", indent="      "))
-    for code, ranks in hidden.items():
+    rest: dict[str, tuple[int, set[int]]] = {}
+    out: list[str] = []
+    for code, ranks, row in rows:
+        shown[code] = shown.get(code, 0) + 1
+        if shown[code] <= _GROUPS_PER_CODE:
+            out.append(row)
+        else:
+            count, seen = rest.get(code, (0, set()))
+            rest[code] = (count + 1, seen.union(ranks))
+    return out, rest
+
+
+def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> list[str]:
+    lines, hidden = capped(
+        (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
+        for group in groups
+        if group.severity >= min_severity
+    )
+    for code, (_count, ranks) in hidden.items():
         lines.append(f"  ... and more {code} messages on {format_ranks(ranks)}")
     return lines
 

@@ -322,7 +322,7 @@ class SpanProjection:
                 state.last_wall_ns = max(state.last_wall_ns, ended)
             for started in reversed(tuple(state.open_steps.values())):
                 try:
-                    spans.append(self._incomplete_step_span(state, started))
+                    spans.append(self._step_span(state, started, None))
                 except ValueError as exc:
                     raise _unbuildable(started, exc) from exc
             state.open_steps.clear()
@@ -422,49 +422,44 @@ class SpanProjection:
 
     # Span construction ----------------------------------------------------------------
 
-    def _step_span(self, state: _Rank, started: StepStarted | None, end: Event) -> ReadableSpan:
-        outcome = outcome_of(end)
-        assert outcome is not None
-        severity = self._severity_of(end.rank, end.step, end)
-        attributes = self._step_attributes(state, started, end.step, outcome.value, severity)
+    def _step_span(
+        self, state: _Rank, started: StepStarted | None, end: Event | None
+    ) -> ReadableSpan:
+        """A step's span, ended by ``end``; ``None``: its rank stopped first."""
+        last = end if end is not None else started
+        assert last is not None
+        head = started if started is not None else last
+        if end is not None:
+            found = outcome_of(end)
+            assert found is not None
+            outcome, severity = found.value, self._severity_of(end.rank, end.step, end)
+            end_ns = end.wall_ns
+            status = _status(severity, functools.partial(_short_reason, end))
+        else:
+            stall = state.waiting.pop(last.span_id, None)
+            waiting = "" if stall is None else stall.summary()
+            outcome, severity = _INCOMPLETE, Severity.ERROR
+            end_ns = max(state.last_wall_ns, head.wall_ns)
+            status = Status(
+                StatusCode.ERROR,
+                f"rank {state.rank} stopped before step {head.step} finished "
+                f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
+            )
+        attributes = self._step_attributes(state, started, last.step, outcome, severity)
         attributes.update(_outcome_attributes(end))
-        events = state.pending_events.pop(end.span_id, [])
+        events = state.pending_events.pop(last.span_id, [])
         events.extend(_outcome_events(end))
         return readable_span(
-            name=started.step if started is not None else end.step,
-            trace_id=end.trace_id,
-            span_id=end.span_id,
-            parent_span_id=started.parent_span_id if started is not None else end.parent_span_id,
+            name=head.step,
+            trace_id=last.trace_id,
+            span_id=last.span_id,
+            parent_span_id=head.parent_span_id,
             parent_is_remote=False,
-            start_ns=started.wall_ns if started is not None else end.wall_ns,
-            end_ns=end.wall_ns,
+            start_ns=head.wall_ns,
+            end_ns=end_ns,
             attributes=attributes,
             events=events,
-            status=_status(severity, functools.partial(_short_reason, end)),
-            resource=self._resource_of(state),
-        )
-
-    def _incomplete_step_span(self, state: _Rank, started: StepStarted) -> ReadableSpan:
-        stall = state.waiting.pop(started.span_id, None)
-        waiting = "" if stall is None else stall.summary()
-        attributes = self._step_attributes(
-            state, started, started.step, _INCOMPLETE, Severity.ERROR
-        )
-        return readable_span(
-            name=started.step,
-            trace_id=started.trace_id,
-            span_id=started.span_id,
-            parent_span_id=started.parent_span_id,
-            parent_is_remote=False,
-            start_ns=started.wall_ns,
-            end_ns=max(state.last_wall_ns, started.wall_ns),
-            attributes=attributes,
-            events=state.pending_events.pop(started.span_id, []),
-            status=Status(
-                StatusCode.ERROR,
-                f"rank {state.rank} stopped before step {started.step} finished "
-                f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
-            ),
+            status=status,
             resource=self._resource_of(state),
         )
 
@@ -596,8 +591,12 @@ def readable_span(
     # A span event never falls outside its span: the recorded clocks round
     # independently, so an exception recorded as the step ended may read a
     # microsecond after the span's end.
-    if any(not start_ns <= event.timestamp <= end_ns for event in events):
-        events = [_within(event, start_ns, end_ns) for event in events]
+    events = tuple(
+        event
+        if start_ns <= event.timestamp <= end_ns
+        else SpanEvent(event.name, event.attributes, min(max(event.timestamp, start_ns), end_ns))
+        for event in events
+    )
     return ReadableSpan(
         name=name,
         context=span_context(trace_id, span_id),
@@ -608,7 +607,7 @@ def readable_span(
         ),
         resource=resource,
         attributes=attributes,
-        events=tuple(events),
+        events=events,
         links=tuple(links),
         kind=SpanKind.INTERNAL,
         status=status,
@@ -616,13 +615,6 @@ def readable_span(
         end_time=end_ns,
         instrumentation_scope=instrumentation_scope(),
     )
-
-
-def _within(event: SpanEvent, start_ns: int, end_ns: int) -> SpanEvent:
-    timestamp = min(max(event.timestamp, start_ns), end_ns)
-    if timestamp == event.timestamp:
-        return event
-    return SpanEvent(event.name, event.attributes, timestamp)
 
 
 _NAME_SEPARATORS = re.compile(r"[^a-z0-9_.]")
@@ -673,7 +665,7 @@ def _run_reason(end: RunFinished) -> str:
     return end.outcome.value
 
 
-def _outcome_attributes(end: Event) -> dict[str, AttributeValue]:
+def _outcome_attributes(end: Event | None) -> dict[str, AttributeValue]:
     match end:
         case StepUnavailable(reasons=reasons) if reasons:
             return {"startup.reasons": tuple(reasons)}
@@ -694,7 +686,7 @@ def _outcome_attributes(end: Event) -> dict[str, AttributeValue]:
             return {}
 
 
-def _outcome_events(end: Event) -> list[SpanEvent]:
+def _outcome_events(end: Event | None) -> list[SpanEvent]:
     match end:
         case StepUnavailable(cause=cause) | StepFailed(cause=cause) if cause is not None:
             return _exception_events(cause, end.wall_ns)
@@ -740,9 +732,9 @@ def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
             {
                 "exception.type": member.type,
                 "exception.message": member.message,
-                "exception.stacktrace": member.format(max_links=_STACKTRACE_LINKS)
-                if index == 0
-                else member.format(chain=False, max_links=_STACKTRACE_LINKS),
+                "exception.stacktrace": member.format(
+                    chain=index == 0, max_links=_STACKTRACE_LINKS
+                ),
             },
             timestamp,
         )
@@ -781,12 +773,11 @@ def _crash_message(end: StepCrashed) -> str:
 
 
 def _prefixed(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
-    out: dict[str, AttributeValue] = {}
-    for key, value in attributes.items():
-        converted = _attribute_value(value)
-        if converted is not None:
-            out[f"{_PREFIX}{key}"] = converted
-    return out
+    return {
+        f"{_PREFIX}{key}": converted
+        for key, value in attributes.items()
+        if (converted := _attribute_value(value)) is not None
+    }
 
 
 def _attribute_value(value: object) -> AttributeValue | None:

@@ -22,18 +22,18 @@ loads it only when tracing is asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from events import Event, EventLog, RunStarted, Severity
+from events import EventLog, RunStarted
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["Tracing"]
+    from ._spans import SeverityOf
 
-SeverityOf = Callable[[int, str, Event], Severity | None]
+__all__ = ["Tracing"]
 
 #: The variables that ask for spans (a collector, or an exporter by name).
 _ASKING = (

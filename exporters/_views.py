@@ -31,7 +31,7 @@ from events import (
     format_ranks,
 )
 
-from ._report import stall_lines
+from ._report import _role, stall_lines
 from ._terminal import terminal_text
 
 __all__ = [
@@ -97,8 +97,6 @@ def _describe_end(timing: StepTiming) -> str:
             text += f" after {timeout:g}s"
         case StepCrashed(exit_code=code, signal=sig):
             text += f" (signal {sig})" if sig is not None else f" (exit code {code})"
-        case _:
-            pass
     return text
 
 
@@ -232,8 +230,7 @@ def explain_text(replay: Replay, *, rank: int | None = None) -> str:
     first = None if replay.root_cause is None else replay.root_cause.rank
     out: list[str] = []
     for ranks in sorted(groups.values(), key=lambda ranks: first not in ranks):
-        started = timelines[ranks[0]].started
-        role = started.identity.role if started is not None else None
+        role = _role(replay.states.get(ranks[0]))
         label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
         out.append(f"== {format_ranks(ranks)}{label} ==")
         out.extend(_tree_lines(timelines[ranks[0]], with_times=True, launch=replay.launch))
@@ -398,10 +395,11 @@ def run_differences(
         if old != new:
             lines.append(f"{what}: {old or 'none'} -> {new or 'none'}")
     cause_a, cause_b = a.get("root_cause"), b.get("root_cause")
-    if _comparable_cause(cause_a) != _comparable_cause(cause_b):
+    # A root cause's description has the timing.
+    if _comparable(cause_a, ("description",)) != _comparable(cause_b, ("description",)):
         lines.append(f"root cause: {_cause_text(cause_a)} -> {_cause_text(cause_b)}")
-    ranks_a = {r["rank"]: _comparable_rank(r) for r in a.get("ranks", [])}
-    ranks_b = {r["rank"]: _comparable_rank(r) for r in b.get("ranks", [])}
+    ranks_a = {r["rank"]: _comparable(r) for r in a.get("ranks", [])}
+    ranks_b = {r["rank"]: _comparable(r) for r in b.get("ranks", [])}
     both = set(ranks_a) & set(ranks_b)
     for only, side in ((set(ranks_a) - both, "first"), (set(ranks_b) - both, "second")):
         if only:
@@ -460,26 +458,15 @@ def _flat(rank: Mapping[str, Any]) -> dict[str, Any]:
 _LAUNCH_SPECIFIC = ("pid", "description")
 
 
-def _comparable_process(process: Any) -> Any:
-    if not isinstance(process, Mapping):
-        return process
-    return {k: v for k, v in process.items() if k not in _LAUNCH_SPECIFIC}
-
-
-def _comparable_rank(rank: Mapping[str, Any]) -> dict[str, Any]:
-    entry = dict(rank)
-    if "process" in entry:
-        entry["process"] = _comparable_process(entry["process"])
-    return entry
-
-
-def _comparable_cause(cause: Any) -> Any:
-    if not isinstance(cause, Mapping):
-        return cause
-    entry = {k: v for k, v in cause.items() if k != "description"}  # it has the timing
-    if "process" in entry:
-        entry["process"] = _comparable_process(entry["process"])
-    return entry
+def _comparable(entry: Any, dropped: tuple[str, ...] = ()) -> Any:
+    """``entry`` without its ``dropped`` fields, and its process without
+    what differs between any two launches."""
+    if not isinstance(entry, Mapping):
+        return entry
+    comparable = {key: value for key, value in entry.items() if key not in dropped}
+    if "process" in comparable:
+        comparable["process"] = _comparable(comparable["process"], _LAUNCH_SPECIFIC)
+    return comparable
 
 
 def _cause_text(cause: Mapping[str, Any] | None) -> str:
