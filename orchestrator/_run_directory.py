@@ -91,6 +91,8 @@ MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
 _RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+#: Why a file that is not regular (a FIFO named ``rank-0.jsonl``) was never opened.
+_NOT_REGULAR = "is not a regular file; it was not read"
 
 
 class RunDirectoryError(OrchestratorError):
@@ -210,7 +212,7 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
 def _read_claim(claim: Path) -> str | None:
     try:
         if not stat.S_ISREG(claim.stat().st_mode):
-            raise RunDirectoryError(claim, "is not a regular file; it was not read")
+            raise RunDirectoryError(claim, _NOT_REGULAR)
         return claim.read_text(encoding="utf-8").strip() or None
     except FileNotFoundError:
         return None
@@ -507,7 +509,7 @@ def read_manifest(run_dir: Path) -> Manifest | None:
     except OSError as exc:
         raise RunDirectoryError(path, f"cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(mode):
-        raise RunDirectoryError(path, "is not a regular file; it was not read")
+        raise RunDirectoryError(path, _NOT_REGULAR)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -622,18 +624,20 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
 
     problems: list[RunProblem] = []
     where = run_dirs[0] if len(run_dirs) == 1 else Path(", ".join(str(d) for d in run_dirs))
+
+    def problem(message: str, path: Path = where, *, fatal: bool = True) -> None:
+        problems.append(RunProblem(path=path, message=message, fatal=fatal))
+
     listed: list[RunDirectory] = []
     for run_dir in run_dirs:
         try:
             found = read_run_directory(run_dir)
         except RunDirectoryError as exc:
             found = _list_logs(run_dir)
-            problems.append(RunProblem(path=exc.path, message=exc.reason))
+            problem(exc.reason, exc.path)
         listed.append(found)
         for odd in found.odd_logs:
-            problems.append(
-                RunProblem(path=odd, message="not a rank log name (rank-<N>.jsonl); ignored")
-            )
+            problem("not a rank log name (rank-<N>.jsonl); ignored", odd)
     logs: dict[int, Path] = {}
     for found in listed:
         for rank, path in found.logs.items():
@@ -644,29 +648,23 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             # Comparing copies reads them: only regular files (a FIFO would
             # block), each reported below or here.
             if not _regular(path):
-                problems.append(
-                    RunProblem(path=path, message="is not a regular file; it was not read")
-                )
+                problem(_NOT_REGULAR, path)
                 continue
             if not _regular(kept):
-                problems.append(
-                    RunProblem(path=kept, message="is not a regular file; it was not read")
-                )
+                problem(_NOT_REGULAR, kept)
                 logs[rank] = path
                 continue
             try:
                 longer = longer_copy(kept, path)
             except OSError as exc:
-                problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+                problem(f"cannot read: {exc.strerror}", path)
                 continue
             if longer is None:
-                problems.append(
-                    RunProblem(
-                        path=path,
-                        message=f"rank {rank} has two different logs, {kept} and {path} "
-                        "(neither is a copy or a prefix of the other): they are of different "
-                        "runs or one was changed; keep the directories of one run only",
-                    )
+                problem(
+                    f"rank {rank} has two different logs, {kept} and {path} (neither is a "
+                    "copy or a prefix of the other): they are of different runs or one was "
+                    "changed; keep the directories of one run only",
+                    path,
                 )
             else:
                 logs[rank] = longer
@@ -684,26 +682,23 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         try:
             mode = path.lstat().st_mode
         except OSError as exc:
-            problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+            problem(f"cannot read: {exc.strerror}", path)
             continue
         if not stat.S_ISREG(mode):
-            problems.append(RunProblem(path=path, message="is not a regular file; it was not read"))
+            problem(_NOT_REGULAR, path)
             continue
         files.append(path)
         try:
-            with path.open("rb") as file:
-                first_line = file.readline()
+            first_line = _first_line(path)
         except OSError as exc:
-            problems.append(RunProblem(path=path, message=f"cannot read: {exc.strerror}"))
+            problem(f"cannot read: {exc.strerror}", path)
             continue
         if not first_line.endswith(b"\n"):
-            problems.append(
-                RunProblem(
-                    path=path,
-                    message=f"rank {rank} wrote no events (empty log): never started, "
-                    "or killed before its first event",
-                    fatal=False,
-                )
+            problem(
+                f"rank {rank} wrote no events (empty log): never started, "
+                "or killed before its first event",
+                path,
+                fatal=False,
             )
             continue
         try:
@@ -713,25 +708,17 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         run_ids.setdefault(first.run_id, []).append(path)
         holders.setdefault(first.rank, []).append(path)
         if first.rank != rank:
-            problems.append(
-                RunProblem(
-                    path=path,
-                    message=f"holds the events of rank {first.rank}, not of rank {rank} "
-                    "(a foreign or renamed log)",
-                )
+            problem(
+                f"holds the events of rank {first.rank}, not of rank {rank} "
+                "(a foreign or renamed log)",
+                path,
             )
         if isinstance(first, RunStarted):
             worlds.setdefault(first.identity.world_size, []).append(path)
             joined = joined and first.identity.role is not None
     for rank, paths in sorted(holders.items()):
         if len(paths) > 1:
-            problems.append(
-                RunProblem(
-                    path=where,
-                    message=f"{len(paths)} logs hold rank {rank}: "
-                    f"{', '.join(p.name for p in paths)}",
-                )
-            )
+            problem(f"{len(paths)} logs hold rank {rank}: {', '.join(p.name for p in paths)}")
     named = len(run_dirs) > 1
     all_ids = set(run_ids) | {claim for _, claim in claims} | {m.run_id for _, m in manifests}
     if len(all_ids) > 1:
@@ -741,7 +728,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         ]
         parts += [f"{claim} ({_name(d / CLAIM_FILE, named)})" for d, claim in claims]
         parts += [f"{m.run_id} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
-        problems.append(RunProblem(path=where, message=f"more than one run id: {'; '.join(parts)}"))
+        problem(f"more than one run id: {'; '.join(parts)}")
     world_sizes = set(worlds) | {manifest.world_size for _, manifest in manifests}
     if len(world_sizes) > 1 and not (joined and worlds and not manifests):
         parts = [
@@ -749,16 +736,14 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             for size, paths in worlds.items()
         ]
         parts += [f"{m.world_size} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
-        problems.append(
-            RunProblem(path=where, message=f"the world sizes differ: {'; '.join(parts)}")
-        )
+        problem(f"the world sizes differ: {'; '.join(parts)}")
     world = max(world_sizes, default=0)
     claimant = next((d / MANIFEST_FILE for d, m in manifests if m.world_size == world), None)
     why = implausible_world(
         world, _name(claimant or worlds[world][0], named) if world else "", len(logs)
     )
     if why is not None:
-        problems.append(RunProblem(path=where, message=why))
+        problem(why)
         world = 0  # its missing ranks are not listed
     # The ranks without a log that nothing more is known of are one problem,
     # as rank ranges: a lost node of a large launch is one line, not one per
@@ -772,34 +757,23 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         if not more:
             silent.append(rank)
             continue
-        problems.append(
-            RunProblem(
-                path=where,
-                message=f"rank {rank} of world size {world} has no log "
-                "(never started, or killed before its first event)" + more,
-                fatal=False,
-            )
+        problem(
+            f"rank {rank} of world size {world} has no log "
+            "(never started, or killed before its first event)" + more,
+            fatal=False,
         )
     if silent:
-        problems.append(
-            RunProblem(
-                path=where,
-                message=f"{format_ranks(silent)} of world size {world} "
-                f"{'has' if len(silent) == 1 else 'have'} no log "
-                "(never started, or killed before its first event)",
-                fatal=False,
-            )
+        problem(
+            f"{format_ranks(silent)} of world size {world} "
+            f"{'has' if len(silent) == 1 else 'have'} no log "
+            "(never started, or killed before its first event)",
+            fatal=False,
         )
     for rank in logs:
         if world and rank >= world:
-            problems.append(
-                RunProblem(
-                    path=logs[rank],
-                    message=f"rank {rank} is outside the world size {world}",
-                )
-            )
+            problem(f"rank {rank} is outside the world size {world}", logs[rank])
     if not logs and not problems:
-        problems.append(RunProblem(path=where, message="no rank-*.jsonl logs in this directory"))
+        problem("no rank-*.jsonl logs in this directory")
     return files, problems
 
 
@@ -820,11 +794,20 @@ def run_id_of(run_dir: Path) -> str | None:
         with contextlib.suppress(OSError, DecodeError):
             if not stat.S_ISREG(path.lstat().st_mode):
                 continue
-            with path.open("rb") as file:
-                line = file.readline()
+            line = _first_line(path)
             if line.endswith(b"\n"):
                 return decode(line.rstrip(b"\n")).run_id
     return None
+
+
+def _first_line(path: Path) -> bytes:
+    """A log's first line, with its newline (without one: the log holds no event).
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    with path.open("rb") as file:
+        return file.readline()
 
 
 def _regular(path: Path) -> bool:
