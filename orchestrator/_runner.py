@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import attrs
@@ -645,9 +645,7 @@ class _Run:
             end(StepTimedOut, timeout_s=timeout, elapsed_ns=elapsed)
             if policy.on_timeout is Action.PROPAGATE:
                 error = StepTimeoutError(name, timeout)
-                self.origins[id(error)] = (error, name)
-                self.propagate_from(name, self.capture(error))
-                raise _Propagating(error, self.capture(error), name)
+                self.propagate(name, error, self.capture(error), name, error)
             return StepResult(
                 step=name, outcome=Outcome.TIMED_OUT, reasons=(f"timed out after {timeout:g} s",)
             )
@@ -657,11 +655,8 @@ class _Run:
             tail = tuple(map(self.runner.redactor, value.stderr_tail))
             end(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
             if policy.on_crash is Action.PROPAGATE:
-                error_crash = StepCrashedError(name, value.exit_code, value.signal, tail)
-                self.origins[id(error_crash)] = (error_crash, name)
-                info = self.capture(error_crash)
-                self.propagate_from(name, info)
-                raise _Propagating(error_crash, info, name)
+                crash = StepCrashedError(name, value.exit_code, value.signal, tail)
+                self.propagate(name, crash, self.capture(crash), name, crash)
             return StepResult(step=name, outcome=Outcome.CRASHED, reasons=(value.describe(),))
         if isinstance(value, Unavailable):
             end(StepUnavailable, outcome=value.outcome, reasons=value.reasons)
@@ -728,15 +723,19 @@ class _Run:
         # By what the body raised (an isolated error is rebuilt per step).
         known = self.origins.get(id(exc))
         origin = known[1] if known is not None and known[0] is exc else name
-        self.origins[id(exc)] = (exc, origin)
         end(StepFailed, cause=info, origin=origin)
-        self.propagate_from(name, info)
-        raise _Propagating(original, info, origin)
+        self.propagate(name, exc, info, origin, original)
 
-    def propagate_from(self, name: str, info: ExceptionInfo) -> None:
+    def propagate(
+        self, name: str, exc: BaseException, info: ExceptionInfo, origin: str, raised: BaseException
+    ) -> NoReturn:
+        """Step ``name`` fails the run: ``exc``, whose failure started at step
+        ``origin``, goes on up as ``raised``, and the other steps are cancelled."""
+        self.origins[id(exc)] = (exc, origin)
         if self.cancel_reason is None:
             self.cancel_reason = f"cancelled because step {name!r} failed: {info.reason}"
         self.log.flush()
+        raise _Propagating(raised, info, origin)
 
     def activated(self, span_id: str) -> AbstractContextManager[object]:
         activator = self.runner.span_activator
