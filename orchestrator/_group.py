@@ -257,9 +257,7 @@ class TorchDistributedGroup:
         try:
             payloads = self._exchange(data)
         except Exception as exc:
-            raise GroupError(
-                self._rank,
-                self._world_size,
+            raise self._failed(
                 "all_gather",
                 "a peer failed, exited, or never reached this exchange "
                 "(the transport's error is the cause; look for the rank that failed first)",
@@ -269,11 +267,8 @@ class TorchDistributedGroup:
             try:
                 values.append(orjson.loads(payload))
             except orjson.JSONDecodeError as exc:
-                raise GroupError(
-                    self._rank,
-                    self._world_size,
-                    "all_gather",
-                    f"rank {rank} sent something that is not JSON: {exc}",
+                raise self._failed(
+                    "all_gather", f"rank {rank} sent something that is not JSON: {exc}"
                 ) from exc
         return values
 
@@ -306,9 +301,7 @@ class TorchDistributedGroup:
         try:
             self._store().set(key, data)
         except Exception as exc:
-            raise GroupError(
-                self._rank, self._world_size, "post", f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed("post", f"{type(exc).__name__}: {exc}") from exc
 
     def take(self, key: str, timeout_s: float) -> bytes | None:
         """The bytes under ``key`` in the process group's store, removed from
@@ -330,10 +323,11 @@ class TorchDistributedGroup:
             data = bytes(store.get(key))
             store.delete_key(key)
         except Exception as exc:
-            raise GroupError(
-                self._rank, self._world_size, "take", f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed("take", f"{type(exc).__name__}: {exc}") from exc
         return data
+
+    def _failed(self, operation: str, reason: str) -> GroupError:
+        return GroupError(self._rank, self._world_size, operation, reason)
 
     def _store(self) -> Any:
         c10d = importlib.import_module("torch.distributed.distributed_c10d")

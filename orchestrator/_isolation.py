@@ -368,18 +368,17 @@ def _rebuild(spec: Mapping[str, Any]) -> Any:
 
 
 def _load_body(path: str) -> Any:
+    target: Any
     if path.startswith("file:"):
         import runpy
 
         _, file, qualname = path.split(":", 2)
-        namespace = runpy.run_path(file, run_name="__isolated__")
-        target: Any = namespace[qualname.split(".")[0]]
-        for part in qualname.split(".")[1:]:
-            target = getattr(target, part)
-        return target
-    module, _, qualname = path.partition(":")
-    target = importlib.import_module(module)
-    for part in qualname.split("."):
+        first, *parts = qualname.split(".")
+        target = runpy.run_path(file, run_name="__isolated__")[first]
+    else:
+        module, _, qualname = path.partition(":")
+        target, parts = importlib.import_module(module), qualname.split(".")
+    for part in parts:
         target = getattr(target, part)
     return target
 

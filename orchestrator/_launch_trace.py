@@ -22,9 +22,10 @@ from ._run_directory import read_run_directory
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from events import Replay
     from exporters import Tracing
 
-__all__ = ["launch_trace", "send_launch_span"]
+__all__ = ["launch_trace", "replay_run_directory", "send_launch_span"]
 
 
 def launch_trace(run_dir: Path, *, slices: Sequence[Slice]) -> list[ReadableSpan]:
@@ -37,8 +38,19 @@ def launch_trace(run_dir: Path, *, slices: Sequence[Slice]) -> list[ReadableSpan
         events.EventsError: a log is corrupt or unreadable.
         ValueError: an event's ids are malformed.
     """
-    from events import merge, read_log, replay
+    from events import merge
     from exporters import run_trace
+
+    contents, result = replay_run_directory(run_dir, slices=slices)
+    return run_trace(merge(contents), result)
+
+
+def replay_run_directory(
+    run_dir: Path, *, slices: Sequence[Slice]
+) -> tuple[list[LogContents], Replay]:
+    """The logs in ``run_dir`` that hold events, and the run replayed from
+    them with ``slices`` (the ranks without one named): see :func:`launch_trace`."""
+    from events import read_log, replay
 
     found = read_run_directory(run_dir)
     contents: list[LogContents] = []
@@ -49,8 +61,7 @@ def launch_trace(run_dir: Path, *, slices: Sequence[Slice]) -> list[ReadableSpan
             contents.append(read)
         else:
             empty.append(rank)
-    result = replay(contents, slices=slices, launch=found.launch_record(empty))
-    return run_trace(merge(contents), result)
+    return contents, replay(contents, slices=slices, launch=found.launch_record(empty))
 
 
 def send_launch_span(

@@ -147,19 +147,10 @@ class RayLaunch:
             events.EventsError: a log in the directory is corrupt.
             RunDirectoryError: the manifest is unreadable.
         """
-        from events import read_log, replay
-
-        from .._run_directory import read_run_directory
+        from .._launch_trace import replay_run_directory
         from ..engine import ENGINE
 
-        found = read_run_directory(self.run_dir)
-        contents = [read_log(path) for path in found.logs.values()]
-        empty = [rank for rank, read in zip(found.logs, contents, strict=True) if not read.events]
-        return replay(
-            [read for read in contents if read.events],
-            launch=found.launch_record(empty),
-            slices=[ENGINE],
-        )
+        return replay_run_directory(self.run_dir, slices=[ENGINE])[1]
 
 
 def launch_on_ray(
