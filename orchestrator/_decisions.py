@@ -123,8 +123,7 @@ def check_decisions(
     and list those that differ. A decision without a decider is skipped."""
     from events import Divergence  # the replay side of events: when checked
 
-    table = dict(DEFAULT_DECIDERS)
-    table.update(deciders or {})
+    table = {**DEFAULT_DECIDERS, **(deciders or {})}
     by_rank: dict[int, list[Event]] = {}
     divergences: list[Divergence] = []
     for event in events:

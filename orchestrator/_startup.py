@@ -832,9 +832,7 @@ class Startup:
         bridge = self._bridge
         identity = self.identity
         group = self._group.group
-        if bridge is None or identity is None:
-            return
-        if not self._wait_for_peers:
+        if bridge is None or identity is None or not self._wait_for_peers:
             return
         if group is None or identity.world_size == 1:
             bridge.release()
@@ -1039,8 +1037,7 @@ class Startup:
                             )
                 elif not rank_log_path(run_dir, rank).exists():
                     entry = attrs.evolve(entry, not_delivered=reason)
-                present = rank_log_path(run_dir, rank).exists()
-                entries.append(attrs.evolve(entry, collected=present))
+                entries.append(attrs.evolve(entry, collected=rank_log_path(run_dir, rank).exists()))
         if scope.cancelled_caught:
             for rank in range(len(entries), identity.world_size):
                 if rank_log_path(run_dir, rank).exists():

@@ -168,9 +168,7 @@ async def run_captured(
     error: BaseException | None = None
     try:
         result = await Runner(log, **options).run(graph)
-    except Exception as exc:
-        error = exc
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
         error = exc
     return Captured(result=result, error=error, events=log.events)
 
