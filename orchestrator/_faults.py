@@ -55,15 +55,13 @@ _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _RANKS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
-def _builtin_exceptions() -> dict[str, type[BaseException]]:
-    return {
-        name: value
-        for name, value in vars(builtins).items()
-        if isinstance(value, type) and issubclass(value, BaseException)
-    }
-
-
-_EXCEPTIONS = _builtin_exceptions()
+#: The builtin exception classes by name: the only ones a fault names, and
+#: the ones an isolated step's exception is rebuilt as.
+BUILTIN_EXCEPTIONS: dict[str, type[BaseException]] = {
+    name: value
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+}
 
 
 class FaultAction(enum.StrEnum):
@@ -205,7 +203,7 @@ class Fault:
         """
         if self.exception is None:
             raise ValueError(f"fault on {self.target!r} has no exception to raise")
-        cls = _EXCEPTIONS[self.exception]
+        cls = BUILTIN_EXCEPTIONS[self.exception]
         args = self.args
         kwargs = dict(self.kwargs)
         if issubclass(cls, ImportError):
@@ -427,9 +425,9 @@ def _check_target(spec: str, target: str) -> str:
 def _action_for(spec: str, name: str) -> tuple[FaultAction, str | None]:
     if name in ("hang", "crash"):
         return FaultAction(name), None
-    cls = _EXCEPTIONS.get(name)
+    cls = BUILTIN_EXCEPTIONS.get(name)
     if cls is None:
-        close = sorted(n for n in _EXCEPTIONS if n.lower().startswith(name[:3].lower()))[:6]
+        close = sorted(n for n in BUILTIN_EXCEPTIONS if n.lower().startswith(name[:3].lower()))[:6]
         hint = f" (did you mean {', '.join(close)}?)" if close and name else ""
         raise FaultSpecError(
             spec,
@@ -484,7 +482,7 @@ def _fault_from_json(item: object, source: str, index: int) -> Fault:
     action, exception = _action_for(source, entry.exception)
     if entry.kwargs and (
         exception is None
-        or not issubclass(_EXCEPTIONS[exception], ImportError)
+        or not issubclass(BUILTIN_EXCEPTIONS[exception], ImportError)
         or not set(entry.kwargs) <= {"name", "path"}
     ):
         raise FaultSpecError(

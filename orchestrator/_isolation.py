@@ -55,7 +55,7 @@ from events._codec import structure, unstructure
 
 from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable
 from ._errors import IsolatedStepError
-from ._faults import Fault, FaultPlan
+from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
 from ._policy import ErrorPolicy, qualified_name
 from ._threads import StepThreads
@@ -290,10 +290,8 @@ class IsolatedError(Exception):
 
     def rebuild(self, step: str) -> BaseException:
         """The same exception type when it is a builtin, else a typed wrapper."""
-        import builtins
-
-        cls = getattr(builtins, self.info.type, None)
-        if isinstance(cls, type) and issubclass(cls, BaseException):
+        cls = BUILTIN_EXCEPTIONS.get(self.info.type)
+        if cls is not None:
             try:
                 return cls(self.info.message)
             except Exception:  # pragma: no cover - builtins take a message

@@ -55,7 +55,7 @@ import attrs
 
 from events import Event, MemoryLog, Outcome, RunFinished, outcome_of
 
-from ._faults import Fault, FaultAction, FaultPlan
+from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultAction, FaultPlan
 from ._graph import Graph
 from ._importer import Importer, TableImporter
 from ._runner import Runner, RunResult
@@ -79,9 +79,7 @@ def raise_(
         ValueError: ``exception`` is not a builtin exception class (faults
             are data and only name builtins).
     """
-    import builtins
-
-    if getattr(builtins, exception.__name__, None) is not exception:
+    if BUILTIN_EXCEPTIONS.get(exception.__name__) is not exception:
         raise ValueError(f"{exception.__name__} is not a builtin exception; faults name builtins")
     return Fault(
         target=target,
