@@ -388,6 +388,8 @@ class _Run:
 
     def __init__(self, runner: Runner, graph: Graph, root_span_id: str) -> None:
         self.runner = runner
+        #: appends an event, its envelope stamped by the runner
+        self.emit = runner._append
         self.graph = graph
         self.log = runner.log
         self.run_id = runner.log.run_id
@@ -415,11 +417,6 @@ class _Run:
         self.child_stacks: dict[str, tuple[ThreadStack, ...]] = {}
 
     # Events ----------------------------------------------------------------------------
-
-    def emit(
-        self, cls: type[Event], *, step: str = "", span_id: str, parent: str | None, **payload: Any
-    ) -> Event:
-        return self.runner._append(cls, step=step, span_id=span_id, parent=parent, **payload)
 
     def capture(self, exc: BaseException) -> ExceptionInfo:
         return ExceptionInfo.capture(exc, redactor=self.runner.redactor)

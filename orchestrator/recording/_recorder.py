@@ -243,7 +243,20 @@ class Recording:
     def begin_phase(self, name: str, attributes: Mapping[str, JsonValue] | None = None) -> Any:
         """Open a phase (as :meth:`phase` does on entering its block); the
         token is for :meth:`end_phase`."""
-        return self._begin(name, dict(attributes or {}))
+        with self._lock:
+            if not self._usable():
+                return None
+            assert self._portal is not None
+            send, receive = anyio.create_memory_object_stream[Any](math.inf)
+            parent = self._open[-1][1]
+            begin = _Begin(name, dict(attributes or {}), receive)
+            self._portal.call(parent.send_nowait, begin)
+            self._open.append((name, send))
+        # The phase's start is in the log before the engine's code goes on:
+        # a process killed in the very next line still says where it was.
+        # Bounded, so a recording whose loop is stuck never holds vLLM up.
+        begin.started.wait(_PHASE_START_WAIT_S)
+        return send
 
     def end_phase(self, token: Any, error: BaseException | None = None) -> None:
         """Close the phase :meth:`begin_phase` opened: ``ok``, or failed
@@ -264,22 +277,6 @@ class Recording:
         data = IsolatedError(info, mro, module if isinstance(module, str) else None)
         self._captured[id(error)] = (error, data)
         return data
-
-    def _begin(self, name: str, attributes: dict[str, JsonValue]) -> Any:
-        with self._lock:
-            if not self._usable():
-                return None
-            assert self._portal is not None
-            send, receive = anyio.create_memory_object_stream[Any](math.inf)
-            parent = self._open[-1][1]
-            begin = _Begin(name, attributes, receive)
-            self._portal.call(parent.send_nowait, begin)
-            self._open.append((name, send))
-        # The phase's start is in the log before the engine's code goes on:
-        # a process killed in the very next line still says where it was.
-        # Bounded, so a recording whose loop is stuck never holds vLLM up.
-        begin.started.wait(_PHASE_START_WAIT_S)
-        return send
 
     def _end(self, inbox: Any, end: _End) -> None:
         with self._lock:
@@ -390,7 +387,7 @@ class Recording:
         def wait_for_exit() -> None:
             # A daemon thread of its own: it may wait as long as the child
             # lives, and must never keep this process from exiting.
-            _wait_for(spawned.sentinel)
+            multiprocessing.connection.wait([spawned.sentinel])
             status.append(_exit_status(spawned.process))
             with contextlib.suppress(BaseException):
                 portal.call(exited.set)
@@ -442,10 +439,6 @@ def _close(inbox: MemoryObjectReceiveStream[Any]) -> None:
         if isinstance(message, _Begin):
             _close(message.inbox)
     inbox.close()
-
-
-def _wait_for(sentinel: int) -> None:
-    multiprocessing.connection.wait([sentinel])
 
 
 def _exit_status(process: Any) -> int | None:
