@@ -451,28 +451,11 @@ class _Generated:
         lines: list[str] = []
         for field in fields:
             name = field.name
-            shape = _shape(hints[name])
-            if field.default is None and shape[0] == "optional":
-                # Emitted only when not None: no need to test for None again.
-                dump = self._dump(shape[1], "value", 0)
-            else:
-                dump = self._dump(hints[name], "value", 0)
+            dump, store = self._store(field, hints, f"{ident}_{name}")
             if field.default is attrs.NOTHING and not lines and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
                 continue
-            lines.append(f"value = obj.{name}")
-            if field.default is attrs.NOTHING:
-                lines.append(f"record[{name!r}] = {dump}")
-                continue
-            default = field.default
-            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()
-            if default is None:
-                lines.append("if value is not None:")
-            else:
-                constant = self._constant(f"omitted_{ident}_{name}", default)
-                lines.append(f"if value != {constant}:")
-            lines.append(f"    record[{name!r}] = {dump}")
+            lines += [f"value = obj.{name}", *store]
         head = [f"def encode_{ident}(obj):", f"    record = {{{', '.join(literal)}}}"]
         return [*head, *(f"    {line}" for line in lines), "    return record", ""]
 
@@ -491,27 +474,12 @@ class _Generated:
         ]
         for field in fields:
             name = field.name
-            shape = _shape(hints[name])
-            if field.default is None and shape[0] == "optional":
-                dump = self._dump(shape[1], "value", 0)
-            else:
-                dump = self._dump(hints[name], "value", 0)
+            _, store = self._store(field, hints, f"{ident}_seq_{name}")
             lines += [
                 "value = seq" if name == "seq" else f"value = obj.{name}",
                 f"copy.{name} = value",
+                *store,
             ]
-            default = field.default
-            if default is attrs.NOTHING:
-                lines.append(f"record[{name!r}] = {dump}")
-                continue
-            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()
-            if default is None:
-                lines.append("if value is not None:")
-            else:
-                constant = self._constant(f"omitted_{ident}_seq_{name}", default)
-                lines.append(f"if value != {constant}:")
-            lines.append(f"    record[{name!r}] = {dump}")
         lines.append(f"copy.__class__ = cls_{ident}")
         if getattr(self.namespace[f"cls_{ident}"], "__attrs_post_init__", None) is not None:
             lines.append("copy.__attrs_post_init__()")
@@ -523,6 +491,29 @@ class _Generated:
         function: Callable[[Any, int], tuple[Any, dict[str, Any]]]
         function = self.namespace[f"encode_{self.ids[cls]}_seq"]
         return function
+
+    def _store(self, field: Any, hints: dict[str, Any], key: str) -> tuple[str, list[str]]:
+        """The expression turning ``field``'s value, in variable ``value``,
+        into what orjson writes, and the statements putting it in ``record``
+        unless it is the field's default (``omitted_KEY`` names the default
+        compared with)."""
+        name = field.name
+        shape = _shape(hints[name])
+        if field.default is None and shape[0] == "optional":
+            # Emitted only when not None: no need to test for None again.
+            dump = self._dump(shape[1], "value", 0)
+        else:
+            dump = self._dump(hints[name], "value", 0)
+        store = f"record[{name!r}] = {dump}"
+        default = field.default
+        if default is attrs.NOTHING:
+            return dump, [store]
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        if default is None:
+            return dump, ["if value is not None:", f"    {store}"]
+        constant = self._constant(f"omitted_{key}", default)
+        return dump, [f"if value != {constant}:", f"    {store}"]
 
     def _dump(self, tp: Any, var: str, depth: int) -> str:
         """An expression turning the value in variable ``var`` into what
