@@ -305,10 +305,7 @@ class ExceptionInfo:
 
     def root(self) -> ExceptionInfo:
         """The innermost cause: the exception that started it all."""
-        node = self
-        while (below := node.cause or node.context) is not None:
-            node = below
-        return node
+        return self.chain()[-1]
 
     def format(self, *, chain: bool = True, max_links: int | None = None) -> str:
         """Render like :func:`traceback.format_exception`, causes first.
@@ -329,17 +326,11 @@ class ExceptionInfo:
         return self._format(max_links, 0)
 
     def _format(self, max_links: int | None, depth: int) -> str:
-        shown: list[ExceptionInfo] = []
-        node: ExceptionInfo | None = self
-        while node is not None and (max_links is None or len(shown) < max_links):
-            shown.append(node)
-            node = node.cause or node.context
+        links = self.chain()
+        shown = links if max_links is None else links[: max(max_links, 0)]
         parts: list[str] = []
-        if node is not None:
-            hidden = 0
-            while node is not None:
-                hidden += 1
-                node = node.cause or node.context
+        if len(shown) < len(links):
+            hidden = len(links) - len(shown)
             parts.append(f"... ({_count(hidden, 'more linked exception')} not shown)\n")
         for link in reversed(shown):
             if parts:
@@ -422,6 +413,10 @@ class _Capture:
         # longer matches while its first part stays readable in the record.
         return _truncated(self._redact(_plain_text(value)))
 
+    def _optional_text(self, exc: BaseException, name: str) -> str | None:
+        value = _safe_getattr(exc, name)
+        return None if value is None else self._text(value)
+
     def run(self, exc: BaseException) -> ExceptionInfo:
         # Iterative over the cause/context spine, so a 10,000-deep chain never
         # touches the recursion limit; only group members recurse, and they
@@ -431,10 +426,7 @@ class _Capture:
         current: BaseException | None = exc
         truncated_tail = False
         while current is not None:
-            if id(current) in self._seen:
-                truncated_tail = True
-                break
-            if self._budget <= 0:
+            if id(current) in self._seen or self._budget <= 0:
                 truncated_tail = True
                 break
             self._budget -= 1
@@ -450,10 +442,8 @@ class _Capture:
             link = fields.pop("_link")
             if position == 0:
                 fields["truncated"] = fields.get("truncated", False) or truncated_tail
-            elif link == "cause":
-                fields["cause"] = built
-            elif link == "context":
-                fields["context"] = built
+            else:  # the link ("cause" or "context") to the record built last
+                fields[link] = built
             built = ExceptionInfo(**fields)
         assert built is not None
         return built
@@ -480,15 +470,11 @@ class _Capture:
         if isinstance(exc, OSError):
             errno_value = _safe_getattr(exc, "errno")
             fields["errno"] = errno_value if isinstance(errno_value, int) else None
-            strerror = _safe_getattr(exc, "strerror")
-            fields["strerror"] = None if strerror is None else self._text(strerror)
-            filename = _safe_getattr(exc, "filename")
-            fields["filename"] = None if filename is None else self._text(filename)
+            fields["strerror"] = self._optional_text(exc, "strerror")
+            fields["filename"] = self._optional_text(exc, "filename")
         if isinstance(exc, ImportError):
-            module_name = _safe_getattr(exc, "name")
-            module_path = _safe_getattr(exc, "path")
-            fields["module_name"] = None if module_name is None else self._text(module_name)
-            fields["module_path"] = None if module_path is None else self._text(module_path)
+            fields["module_name"] = self._optional_text(exc, "name")
+            fields["module_path"] = self._optional_text(exc, "path")
         notes = _safe_getattr(exc, "__notes__")
         if isinstance(notes, list | tuple):
             fields["notes"] = tuple(self._text(note) for note in notes[:MAX_FRAMES])
