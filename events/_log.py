@@ -87,7 +87,7 @@ class EventLog(Protocol):
 class _LogBase:
     """Sequencing, stream checks and subscribers; subclasses store."""
 
-    def __init__(self, run_id: str, rank: int) -> None:
+    def __init__(self, run_id: str, rank: int = 0) -> None:
         self._run_id = run_id
         self._rank = rank
         self._lock = threading.RLock()
@@ -198,9 +198,6 @@ class _LogBase:
 
 class MemoryLog(_LogBase):
     """A log held in memory: for tests, benchmarks and short-lived graphs."""
-
-    def __init__(self, run_id: str, rank: int = 0) -> None:
-        super().__init__(run_id, rank)
 
     @property
     def events(self) -> tuple[Event, ...]:

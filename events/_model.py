@@ -438,18 +438,11 @@ def outcome_of(event: Event) -> Outcome | None:
     cls = type(event)
     if cls in _OUTCOMES:
         return _OUTCOMES[cls]
-    match event:
-        case StepSucceeded():
-            return Outcome.OK
-        case StepUnavailable(outcome=outcome):
-            return outcome
-        case StepFailed():
-            return Outcome.FAILED
-        case StepTimedOut():
-            return Outcome.TIMED_OUT
-        case StepCancelled():
-            return Outcome.CANCELLED
-        case StepCrashed():
-            return Outcome.CRASHED
-        case _:
-            return None
+    # A StepUnavailable, or an event of a class derived from these: the
+    # first terminal class it is an instance of decides.
+    for base in TERMINAL_STEP_EVENTS:
+        if base is StepUnavailable and isinstance(event, StepUnavailable):
+            return event.outcome
+        if isinstance(event, base):
+            return _OUTCOMES[base]
+    return None
