@@ -443,22 +443,21 @@ def merge(logs: Iterable[LogContents | Iterable[Event]]) -> Iterator[Event]:
     seen: dict[int, str] = {}
     run_ids: set[str] = set()
     for log in logs:
-        events = log.events if isinstance(log, LogContents) else tuple(log)
+        if isinstance(log, LogContents):
+            events, source = log.events, str(log.path)
+        else:
+            events, source = tuple(log), "an event stream"
         if not events:
             continue
         head = events[0]
         if head.rank in seen:
             raise LogError(
-                f"two logs for rank {head.rank} ({seen[head.rank]} and "
-                f"{_describe_stream(log)}); pass one log per rank"
+                f"two logs for rank {head.rank} ({seen[head.rank]} and {source}); "
+                "pass one log per rank"
             )
-        seen[head.rank] = _describe_stream(log)
+        seen[head.rank] = source
         run_ids.add(head.run_id)
         streams.append(events)
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be merged: {', '.join(sorted(run_ids))}")
     return heapq.merge(*streams, key=lambda event: (event.wall_ns, event.rank, event.seq))
-
-
-def _describe_stream(log: LogContents | Iterable[Event]) -> str:
-    return str(log.path) if isinstance(log, LogContents) else "an event stream"
