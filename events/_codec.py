@@ -49,8 +49,8 @@ import orjson
 
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
-from ._exception_info import MAX_CHAIN, ExceptionInfo, FrameInfo, ThreadStack
-from ._model import EVENT_TYPES, SCHEMA_VERSION, Event, RankIdentity, Stop
+from ._exception_info import MAX_CHAIN, ExceptionInfo, FrameInfo
+from ._model import EVENT_TYPES, SCHEMA_VERSION, Event
 from ._type_names import public_type_names
 
 __all__ = [
@@ -402,10 +402,11 @@ class _Generated:
             self._own = None
 
     def compile(self) -> None:
-        """Compile everything added so far."""
-        missing = [cls for cls, ident in self.ids.items() if f"cls_{ident}" not in self.namespace]
-        if missing:
-            raise TypeError(f"the codec has no functions for nested {missing}")
+        """Compile everything added so far, with the functions of every class
+        their fields hold, nested or not (added here)."""
+        while nested := [cls for cls, i in self.ids.items() if f"cls_{i}" not in self.namespace]:
+            for cls in nested:
+                self.add(cls)
         code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
         exec(code, self.namespace)
         self.source = []
@@ -766,9 +767,6 @@ class _Generated:
 _A = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-_NESTED = (RankIdentity, FrameInfo, ExceptionInfo, ThreadStack, Stop)
-
-
 class _Table(dict[Any, Any]):
     """Generated functions by type tag (or class), filled with every other
     table the first time one is looked up: importing the package compiles
@@ -812,8 +810,6 @@ def _compile() -> None:
         if _NESTED_ENCODERS:
             return
         generated = _Generated()
-        for cls in _NESTED:
-            generated.add(cls)
         for tag, event_cls in EVENT_TYPES.items():
             generated.add(event_cls, tag=tag)
         generated.compile()
@@ -821,10 +817,11 @@ def _compile() -> None:
             _EVENT_ENCODERS[tag] = generated.encoder(event_cls)
             _EVENT_DECODERS[tag] = generated.decoder(event_cls)
             _SEQUENCED_LINE_ENCODERS[event_cls] = generated.sequenced_encoder(event_cls)
-        for cls in _NESTED:
+        nested = [cls for cls in generated.ids if not issubclass(cls, Event)]
+        for cls in nested:
             _NESTED_DECODERS[cls] = generated.decoder(cls)
         # Last: a filled table of nested encoders says everything is done.
-        for cls in _NESTED:
+        for cls in nested:
             _NESTED_ENCODERS[cls] = generated.encoder(cls)
 
 
@@ -915,33 +912,14 @@ _STRUCTURERS: dict[type[Any], Callable[[dict[str, Any]], Any]] = {}
 _UNSTRUCTURERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {}
 
 
-def _records_of(cls: type[Any], found: dict[type[Any], None]) -> dict[type[Any], None]:
-    """``cls`` and every attrs class its fields hold, nested or not."""
-    if cls in found:
-        return found
-    found[cls] = None
-    pending = list(typing.get_type_hints(cls).values())
-    while pending:
-        shape = _shape(pending.pop())
-        if shape[0] in ("record", "record_mapping"):
-            _records_of(shape[1], found)
-        elif shape[0] in ("optional", "tuple"):
-            pending.append(shape[1])
-        elif shape[0] == "fixed":
-            pending.extend(shape[1])
-    return found
-
-
 def _structurer(cls: type[Any]) -> None:
     with _COMPILING:
         if cls in _STRUCTURERS:
             return
         generated = _Generated()
-        classes = list(_records_of(cls, {}))
-        for record_cls in classes:
-            generated.add(record_cls)
+        generated.add(cls)
         generated.compile()
-        for record_cls in classes:
+        for record_cls in generated.ids:
             _UNSTRUCTURERS.setdefault(record_cls, generated.encoder(record_cls))
             _STRUCTURERS.setdefault(record_cls, generated.decoder(record_cls))
 
