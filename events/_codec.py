@@ -825,19 +825,6 @@ def _compile() -> None:
             _NESTED_ENCODERS[cls] = generated.encoder(cls)
 
 
-def _loads(line: bytes | str) -> Any:
-    """``orjson.loads``.
-
-    Raises:
-        DecodeError: the line is not JSON, or nests deeper than orjson
-            reads (with orjson's explanation).
-    """
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
-
-
 # --- public functions ---------------------------------------------------------------
 
 
@@ -963,7 +950,12 @@ def decode(line: bytes | str) -> Event:
     """Parse one JSON line and :func:`decode_record` it.
 
     Raises:
-        DecodeError: the line is not JSON or not a valid event (see
-            :func:`decode_record`).
+        DecodeError: the line is not JSON (nesting deeper than orjson reads
+            is not: the error gives orjson's explanation), or not a valid
+            event (see :func:`decode_record`).
     """
-    return decode_record(_loads(line))
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    return decode_record(record)
