@@ -179,8 +179,7 @@ def command_run(args: argparse.Namespace) -> int:
     """Validate everything up front (exit 2 on bad input), then launch."""
     launched = os.environ.get(CHILD_VARIABLE) == "1"
     under_launcher = launcher_convention() is not None
-    if args.run_id is not None:
-        _check_run_id(args.run_id)
+    run_id = None if args.run_id is None else _check_run_id(args.run_id)
     host = _host(args, launched)
     _check_engine(args)
     if args.nproc is not None and args.nproc > 1 and not launched:
@@ -193,7 +192,7 @@ def command_run(args: argparse.Namespace) -> int:
         # Fail fast, before any process starts.
         faults = _faults(args, args.nproc)
         _config(args, args.nproc)
-        return _launch(args, faults, host)
+        return _launch(args, faults, host, run_id)
     try:
         identity = identity_from_environment()
     except RankEnvironmentError as exc:
@@ -206,12 +205,8 @@ def command_run(args: argparse.Namespace) -> int:
 # --- the launcher ---------------------------------------------------------------------
 
 
-def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host) -> int:
-    run_id = (
-        _check_run_id(args.run_id)
-        if args.run_id is not None
-        else (run_id_from_environment() or new_run_id())
-    )
+def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: str | None) -> int:
+    run_id = run_id or run_id_from_environment() or new_run_id()
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
     if args.trace_file is not None:
