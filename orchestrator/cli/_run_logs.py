@@ -70,13 +70,16 @@ def run_directories_in(path: Path) -> list[Path]:
         return []
     for child in children:
         try:
-            if not child.is_dir():
-                continue
-            if (child / "manifest.json").exists() or next(child.glob("rank-*.jsonl"), None):
+            if child.is_dir() and holds_logs(child):
                 runs.append((child.stat().st_mtime, child.name, child))
         except OSError:
             continue
     return [run for _mtime, _name, run in sorted(runs, reverse=True)]
+
+
+def holds_logs(path: Path) -> bool:
+    """Whether the directory ``path`` holds rank logs or a manifest."""
+    return (path / "manifest.json").exists() or any(path.glob("rank-*.jsonl"))
 
 
 #: How many run directories a hint names.
@@ -194,7 +197,9 @@ class RunLogs(NamedTuple):
         differently (a changed reducer shows up here, never as a silent
         change), in the order they were made (wall-clock time, then rank),
         each rank's recomputed from its own events."""
-        found = sorted((item for log in self.logs for item in log.decisions), key=_when)
+        found = sorted(
+            (item for log in self.logs for item in log.decisions), key=lambda item: item[:3]
+        )
         return [divergence for *_key, divergence in found]
 
     def events(self) -> list[Event]:
@@ -202,10 +207,6 @@ class RunLogs(NamedTuple):
         from events import merge
 
         return list(merge(log.events for log in self.logs))
-
-
-def _when(item: tuple[int, int, int, Divergence]) -> tuple[int, int, int]:
-    return item[:3]
 
 
 #: The fewest logs a share of a run holds: a run of fewer than twice as many
@@ -259,10 +260,9 @@ def read_run(
             if manifest is not None:
                 manifests.append((path, manifest))
     files = [(path, file) for path in paths for file in log_files([path])]
-    chosen = None if slices is None else tuple(slices)
-    if chosen is None:
-        chosen = _slices_recorded(_first_started([file for _path, file in files]))
-    logs = _fold_logs([file for _path, file in files], chosen, until, keep_events)
+    only_files = [file for _path, file in files]
+    chosen = _slices_recorded(_first_started(only_files)) if slices is None else tuple(slices)
+    logs = _fold_logs(only_files, chosen, until, keep_events)
     if slices is None:
         lowest = min(
             (log.folded for log in logs if log.folded is not None),
@@ -273,7 +273,7 @@ def read_run(
         if recorded != chosen:
             # The lowest rank is not in the lowest-named file: fold again.
             chosen = recorded
-            logs = _fold_logs([file for _path, file in files], chosen, until, keep_events)
+            logs = _fold_logs(only_files, chosen, until, keep_events)
     # The run each command-line path is of (its manifest's, or its first
     # event's): two paths of different runs are two runs to compare.
     run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
@@ -285,8 +285,8 @@ def read_run(
     empty: list[int] = []
     for (path, file), read in zip(files, logs, strict=True):
         folded = read.folded
+        named = rank_of_file(file)
         if folded is None:
-            named = rank_of_file(file)
             if named is not None:
                 empty.append(named)
             continue
@@ -297,7 +297,6 @@ def read_run(
                 "a report is of one run: move that log out, or replay it on its own"
             )
         rank = folded.rank
-        named = rank_of_file(file)
         if named is not None and named != rank:
             raise InputError(
                 f"{file}: holds the events of rank {rank}, not of rank {named} (a foreign or "

@@ -394,15 +394,12 @@ def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
     replaced by the run directories it holds, oldest first; says so."""
     from exporters import terminal_text
 
-    from ._run_logs import run_directories_in
+    from ._run_logs import holds_logs, run_directories_in
 
     expanded: list[Path] = []
     for path in paths:
         try:
-            holds_logs = path.is_dir() and (
-                (path / "manifest.json").exists() or next(path.glob("rank-*.jsonl"), None)
-            )
-            runs = run_directories_in(path) if path.is_dir() and not holds_logs else []
+            runs = run_directories_in(path) if path.is_dir() and not holds_logs(path) else []
         except OSError:
             runs = []  # checked as it is: the check names why it cannot be read
         if not runs:
