@@ -244,7 +244,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
             notify=lambda line: _note(view, line),
             book=book,
             tick=None if view is None else view.tick,
-            relay=None if view is None else view.line,
+            relay=None if view is None else view.screen.line,
             environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},
             pass_fds=descriptors,
         )
@@ -292,7 +292,7 @@ def _note(view: LaunchView | None, line: str) -> None:
     if view is None:
         diagnose(line, flush=True)
     else:
-        view.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
+        view.screen.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
 
 
 def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:

@@ -564,8 +564,8 @@ def follow(
 class LaunchView:
     """The live view ``run --nproc`` shows on a terminal: the launcher calls
     :meth:`tick` while it waits for its ranks (at most one look at the logs
-    per ``interval_s``), sends its own lines and the ranks' stderr through
-    :meth:`line`, and :meth:`close` s it when the ranks have ended."""
+    per ``interval_s``), sends its own lines and the ranks' stderr to its
+    :attr:`screen`, and :meth:`close` s it when the ranks have ended."""
 
     def __init__(self, run_dir: Path, stream: TextIO, *, interval_s: float = 0.25) -> None:
         self.screen = Screen(stream, live=True)
@@ -583,10 +583,6 @@ class LaunchView:
             return
         self._next = now + self._interval_s
         self._done = self._follower.step()
-
-    def line(self, text: str) -> None:
-        """Print a line above the live block."""
-        self.screen.line(text)
 
     def close(self) -> None:
         """A last look (the outcomes that landed since), then the block goes."""
