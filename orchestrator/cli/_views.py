@@ -31,7 +31,7 @@ from events._slices import SLICE_FILE_MODULE
 
 from ._errors import CommandLineError, InputError, UsageError
 from ._output import diagnose, emit, to_json_text
-from ._run_logs import rank_of_file, read_run
+from ._run_logs import RunLogs, rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
 
@@ -82,13 +82,16 @@ def load_slice(spec: str) -> Slice:
     return value
 
 
-def _check_rank(rank: int | None, result: Any) -> None:
-    """``--rank`` must be a rank of the run."""
-    if rank is None:
-        return
-    if rank >= result.world_size and rank not in result.states:
+def _replayed(args: argparse.Namespace, **reading: Any) -> tuple[RunLogs, Replay]:
+    """The run of the paths (:func:`read_run` with ``reading``), replayed;
+    ``--rank`` must be a rank of it."""
+    run = read_run(args.paths, slices=_slices(args), **reading)
+    result = run.replay()
+    rank = args.rank
+    if rank is not None and rank >= result.world_size and rank not in result.states:
         ranks = "rank 0" if result.world_size == 1 else f"ranks 0-{result.world_size - 1}"
         raise UsageError(f"--rank {rank}: the run has {ranks} (world size {result.world_size})")
+    return run, result
 
 
 def command_replay(args: argparse.Namespace) -> int:
@@ -102,16 +105,9 @@ def command_replay(args: argparse.Namespace) -> int:
         check_output(f"--export jaeger-json={export[1]}", export[1])
     if args.html is not None:
         check_output(f"--html {args.html}", args.html)
-    run = read_run(
-        args.paths,
-        slices=_slices(args),
-        until=args.until,
-        keep_events=export is not None,
-    )
-    result = run.replay()
-    _check_rank(args.rank, result)
-    decisions = run.decisions()
     # The events are kept only for --export.
+    run, result = _replayed(args, until=args.until, keep_events=export is not None)
+    decisions = run.decisions()
     document = with_decision_divergences(report_json(result), decisions)
     if args.json:
         emit(to_json_text(_only_rank(document, args.rank)))
@@ -270,9 +266,7 @@ def _view(render: str, *, header: bool = False) -> Callable[[argparse.Namespace]
     def command(args: argparse.Namespace) -> int:
         import exporters
 
-        run = read_run(args.paths, slices=_slices(args))
-        result = run.replay()
-        _check_rank(args.rank, result)
+        _run, result = _replayed(args)
         if header:
             # The run's outcome, what was simulated or injected, and the
             # ranks without events come first, as in the report.
