@@ -691,24 +691,11 @@ def _outcome_events(end: Event | None) -> list[SpanEvent]:
         case StepUnavailable(cause=cause) | StepFailed(cause=cause) if cause is not None:
             return _exception_events(cause, end.wall_ns)
         case StepTimedOut():
-            return [
-                SpanEvent(
-                    "exception",
-                    {"exception.type": "TimeoutError", "exception.message": _timeout_message(end)},
-                    end.wall_ns,
-                )
-            ]
+            return [_exception_event("TimeoutError", _timeout_message(end), end.wall_ns)]
         case StepCrashed(stderr_tail=stderr_tail):
+            message = _crash_message(end)
             return [
-                SpanEvent(
-                    "exception",
-                    {
-                        "exception.type": "ProcessCrashed",
-                        "exception.message": _crash_message(end),
-                        "exception.stacktrace": "\n".join(stderr_tail),
-                    },
-                    end.wall_ns,
-                )
+                _exception_event("ProcessCrashed", message, end.wall_ns, "\n".join(stderr_tail))
             ]
         case _:
             return []
@@ -727,19 +714,24 @@ def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
     with the square of its length.
     """
     return [
-        SpanEvent(
-            "exception",
-            {
-                "exception.type": member.type,
-                "exception.message": member.message,
-                "exception.stacktrace": member.format(
-                    chain=index == 0, max_links=_STACKTRACE_LINKS
-                ),
-            },
+        _exception_event(
+            member.type,
+            member.message,
             timestamp,
+            member.format(chain=index == 0, max_links=_STACKTRACE_LINKS),
         )
         for index, member in enumerate(_members(info))
     ]
+
+
+def _exception_event(
+    kind: str, message: str, timestamp: int, stacktrace: str | None = None
+) -> SpanEvent:
+    """A span event ``exception``, with the semantic conventions' attributes."""
+    attributes: dict[str, AttributeValue] = {"exception.type": kind, "exception.message": message}
+    if stacktrace is not None:
+        attributes["exception.stacktrace"] = stacktrace
+    return SpanEvent("exception", attributes, timestamp)
 
 
 def _members(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
