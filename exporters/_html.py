@@ -25,6 +25,7 @@ the whole run follow.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import time
@@ -209,16 +210,12 @@ def _chain_html(exception: ExceptionInfo) -> str:
     return f'<ul class="chain">{"".join(items)}</ul>'
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Ended:
     """What the event that ended one step of one rank said."""
 
-    __slots__ = ("exception", "reasons")
-
-    def __init__(
-        self, reasons: tuple[str, ...] = (), exception: ExceptionInfo | None = None
-    ) -> None:
-        self.reasons = reasons
-        self.exception = exception
+    reasons: tuple[str, ...] = ()
+    exception: ExceptionInfo | None = None
 
     @classmethod
     def of(cls, timing: StepTiming | None) -> _Ended | None:
@@ -485,28 +482,26 @@ def report_html(
     return "".join(out)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Scale:
     """The page's time axis: wall-clock ``origin`` .. ``last`` (``span``
     ns), and the zoomed one (its start and span), if any."""
 
-    __slots__ = ("last", "origin", "span", "zoom")
-
-    def __init__(self, *, origin: int, span: int, last: int, zoom: tuple[int, int] | None) -> None:
-        self.origin, self.span, self.last, self.zoom = origin, span, last, zoom
+    origin: int
+    span: int
+    last: int
+    zoom: tuple[int, int] | None
 
     def bar(self, start: int, end: int) -> str:
         """The bar's place on each axis, as CSS variables (percent)."""
-        style = (
-            f"--l:{(start - self.origin) / self.span * 100:.2f}%;"
-            f"--w:{max((end - start) / self.span * 100, 0.0):.2f}%"
-        )
+        axes = [("", self.origin, self.span)]
         if self.zoom is not None:
-            begin, span = self.zoom
-            style += (
-                f";--zl:{(start - begin) / span * 100:.2f}%;"
-                f"--zw:{max((end - start) / span * 100, 0.0):.2f}%"
-            )
-        return style
+            axes.append(("z", *self.zoom))
+        return ";".join(
+            f"--{axis}l:{(start - begin) / span * 100:.2f}%;"
+            f"--{axis}w:{max((end - start) / span * 100, 0.0):.2f}%"
+            for axis, begin, span in axes
+        )
 
 
 def _lane_facts(result: Replay, members: Sequence[int]) -> list[str]:
