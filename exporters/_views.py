@@ -404,33 +404,30 @@ def run_differences(
     for only, side in ((set(ranks_a) - both, "first"), (set(ranks_b) - both, "second")):
         if only:
             lines.append(f"{format_ranks(only)}: only in the {side} run")
-    changes: dict[tuple[str, str, str], list[int]] = {}
+    # (kind, what, old, new) -> the ranks where it changed so: the state's
+    # fields first, then the decisions.
+    changes: dict[tuple[str, str, str, str], list[int]] = {}
     for rank in sorted(both):
         left, right = _flat(ranks_a[rank]), _flat(ranks_b[rank])
         for field in sorted((left.keys() | right.keys()) - {"rank"}):
             if left.get(field) != right.get(field):
-                key = (field, repr(left.get(field)), repr(right.get(field)))
+                key = ("", field, repr(left.get(field)), repr(right.get(field)))
                 changes.setdefault(key, []).append(rank)
-    for (field, old, new), ranks in changes.items():
-        lines.append(f"{format_ranks(ranks)}: {field} {old} -> {new}")
-    decided: dict[tuple[str, str, str], list[int]] = {}
     for rank, decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
         if rank not in both and (ranks_a or ranks_b):
             continue  # a rank of one run only: said above
         old_value = (decisions_a or {}).get((rank, decision))
         new_value = (decisions_b or {}).get((rank, decision))
         if old_value != new_value:
-            key = (decision, repr(old_value), repr(new_value))
-            decided.setdefault(key, []).append(rank)
-    for (decision, old, new), ranks in decided.items():
-        lines.append(f"{format_ranks(ranks)}: decision {decision} {old} -> {new}")
+            key = ("decision ", decision, repr(old_value), repr(new_value))
+            changes.setdefault(key, []).append(rank)
+    for (kind, what, old, new), ranks in changes.items():
+        lines.append(f"{format_ranks(ranks)}: {kind}{what} {old} -> {new}")
     messages_a, messages_b = _message_keys(a), _message_keys(b)
-    for key, ranks in messages_a.items():
-        if messages_b.get(key) != ranks:
-            lines.append(f"- {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
-    for key, ranks in messages_b.items():
-        if messages_a.get(key) != ranks:
-            lines.append(f"+ {key[0].upper()} [{format_ranks(ranks)}] {key[2]}")
+    for sign, mine, theirs in (("-", messages_a, messages_b), ("+", messages_b, messages_a)):
+        for (severity, code, text), ranks in mine.items():
+            if theirs.get((severity, code, text)) != ranks:
+                lines.append(f"{sign} {severity.upper()} [{format_ranks(ranks)}] {text}")
     return lines
 
 
