@@ -21,6 +21,7 @@ loads it only when tracing is asked for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -125,15 +126,10 @@ class Tracing:
         parent = None
         if parent_span_id is not None:
             sampled = True
-            text = self._env.get("TRACEPARENT", "").strip()
-            if text:
-                try:
-                    traceparent = parse_traceparent(text)
-                except ValueError:
-                    pass
-                else:
-                    if traceparent.trace_id == trace_id:
-                        sampled = traceparent.sampled
+            with contextlib.suppress(ValueError):  # no TRACEPARENT, or not one
+                traceparent = parse_traceparent(self._env.get("TRACEPARENT", ""))
+                if traceparent.trace_id == trace_id:
+                    sampled = traceparent.sampled
             parent = trace.set_span_in_context(
                 trace.NonRecordingSpan(
                     span_context(trace_id, parent_span_id, is_remote=True, sampled=sampled)
