@@ -32,31 +32,18 @@ _VERSION_00_LENGTH = 55
 _EXPECTED_FORM = "00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"
 
 
-def _check_hex(value: str, digits: int, what: str) -> None:
+def hex_id(value: str, digits: int, what: str) -> int:
+    """``value``, an id of ``digits`` lower-case hex digits, not all zero (a
+    trace id has 32, a span id 16), as an integer.
+
+    Raises:
+        ValueError: not a valid id; the message names ``what`` and shows the value.
+    """
     if len(value) != digits or not _HEX.issuperset(value):
         raise ValueError(f"{what} must be {digits} lower-case hex digits, not {value!r}")
     if value == "0" * digits:
         raise ValueError(f"{what} must not be all zeros")
-
-
-def trace_id_to_int(trace_id: str) -> int:
-    """``trace_id`` (32 lower-case hex digits, not all zero) as an integer.
-
-    Raises:
-        ValueError: not a valid trace id; the message shows the value.
-    """
-    _check_hex(trace_id, 32, "trace id")
-    return int(trace_id, 16)
-
-
-def span_id_to_int(span_id: str) -> int:
-    """``span_id`` (16 lower-case hex digits, not all zero) as an integer.
-
-    Raises:
-        ValueError: not a valid span id; the message shows the value.
-    """
-    _check_hex(span_id, 16, "span id")
-    return int(span_id, 16)
+    return int(value, 16)
 
 
 def span_context(
@@ -78,8 +65,8 @@ def span_context(
 @functools.lru_cache(maxsize=4096)
 def _span_context(trace_id: str, span_id: str, is_remote: bool, sampled: bool) -> SpanContext:
     return SpanContext(
-        trace_id=trace_id_to_int(trace_id),
-        span_id=span_id_to_int(span_id),
+        trace_id=hex_id(trace_id, 32, "trace id"),
+        span_id=hex_id(span_id, 16, "span id"),
         is_remote=is_remote,
         trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT),
     )
@@ -142,8 +129,8 @@ def format_traceparent(trace_id: str, span_id: str, *, sampled: bool = True) -> 
     Raises:
         ValueError: an id is not lower-case hex of the right length, or is zero.
     """
-    _check_hex(trace_id, 32, "trace id")
-    _check_hex(span_id, 16, "span id")
+    hex_id(trace_id, 32, "trace id")
+    hex_id(span_id, 16, "span id")
     return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
 
 
@@ -182,8 +169,8 @@ def _parse_fields(text: str) -> None:
         raise ValueError(f"version 00 must be exactly {_VERSION_00_LENGTH} characters")
     if text[2] != "-" or text[35] != "-" or text[52] != "-" or text[55:56] not in ("", "-"):
         raise ValueError("fields must be separated by '-'")
-    _check_hex(text[3:35], 32, "trace id")
-    _check_hex(text[36:52], 16, "span id")
+    hex_id(text[3:35], 32, "trace id")
+    hex_id(text[36:52], 16, "span id")
     flags = text[53:55]
     if not _HEX.issuperset(flags):
         raise ValueError(f"flags must be 2 lower-case hex digits, not {flags!r}")

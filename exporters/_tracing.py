@@ -119,7 +119,7 @@ class Tracing:
         from opentelemetry.sdk.trace.sampling import Decision
 
         from ._environment import sampler_from_environment
-        from ._propagation import parse_traceparent, span_context, trace_id_to_int
+        from ._propagation import hex_id, parse_traceparent, span_context
         from ._spans import ROOT_SPAN_NAME
 
         sampler = self._sampler = sampler_from_environment(self._env)
@@ -135,7 +135,7 @@ class Tracing:
                     span_context(trace_id, parent_span_id, is_remote=True, sampled=sampled)
                 )
             )
-        result = sampler.should_sample(parent, trace_id_to_int(trace_id), ROOT_SPAN_NAME)
+        result = sampler.should_sample(parent, hex_id(trace_id, 32, "trace id"), ROOT_SPAN_NAME)
         return result.decision is Decision.RECORD_AND_SAMPLE
 
     @classmethod
