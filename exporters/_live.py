@@ -354,19 +354,21 @@ def _shutdown(exporter: SpanExporter, timeout_s: float) -> None:
 # the final verdict) become the detail of our single message. Records from other threads, and
 # from code that is not ours to guard, pass through untouched.
 _capture = threading.local()
+#: What this thread captures into, and what to call when a retry is announced.
+_Captured = tuple[list[str], Callable[[Sequence[str]], None] | None]
 
 
 class _CaptureFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        messages: list[str] | None = getattr(_capture, "messages", None)
-        if messages is None:
+        captured: _Captured | None = getattr(_capture, "captured", None)
+        if captured is None:
             return True
+        messages, on_retry = captured
         try:
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
         messages.append(message)
-        on_retry: Callable[[Sequence[str]], None] | None = getattr(_capture, "on_retry", None)
         if on_retry is not None and "retrying" in message:
             on_retry(messages)
         return False
@@ -394,13 +396,10 @@ def captured_messages(
     """Capture, on this thread, the OpenTelemetry exporters' log records;
     ``on_retry(messages)`` is called with what was captured so far when one
     announces a retry (before it waits)."""
-    previous: list[str] | None = getattr(_capture, "messages", None)
-    previous_on_retry = getattr(_capture, "on_retry", None)
+    previous = getattr(_capture, "captured", None)
     messages: list[str] = []
-    _capture.messages = messages
-    _capture.on_retry = on_retry
+    _capture.captured = (messages, on_retry)
     try:
         yield messages
     finally:
-        _capture.messages = previous
-        _capture.on_retry = previous_on_retry
+        _capture.captured = previous
