@@ -71,6 +71,7 @@ from events import (
     StepTimedOut,
     StepUnavailable,
     outcome_of,
+    reason_of,
 )
 
 from ._errors import SpanBuildError
@@ -641,12 +642,8 @@ def _status(severity: Severity | None, reason: Callable[[], str]) -> Status:
 
 def _short_reason(end: Event) -> str:
     match end:
-        case StepUnavailable(reasons=reasons, cause=cause, outcome=outcome):
-            if reasons:
-                return "; ".join(reasons)
-            return cause.reason if cause is not None else outcome.value
-        case StepFailed(cause=cause):
-            return cause.reason
+        case StepUnavailable() | StepFailed():
+            return reason_of(end)
         case StepTimedOut():
             return f"TimeoutError: {_timeout_message(end)}"
         case StepCrashed():
