@@ -126,7 +126,7 @@ def _trace(trace_id: int, spans: Sequence[ReadableSpan]) -> JsonObject:
         processes.setdefault(process_id, process)
         out_spans.append(_span(span, process_id))
     return {
-        "traceID": _trace_hex(trace_id),
+        "traceID": f"{trace_id:032x}",
         "spans": out_spans,
         "processes": processes,
         "warnings": None,
@@ -145,8 +145,8 @@ def _span(span: ReadableSpan, process_id: str) -> JsonObject:
     start_us = start_ns // 1000
     end_us = max(end_ns // 1000, start_us)
     return {
-        "traceID": _trace_hex(context.trace_id),
-        "spanID": _span_hex(context.span_id),
+        "traceID": f"{context.trace_id:032x}",
+        "spanID": f"{context.span_id:016x}",
         "flags": int(context.trace_flags),
         "operationName": span.name,
         "references": references,
@@ -195,7 +195,7 @@ def _process(resource: Mapping[str, Any]) -> JsonObject:
 
 
 def _reference(kind: str, to: SpanContext) -> JsonObject:
-    return {"refType": kind, "traceID": _trace_hex(to.trace_id), "spanID": _span_hex(to.span_id)}
+    return {"refType": kind, "traceID": f"{to.trace_id:032x}", "spanID": f"{to.span_id:016x}"}
 
 
 def _tag(key: str, value: object) -> JsonObject:
@@ -213,11 +213,3 @@ def _tag(key: str, value: object) -> JsonObject:
     if isinstance(value, Sequence):
         return {"key": key, "type": "string", "value": json.dumps(list(value), default=str)}
     return {"key": key, "type": "string", "value": str(value)}
-
-
-def _trace_hex(trace_id: int) -> str:
-    return f"{trace_id:032x}"
-
-
-def _span_hex(span_id: int) -> str:
-    return f"{span_id:016x}"
