@@ -271,19 +271,16 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     timelines = _timelines(replay, rank)
     if not timelines:
         return "no events\n"
-    launch = replay.launch
-
-    def total(timeline: RankTimeline) -> int:
-        return _alive_until_mono_ns(timeline, launch) - _began_mono_ns(timeline)
-
-    chosen = max(timelines, key=lambda r: total(timelines[r]))
+    alive = {r: _alive_until_mono_ns(t, replay.launch) for r, t in timelines.items()}
+    took = {r: alive[r] - _began_mono_ns(t) for r, t in timelines.items()}
+    chosen = max(took, key=took.__getitem__)
     timeline = timelines[chosen]
     started, finished = timeline.started, timeline.finished
     origin = _began_mono_ns(timeline)
     steps = list(timeline.steps.values())
     top = {t.step: t for t in steps if started is None or t.parent_span_id == started.span_id}
 
-    alive_until = _alive_until_mono_ns(timeline, launch)
+    alive_until = alive[chosen]
 
     def end_of(timing: StepTiming) -> int:
         if timing.duration_ns is None:
@@ -302,7 +299,7 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     # may not be the slowest one).
     unfinished = [r for r, t in timelines.items() if t.finished is None]
     outcome = "incomplete" if finished is None or unfinished else str(finished.outcome)
-    lines = [f"run {outcome} +{_seconds(total(timeline))} (rank {chosen}, the slowest)"]
+    lines = [f"run {outcome} +{_seconds(took[chosen])} (rank {chosen}, the slowest)"]
     if unfinished and rank is None:
         lines.append(
             f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
