@@ -68,6 +68,7 @@ from ._model import (
     outcome_of,
 )
 from ._policy import _GENERIC
+from ._reducers import Projection
 from ._severity import Scope, Severity
 from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text, reason_of
 
@@ -227,7 +228,7 @@ class _Setup:
         return any(hook.covers_stop(step, started) for hook in self.hooks)
 
 
-class Messages:
+class Messages(Projection[MessagesState]):
     """Projection: :class:`MessagesState` from any stream of events.
 
     Args:
@@ -274,10 +275,6 @@ class Messages:
     def initial(self) -> MessagesState:
         """No ranks, no messages."""
         return MessagesState()
-
-    def apply(self, state: MessagesState, event: Event) -> MessagesState:
-        """Derive what ``event`` completes (:meth:`apply_many` of one event)."""
-        return self.apply_many(state, (event,))
 
     def apply_many(self, state: MessagesState, events: Iterable[Event]) -> MessagesState:
         """The state after every event of ``events`` in turn: each run of one

@@ -34,8 +34,9 @@ class Projection(Protocol[S]):
 
     def apply(self, state: S, event: Event) -> S:
         """The state after ``event``; must not modify ``state``. The same as
-        ``apply_many(state, (event,))``."""
-        ...
+        ``apply_many(state, (event,))``, which is what a projection that
+        subclasses this protocol inherits."""
+        return self.apply_many(state, (event,))
 
     def apply_many(self, state: S, events: Iterable[Event]) -> S:
         """The state after every event of ``events`` in turn (what
@@ -93,7 +94,7 @@ def _in_order(events: Iterable[Event]) -> Iterator[Event]:
         yield event
 
 
-class Composite(Generic[S]):
+class Composite(Projection[Mapping[str, Any]], Generic[S]):
     """Several projections folded together.
 
     The state is a mapping from each projection's name to its state::
@@ -116,10 +117,6 @@ class Composite(Generic[S]):
     def initial(self) -> Mapping[str, Any]:
         """Each projection's initial state, by name."""
         return {name: p.initial() for name, p in self._projections.items()}
-
-    def apply(self, state: Mapping[str, Any], event: Event) -> Mapping[str, Any]:
-        """Apply ``event`` to every projection; unchanged states are shared."""
-        return self.apply_many(state, (event,))
 
     def apply_many(self, state: Mapping[str, Any], events: Iterable[Event]) -> Mapping[str, Any]:
         """Fold ``events`` through every projection; unchanged states are

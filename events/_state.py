@@ -56,7 +56,7 @@ from ._model import (
 )
 from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTracking
 from ._reader import LogContents
-from ._reducers import fold
+from ._reducers import Projection, fold
 from ._severity import Scope, Severity
 from ._slices import FactsHook, Slice, cause_of, checked_slices
 from ._timeline import RankTimeline, Timeline, TimelineState
@@ -77,7 +77,7 @@ __all__ = [
 _rank_of = operator.attrgetter("rank")
 
 
-class RankStates:
+class RankStates(Projection[Mapping[int, RankState]]):
     """Projection: rank -> :class:`RankState` from any stream of events.
 
     Args:
@@ -117,10 +117,6 @@ class RankStates:
     def initial(self) -> Mapping[int, RankState]:
         """No ranks yet."""
         return {}
-
-    def apply(self, state: Mapping[int, RankState], event: Event) -> Mapping[int, RankState]:
-        """The state after ``event`` (:meth:`apply_many` of one event)."""
-        return self.apply_many(state, (event,))
 
     def apply_many(
         self, state: Mapping[int, RankState], events: Iterable[Event]

@@ -37,6 +37,7 @@ from ._model import (
     StepSucceeded,
     outcome_of,
 )
+from ._reducers import Projection
 
 __all__ = ["RankTimeline", "StepTiming", "Timeline", "TimelineState"]
 
@@ -191,7 +192,7 @@ _rank = builder(RankTimeline, ("rank", "started", "finished", "last", "steps", "
 _state = builder(TimelineState, ("ranks",))
 
 
-class Timeline:
+class Timeline(Projection[TimelineState]):
     """Projection: :class:`TimelineState` from any stream of events.
 
     The ranks of a run return the same results from most steps: a timeline
@@ -206,10 +207,6 @@ class Timeline:
     def initial(self) -> TimelineState:
         """No ranks yet."""
         return TimelineState()
-
-    def apply(self, state: TimelineState, event: Event) -> TimelineState:
-        """The state after ``event`` (:meth:`apply_many` of one event)."""
-        return self.apply_many(state, (event,))
 
     def apply_many(self, state: TimelineState, events: Iterable[Event]) -> TimelineState:
         """The state after every event of ``events`` in turn.
