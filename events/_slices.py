@@ -214,9 +214,8 @@ def _template_fault(template: str, *, fallback: bool) -> str | None:
             return f"{{{field}}} is the next attempt's: only a fallback rule has one"
         if root not in _TEMPLATE_FIELDS | _NEXT_FIELDS:
             return f"{{{field}}} names no field"
-        if bracket and (root not in ("result", "attributes") or not key.endswith("]")):
-            return f"{{{field}}}: only result and attributes take a key, and one"
-        if any(mark in key[:-1] for mark in "[]."):
+        keyed = root in ("result", "attributes") and key.endswith("]")
+        if (bracket and not keyed) or any(mark in key[:-1] for mark in "[]."):
             return f"{{{field}}}: only result and attributes take a key, and one"
         if spec:
             return f"{{{field}:{spec}}}: a field takes no format spec (values are text)"

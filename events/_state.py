@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 _rank_of = operator.attrgetter("rank")
+#: Which of several root causes came first: the earliest, then the lowest rank.
+_first = operator.attrgetter("wall_ns", "rank")
 
 
 class RankStates(Projection[Mapping[int, RankState]]):
@@ -261,9 +263,7 @@ class _StateFold:
             self.finish_seq = event.seq
             self.outcome = event.outcome
             if tracked.settled is not None and self.failure is None:
-                self.failure = attrs.evolve(
-                    _root_cause(self, tracked.settled, event.cause), outcome=event.outcome
-                )
+                self.failure = _root_cause(self, tracked.settled, event.cause)
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
         if settles:
@@ -292,9 +292,7 @@ def root_cause(states: Mapping[int, RankState] | Iterable[RankState]) -> RootCau
     the ranks' root causes. A rank that died counts, at its last event."""
     values = states.values() if isinstance(states, Mapping) else states
     causes = [cause for state in values if (cause := state.root_cause) is not None]
-    if not causes:
-        return None
-    return min(causes, key=lambda cause: (cause.wall_ns, cause.rank))
+    return min(causes, key=_first, default=None)
 
 
 @attrs.frozen(kw_only=True)
@@ -755,9 +753,7 @@ def replay(
         else:
             take(item if isinstance(item, Sequence) else list(item), f"event stream {index}")
     for rank, events in by_rank.items():
-        if until is not None:
-            events = [event for event in events if event.seq <= until]
-        if events:
+        if until is None or any(event.seq <= until for event in events):
             ranks[rank] = folder._fold(events, owners.get(rank), ())
     by_rank.clear()
     return _judged([ranks[rank] for rank in sorted(ranks)], folder.slices, launch, until, warnings)
@@ -826,7 +822,7 @@ def _judged(
         # Without a launcher's record, each node keeps its own copy: the
         # ranks of a node none of whose logs are here are elsewhere.
         no_events.update(dict.fromkeys(_of_absent_nodes(no_events, states), ELSEWHERE))
-    if launch is not None and launch.source is not None:
+    else:
         # A launcher's record lists every rank it started: one it does not
         # list was never started (the launch was stopped first).
         never = {
@@ -1006,7 +1002,6 @@ def _run_root_cause(
             wall_ns=(processes[rank].ended_wall_ns or 0) if rank in processes else 0,
             seq=-1,
             no_events=why,
-            process=processes.get(rank),
         )
         for rank, why in sorted(no_events.items())
     ]
@@ -1017,23 +1012,24 @@ def _run_root_cause(
             continue  # still running (at the cutoff, or now): nothing to blame yet
         cause = state.root_cause
         if cause is not None:
-            process = processes.get(state.rank)
-            causes.append(cause if process is None else attrs.evolve(cause, process=process))
+            causes.append(cause)
     if causes and left_out:
         # Its peers' failures are its doing if it left before they failed.
-        first = min(causes, key=lambda cause: (cause.wall_ns, cause.rank))
-        gone = min(left_out, key=lambda cause: (cause.wall_ns, cause.rank))
-        if gone.wall_ns <= first.wall_ns:
-            process = processes.get(gone.rank)
-            causes = [gone if process is None else attrs.evolve(gone, process=process)]
+        gone = min(left_out, key=_first)
+        if gone.wall_ns <= min(causes, key=_first).wall_ns:
+            causes = [gone]
     for candidates in (
         [cause for cause in silent if cause.rank not in stopped and cause.no_events != ELSEWHERE],
         [cause for cause in causes if cause.rank not in stopped],
         causes,
         silent,
     ):
-        if candidates:
-            if candidates[0].no_events is not None:
-                return candidates[0]
-            return min(candidates, key=lambda cause: (cause.wall_ns, cause.rank))
+        if not candidates:
+            continue
+        found = (
+            candidates[0] if candidates[0].no_events is not None else min(candidates, key=_first)
+        )
+        # What its launcher saw of the rank's process, when known.
+        process = processes.get(found.rank)
+        return found if process is None else attrs.evolve(found, process=process)
     return None
