@@ -202,26 +202,17 @@ class _Setup:
         self.codes = codes
         self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
         self.rules = tuple(rule for part in self.slices for rule in part.rules)
-        self._claimed: dict[str, bool] = {}
-        self._rules_for: dict[str, tuple[MessageRule, ...]] = {}
+        self.claimed: Callable[[str], bool] = functools.cache(
+            lambda step: any(part.claims(step) for part in self.slices)
+        )
+        self.rules_for: Callable[[str], tuple[MessageRule, ...]] = functools.cache(
+            lambda step: tuple(rule for rule in self.rules if rule.matches_step(step))
+        )
 
     def rule(self, code: str) -> tuple[Severity, Scope]:
         found = self.codes.get(code)
         if found is None:
             raise KeyError(f"no severity rule for message code {code!r}")
-        return found
-
-    def claimed(self, step: str) -> bool:
-        found = self._claimed.get(step)
-        if found is None:
-            found = self._claimed[step] = any(part.claims(step) for part in self.slices)
-        return found
-
-    def rules_for(self, step: str) -> tuple[MessageRule, ...]:
-        found = self._rules_for.get(step)
-        if found is None:
-            found = tuple(rule for rule in self.rules if rule.matches_step(step))
-            self._rules_for[step] = found
         return found
 
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
