@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ._errors import EventsError
 from ._severity import Scope, Severity
-
-if TYPE_CHECKING:
-    from ._slices import Slice
+from ._slices import Rule, Slice, _code_rules
 
 __all__ = ["PolicyError", "Rule", "SeverityPolicy"]
 
@@ -31,9 +29,6 @@ class PolicyError(EventsError, ValueError):
         self.reason = reason
         super().__init__(f"invalid severity policy: {reason}")
 
-
-#: A rule: the severity and scope of one message code.
-Rule = tuple[Severity, Scope]
 
 _DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
 _PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
@@ -56,10 +51,6 @@ _GENERIC: dict[str, Rule] = {
 }
 
 
-def _rules(value: Mapping[str, Rule]) -> dict[str, Rule]:
-    return {code: (Severity(rule[0]), Scope(rule[1])) for code, rule in value.items()}
-
-
 @attrs.frozen(kw_only=True)
 class SeverityPolicy:
     """Which severity and scope message codes have: data, versioned.
@@ -76,14 +67,12 @@ class SeverityPolicy:
     """
 
     version: int = 1
-    rules: Mapping[str, Rule] = attrs.field(factory=dict, converter=_rules)
+    rules: Mapping[str, Rule] = attrs.field(factory=dict, converter=_code_rules)
 
     def as_slice(self) -> Slice:
         """The policy as a slice that claims no step and only sets its codes'
         severities and scopes: what replay, the projections, the logging
         bridge and the exporters take, last among the slices it overrides."""
-        from ._slices import Slice
-
         return Slice(name=f"severity policy v{self.version}", severities=self.rules)
 
     def with_rule(
