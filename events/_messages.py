@@ -215,9 +215,6 @@ class _Setup:
             raise KeyError(f"no severity rule for message code {code!r}")
         return found
 
-    def covers_stop(self, step: str, started: StepStarted | None) -> bool:
-        return any(hook.covers_stop(step, started) for hook in self.hooks)
-
 
 class Messages(Projection[MessagesState]):
     """Projection: :class:`MessagesState` from any stream of events.
@@ -608,7 +605,7 @@ class _Fold:
         stopped = isinstance(event, StepTimedOut | StepCrashed)
         # A timeout or crash a slice reports itself (an attempt its fallback
         # recovers, say) is not also a step.timed_out or step.crashed.
-        covered = stopped and bool(setup.hooks) and setup.covers_stop(step, started)
+        covered = stopped and any(hook.covers_stop(step, started) for hook in setup.hooks)
         reported = stopped and not covered
         tracked = _track(
             self.failures,
