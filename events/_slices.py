@@ -427,20 +427,16 @@ class MessageRule:
             return False
         for key, wanted in self.when.items():
             if key == "cause":
-                if (cause is not None) is not wanted:
-                    return False
-                continue
-            if key == "kind":
-                if started is None or started.kind != wanted:
-                    return False
-                continue
-            if key == "message":
-                if cause is None or not fnmatch.fnmatchcase(cause.message, str(wanted)):
-                    return False
-                continue
-            value = _recorded(key, event, started)
-            # JSON's true is not its 1: a bool matches only a bool.
-            if value != wanted or isinstance(value, bool) is not isinstance(wanted, bool):
+                held = (cause is not None) is wanted
+            elif key == "kind":
+                held = started is not None and started.kind == wanted
+            elif key == "message":
+                held = cause is not None and fnmatch.fnmatchcase(cause.message, str(wanted))
+            else:
+                value = _recorded(key, event, started)
+                # JSON's true is not its 1: a bool matches only a bool.
+                held = value == wanted and isinstance(value, bool) is isinstance(wanted, bool)
+            if not held:
                 return False
         return True
 
