@@ -179,6 +179,10 @@ def _distributed() -> Any:
     return importlib.import_module("torch.distributed")
 
 
+def _torch() -> Any:
+    return importlib.import_module("torch")
+
+
 class TorchDistributedGroup:
     """A :class:`Group` over an initialised ``torch.distributed`` process group.
 
@@ -216,7 +220,7 @@ class TorchDistributedGroup:
                 "or torch.distributed.init_process_group first",
             )
         self._dist = dist
-        self._torch = importlib.import_module("torch")
+        self._torch = _torch()
         self._group = process_group
         self._rank: int = int(dist.get_rank(group=process_group))
         self._world_size: int = int(dist.get_world_size(group=process_group))
