@@ -93,7 +93,8 @@ from .._fallback import Attempt, run_fallback_chain
 from .._graph import Step
 from .._group import Group, GroupError
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy
-from ._config import AllreduceBackend, EngineConfig, EngineConfigError
+from ._attention import _device_capability
+from ._config import AllreduceBackend, EngineConfig, EngineConfigError, _allreduce_backend
 from ._conventions import (
     ALLREDUCE_AGREE_STEP,
     ALLREDUCE_QUANT_STEP,
@@ -313,11 +314,7 @@ def allreduce_chain(
         EngineConfigError: trtllm requested on several nodes, or an unknown
             backend.
     """
-    try:
-        backend = AllreduceBackend(str(requested))
-    except ValueError:
-        valid = [b.value for b in AllreduceBackend]
-        raise EngineConfigError("allreduce_backend", requested, valid=valid) from None
+    backend = _allreduce_backend(requested)
     if backend is AllreduceBackend.AUTO:
         if nodes == 1:
             return (MNNVL, TRTLLM)
@@ -415,8 +412,7 @@ class _Setup:
         if self.nodes > 1 and self.config.allreduce_backend is AllreduceBackend.AUTO:
             platform = self.ctx.result(PLATFORM_STEP)
             if isinstance(platform, dict) and platform.get("device") == "cuda":
-                devices = await self.ctx.to_thread(self.ctx.host.nvidia_devices, self.ctx)
-                capability = devices.found[0].capability if devices.found else None
+                capability = await self.ctx.to_thread(_device_capability, self.ctx, "cuda")
         return allreduce_chain(self.config.allreduce_backend, self.nodes, capability)
 
     async def run(self) -> JsonValue:

@@ -157,7 +157,7 @@ def _one_of(field: str, choices: tuple[str, ...]) -> Any:
     return check
 
 
-def _allreduce(value: object) -> AllreduceBackend:
+def _allreduce_backend(value: object) -> AllreduceBackend:
     try:
         return AllreduceBackend(str(value))
     except ValueError:
@@ -196,7 +196,7 @@ class EngineConfig:
     tp: int = attrs.field(default=1, validator=_positive("tp"))
     attention_backend: str | None = None
     allreduce_backend: AllreduceBackend = attrs.field(
-        default=AllreduceBackend.AUTO, converter=_allreduce
+        default=AllreduceBackend.AUTO, converter=_allreduce_backend
     )
     dtype: str = attrs.field(default="auto", validator=_one_of("dtype", _DTYPES))
     head_size: int = attrs.field(default=128, validator=_positive("head_size"))
@@ -223,16 +223,4 @@ class EngineConfig:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form recorded in ``run.started``."""
-        return {
-            "tp": self.tp,
-            "attention_backend": self.attention_backend,
-            "allreduce_backend": str(self.allreduce_backend),
-            "dtype": self.dtype,
-            "head_size": self.head_size,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "use_mla": self.use_mla,
-            "block_size": self.block_size,
-            "quant_fusion": self.quant_fusion,
-            "target_device": self.target_device,
-            "step_timeout": self.step_timeout,
-        }
+        return {**attrs.asdict(self), "allreduce_backend": str(self.allreduce_backend)}
