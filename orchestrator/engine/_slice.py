@@ -57,7 +57,7 @@ from ._conventions import (
     PLATFORM_STEP,
     PROCESS_GROUP_STEP,
 )
-from ._messages import _TABLE, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook
+from ._messages import _TABLE, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook, _field
 
 __all__ = [
     "ENGINE",
@@ -67,10 +67,6 @@ __all__ = [
 
 def _text(value: JsonValue) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _field(value: JsonValue, key: str) -> JsonValue:
-    return value.get(key) if isinstance(value, dict) else None
 
 
 @attrs.frozen(kw_only=True)
