@@ -103,19 +103,14 @@ NO_VALID_ERROR = "orchestrator.NoValidCandidateError"
 
 #: SPEC §3.6 as data: the failures and outcomes a rule can say alone.
 ENGINE_RULES: tuple[MessageRule, ...] = (
-    MessageRule(
-        code="platform.conflict",
-        step=PLATFORM_STEP,
-        exception="PlatformConflictError",
-        text="{message}",
-        severity=_ERROR,
-    ),
-    MessageRule(
-        code="platform.unspecified",
-        step=PLATFORM_STEP,
-        exception="UnspecifiedPlatformError",
-        text="{message}",
-        severity=_ERROR,
+    *(
+        MessageRule(
+            code=code, step=PLATFORM_STEP, exception=exception, text="{message}", severity=_ERROR
+        )
+        for code, exception in (
+            ("platform.conflict", "PlatformConflictError"),
+            ("platform.unspecified", "UnspecifiedPlatformError"),
+        )
     ),
     MessageRule(
         code="zentorch.loaded",
@@ -200,33 +195,21 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_INFO,
         scope=_LOCAL,
     ),
-    MessageRule(
-        code="attention.explicit_invalid",
-        step=ATTENTION_STEP,
-        exception=EXPLICIT_INVALID_ERROR,
-        text="{message}",
-        severity=_ERROR,
-    ),
-    MessageRule(
-        code="attention.none_valid",
-        step=ATTENTION_STEP,
-        exception=NO_VALID_ERROR,
-        text="{message}",
-        severity=_ERROR,
-    ),
-    # Logs of releases before the typed errors (the module docstring).
     *(
         MessageRule(
             code=code,
             step=ATTENTION_STEP,
-            exception="ValueError",
-            when={"message": pattern},
+            exception=exception,
+            when=when,
             text="{message}",
             severity=_ERROR,
         )
-        for code, pattern in (
-            ("attention.explicit_invalid", "Selected backend*"),
-            ("attention.none_valid", "No valid*"),
+        for code, exception, when in (
+            ("attention.explicit_invalid", EXPLICIT_INVALID_ERROR, {}),
+            ("attention.none_valid", NO_VALID_ERROR, {}),
+            # Logs of releases before the typed errors (the module docstring).
+            ("attention.explicit_invalid", "ValueError", {"message": "Selected backend*"}),
+            ("attention.none_valid", "ValueError", {"message": "No valid*"}),
         )
     ),
     # Absent (flashinfer not installed) is the expected case: no message.
