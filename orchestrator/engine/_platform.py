@@ -243,10 +243,9 @@ def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
     return probe
 
 
-def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return sorted(
-        importlib.metadata.entry_points(group=PLATFORM_PLUGIN_GROUP), key=lambda ep: ep.name
-    )
+def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    """The entry points of ``group``, by name."""
+    return sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
 
 
 def check_plugin_name(name: str, seen: Iterable[str], origin: str) -> None:
@@ -267,7 +266,8 @@ def check_plugin_name(name: str, seen: Iterable[str], origin: str) -> None:
         raise ValueError(f"two third-party platform plugins are named {name!r} ({origin})")
 
 
-def _loaded(plugin: PlatformPlugin) -> Callable[[], object]:
+def _given(plugin: object) -> Callable[[], object]:
+    """A loader for a plugin already at hand (not an entry point)."""
     return lambda: plugin
 
 
@@ -307,14 +307,16 @@ class _ReferencePlugins:
         if build is not None and build.explicit and build.device == "cpu":
             # vLLM's fast path: an explicit CPU target is authoritative.
             return [spec for spec in specs if spec.name == "cpu"]
-        entry_points = await ctx.to_thread(_entry_points) if self.discover else []
+        entry_points = (
+            await ctx.to_thread(_entry_points, PLATFORM_PLUGIN_GROUP) if self.discover else []
+        )
         third: dict[str, Callable[[], object]] = {}
         for entry_point in entry_points:
             check_plugin_name(entry_point.name, third, f"entry point {entry_point.value}")
             third[entry_point.name] = entry_point.load
         for name, plugin in self.extra.items():
             check_plugin_name(name, third, "given to the engine")
-            third[name] = _loaded(plugin)
+            third[name] = _given(plugin)
         for index, name in enumerate(sorted(third), start=len(specs)):
             specs.append(
                 PluginSpec(

@@ -47,7 +47,14 @@ from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._policy import ANY_EXCEPTION_POLICY
 from ._config import EngineConfig, EngineConfigError
 from ._host import TARGET_DEVICE_VARIABLE
-from ._platform import CPU_TARGET_HINT, PluginSpec, check_plugin_name, decline
+from ._platform import (
+    CPU_TARGET_HINT,
+    PluginSpec,
+    _entry_points,
+    _given,
+    check_plugin_name,
+    decline,
+)
 from ._resolution import PluginOutcome
 
 __all__ = [
@@ -173,15 +180,6 @@ def _reason(records: list[JsonValue]) -> str | None:
     return None
 
 
-def _vllm_entry_points() -> importlib.metadata.EntryPoints:
-    return importlib.metadata.entry_points(group=VLLM_PLUGIN_GROUP)
-
-
-def _given(func: Callable[[], object]) -> Callable[[], object]:
-    """A loader for a plugin function already at hand (a built-in)."""
-    return lambda: func
-
-
 class VllmPlugins:
     """vLLM's platform plugins, for :func:`~orchestrator.engine.make_platform_step`.
 
@@ -247,7 +245,7 @@ class VllmPlugins:
         if not self.discover:
             return specs
         allowed = envs.VLLM_PLUGINS
-        entry_points = sorted(await ctx.to_thread(_vllm_entry_points), key=lambda ep: ep.name)
+        entry_points = await ctx.to_thread(_entry_points, VLLM_PLUGIN_GROUP)
         seen: set[str] = set()
         for entry_point in entry_points:
             if allowed is not None and entry_point.name not in allowed:
