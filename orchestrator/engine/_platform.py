@@ -124,10 +124,6 @@ def _activated(platform_class: str, device: str | None) -> dict[str, JsonValue]:
     return {"activated": True, "platform_class": platform_class, "device": device}
 
 
-def _declined(devices: Devices) -> Unavailable:
-    return decline(devices.reason or "no devices found", present=devices.present)
-
-
 @attrs.frozen(kw_only=True)
 class PluginSpec:
     """One plugin of a platform step: its name, whether it is a built-in
@@ -183,7 +179,9 @@ def _accelerator(
         if device == "cuda" and build is not None and build.device == "cpu":
             return decline(f"this build targets cpu ({build.source})")
         devices = query(ctx.host)(ctx)
-        return _activated(platform_class, device) if devices.found else _declined(devices)
+        if devices.found:
+            return _activated(platform_class, device)
+        return decline(devices.reason or "no devices found", present=devices.present)
 
     return probe
 
@@ -215,15 +213,6 @@ def _cpu(config: EngineConfig, build: BuildTarget | None, unknown: str) -> StepB
     return probe
 
 
-def _check_result(plugin: str, value: object) -> str | Unavailable | None:
-    if value is None or isinstance(value, str | Unavailable):
-        return value
-    raise TypeError(
-        f"platform plugin {plugin!r} returned {type(value).__name__}; a plugin returns the "
-        "qualified name of its platform class (str), decline(reason), or None"
-    )
-
-
 def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
     async def probe(ctx: StepContext) -> JsonValue | Unavailable:
         plugin = await ctx.to_thread(load)
@@ -233,12 +222,16 @@ def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
             value = await plugin(ctx)
         else:
             value = await ctx.to_thread(plugin, ctx)
-        answer = _check_result(name, value)
-        if answer is None:
+        if value is None:
             return decline(f"platform plugin {name!r} declined without a reason (returned None)")
-        if isinstance(answer, Unavailable):
-            return answer
-        return _activated(answer, None)
+        if isinstance(value, Unavailable):
+            return value
+        if isinstance(value, str):
+            return _activated(value, None)
+        raise TypeError(
+            f"platform plugin {name!r} returned {type(value).__name__}; a plugin returns the "
+            "qualified name of its platform class (str), decline(reason), or None"
+        )
 
     return probe
 
