@@ -107,10 +107,6 @@ def vllm_version() -> str:
     return "unknown"
 
 
-def _tested(version: str) -> bool:
-    return ".".join(version.split(".")[:2]) in TESTED_RELEASES
-
-
 class _Capture(logging.Handler):
     """Keeps what vLLM's loggers write while the plugins run, by plugin,
     and passes on to the handlers vLLM's logger had whatever they would
@@ -207,7 +203,7 @@ class VllmPlugins:
             "engine": "vllm",
             "vllm_version": self.version,
             "vllm_tested": ", ".join(TESTED_RELEASES),
-            "vllm_supported": _tested(self.version),
+            "vllm_supported": ".".join(self.version.split(".")[:2]) in TESTED_RELEASES,
             "modelled": list(modelled),
         }
         self._capture: _Capture | None = None
