@@ -424,7 +424,6 @@ def make_platform_step(
                 {"plugin": s.name, "builtin": s.builtin, "priority": s.priority},
                 results[s.name].outcome,
                 results[s.name].value,
-                results[s.name].reasons,
                 s.name,
             )
             for s in specs

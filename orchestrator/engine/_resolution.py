@@ -19,7 +19,6 @@ from events import (
     StepKind,
     StepStarted,
     StepSucceeded,
-    StepUnavailable,
     outcome_of,
 )
 
@@ -38,19 +37,11 @@ class PluginOutcome:
     outcome: Outcome | None
     platform_class: str | None = None
     device: str | None = None
-    #: Why it did not activate (its decline's reason, or its failure).
-    reason: str | None = None
 
     @property
     def activated(self) -> bool:
         """Whether the plugin ended ``ok`` and named a platform class."""
         return self.outcome is Outcome.OK and self.platform_class is not None
-
-    @property
-    def failed(self) -> bool:
-        """Whether the plugin neither activated nor declined (it raised,
-        timed out, or found its hardware unusable)."""
-        return self.outcome not in (Outcome.OK, Outcome.ABSENT)
 
 
 @attrs.frozen(kw_only=True)
@@ -92,10 +83,7 @@ def _plugin_outcomes(events: Iterable[Event], parent: str) -> list[PluginOutcome
     for step, start in started.items():
         end = ended.get(step)
         value = end.result if isinstance(end, StepSucceeded) else None
-        reasons = end.reasons if isinstance(end, StepUnavailable) else ()
-        outcomes.append(
-            _outcome(start.attributes, outcome_of(end) if end else None, value, reasons, step)
-        )
+        outcomes.append(_outcome(start.attributes, outcome_of(end) if end else None, value, step))
     return outcomes
 
 
@@ -103,7 +91,6 @@ def _outcome(
     attributes: Mapping[str, JsonValue],
     outcome: Outcome | None,
     value: JsonValue,
-    reasons: Sequence[str],
     step: str,
 ) -> PluginOutcome:
     result: Mapping[str, JsonValue] = value if isinstance(value, dict) else {}
@@ -119,7 +106,6 @@ def _outcome(
         if isinstance(platform_class, str) and result.get("activated") is True
         else None,
         device=device if isinstance(device, str) else None,
-        reason="; ".join(reasons) or None,
     )
 
 
