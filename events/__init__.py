@@ -51,6 +51,7 @@ if typing.TYPE_CHECKING:
     from ._launch import RankProcess as RankProcess
     from ._launch import implausible_world as implausible_world
     from ._launch import launch_span_id as launch_span_id
+    from ._launch import signal_name as signal_name
     from ._log import Durability as Durability
     from ._log import EventLog as EventLog
     from ._log import JsonlLog as JsonlLog

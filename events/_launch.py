@@ -14,6 +14,7 @@ These are plain data: reading a manifest file is the caller's business.
 from __future__ import annotations
 
 import hashlib
+import signal
 from collections.abc import Mapping
 
 import attrs
@@ -25,6 +26,7 @@ __all__ = [
     "derive_trace_id",
     "implausible_world",
     "launch_span_id",
+    "signal_name",
 ]
 
 #: The largest world a run is read as. A log or manifest that claims more
@@ -57,6 +59,15 @@ def launch_span_id(trace_id: str, run_id: str) -> str:
     ranks started apart (by torchrun, SLURM or Open MPI) agree on it without
     talking, and a replay rebuilds the span under the same id."""
     return hashlib.sha256(f"launch/{trace_id}/{run_id}".encode()).hexdigest()[:16]
+
+
+def signal_name(number: int) -> str:
+    """The name of signal ``number`` as :attr:`RankProcess.signal` holds it
+    (``SIGKILL``); ``"signal 99"`` for a number this platform does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @attrs.frozen(kw_only=True)

@@ -19,7 +19,6 @@ time among ranks that did not end ready.
 from __future__ import annotations
 
 import operator
-import signal
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
@@ -29,7 +28,7 @@ import orjson
 from ._builders import evolve
 from ._errors import LogError
 from ._failures import _top_level, _track
-from ._launch import LaunchRecord, RankProcess, implausible_world
+from ._launch import LaunchRecord, RankProcess, implausible_world, signal_name
 from ._messages import (
     GroupedMessage,
     Message,
@@ -896,10 +895,10 @@ def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, 
                 watching[event.span_id] = event
         elif isinstance(event, StepCrashed) and event.span_id in watching:
             start = watching[event.span_id]
-            signal_name = None if event.signal is None else _signal_name(event.signal)
+            killed_by = None if event.signal is None else signal_name(event.signal)
             pid = start.attributes["pid"]
             assert isinstance(pid, int)
-            found.append((pid, start.wall_ns, event.wall_ns, event.exit_code, signal_name))
+            found.append((pid, start.wall_ns, event.wall_ns, event.exit_code, killed_by))
     return tuple(found)
 
 
@@ -918,7 +917,7 @@ def _watched_processes(ranks: Sequence[FoldedRank]) -> dict[int, RankProcess]:
     for folded in ranks:
         if folded.started is None:
             continue
-        for pid, started_ns, ended_ns, exit_code, signal_name in folded.watched:
+        for pid, started_ns, ended_ns, exit_code, killed_by in folded.watched:
             watched = ranks_by_pid.get((folded.started.host, pid))
             if watched is None or watched == folded.rank or watched in found:
                 continue
@@ -930,17 +929,10 @@ def _watched_processes(ranks: Sequence[FoldedRank]) -> dict[int, RankProcess]:
                 started_wall_ns=started_ns,
                 ended_wall_ns=ended_ns,
                 exit_code=exit_code,
-                signal=signal_name,
+                signal=killed_by,
                 observer=f"rank {folded.rank}" + (f", {role}" if role else ""),
             )
     return found
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 #: How a rank ends a collective step and goes on without it.

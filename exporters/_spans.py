@@ -40,7 +40,6 @@ import functools
 import importlib.metadata
 import json
 import re
-import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeAlias
@@ -72,6 +71,7 @@ from events import (
     StepUnavailable,
     outcome_of,
     reason_of,
+    signal_name,
 )
 
 from ._errors import SpanBuildError
@@ -751,11 +751,9 @@ def _timeout_message(end: StepTimedOut) -> str:
 
 def _crash_message(end: StepCrashed) -> str:
     if end.signal is not None:
-        try:
-            name = signal.Signals(end.signal).name
-        except ValueError:
-            return f"step {end.step} process killed by signal {end.signal}"
-        return f"step {end.step} process killed by signal {end.signal} ({name})"
+        name = signal_name(end.signal)
+        named = "" if name == f"signal {end.signal}" else f" ({name})"
+        return f"step {end.step} process killed by signal {end.signal}{named}"
     if end.exit_code is not None:
         return f"step {end.step} process exited with code {end.exit_code}"
     return f"step {end.step} process died"

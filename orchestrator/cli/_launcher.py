@@ -43,7 +43,7 @@ import anyio
 import attrs
 from anyio.abc import Process, TaskGroup
 
-from events import RankProcess
+from events import RankProcess, signal_name
 
 from .._identity import RUN_ID_VARIABLE
 from .._run_directory import LaunchBook
@@ -83,19 +83,12 @@ class RankExit:
     def describe(self) -> str:
         """``"rank 3 (pid 123): killed by SIGKILL"`` and the like."""
         if self.signal is not None:
-            how = f"killed by {_signal_name(self.signal)}"
+            how = f"killed by {signal_name(self.signal)}"
         elif self.returncode == 0:
             how = "ready"
         else:
             how = f"exited with code {self.returncode}"
         return f"rank {self.rank} (pid {self.pid}): {how}"
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _free_port() -> int:
@@ -271,7 +264,7 @@ class _Launch:
         """Send ``rank`` a stop the launcher was asked for."""
         with contextlib.suppress(ProcessLookupError):
             self.processes[rank].send_signal(signum)
-        self.sent.setdefault(rank, f"{_signal_name(signum)}: the launcher was asked to stop")
+        self.sent.setdefault(rank, f"{signal_name(signum)}: the launcher was asked to stop")
 
     def trouble_from(self, why: str) -> None:
         if not self.trouble.is_set():
@@ -398,7 +391,7 @@ class _Launch:
         self.book.ended(
             rank,
             exit_code=code if code >= 0 else None,
-            signal=_signal_name(-code) if code < 0 else None,
+            signal=signal_name(-code) if code < 0 else None,
             stopped_by_launcher=self.sent.get(rank),
         )
 
