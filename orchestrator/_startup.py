@@ -572,9 +572,7 @@ class Startup:
         from ._faults import FaultPlan
 
         faults = self._faults
-        if faults is None:
-            return FaultPlan()
-        plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults)
+        plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
         if plan:
             targets: Collection[str] = ()
             if self._graph is None:

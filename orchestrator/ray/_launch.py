@@ -544,9 +544,7 @@ def _connected_ray() -> Any:
 def _fault_plan(faults: FaultPlan | Sequence[str] | None, world_size: int) -> FaultPlan:
     """The plan, checked against the world and the engine's targets before
     anything starts (each actor checks it again)."""
-    if faults is None:
-        return FaultPlan()
-    plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults)
+    plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
     if plan:
         from ..engine import injection_targets
 
