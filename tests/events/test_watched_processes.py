@@ -3,9 +3,11 @@ what its parent saw, and ranks that name their roles are named by them."""
 
 from __future__ import annotations
 
+import signal
+
 import attrs
 
-from events import RunOutcome, replay
+from events import RunOutcome, replay, signal_name
 from events.testing import BASE_WALL_NS, EventStream
 from exporters import report_json, report_text
 
@@ -74,3 +76,9 @@ def test_a_launch_of_alike_ranks_has_no_role_column() -> None:
     report = report_text(replay(events))
     assert "ROLE" not in report
     assert "role" not in report_json(replay(events))["ranks"][0]
+
+
+def test_a_signal_is_named_as_the_platform_names_it_or_by_its_number() -> None:
+    assert signal_name(int(signal.SIGKILL)) == "SIGKILL"
+    assert signal_name(int(signal.SIGSEGV)) == "SIGSEGV"
+    assert signal_name(99) == "signal 99"
