@@ -46,7 +46,7 @@ from events import (
     JsonValue,
     Outcome,
     RankIdentity,
-    StepKind,
+    Redactor,
     ThreadStack,
     decode_exception,
     encode_exception,
@@ -57,7 +57,7 @@ from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable
 from ._errors import IsolatedStepError
 from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
-from ._policy import ErrorPolicy, qualified_name
+from ._policy import qualified_name
 from ._threads import StepThreads
 
 __all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
@@ -210,9 +210,7 @@ async def run_isolated(
     tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
     result = _parse_result(bytes(stdout))
     if result is None:
-        if returncode < 0:
-            return IsolatedCrash(exit_code=None, signal=-returncode, stderr_tail=tail)
-        return IsolatedCrash(exit_code=returncode, signal=None, stderr_tail=tail)
+        return IsolatedCrash.of(returncode, tail)
     status = result.get("status")
     if status == "ok":
         return result.get("value")
@@ -270,6 +268,13 @@ class IsolatedCrash:
     signal: int | None
     stderr_tail: tuple[str, ...]
 
+    @classmethod
+    def of(cls, status: int | None, stderr_tail: tuple[str, ...] = ()) -> IsolatedCrash:
+        """The crash of a process that ended with exit ``status`` (``-N``:
+        killed by signal ``N``; ``None``: not known)."""
+        signal = -status if status is not None and status < 0 else None
+        return cls(exit_code=None if signal else status, signal=signal, stderr_tail=stderr_tail)
+
     def describe(self) -> str:
         how = (
             f"killed by signal {self.signal}"
@@ -287,6 +292,14 @@ class IsolatedError(Exception):
         self.info = info
         self.mro = tuple(mro)
         self.module_name = module_name
+
+    @classmethod
+    def capture(cls, exc: BaseException, redactor: Redactor | None = None) -> IsolatedError:
+        """``exc`` as data, as an isolated step's child sends it back."""
+        info = ExceptionInfo.capture(exc, redactor=redactor)
+        module = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        mro = [qualified_name(c) for c in type(exc).__mro__]
+        return cls(info, mro, module if isinstance(module, str) else None)
 
     def rebuild(self, step: str) -> BaseException:
         """The same exception type when it is a builtin, else a typed wrapper."""
@@ -321,17 +334,7 @@ class _ChildRun:
         )
         self.host: Any = _rebuild(job.host) if job.host else None
 
-    async def run_child(
-        self,
-        *,
-        parent: StepContext,
-        name: str,
-        body: StepBody,
-        kind: StepKind,
-        policy: ErrorPolicy | None,
-        timeout: float | None,
-        attributes: Mapping[str, JsonValue],
-    ) -> StepResult:
+    async def run_child(self, *, name: str, **_: Any) -> StepResult:
         raise _refused(f"run child step {name!r}")
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
@@ -460,14 +463,13 @@ def _child_main() -> int:
         else:
             answer({"status": "ok", "value": value})
     except BaseException as exc:  # everything goes back to the parent as data
-        info = ExceptionInfo.capture(exc)
-        mro = [qualified_name(cls) for cls in type(exc).__mro__]
+        error = IsolatedError.capture(exc)
         answer(
             {
                 "status": "error",
-                "exception": encode_exception(info),
-                "mro": mro,
-                "module_name": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+                "exception": encode_exception(error.info),
+                "mro": error.mro,
+                "module_name": error.module_name,
             }
         )
     return 0

@@ -45,12 +45,12 @@ import anyio.from_thread
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from events import EventLog, ExceptionInfo, JsonValue, RankIdentity, Redactor
+from events import EventLog, JsonValue, RankIdentity, Redactor
 
 from .._context import StepBody, StepContext
 from .._graph import Graph, Step
 from .._isolation import IsolatedCrash, IsolatedError
-from .._policy import ErrorPolicy, qualified_name
+from .._policy import ErrorPolicy
 from .._runner import Runner
 
 __all__ = ["PROCESSES_STEP", "STARTUP_STEP", "ExitedBeforeReady", "Recording"]
@@ -271,10 +271,7 @@ class Recording:
         captured = self._captured.get(id(error))
         if captured is not None and captured[0] is error:
             return captured[1]
-        info = ExceptionInfo.capture(error, redactor=self._redactor)
-        module = getattr(error, "name", None) if isinstance(error, ImportError) else None
-        mro = [qualified_name(cls) for cls in type(error).__mro__]
-        data = IsolatedError(info, mro, module if isinstance(module, str) else None)
+        data = IsolatedError.capture(error, self._redactor)
         self._captured[id(error)] = (error, data)
         return data
 
@@ -406,12 +403,7 @@ class Recording:
                 group.cancel_scope.cancel()
             if not status:
                 return {"pid": spawned.pid, "running": True}
-            ended = status[0]
-            return IsolatedCrash(
-                exit_code=ended if ended is not None and ended >= 0 else None,
-                signal=-ended if ended is not None and ended < 0 else None,
-                stderr_tail=(),
-            )
+            return IsolatedCrash.of(status[0])
 
         # A body that returns the isolation layer's IsolatedCrash ends
         # ``crashed``, as an isolated step whose process died does.
