@@ -678,32 +678,21 @@ class _Run:
         end: Callable[..., Event],
     ) -> StepResult:
         carried = _find_propagating(exc)
+        original: BaseException
         if carried is not None:
             # A child already recorded the error. This step's own policy says
             # whether it stops here (a platform plugin whose zentorch import
             # failed is a failed plugin, not a failed run) or goes on up.
-            absorbed = policy.classify(carried.original)
-            if absorbed.record:
-                self.cancel_reason = None
-                end(
-                    StepUnavailable,
-                    outcome=absorbed.outcome,
-                    reasons=(carried.info.reason,),
-                    cause=carried.info,
-                )
-                return StepResult(
-                    step=name,
-                    outcome=absorbed.outcome,
-                    reasons=(carried.info.reason,),
-                    exception=carried.info,
-                    error=carried.original,
-                )
-            end(StepFailed, cause=carried.info, origin=carried.step)
-            raise _Propagating(carried.original, carried.info, carried.step)
-        if isinstance(exc, IsolatedError):
+            verdict = policy.classify(carried.original)
+            info, original = carried.info, carried.original
+            if not verdict.record:
+                end(StepFailed, cause=info, origin=carried.step)
+                raise _Propagating(original, info, carried.step)
+            self.cancel_reason = None
+        elif isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
             info = exc.info
-            original: BaseException = exc.rebuild(name)
+            original = exc.rebuild(name)
         else:
             verdict = policy.classify(exc)
             info = self.capture(exc)
