@@ -234,22 +234,21 @@ def _worker_role(process_name: str) -> str:
     configuration the worker is being initialised with."""
     rank_text = process_name.rpartition("-")[2]
     rank = int(rank_text) if rank_text.isdigit() else 0
-    tp, pp = 1, 1
-    for frame in _frames():
-        config = getattr(frame.f_locals.get("self"), "vllm_config", None)
-        parallel = getattr(config, "parallel_config", None)
-        if parallel is not None:
-            tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
-            pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
-            break
+    parallel = next(_parallel_configs(), None)
+    tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+    pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
     role = f"worker TP{rank % tp}"
     return role + (f" PP{rank // tp}" if pp > 1 else "")
 
 
-def _frames() -> Iterator[Any]:
+def _parallel_configs() -> Iterator[Any]:
+    """The ``vllm_config.parallel_config`` of each calling method's ``self``, innermost first."""
     frame = sys._getframe(1)
     while frame is not None:
-        yield frame
+        config = getattr(frame.f_locals.get("self"), "vllm_config", None)
+        parallel = getattr(config, "parallel_config", None)
+        if parallel is not None:
+            yield parallel
         frame = frame.f_back  # type: ignore[assignment]
 
 
@@ -377,9 +376,8 @@ def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
     """The constructor of the worker class this worker is about to build
     (``parallel_config.worker_cls``, read off the worker wrapper that is
     initialising it, a caller of this plugin)."""
-    for frame in _frames():
-        config = getattr(frame.f_locals.get("self"), "vllm_config", None)
-        name = getattr(getattr(config, "parallel_config", None), "worker_cls", None)
+    for parallel in _parallel_configs():
+        name = getattr(parallel, "worker_cls", None)
         if isinstance(name, str) and "." in name:
             module_name, _, class_name = name.rpartition(".")
             try:
