@@ -25,7 +25,6 @@ import contextvars
 import queue
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
@@ -41,12 +40,10 @@ T = TypeVar("T")
 
 @attrs.frozen
 class StepThread:
-    """A thread at work for a step: the step, its name, when it started
-    (``time.monotonic_ns()``) and its id."""
+    """A thread at work for a step: the step, its name and its id."""
 
     step: str
     name: str
-    started_ns: int
     ident: int
 
     def frame(self) -> FrameType | None:
@@ -118,50 +115,41 @@ class StepThreads:
         result, or what it raised. Cancelled, the call is abandoned: the
         thread goes on until ``fn`` returns, if ever, and then does nothing
         more."""
+        name = name or f"step {step}"
         async with self._limiter if self._limiter is not None else contextlib.nullcontext():
-            return await self._run(step, fn, args, name or f"step {step}")
+            done = anyio.Event()
+            token = anyio.lowlevel.current_token()
+            context = contextvars.copy_context()
+            result: list[T] = []
+            error: list[BaseException] = []
 
-    async def _run(self, step: str, fn: Callable[..., T], args: tuple[Any, ...], name: str) -> T:
-        done = anyio.Event()
-        token = anyio.lowlevel.current_token()
-        context = contextvars.copy_context()
-        result: list[T] = []
-        error: list[BaseException] = []
-
-        def work() -> None:
-            thread = threading.current_thread()
-            ident = threading.get_ident()
-            thread.name = name
-            with self._lock:
-                self._running[ident] = StepThread(
-                    step=step, name=name, started_ns=time.monotonic_ns(), ident=ident
-                )
-            try:
-                result.append(context.run(fn, *args))
-            except BaseException as exc:
-                error.append(exc)
-            finally:
+            def work() -> None:
+                thread = threading.current_thread()
+                ident = threading.get_ident()
+                thread.name = name
                 with self._lock:
-                    self._running.pop(ident, None)
-                thread.name = "step worker (idle)"
-                # Scheduled on the loop without waiting for it (the thread is
-                # free at once); the run may be gone (an abandoned call that
-                # ended late).
-                with contextlib.suppress(Exception):
-                    token.backend_class.run_sync_soon(done.set, (), token.native_token)
+                    self._running[ident] = StepThread(step=step, name=name, ident=ident)
+                try:
+                    result.append(context.run(fn, *args))
+                except BaseException as exc:
+                    error.append(exc)
+                finally:
+                    with self._lock:
+                        self._running.pop(ident, None)
+                    thread.name = "step worker (idle)"
+                    # Scheduled on the loop without waiting for it (the thread is
+                    # free at once); the run may be gone (an abandoned call that
+                    # ended late).
+                    with contextlib.suppress(Exception):
+                        token.backend_class.run_sync_soon(done.set, (), token.native_token)
 
-        _POOL.submit(work)
-        await done.wait()
-        if error:
-            raise error[0]
-        return result[0]
+            _POOL.submit(work)
+            await done.wait()
+            if error:
+                raise error[0]
+            return result[0]
 
     def of(self, step: str) -> list[StepThread]:
         """The threads running for ``step`` now."""
         with self._lock:
             return [thread for thread in self._running.values() if thread.step == step]
-
-    def running(self) -> list[StepThread]:
-        """Every thread running now."""
-        with self._lock:
-            return list(self._running.values())
