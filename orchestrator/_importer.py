@@ -171,7 +171,12 @@ class TableImporter:
         return importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
 
     def _fresh(self, name: str, exception: BaseException) -> BaseException:
-        return _fresh(exception)
+        # A copy per import, so one import's traceback and context never show
+        # up on the next; an exception that cannot be copied is raised as is.
+        try:
+            return copy.copy(exception)
+        except Exception:
+            return exception
 
     def isolation_spec(self) -> dict[str, Any] | None:
         """How a process-isolated step rebuilds this importer: possible only
@@ -185,15 +190,6 @@ class TableImporter:
         if spec is None and not isinstance(self._base, RealImporter):
             raise TypeError(f"{self._base!r} cannot be rebuilt in a process-isolated step")
         return None if spec is None else dict(spec())
-
-
-def _fresh(exception: BaseException) -> BaseException:
-    # A copy per import, so one import's traceback and context never show
-    # up on the next; an exception that cannot be copied is raised as is.
-    try:
-        return copy.copy(exception)
-    except Exception:
-        return exception
 
 
 def _package(name: str) -> ModuleType:
