@@ -166,10 +166,9 @@ def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
     for root in steps:
         if root in state:
             continue
-        path: list[str] = []
+        path = [root]
         stack: list[tuple[str, Iterable[str]]] = [(root, iter(steps[root].depends_on))]
         state[root] = 1
-        path.append(root)
         while stack:
             name, remaining = stack[-1]
             for dependency in remaining:

@@ -399,8 +399,7 @@ class _Run:
         self.host = runner.host
         self.services = runner.services
         self.trace_id = runner.trace_id
-        self.limiter = anyio.CapacityLimiter(runner.max_threads)
-        self.threads = StepThreads(self.limiter)
+        self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
