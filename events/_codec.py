@@ -396,7 +396,7 @@ class _Generated:
         try:
             self.source += self._encoder(ident, tag, encoded, hints)
             if tag is not None:
-                self.source += self._sequenced_encoder(ident, tag, encoded, hints)
+                self.source += self._encoder(ident, tag, encoded, hints, seq=True)
             self.source += self._decoder(ident, tag, fields, skipped, hints)
         finally:
             self._own = None
@@ -411,17 +411,13 @@ class _Generated:
         exec(code, self.namespace)
         self.source = []
 
-    def encoder(self, cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
-        """The compiled encoder of ``cls``, whose record is only handed to
-        orjson (see :meth:`_encoder`)."""
-        function: Callable[[Any], dict[str, Any]] = self.namespace[f"encode_{self.ids[cls]}"]
-        return function
-
-    def decoder(self, cls: type[Any]) -> Callable[[dict[str, Any]], Any]:
-        """The compiled decoder of ``cls``: the instance, or :class:`_Bad`
+    def function(self, name: str, cls: type[Any]) -> Any:
+        """The compiled function ``name`` of ``cls``: ``"encode_{}"``, its
+        encoder, whose record is only handed to orjson (see :meth:`_encoder`);
+        ``"encode_{}_seq"``, an event class's copying encoder; ``"decode_{}"``,
+        its decoder, returning the instance or raising the :class:`_Bad`
         naming what is wrong."""
-        function: Callable[[dict[str, Any]], Any] = self.namespace[f"decode_{self.ids[cls]}"]
-        return function
+        return self.namespace[name.format(self.ids[cls])]
 
     def _constant(self, name: str, value: Any) -> str:
         if name in self.namespace:
@@ -437,61 +433,51 @@ class _Generated:
         tag: str | None,
         fields: list[Any],
         hints: dict[str, Any],
+        *,
+        seq: bool = False,
     ) -> list[str]:
+        """``encode_N(obj)``: the line record of ``obj``. With ``seq`` (for an
+        event class), ``encode_N_seq(obj, seq)``: the copy of event ``obj``
+        with ``seq`` (as :func:`events._builders.evolve` makes it) and the
+        line record of that copy, reading each field once: what a log does
+        with every event it is handed without its ``seq``."""
         # The record is for orjson alone and is dropped once written: enum
         # members and tuples are left for orjson, which writes them as their
         # values and as arrays, and a dict field is not copied.
-        # record = {"v": ..., "type": ...} plus the leading required fields as
-        # one literal; then each field in order, defaults left out.
+        # record = {"v": ..., "type": ...} plus (unless fields are copied as
+        # they are read) the leading required fields as one literal; then
+        # each field in order, defaults left out.
+        key = f"{ident}_seq" if seq else f"{ident}"
+        lines = []
+        if seq:  # the version is read once, as every field is
+            lines += [
+                f"copy = twin_{ident}()",
+                "value = obj.schema_version",
+                "copy.schema_version = value",
+            ]
         literal = []
         if tag is not None:
-            literal += [
-                '"v": obj.schema_version',
-                f'"type": {self._constant(f"tag_{ident}", tag)}',
-            ]
-        lines: list[str] = []
+            version = "value" if seq else "obj.schema_version"
+            literal += [f'"v": {version}', f'"type": {self._constant(f"tag_{key}", tag)}']
+        stores: list[str] = []
         for field in fields:
             name = field.name
-            dump, store = self._store(field, hints, f"{ident}_{name}")
-            if field.default is attrs.NOTHING and not lines and dump == "value":
+            dump, store = self._store(field, hints, f"{key}_{name}")
+            if seq:
+                read = "value = seq" if name == "seq" else f"value = obj.{name}"
+                stores += [read, f"copy.{name} = value", *store]
+            elif field.default is attrs.NOTHING and not stores and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
-                continue
-            lines += [f"value = obj.{name}", *store]
-        head = [f"def encode_{ident}(obj):", f"    record = {{{', '.join(literal)}}}"]
-        return [*head, *(f"    {line}" for line in lines), "    return record", ""]
-
-    def _sequenced_encoder(
-        self, ident: int, tag: str, fields: list[Any], hints: dict[str, Any]
-    ) -> list[str]:
-        """``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
-        (as :func:`events._builders.evolve` makes it) and the line record of
-        that copy (as ``encode_N`` makes it), reading each field once:
-        what a log does with every event it is handed without its ``seq``."""
-        lines = [
-            f"copy = twin_{ident}()",
-            "value = obj.schema_version",
-            "copy.schema_version = value",
-            f"record = {{'v': value, 'type': {self._constant(f'tag_{ident}_seq', tag)}}}",
-        ]
-        for field in fields:
-            name = field.name
-            _, store = self._store(field, hints, f"{ident}_seq_{name}")
-            lines += [
-                "value = seq" if name == "seq" else f"value = obj.{name}",
-                f"copy.{name} = value",
-                *store,
-            ]
-        lines.append(f"copy.__class__ = cls_{ident}")
-        if getattr(self.namespace[f"cls_{ident}"], "__attrs_post_init__", None) is not None:
-            lines.append("copy.__attrs_post_init__()")
-        lines.append("return copy, record")
-        return [f"def encode_{ident}_seq(obj, seq):", *(f"    {line}" for line in lines), ""]
-
-    def sequenced_encoder(self, cls: type[Any]) -> Callable[[Any, int], tuple[Any, dict[str, Any]]]:
-        """The compiled ``encode_N_seq`` of event class ``cls``."""
-        function: Callable[[Any, int], tuple[Any, dict[str, Any]]]
-        function = self.namespace[f"encode_{self.ids[cls]}_seq"]
-        return function
+            else:
+                stores += [f"value = obj.{name}", *store]
+        lines += [f"record = {{{', '.join(literal)}}}", *stores]
+        if seq:
+            lines.append(f"copy.__class__ = cls_{ident}")
+            if getattr(self.namespace[f"cls_{ident}"], "__attrs_post_init__", None) is not None:
+                lines.append("copy.__attrs_post_init__()")
+        lines.append("return copy, record" if seq else "return record")
+        head = f"def encode_{key}(obj, seq):" if seq else f"def encode_{key}(obj):"
+        return [head, *(f"    {line}" for line in lines), ""]
 
     def _store(self, field: Any, hints: dict[str, Any], key: str) -> tuple[str, list[str]]:
         """The expression turning ``field``'s value, in variable ``value``,
@@ -814,15 +800,15 @@ def _compile() -> None:
             generated.add(event_cls, tag=tag)
         generated.compile()
         for tag, event_cls in EVENT_TYPES.items():
-            _EVENT_ENCODERS[tag] = generated.encoder(event_cls)
-            _EVENT_DECODERS[tag] = generated.decoder(event_cls)
-            _SEQUENCED_LINE_ENCODERS[event_cls] = generated.sequenced_encoder(event_cls)
+            _EVENT_ENCODERS[tag] = generated.function("encode_{}", event_cls)
+            _EVENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
+            _SEQUENCED_LINE_ENCODERS[event_cls] = generated.function("encode_{}_seq", event_cls)
         nested = [cls for cls in generated.ids if not issubclass(cls, Event)]
         for cls in nested:
-            _NESTED_DECODERS[cls] = generated.decoder(cls)
+            _NESTED_DECODERS[cls] = generated.function("decode_{}", cls)
         # Last: a filled table of nested encoders says everything is done.
         for cls in nested:
-            _NESTED_ENCODERS[cls] = generated.encoder(cls)
+            _NESTED_ENCODERS[cls] = generated.function("encode_{}", cls)
 
 
 # --- public functions ---------------------------------------------------------------
@@ -907,8 +893,8 @@ def _structurer(cls: type[Any]) -> None:
         generated.add(cls)
         generated.compile()
         for record_cls in generated.ids:
-            _UNSTRUCTURERS.setdefault(record_cls, generated.encoder(record_cls))
-            _STRUCTURERS.setdefault(record_cls, generated.decoder(record_cls))
+            _UNSTRUCTURERS.setdefault(record_cls, generated.function("encode_{}", record_cls))
+            _STRUCTURERS.setdefault(record_cls, generated.function("decode_{}", record_cls))
 
 
 def structure(cls: type[T], record: object) -> T:
