@@ -485,12 +485,12 @@ class _Generated:
         unless it is the field's default (``omitted_KEY`` names the default
         compared with)."""
         name = field.name
-        shape = _shape(hints[name])
+        tp = hints[name]
+        shape = _shape(tp)
         if field.default is None and shape[0] == "optional":
             # Emitted only when not None: no need to test for None again.
-            dump = self._dump(shape[1], "value", 0)
-        else:
-            dump = self._dump(hints[name], "value", 0)
+            tp = shape[1]
+        dump = self._dump(tp, "value", 0)
         store = f"record[{name!r}] = {dump}"
         default = field.default
         if default is attrs.NOTHING:
@@ -626,6 +626,7 @@ class _Generated:
         def wrong(expected: str, value: str = var, at: str = path) -> str:
             return f"raise _wrong({at}, {expected!r}, {value})"
 
+        an_object = [f"if type({var}) is not dict:", f"    {wrong('an object')}"]
         match _shape(tp):
             case ("scalar", scalar) if scalar is float:
                 return [
@@ -634,20 +635,14 @@ class _Generated:
                     f"        {wrong('a number')}",
                     f"    {var} = float({var})",
                 ], True
-            case ("scalar", scalar) if scalar is str:
+            case ("scalar", scalar):
+                check = [f"if type({var}) is not {scalar.__name__}:", f"    {wrong(_A[scalar])}"]
+                if scalar is not str:
+                    return check, False
                 # Logs repeat their texts (runs, steps, span ids, frames),
                 # and the ranks of a run each other's: each is kept once per
                 # process while in use.
-                return [
-                    f"if type({var}) is not str:",
-                    f"    {wrong(_A[str])}",
-                    f"{var} = _intern({var})",
-                ], True
-            case ("scalar", scalar):
-                return [
-                    f"if type({var}) is not {scalar.__name__}:",
-                    f"    {wrong(_A[scalar])}",
-                ], False
+                return [*check, f"{var} = _intern({var})"], True
             case ("any",):
                 # A JSON value's texts are shared in place (see _share).
                 return [
@@ -674,18 +669,12 @@ class _Generated:
                 at = f"{path} + _at({var}, {item})"
                 check, converts = self._check(item_type, item, depth + 1, key, at)
                 lines = [f"if type({var}) is not list:", f"    {wrong('an array')}"]
-                if not converts:
-                    if check:
-                        lines += [f"for {item} in {var}:", *(f"    {line}" for line in check)]
-                    return [*lines, f"{var} = tuple({var})"], True
-                return [
-                    *lines,
-                    f"{items} = []",
-                    f"for {item} in {var}:",
-                    *(f"    {line}" for line in check),
-                    f"    {items}.append({item})",
-                    f"{var} = tuple({items})",
-                ], True
+                loop = [f"for {item} in {var}:", *(f"    {line}" for line in check)]
+                if converts:
+                    lines += [f"{items} = []", *loop, f"    {items}.append({item})"]
+                elif check:
+                    lines += loop
+                return [*lines, f"{var} = tuple({items if converts else var})"], True
             case ("scalars", members):
                 table = self._constant(f"scalars_{key}_{depth}", frozenset(members))
                 return [f"if type({var}) not in {table}:", f"    {wrong('a JSON scalar')}"], False
@@ -702,35 +691,28 @@ class _Generated:
                     lines += [f"{item} = {var}[{index}]", *check, f"{items}.append({item})"]
                 return [*lines, f"{var} = tuple({items})"], True
             case ("record_mapping", record_cls):
-                ident = self.ids.setdefault(record_cls, len(self.ids))
                 item, items, name = f"item{depth}", f"items{depth}", f"key{depth}"
                 at = f"{path} + _at({var}, {item})"
+                check, _ = self._check(record_cls, item, depth + 1, key, at)
                 return [
-                    f"if type({var}) is not dict:",
-                    f"    {wrong('an object')}",
+                    *an_object,
                     f"{items} = {{}}",
                     f"for {name}, {item} in {var}.items():",
-                    f"    if type({item}) is not dict:",
-                    f"        {wrong('an object', item, at)}",
-                    "    try:",
-                    f"        {items}[{name}] = decode_{ident}({item})",
-                    "    except _Bad as bad:",
-                    f"        raise bad.within({at} + '.') from None",
+                    *(f"    {line}" for line in check),
+                    f"    {items}[{name}] = {item}",
                     f"{var} = {items}",
                 ], True
             case ("str_mapping",):
                 item = f"item{depth}"
                 return [
-                    f"if type({var}) is not dict:",
-                    f"    {wrong('an object')}",
+                    *an_object,
                     f"for {item} in {var}.values():",
                     f"    if type({item}) is not str:",
                     f"        {wrong('a string', item, f'{path} + _at({var}, {item})')}",
                 ], False
             case ("json_mapping",):
                 return [
-                    f"if type({var}) is not dict:",
-                    f"    {wrong('an object')}",
+                    *an_object,
                     f"_share({var})",
                 ], False
             case ("record", record_cls):
@@ -738,8 +720,7 @@ class _Generated:
                 # An exception record entered from outside is cut first.
                 cut = record_cls is ExceptionInfo is not self._own
                 return [
-                    f"if type({var}) is not dict:",
-                    f"    {wrong('an object')}",
+                    *an_object,
                     "try:",
                     f"    {var} = decode_{ident}({f'_capped({var})' if cut else var})",
                     "except _Bad as bad:",
