@@ -13,7 +13,7 @@ import json
 import os
 import re
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -184,11 +184,8 @@ class ThreadStack:
         """The stack of ``frame`` (a thread's current frame, as
         :func:`sys._current_frames` gives it); never raises."""
         capture = _Capture(redactor or Redactor.from_environment(), MAX_CHAIN)
-        try:
-            summary = traceback.extract_stack(frame) if frame is not None else []
-        except Exception:
-            summary = []
-        return cls(thread=capture._text(thread), frames=capture.frames(summary))
+        frames = capture.frames(traceback.extract_stack, frame) if frame is not None else ()
+        return cls(thread=capture._text(thread), frames=frames)
 
     @property
     def innermost(self) -> FrameInfo | None:
@@ -421,8 +418,8 @@ class _Capture:
         # Iterative over the cause/context spine, so a 10,000-deep chain never
         # touches the recursion limit; only group members recurse, and they
         # draw on the same budget.
-        spine: list[tuple[BaseException, dict[str, Any]]] = []
-        link: str | None = None
+        # Each record's fields, and the name of its link to the next.
+        spine: list[tuple[dict[str, Any], Any]] = []
         current: BaseException | None = exc
         truncated_tail = False
         while current is not None:
@@ -432,15 +429,12 @@ class _Capture:
             self._budget -= 1
             self._seen.add(id(current))
             fields = self._fields(current)
-            spine.append((current, fields))
-            nxt, link = self._next_link(current)
-            fields["_link"] = link
-            current = nxt
+            current, link = self._next_link(current)
+            spine.append((fields, link))
         # Build from the innermost outwards.
         built: ExceptionInfo | None = None
-        for position, (_exc, fields) in enumerate(reversed(spine)):
-            link = fields.pop("_link")
-            if position == 0:
+        for fields, link in reversed(spine):
+            if built is None:
                 fields["truncated"] = fields.get("truncated", False) or truncated_tail
             else:  # the link ("cause" or "context") to the record built last
                 fields[link] = built
@@ -491,16 +485,17 @@ class _Capture:
         return fields
 
     def _frames(self, tb: object) -> tuple[FrameInfo, ...]:
-        if not isinstance(tb, TracebackType):
-            return ()
+        return self.frames(traceback.extract_tb, tb) if isinstance(tb, TracebackType) else ()
+
+    def frames(
+        self, extract: Callable[[Any], traceback.StackSummary], origin: object
+    ) -> tuple[FrameInfo, ...]:
+        """The innermost frames of the stack ``extract(origin)`` lists,
+        redacted and bounded; none if it fails."""
         try:
-            summary = traceback.extract_tb(tb)
+            summary = extract(origin)
         except Exception:
             return ()
-        return self.frames(summary)
-
-    def frames(self, summary: traceback.StackSummary | list[Any]) -> tuple[FrameInfo, ...]:
-        """The innermost frames of ``summary``, redacted and bounded."""
         frames = [
             FrameInfo(
                 filename=self._text(frame.filename),
