@@ -50,15 +50,18 @@ import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from events import DecodeError, LaunchRecord, RankProcess, Redactor, format_ranks, implausible_world
-from events._codec import structure
+from events._codec import decode, structure
 from events._files import write_file
 
 from ._errors import OrchestratorError
+
+if TYPE_CHECKING:
+    from events import Event
 
 __all__ = [
     "CLAIM_FILE",
@@ -71,7 +74,6 @@ __all__ = [
     "RunDirectoryError",
     "RunProblem",
     "check_run_directories",
-    "check_run_directory",
     "claim_run_directory",
     "longer_copy",
     "rank_log_path",
@@ -388,15 +390,13 @@ class Manifest:
         path = run_dir / MANIFEST_FILE
         content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
         try:
-            if exclusive:
-                if not write_file(path, content, exclusive=True):
-                    raise RunDirectoryError(
-                        run_dir,
-                        "another launch is already writing to this run directory "
-                        "(it has a manifest); use a new --run-id or --run-dir",
-                    )
-                return
-            write_file(path, content)
+            # Only an exclusive write finds the name taken.
+            if not write_file(path, content, exclusive=exclusive):
+                raise RunDirectoryError(
+                    run_dir,
+                    "another launch is already writing to this run directory "
+                    "(it has a manifest); use a new --run-id or --run-dir",
+                )
         except OSError as exc:
             raise RunDirectoryError(
                 run_dir, f"cannot write the manifest: {exc.strerror or exc}"
@@ -601,11 +601,6 @@ class RunProblem:
         return f"{self.path}: {self.message}"
 
 
-def check_run_directory(run_dir: Path) -> tuple[list[Path], list[RunProblem]]:
-    """:func:`check_run_directories` of one directory."""
-    return check_run_directories([run_dir])
-
-
 def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[RunProblem]]:
     """Check run directories as one run (one directory, or one per node of
     a multi-node run): one run id (logs, claims and manifests agree), no
@@ -620,7 +615,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     Returns:
         The regular log files, in rank order, and the run's problems.
     """
-    from events import DecodeError, RunStarted, decode
+    from events import RunStarted
 
     problems: list[RunProblem] = []
     where = run_dirs[0] if len(run_dirs) == 1 else Path(", ".join(str(d) for d in run_dirs))
@@ -689,11 +684,13 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             continue
         files.append(path)
         try:
-            first_line = _first_line(path)
+            first = _first_event(path)
         except OSError as exc:
             problem(f"cannot read: {exc.strerror}", path)
             continue
-        if not first_line.endswith(b"\n"):
+        except DecodeError:
+            continue  # the line-by-line check reports it
+        if first is None:
             problem(
                 f"rank {rank} wrote no events (empty log): never started, "
                 "or killed before its first event",
@@ -701,10 +698,6 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
                 fatal=False,
             )
             continue
-        try:
-            first = decode(first_line.rstrip(b"\n"))
-        except DecodeError:
-            continue  # the line-by-line check reports it
         run_ids.setdefault(first.run_id, []).append(path)
         holders.setdefault(first.rank, []).append(path)
         if first.rank != rank:
@@ -781,8 +774,6 @@ def run_id_of(run_dir: Path) -> str | None:
     """The run a directory holds, as far as a glance tells: its claim, else
     its manifest's, else its first log's first event; ``None`` when none
     says (an empty or unreadable directory)."""
-    from events import DecodeError, decode
-
     found = _list_logs(run_dir)
     if found.claim is not None:
         return found.claim
@@ -792,22 +783,22 @@ def run_id_of(run_dir: Path) -> str | None:
             return manifest.run_id
     for path in found.logs.values():
         with contextlib.suppress(OSError, DecodeError):
-            if not stat.S_ISREG(path.lstat().st_mode):
-                continue
-            line = _first_line(path)
-            if line.endswith(b"\n"):
-                return decode(line.rstrip(b"\n")).run_id
+            first = _first_event(path) if _regular(path) else None
+            if first is not None:
+                return first.run_id
     return None
 
 
-def _first_line(path: Path) -> bytes:
-    """A log's first line, with its newline (without one: the log holds no event).
+def _first_event(path: Path) -> Event | None:
+    """A log's first event (``None``: it has no complete line, it holds no event).
 
     Raises:
         OSError: it cannot be read.
+        DecodeError: its first line is not an event.
     """
     with path.open("rb") as file:
-        return file.readline()
+        line = file.readline()
+    return decode(line.rstrip(b"\n")) if line.endswith(b"\n") else None
 
 
 def _regular(path: Path) -> bool:
