@@ -48,7 +48,7 @@ import platform
 import re
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -619,9 +619,14 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
 
     problems: list[RunProblem] = []
     where = run_dirs[0] if len(run_dirs) == 1 else Path(", ".join(str(d) for d in run_dirs))
+    named = len(run_dirs) > 1
 
     def problem(message: str, path: Path = where, *, fatal: bool = True) -> None:
         problems.append(RunProblem(path=path, message=message, fatal=fatal))
+
+    # ``value (the files that say it)``, in a problem of values that differ
+    def said(value: object, paths: Iterable[Path]) -> str:
+        return f"{value} ({', '.join(_name(path, named) for path in paths)})"
 
     listed: list[RunDirectory] = []
     for run_dir in run_dirs:
@@ -712,23 +717,16 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     for rank, paths in sorted(holders.items()):
         if len(paths) > 1:
             problem(f"{len(paths)} logs hold rank {rank}: {', '.join(p.name for p in paths)}")
-    named = len(run_dirs) > 1
     all_ids = set(run_ids) | {claim for _, claim in claims} | {m.run_id for _, m in manifests}
     if len(all_ids) > 1:
-        parts = [
-            f"{run_id} ({', '.join(_name(p, named) for p in paths)})"
-            for run_id, paths in run_ids.items()
-        ]
-        parts += [f"{claim} ({_name(d / CLAIM_FILE, named)})" for d, claim in claims]
-        parts += [f"{m.run_id} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
+        parts = [said(run_id, paths) for run_id, paths in run_ids.items()]
+        parts += [said(claim, [d / CLAIM_FILE]) for d, claim in claims]
+        parts += [said(m.run_id, [d / MANIFEST_FILE]) for d, m in manifests]
         problem(f"more than one run id: {'; '.join(parts)}")
     world_sizes = set(worlds) | {manifest.world_size for _, manifest in manifests}
     if len(world_sizes) > 1 and not (joined and worlds and not manifests):
-        parts = [
-            f"{size} ({', '.join(_name(p, named) for p in paths)})"
-            for size, paths in worlds.items()
-        ]
-        parts += [f"{m.world_size} ({_name(d / MANIFEST_FILE, named)})" for d, m in manifests]
+        parts = [said(size, paths) for size, paths in worlds.items()]
+        parts += [said(m.world_size, [d / MANIFEST_FILE]) for d, m in manifests]
         problem(f"the world sizes differ: {'; '.join(parts)}")
     world = max(world_sizes, default=0)
     claimant = next((d / MANIFEST_FILE for d, m in manifests if m.world_size == world), None)
