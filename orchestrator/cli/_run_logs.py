@@ -46,7 +46,7 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
-            if not found and not (path / "manifest.json").exists():
+            if not found and not holds_logs(path):
                 runs = run_directories_in(path)
                 if runs:
                     raise UsageError(_name_one_run(path, runs))
