@@ -462,17 +462,9 @@ def report_html(
             f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
             f" wrote no events ({_e(why)})</h3></div>"
         )
+    scale = _Scale(origin=origin, span=span, last=last, zoom=zoom)
     for (rank_outcome, _steps), members in ordered:
-        out.append(
-            _lane(
-                result,
-                members,
-                rank_outcome,
-                step_messages,
-                _Scale(origin=origin, span=span, last=last, zoom=zoom),
-                died.get(members[0]),
-            )
-        )
+        out.append(_lane(result, members, rank_outcome, step_messages, scale, died.get(members[0])))
     out.append("</section>")
 
     out.append(_messages_html(result))
@@ -569,12 +561,16 @@ def _lane(
             # In flight when the log ends: running, or cut short by a death.
             outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
         end = timing.end_wall_ns or timeline.end_wall_ns or died or last
-        durations = [
-            d
-            for rank in members
-            if (t := result.timeline.ranks[rank].steps.get(step)) is not None
-            and (d := t.duration_ns) is not None
-        ]
+        # Across the lane's ranks: how long the step took, and what its end said.
+        durations: list[int] = []
+        variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
+        for rank in members:
+            other = result.timeline.ranks[rank].steps.get(step)
+            if other is not None and other.duration_ns is not None:
+                durations.append(other.duration_ns)
+            found = _Ended.of(other)
+            if found is not None:
+                variants.setdefault(found.text(), (found, []))[1].append(rank)
         if timing.duration_ns is not None:
             own = duration = _ms(timing.duration_ns)
         else:
@@ -590,11 +586,6 @@ def _lane(
         ]
         if timing.depends_on:
             info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
-        variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
-        for rank in members:
-            found = _Ended.of(result.timeline.ranks[rank].steps.get(step))
-            if found is not None:
-                variants.setdefault(found.text(), (found, []))[1].append(rank)
         for index, (detail, ranks) in enumerate(variants.values()):
             if index == _VARIANTS:
                 rest = format_ranks(r for _, rs in list(variants.values())[index:] for r in rs)
