@@ -64,7 +64,6 @@ from events import (
     Scope,
     Severity,
     StepCrashed,
-    StepFailed,
     StepKind,
     StepStarted,
     StepSucceeded,
@@ -326,11 +325,7 @@ def _text(value: JsonValue) -> str | None:
 
 
 def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:
-    if started is not None:
-        value = started.attributes.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return fallback
+    return (_text(started.attributes.get(key)) if started is not None else None) or fallback
 
 
 @attrs.frozen(kw_only=True)
@@ -417,11 +412,10 @@ def _plugin(
     # declined is a rule).
     event = context.event
     cause = cause_of(event)
+    if cause is None and not isinstance(event, StepTimedOut | StepCrashed):
+        return memory
     plugin = _attribute(started, "plugin", name)
     reason = reason_of(event)
-    stopped = isinstance(event, StepTimedOut | StepCrashed)
-    if not stopped and (cause is None or not isinstance(event, StepUnavailable | StepFailed)):
-        return memory
     context.emit(
         "platform.plugin_failed",
         f"Platform plugin {plugin} failed: {reason}",
@@ -537,8 +531,7 @@ def _allreduce_attempt(
     # Its message, with a fallback left, is a rule's; the workspace's outcome
     # names the attempts.
     event = context.event
-    outcome = outcome_of(event) or Outcome.FAILED
-    reason = None if outcome in (Outcome.OK, Outcome.CANCELLED) else reason_of(event)
+    reason = None if outcome_of(event) in (Outcome.OK, Outcome.CANCELLED) else reason_of(event)
     backend = _attribute(started, "backend", name)
     return attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
 
@@ -551,9 +544,7 @@ def _allreduce(context: MessageContext, memory: _Memory) -> None:
     reason = _text(_field(result, "reason"))
     attempts = memory.attempts
     # Enabled (allreduce.workspace_ready) and unsupported are rules.
-    if _field(result, "enabled") is True or reason == ALLREDUCE_UNSUPPORTED_REASON:
-        return
-    if not attempts:
+    if _field(result, "enabled") is True or reason == ALLREDUCE_UNSUPPORTED_REASON or not attempts:
         return
     last_backend = attempts[-1][0]
     failures = [why for _backend, why, _seq in attempts if why is not None]
