@@ -64,13 +64,12 @@ from ._model import (
     StepStalled,
     StepStarted,
     StepTimedOut,
-    StepUnavailable,
     outcome_of,
 )
 from ._policy import _GENERIC
 from ._reducers import Projection
 from ._severity import Scope, Severity
-from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text, reason_of
+from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text
 
 __all__ = [
     "GroupedMessage",
@@ -371,6 +370,17 @@ _FALLBACK_USED = (
     ),
 )
 
+#: The kernel's message of a candidate no slice claims that did not fit.
+_CANDIDATE_UNAVAILABLE = (
+    MessageRule(
+        code="candidate.unavailable",
+        step="*",
+        outcomes=(Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID),
+        text="Candidate {step} is {outcome}: {reason}",
+        args=("{step}", "{reason}"),
+    ),
+)
+
 
 class _Fold:
     """One rank's messages being derived, on plain private state: a run of
@@ -572,16 +582,7 @@ class _Fold:
         if event.kind is StepKind.ATTEMPT and self.fallbacks:
             pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
             if pending is not None:
-                rule, ended = pending.rule, pending.ended
-                text, args = rule.render(ended, pending.started, next_step=event.step)
-                self.emit(
-                    rule.code,
-                    text,
-                    step=ended.step,
-                    args=args,
-                    seqs=(ended.seq,),
-                    exception=cause_of(ended) if rule.detail else None,
-                )
+                self.say(pending.rule, pending.ended, pending.started, event.step)
 
     def step_stalled(self, event: StepStalled) -> None:
         self.waiting[event.step] = event
@@ -636,29 +637,9 @@ class _Fold:
         if started is not None:
             self.fallback(event, started)
             if started.kind is StepKind.CANDIDATE and not setup.claimed(step):
-                self.candidate(event)
-        if rule is not None:
-            text, args = rule.render(event, started)
-            self.emit(
-                rule.code,
-                text,
-                step=step,
-                args=args,
-                exception=cause_of(event) if rule.detail else None,
-            )
+                self.say(self.rule_for(event, _CANDIDATE_UNAVAILABLE), event, started)
+        self.say(rule, event, started)
         self.waiting.pop(step, None)
-
-    def candidate(self, event: Event) -> None:
-        """The message of a candidate no slice claims."""
-        if isinstance(event, StepUnavailable):
-            reason = reason_of(event)
-            self.emit(
-                "candidate.unavailable",
-                f"Candidate {event.step} is {event.outcome.value}: {reason}",
-                step=event.step,
-                args=(event.step, reason),
-                exception=event.cause,
-            )
 
     def fallback(self, event: Event, started: StepStarted) -> None:
         """An attempt with a fallback left that a fallback rule speaks for:
@@ -691,6 +672,22 @@ class _Fold:
             ):
                 return rule
         return None
+
+    def say(
+        self,
+        rule: MessageRule | None,
+        event: Event,
+        started: StepStarted | None,
+        next_step: str = "",
+    ) -> None:
+        """The message of ``rule``, if any, for ``event`` (a fallback rule's:
+        ``next_step``, the attempt that started next)."""
+        if rule is not None:
+            text, args = rule.render(event, started, next_step=next_step)
+            exception = cause_of(event) if rule.detail else None
+            self.emit(
+                rule.code, text, step=event.step, args=args, seqs=(event.seq,), exception=exception
+            )
 
     def step_stopped(self, event: Event) -> None:
         if isinstance(event, StepTimedOut):
