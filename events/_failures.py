@@ -82,39 +82,30 @@ def _track(
     step = event.step
     below = [f for f in pending if _below(f.step, step)]
     rest = tuple(f for f in pending if not _below(f.step, step)) if below else pending
+    going_up: _Failure | None = None
     if isinstance(event, StepFailed):
         if event.origin is None:
             # A log before schema 3 does not say where it started.
             going_up = next((f for f in below if _continues(f, event.cause)), None)
         else:
             going_up = next((f for f in below if f.step == event.origin), None)
-        if going_up is None:
-            failure = _Failure(
-                step=step,
-                outcome=Outcome.FAILED,
-                cause=event.cause,
-                seq=event.seq,
-                wall_ns=event.wall_ns,
-                seqs=(event.seq,),
-            )
-        else:
-            failure = attrs.evolve(
-                going_up,
-                cause=going_up.cause or event.cause,
-                seqs=(*going_up.seqs, event.seq),
-            )
-        if top_level:
-            return _Tracked(pending=rest, settled=failure, originated=going_up is None)
-        return _Tracked(pending=(*rest, failure), originated=going_up is None)
-    if isinstance(event, StepTimedOut | StepCrashed):
+    elif not isinstance(event, StepTimedOut | StepCrashed):
+        return _Tracked(pending=rest)
+    cause = event.cause if isinstance(event, StepFailed) else None
+    if going_up is None:
         failure = _Failure(
             step=step,
             outcome=outcome_of(event) or Outcome.FAILED,
-            cause=None,
+            cause=cause,
             seq=event.seq,
             wall_ns=event.wall_ns,
             seqs=(event.seq,),
             reported=reported,
         )
-        return _Tracked(pending=(*rest, failure), originated=True)
-    return _Tracked(pending=rest)
+    else:
+        failure = attrs.evolve(
+            going_up, cause=going_up.cause or cause, seqs=(*going_up.seqs, event.seq)
+        )
+    if top_level and cause is not None:
+        return _Tracked(pending=rest, settled=failure, originated=going_up is None)
+    return _Tracked(pending=(*rest, failure), originated=going_up is None)
