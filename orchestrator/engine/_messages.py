@@ -382,22 +382,24 @@ class EngineMessageHook:
         step = event.step
         parent, _, name = step.rpartition("/")
         started = context.started
-        if step == PLATFORM_STEP:
-            _platform(context, memory)
-        elif parent == PLATFORM_STEP:
+        if parent == PLATFORM_STEP:
             # Every child but the build target is a plugin.
             if step != PLATFORM_BUILD_STEP:
                 return _plugin(context, memory, started, name)
         elif step == ZENTORCH_STEP:
             _zentorch(context, memory)
-        elif step == ATTENTION_STEP:
-            _attention(context, started)
-        elif step == ALLREDUCE_STEP:
-            _allreduce(context, memory)
         elif _is_attempt(step, started):
             return _allreduce_attempt(context, memory, started, name)
         elif step == ALLREDUCE_QUANT_STEP:
             _quant_workspace(context, memory, started)
+        elif isinstance(event, StepSucceeded):
+            # The platform, attention and the workspace say more only when ok.
+            if step == PLATFORM_STEP:
+                _platform(context, event, memory)
+            elif step == ATTENTION_STEP:
+                _attention(context, event, started)
+            elif step == ALLREDUCE_STEP:
+                _allreduce(context, event, memory)
         return memory
 
 
@@ -428,10 +430,7 @@ def _plugin(
     )
 
 
-def _platform(context: MessageContext, memory: _Memory) -> None:
-    event = context.event
-    if not isinstance(event, StepSucceeded):
-        return
+def _platform(context: MessageContext, event: StepSucceeded, memory: _Memory) -> None:
     # platform.detected is a rule, said before these.
     platform_class = _text(_field(event.result, "platform_class")) or "an unknown platform"
     for plugin, reason, seq in memory.failed_plugins:
@@ -498,10 +497,7 @@ def _zentorch(context: MessageContext, memory: _Memory) -> None:
 # -- attention ---------------------------------------------------------------
 
 
-def _attention(context: MessageContext, started: StepStarted | None) -> None:
-    event = context.event
-    if not isinstance(event, StepSucceeded):
-        return
+def _attention(context: MessageContext, event: StepSucceeded, started: StepStarted | None) -> None:
     result = event.result
     if _field(result, "explicit") is True:
         return  # attention.explicit_selected, a rule
@@ -536,10 +532,7 @@ def _allreduce_attempt(
     return attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
 
 
-def _allreduce(context: MessageContext, memory: _Memory) -> None:
-    event = context.event
-    if not isinstance(event, StepSucceeded):
-        return
+def _allreduce(context: MessageContext, event: StepSucceeded, memory: _Memory) -> None:
     result = event.result
     reason = _text(_field(result, "reason"))
     attempts = memory.attempts
