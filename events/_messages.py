@@ -254,10 +254,9 @@ class Messages(Projection[MessagesState]):
         if derived is not None:
             return derived
         outcome = outcome_of(outcome_event)
-        if outcome is None:
-            return None
-        code = _OUTCOME_CODES.get(outcome)
-        return self._setup.rule(code)[0] if code is not None else _OUTCOME_SEVERITY[outcome]
+        if outcome in _OUTCOME_SEVERITY:
+            return _OUTCOME_SEVERITY[outcome]
+        return self._setup.rule(f"step.{outcome}")[0]
 
     def initial(self) -> MessagesState:
         """No ranks, no messages."""
@@ -299,18 +298,15 @@ def step_severity(state: MessagesState, rank: int, step: str) -> Severity | None
     return None if found is None else found.severities.get(step)
 
 
-#: Severity of a step outcome no message speaks for.
-_OUTCOME_SEVERITY: Mapping[Outcome, Severity | None] = {
+#: Severity of a step outcome no message speaks for (failed, timed out and
+#: crashed have the severity of their ``step.*`` code; ``None``: no end).
+_OUTCOME_SEVERITY: Mapping[Outcome | None, Severity | None] = {
+    None: None,
     Outcome.OK: Severity.INFO,
     Outcome.ABSENT: Severity.DEBUG,
     Outcome.UNAVAILABLE: Severity.DEBUG,
     Outcome.INVALID: Severity.DEBUG,
     Outcome.CANCELLED: None,
-}
-_OUTCOME_CODES = {
-    Outcome.FAILED: "step.failed",
-    Outcome.TIMED_OUT: "step.timed_out",
-    Outcome.CRASHED: "step.crashed",
 }
 
 
