@@ -22,6 +22,7 @@ import attrs
 from events import (
     Event,
     Replay,
+    RunOutcome,
     Slice,
     format_ranks,
     validate,
@@ -108,15 +109,14 @@ def command_replay(args: argparse.Namespace) -> int:
     # The events are kept only for --export.
     run, result = _replayed(args, until=args.until, keep_events=export is not None)
     decisions = run.decisions()
-    document = with_decision_divergences(report_json(result), decisions)
     if args.json:
+        document = with_decision_divergences(report_json(result), decisions)
         emit(to_json_text(_only_rank(document, args.rank)))
+        del document
     else:
         emit(report_text(result, min_severity=args.level, rank=args.rank))
         if decisions:
             emit(decision_divergences_text(decisions))
-    ready = document["outcome"] == "ready"
-    del document
     if export is not None:
         # Cut at --until, a rank is running there, however it ended later.
         cut = result if args.until is None else attrs.evolve(result, launch=None)
@@ -129,7 +129,7 @@ def command_replay(args: argparse.Namespace) -> int:
             write_file(args.html, page.encode())
         except OSError as exc:
             raise InputError(f"--html {args.html}: cannot write: {exc.strerror}") from None
-    return 0 if ready else 1
+    return 0 if result.outcome is RunOutcome.READY else 1
 
 
 def _slices(args: argparse.Namespace) -> list[Slice] | None:
