@@ -81,9 +81,8 @@ class InjectingImporter:
         """Fire the fault configured for ``name`` or for one of its parent
         packages (importing ``a.b`` imports ``a`` first, so a broken ``a``
         breaks ``a.b`` too) on this rank, else import."""
-        parts = name.split(".")
-        for end in range(1, len(parts) + 1):
-            fault = self._plan.for_target(".".join(parts[:end]), self._rank)
+        for prefix in dotted_prefixes(name):
+            fault = self._plan.for_target(prefix, self._rank)
             if fault is not None:
                 fault.fire()
         return self._base.import_module(name)
@@ -138,15 +137,13 @@ class TableImporter:
 
     def import_module(self, name: str) -> ModuleType:
         """Import ``name`` (its parent packages first) from the fake host."""
-        parts = name.split(".")
         module: ModuleType | None = None
-        for end in range(1, len(parts) + 1):
-            module = self._answer(".".join(parts[:end]))
+        for prefix in dotted_prefixes(name):
+            module = self._answer(prefix)
             if module is None:
                 # Nothing below an unlisted module is listed: the rest is the base's.
                 if self._base is None:
-                    missing = ".".join(parts[:end])
-                    raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+                    raise ModuleNotFoundError(f"No module named {prefix!r}", name=prefix)
                 return self._base.import_module(name)
         assert module is not None
         return module
@@ -155,15 +152,13 @@ class TableImporter:
         """A spec if ``name`` would import or raise on import; ``None`` if it
         or a parent package is not installed. As with importlib, a parent
         package that raises on import raises here."""
-        parts = name.split(".")
-        for end in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:end])
+        for prefix in dotted_prefixes(name):
             if prefix not in self._modules and not self._is_parent(prefix):
                 return None if self._base is None else self._base.find_spec(name)
             answer = self._modules.get(prefix)
             if prefix in self._modules and answer is None:
                 return None
-            if isinstance(answer, BaseException) and end < len(parts):
+            if isinstance(answer, BaseException) and prefix != name:
                 error = self._fresh(prefix, answer)
                 if isinstance(error, ModuleNotFoundError) and error.name == prefix:
                     return None
@@ -190,6 +185,12 @@ class TableImporter:
         if spec is None and not isinstance(self._base, RealImporter):
             raise TypeError(f"{self._base!r} cannot be rebuilt in a process-isolated step")
         return None if spec is None else dict(spec())
+
+
+def dotted_prefixes(name: str) -> list[str]:
+    """``a``, ``a.b``, ``a.b.c`` for ``a.b.c``: what importing it imports, in order."""
+    parts = name.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
 
 
 def _package(name: str) -> ModuleType:

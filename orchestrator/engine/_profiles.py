@@ -57,7 +57,7 @@ from events._codec import structure, unstructure
 
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
-from .._importer import TableImporter
+from .._importer import TableImporter, dotted_prefixes
 from .._json_text import load_json
 from ._config import BUILD_TARGETS, ProfileError
 from ._host import (
@@ -553,10 +553,7 @@ class SimulatedImporter(TableImporter):
         origin = f"simulated:{profile.name}"
         self._rules = rules = profile.effective_modules()
         # Listed modules and their parent packages, built parents first.
-        names: set[str] = set()
-        for listed in rules:
-            parts = listed.split(".")
-            names.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        names = {prefix for listed in rules for prefix in dotted_prefixes(listed)}
         modules: dict[str, ModuleType | BaseException | None] = {}
         for name in sorted(names, key=lambda n: n.count(".")):
             rule = rules.get(name, ModuleRule())
