@@ -333,7 +333,20 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-class RealHost:
+class HostBase:
+    """What a real and a simulated host answer alike: TPUs and XPUs, asked
+    only through the importer."""
+
+    def tpu_devices(self, importer: Importer) -> Devices:
+        """A TPU when ``libtpu`` imports (see :func:`tpu_devices`)."""
+        return tpu_devices(importer)
+
+    def xpu_devices(self, importer: Importer) -> Devices:
+        """``torch.xpu`` devices (torch imported only when findable)."""
+        return xpu_devices_from_torch(importer)
+
+
+class RealHost(HostBase):
     """This machine.
 
     Args:
@@ -409,14 +422,6 @@ class RealHost:
         if not found:
             return Devices(reason="amdsmi is not installed and no KFD GPU nodes")
         return Devices(found=tuple(found))
-
-    def tpu_devices(self, importer: Importer) -> Devices:
-        """A TPU when ``libtpu`` imports (see :func:`tpu_devices`)."""
-        return tpu_devices(importer)
-
-    def xpu_devices(self, importer: Importer) -> Devices:
-        """``torch.xpu`` devices (torch imported only when findable)."""
-        return xpu_devices_from_torch(importer)
 
     def nvswitch_multicast(self) -> bool:
         """Whether the driver exposes the fabric (IMEX) capability that

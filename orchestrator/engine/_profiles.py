@@ -64,11 +64,10 @@ from ._host import (
     BuildTarget,
     Devices,
     GpuDevice,
+    HostBase,
     amd_devices_from_amdsmi,
     nvidia_devices_from_nvml,
-    tpu_devices,
     unusable_nvidia_gpus,
-    xpu_devices_from_torch,
 )
 
 __all__ = [
@@ -466,7 +465,7 @@ def load_profile(name_or_path: str | os.PathLike[str], *, content: bytes | None 
 # --- the simulated host and importer ------------------------------------------------
 
 
-class SimulatedHost:
+class SimulatedHost(HostBase):
     """Host facts answered from a :class:`Profile`.
 
     Driver libraries are still imported through the importer (so a fault on
@@ -513,15 +512,6 @@ class SimulatedHost:
             return devices
         found = self.profile.devices("amd")
         return Devices(found=found, reason="" if found else "amdsmi is not installed")
-
-    def tpu_devices(self, importer: Any) -> Devices:
-        """A TPU when ``libtpu`` imports through the importer (see
-        :func:`~orchestrator.engine._host.tpu_devices`)."""
-        return tpu_devices(importer)
-
-    def xpu_devices(self, importer: Any) -> Devices:
-        """``torch.xpu`` through the importer."""
-        return xpu_devices_from_torch(importer)
 
     def nvswitch_multicast(self) -> bool:
         """The profile's ``nvswitch_multicast``."""
