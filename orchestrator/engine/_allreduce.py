@@ -498,7 +498,11 @@ class _Setup:
             while group is not None:
                 rounds += 1
                 mine: JsonValue = {
-                    "exchange": _EXCHANGE,
+                    # Tags this rank's part of the agreement, so an exchange
+                    # that a peer joined for something else (it left the
+                    # startup early and is waiting at its end) is recognised
+                    # instead of being read as "that rank has no backend".
+                    "exchange": ALLREDUCE_AGREE_STEP,
                     "chain": list(self.chain),
                     "status": dict(statuses),
                 }
@@ -582,16 +586,10 @@ class _Setup:
         return None, f"the quantization fusion workspace failed ({why})"
 
 
-#: Tags this rank's part of the agreement, so an exchange that a peer joined
-#: for something else (it left the startup early and is waiting at its end)
-#: is recognised instead of being read as "that rank has no backend".
-_EXCHANGE = "allreduce_workspace/agree"
-
-
 def _check_exchange(gathered: Sequence[JsonValue], group: Group) -> None:
     for rank, entry in enumerate(gathered):
         tag = entry.get("exchange") if isinstance(entry, dict) else None
-        if tag != _EXCHANGE:
+        if tag != ALLREDUCE_AGREE_STEP:
             seen = tag if isinstance(tag, str) else type(entry).__name__
             raise GroupError(
                 group.rank,
