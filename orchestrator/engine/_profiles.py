@@ -113,13 +113,7 @@ class ModuleRule:
 
     def make_exception(self, module: str) -> BaseException:
         """A fresh instance of the configured exception for ``module``."""
-        fault = Fault(
-            target=module,
-            action=FaultAction.RAISE,
-            exception=self.exception,
-            args=self.args,
-            kwargs=self.kwargs,
-        )
+        fault = Fault(target=module, exception=self.exception, args=self.args, kwargs=self.kwargs)
         return fault.make_exception()
 
     def to_json(self) -> str | dict[str, Any]:
