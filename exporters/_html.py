@@ -36,9 +36,11 @@ from typing import Any
 import orjson
 
 from events import (
+    DecisionMade,
     Divergence,
     ExceptionInfo,
     GroupedMessage,
+    Message,
     Replay,
     RunOutcome,
     Severity,
@@ -320,12 +322,13 @@ def report_html(
     Returns:
         The page, self-contained: no network, no external resources.
     """
-    # By rank, then step: a key tuple per rank and step would cost more
-    # than what it indexes.
-    step_messages: dict[int, dict[str, list[Any]]] = defaultdict(dict)
-    for message in result.messages:
-        if message.step:
-            step_messages[message.rank].setdefault(message.step, []).append(message)
+    # A step's messages and decisions, by rank, then step: a key tuple per
+    # rank and step would cost more than what it indexes.
+    step_notes: dict[int, dict[str, list[Message | DecisionMade]]] = defaultdict(dict)
+    notes: list[Message | DecisionMade] = [m for m in result.messages if m.step]
+    notes += (d for timeline in result.timeline.ranks.values() for d in timeline.decisions)
+    for note in notes:
+        step_notes[note.rank].setdefault(note.step, []).append(note)
 
     ranks = result.timeline.ranks
     starts = [r.start_wall_ns for r in ranks.values() if r.start_wall_ns is not None]
@@ -464,7 +467,7 @@ def report_html(
         )
     scale = _Scale(origin=origin, span=span, last=last, zoom=zoom)
     for (rank_outcome, _steps), members in ordered:
-        out.append(_lane(result, members, rank_outcome, step_messages, scale, died.get(members[0])))
+        out.append(_lane(result, members, rank_outcome, step_notes, scale, died.get(members[0])))
     out.append("</section>")
 
     out.append(_messages_html(result))
@@ -531,13 +534,14 @@ def _lane(
     result: Replay,
     members: list[int],
     rank_outcome: RunOutcome,
-    step_messages: Mapping[int, Mapping[str, list[Any]]],
+    step_notes: Mapping[int, Mapping[str, list[Message | DecisionMade]]],
     scale: _Scale,
     died: int | None,
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
     the first, with the duration range across all of them; ``scale`` is
-    the page's time axis, ``died`` when the first member's process was seen
+    the page's time axis, ``step_notes`` the messages and decisions of each
+    rank's steps, ``died`` when the first member's process was seen
     to end, if it died (its steps in flight last until then)."""
     origin, last = scale.origin, scale.last
     who = format_ranks(members)
@@ -561,9 +565,12 @@ def _lane(
             # In flight when the log ends: running, or cut short by a death.
             outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
         end = timing.end_wall_ns or timeline.end_wall_ns or died or last
-        # Across the lane's ranks: how long the step took, and what its end said.
+        # Across the lane's ranks: how long the step took, what its end said,
+        # the messages and the decisions of each of them.
         durations: list[int] = []
         variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
+        said: dict[tuple[str, Severity, str], set[int]] = {}
+        decided: dict[tuple[str, str], set[int]] = {}
         for rank in members:
             other = result.timeline.ranks[rank].steps.get(step)
             if other is not None and other.duration_ns is not None:
@@ -571,6 +578,11 @@ def _lane(
             found = _Ended.of(other)
             if found is not None:
                 variants.setdefault(found.text(), (found, []))[1].append(rank)
+            for note in step_notes.get(rank, {}).get(step, ()):
+                if isinstance(note, DecisionMade):
+                    decided.setdefault((note.name, _json(note.value)), set()).add(rank)
+                else:
+                    said.setdefault((note.code, note.severity, note.text), set()).add(rank)
         if timing.duration_ns is not None:
             own = duration = _ms(timing.duration_ns)
         else:
@@ -600,36 +612,25 @@ def _lane(
                 info.append(f"<div>exception:{_chain_html(detail.exception)}</div>")
         if not variants and timing.outcome is None:
             info.append("<div>still running when the log ends</div>")
-        said = _group(
-            (m.code, m.severity.name.lower(), m.text, m.rank)
-            for rank in members
-            for m in step_messages.get(rank, {}).get(step, ())
-        )
         if said:
             items = _capped(
                 [
                     (
                         code,
                         ranks,
-                        f"<li>{_e(severity)} <code>{_e(code)}</code> "
+                        f"<li>{_e(severity.name.lower())} <code>{_e(code)}</code> "
                         f"[{_e(format_ranks(ranks))}]: {_e(text)}</li>",
                     )
-                    for (code, severity, text), ranks in said
+                    for (code, severity, text), ranks in said.items()
                 ],
                 "<li>{}</li>",
             )
             info.append(f'<div>messages:<ul class="messages">{items}</ul></div>')
-        decided = _group(
-            (d.name, _json(d.value), "", d.rank)
-            for rank in members
-            for d in result.timeline.ranks[rank].decisions
-            if d.step == step
-        )
         if decided:
             items = "".join(
                 f"<li>decision <code>{_e(name)}</code> = <code>{_e(value)}</code> "
                 f"[{_e(format_ranks(ranks))}]</li>"
-                for (name, value, _), ranks in decided
+                for (name, value), ranks in decided.items()
             )
             info.append(f'<div>decisions:<ul class="decisions">{items}</ul></div>')
         tone = _TONE.get(outcome, "none")
@@ -650,16 +651,6 @@ def _lane(
     return "".join(rows)
 
 
-def _group(
-    items: Iterable[tuple[str, str, str, int]],
-) -> list[tuple[tuple[str, str, str], tuple[int, ...]]]:
-    """Equal (a, b, c) items with the ranks that gave each, in first-seen order."""
-    found: dict[tuple[str, str, str], set[int]] = {}
-    for a, b, c, rank in items:
-        found.setdefault((a, b, c), set()).add(rank)
-    return [(key, tuple(sorted(ranks))) for key, ranks in found.items()]
-
-
 def _json(value: object) -> str:
     try:
         return orjson.dumps(value).decode()
@@ -672,7 +663,7 @@ def _severity(severity: Severity) -> str:
     return '<span class="badge bad">error</span>' if name == "error" else _e(name)
 
 
-def _capped(rows: Iterable[tuple[str, Sequence[int], str]], more: str) -> str:
+def _capped(rows: Iterable[tuple[str, Iterable[int], str]], more: str) -> str:
     """Rendered rows as :func:`capped` keeps them, then one ``more`` row per
     code for the rest: how many, and their ranks."""
     out, rest = capped(rows)
@@ -716,17 +707,17 @@ def _divergences_html(found: Sequence[Divergence]) -> str:
 
 
 def _decisions_html(result: Replay) -> str:
-    grouped = _group(
-        (f"{d.name}@{d.step}", _json(d.value), "", rank)
-        for rank, timeline in sorted(result.timeline.ranks.items())
-        for d in sorted(timeline.decisions, key=lambda d: d.step)
-    )
+    # Equal decisions with the ranks that made them, in first-seen order.
+    grouped: dict[tuple[str, str], set[int]] = {}
+    for rank, timeline in sorted(result.timeline.ranks.items()):
+        for d in sorted(timeline.decisions, key=lambda d: d.step):
+            grouped.setdefault((f"{d.name}@{d.step}", _json(d.value)), set()).add(rank)
     if not grouped:
         return '<section id="decisions"><h2>Decisions</h2><p>none recorded</p></section>'
     rows = "".join(
         f"<tr><td><code>{_e(name)}</code></td><td><code>{_e(value)}</code></td>"
         f"<td>{_e(format_ranks(ranks))}</td></tr>"
-        for (name, value, _), ranks in grouped
+        for (name, value), ranks in grouped.items()
     )
     return (
         '<section id="decisions"><h2>Decisions</h2><table>'
