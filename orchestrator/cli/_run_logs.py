@@ -102,28 +102,6 @@ def _different_runs(run_of: dict[Path, str]) -> str:
     return text
 
 
-def _same_log(kept: Path, found: Path, rank: int) -> Path:
-    """Of two files holding ``rank``'s log, the one to read (see
-    :func:`orchestrator._run_directory.longer_copy`).
-
-    Raises:
-        InputError: they are two different logs, or one cannot be read.
-    """
-    from .._run_directory import longer_copy
-
-    try:
-        longer = longer_copy(kept, found)
-    except OSError as exc:
-        raise InputError(f"{exc.filename}: cannot read: {exc.strerror or exc}") from None
-    if longer is None:
-        raise InputError(
-            f"rank {rank} has two different logs, {kept} and {found} (neither is a copy or a "
-            "prefix of the other): they are of different runs, or one was changed; "
-            "pass the directories of one run only"
-        )
-    return longer
-
-
 def _rank_key(path: Path) -> tuple[int, str]:
     stem = path.stem.removeprefix("rank-")
     return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
@@ -248,7 +226,7 @@ def read_run(
             a log's name says another rank than its events, a rank has two
             different logs, or nothing was found to report on.
     """
-    from .._run_directory import RunDirectoryError, read_manifest
+    from .._run_directory import RunDirectoryError, longer_copy, read_manifest
 
     manifests = []
     for path in paths:
@@ -310,7 +288,18 @@ def read_run(
         other = kept[index].folded
         if other is None or other.run_id != folded.run_id:
             continue  # two paths of two runs: named below
-        if _same_log(first, file, rank) == file:
+        # Two files hold the rank's log: the longer copy is read.
+        try:
+            longer = longer_copy(first, file)
+        except OSError as exc:
+            raise InputError(f"{exc.filename}: cannot read: {exc.strerror or exc}") from None
+        if longer is None:
+            raise InputError(
+                f"rank {rank} has two different logs, {first} and {file} (neither is a copy or "
+                "a prefix of the other): they are of different runs, or one was changed; "
+                "pass the directories of one run only"
+            )
+        if longer == file:
             read_from[rank] = (file, index)
             kept[index] = read
     if len(set(run_of.values())) > 1:
