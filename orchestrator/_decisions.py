@@ -79,12 +79,8 @@ def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -
     """``candidates.select``: among the candidate children of
     ``inputs["parent"]`` that ended ``ok``, the one with the best (lowest)
     priority; ``None`` if none is ok. Completion order never matters."""
-    parent = str(inputs["parent"])
-    valid = [
-        child
-        for child in children_outcomes(events, parent)
-        if child.kind is StepKind.CANDIDATE and child.outcome is Outcome.OK
-    ]
+    candidates = _children(events, inputs["parent"], StepKind.CANDIDATE)
+    valid = [child for child in candidates if child.outcome is Outcome.OK]
     if not valid:
         return None
     best = min(valid, key=lambda c: (_number(c.attributes.get("priority")), c.step))
@@ -94,14 +90,16 @@ def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -
 def decide_fallback(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
     """``fallback.result``: the first attempt (in chain order) of
     ``inputs["parent"]`` that ended ``ok``; ``None`` if the chain is exhausted."""
-    parent = str(inputs["parent"])
-    attempts = [
-        child for child in children_outcomes(events, parent) if child.kind is StepKind.ATTEMPT
-    ]
+    attempts = _children(events, inputs["parent"], StepKind.ATTEMPT)
     for child in sorted(attempts, key=lambda c: _number(c.attributes.get("attempt"))):
         if child.outcome is Outcome.OK:
             return child.attributes.get("backend", child.step.rpartition("/")[2])
     return None
+
+
+def _children(events: Sequence[Event], parent: JsonValue, kind: StepKind) -> list[ChildOutcome]:
+    """The children of kind ``kind`` of step ``parent``, in start order."""
+    return [c for c in children_outcomes(events, str(parent)) if c.kind is kind]
 
 
 def _number(value: JsonValue) -> float:
