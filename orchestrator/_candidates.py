@@ -23,7 +23,7 @@ import attrs
 
 from events import JsonValue, Outcome, StepKind
 
-from ._context import StepContext, StepResult, Unavailable
+from ._context import StepContext, StepResult, Unavailable, _unique_children
 from ._errors import OrchestratorError
 from ._policy import ErrorPolicy
 
@@ -226,12 +226,7 @@ async def select_candidate(
     ordered = sorted(candidates, key=lambda c: c.priority)
     if not ordered:
         raise ValueError(f"no {what} candidates to choose from on this platform")
-    names = [c.name for c in ordered]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        # Each candidate is a child step named after it; a repeated name
-        # would merge two probes into one step path and one report.
-        raise ValueError(f"{what} candidates must have unique names; repeated: {repeated}")
+    _unique_children([c.name for c in ordered], f"{what} candidates")
     if explicit is not None:
         return await _select_explicit(context, ordered, explicit, what, policy, timeout)
     results: dict[str, StepResult] = {}

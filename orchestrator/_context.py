@@ -315,6 +315,15 @@ class StepContext:
         return self._run.children_of(self._step)
 
 
+def _unique_children(names: Sequence[str], what: str) -> None:
+    """Raise :class:`ValueError` if ``names`` (of ``what``) repeats one: each
+    is a child step named after it, and a repeated name would make two of
+    them one step path (two candidates' probes one report)."""
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{what} must have unique names; repeated: {repeated}")
+
+
 #: A step body takes the step's context and returns a JSON value (or an
 #: :class:`~orchestrator.Unavailable` to end absent, unavailable or invalid).
 #: An ``async def`` body runs on the event loop; a plain function runs in a

@@ -16,7 +16,7 @@ import attrs
 
 from events import JsonValue, StepKind
 
-from ._context import StepBody, StepContext, StepResult
+from ._context import StepBody, StepContext, StepResult, _unique_children
 from ._policy import ErrorPolicy
 
 __all__ = ["Attempt", "ChainResult", "run_fallback_chain"]
@@ -68,12 +68,7 @@ async def run_fallback_chain(
     """
     if not attempts:
         raise ValueError("a fallback chain needs at least one attempt")
-    names = [attempt.name for attempt in attempts]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        # Each attempt is a child step named after it; a repeated name would
-        # make two attempts one step path.
-        raise ValueError(f"fallback attempts must have unique names; repeated: {repeated}")
+    _unique_children([attempt.name for attempt in attempts], "fallback attempts")
     results: list[StepResult] = []
     value: JsonValue = None
     for index, attempt in enumerate(attempts):
