@@ -383,7 +383,8 @@ class Startup:
         if self._state != "new":
             raise RuntimeError("a Startup opens once; make a new one for the next run")
         identity = self._identity or identity_from_environment(self._env)
-        faults = self._fault_plan(identity)
+        engine = self._engine_options.get("engine", "reference")
+        faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
         self._injected = tuple(fault.describe() for fault in faults.faults)
         parent = self._caller_span = trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
@@ -567,22 +568,6 @@ class Startup:
             group=self._group,
             **options,
         )
-
-    def _fault_plan(self, identity: RankIdentity) -> FaultPlan:
-        from ._faults import FaultPlan
-
-        faults = self._faults
-        plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
-        if plan:
-            targets: Collection[str] = ()
-            if self._graph is None:
-                from .engine import injection_targets
-
-                targets = injection_targets(engine=self._engine_options.get("engine", "reference"))
-            else:
-                targets = [*self._graph.steps, *_modules_any(plan)]
-            plan.check(world_size=identity.world_size, targets=targets)
-        return plan
 
     def _agree_run_id(self, identity: RankIdentity) -> tuple[str, Group | None]:
         """The run id, and the process group when forming it was the only
@@ -1267,10 +1252,28 @@ def trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
     return parsed.trace_id, parsed.span_id
 
 
-def _modules_any(plan: FaultPlan) -> list[str]:
-    """For a graph of the caller's own: the modules a plan names are taken
-    as given (its probes' imports are not known in advance)."""
-    return [fault.target for fault in plan.faults if "/" not in fault.target]
+def checked_fault_plan(
+    faults: FaultPlan | Sequence[str] | None,
+    world_size: int,
+    graph: Graph | None = None,
+    engine: Literal["reference", "vllm"] = "reference",
+) -> FaultPlan:
+    """The plan of ``faults``, checked against the world and the targets a
+    fault may name: the ``engine``'s, or the steps of a ``graph`` of the
+    caller's own and any module (its probes' imports are not known in advance)."""
+    from ._faults import FaultPlan
+
+    plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
+    if plan:
+        targets: Collection[str] = ()
+        if graph is None:
+            from .engine import injection_targets
+
+            targets = injection_targets(engine=engine)
+        else:
+            targets = [*graph.steps, *(f.target for f in plan.faults if "/" not in f.target)]
+        plan.check(world_size=world_size, targets=targets)
+    return plan
 
 
 def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:

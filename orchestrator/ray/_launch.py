@@ -56,7 +56,7 @@ from .._run_directory import (
     rank_log_path,
     simulated_name,
 )
-from .._startup import DEFAULT_RUNS_ROOT, caller_span
+from .._startup import DEFAULT_RUNS_ROOT, caller_span, checked_fault_plan
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
 if TYPE_CHECKING:
@@ -229,7 +229,9 @@ def launch_on_ray(
         raise ValueError(
             f"timeouts must be > 0, not timeout_s={timeout_s}, group_timeout_s={group_timeout_s}"
         )
-    plan = _fault_plan(faults, world_size)
+    # Checked against the engine's targets before anything starts (each
+    # actor checks it again).
+    plan = checked_fault_plan(faults, world_size)
     run_id = new_run_id() if run_id is None else checked_run_id(run_id)
     ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
@@ -539,17 +541,6 @@ def _connected_ray() -> Any:
             "call ray.init() first (ray.init(address=...) joins a running cluster)",
         )
     return ray
-
-
-def _fault_plan(faults: FaultPlan | Sequence[str] | None, world_size: int) -> FaultPlan:
-    """The plan, checked against the world and the engine's targets before
-    anything starts (each actor checks it again)."""
-    plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
-    if plan:
-        from ..engine import injection_targets
-
-        plan.check(world_size=world_size, targets=injection_targets())
-    return plan
 
 
 def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
