@@ -11,6 +11,7 @@ of ranks that died before they could end them; the launcher's
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from events import Replay
     from exporters import Tracing
 
-__all__ = ["launch_trace", "replay_run_directory", "send_launch_span"]
+__all__ = ["launch_trace", "replay_run_directory", "send_launch_span", "send_launch_span_of"]
 
 
 def launch_trace(run_dir: Path, *, slices: Sequence[Slice]) -> list[ReadableSpan]:
@@ -86,3 +87,16 @@ def send_launch_span(
         return ranks_ended and attributes.get("startup.outcome") == "incomplete"
 
     return tracing.send([span for span in spans if wanted(span)])
+
+
+def send_launch_span_of(
+    tracing: Tracing, run_dir: Path, *, slices: Sequence[Slice], ranks_ended: bool = False
+) -> None:
+    """For whoever holds the whole record once the run has ended: the
+    launch's own span of the run in ``run_dir`` (:func:`send_launch_span`),
+    when anything asks for spans. Best effort: the logs keep everything,
+    and ``replay --export`` sends it later."""
+    if not tracing.wanted:
+        return
+    with contextlib.suppress(Exception):
+        send_launch_span(tracing, launch_trace(run_dir, slices=slices), ranks_ended=ranks_ended)

@@ -942,19 +942,12 @@ class Startup:
         # never replaced: it knows more.
         with contextlib.suppress(RunDirectoryError):
             manifest.write(run_dir, exclusive=True)
-        self._send_launch_span(run_dir)
+        if self._tracing is not None:
+            from ._launch_trace import send_launch_span_of
 
-    def _send_launch_span(self, run_dir: Path) -> None:
-        """Rank 0 holds the whole record: the launch's own span, the root of
-        every rank's, goes where this rank's spans went. Best effort: the
-        logs keep everything, and ``replay --export`` sends it later."""
-        tracing = self._tracing
-        if tracing is None or not tracing.wanted:
-            return
-        from ._launch_trace import launch_trace, send_launch_span
-
-        with contextlib.suppress(Exception):
-            send_launch_span(tracing, launch_trace(run_dir, slices=self._meaning()))
+            # Rank 0 holds the whole record: the launch's own span, the root
+            # of every rank's, goes where this rank's spans went.
+            send_launch_span_of(self._tracing, run_dir, slices=self._meaning())
 
     async def _take_logs(
         self,

@@ -274,7 +274,15 @@ def launch_on_ray(
             launch.release()
         if book.unwritten is not None:
             raise book.unwritten
-        _send_launch_span(directory, env)
+        from exporters import Tracing
+
+        from .._launch_trace import send_launch_span_of
+        from ..engine import ENGINE
+
+        # The driver holds the whole record once every actor has ended: the
+        # launch's own span, the root of every rank's, goes where the actors'
+        # spans went (the driver's ``OTEL_*`` variables).
+        send_launch_span_of(Tracing(environ=env), directory, slices=[ENGINE], ranks_ended=True)
     finally:
         if store is not None:
             store.close()
@@ -541,24 +549,6 @@ def _connected_ray() -> Any:
             "call ray.init() first (ray.init(address=...) joins a running cluster)",
         )
     return ray
-
-
-def _send_launch_span(run_dir: Path, env: Mapping[str, str]) -> None:
-    """The driver holds the whole record once every actor has ended: the
-    launch's own span, the root of every rank's, goes where the actors'
-    spans went (the driver's ``OTEL_*`` variables). Best effort: the logs
-    keep everything, and ``replay --export`` sends it later."""
-    from exporters import Tracing
-
-    from .._launch_trace import launch_trace, send_launch_span
-    from ..engine import ENGINE
-
-    tracing = Tracing(environ=env)
-    if not tracing.wanted:
-        return
-    with contextlib.suppress(Exception):
-        spans = launch_trace(run_dir, slices=[ENGINE])
-        send_launch_span(tracing, spans, ranks_ended=True)
 
 
 def _trace_variables(environ: Mapping[str, str]) -> dict[str, str]:
