@@ -19,6 +19,7 @@ driver wraps it (``ray.remote(RankActor)``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -140,32 +141,25 @@ def run_assigned_rank(
             launch_span=True,
             environ=environ,
         )
+        report = functools.partial(
+            RankReport, rank=assignment.identity.rank, pid=os.getpid(), node_id=node_id
+        )
         try:
             startup.open()
         except Exception as exc:
-            return RankReport(
-                rank=assignment.identity.rank,
-                outcome=None,
-                error=_describe(exc),
-                pid=os.getpid(),
-                node_id=node_id,
-            )
+            return report(outcome=None, error=_describe(exc))
         failure: BaseException | None
         with startup:
             try:
                 failure = anyio.run(_run_bounded, startup, assignment.timeout_s)
             except BaseException as exc:  # recorded in the log; reported, not raised
                 failure = exc
-        error = None if failure is None else _describe(failure)
         result = startup.result
         log_path = startup.log_path
-        return RankReport(
-            rank=assignment.identity.rank,
+        return report(
             outcome=None if result is None else result.outcome,
-            error=error,
+            error=None if failure is None else _describe(failure),
             log=b"" if log_path is None else log_path.read_bytes(),
-            pid=os.getpid(),
-            node_id=node_id,
         )
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
