@@ -833,14 +833,11 @@ class Startup:
             "warnings": derived,
         }
         gathered: list[JsonValue] = []
-        try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                gathered = await self._threads.run(
-                    "", group.all_gather, payload, name="startup: end-of-run exchange"
-                )
-        except Exception:
-            gathered = []
+        with contextlib.suppress(Exception), anyio.CancelScope() as scope:
+            self._scope = scope
+            gathered = await self._threads.run(
+                "", group.all_gather, payload, name="startup: end-of-run exchange"
+            )
         # The exchange is tagged: a rank that left early may meet its peers
         # still inside the startup's own exchanges, and both sides must see
         # that rather than misread it.
