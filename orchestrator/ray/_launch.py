@@ -381,10 +381,9 @@ class _Launch:
         """Give every placed actor its assignment; record each start."""
         now = time.time_ns()
         for actor in self.actors:
-            assert actor.identity is not None
-            identity = actor.identity
             if actor.lost is None:
-                actor.pending = actor.handle.run.remote(assign(identity))
+                assert actor.identity is not None
+                actor.pending = actor.handle.run.remote(assign(actor.identity))
         self.book.record(
             *(
                 RankProcess(
