@@ -475,12 +475,11 @@ class Startup:
         assert self._log is not None
         assert self._stops is not None
         log = self._log
-        if early_group is not None:
-            self._group.set(early_group)
-        elif isinstance(self._group_choice, Group):
-            self._group.set(self._group_choice)
-        if self._group.group is not None:
-            self._announce(self._group.group)
+        # A group of the caller's own is the one the run id was agreed over.
+        group = self._group_choice if isinstance(self._group_choice, Group) else early_group
+        if group is not None:
+            self._group.set(group)
+            self._announce(group)
         setup = None
         if (
             self._group_choice == "auto"
