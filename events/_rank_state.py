@@ -11,7 +11,7 @@ import attrs
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure
 from ._launch import RankProcess
-from ._model import JsonValue, RankIdentity, RunOutcome, StepStalled
+from ._model import JsonValue, RankIdentity, RunFinished, RunOutcome, StepStalled
 
 __all__ = ["RankState", "RootCause"]
 
@@ -134,10 +134,8 @@ class _StateTracking:
 
     root_span_id: str | None = None
     failures: tuple[_Failure, ...] = ()
-    finish_cause: ExceptionInfo | None = None
-    failed_step: str | None = None
-    finish_wall_ns: int | None = None
-    finish_seq: int | None = None
+    #: the rank's ``run.finished``, once folded
+    finished: RunFinished | None = None
     #: steps cancelled so far (an interrupted run cancels those in flight)
     cancelled: tuple[str, ...] = ()
 
@@ -213,15 +211,17 @@ class RankState:
         if going_up:
             return _root_cause(self, going_up[0], None)
         in_flight = self.in_flight
-        # An unfinished rank has no finish fields: its last event speaks.
-        step = tracking.failed_step or _one_step(in_flight, self.last_step)
+        # An unfinished rank has no run.finished: its last event speaks.
+        finished = tracking.finished
+        failed_step = None if finished is None else finished.failed_step
+        step = failed_step or _one_step(in_flight, self.last_step)
         return RootCause(
             rank=self.rank,
             step=step,
-            exception=tracking.finish_cause,
+            exception=None if finished is None else finished.cause,
             outcome=self.outcome,
-            wall_ns=tracking.finish_wall_ns or self.last_wall_ns,
-            seq=self.last_seq if tracking.finish_seq is None else tracking.finish_seq,
+            wall_ns=(0 if finished is None else finished.wall_ns) or self.last_wall_ns,
+            seq=self.last_seq if finished is None else finished.seq,
             in_flight=in_flight,
             waiting=_waiting(self, step, in_flight),
         )

@@ -149,12 +149,9 @@ class _StateFold:
         "base",
         "cancelled",
         "facts",
-        "failed_step",
         "failure",
         "failures",
-        "finish_cause",
-        "finish_seq",
-        "finish_wall_ns",
+        "finished",
         "hooks",
         "identity",
         "last_event_step",
@@ -192,10 +189,7 @@ class _StateFold:
         self.stalls = dict(state.stalls)
         self.root_span_id = tracking.root_span_id
         self.failures = tracking.failures
-        self.finish_cause = tracking.finish_cause
-        self.failed_step = tracking.failed_step
-        self.finish_wall_ns = tracking.finish_wall_ns
-        self.finish_seq = tracking.finish_seq
+        self.finished = tracking.finished
         self.cancelled = list(tracking.cancelled)
 
     def freeze(self) -> RankState:
@@ -216,10 +210,7 @@ class _StateFold:
                 "tracking": _StateTracking(
                     root_span_id=self.root_span_id,
                     failures=self.failures,
-                    finish_cause=self.finish_cause,
-                    failed_step=self.failed_step,
-                    finish_wall_ns=self.finish_wall_ns,
-                    finish_seq=self.finish_seq,
+                    finished=self.finished,
                     cancelled=tuple(self.cancelled),
                 ),
             },
@@ -256,10 +247,7 @@ class _StateFold:
         elif isinstance(event, RunFinished):
             tracked = _track(self.failures, event, top_level=True)
             self.failures = ()
-            self.finish_cause = event.cause
-            self.failed_step = event.failed_step
-            self.finish_wall_ns = event.wall_ns
-            self.finish_seq = event.seq
+            self.finished = event
             self.outcome = event.outcome
             if tracked.settled is not None and self.failure is None:
                 self.failure = _root_cause(self, tracked.settled, event.cause)
@@ -982,8 +970,9 @@ def _run_root_cause(
             rank
             for rank in stopped
             if (state := states.get(rank)) is None
+            or (finished := state.tracking.finished) is None
             or not state.finished
-            or (state.tracking.finish_wall_ns or state.last_wall_ns) >= first_end
+            or (finished.wall_ns or state.last_wall_ns) >= first_end
         }
     silent = [
         RootCause(
