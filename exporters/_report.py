@@ -251,14 +251,14 @@ def _log_state(replay: Replay, rank: int) -> str:
     return "complete" if replay.states[rank].finished else "unfinished"
 
 
-def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
+def _rank_json(replay: Replay, rank: int, facts: tuple[str, ...]) -> dict[str, Any]:
     state = replay.states.get(rank) or RankStates(replay.slices).new(rank, replay.run_id)
     entry: dict[str, Any] = {
         "rank": rank,
         "outcome": replay.outcome_of(rank).value,
         "log": _log_state(replay, rank),
     }
-    for fact in _reported_facts(replay):
+    for fact in facts:
         entry[fact] = state.facts.get(fact)
     entry["last_step"] = state.last_step
     entry["in_flight"] = list(state.in_flight)
@@ -266,14 +266,6 @@ def _rank_json(replay: Replay, rank: int) -> dict[str, Any]:
         entry["role"] = role
     entry["process"] = _process_json(_process_of(replay, rank), replay)
     return entry
-
-
-def _reported_facts(replay: Replay) -> tuple[str, ...]:
-    """The facts each rank's JSON entry carries, in the slices' order."""
-    names: dict[str, None] = {}
-    for part in replay.slices:
-        names.update(dict.fromkeys(part.reported_facts()))
-    return tuple(names)
 
 
 def _all_ranks(replay: Replay) -> list[int]:
@@ -284,6 +276,8 @@ def _all_ranks(replay: Replay) -> list[int]:
 def report_json(replay: Replay) -> dict[str, Any]:
     """The stable JSON document of ``replay`` (schema in the module docstring)."""
     cause = replay.root_cause
+    # The facts each rank's entry carries, in the slices' order, each once.
+    facts = tuple(dict.fromkeys(fact for part in replay.slices for fact in part.reported_facts()))
     return {
         "report_version": REPORT_VERSION,
         "run_id": replay.run_id,
@@ -292,7 +286,7 @@ def report_json(replay: Replay) -> dict[str, Any]:
         "until": replay.until,
         "simulated": replay.simulated,
         "injected": list(replay.injected),
-        "ranks": [_rank_json(replay, rank) for rank in _all_ranks(replay)],
+        "ranks": [_rank_json(replay, rank, facts) for rank in _all_ranks(replay)],
         "messages": [
             {
                 "code": group.code,
