@@ -839,22 +839,14 @@ def _judged(
     grouped = [*group_messages(messages), *(d.grouped() for d in divergences)]
     grouped.sort(key=lambda group: -group.severity)
     started = [folded.started for folded in ranks if folded.started is not None]
-    return Replay(
+    judged = Replay(
         run_id=next(iter(run_ids), None) or (launch.run_id if launch is not None else None),
         world_size=world_size,
         states=states,
         message_state=message_state,
         messages=messages,
         grouped=tuple(grouped),
-        root_cause=_run_root_cause(
-            states,
-            no_events,
-            launch,
-            until,
-            [folded.left_out for folded in ranks if folded.left_out is not None]
-            if world_size > 1
-            else [],
-        ),
+        root_cause=None,
         divergences=divergences,
         timeline=TimelineState(
             ranks={folded.rank: folded.timeline for folded in ranks if folded.timeline is not None}
@@ -867,6 +859,10 @@ def _judged(
         injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
         slices=tuple(slices),
         pids={event.rank: event.pid for event in started},
+    )
+    left_out = [folded.left_out for folded in ranks if folded.left_out is not None]
+    return attrs.evolve(
+        judged, root_cause=_run_root_cause(judged, left_out if world_size > 1 else [])
     )
 
 
@@ -944,17 +940,12 @@ def _of_absent_nodes(no_events: Mapping[int, str], states: Mapping[int, RankStat
     ]
 
 
-def _run_root_cause(
-    states: Mapping[int, RankState],
-    no_events: Mapping[int, str],
-    launch: LaunchRecord | None,
-    until: int | None,
-    left_out: Sequence[RootCause] = (),
-) -> RootCause | None:
+def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause | None:
     """The rank to look at first (see :func:`replay`); a rank that went on
     without a collective step (``left_out``) when it left before any rank
     failed on its own."""
-    processes = launch.processes if launch is not None else {}
+    states = replay.states
+    processes = replay.launch.processes if replay.launch is not None else {}
     stopped = {rank for rank, process in processes.items() if process.stopped_by_launcher}
     # The launcher stops ranks only after one ended on its own: a stopped
     # rank whose log had already finished before then (a failed rank waiting
@@ -984,12 +975,11 @@ def _run_root_cause(
             seq=-1,
             no_events=why,
         )
-        for rank, why in sorted(no_events.items())
+        for rank, why in sorted(replay.no_events.items())
     ]
     causes = []
-    running = launch.running if launch is not None else frozenset()
     for state in states.values():
-        if (until is not None or state.rank in running) and not state.finished:
+        if (replay.until is not None or state.rank in replay.running) and not state.finished:
             continue  # still running (at the cutoff, or now): nothing to blame yet
         cause = state.root_cause
         if cause is not None:
