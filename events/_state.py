@@ -785,6 +785,7 @@ def _judged(
         why = implausible_world(claimed, folded.owner or "a log", len(states))
         if why is not None:
             raise LogError(why)
+    empty = launch.empty_logs if launch is not None else frozenset()
     if launch is not None and launch.world_size is not None:
         why = implausible_world(launch.world_size, launch.source or "the launch", len(states))
         if why is not None:
@@ -795,8 +796,7 @@ def _judged(
                 f"of {logged_world}; judged against the launcher's"
             )
         world_size = launch.world_size
-    empty = launch.empty_logs if launch is not None else frozenset()
-    if launch is None or launch.world_size is None:
+    else:
         # Without a launcher's word, the ranks known of make the world: an
         # empty log names its rank, as a log with events does.
         world_size = logged_world or max((*states, *empty), default=-1) + 1
