@@ -90,13 +90,18 @@ def _evolver(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
         return _by_attrs
     body = [
         "def evolve(source, changes):",
-        "    if not changes.keys() <= names:",
-        "        unknown = sorted(changes.keys() - names)",
-        "        raise TypeError(f'{cls.__qualname__} has no fields {unknown}')",
-        "    get = changes.get",
         "    obj = mutable()",
     ]
-    body += [f"    obj.{field} = get({field!r}, source.{field})" for field in fields]
+    # Every field copied, then the few changed set again: cheaper than
+    # asking ``changes`` about every field (an event gains only its seq).
+    body += [f"    obj.{field} = source.{field}" for field in fields]
+    body += [
+        "    for name, value in changes.items():",
+        "        if name not in names:",
+        "            unknown = sorted(changes.keys() - names)",
+        "            raise TypeError(f'{cls.__qualname__} has no fields {unknown}')",
+        "        setattr(obj, name, value)",
+    ]
     made: Callable[[Any, Mapping[str, Any]], Any] = _compile(
         cls, "evolve", body, names=frozenset(fields)
     )
