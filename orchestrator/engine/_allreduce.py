@@ -104,6 +104,7 @@ from ._conventions import (
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
 )
+from ._platform import _why
 
 __all__ = [
     "WORKSPACE_MODULES",
@@ -582,8 +583,7 @@ class _Setup:
         )
         if result.ok:
             return backend, None
-        why = "; ".join(result.reasons) or str(result.outcome)
-        return None, f"the quantization fusion workspace failed ({why})"
+        return None, f"the quantization fusion workspace failed ({_why(result)})"
 
 
 def _check_exchange(gathered: Sequence[JsonValue], group: Group) -> None:
@@ -656,8 +656,5 @@ def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:
 
 
 def _local_reason(attempts: Sequence[StepResult]) -> str:
-    parts = [
-        f"{_backend_of(result)} ({'; '.join(result.reasons) or result.outcome})"
-        for result in attempts
-    ]
+    parts = [f"{_backend_of(result)} ({_why(result)})" for result in attempts]
     return "no all-reduce workspace backend worked: " + ", ".join(parts)

@@ -341,7 +341,7 @@ class _ReferencePlugins:
         )
         value = result.value
         if not result.ok or not isinstance(value, dict):
-            return None, "; ".join(result.reasons) or str(result.outcome)
+            return None, _why(result)
         return (
             BuildTarget(
                 device=str(value["device"]),
@@ -357,10 +357,14 @@ class _ReferencePlugins:
         return {}
 
 
+def _why(result: StepResult) -> str:
+    return "; ".join(result.reasons) or str(result.outcome)
+
+
 def _reason(result: StepResult) -> str:
     if result.exception is not None:
         return ", caused by ".join(link.reason for link in result.exception.chain())
-    return "; ".join(result.reasons) or str(result.outcome)
+    return _why(result)
 
 
 # --- the step -----------------------------------------------------------------------
