@@ -38,13 +38,13 @@ explicit selection may probe any of them.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Collection, Iterable, Iterator
 from typing import Literal
 
 import attrs
 
 from .._group import PROCESS_GROUP_STEP
+from .._importer import dotted_prefixes
 from ._allreduce import WORKSPACE_MODULES
 from ._attention import ATTENTION_BACKENDS
 from ._config import AllreduceBackend
@@ -58,7 +58,7 @@ from ._conventions import (
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
-from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP
+from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP, _entry_points
 from ._vllm import VLLM_PLUGIN_GROUP
 
 __all__ = ["InjectionTargets", "injection_targets"]
@@ -124,18 +124,16 @@ def injection_targets(
     Returns:
         :class:`InjectionTargets` with ``modules`` and ``steps``.
     """
-    modules = {backend.module for backend in ATTENTION_BACKENDS.values()}
-    modules.update(_FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
+    imported = {backend.module for backend in ATTENTION_BACKENDS.values()}
+    imported.update(_FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
     if engine == "reference":
-        modules.update(_PLATFORM_MODULES)
+        imported.update(_PLATFORM_MODULES)
     # A fault on a package breaks the import of its submodules.
-    for module in list(modules):
-        parts = module.split(".")
-        modules.update(".".join(parts[:end]) for end in range(1, len(parts)))
+    modules = {prefix for module in imported for prefix in dotted_prefixes(module)}
 
     third_party = set(plugins)
     if discover_plugins:
-        third_party.update(_entry_point_names(PLATFORM_PLUGIN_GROUP))
+        third_party.update(ep.name for ep in _entry_points(PLATFORM_PLUGIN_GROUP))
     # Names the platform step would refuse (empty, nested, or shadowing a
     # built-in) never become steps.
     third_party = {
@@ -146,7 +144,10 @@ def injection_targets(
 
     steps = {PLATFORM_STEP, ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP}
     if engine == "vllm":
-        vllm_plugins = {*BUILTIN_PLATFORM_PLUGINS, *_entry_point_names(VLLM_PLUGIN_GROUP)}
+        vllm_plugins = {
+            *BUILTIN_PLATFORM_PLUGINS,
+            *(ep.name for ep in _entry_points(VLLM_PLUGIN_GROUP)),
+        }
         for name in vllm_plugins:
             steps.update(
                 f"{PLATFORM_STEP}/{name}{child}" for child in ("", "/register", "/load_class")
@@ -162,7 +163,3 @@ def injection_targets(
     steps.update(f"{ALLREDUCE_STEP}/{backend}" for backend in backends)
     steps.update((ALLREDUCE_AGREE_STEP, ALLREDUCE_QUANT_STEP, PROCESS_GROUP_STEP))
     return InjectionTargets(modules=tuple(sorted(modules)), steps=tuple(sorted(steps)))
-
-
-def _entry_point_names(group: str) -> set[str]:
-    return {entry_point.name for entry_point in importlib.metadata.entry_points(group=group)}
