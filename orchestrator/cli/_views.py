@@ -21,6 +21,7 @@ import attrs
 
 from events import (
     Event,
+    LogProblem,
     Replay,
     RunOutcome,
     Slice,
@@ -343,7 +344,7 @@ def command_validate(args: argparse.Namespace) -> int:
     # File names and messages come from outside: printed as terminal text.
     from exporters import terminal_text
 
-    from .._run_directory import check_run_directories, run_id_of
+    from .._run_directory import RunProblem, check_run_directories, run_id_of
 
     for path in args.paths:
         if not (path.exists() or path.is_symlink()):
@@ -352,31 +353,27 @@ def command_validate(args: argparse.Namespace) -> int:
     # first of them; a directory whose run is not known stands alone.
     runs: dict[object, list[Path]] = {}
     for index, path in enumerate(_expand_run_parents(args.paths)):
-        if path.is_dir():
-            runs.setdefault(run_id_of(path) or index, []).append(path)
-        else:
-            runs[index] = [path]
-    files = 0
-    problems = 0
+        run_id = run_id_of(path) if path.is_dir() else None
+        runs.setdefault(run_id or index, []).append(path)
+
+    def show(problem: RunProblem | LogProblem, kind: str) -> None:
+        emit(terminal_text(f"{problem} [{kind}, {'error' if problem.fatal else 'warning'}]"))
+
+    files = problems = 0
     for group in runs.values():
-        if group[0].is_dir():
-            logs, run_problems = check_run_directories(group)
-            for run_problem in run_problems:
-                kind = "error" if run_problem.fatal else "warning"
-                emit(terminal_text(f"{run_problem} [run, {kind}]"))
-            problems += len(run_problems)
-        else:
-            logs = group
+        logs, run_problems = check_run_directories(group) if group[0].is_dir() else (group, [])
+        for run_problem in run_problems:
+            show(run_problem, "run")
         clean: list[Path] = []
         for file in logs:
-            files += 1
             found = validate(file)
-            problems += len(found)
+            for problem in found:
+                show(problem, problem.kind)
             if not found:
                 clean.append(file)
-            for problem in found:
-                kind = "error" if problem.fatal else "warning"
-                emit(terminal_text(f"{problem} [{problem.kind}, {kind}]"))
+            problems += len(found)
+        files += len(logs)
+        problems += len(run_problems)
         for line in _clean_lines(group, clean):
             emit(terminal_text(line))
     emit(f"{len(args.paths)} path(s), {files} file(s), {problems} problem(s)")
