@@ -310,16 +310,10 @@ class _ReferencePlugins:
         for name, plugin in self.extra.items():
             check_plugin_name(name, third, "given to the engine")
             third[name] = _given(plugin)
-        for index, name in enumerate(sorted(third), start=len(specs)):
-            specs.append(
-                PluginSpec(
-                    name=name,
-                    builtin=False,
-                    priority=index,
-                    body=_third_party_body(name, third[name]),
-                )
-            )
-        return specs
+        return specs + [
+            PluginSpec(name=name, builtin=False, priority=index, body=_third_party_body(name, load))
+            for index, (name, load) in enumerate(sorted(third.items()), start=len(specs))
+        ]
 
     async def build(self, ctx: StepContext) -> tuple[BuildTarget | None, str]:
         """Record ``platform/build``: the build target, or why it is unknown."""
