@@ -680,15 +680,10 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     joined = True
     for rank, path in sorted(logs.items()):
         try:
-            mode = path.lstat().st_mode
-        except OSError as exc:
-            problem(f"cannot read: {exc.strerror}", path)
-            continue
-        if not stat.S_ISREG(mode):
-            problem(_NOT_REGULAR, path)
-            continue
-        files.append(path)
-        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                problem(_NOT_REGULAR, path)
+                continue
+            files.append(path)
             first = _first_event(path)
         except OSError as exc:
             problem(f"cannot read: {exc.strerror}", path)
