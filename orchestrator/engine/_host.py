@@ -265,7 +265,7 @@ def amd_devices_from_amdsmi(importer: Importer) -> Devices | None:
         smi.amdsmi_init()
     except Exception as exc:
         if _library_reports_no_driver(exc, "amdsmi"):
-            return Devices(reason=f"AMD SMI: {exc or type(exc).__name__}")
+            return Devices(reason=f"AMD SMI: {str(exc) or type(exc).__name__}")
         raise
     try:
         devices = []

@@ -27,7 +27,7 @@ from orchestrator.engine import (
     is_amd_zen,
     load_profile,
 )
-from orchestrator.engine._host import build_target_of_torch, gfx_capability
+from orchestrator.engine._host import amd_devices_from_amdsmi, build_target_of_torch, gfx_capability
 
 from .harness import run
 
@@ -154,14 +154,15 @@ def test_nvml_is_asked_through_the_importer(tmp_path: Path) -> None:
     assert devices[0] == GpuDevice(vendor="nvidia", name="NVIDIA H200", capability=(9, 0), index=0)
 
 
-class FakeNvml:
-    """An importer whose pynvml fails to initialise with ``error``."""
+class FakeLibrary:
+    """An importer whose ``library`` fails to initialise (``init``) with
+    ``error``."""
 
-    def __init__(self, error: Exception) -> None:
-        self.error = error
+    def __init__(self, error: Exception, library: str = "pynvml", init: str = "nvmlInit") -> None:
+        self.error, self.library, self.init = error, library, init
 
     def find_spec(self, name: str) -> Any:
-        return object() if name == "pynvml" else None
+        return object() if name == self.library else None
 
     def import_module(self, name: str) -> ModuleType:
         module = ModuleType(name)
@@ -169,7 +170,7 @@ class FakeNvml:
         def init() -> None:
             raise self.error
 
-        module.nvmlInit = init  # type: ignore[attr-defined]
+        setattr(module, self.init, init)
         return module
 
 
@@ -181,13 +182,24 @@ def test_nvml_saying_there_is_no_driver_means_no_devices(tmp_path: Path) -> None
             return "Driver Not Loaded"
 
     assert RealHost(tmp_path).nvidia_devices(
-        FakeNvml(NVMLError_DriverNotLoaded())  # type: ignore[arg-type]
+        FakeLibrary(NVMLError_DriverNotLoaded())  # type: ignore[arg-type]
     ) == Devices(reason="Driver Not Loaded")
+
+
+def test_amd_smi_saying_there_is_no_driver_names_its_error(tmp_path: Path) -> None:
+    # An error without a message is named by its class, never an empty reason.
+    class AmdSmiLibraryException(Exception):
+        __module__ = "amdsmi"
+
+    importer = FakeLibrary(AmdSmiLibraryException(), "amdsmi", "amdsmi_init")
+    assert amd_devices_from_amdsmi(importer) == Devices(  # type: ignore[arg-type]
+        reason="AMD SMI: AmdSmiLibraryException"
+    )
 
 
 def test_any_other_nvml_failure_is_raised(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="broken"):
-        RealHost(tmp_path).nvidia_devices(FakeNvml(RuntimeError("broken")))  # type: ignore[arg-type]
+        RealHost(tmp_path).nvidia_devices(FakeLibrary(RuntimeError("broken")))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
