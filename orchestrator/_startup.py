@@ -1212,17 +1212,6 @@ def _write_elastic_error(
         write_file(Path(path), orjson.dumps(document))
 
 
-def caller_span(env: Mapping[str, str]) -> str | None:
-    """The span id of ``env``'s ``TRACEPARENT``: the span a launcher's own
-    launch span is a child of.
-
-    Raises:
-        ValueError: it is malformed.
-    """
-    parent = trace_parent(env)
-    return None if parent is None else parent[1]
-
-
 def trace_parent(env: Mapping[str, str]) -> tuple[str, str] | None:
     """The launcher's ``TRACEPARENT``, checked before the log opens.
 

@@ -272,12 +272,13 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
 def _caller_span() -> str | None:
     """The span of the launcher's own ``TRACEPARENT`` (the launch's span is
     its child), checked before any rank starts."""
-    from .._startup import caller_span
+    from .._startup import trace_parent
 
     try:
-        return caller_span(os.environ)
+        parent = trace_parent(os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return None if parent is None else parent[1]
 
 
 def _live_view(run_dir: Path) -> LaunchView | None:

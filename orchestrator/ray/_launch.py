@@ -56,7 +56,7 @@ from .._run_directory import (
     rank_log_path,
     simulated_name,
 )
-from .._startup import DEFAULT_RUNS_ROOT, caller_span, checked_fault_plan
+from .._startup import DEFAULT_RUNS_ROOT, checked_fault_plan, trace_parent
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
 if TYPE_CHECKING:
@@ -236,13 +236,14 @@ def launch_on_ray(
     ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
     env = os.environ if environ is None else environ
+    parent = trace_parent(env)
     manifest = Manifest(
         run_id=run_id,
         command=tuple(sys.argv),
         world_size=world_size,
         simulated=simulated_name(profile),
         injected=tuple(fault.describe() for fault in plan.faults),
-        launcher=LauncherProcess.this(trace_parent=caller_span(env)),
+        launcher=LauncherProcess.this(trace_parent=None if parent is None else parent[1]),
     )
     # The rendezvous first: without torch nothing is written. Then claimed,
     # and the manifest created exclusively, before any actor starts: a
