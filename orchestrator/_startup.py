@@ -603,17 +603,12 @@ class Startup:
     def _set_up_logging(self) -> None:
         from exporters import MESSAGE_LOGGER_PREFIX
 
-        logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
         configure = self._configure_logging
         if configure is None:
+            logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
             configure = not logger.handlers and not logging.getLogger().handlers
-        if not configure:
-            return
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(int(self._level))
-        logger.propagate = False
+        if configure:
+            print_messages(self._level)
 
     def _make_tracing(self) -> Tracing | None:
         choice = self._tracing_choice
@@ -1099,6 +1094,19 @@ class Startup:
         if result.outcome is events.RunOutcome.INTERRUPTED:
             raise StartupInterrupted(None, "the run was cancelled")
         raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
+
+
+def print_messages(level: Severity) -> None:
+    """Print the derived messages (the ``orchestrator.*`` loggers) from
+    ``level`` up on stderr, and nowhere else: a rank's live stream."""
+    from exporters import MESSAGE_LOGGER_PREFIX
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
+    logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
+    logger.addHandler(handler)
+    logger.setLevel(int(level))
+    logger.propagate = False
 
 
 def _own_process(identity: RankIdentity) -> RankProcess:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from events import InvalidValueError, RankIdentity, Severity
+from events import InvalidValueError, RankIdentity
 from events._files import write_file
 
 from .._errors import FaultSpecError, RankEnvironmentError
@@ -40,7 +39,7 @@ from .._identity import (
     run_id_from_environment,
 )
 from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
-from .._startup import Startup
+from .._startup import Startup, print_messages
 from ._errors import InputError, UsageError
 from ._launcher import (
     CHILD_VARIABLE,
@@ -412,11 +411,12 @@ def _print_for_ranks(args: argparse.Namespace, result: Any) -> None:
     WARNINGs scope kept off every printing rank, and the ERRORs of failures
     that follow another rank's, which each rank held back (``[ranks 0-4,6-7]
     ... ; it follows rank 5's failure in attention/FLASH_ATTN``)."""
-    from exporters import launcher_messages
+    from exporters import LoggingBridge, launcher_messages
 
     from .._group import follows_a_peer
 
-    bridge = _live_printer(args.level)
+    print_messages(args.level)
+    bridge = LoggingBridge()
     cause = result.root_cause
     for message, ranks in launcher_messages(result.message_state, held=follows_a_peer):
         if follows_a_peer(message) and cause is not None and cause.rank not in ranks:
@@ -574,16 +574,3 @@ def _print_where_the_logs_are(run_dir: Path) -> None:
         f"the run's logs are in {run_dir}; replay {run_dir} for the report, "
         f"explain {run_dir} for every step"
     )
-
-
-def _live_printer(level: Severity) -> Any:
-    """A logging bridge that prints on stderr as the ranks' live stream does."""
-    from exporters import MESSAGE_LOGGER_PREFIX, LoggingBridge
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
-    logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
-    logger.addHandler(handler)
-    logger.setLevel(int(level))
-    logger.propagate = False
-    return LoggingBridge()
