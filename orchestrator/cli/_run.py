@@ -39,7 +39,7 @@ from .._identity import (
     run_id_from_environment,
 )
 from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
-from .._startup import Startup, print_messages
+from .._startup import Startup, checked_fault_plan, print_messages
 from ._errors import InputError, UsageError
 from ._launcher import (
     CHILD_VARIABLE,
@@ -71,16 +71,11 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
         except FaultSpecError as exc:
             where = "" if exc.part == exc.spec else f"{exc.part!r}: "
             raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
-    if plan:
-        from ..engine import injection_targets
-
-        targets = injection_targets(engine=args.engine)
-        try:
-            plan.check(world_size=world_size, targets=(*targets.modules, *targets.steps))
-        except FaultSpecError as exc:
-            option = "--inject-file" if args.inject_file is not None else "--inject"
-            raise UsageError(f"{option} {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
-    return plan
+    try:
+        return checked_fault_plan(plan, world_size, engine=args.engine)
+    except FaultSpecError as exc:
+        option = "--inject-file" if args.inject_file is not None else "--inject"
+        raise UsageError(f"{option} {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
 
 
 @attrs.frozen
