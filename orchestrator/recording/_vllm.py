@@ -63,6 +63,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import pkgutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -358,11 +359,9 @@ def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
         if hook.role != kind:
             continue
         module_name, _, path = hook.target.partition(":")
+        owner_path, _, attribute = path.rpartition(".")
         try:
-            owner: Any = importlib.import_module(module_name)
-            *owners, attribute = path.split(".")
-            for name in owners:
-                owner = getattr(owner, name)
+            owner: Any = pkgutil.resolve_name(f"{module_name}:{owner_path}")
             if not hook.delegate:
                 getattr(owner, attribute)
         except (ImportError, AttributeError):
