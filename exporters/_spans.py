@@ -447,9 +447,8 @@ class SpanProjection:
                 f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
             )
         attributes = self._step_attributes(state, started, last.step, outcome, severity)
-        attributes.update(_outcome_attributes(end))
         events = state.pending_events.pop(last.span_id, [])
-        events.extend(_outcome_events(end))
+        _add_outcome(end, attributes, events)
         return readable_span(
             name=head.step,
             trace_id=last.trace_id,
@@ -662,40 +661,34 @@ def _run_reason(end: RunFinished) -> str:
     return end.outcome.value
 
 
-def _outcome_attributes(end: Event | None) -> dict[str, AttributeValue]:
+def _add_outcome(
+    end: Event | None, attributes: dict[str, AttributeValue], events: list[SpanEvent]
+) -> None:
+    """Add what a step's terminal event says to its span: its attributes,
+    and an ``exception`` event for each recorded exception, the timeout or
+    the crash."""
+    if isinstance(end, StepUnavailable | StepFailed) and end.cause is not None:
+        events.extend(_exception_events(end.cause, end.wall_ns))
     match end:
         case StepUnavailable(reasons=reasons) if reasons:
-            return {"startup.reasons": tuple(reasons)}
+            attributes["startup.reasons"] = tuple(reasons)
         case StepFailed(origin=origin) if origin is not None:
-            return {"startup.origin": origin}
+            attributes["startup.origin"] = origin
         case StepTimedOut(timeout_s=timeout_s, elapsed_ns=elapsed_ns):
-            return {"startup.timeout_s": float(timeout_s), "startup.elapsed_ns": elapsed_ns}
+            attributes["startup.timeout_s"] = float(timeout_s)
+            attributes["startup.elapsed_ns"] = elapsed_ns
+            events.append(_exception_event("TimeoutError", _timeout_message(end), end.wall_ns))
         case StepCancelled(reason=reason) if reason:
-            return {"startup.cancel_reason": reason}
-        case StepCrashed(exit_code=exit_code, signal=signal_number):
-            attributes: dict[str, AttributeValue] = {}
+            attributes["startup.cancel_reason"] = reason
+        case StepCrashed(exit_code=exit_code, signal=signal_number, stderr_tail=stderr_tail):
             if exit_code is not None:
                 attributes["startup.exit_code"] = exit_code
             if signal_number is not None:
                 attributes["startup.signal"] = signal_number
-            return attributes
-        case _:
-            return {}
-
-
-def _outcome_events(end: Event | None) -> list[SpanEvent]:
-    match end:
-        case StepUnavailable(cause=cause) | StepFailed(cause=cause) if cause is not None:
-            return _exception_events(cause, end.wall_ns)
-        case StepTimedOut():
-            return [_exception_event("TimeoutError", _timeout_message(end), end.wall_ns)]
-        case StepCrashed(stderr_tail=stderr_tail):
             message = _crash_message(end)
-            return [
+            events.append(
                 _exception_event("ProcessCrashed", message, end.wall_ns, "\n".join(stderr_tail))
-            ]
-        case _:
-            return []
+            )
 
 
 def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
