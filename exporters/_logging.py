@@ -145,7 +145,8 @@ class LoggingBridge:
                 if message.printed and self._hold_printed and self._hold_printed(message):
                     self._held.append(message)
                 elif message.printed and not self._repeats_a_step_error(message):
-                    self._emit(message, after.identity.local_rank if after.identity else None)
+                    local_rank = after.identity.local_rank if after.identity else None
+                    self.log(message, local_rank=local_rank)
                 elif self._hold and message.severity is Severity.WARNING:
                     self._held.append(message)
 
@@ -175,21 +176,6 @@ class LoggingBridge:
         """Print ``message`` as the live stream does, whatever its scope, as
         said by ``ranks`` when given (``[ranks 0-4,6-7]``): the launcher
         prints what its ranks held back this way."""
-        self._emit(message, local_rank, ranks)
-
-    def _repeats_a_step_error(self, message: Message) -> bool:
-        """Whether ``message`` is a ``run.failed`` whose failed step (or a
-        step above or below it) already printed its ERROR on this rank: one
-        failure is one line per rank live (the report keeps both)."""
-        if message.code != "run.failed" or not message.args or not message.args[0]:
-            return False
-        failed = message.args[0]
-        return any(
-            step == failed or failed.startswith(step + "/") or step.startswith(failed + "/")
-            for step in self._error_steps.get(message.rank, ())
-        )
-
-    def _emit(self, message: Message, local_rank: int | None, ranks: Sequence[int] = ()) -> None:
         if message.severity >= Severity.ERROR and message.step:
             self._error_steps.setdefault(message.rank, set()).add(message.step)
         logger = logging.getLogger(f"{self._prefix}.{message.code.partition('.')[0]}")
@@ -209,6 +195,18 @@ class LoggingBridge:
             text += "\n" + detail.rstrip("\n")
         who = format_ranks(ranks or (message.rank,))
         logger.log(level, "[%s] %s", who, terminal_text(text), extra=extra)
+
+    def _repeats_a_step_error(self, message: Message) -> bool:
+        """Whether ``message`` is a ``run.failed`` whose failed step (or a
+        step above or below it) already printed its ERROR on this rank: one
+        failure is one line per rank live (the report keeps both)."""
+        if message.code != "run.failed" or not message.args or not message.args[0]:
+            return False
+        failed = message.args[0]
+        return any(
+            step == failed or failed.startswith(step + "/") or step.startswith(failed + "/")
+            for step in self._error_steps.get(message.rank, ())
+        )
 
 
 def launcher_messages(
