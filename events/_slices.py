@@ -748,6 +748,4 @@ class Slice:
         """The facts written per rank in the JSON report."""
         if self.report_facts is not None:
             return self.report_facts
-        names = dict.fromkeys(self.facts)
-        names.update(dict.fromkeys(column.fact for column in self.columns))
-        return tuple(names)
+        return tuple(dict.fromkeys([*self.facts, *(column.fact for column in self.columns)]))
