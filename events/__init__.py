@@ -130,11 +130,3 @@ if typing.TYPE_CHECKING:
     from ._timeline import TimelineState as TimelineState
 
 _SURFACE = _Surface(globals())
-
-
-def __getattr__(name: str) -> object:
-    return _SURFACE.attribute(name)
-
-
-def __dir__() -> list[str]:
-    return _SURFACE.names()

@@ -1,8 +1,9 @@
 """A package's public surface: declared once, loaded on first use (PEP 562).
 
 Each package of the distribution (``events``, ``exporters``,
-``orchestrator``, ``orchestrator.engine``) declares every public name
-exactly once, in its ``if TYPE_CHECKING:`` block::
+``orchestrator``, ``orchestrator.engine``, ``orchestrator.recording``)
+declares every public name exactly once, in its ``if TYPE_CHECKING:``
+block::
 
     if typing.TYPE_CHECKING:
         from ._log import JsonlLog as JsonlLog
@@ -58,14 +59,16 @@ class Surface:
     """The lazily loaded public names of the package whose namespace is
     ``namespace`` (its ``globals()``).
 
-    The package forwards its module ``__getattr__`` to :meth:`attribute` and
-    its ``__dir__`` to :meth:`names`.
+    Made, it is the package's module ``__getattr__`` (:meth:`attribute`)
+    and ``__dir__`` (:meth:`names`).
     """
 
     def __init__(self, namespace: MutableMapping[str, object]) -> None:
         self._namespace = namespace
         self._package = str(namespace["__name__"])
         self._table: dict[str, str] | None = None
+        namespace["__getattr__"] = self.attribute
+        namespace["__dir__"] = self.names
 
     @property
     def table(self) -> dict[str, str]:

@@ -82,11 +82,3 @@ if typing.TYPE_CHECKING:
     from ._views import run_differences as run_differences
 
 _SURFACE = _Surface(globals())
-
-
-def __getattr__(name: str) -> object:
-    return _SURFACE.attribute(name)
-
-
-def __dir__() -> list[str]:
-    return _SURFACE.names()

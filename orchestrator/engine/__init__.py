@@ -77,11 +77,3 @@ if typing.TYPE_CHECKING:
     from ._targets import injection_targets as injection_targets
 
 _SURFACE = _Surface(globals())
-
-
-def __getattr__(name: str) -> object:
-    return _SURFACE.attribute(name)
-
-
-def __dir__() -> list[str]:
-    return _SURFACE.names()

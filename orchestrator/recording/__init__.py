@@ -30,11 +30,3 @@ if typing.TYPE_CHECKING:
     from ._vllm import Hook as Hook
 
 _SURFACE = _Surface(globals())
-
-
-def __getattr__(name: str) -> object:
-    return _SURFACE.attribute(name)
-
-
-def __dir__() -> list[str]:
-    return _SURFACE.names()
