@@ -4,15 +4,17 @@ manifest) and log files, read strictly."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import pickle
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from types import FunctionType
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from ._errors import InputError, UsageError
 
@@ -473,7 +475,7 @@ class _Worker:
                     if os.getppid() != parent:
                         break  # no one will read it
                     batch = [job.fold(file) for file in files[start : start + self._BATCH]]
-                    pickle.dump(batch, self.out, protocol=pickle.HIGHEST_PROTOCOL)
+                    _FieldsPickler(self.out).dump(batch)
                 else:
                     self.out.flush()
                     status = 0
@@ -506,6 +508,66 @@ class _Worker:
             os.waitpid(self.pid, 0)
             self.pid = None
         self.out.close()
+
+
+class _FieldsPickler(pickle.Pickler):
+    """Pickles what a worker folded, its frozen attrs instances (events,
+    states, timings, messages) as their field values: each is read back by
+    its class's builder (:func:`events._builders.builder`, no keyword
+    parsing or guarded stores) instead of attrs' ``__setstate__``, which
+    stores a dict of its fields one at a time. A third smaller, and quicker
+    both ways. Any other object pickles as usual."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        fields = _FIELDS.get(cls, _UNSEEN)
+        if fields is _UNSEEN:
+            fields = _FIELDS[cls] = _fields_of(cls)
+        if fields is not None:
+            return _builder(cls), fields(obj)
+        if cls is FunctionType and obj in _BUILT:
+            # A builder, named once per pickle: made again where it is read.
+            return _builder, (_BUILT[obj],)
+        return NotImplemented
+
+
+#: The builder of each class, made once per process (:func:`_builder`).
+_BUILDERS: dict[type[Any], Callable[..., Any]] = {}
+#: Each builder made, with the class it builds.
+_BUILT: dict[Callable[..., Any], type[Any]] = {}
+#: The field getter of each class pickled (:func:`_fields_of`).
+_FIELDS: dict[type[Any], Callable[[Any], tuple[Any, ...]] | None] = {}
+_UNSEEN: Any = object()
+
+
+def _builder(cls: type[Any]) -> Callable[..., Any]:
+    """The function building a ``cls`` from its field values, in attrs
+    order."""
+    made = _BUILDERS.get(cls)
+    if made is None:
+        from events._builders import builder
+
+        made = _BUILDERS[cls] = builder(cls)
+        _BUILT[made] = cls
+    return made
+
+
+def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
+    """The tuple of an instance's field values, in attrs order, for a class
+    its builder builds as its ``__init__`` would; ``None`` for any other."""
+    from events._builders import field_names
+
+    try:
+        names = field_names(cls)
+    except TypeError:
+        return None
+    if len(names) < 2:  # an attrgetter of one field gives its value, not a tuple
+        return lambda obj: tuple(getattr(obj, name) for name in names)
+    getter: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)
+    return getter
 
 
 def _checked(read: RankLog | str) -> RankLog:
