@@ -68,6 +68,12 @@ class _Tracked:
     originated: bool = False
 
 
+#: The events that fail their step.
+_FAILING = (StepFailed, StepTimedOut, StepCrashed)
+#: The answer for an event that neither fails nor ends a failure's way up.
+_NOTHING = _Tracked(pending=())
+
+
 def _track(
     pending: tuple[_Failure, ...], event: Event, *, top_level: bool, reported: bool = False
 ) -> _Tracked:
@@ -79,6 +85,9 @@ def _track(
         if settled is not None:
             settled = attrs.evolve(settled, seqs=(*settled.seqs, event.seq))
         return _Tracked(pending=(), settled=settled)
+    failing = isinstance(event, _FAILING)
+    if not pending and not failing:
+        return _NOTHING  # nothing on its way up, nor a failure here
     step = event.step
     below = [f for f in pending if _below(f.step, step)]
     rest = tuple(f for f in pending if not _below(f.step, step)) if below else pending
@@ -89,7 +98,7 @@ def _track(
             going_up = next((f for f in below if _continues(f, event.cause)), None)
         else:
             going_up = next((f for f in below if f.step == event.origin), None)
-    elif not isinstance(event, StepTimedOut | StepCrashed):
+    elif not failing:
         return _Tracked(pending=rest)
     cause = event.cause if isinstance(event, StepFailed) else None
     if going_up is None:

@@ -69,7 +69,7 @@ from ._model import (
 from ._policy import _GENERIC
 from ._reducers import Projection
 from ._severity import Scope, Severity
-from ._slices import MessageHook, MessageRule, Slice, cause_of, crash_text
+from ._slices import MessageRule, Slice, cause_of, crash_text
 
 __all__ = [
     "GroupedMessage",
@@ -190,8 +190,8 @@ class MessagesState:
 
 class _Setup:
     """What one :class:`Messages` projection derives with, resolved once:
-    the effective rule of every code, the slices' rules and hooks, and which
-    steps the slices claim (cached per step path)."""
+    the effective rule of every code, the slices' rules and hooks (and their
+    two phases), and which steps the slices claim (cached per step path)."""
 
     def __init__(self, slices: Sequence[Slice]) -> None:
         self.slices = tuple(slices)
@@ -200,6 +200,8 @@ class _Setup:
             codes.update(part.code_rules())
         self.codes = codes
         self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
+        self.befores = tuple(hook.before for hook in self.hooks)
+        self.afters = tuple(hook.after for hook in self.hooks)
         self.rules = tuple(rule for part in self.slices for rule in part.rules)
         self.claimed: Callable[[str], bool] = functools.cache(
             lambda step: any(part.claims(step) for part in self.slices)
@@ -395,6 +397,7 @@ class _Fold:
         "messages",
         "open",
         "originated",
+        "outcome",
         "root_span_id",
         "seen",
         "setup",
@@ -421,6 +424,7 @@ class _Fold:
         self.event: Event
         self.started: StepStarted | None = None
         self.originated = False
+        self.outcome: Outcome | None = None
 
     def freeze(self) -> RankMessages:
         """The rank's messages after the events folded (the state it was
@@ -450,33 +454,39 @@ class _Fold:
         """Fold what ``event`` completes."""
         self.event = event
         self.originated = False
-        terminal = isinstance(event, TERMINAL_STEP_EVENTS)
-        self.started = self.open.get(event.step) if terminal else None
-        hooks = self.setup.hooks
-        if hooks:
-            if self.memories is None:
-                self.memories = [hook.initial() for hook in hooks]
-                self.changed = True
-            self._call(hooks, before=True)
-        if isinstance(event, StepStarted):
-            self.step_started(event)
-        elif terminal:
-            self.ended(event)
-        elif isinstance(event, StepStalled):
-            self.step_stalled(event)
-        elif isinstance(event, RunStarted):
-            self.run_started(event)
-        elif isinstance(event, RunFinished):
-            self.run_finished(event)
-        if hooks:
-            self._call(hooks, before=False)
-
-    def _call(self, hooks: tuple[MessageHook, ...], *, before: bool) -> None:
+        kind = _KINDS.get(type(event))
+        if kind is None:
+            kind = _kind_of(event)
+        if kind == _ENDED:
+            self.started = self.open.get(event.step)
+            self.outcome = outcome_of(event)
+        else:
+            self.started = self.outcome = None
+        setup = self.setup
         memories = self.memories
-        assert memories is not None
-        for index, hook in enumerate(hooks):
+        if memories is None and setup.hooks:
+            memories = self.memories = [hook.initial() for hook in setup.hooks]
+            self.changed = True
+        if memories is not None:
+            self._call(setup.befores, memories)
+        if kind == _STARTED:
+            self.step_started(event)  # type: ignore[arg-type]
+        elif kind == _ENDED:
+            self.ended(event)
+        elif kind == _STALLED:
+            self.step_stalled(event)  # type: ignore[arg-type]
+        elif kind == _RUN_STARTED:
+            self.run_started(event)  # type: ignore[arg-type]
+        elif kind == _RUN_FINISHED:
+            self.run_finished(event)  # type: ignore[arg-type]
+        if memories is not None:
+            self._call(setup.afters, memories)
+
+    def _call(self, phases: tuple[Callable[[Any, Any], Any], ...], memories: list[Any]) -> None:
+        """One phase (``before`` or ``after``) of each hook, in order."""
+        for index, phase in enumerate(phases):
             old = memories[index]
-            new = hook.before(self, old) if before else hook.after(self, old)
+            new = phase(self, old)
             if new is not old:
                 memories[index] = new
                 self.changed = True
@@ -657,8 +667,9 @@ class _Fold:
         self, event: Event, rules: tuple[MessageRule, ...], *, fallback: bool = False
     ) -> MessageRule | None:
         """The first of ``rules`` (those of the event's step), fallback rules
-        or the others, that speaks for ``event``."""
-        outcome = outcome_of(event)
+        or the others, that speaks for ``event`` (the event being derived,
+        whose :attr:`outcome` is known)."""
+        outcome = self.outcome
         if outcome is None:
             return None
         originated, started = self.originated, self.started
@@ -722,6 +733,28 @@ class _Fold:
             seqs=failure.seqs,
             exception=cause,
         )
+
+
+# What the derivation does with an event, by its class (the table stands
+# for a chain of isinstance tests per event).
+_STARTED, _ENDED, _STALLED, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(6)
+_KINDS: dict[type[Event], int] = {}
+
+
+def _kind_of(event: Event) -> int:
+    kind = _OTHER
+    for cls, found in (
+        (StepStarted, _STARTED),
+        (TERMINAL_STEP_EVENTS, _ENDED),
+        (StepStalled, _STALLED),
+        (RunStarted, _RUN_STARTED),
+        (RunFinished, _RUN_FINISHED),
+    ):
+        if isinstance(event, cls):
+            kind = found
+            break
+    _KINDS[type(event)] = kind
+    return kind
 
 
 def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) -> bool:
