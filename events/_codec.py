@@ -324,16 +324,25 @@ def _share(value: dict[str, Any] | list[Any]) -> None:
     (results and attributes repeat them from event to event and from rank to
     rank)."""
     intern = sys.intern
-    pending: list[Any] = [value]
-    while pending:
-        item = pending.pop()
+    # Most are flat: a list of the values nested in them is made only for
+    # one that is not (a stack, not recursion: JSON nests deeper than
+    # Python recurses).
+    pending: list[Any] | None = None
+    item: Any = value
+    while True:
         pairs = item.items() if type(item) is dict else enumerate(item)
         for key, inner in pairs:
             kind = type(inner)
             if kind is str:
                 item[key] = intern(inner)
             elif kind is dict or kind is list:
-                pending.append(inner)
+                if pending is None:
+                    pending = [inner]
+                else:
+                    pending.append(inner)
+        if not pending:
+            return
+        item = pending.pop()
 
 
 #: The frames decoded and still in use, by their fields: the ranks of a run

@@ -50,7 +50,6 @@ import attrs
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
 from ._model import (
-    TERMINAL_STEP_EVENTS,
     Event,
     Outcome,
     RankIdentity,
@@ -67,7 +66,17 @@ from ._model import (
     outcome_of,
 )
 from ._policy import _GENERIC
-from ._reducers import Projection
+from ._reducers import (
+    ENDED,
+    KINDS,
+    RUN_FINISHED,
+    RUN_STARTED,
+    STALLED,
+    STARTED,
+    SUCCEEDED,
+    Projection,
+    kind_of,
+)
 from ._severity import Scope, Severity
 from ._slices import MessageRule, Slice, cause_of, crash_text
 
@@ -454,10 +463,11 @@ class _Fold:
         """Fold what ``event`` completes."""
         self.event = event
         self.originated = False
-        kind = _KINDS.get(type(event))
+        kind = KINDS.get(type(event))
         if kind is None:
-            kind = _kind_of(event)
-        if kind == _ENDED:
+            kind = kind_of(event)
+        ends = kind in (SUCCEEDED, ENDED)
+        if ends:
             self.started = self.open.get(event.step)
             self.outcome = outcome_of(event)
         else:
@@ -469,15 +479,15 @@ class _Fold:
             self.changed = True
         if memories is not None:
             self._call(setup.befores, memories)
-        if kind == _STARTED:
+        if kind == STARTED:
             self.step_started(event)  # type: ignore[arg-type]
-        elif kind == _ENDED:
+        elif ends:
             self.ended(event)
-        elif kind == _STALLED:
+        elif kind == STALLED:
             self.step_stalled(event)  # type: ignore[arg-type]
-        elif kind == _RUN_STARTED:
+        elif kind == RUN_STARTED:
             self.run_started(event)  # type: ignore[arg-type]
-        elif kind == _RUN_FINISHED:
+        elif kind == RUN_FINISHED:
             self.run_finished(event)  # type: ignore[arg-type]
         if memories is not None:
             self._call(setup.afters, memories)
@@ -733,28 +743,6 @@ class _Fold:
             seqs=failure.seqs,
             exception=cause,
         )
-
-
-# What the derivation does with an event, by its class (the table stands
-# for a chain of isinstance tests per event).
-_STARTED, _ENDED, _STALLED, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(6)
-_KINDS: dict[type[Event], int] = {}
-
-
-def _kind_of(event: Event) -> int:
-    kind = _OTHER
-    for cls, found in (
-        (StepStarted, _STARTED),
-        (TERMINAL_STEP_EVENTS, _ENDED),
-        (StepStalled, _STALLED),
-        (RunStarted, _RUN_STARTED),
-        (RunFinished, _RUN_FINISHED),
-    ):
-        if isinstance(event, cls):
-            kind = found
-            break
-    _KINDS[type(event)] = kind
-    return kind
 
 
 def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) -> bool:

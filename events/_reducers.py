@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._errors import FoldError
-from ._model import Event
+from ._model import (
+    TERMINAL_STEP_EVENTS,
+    DecisionMade,
+    Event,
+    RunFinished,
+    RunStarted,
+    StepStalled,
+    StepStarted,
+    StepSucceeded,
+)
 
 __all__ = ["Composite", "Projection", "Reducer", "fold"]
 
@@ -123,3 +132,35 @@ class Composite(Projection[Mapping[str, Any]], Generic[S]):
         shared."""
         stream = events if isinstance(events, list | tuple) else list(events)
         return {name: p.apply_many(state[name], stream) for name, p in self._projections.items()}
+
+
+# What a fold does with an event, by its kind: the projections look an
+# event's class up in one table (:func:`kind_of`) instead of testing it with
+# isinstance against each class they handle, event after event.
+STARTED, SUCCEEDED, ENDED, STALLED, DECISION, RUN_STARTED, RUN_FINISHED, OTHER = range(8)
+#: The kind of each event class seen so far (:func:`kind_of` fills it).
+KINDS: dict[type[Event], int] = {}
+
+
+def kind_of(event: Event) -> int:
+    """The kind of ``event``: :data:`STARTED`, :data:`SUCCEEDED`,
+    :data:`ENDED` (any other terminal step event), :data:`STALLED`,
+    :data:`DECISION`, :data:`RUN_STARTED`, :data:`RUN_FINISHED` or
+    :data:`OTHER`, the first class it is an instance of deciding. A fold
+    asks ``KINDS.get(type(event))`` first, and this only for a class not
+    seen yet."""
+    kind = OTHER
+    for cls, found in (
+        (StepStarted, STARTED),
+        (StepSucceeded, SUCCEEDED),
+        (TERMINAL_STEP_EVENTS, ENDED),
+        (StepStalled, STALLED),
+        (DecisionMade, DECISION),
+        (RunStarted, RUN_STARTED),
+        (RunFinished, RUN_FINISHED),
+    ):
+        if isinstance(event, cls):
+            kind = found
+            break
+    KINDS[type(event)] = kind
+    return kind

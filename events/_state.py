@@ -39,7 +39,6 @@ from ._messages import (
     group_messages,
 )
 from ._model import (
-    TERMINAL_STEP_EVENTS,
     DecisionMade,
     Event,
     JsonValue,
@@ -55,7 +54,19 @@ from ._model import (
 )
 from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTracking
 from ._reader import LogContents
-from ._reducers import Projection, fold
+from ._reducers import (
+    DECISION,
+    ENDED,
+    KINDS,
+    RUN_FINISHED,
+    RUN_STARTED,
+    STALLED,
+    STARTED,
+    SUCCEEDED,
+    Projection,
+    fold,
+    kind_of,
+)
 from ._severity import Scope, Severity
 from ._slices import FactsHook, Slice, cause_of, checked_slices
 from ._timeline import RankTimeline, Timeline, TimelineState
@@ -220,11 +231,14 @@ class _StateFold:
         """Fold ``event``."""
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
+        kind = KINDS.get(type(event))
+        if kind is None:
+            kind = kind_of(event)
         settles = False
-        if isinstance(event, StepStarted):
+        if kind == STARTED:
             self.open_steps.append(event.step)
             self.last_event_step = event.step
-        elif isinstance(event, TERMINAL_STEP_EVENTS):
+        elif kind in (SUCCEEDED, ENDED):
             step = event.step
             if step in self.open_steps:
                 self.open_steps = [s for s in self.open_steps if s != step]
@@ -236,15 +250,18 @@ class _StateFold:
             if tracked.settled is not None and self.failure is None:
                 self.failure = _root_cause(self, tracked.settled, None)
             settles = True
-        elif isinstance(event, DecisionMade):
+        elif kind == DECISION:
             settles = True
-        elif isinstance(event, StepStalled):
+        elif kind == STALLED:
+            assert isinstance(event, StepStalled)
             self.stalls[event.step] = event
-        elif isinstance(event, RunStarted):
+        elif kind == RUN_STARTED:
+            assert isinstance(event, RunStarted)
             self.identity = event.identity
             self.run_id = event.run_id
             self.root_span_id = event.span_id
-        elif isinstance(event, RunFinished):
+        elif kind == RUN_FINISHED:
+            assert isinstance(event, RunFinished)
             tracked = _track(self.failures, event, top_level=True)
             self.failures = ()
             self.finished = event

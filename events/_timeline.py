@@ -23,7 +23,6 @@ import orjson
 
 from ._builders import builder
 from ._model import (
-    TERMINAL_STEP_EVENTS,
     DecisionMade,
     Event,
     JsonValue,
@@ -33,11 +32,20 @@ from ._model import (
     RunStarted,
     StepKind,
     StepStalled,
-    StepStarted,
-    StepSucceeded,
     outcome_of,
 )
-from ._reducers import Projection
+from ._reducers import (
+    DECISION,
+    ENDED,
+    KINDS,
+    RUN_FINISHED,
+    RUN_STARTED,
+    STALLED,
+    STARTED,
+    SUCCEEDED,
+    Projection,
+    kind_of,
+)
 
 __all__ = ["RankTimeline", "StepTiming", "Timeline", "TimelineState"]
 
@@ -224,7 +232,7 @@ class Timeline(Projection[TimelineState]):
         # step is a StepTiming (as found in ``state``) or the list of its
         # fields, in _STEP_FIELDS' order.
         working: dict[int, list[Any]] = {}
-        kinds = _KINDS
+        kinds = KINDS
         number: int | None = None
         rank: list[Any] = []
         steps: dict[str, Any] = {}
@@ -234,7 +242,7 @@ class Timeline(Projection[TimelineState]):
         for event in stream:
             kind = kinds.get(type(event))
             if kind is None:
-                kind = _kind_of(event)
+                kind = kind_of(event)
             if event.rank != number:
                 number = event.rank
                 found = working.get(number)
@@ -253,13 +261,13 @@ class Timeline(Projection[TimelineState]):
                     working[number] = found
                 rank, steps = found, found[3]
             rank[2] = event
-            if kind == _STARTED:
+            if kind == STARTED:
                 steps[event.step] = [
                     number, event.step, event.kind, event.wall_ns, event.mono_ns,
                     event.depends_on, event.span_id, event.parent_span_id,
                     None, None, None, None, None, None,
                 ]  # fmt: skip
-            elif kind in (_SUCCEEDED, _TERMINAL, _STALLED):
+            elif kind in (SUCCEEDED, ENDED, STALLED):
                 timing = steps.get(event.step)
                 if timing is None:
                     continue  # never started
@@ -267,22 +275,22 @@ class Timeline(Projection[TimelineState]):
                     timing = steps[event.step] = _fields(timing)
                 if timing[_OUTCOME] is not None:
                     continue  # ended already: an end is final
-                if kind == _STALLED:
+                if kind == STALLED:
                     timing[_STALL] = event
                     continue
                 timing[_END_WALL] = event.wall_ns
                 timing[_DURATION] = event.mono_ns - timing[_START_MONO]
-                if kind == _SUCCEEDED:
+                if kind == SUCCEEDED:
                     timing[_OUTCOME] = Outcome.OK
                     timing[_RESULT] = self._once(event.result)
                 else:
                     timing[_OUTCOME] = outcome_of(event)
                     timing[_END] = event
-            elif kind == _DECISION:
+            elif kind == DECISION:
                 rank[4].append(event)
-            elif kind == _RUN_STARTED:
+            elif kind == RUN_STARTED:
                 rank[0] = event
-            elif kind == _RUN_FINISHED:
+            elif kind == RUN_FINISHED:
                 rank[1] = event
         if not working:
             return state
@@ -313,29 +321,8 @@ class Timeline(Projection[TimelineState]):
 #: return results of their own (a device id in each) is not held twice.
 _SHARED_RESULTS = 1024
 
-# What the fold does with an event, by its class.
-_STARTED, _SUCCEEDED, _TERMINAL, _STALLED, _DECISION, _RUN_STARTED, _RUN_FINISHED, _OTHER = range(8)
-_KINDS: dict[type[Event], int] = {}
-#: The events that record a rank not seen before.
-_OPENS = frozenset({_STARTED, _RUN_STARTED, _RUN_FINISHED})
-
-
-def _kind_of(event: Event) -> int:
-    kind = _OTHER
-    for cls, found in (
-        (StepStarted, _STARTED),
-        (StepSucceeded, _SUCCEEDED),
-        (TERMINAL_STEP_EVENTS, _TERMINAL),
-        (StepStalled, _STALLED),
-        (DecisionMade, _DECISION),
-        (RunStarted, _RUN_STARTED),
-        (RunFinished, _RUN_FINISHED),
-    ):
-        if isinstance(event, cls):
-            kind = found
-            break
-    _KINDS[type(event)] = kind
-    return kind
+#: The kinds of events that record a rank not seen before.
+_OPENS = frozenset({STARTED, RUN_STARTED, RUN_FINISHED})
 
 
 def _fields(timing: StepTiming) -> list[Any]:
