@@ -195,8 +195,11 @@ _SHARE = 64
 
 #: This process's share of a shared run, against an even share: a worker
 #: also writes out what it folded, which costs it more than reading it back
-#: costs this process (measured on 2 cores; BENCHMARKS.md).
-_OWN_SHARE = 1.15
+#: costs this process (measured on 2 cores; BENCHMARKS.md). 1.10 since the
+#: worker pickles field values (:class:`_FieldsPickler`): at 8,192 ranks
+#: its share then ends just before this process's, where 1.15 left this
+#: process folding 0.1-0.2 s longer.
+_OWN_SHARE = 1.10
 
 
 def read_run(
