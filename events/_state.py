@@ -890,11 +890,16 @@ def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, 
         return ()
     watching: dict[str, StepStarted] = {}
     found: list[tuple[int, int, int, int | None, str | None]] = []
+    kinds = KINDS
     for event in events:
-        if isinstance(event, StepStarted):
+        kind = kinds.get(type(event))
+        if kind is None:
+            kind = kind_of(event)
+        if kind == STARTED:
+            assert isinstance(event, StepStarted)
             if isinstance(event.attributes.get("pid"), int):
                 watching[event.span_id] = event
-        elif isinstance(event, StepCrashed) and event.span_id in watching:
+        elif kind == ENDED and isinstance(event, StepCrashed) and event.span_id in watching:
             start = watching[event.span_id]
             killed_by = None if event.signal is None else signal_name(event.signal)
             pid = start.attributes["pid"]

@@ -124,8 +124,13 @@ def check_decisions(
     table = {**DEFAULT_DECIDERS, **(deciders or {})}
     by_rank: dict[int, list[Event]] = {}
     divergences: list[Divergence] = []
+    # A run of one rank's events (a whole log) looks its history up once.
+    rank: int | None = None
+    history: list[Event] = []
     for event in events:
-        history = by_rank.setdefault(event.rank, [])
+        if event.rank != rank:
+            rank = event.rank
+            history = by_rank.setdefault(rank, [])
         if isinstance(event, DecisionMade):
             decider = table.get(event.name)
             if decider is not None:
