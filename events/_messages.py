@@ -75,7 +75,6 @@ from ._reducers import (
     STARTED,
     SUCCEEDED,
     Projection,
-    kind_of,
 )
 from ._severity import Scope, Severity
 from ._slices import MessageRule, Slice, cause_of, crash_text
@@ -463,9 +462,7 @@ class _Fold:
         """Fold what ``event`` completes."""
         self.event = event
         self.originated = False
-        kind = KINDS.get(type(event))
-        if kind is None:
-            kind = kind_of(event)
+        kind = KINDS[type(event)]
         ends = kind in (SUCCEEDED, ENDED)
         if ends:
             self.started = self.open.get(event.step)

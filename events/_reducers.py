@@ -135,32 +135,34 @@ class Composite(Projection[Mapping[str, Any]], Generic[S]):
 
 
 # What a fold does with an event, by its kind: the projections look an
-# event's class up in one table (:func:`kind_of`) instead of testing it with
-# isinstance against each class they handle, event after event.
+# event's class up in one table (``KINDS[type(event)]``) instead of testing
+# it with isinstance against each class they handle, event after event.
 STARTED, SUCCEEDED, ENDED, STALLED, DECISION, RUN_STARTED, RUN_FINISHED, OTHER = range(8)
-#: The kind of each event class seen so far (:func:`kind_of` fills it).
-KINDS: dict[type[Event], int] = {}
 
 
-def kind_of(event: Event) -> int:
-    """The kind of ``event``: :data:`STARTED`, :data:`SUCCEEDED`,
+class _Kinds(dict[type[Event], int]):
+    """The kind of each event class: :data:`STARTED`, :data:`SUCCEEDED`,
     :data:`ENDED` (any other terminal step event), :data:`STALLED`,
     :data:`DECISION`, :data:`RUN_STARTED`, :data:`RUN_FINISHED` or
-    :data:`OTHER`, the first class it is an instance of deciding. A fold
-    asks ``KINDS.get(type(event))`` first, and this only for a class not
-    seen yet."""
-    kind = OTHER
-    for cls, found in (
-        (StepStarted, STARTED),
-        (StepSucceeded, SUCCEEDED),
-        (TERMINAL_STEP_EVENTS, ENDED),
-        (StepStalled, STALLED),
-        (DecisionMade, DECISION),
-        (RunStarted, RUN_STARTED),
-        (RunFinished, RUN_FINISHED),
-    ):
-        if isinstance(event, cls):
-            kind = found
-            break
-    KINDS[type(event)] = kind
-    return kind
+    :data:`OTHER`, the first class it is a subclass of deciding; found on a
+    class's first lookup, then kept."""
+
+    def __missing__(self, cls: type[Event]) -> int:
+        kind = OTHER
+        for base, found in (
+            (StepStarted, STARTED),
+            (StepSucceeded, SUCCEEDED),
+            (TERMINAL_STEP_EVENTS, ENDED),
+            (StepStalled, STALLED),
+            (DecisionMade, DECISION),
+            (RunStarted, RUN_STARTED),
+            (RunFinished, RUN_FINISHED),
+        ):
+            if issubclass(cls, base):
+                kind = found
+                break
+        self[cls] = kind
+        return kind
+
+
+KINDS = _Kinds()

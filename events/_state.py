@@ -65,7 +65,6 @@ from ._reducers import (
     SUCCEEDED,
     Projection,
     fold,
-    kind_of,
 )
 from ._severity import Scope, Severity
 from ._slices import FactsHook, Slice, cause_of, checked_slices
@@ -231,9 +230,7 @@ class _StateFold:
         """Fold ``event``."""
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
-        kind = KINDS.get(type(event))
-        if kind is None:
-            kind = kind_of(event)
+        kind = KINDS[type(event)]
         settles = False
         if kind == STARTED:
             self.open_steps.append(event.step)
@@ -892,9 +889,7 @@ def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, 
     found: list[tuple[int, int, int, int | None, str | None]] = []
     kinds = KINDS
     for event in events:
-        kind = kinds.get(type(event))
-        if kind is None:
-            kind = kind_of(event)
+        kind = kinds[type(event)]
         if kind == STARTED:
             assert isinstance(event, StepStarted)
             if isinstance(event.attributes.get("pid"), int):

@@ -44,7 +44,6 @@ from ._reducers import (
     STARTED,
     SUCCEEDED,
     Projection,
-    kind_of,
 )
 
 __all__ = ["RankTimeline", "StepTiming", "Timeline", "TimelineState"]
@@ -240,9 +239,7 @@ class Timeline(Projection[TimelineState]):
         # checker cannot tell an event's class, hence Any.
         stream: Iterable[Any] = events
         for event in stream:
-            kind = kinds.get(type(event))
-            if kind is None:
-                kind = kind_of(event)
+            kind = kinds[type(event)]
             if event.rank != number:
                 number = event.rank
                 found = working.get(number)
