@@ -503,8 +503,9 @@ class Replay:
         yet is ``running``, as is an unfinished rank seen alive
         (:attr:`running`), and so is the run unless a rank had already
         failed or been interrupted. No ranks at all is ``incomplete``."""
-        outcomes = {self.outcome_of(rank) for rank in range(self.world_size)}
-        outcomes.update(self.outcome_of(rank) for rank in self.states)
+        world = range(self.world_size)
+        outcomes = {self.outcome_of(rank) for rank in world}
+        outcomes.update(self.outcome_of(rank) for rank in self.states if rank not in world)
         if RunOutcome.INCOMPLETE in outcomes or not self.states:
             return RunOutcome.INCOMPLETE
         cause = self.root_cause
