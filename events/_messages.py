@@ -41,6 +41,7 @@ message (:attr:`Message.printed`): ``process`` every rank, ``local`` local rank
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -191,8 +192,10 @@ class MessagesState:
         if rank is not None:
             found = self.ranks.get(rank)
             return () if found is None else found.messages
-        every = [m for r in self.ranks.values() for m in r.messages]
-        every.sort(key=lambda m: (m.wall_ns, m.rank))
+        # The ranks in ascending order, each in derivation order: a stable
+        # sort by time alone then orders messages of the same time by rank.
+        every = [m for r in sorted(self.ranks) for m in self.ranks[r].messages]
+        every.sort(key=operator.attrgetter("wall_ns"))
         return tuple(every)
 
 
