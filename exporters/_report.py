@@ -598,16 +598,19 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
     rows: dict[tuple[str, ...], list[int]] = {}
     for rank in ranks:
         state = replay.states.get(rank)
-        cells = tuple(terminal_text(cell) for cell in _cells(replay, state, rank, columns))
-        if roles:
-            cells = (terminal_text(_role(state) or "-"), *cells)
-        rows.setdefault(cells, []).append(rank)
+        cells = _cells(replay, state, rank, columns)
+        rows.setdefault((_role(state) or "-", *cells) if roles else cells, []).append(rank)
+    # Each distinct row is made fit for a terminal once; rows that then read
+    # the same are one.
+    shown: dict[tuple[str, ...], list[int]] = {}
+    for cells, same in rows.items():
+        shown.setdefault(tuple(map(terminal_text, cells)), []).extend(same)
     # The ranks that differ come first: fewest ranks first, then by lowest
     # rank, so the one failed rank of a thousand is the first row, not the
     # last, and the rows for the run's common state end the table.
     lines = [
         (format_ranks(ranks, label=False), *cells)
-        for cells, ranks in sorted(rows.items(), key=lambda row: (len(row[1]), row[1][0]))
+        for cells, ranks in sorted(shown.items(), key=lambda row: (len(row[1]), min(row[1])))
     ]
     header = (
         "RANKS",
