@@ -759,8 +759,21 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         if world and rank >= world:
             problem(f"rank {rank} is outside the world size {world}", logs[rank])
     if not logs and not problems:
-        problem("no rank-*.jsonl logs in this directory")
+        problem(no_logs_text(next((found.claim for found in listed if found.claim), None)))
     return files, problems
+
+
+def no_logs_text(claim: str | None) -> str:
+    """What a run directory without rank logs or manifest is, said for its
+    ``claim`` (the run id in ``.run-id``, if any): a launch claims the
+    directory, then writes the manifest, then starts ranks, so a claim alone
+    is a launch stopped in between."""
+    if claim is None:
+        return "no rank-*.jsonl logs in this directory"
+    return (
+        f"no rank-*.jsonl logs or manifest, only the claim of run {claim}: "
+        "its launch was stopped before it started a rank"
+    )
 
 
 def run_id_of(run_dir: Path) -> str | None:

@@ -53,7 +53,9 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
                 if runs:
                     raise UsageError(_name_one_run(path, runs))
                 # With a manifest it is a launch whose ranks wrote nothing.
-                raise InputError(f"{path}: no rank-*.jsonl logs in this directory")
+                from .._run_directory import no_logs_text, run_id_of
+
+                raise InputError(f"{path}: {no_logs_text(run_id_of(path))}")
             files.extend(found)
         elif path.exists() or path.is_symlink():
             files.append(path)

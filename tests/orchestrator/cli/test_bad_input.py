@@ -312,6 +312,21 @@ def test_directory_without_logs(tmp_path: Path) -> None:
     ]
 
 
+def test_a_directory_a_launch_only_claimed_names_the_run(tmp_path: Path) -> None:
+    # A launcher killed between claiming its run directory and writing the
+    # manifest leaves the claim alone: the error says whose it is and why.
+    (tmp_path / "claimed").mkdir()
+    (tmp_path / "claimed" / ".run-id").write_text("run-7f3a\n")
+    said = (
+        "claimed: no rank-*.jsonl logs or manifest, only the claim of run run-7f3a: "
+        "its launch was stopped before it started a rank"
+    )
+
+    _one_line_error(call_cli("replay", "claimed", cwd=tmp_path), 1, said)
+    validated = call_cli("validate", "claimed", cwd=tmp_path)
+    assert validated.lines()[0] == f"{said} [run, error]"
+
+
 def _copy(run: StoredRun, tmp_path: Path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(run.directory, copy)
