@@ -12,9 +12,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
-from events import encode, read_log, replay
+from events import RankFolder, encode, read_log, replay
 from exporters import report_json
 from orchestrator._decisions import check_decisions
 from orchestrator.cli._output import to_json_text
@@ -169,3 +170,33 @@ def test_a_worker_that_cannot_write_its_results_leaves_its_share_to_the_command(
     assert done.returncode == 1, done.stderr
     assert done.stderr == ""
     assert json.loads(done.stdout) == run_cli("replay", "--json", str(run_dir), cwd=tmp_path).json()
+
+
+@attrs.frozen
+class _Converted:
+    """A record whose ``__init__`` converts: it cannot be built from its
+    stored field values, so it is pickled as any object is."""
+
+    ranks: tuple[int, ...] = attrs.field(converter=tuple)
+
+
+def test_a_workers_records_read_back_equal_whatever_their_class(run_dir: Path) -> None:
+    # What a worker writes: folded ranks (frozen records all the way down),
+    # read back by their builders; a record that converts in its __init__
+    # falls back to ordinary pickling.
+    import io
+    import pickle
+
+    from orchestrator.cli._run_logs import _FieldsPickler, _Job
+
+    job = _Job(RankFolder([ENGINE], None), keep_events=False)
+    sent = [job.fold(run_dir / f"rank-{rank}.jsonl") for rank in (0, FAILING, TORN)]
+    sent.append(_Converted(ranks=[1, 2]))  # type: ignore[arg-type]
+    buffer = io.BytesIO()
+    _FieldsPickler(buffer).dump(sent)
+
+    back = pickle.loads(buffer.getvalue())
+
+    assert back == sent
+    assert [type(item) for item in back] == [type(item) for item in sent]
+    assert back[-1].ranks == (1, 2)
