@@ -8,10 +8,12 @@ names on the command line (``replay --slice``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -104,9 +106,9 @@ def command_replay(args: argparse.Namespace) -> int:
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
     if export is not None and export[1] is not None:
-        check_output(f"--export jaeger-json={export[1]}", export[1])
+        check_output(f"--export jaeger-json={export[1]}", export[1], inputs=args.paths)
     if args.html is not None:
-        check_output(f"--html {args.html}", args.html)
+        check_output(f"--html {args.html}", args.html, inputs=args.paths)
     # The events are kept only for --export.
     run, result = _replayed(args, until=args.until, keep_events=export is not None)
     decisions = run.decisions()
@@ -219,14 +221,44 @@ def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
     return narrowed
 
 
-def check_output(option: str, path: Path, error: type[CommandLineError] = InputError) -> None:
+def check_output(
+    option: str,
+    path: Path,
+    error: type[CommandLineError] = InputError,
+    *,
+    inputs: Sequence[Path] = (),
+) -> None:
     """Raises ``error`` when ``path``, where ``option`` writes, cannot be
     written (the exporters would only say that spans were "not
-    delivered"), before anything is written or printed."""
+    delivered"), and :class:`UsageError` when it is one of the files read
+    from ``inputs`` (a log, or a run directory's log or manifest), before
+    anything is written or printed."""
+    if _replaces_input(path, inputs):
+        raise UsageError(
+            f"{option}: a log or manifest of the run this command reads; name another file"
+        )
     try:
         check_writable(path)
     except OSError as exc:
         raise error(f"{option}: cannot write: {exc.strerror}") from None
+
+
+def _replaces_input(path: Path, inputs: Sequence[Path]) -> bool:
+    """Whether writing ``path`` would replace a file read from ``inputs`` (a
+    log given), or put one where a run directory given keeps its logs and
+    manifest."""
+    from .._run_directory import MANIFEST_FILE
+
+    for given in inputs:
+        with contextlib.suppress(OSError):
+            if given.is_dir():
+                named = path.match("rank-*.jsonl") or path.name == MANIFEST_FILE
+                if named and path.parent.samefile(given):
+                    return True
+            # A link there is replaced, not the file it names.
+            elif os.path.samestat(path.lstat(), given.stat()):
+                return True
+    return False
 
 
 def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: Replay) -> None:

@@ -4,6 +4,7 @@ leaves nothing behind."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,36 @@ def test_a_refused_view_writes_no_empty_output(healthy: StoredRun, tmp_path: Pat
     )
     assert completed.returncode == 2, completed.describe()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        ("run", "--html=run/rank-0.jsonl"),
+        ("run", "--html=run/manifest.json"),
+        ("run", "--export=jaeger-json=./run/../run/rank-0.jsonl"),
+        ("run/rank-0.jsonl", "--html=run/rank-0.jsonl"),
+    ],
+)
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
+    healthy: StoredRun, tmp_path: Path, given: str, option: str
+) -> None:
+    # The report was written over the log it was made from.
+    shutil.copytree(healthy.directory, tmp_path / "run")
+    before = {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()}
+    completed = call_cli("replay", given, option, cwd=tmp_path)
+    assert completed.returncode == 2, completed.describe()
+    assert completed.stdout == ""
+    assert "a log or manifest of the run this command reads" in completed.stderr
+    assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
+
+
+def test_an_output_beside_the_logs_is_written(healthy: StoredRun, tmp_path: Path) -> None:
+    shutil.copytree(healthy.directory, tmp_path / "run")
+    (tmp_path / "run" / "page.html").write_text("an earlier page")
+    completed = call_cli("replay", "run", "--html", "run/page.html", cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert (tmp_path / "run" / "page.html").read_text().startswith("<!doctype html>")
 
 
 @pytest.mark.slow
