@@ -680,7 +680,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     joined = True
     for rank, path in sorted(logs.items()):
         try:
-            if not stat.S_ISREG(path.lstat().st_mode):
+            if not stat.S_ISREG(path.stat().st_mode):
                 problem(_NOT_REGULAR, path)
                 continue
             files.append(path)
@@ -809,7 +809,7 @@ def _first_event(path: Path) -> Event | None:
 
 def _regular(path: Path) -> bool:
     try:
-        return stat.S_ISREG(path.lstat().st_mode)
+        return stat.S_ISREG(path.stat().st_mode)
     except OSError:
         return False
 

@@ -349,6 +349,25 @@ def test_garbage_in_the_middle_of_a_log(healthy: StoredRun, tmp_path: Path) -> N
         assert "run/rank-0.jsonl:6: not valid JSON" in line, line
 
 
+def test_a_linked_log_is_validated_as_replay_reads_it(healthy: StoredRun, tmp_path: Path) -> None:
+    # validate said a log linked into the run directory "is not a regular
+    # file" (an error, exit 1) while replay read it as the rank's log.
+    log = _copy(healthy, tmp_path)
+    log.rename(tmp_path / "kept.jsonl")
+    log.symlink_to(tmp_path / "kept.jsonl")
+
+    validated = call_cli("validate", "run", cwd=tmp_path)
+    assert validated.returncode == 0, validated.describe()
+    assert validated.lines() == ["run/rank-0.jsonl: ok", "1 path(s), 1 file(s), 0 problem(s)"]
+    assert call_cli("replay", "run", cwd=tmp_path).returncode == 0
+
+    log.unlink()
+    log.symlink_to(log.name)
+    looped = call_cli("validate", "run", cwd=tmp_path)
+    assert looped.returncode == 1, looped.describe()
+    assert "run/rank-0.jsonl: cannot read: Too many levels of symbolic links" in looped.stdout
+
+
 def test_validate_lists_every_problem(healthy: StoredRun, tmp_path: Path) -> None:
     log = _copy(healthy, tmp_path)
     lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
