@@ -40,8 +40,9 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
     """Expand run directories into their rank logs.
 
     Raises:
-        UsageError: a path does not exist, or is a directory of run
-            directories (``startup-runs``) rather than a run directory.
+        UsageError: a path does not exist, is a directory of run
+            directories (``startup-runs``) rather than a run directory, or
+            is a manifest.
         InputError: a directory holds no rank logs.
     """
     files: list[Path] = []
@@ -57,6 +58,11 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
 
                 raise InputError(f"{path}: {no_logs_text(run_id_of(path))}")
             files.extend(found)
+        elif path.name == "manifest.json" and path.exists():
+            raise UsageError(
+                f"{path}: a launch's manifest, not a rank log: name its run directory, "
+                f"{path.parent}"
+            )
         elif path.exists() or path.is_symlink():
             files.append(path)
         else:

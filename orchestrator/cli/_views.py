@@ -35,7 +35,7 @@ from events._slices import SLICE_FILE_MODULE
 
 from ._errors import CommandLineError, InputError, UsageError
 from ._output import diagnose, emit, to_json_text
-from ._run_logs import RunLogs, rank_of_file, read_run
+from ._run_logs import RunLogs, log_files, rank_of_file, read_run
 
 __all__ = ["COMMANDS"]
 
@@ -379,8 +379,8 @@ def command_validate(args: argparse.Namespace) -> int:
     from .._run_directory import RunProblem, check_run_directories, run_id_of
 
     for path in args.paths:
-        if not (path.exists() or path.is_symlink()):
-            raise UsageError(f"{path}: no such file or directory")
+        if not path.is_dir():
+            log_files([path])  # it exists, and is not a manifest
     # The directories of one run are checked together, at the place of the
     # first of them; a directory whose run is not known stands alone.
     runs: dict[object, list[Path]] = {}

@@ -333,6 +333,22 @@ def _copy(run: StoredRun, tmp_path: Path) -> Path:
     return copy / "rank-0.jsonl"
 
 
+@pytest.mark.parametrize("view", ["replay", "validate", "explain"])
+def test_a_manifest_given_as_a_log_names_its_run_directory(
+    healthy: StoredRun, tmp_path: Path, view: str
+) -> None:
+    # A manifest read as a rank log was "not valid JSON" at its line 1 (and
+    # validate listed an error for each of its lines).
+    _copy(healthy, tmp_path)
+    manifest = {"version": 1, "run_id": "r", "world_size": 1, "ranks": []}
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    _one_line_error(
+        call_cli(view, "run/manifest.json", cwd=tmp_path),
+        2,
+        "run/manifest.json: a launch's manifest, not a rank log: name its run directory, run",
+    )
+
+
 def test_garbage_in_the_middle_of_a_log(healthy: StoredRun, tmp_path: Path) -> None:
     log = _copy(healthy, tmp_path)
     lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
