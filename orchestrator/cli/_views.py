@@ -105,10 +105,13 @@ def command_replay(args: argparse.Namespace) -> int:
     export = args.export
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
-    if export is not None and export[1] is not None:
-        check_output(f"--export jaeger-json={export[1]}", export[1], inputs=args.paths)
+    trace = None if export is None else export[1]
+    if trace is not None:
+        check_output(f"--export jaeger-json={trace}", trace, inputs=args.paths)
     if args.html is not None:
         check_output(f"--html {args.html}", args.html, inputs=args.paths)
+        if trace is not None and os.path.abspath(trace) == os.path.abspath(args.html):
+            raise UsageError(f"--html {args.html}: --export writes that file; name another")
     # The events are kept only for --export.
     run, result = _replayed(args, until=args.until, keep_events=export is not None)
     decisions = run.decisions()
