@@ -120,6 +120,8 @@ class UnknownEventTypeError(DecodeError):
         super().__init__(
             f"unknown event type {type_tag!r}; known types: {', '.join(known)}"
             " (was the log written by a newer release? upgrade startup-orchestrator)"
+            if isinstance(type_tag, str)
+            else f"no event type: field 'type' is {type_tag!r}, not one of {', '.join(known)}"
         )
 
 
