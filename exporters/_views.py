@@ -245,7 +245,8 @@ def blame_text(replay: Replay, *, rank: int | None = None) -> str:
     ends counts until its rank's process ended (the run's launch record),
     else until the rank's last event."""
     slowest: dict[str, tuple[int, int, bool]] = {}
-    for r, timeline in _timelines(replay, rank).items():
+    timelines = _timelines(replay, rank)
+    for r, timeline in timelines.items():
         last_mono = _alive_until_mono_ns(timeline, replay.launch)
         for timing in timeline.steps.values():
             duration = timing.duration_ns
@@ -254,6 +255,8 @@ def blame_text(replay: Replay, *, rank: int | None = None) -> str:
             if timing.step not in slowest or duration > slowest[timing.step][0]:
                 slowest[timing.step] = (duration, r, not timing.finished)
     rows = sorted(slowest.items(), key=lambda item: -item[1][0])
+    if not rows:
+        return "no steps\n" if timelines else "no events\n"
     width = max((len(_seconds(d)) for _, (d, _, _) in rows), default=0)
     return _printable(
         f"{_seconds(duration):>{width}} {step} (rank {r}"

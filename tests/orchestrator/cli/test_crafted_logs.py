@@ -225,6 +225,24 @@ def test_a_directory_with_only_an_empty_log_is_an_incomplete_run(tmp_path: Path)
     assert "Root cause: rank 0 wrote no events (empty log)" in text.stdout
 
 
+@pytest.mark.parametrize(("view", "said"), [("blame", "no events"), ("critical-path", "no events")])
+def test_a_run_without_steps_says_so(tmp_path: Path, view: str, said: str) -> None:
+    # blame printed an empty line.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank-0.jsonl").touch()
+    completed = call_cli(view, str(run), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert completed.stdout == said + "\n"
+
+
+def test_blame_of_a_rank_without_steps_says_so(healthy: StoredRun, tmp_path: Path) -> None:
+    run = _crafted(healthy, tmp_path, lambda records: records[:1])
+    completed = call_cli("blame", str(run), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert completed.stdout == "no steps\n"
+
+
 #: A directory name that would clear the screen and forge a line if printed.
 FORGING_NAME = "evil\x1b[2J\rINFO    [rank 0] Startup ready."
 
