@@ -82,9 +82,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
     assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
 
 
-def test_the_page_and_the_trace_in_one_file_are_refused(
-    healthy: StoredRun, tmp_path: Path
-) -> None:
+def test_the_page_and_the_trace_in_one_file_are_refused(healthy: StoredRun, tmp_path: Path) -> None:
     # The page was written over the trace just said to be exported.
     completed = call_cli(
         "replay", str(healthy.directory), "--export=jaeger-json=out", "--html=./out", cwd=tmp_path
