@@ -312,6 +312,8 @@ class Startup:
         self._engine_options = engine_options
         self._state: Literal["new", "open", "closed"] = "new"
         self._stops: StopRequests | None = None
+        #: a stop asked before the startup opened (see :meth:`stop`)
+        self._stop_asked: StartupInterrupted | None = None
         self._scope: anyio.CancelScope | None = None
         self._log: JsonlLog | None = None
         self._runner: Runner | None = None
@@ -497,6 +499,8 @@ class Startup:
         # Recorded before any slow set-up: a rank killed from here on leaves
         # a log that says who it was and what it was doing.
         runner.begin(graph)
+        if self._stop_asked is not None:
+            runner.stopping(self._stop_asked)  # the run begins stopped
         log.subscribe(self._watch_finish)
         try:
             from exporters import LoggingBridge
@@ -774,13 +778,12 @@ class Startup:
     def stop(self, reason: StartupInterrupted | None = None) -> None:
         """Stop the running startup: it ends ``interrupted`` with ``reason``
         (default: the signal received, or "asked by its launcher") recorded
-        as its cause and its ``run.finished``'s ``stop``. Call it from the
+        as its cause and its ``run.finished``'s ``stop``; asked before the
+        run, it begins stopped (even before :meth:`open`). Call it from the
         thread that runs the startup (a signal handler, or a task in its
         event loop)."""
         from ._errors import StartupInterrupted
 
-        if self._runner is None:
-            return
         if reason is None:
             stops = self._stops
             reason = (
@@ -788,6 +791,10 @@ class Startup:
                 if stops is not None and stops.requested
                 else StartupInterrupted(None, "asked by its launcher")
             )
+        if self._runner is None:
+            # Not open yet: the run, once it opens, begins stopped.
+            self._stop_asked = reason
+            return
         self._runner.stopping(reason)
         if self._scope is not None:
             self._scope.cancel()

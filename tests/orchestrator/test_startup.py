@@ -543,6 +543,20 @@ def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path) -> None:
     assert startup.result.outcome is RunOutcome.INTERRUPTED
 
 
+def test_a_stop_before_the_startup_opens_ends_its_run_interrupted(tmp_path: Path) -> None:
+    # A launcher that owns its signals may be asked to stop before it calls
+    # run(), which opens the startup itself.
+    startup = _startup(tmp_path)
+    startup.stop()
+    with pytest.raises(StartupInterrupted, match="asked by its launcher"):
+        startup.run()
+    assert startup.log_path is not None
+    finished = _finished(startup.log_path)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert startup.result is not None
+    assert startup.result.outcome is RunOutcome.INTERRUPTED
+
+
 def test_a_startup_opens_once_and_runs_once(tmp_path: Path) -> None:
     startup = _startup(tmp_path)
     assert startup.run().ready
