@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from events import RankIdentity
+from events import MAX_WORLD_SIZE, RankIdentity
 
 from ._errors import RankEnvironmentError
 
@@ -130,7 +130,8 @@ def identity_from_environment(
 
     Raises:
         RankEnvironmentError: a value is not a non-negative integer, a size is
-            0, or a rank is not below its size (the error names the variable).
+            0, a world is larger than :data:`events.MAX_WORLD_SIZE`, or a rank
+            is not below its size (the error names the variable).
     """
     env = os.environ if environ is None else environ
     convention = launcher_convention(env)
@@ -143,6 +144,8 @@ def identity_from_environment(
     the_local_world = _int(env, local_world_name, the_world, local_world_size)
     if the_world == 0:
         raise RankEnvironmentError(world_name, the_world, "must be at least 1")
+    if the_world > MAX_WORLD_SIZE:
+        raise RankEnvironmentError(world_name, the_world, f"must be at most {MAX_WORLD_SIZE:,}")
     if the_local_world == 0:
         raise RankEnvironmentError(local_world_name, the_local_world, "must be at least 1")
     if the_rank >= the_world:

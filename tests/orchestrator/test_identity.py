@@ -76,6 +76,8 @@ def test_values_may_be_overridden_in_code() -> None:
         ({"RANK": "-1"}, {}, "RANK", "-1"),
         ({"WORLD_SIZE": "0"}, {}, "WORLD_SIZE", 0),
         ({"WORLD_SIZE": "eight"}, {}, "WORLD_SIZE", "eight"),
+        ({"WORLD_SIZE": "65537"}, {}, "WORLD_SIZE", 65537),
+        ({"WORLD_SIZE": "1" + "0" * 30}, {}, "WORLD_SIZE", 10**30),
         ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "0"}, {}, "LOCAL_WORLD_SIZE", 0),
         ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "16"}, {}, "LOCAL_WORLD_SIZE", 16),
         ({**TORCHRUN, "LOCAL_RANK": "4"}, {}, "LOCAL_RANK", 4),

@@ -543,6 +543,15 @@ def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path) -> None:
     assert startup.result.outcome is RunOutcome.INTERRUPTED
 
 
+def test_an_implausible_world_size_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    startup = _startup(tmp_path, run_id="big", environ={"WORLD_SIZE": "1" + "0" * 30})
+    with pytest.raises(RankEnvironmentError, match="must be at most 65,536"):
+        startup.run()
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_stop_before_the_startup_opens_ends_its_run_interrupted(tmp_path: Path) -> None:
     # A launcher that owns its signals may be asked to stop before it calls
     # run(), which opens the startup itself.
