@@ -652,9 +652,13 @@ def checked_slices(slices: Sequence[Any]) -> tuple[Slice, ...]:
     """``slices`` as a tuple, each checked to be a :class:`Slice`.
 
     Raises:
-        TypeError: one is not (an import path is what the command line's
+        TypeError: ``slices`` is one slice or a string, not a sequence, or
+            one is not a slice (an import path is what the command line's
             ``--slice`` loads; in code the object is passed).
     """
+    if isinstance(slices, str | Slice):
+        what = f"the slice {slices.name!r}" if isinstance(slices, Slice) else repr(slices)
+        raise TypeError(f"slices is {what}, not a list of events.Slice: pass slices=[...]")
     for index, part in enumerate(slices):
         if not isinstance(part, Slice):
             raise TypeError(

@@ -499,6 +499,11 @@ def test_a_graph_or_slice_of_the_wrong_type_is_named_before_anything_is_written(
         _startup(tmp_path, graph="my-graph")
     with pytest.raises(TypeError, match=r"slices\[0\] is 'mine:SLICE', not an events.Slice"):
         _own_startup(tmp_path, slices=["mine:SLICE"])
+    # One slice where a list of them goes: named as such, not iterated.
+    with pytest.raises(TypeError, match=r"slices is the slice 'mine', not a list of events\.Slice"):
+        _own_startup(tmp_path, slices=OWN_SLICE)
+    with pytest.raises(TypeError, match=r"slices is 'mine:SLICE', not a list of events\.Slice"):
+        _own_startup(tmp_path, slices="mine:SLICE")
     assert not (tmp_path / "run").exists()
 
 
