@@ -35,6 +35,8 @@ class Isolation(enum.StrEnum):
 def _step_names(names: Iterable[str]) -> tuple[str, ...]:
     # A typed converter: with the bare ``tuple`` builtin, type checkers see
     # the constructor parameter as an unsolved generic and reject a list.
+    if isinstance(names, str):  # not one dependency per letter
+        raise TypeError(f"depends_on is {names!r}, a string: pass a list of step names")
     return tuple(names)
 
 

@@ -66,6 +66,11 @@ def test_an_unknown_dependency_is_rejected_with_the_known_steps() -> None:
     assert "known steps: attention, platform" in str(raised.value)
 
 
+def test_a_dependency_given_as_a_string_is_named_not_split_into_letters() -> None:
+    with pytest.raises(TypeError, match=r"depends_on is 'platform', a string: pass a list"):
+        Step(name="attention", body=nothing, depends_on="platform")
+
+
 def test_a_cycle_is_rejected_and_named() -> None:
     steps = [step("a", "b"), step("b", "c"), step("c", "a"), step("d", "a")]
     with pytest.raises(CycleError) as raised:
