@@ -94,6 +94,7 @@ class Graph:
     """A validated set of steps.
 
     Raises (from the constructor, before anything runs):
+        TypeError: an item of ``steps`` is not a :class:`Step`.
         DuplicateStepError: two steps share a name.
         UnknownDependencyError: a dependency names no step.
         CycleError: the dependencies form a cycle (the error names it).
@@ -103,6 +104,8 @@ class Graph:
         self.name = name
         by_name: dict[str, Step] = {}
         for step in steps:
+            if not isinstance(step, Step):
+                raise TypeError(f"graph {name!r}: {step!r} is not an orchestrator.Step")
             if step.name in by_name:
                 raise DuplicateStepError(step.name)
             by_name[step.name] = step

@@ -66,6 +66,11 @@ def test_an_unknown_dependency_is_rejected_with_the_known_steps() -> None:
     assert "known steps: attention, platform" in str(raised.value)
 
 
+def test_a_graph_item_that_is_not_a_step_is_named() -> None:
+    with pytest.raises(TypeError, match=r"graph 'g': 'platform' is not an orchestrator\.Step"):
+        Graph("g", [step("attention"), "platform"])  # type: ignore[list-item]
+
+
 def test_a_dependency_given_as_a_string_is_named_not_split_into_letters() -> None:
     with pytest.raises(TypeError, match=r"depends_on is 'platform', a string: pass a list"):
         Step(name="attention", body=nothing, depends_on="platform")
