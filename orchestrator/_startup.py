@@ -245,8 +245,9 @@ class Startup:
 
     Raises:
         ValueError: ``slices`` without a ``graph`` of your own.
-        TypeError: ``graph`` is not a :class:`~orchestrator.Graph`, or an
-            item of ``slices`` is not an :class:`events.Slice`.
+        TypeError: ``graph`` is not a :class:`~orchestrator.Graph`, an
+            item of ``slices`` is not an :class:`events.Slice`, or ``group``
+            or ``tracing`` is none of its choices.
     """
 
     def __init__(
@@ -278,7 +279,7 @@ class Startup:
         from events._slices import checked_slices
 
         from ._graph import Graph
-        from ._group import DeferredGroup
+        from ._group import DeferredGroup, Group
         from ._threads import StepThreads
 
         self._env = os.environ if environ is None else environ
@@ -290,6 +291,13 @@ class Startup:
             )
         if graph is not None and not isinstance(graph, Graph):
             raise TypeError(f"graph is {graph!r}, not an orchestrator.Graph")
+        if group not in ("auto", None) and not isinstance(group, Group):
+            raise TypeError(f"group is {group!r}, not an orchestrator.Group, 'auto' or None")
+        if tracing not in ("auto", None):
+            from exporters import Tracing
+
+            if not isinstance(tracing, Tracing):
+                raise TypeError(f"tracing is {tracing!r}, not an exporters.Tracing, 'auto' or None")
         self._graph = graph
         self._slices = checked_slices(slices)
         self._identity = identity

@@ -504,6 +504,10 @@ def test_a_graph_or_slice_of_the_wrong_type_is_named_before_anything_is_written(
         _own_startup(tmp_path, slices=OWN_SLICE)
     with pytest.raises(TypeError, match=r"slices is 'mine:SLICE', not a list of events\.Slice"):
         _own_startup(tmp_path, slices="mine:SLICE")
+    with pytest.raises(TypeError, match=r"tracing is 'on', not an exporters\.Tracing"):
+        _own_startup(tmp_path, tracing="on")
+    with pytest.raises(TypeError, match=r"group is 'gloo', not an orchestrator\.Group"):
+        _own_startup(tmp_path, group="gloo")
     assert not (tmp_path / "run").exists()
 
 
