@@ -431,6 +431,10 @@ class Startup:
             self._prepare(identity, faults, early_group, parent)
         except BaseException:
             self.close()
+            if log.next_seq == 0:
+                # Refused before run.started (an option the run rejects):
+                # nothing written, as for a refused directory.
+                log.path.unlink(missing_ok=True)
             raise
         return self
 

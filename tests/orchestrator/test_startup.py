@@ -528,6 +528,20 @@ def test_a_set_up_that_fails_after_the_log_opened_raises_its_own_error(tmp_path:
     startup.close()  # closing again is harmless
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [({"stall_s": -1}, ValueError), ({"max_threads": 0}, ValueError), ({"bogus": 1}, TypeError)],
+)
+def test_an_option_the_run_refuses_leaves_no_empty_log(
+    tmp_path: Path, options: dict[str, object], error: type[Exception]
+) -> None:
+    startup = _own_startup(tmp_path, **options)
+    with pytest.raises(error):
+        startup.run()
+    # Refused before run.started: no log that reads as a rank killed early.
+    assert not (tmp_path / "run" / "rank-0.jsonl").exists()
+
+
 def test_opened_and_closed_without_running_the_log_says_so(tmp_path: Path) -> None:
     startup = _startup(tmp_path)
     startup.open()
