@@ -485,6 +485,7 @@ class Startup:
         parent: tuple[str, str] | None,
     ) -> None:
         from ._group import Group, follows_a_peer, process_group_step
+        from ._run_directory import RunDirectoryError
 
         assert self._log is not None
         assert self._stops is not None
@@ -507,10 +508,16 @@ class Startup:
         runner, graph = self._runner_and_graph(identity, faults, parent)
         if setup is not None:
             graph = graph.after(setup)
-        self._runner, self._graph_to_run = runner, graph
         # Recorded before any slow set-up: a rank killed from here on leaves
         # a log that says who it was and what it was doing.
-        runner.begin(graph)
+        try:
+            runner.begin(graph)
+        except OSError as exc:  # a full disk: nothing is recorded
+            raise RunDirectoryError(
+                log.path, f"cannot write the run directory: {exc.strerror or exc}"
+            ) from None
+        # Only a run that began is the startup's to end (see close()).
+        self._runner, self._graph_to_run = runner, graph
         if self._stop_asked is not None:
             runner.stopping(self._stop_asked)  # the run begins stopped
         log.subscribe(self._watch_finish)

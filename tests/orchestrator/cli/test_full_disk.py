@@ -64,3 +64,19 @@ def test_a_launch_on_a_full_disk_names_it_and_leaves_no_litter(
     assert "crashed or was killed" not in completed.stdout + completed.stderr
     names = sorted(path.name for path in run.iterdir())
     assert all(not name.startswith(".manifest.json.") for name in names), names
+
+
+@pytest.mark.parametrize("small_disk", [8], indirect=True)
+def test_a_disk_with_no_room_for_the_first_event_names_it(small_disk: Path, tmp_path: Path) -> None:
+    # Room for the run's claim, none for its first event: nothing is recorded.
+    (small_disk / "filler").write_bytes(bytes(4096))
+    completed = run_cli(
+        "run", "--simulate", "h200x8", "--run-dir", str(small_disk / "r"), cwd=tmp_path
+    )
+    assert completed.returncode == 2, completed.describe()
+    log = small_disk / "r" / "rank-0.jsonl"
+    assert f"error: {log}: cannot write the run directory: No space left on device" in (
+        completed.stderr
+    )
+    assert "Traceback" not in completed.stderr
+    assert not log.exists()
