@@ -1191,7 +1191,7 @@ def _launcher_pid(env: Mapping[str, str]) -> int | None:
     from ._signals import LAUNCHER_PID_VARIABLE
 
     text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdecimal() else None
 
 
 def _elastic_agent(env: Mapping[str, str]) -> int | None:

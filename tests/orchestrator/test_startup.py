@@ -575,6 +575,13 @@ def test_an_implausible_world_size_is_refused_before_anything_is_written(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("value", ["junk", "\u00b2", "-1"])
+def test_a_launcher_pid_that_is_no_number_is_ignored(tmp_path: Path, value: str) -> None:
+    # "²" passes str.isdigit() and fails int().
+    environ = {"STARTUP_ORCHESTRATOR_LAUNCHER_PID": value}
+    assert _startup(tmp_path, environ=environ).run().ready
+
+
 def test_a_stop_before_the_startup_opens_ends_its_run_interrupted(tmp_path: Path) -> None:
     # A launcher that owns its signals may be asked to stop before it calls
     # run(), which opens the startup itself.
