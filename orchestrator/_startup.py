@@ -1294,10 +1294,12 @@ def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
     from events import (
         TERMINAL_STEP_EVENTS,
         Outcome,
+        StepCancelled,
         StepFailed,
         StepSucceeded,
         StepUnavailable,
         outcome_of,
+        reason_of,
     )
 
     from ._context import StepResult
@@ -1322,5 +1324,9 @@ def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
         elif isinstance(event, TERMINAL_STEP_EVENTS):
             outcome = outcome_of(event)
             if outcome is not None:
-                results[event.step] = StepResult(step=event.step, outcome=outcome)
+                # Timed out, crashed or cancelled: why, as the run said it.
+                reason = event.reason if isinstance(event, StepCancelled) else reason_of(event)
+                results[event.step] = StepResult(
+                    step=event.step, outcome=outcome, reasons=(reason,) if reason else ()
+                )
     return results

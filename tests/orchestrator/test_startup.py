@@ -462,6 +462,34 @@ def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> N
     assert set(result.state.facts) == {"attention"}
 
 
+def test_the_result_says_why_a_step_timed_out_or_was_cancelled(tmp_path: Path) -> None:
+    async def hangs(context: StepContext) -> JsonValue:
+        await anyio.sleep_forever()
+
+    def fails(context: StepContext) -> JsonValue:
+        raise RuntimeError("boom")
+
+    graph = Graph(
+        "mine",
+        [
+            Step(name="slow", body=hangs, timeout=0.01),
+            Step(name="fails", body=fails, depends_on=("slow",)),
+            Step(name="waits", body=hangs),
+        ],
+    )
+    startup = _own_startup(tmp_path, graph=graph)
+    with pytest.raises(RuntimeError, match="boom"):
+        startup.run()
+    assert startup.result is not None
+    steps = startup.result.steps
+    # As the run's own results say it: the "why" is never dropped.
+    assert steps["slow"].outcome is Outcome.TIMED_OUT
+    assert steps["slow"].reasons == ("timed out after 0.01 s",)
+    assert steps["waits"].outcome is Outcome.CANCELLED
+    assert steps["waits"].reasons == ("cancelled because step 'fails' failed: RuntimeError: boom",)
+    assert steps["fails"].reasons == ("RuntimeError: boom",)
+
+
 @attrs.frozen(kw_only=True)
 class _MineState(RankState):
     @property
