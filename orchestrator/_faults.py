@@ -338,7 +338,10 @@ class FaultPlan:
 
         Raises:
             FaultSpecError: naming the bad part and what would be valid.
+            TypeError: ``specs`` is one string, not a list of them.
         """
+        if isinstance(specs, str):  # not one spec per letter
+            raise TypeError(f"fault specs are one string: pass a list of specs: [{specs!r}]")
         return cls(faults=tuple(_parse_spec(spec) for spec in specs))
 
     @classmethod

@@ -174,6 +174,11 @@ def test_malformed_specs_name_the_bad_part(spec: str, part: str, reason: str) ->
     assert isinstance(raised.value, ValueError)
 
 
+def test_one_spec_given_as_a_string_is_named_not_split_into_letters() -> None:
+    with pytest.raises(TypeError, match=r"pass a list of specs: \['zentorch=OSError'\]"):
+        FaultPlan.parse("zentorch=OSError")
+
+
 @pytest.mark.parametrize(
     ("data", "part"),
     [
