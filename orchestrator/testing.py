@@ -76,11 +76,16 @@ def raise_(
     or a step path) is imported or run, on ``ranks`` (default: all).
 
     Raises:
-        ValueError: ``exception`` is not a builtin exception class (faults
-            are data and only name builtins).
+        ValueError: ``exception`` is not a builtin exception class (an
+            instance, or a class of your own: faults are data and only name
+            builtins).
     """
-    if BUILTIN_EXCEPTIONS.get(exception.__name__) is not exception:
-        raise ValueError(f"{exception.__name__} is not a builtin exception; faults name builtins")
+    name = getattr(exception, "__name__", repr(exception))  # an instance has none
+    if BUILTIN_EXCEPTIONS.get(name) is not exception:
+        raise ValueError(
+            f"{name} is not a builtin exception class; faults name builtins "
+            "(raise_(target, OSError, *args))"
+        )
     return Fault(
         target=target,
         action=FaultAction.RAISE,

@@ -133,6 +133,13 @@ async def test_faults_fire_in_front_of_a_fake_host() -> None:
     assert injected.startswith("my_kernels=PermissionError")
 
 
+def test_a_fault_raising_an_instance_or_a_class_of_your_own_is_named() -> None:
+    with pytest.raises(ValueError, match=r"RuntimeError\('boom'\) is not a builtin exception"):
+        raise_("my_kernels", RuntimeError("boom"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="KernelError is not a builtin exception"):
+        raise_("my_kernels", type("KernelError", (RuntimeError,), {}))
+
+
 async def test_a_host_profile_answers_what_the_modules_do_not() -> None:
     zen4 = load_profile("zen4")
     host = fake_host(
