@@ -73,8 +73,15 @@ def load_slice(spec: str) -> Slice:
     except UsageError:
         raise
     except Exception as exc:
+        # A module of the caller's that is not importable here (a run
+        # records the import path it was made with) can still be named.
+        missing = isinstance(exc, ModuleNotFoundError) and f"{module_name}.".startswith(
+            f"{exc.name}."
+        )
+        where = f"; put its directory on PYTHONPATH, or pass its file: FILE.py:{name}"
         raise UsageError(
             f"--slice {spec}: cannot load {module_name}: {type(exc).__name__}: {exc}"
+            + (where if missing else "")
         ) from None
     if not hasattr(module, name):
         raise UsageError(f"--slice {spec}: {module_name} has no attribute {name}")

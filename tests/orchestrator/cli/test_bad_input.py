@@ -273,7 +273,14 @@ def test_run_directory_that_holds_a_run_is_refused(healthy: StoredRun, tmp_path:
     [
         ("events", ["--slice 'events'", "expected MODULE:NAME"]),
         ("events:", ["expected MODULE:NAME"]),
-        ("no_such_module_here:SLICE", ["cannot load no_such_module_here", "ModuleNotFoundError"]),
+        (
+            "no_such_module_here:SLICE",
+            [
+                "cannot load no_such_module_here: ModuleNotFoundError",
+                "put its directory on PYTHONPATH, or pass its file: FILE.py:SLICE",
+            ],
+        ),
+        ("needs_a_missing.py:SLICE", ["ModuleNotFoundError: No module named 'nowhere_'"]),
         ("events:NOT_THERE", ["events has no attribute NOT_THERE"]),
         ("events:Severity", ["Severity is of type EnumType, not events.Slice"]),
         ("missing.py:SLICE", ["no such file: missing.py"]),
@@ -284,8 +291,11 @@ def test_bad_slice_is_one_line(
     healthy: StoredRun, tmp_path: Path, spec: str, fragments: list[str]
 ) -> None:
     (tmp_path / "broken.py").write_text("SLICE = 1 / 0\n", encoding="utf-8")
+    (tmp_path / "needs_a_missing.py").write_text("import nowhere_\n", encoding="utf-8")
     completed = call_cli("replay", str(healthy.directory), "--slice", spec, cwd=tmp_path)
-    _one_line_error(completed, 2, *fragments)
+    line = _one_line_error(completed, 2, *fragments)
+    # Only a module that is not importable itself is told where to put it.
+    assert ("PYTHONPATH" in line) == spec.startswith("no_such_module_here"), line
 
 
 def test_a_json_lines_file_of_something_else_is_named_as_such(tmp_path: Path) -> None:
