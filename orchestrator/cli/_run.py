@@ -200,7 +200,10 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: str | None) -> int:
-    run_id = run_id or run_id_from_environment() or new_run_id()
+    try:
+        run_id = run_id or run_id_from_environment() or new_run_id()
+    except RankEnvironmentError as exc:  # a rank would refuse it alike
+        raise UsageError(str(exc)) from None
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
     if args.trace_file is not None:

@@ -190,6 +190,23 @@ def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
     assert list((tmp_path / "run").glob("*.jsonl")) == []
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("STARTUP_ORCHESTRATOR_RUN_ID", "a/b"), ("TORCHELASTIC_RUN_ID", "../up")],
+)
+def test_a_bad_run_id_from_the_environment_is_bad_usage_for_a_launch(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    # As for a single rank: exit 2, the variable named, nothing written.
+    completed = call_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", "run",
+        cwd=tmp_path, env=environment(**{variable: value}),
+    )  # fmt: skip
+
+    _one_line_error(completed, 2, f"{variable}={value!r}", "a run id is 1-128 letters")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_launch_with_the_run_id_of_a_single_run_in_its_directory_is_refused(
     healthy: StoredRun, tmp_path: Path
 ) -> None:
