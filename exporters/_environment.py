@@ -22,7 +22,8 @@ A value this package does not support never fails a startup: it is logged
 once, as a warning on the ``exporters.tracing`` logger, and tracing falls
 back (an unknown OTLP protocol → ``http/protobuf`` when it names an HTTP
 encoding such as ``http/json``, else ``grpc``; an unknown exporter name is
-dropped, and when none is left tracing is off; a bad timeout → the default;
+dropped, and when none is left tracing is off; an endpoint that is not a
+URL → no OTLP export; a bad timeout → the default;
 an unknown sampler → ``parentbased_always_on``; a bad ratio → 1.0).
 
 Certificates, compression and ``..._INSECURE`` are left to the OpenTelemetry
@@ -40,6 +41,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
@@ -206,7 +208,8 @@ def exporter_from_environment(
         _otlp_from_environment(env, timeout_s) if name == "otlp" else console_exporter()
         for name in dict.fromkeys(names)
     ]
-    return combine_exporters(*exporters)
+    kept = [exporter for exporter in exporters if exporter is not None]
+    return combine_exporters(*kept) if kept else None
 
 
 def combine_exporters(*exporters: SpanExporter) -> SpanExporter:
@@ -221,7 +224,7 @@ def combine_exporters(*exporters: SpanExporter) -> SpanExporter:
     return exporters[0] if len(exporters) == 1 else _FanOutExporter(list(exporters))
 
 
-def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter:
+def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter | None:
     protocol_variable, protocol = _first_set(
         env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
     )
@@ -234,11 +237,17 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
         )
         protocol = fallback
 
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
-    if endpoint is None:
-        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
-        if endpoint is not None and protocol == "http/protobuf":
-            endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
+    endpoint_variable, endpoint = _first_set(
+        env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    try:
+        _ = urlsplit(endpoint or "").port
+    except ValueError as exc:
+        _warn(f"{endpoint_variable}={endpoint!r} is not a URL ({exc}); not exporting over OTLP")
+        return None
+    generic = endpoint_variable == "OTEL_EXPORTER_OTLP_ENDPOINT"
+    if endpoint is not None and generic and protocol == "http/protobuf":
+        endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
 
     _, headers_text = _first_set(
         env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"

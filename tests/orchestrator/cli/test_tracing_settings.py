@@ -71,8 +71,23 @@ ENGINE_MESSAGE = re.compile(
             "OTEL_EXPORTER_OTLP_TIMEOUT='soon' is not a positive number",
             True,
         ),
+        (
+            GrpcReceiver,
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[::1"},
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='http://[::1' is not a URL",
+            False,  # nowhere to send them
+        ),
     ],
-    ids=["http-json", "thrift", "zipkin", "otlp-and-zipkin", "sampler", "ratio", "timeout"],
+    ids=[
+        "http-json",
+        "thrift",
+        "zipkin",
+        "otlp-and-zipkin",
+        "sampler",
+        "ratio",
+        "timeout",
+        "endpoint",
+    ],
 )
 def test_an_unsupported_value_warns_once_and_the_run_goes_on(
     receiver_type: type[OtlpReceiver],
@@ -121,4 +136,23 @@ def test_the_ranks_of_a_launch_warn_once_between_them(tmp_path: Path) -> None:
     assert len([line for line in lines if "'http/json' not supported" in line]) == 1, done.stderr
     assert len([line for line in lines if "'sometimes' not supported" in line]) == 1, done.stderr
     assert len([line for line in lines if line.startswith("could not export")]) == 1, done.stderr
+    assert len(list(run_dir.glob("rank-*.jsonl"))) == 2
+
+
+def test_a_launch_with_an_endpoint_that_is_not_a_url_runs_without_export(tmp_path: Path) -> None:
+    # Its ranks failed with "error: Invalid IPv6 URL", and the launcher
+    # ended in a traceback.
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", str(run_dir),
+        env=cli_environment(OTEL_EXPORTER_OTLP_ENDPOINT="http://[::1"),
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("tracing: ")]
+    assert warnings == [
+        "tracing: OTEL_EXPORTER_OTLP_ENDPOINT='http://[::1' is not a URL "
+        "(Invalid IPv6 URL); not exporting over OTLP"
+    ], done.stderr
     assert len(list(run_dir.glob("rank-*.jsonl"))) == 2
