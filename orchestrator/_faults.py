@@ -38,7 +38,6 @@ import re
 import signal
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -47,7 +46,7 @@ from events import DecodeError, format_ranks
 from events._codec import structure
 
 from ._errors import FaultSpecError
-from ._json_text import load_json
+from ._json_text import load_json, read_input
 
 __all__ = ["Fault", "FaultAction", "FaultPlan", "RankRanges"]
 
@@ -365,7 +364,7 @@ class FaultPlan:
             FaultSpecError: the file is unreadable, not JSON, or malformed.
         """
         try:
-            data = load_json(Path(path).read_bytes())
+            data = load_json(read_input(path))
         except OSError as exc:
             raise FaultSpecError(str(path), str(path), f"cannot read: {exc.strerror}") from exc
         except ValueError as exc:

@@ -38,6 +38,7 @@ from .._identity import (
     new_run_id,
     run_id_from_environment,
 )
+from .._json_text import read_input
 from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
 from .._startup import Startup, checked_fault_plan, print_messages
 from ._errors import InputError, UsageError
@@ -108,9 +109,13 @@ def _host(args: argparse.Namespace, launched: bool) -> _Host:
     elif name not in BUILTIN_PROFILES:
         import hashlib
 
-        with contextlib.suppress(OSError):  # load_profile says why
-            content = Path(name).read_bytes()
+        try:
+            content = read_input(name)
             label = f"{name} (sha256 {hashlib.sha256(content).hexdigest()[:16]})"
+        except OSError:
+            pass  # load_profile says why
+        except ValueError as exc:  # read once: a pipe could not be read again
+            raise UsageError(str(ProfileError(name, str(exc)))) from None
     try:
         profile = load_profile(name, content=content)
     except ProfileError as exc:

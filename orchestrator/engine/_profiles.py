@@ -58,7 +58,7 @@ from events._codec import structure, unstructure
 from .._errors import FaultSpecError
 from .._faults import Fault, FaultAction, FaultPlan
 from .._importer import TableImporter, dotted_prefixes
-from .._json_text import load_json
+from .._json_text import load_json, read_input
 from ._config import BUILD_TARGETS, ProfileError
 from ._host import (
     BuildTarget,
@@ -448,7 +448,7 @@ def load_profile(name_or_path: str | os.PathLike[str], *, content: bytes | None 
             "or the path of a JSON profile file",
         )
     try:
-        data = load_json(path.read_bytes() if content is None else content)
+        data = load_json(read_input(path) if content is None else content)
     except OSError as exc:
         raise ProfileError(text, f"cannot read the file: {exc.strerror or exc}") from exc
     except ValueError as exc:

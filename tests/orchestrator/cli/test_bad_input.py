@@ -171,6 +171,24 @@ def test_a_profile_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     _one_line_error(completed, 2, "'profile.json'", "not valid UTF-8")
 
 
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [("--simulate", "profile 'huge.json': "), ("--inject-file", "huge.json: ")],
+)
+def test_an_input_file_too_large_to_be_one_is_not_read_whole(
+    tmp_path: Path, option: str, fragment: str
+) -> None:
+    # A device (/dev/zero) or a model's weights named by mistake were read
+    # until memory ran out; a sparse file stands for them.
+    with (tmp_path / "huge.json").open("wb") as file:
+        file.truncate(64 << 20)
+
+    completed = call_cli("run", option, "huge.json", cwd=tmp_path)
+
+    _one_line_error(completed, 2, fragment + "larger than 16 MiB", "name the JSON file meant")
+    assert not (tmp_path / "startup-runs").exists()
+
+
 def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
     completed = call_cli(
         "run",
