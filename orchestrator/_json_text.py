@@ -50,5 +50,6 @@ def load_json(content: bytes) -> Any:
 
 def _not_json_text(exc: json.JSONDecodeError) -> str:
     reason = exc.msg.strip().removesuffix(" at").rstrip(":")
-    reason = reason[:1].lower() + reason[1:]
+    if not reason[1:2].isupper():  # "UTF-8 ..." stays as it is
+        reason = reason[:1].lower() + reason[1:]
     return f"not valid JSON at line {exc.lineno} column {exc.colno}: {reason}"

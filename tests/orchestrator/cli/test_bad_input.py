@@ -150,6 +150,7 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
             ["'profile.json'", "gpu", "not a field of Profile (valid: build"],
         ),
         ("[]", ["'profile.json'", "expected a JSON object"]),
+        ('\ufeff{"name": "bom"}', ["'profile.json'", ": UTF-8 byte order mark (BOM)"]),
         ("[" * 100_000 + "]" * 100_000, ["'profile.json'", "depth limit exceeded"]),
         (
             '{"name": "big", "gpus": {"vendor": "nvidia", "count": 1000000000}}',
