@@ -404,7 +404,10 @@ def _unknown_target(target: str, known: frozenset[str]) -> str:
 
 def _checked(fault: Fault, spec: str, part: str) -> Fault:
     """``fault``, once its exception is known to be constructible (a fault
-    that cannot be raised would otherwise fail in the middle of a run)."""
+    that cannot be raised would otherwise fail in the middle of a run), and
+    one that raises nothing has no arguments to drop unsaid."""
+    if fault.action is not FaultAction.RAISE and fault.args:
+        raise FaultSpecError(spec, part, f"{fault.action} takes no arguments")
     if fault.action is FaultAction.RAISE:
         try:
             fault.make_exception()

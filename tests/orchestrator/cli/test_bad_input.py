@@ -120,6 +120,10 @@ def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]
         ),
         ('{"target": "zentorch"}', ["expected a list of fault objects"]),
         ('[{"target": "zentorch", "exception": "Nope"}]', ["'Nope'"]),
+        (
+            '[{"target": "zentorch", "exception": "hang", "args": ["x"]}]',
+            ["'entry 0: args': hang takes no arguments"],
+        ),
         ('[{"target": "flashinfer", "exception": "OSError", "args": [{}]}]', ["entry 0: args"]),
         ("[" * 100_000 + "]" * 100_000, ["not valid JSON at line 1 column 1026: depth limit"]),
         ('[{"target": "zentorch", "exception": NaN}]', ["not valid JSON at line 1 column 38"]),
