@@ -3,7 +3,6 @@ and an exit status."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -12,7 +11,7 @@ from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import InputError, UsageError
-from ._output import diagnose, exit_program
+from ._output import diagnose, discard_stdout, exit_program
 from ._parser import build_parser
 
 __all__ = ["main", "program"]
@@ -59,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         diagnose("interrupted")
         return 1
     except BrokenPipeError:
-        # The reader went away (e.g. `| head`): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # The reader went away (e.g. `| head`) from what prints other than
+        # through emit, which goes on without it: watch's screen.
+        discard_stdout()
         return 0
 
 

@@ -7,16 +7,37 @@ import os
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["PROG", "diagnose", "emit", "exit_program", "hold_stops", "to_json_text"]
+__all__ = [
+    "PROG",
+    "diagnose",
+    "discard_stdout",
+    "emit",
+    "exit_program",
+    "hold_stops",
+    "to_json_text",
+]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"
 
 
 def emit(text: str) -> None:
-    """Print to stdout (reports go to stdout, diagnostics to stderr)."""
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
+    """Print to stdout (reports go to stdout, diagnostics to stderr). Once
+    its reader has gone (``| head``), the rest goes nowhere and the command
+    goes on: its exit status still says the outcome."""
+    try:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stdout()
+
+
+def discard_stdout() -> None:
+    """Send what is still to be printed on stdout nowhere: its reader has
+    gone (not an error of ours)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def diagnose(text: str, *, flush: bool = False) -> None:

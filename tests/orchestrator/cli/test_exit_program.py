@@ -18,7 +18,8 @@ import pytest
 
 from orchestrator.cli._output import exit_program
 
-from .harness import environment
+from .conftest import StoredRun
+from .harness import command, environment
 
 
 class _Exited(Exception):
@@ -197,3 +198,36 @@ def test_a_stop_ends_the_program_when_stops_are_not_held(tmp_path: Path) -> None
 
     assert done.returncode == -15
     assert done.stdout.splitlines() == ["with a thread running: False"]
+
+
+def test_a_reader_that_went_away_leaves_the_exit_status_the_outcome(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    # `run ... | head` said 0 for a failed startup, `diff ... | head` that
+    # the runs did not differ.
+    failed, ready = str(attention_failure.directory), str(healthy.directory)
+    for args in (
+        ["replay", failed],
+        ["replay", "--json", failed],
+        ["diff", ready, failed],
+        [
+            "run",
+            "--simulate",
+            "h200x8",
+            "--inject",
+            "attention/FLASH_ATTN=RuntimeError:x",
+            "--run-dir",
+            "r",
+        ],
+    ):
+        read, write = os.pipe()
+        os.close(read)  # gone before the first line
+        try:
+            done = subprocess.run(
+                command(*args), stdout=write, stderr=subprocess.PIPE, text=True,
+                cwd=tmp_path, env=environment(), check=False, timeout=120,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
