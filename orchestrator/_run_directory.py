@@ -140,7 +140,7 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
             holds rank logs of a run that left no claim, or cannot be
             created or written.
     """
-    if run_dir.exists() and not run_dir.is_dir():
+    if os.path.lexists(run_dir) and not run_dir.is_dir():  # a dangling link too
         raise RunDirectoryError(
             run_dir, "is not a directory; name a directory (made if missing) with --run-dir"
         )

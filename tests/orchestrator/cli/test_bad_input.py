@@ -622,6 +622,11 @@ def test_a_run_directory_that_is_a_file_or_cannot_be_made(tmp_path: Path) -> Non
         completed = run_cli("run", "--simulate", "h200x8", "--run-dir", run_dir, cwd=tmp_path)
         _one_line_error(completed, 2, f"error: {run_dir}: ", "with --run-dir")
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == "a file\n"
+    # It was "cannot create the run directory: File exists".
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    completed = run_cli("run", "--simulate", "h200x8", "--run-dir", "dangling", cwd=tmp_path)
+    _one_line_error(completed, 2, "error: dangling: is not a directory")
+    assert not (tmp_path / "gone").exists()
 
 
 #: util-linux's ``setpriv``: runs a command as another user.
