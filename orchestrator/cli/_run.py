@@ -181,6 +181,18 @@ def command_run(args: argparse.Namespace) -> int:
     run_id = None if args.run_id is None else _check_run_id(args.run_id)
     host = _host(args, launched)
     _check_engine(args)
+    if args.trace_file is not None:
+        # Exit 2 before anything starts when the trace file cannot be
+        # written, or would be written over the run's own record.
+        from ._views import check_output
+
+        run_dir = args.run_dir or (None if run_id is None else DEFAULT_RUNS / run_id)
+        check_output(
+            f"--trace-file {args.trace_file}",
+            args.trace_file,
+            UsageError,
+            inputs=() if run_dir is None else [run_dir],
+        )
     if args.nproc is not None and args.nproc > 1 and not launched:
         if under_launcher:
             raise UsageError(
@@ -211,11 +223,6 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
         raise UsageError(str(exc)) from None
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
-    if args.trace_file is not None:
-        # Exit 2 before any rank starts when the trace file cannot be written.
-        from ._views import check_output
-
-        check_output(f"--trace-file {args.trace_file}", args.trace_file, UsageError)
     manifest = Manifest(
         run_id=run_id,
         command=(PROG, *args.argv),

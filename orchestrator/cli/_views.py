@@ -244,9 +244,7 @@ def check_output(
     from ``inputs`` (a log, or a run directory's log or manifest), before
     anything is written or printed."""
     if _replaces_input(path, inputs):
-        raise UsageError(
-            f"{option}: a log or manifest of the run this command reads; name another file"
-        )
+        raise UsageError(f"{option}: one of the run's logs or its manifest; name another file")
     try:
         check_writable(path)
     except OSError as exc:
@@ -255,15 +253,15 @@ def check_output(
 
 def _replaces_input(path: Path, inputs: Sequence[Path]) -> bool:
     """Whether writing ``path`` would replace a file read from ``inputs`` (a
-    log given), or put one where a run directory given keeps its logs and
-    manifest."""
+    log given), or put one where a run directory given (or about to be
+    made) keeps its logs and manifest."""
     from .._run_directory import MANIFEST_FILE
 
     for given in inputs:
         with contextlib.suppress(OSError):
-            if given.is_dir():
+            if given.is_dir() or not os.path.lexists(given):
                 named = path.match("rank-*.jsonl") or path.name == MANIFEST_FILE
-                if named and path.parent.samefile(given):
+                if named and path.parent.resolve() == given.resolve():
                     return True
             # A link there is replaced, not the file it names.
             elif os.path.samestat(path.lstat(), given.stat()):

@@ -78,8 +78,27 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
     completed = call_cli("replay", given, option, cwd=tmp_path)
     assert completed.returncode == 2, completed.describe()
     assert completed.stdout == ""
-    assert "a log or manifest of the run this command reads" in completed.stderr
+    assert "one of the run's logs or its manifest; name another file" in completed.stderr
     assert {path.name: path.read_bytes() for path in (tmp_path / "run").iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("--run-dir", "r", "--trace-file", "r/rank-0.jsonl"),
+        ("--run-dir", "r", "--nproc", "2", "--trace-file", "./r/manifest.json"),
+        ("--run-id", "r", "--trace-file", "startup-runs/r/rank-1.jsonl"),
+    ],
+    ids=["rank", "launch", "run-id"],
+)
+def test_a_trace_file_in_the_place_of_the_runs_record_is_refused(
+    tmp_path: Path, arguments: tuple[str, ...]
+) -> None:
+    # The trace was written over the log of the run it traced.
+    completed = call_cli("run", "--simulate", "h200x8", *arguments, cwd=tmp_path)
+    assert completed.returncode == 2, completed.describe()
+    assert "one of the run's logs or its manifest; name another file" in completed.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_page_and_the_trace_in_one_file_are_refused(healthy: StoredRun, tmp_path: Path) -> None:
