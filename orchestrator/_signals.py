@@ -1,7 +1,7 @@
 """Stop requests at any moment of a rank's life, and ranks that never outlive
 their launcher.
 
-A rank may be asked to stop (SIGINT, SIGTERM) before its event loop runs:
+A rank may be asked to stop (SIGINT, SIGTERM, SIGHUP) before its event loop runs:
 while it opens its log, sets up tracing, or imports torch. Python's default
 handlers would end it then with nothing recorded (SIGTERM) or with a
 KeyboardInterrupt traceback somewhere in an import (SIGINT).
@@ -30,8 +30,9 @@ from ._errors import StartupInterrupted
 
 __all__ = ["LAUNCHER_PID_VARIABLE", "STOP_SIGNALS", "StopRequests", "follow_launcher"]
 
-#: The signals that ask a rank to stop.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that ask a rank (or its launcher) to stop: a terminal that
+#: goes away (SIGHUP, an ssh session dropped) asks as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: Set by the local launcher in every rank's environment: its own pid.
 LAUNCHER_PID_VARIABLE = "STARTUP_ORCHESTRATOR_LAUNCHER_PID"
@@ -42,7 +43,7 @@ _PR_SET_PDEATHSIG = 1
 class StopRequests:
     """The stop signals this process received, in order.
 
-    :meth:`install` replaces the handlers of SIGINT and SIGTERM with one
+    :meth:`install` replaces the handlers of the :data:`STOP_SIGNALS` with one
     that only remembers the signal (and calls ``on_signal``, if given): a
     disposition of the process, so a stop is remembered whichever of its
     threads the kernel hands it to (a mask would hold it on one thread
@@ -63,7 +64,7 @@ class StopRequests:
         self._lock = threading.Lock()
 
     def install(self) -> None:
-        """Catch SIGINT and SIGTERM from now on, and let through those a
+        """Catch the stop signals from now on, and let through those a
         launcher that started this process with them blocked held until
         now (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
@@ -73,7 +74,7 @@ class StopRequests:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def reinstall(self) -> None:
-        """Catch SIGINT and SIGTERM again after something else handled them
+        """Catch the stop signals again after something else handled them
         for a while (an event loop's signal receiver puts the default
         handlers back when it closes, not ours); :meth:`restore` still puts
         back what :meth:`install` found."""

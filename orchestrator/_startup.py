@@ -29,7 +29,7 @@ Constructed with nothing, it reads everything from the environment:
 * **logging** — derived messages go to stdlib :mod:`logging`
   (``orchestrator.*``); a stderr handler is added unless the process already
   configured logging;
-* **signals** — SIGINT and SIGTERM are recorded as ``interrupted`` whenever
+* **signals** — SIGINT, SIGTERM and SIGHUP are recorded as ``interrupted`` whenever
   they arrive (a launcher that owns its signals passes
   ``handle_signals=False`` and calls :meth:`Startup.stop`);
 * **the whole run in one place** — at the end, every rank's log reaches the
@@ -215,7 +215,7 @@ class Startup:
         configure_logging: add a stderr handler to the ``orchestrator``
             logger; ``None`` does so unless logging is already configured.
         level: the lowest severity printed live.
-        handle_signals: record SIGINT/SIGTERM as ``interrupted`` (main thread
+        handle_signals: record SIGINT/SIGTERM/SIGHUP as ``interrupted`` (main thread
             only); with ``False`` the caller owns the signals and stops the
             run with :meth:`stop`.
         wait_for_peers: at the end, exchange with the other ranks (who
@@ -746,6 +746,8 @@ class Startup:
         assert self._runner is not None
         assert self._graph_to_run is not None
         assert self._stops is not None
+        from ._signals import STOP_SIGNALS
+
         stops = self._stops
         watch = self._handle_signals and threading.current_thread() is threading.main_thread()
         # Made before the signals are watched: a stop asked before the loop
@@ -760,7 +762,7 @@ class Startup:
                     async def watch_signals(
                         *, task_status: Any = anyio.TASK_STATUS_IGNORED
                     ) -> None:
-                        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
                             task_status.started()
                             async for signum in signals:
                                 stops.record(signum)

@@ -4,10 +4,10 @@ It starts N rank processes of ``python -m orchestrator run`` with the
 torchrun environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` for a
 gloo group), a shared run id and run directory, and the launcher's own
-``TRACEPARENT`` when it has one. It forwards SIGINT and SIGTERM to the ranks,
-waits for all of them, and reports how each ended — including a rank that
-died. When a rank ends other than ready (it failed, was interrupted, or
-died), or the launcher is asked to stop, the ranks still running get a
+``TRACEPARENT`` when it has one. It forwards SIGINT, SIGTERM and SIGHUP to
+the ranks, waits for all of them, and reports how each ended — including a
+rank that died. When a rank ends other than ready (it failed, was
+interrupted, or died), or the launcher is asked to stop, the ranks still running get a
 grace period, then SIGTERM (they record ``interrupted``), then, after
 another grace period, SIGKILL: a rank stuck in a collective or a rendezvous
 with a peer that is gone never keeps the launch waiting forever. The grace

@@ -11,7 +11,7 @@ from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import InputError, UsageError
-from ._output import diagnose, discard_stdout, exit_program
+from ._output import diagnose, discard, exit_program
 from ._parser import build_parser
 
 __all__ = ["main", "program"]
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (e.g. `| head`) from what prints other than
         # through emit, which goes on without it: watch's screen.
-        discard_stdout()
+        discard(sys.stdout)
         return 0
 
 

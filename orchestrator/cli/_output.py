@@ -3,18 +3,20 @@ under the program's name."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 __all__ = [
     "PROG",
     "diagnose",
-    "discard_stdout",
+    "discard",
     "emit",
     "exit_program",
     "hold_stops",
     "to_json_text",
+    "write",
 ]
 
 #: The program's name, at the head of every diagnostic line.
@@ -23,31 +25,44 @@ PROG = "startup-orchestrator"
 
 def emit(text: str) -> None:
     """Print to stdout (reports go to stdout, diagnostics to stderr). Once
-    its reader has gone (``| head``), the rest goes nowhere and the command
-    goes on: its exit status still says the outcome."""
-    try:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        discard_stdout()
-
-
-def discard_stdout() -> None:
-    """Send what is still to be printed on stdout nowhere: its reader has
-    gone (not an error of ours)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    its reader has gone (``| head``, a terminal hung up), the rest goes
+    nowhere and the command goes on: its exit status still says the
+    outcome."""
+    write(sys.stdout, text if text.endswith("\n") else text + "\n")
 
 
 def diagnose(text: str, *, flush: bool = False) -> None:
     """Print ``text`` on stderr under the program's name, as terminal text:
     its control characters escaped and any further lines indented, since a
     path or a value in it may come from a crafted log or directory name and
-    must not clear the screen, move the cursor or forge a line."""
+    must not clear the screen, move the cursor or forge a line. A terminal
+    that hung up takes nothing more, as for :func:`emit`."""
     from exporters import terminal_text
 
-    print(terminal_text(f"{PROG}: {text}"), file=sys.stderr, flush=flush)
+    write(sys.stderr, terminal_text(f"{PROG}: {text}") + "\n", flush=flush)
+
+
+def write(stream: TextIO, text: str, *, flush: bool = True) -> None:
+    """Write ``text`` on ``stream`` (every line the command line prints goes
+    through here); once its reader has gone, what is left goes nowhere
+    (:func:`discard`)."""
+    try:
+        stream.write(text)
+        if flush:
+            stream.flush()
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.EIO):
+            raise
+        discard(stream)
+
+
+def discard(stream: TextIO) -> None:
+    """Send what is still to be printed on ``stream`` nowhere: its reader
+    has gone (a closed pipe, a terminal hung up), which is no error of
+    ours."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
 
 
 def to_json_text(document: Any) -> str:
@@ -58,7 +73,7 @@ def to_json_text(document: Any) -> str:
 
 
 def hold_stops() -> bool:
-    """Ignore SIGINT and SIGTERM from here on, once the program's work is
+    """Ignore the stop signals from here on, once the program's work is
     done and only its last output is left. Returns whether it did: not while
     a thread that is not a daemon is still running, since the interpreter's
     exit waits for it and a stop must still end the process (nor, since
@@ -77,7 +92,9 @@ def hold_stops() -> bool:
     ):
         return False
     if threading.current_thread() is threading.main_thread():
-        for stop in (signal.SIGINT, signal.SIGTERM):
+        from .._signals import STOP_SIGNALS
+
+        for stop in STOP_SIGNALS:
             signal.signal(stop, signal.SIG_IGN)
     return True
 
@@ -91,7 +108,7 @@ def exit_program(code: int) -> NoReturn:
     of the run are closed before this is called.
 
     With a thread still running that is not a daemon, the interpreter's own
-    exit (which waits for it) is kept. Otherwise SIGINT and SIGTERM are
+    exit (which waits for it) is kept. Otherwise the stop signals are
     ignored from here on (:func:`hold_stops`): the program has done its
     work, and a stop that lands in an ``atexit`` hook would only print a
     traceback ("Exception ignored in atexit callback") on the way out.

@@ -63,6 +63,7 @@ from events import (
 from exporters import terminal_text
 
 from ._errors import InputError, UsageError
+from ._output import write
 from ._run_logs import rank_of_file
 
 if TYPE_CHECKING:
@@ -356,38 +357,30 @@ class Screen:
         """Print a line once, above the live block (escaped as every view
         escapes text from logs: a run id or step name is the log's)."""
         with self._lock:
-            self._erase()
-            self.stream.write(terminal_text(text) + "\n")
-            self._draw()
+            self._show(terminal_text(text) + "\n")
 
     def block(self, lines: list[str]) -> None:
         """Replace the live block (on a terminal only)."""
         if not self.live:
             return
         with self._lock:
-            self._erase()
             width = max(20, shutil.get_terminal_size().columns - 1)
             self._block = [terminal_text(text, indent="")[:width] for text in lines]
-            self._draw()
+            self._show("")
 
     def close(self) -> None:
         """Take the live block off the screen."""
         with self._lock:
-            self._erase()
             self._block = []
-            self.stream.flush()
+            self._show("")
 
-    def _erase(self) -> None:
-        if self._height:
-            # To the start of the block's first line, then clear to the end.
-            self.stream.write(f"\x1b[{self._height}F\x1b[J")
-            self._height = 0
-
-    def _draw(self) -> None:
-        for text in self._block:
-            self.stream.write(text + "\n")
+    def _show(self, above: str) -> None:
+        """Erase the live block, print ``above`` and draw the block again, in
+        one write (a terminal that hung up takes nothing: see ``write``)."""
+        # To the start of the block's first line, then clear to the end.
+        erase = f"\x1b[{self._height}F\x1b[J" if self._height else ""
+        write(self.stream, erase + above + "".join(f"{text}\n" for text in self._block))
         self._height = len(self._block)
-        self.stream.flush()
 
 
 def is_terminal(stream: TextIO) -> bool:

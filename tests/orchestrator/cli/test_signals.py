@@ -9,8 +9,13 @@ before they send a signal, so that the signal lands where it is meant to.
 
 from __future__ import annotations
 
+import json
 import os
+import pty
+import select
 import signal
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,7 @@ from events import validate
 
 from .harness import (
     Background,
+    command,
     environment,
     pid_of,
     rank_logs,
@@ -167,3 +173,57 @@ def test_a_rank_that_ignores_every_signal_is_killed_after_the_grace(tmp_path: Pa
     assert read_events(run_dir / "rank-1.jsonl")[-1]["type"] != "run.finished"
     document = run_cli("replay", "--json", "run", cwd=tmp_path).json()
     assert [r["outcome"] for r in document["ranks"]] == ["interrupted", "incomplete"]
+
+
+def test_a_terminal_that_hangs_up_stops_the_launch_recorded(tmp_path: Path) -> None:
+    # The launcher, in a terminal that went away (an ssh session dropped),
+    # was killed by SIGHUP: its manifest never said how its ranks ended.
+    primary, secondary = pty.openpty()
+    run_dir = tmp_path / "run"
+    arguments = ["--simulate", "h200x8", "--nproc", "2", "--run-dir", "run"]
+    # setsid --ctty: the launcher leads a session whose terminal is this one.
+    launcher = subprocess.Popen(
+        ["setsid", "--ctty", *command("run", *arguments, "--inject", "attention/FLASH_ATTN=hang")],
+        cwd=tmp_path,
+        env=environment(),
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    shown = bytearray()
+    reading = threading.Event()
+    reading.set()
+
+    def read_the_terminal() -> None:  # a terminal nobody reads fills and blocks
+        while reading.is_set():
+            if select.select([primary], [], [], 0.05)[0]:
+                try:
+                    shown.extend(os.read(primary, 65536))
+                except OSError:
+                    return
+
+    reader = threading.Thread(target=read_the_terminal)
+    reader.start()
+    try:
+        for rank in range(2):
+            wait_for_event(
+                run_dir / f"rank-{rank}.jsonl",
+                step_started("attention/FLASH_ATTN"),
+                alive=lambda: launcher.poll() is None,
+            )
+    finally:
+        reading.clear()
+        reader.join()
+        os.close(primary)  # the terminal hangs up
+    assert launcher.wait(timeout=60) == 1, bytes(shown).decode(errors="replace")
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["launcher"]["finished_wall_ns"] is not None
+    for entry in manifest["ranks"]:
+        assert entry["exit_code"] == 1, entry
+        assert entry["stopped_by_launcher"] == "SIGHUP: the launcher was asked to stop"
+    for log in rank_logs(run_dir):
+        finished = _assert_whole(log)[-1]
+        assert finished["outcome"] == "interrupted"
+        assert finished["stop"] == {"signal": "SIGHUP"}, finished
