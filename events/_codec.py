@@ -933,5 +933,6 @@ def decode(line: bytes | str) -> Event:
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+        # The column within the line: its place in the file is the reader's.
+        raise DecodeError(f"not valid JSON at column {exc.colno}: {exc.msg}") from None
     return decode_record(record)

@@ -300,8 +300,9 @@ def test_payload_invariants_are_checked() -> None:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        (b"", "not valid JSON"),
-        (b"{not json", "not valid JSON"),
+        (b"", "not valid JSON at column 1: Input is a zero-length, empty document"),
+        # The column within the line, never a "line 1" beside the file's own.
+        (b'{"v": 3, not json', "not valid JSON at column 10: unexpected character"),
         (b"[1, 2]", "a record must be a JSON object, not array"),
         (b'"run.started"', "a record must be a JSON object, not string"),
         (b"null", "a record must be a JSON object, not null"),

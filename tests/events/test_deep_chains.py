@@ -278,7 +278,7 @@ def test_a_record_shared_by_two_links_round_trips() -> None:
 
 
 def test_a_line_deeper_than_json_readers_go_is_not_valid_json() -> None:
-    with pytest.raises(DecodeError, match=r"not valid JSON: .*(recursion|depth)"):
+    with pytest.raises(DecodeError, match=r"not valid JSON at column \d+: .*(recursion|depth)"):
         events.decode(failed_line(foreign_chain(TOO_DEEP)))
 
 
