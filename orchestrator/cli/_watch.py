@@ -551,7 +551,13 @@ def follow(
         if deadline is not None and time.monotonic() >= deadline:
             screen.close()
             return False
-        time.sleep(interval_s)
+        # The next look, never later than the timeout or the end of the wait
+        # for a run directory: each is said when it passes, not an interval on.
+        now = time.monotonic()
+        wake = min(now + interval_s, float("inf") if deadline is None else deadline)
+        if not watcher.is_run_directory():
+            wake = min(wake, began + stall_s)
+        time.sleep(max(0.0, wake - now))
 
 
 class LaunchView:

@@ -161,6 +161,19 @@ def test_a_directory_without_logs_is_waited_for_until_the_timeout(tmp_path: Path
     assert missing.lines() == ["timed out after 0.2 s: no run directory in later yet"]
 
 
+def test_a_long_interval_does_not_outlast_the_timeout_or_the_wait_for_a_run(
+    tmp_path: Path,
+) -> None:
+    began = time.monotonic()
+    timed_out = call_cli("watch", "later", "--timeout", "0.2", "--interval", "20", cwd=tmp_path)
+    assert timed_out.returncode == 1, timed_out.describe()
+    assert timed_out.lines() == ["timed out after 0.2 s: no run directory in later yet"]
+    missing = call_cli("watch", "misspelt", "--stall", "0.2", "--interval", "20", cwd=tmp_path)
+    assert missing.returncode == 2, missing.describe()
+    # Each is said when it passes, not at the next look an interval on.
+    assert time.monotonic() - began < 15
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
