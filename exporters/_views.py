@@ -469,7 +469,10 @@ def _comparable(entry: Any, dropped: tuple[str, ...] = ()) -> Any:
 def _cause_text(cause: Mapping[str, Any] | None) -> str:
     if not cause:
         return "none"
-    exception = cause.get("exception") or {}
+    exception = cause.get("exception")
+    if not exception:
+        # A rank that died or never started: its description says which and how.
+        return str(cause.get("description"))
     return (
         f"rank {cause.get('rank')} step {cause.get('step')}: "
         f"{exception.get('type')}: {exception.get('message')}"

@@ -104,6 +104,21 @@ def test_diff_says_how_runs_were_not_real_starts_and_which_ranks_one_lacks() -> 
     assert run_differences(plain, _report(exit_code=3)) == ["rank 0: process.exit_code 0 -> 3"]
 
 
+def test_diff_names_a_root_cause_without_an_exception_by_its_description() -> None:
+    from events import LaunchRecord
+    from exporters import report_json, run_differences
+
+    # Rank 1 of 2 never wrote an event: the root cause is no exception.
+    run = EventStream(rank=0, world_size=2).run_started().started("probe").succeeded("probe")
+    launch = LaunchRecord(run_id="test-run", world_size=2)
+    silent = report_json(events.replay(list(run.run_finished()), launch=launch))
+    changes = run_differences(_report(), silent)
+    assert (
+        "root cause: none -> rank 1 wrote no events (no log): never started, or killed "
+        "before its first event"
+    ) in changes, changes
+
+
 def test_the_page_and_the_report_count_time_from_the_same_moment() -> None:
     from events import LaunchRecord, RankProcess
     from events.testing import BASE_WALL_NS
