@@ -430,16 +430,21 @@ def _check_target(spec: str, target: str) -> str:
 def _action_for(spec: str, name: str) -> tuple[FaultAction, str | None]:
     if name in ("hang", "crash"):
         return FaultAction(name), None
-    cls = BUILTIN_EXCEPTIONS.get(name)
-    if cls is None:
-        close = sorted(n for n in BUILTIN_EXCEPTIONS if n.lower().startswith(name[:3].lower()))[:6]
-        hint = f" (did you mean {', '.join(close)}?)" if close and name else ""
+    if name not in BUILTIN_EXCEPTIONS:
         raise FaultSpecError(
             spec,
             name or "<empty exception>",
-            f"expected hang, crash or a builtin exception class name{hint}",
+            f"expected hang, crash or {not_an_exception(name)}",
         )
     return FaultAction.RAISE, name
+
+
+def not_an_exception(name: str) -> str:
+    """What a name that is no builtin exception class should have been:
+    ``a builtin exception class name (did you mean RuntimeError?)``."""
+    close = sorted(n for n in BUILTIN_EXCEPTIONS if n.lower().startswith(name[:3].lower()))[:6]
+    hint = f" (did you mean {', '.join(close)}?)" if close and name else ""
+    return f"a builtin exception class name{hint}"
 
 
 def _parse_spec(spec: str) -> Fault:

@@ -56,7 +56,7 @@ from events import MAX_WORLD_SIZE, DecodeError
 from events._codec import structure, unstructure
 
 from .._errors import FaultSpecError
-from .._faults import Fault, FaultAction, FaultPlan
+from .._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan, not_an_exception
 from .._importer import TableImporter, dotted_prefixes
 from .._json_text import load_json, read_input
 from ._config import BUILD_TARGETS, ProfileError
@@ -315,8 +315,9 @@ def _module_rule(module: str, entry: object, source: str) -> ModuleRule:
     if unknown:
         raise fail(f"{field}.{unknown[0]}", "unknown field; valid fields: raise, args, kwargs")
     exception = entry["raise"]
-    if exception in (FaultAction.HANG, FaultAction.CRASH):
-        raise fail(f"{field}.raise", "expected a builtin exception class name")
+    # hang and crash are faults, not facts of a host: never offered here.
+    if isinstance(exception, str) and exception not in BUILTIN_EXCEPTIONS:
+        raise fail(f"{field}.raise", f"expected {not_an_exception(exception)}")
     fault_json = {"target": module, **entry, "exception": exception}
     del fault_json["raise"]
     try:

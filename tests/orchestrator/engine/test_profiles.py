@@ -172,7 +172,17 @@ def test_an_unknown_profile_name_lists_the_builtins() -> None:
         ({"modules": {"zentorch": "maybe"}}, "modules['zentorch']", '"import", "absent"'),
         ({"modules": {"zentorch": 1}}, "modules['zentorch']", '"import", "absent"'),
         ({"modules": {"bad name": "import"}}, "modules['bad name']", "not a module name"),
-        ({"modules": {"x": {"raise": "OSErr"}}}, "modules['x'].raise", "builtin exception"),
+        # hang and crash are no profile's: never offered as what would be valid.
+        (
+            {"modules": {"x": {"raise": "OSErr"}}},
+            "modules['x'].raise",
+            "expected a builtin exception class name (did you mean OSError?)",
+        ),
+        (
+            {"modules": {"x": {"raise": "os.system"}}},
+            "modules['x'].raise",
+            "expected a builtin exception class name",
+        ),
         ({"modules": {"x": {"raise": "hang"}}}, "modules['x'].raise", "builtin exception"),
         (
             {"modules": {"x": {"raise": 7}}},
