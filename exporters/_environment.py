@@ -224,7 +224,10 @@ def combine_exporters(*exporters: SpanExporter) -> SpanExporter:
     return exporters[0] if len(exporters) == 1 else _FanOutExporter(list(exporters))
 
 
-def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter | None:
+def protocol_from_environment(env: Mapping[str, str]) -> str:
+    """The OTLP protocol the protocol variables ask for (one of
+    :data:`OTLP_PROTOCOLS`; unset → ``grpc``; an unsupported one is logged
+    once and falls back, see the module documentation)."""
     protocol_variable, protocol = _first_set(
         env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
     )
@@ -236,7 +239,11 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
             f"(valid: {', '.join(OTLP_PROTOCOLS)}); using {fallback}"
         )
         protocol = fallback
+    return protocol
 
+
+def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter | None:
+    protocol = protocol_from_environment(env)
     endpoint_variable, endpoint = _first_set(
         env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
     )

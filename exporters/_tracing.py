@@ -50,8 +50,9 @@ class Tracing:
     Args:
         otlp_endpoint: send spans to this OTLP collector (overrides the
             ``OTEL_EXPORTER_OTLP_*`` endpoint variables).
-        otlp_protocol: ``grpc`` (default) or ``http/protobuf`` for
-            ``otlp_endpoint``.
+        otlp_protocol: ``grpc`` or ``http/protobuf`` for ``otlp_endpoint``
+            (default: the ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` variables,
+            else ``grpc``).
         trace_file: also write the trace as a Jaeger-UI JSON file; in a world
             of several ranks each rank writes ``<stem>-rank-<N><suffix>``.
         console: also print spans to this stream.
@@ -90,10 +91,14 @@ class Tracing:
         env = self._env
         if not (self._otlp_endpoint or any(env.get(name) for name in _ASKING)):
             return None
-        from ._environment import exporter_from_environment, otlp_exporter
+        from ._environment import (
+            exporter_from_environment,
+            otlp_exporter,
+            protocol_from_environment,
+        )
 
         if self._otlp_endpoint:
-            protocol = self._otlp_protocol or "grpc"
+            protocol = self._otlp_protocol or protocol_from_environment(env)
             return otlp_exporter(
                 protocol,
                 endpoint=_otlp_url(self._otlp_endpoint, protocol),

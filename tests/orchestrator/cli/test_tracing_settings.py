@@ -156,3 +156,22 @@ def test_a_launch_with_an_endpoint_that_is_not_a_url_runs_without_export(tmp_pat
         "(Invalid IPv6 URL); not exporting over OTLP"
     ], done.stderr
     assert len(list(run_dir.glob("rank-*.jsonl"))) == 2
+
+
+def test_an_explicit_endpoint_takes_its_protocol_from_the_variables(tmp_path: Path) -> None:
+    # --help says --otlp-protocol defaults to $OTEL_EXPORTER_OTLP_PROTOCOL:
+    # the spans went over gRPC to the OTLP/HTTP collector, and were lost.
+    run_dir = tmp_path / "run"
+    with HttpReceiver() as receiver:
+        done = run_cli(
+            "run", "--simulate", "h200x8", "--run-dir", str(run_dir),
+            "--otlp-endpoint", receiver.endpoint,
+            env=cli_environment(OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"),
+            cwd=tmp_path,
+        )  # fmt: skip
+        received = receiver.spans()
+
+    assert done.returncode == 0, done.stderr
+    assert "could not export" not in done.stderr
+    expected = expected_span_ids(run_events(run_dir))
+    assert {span.span_id for span in received} == expected
