@@ -23,7 +23,8 @@ once, as a warning on the ``exporters.tracing`` logger, and tracing falls
 back (an unknown OTLP protocol → ``http/protobuf`` when it names an HTTP
 encoding such as ``http/json``, else ``grpc``; an unknown exporter name is
 dropped, and when none is left tracing is off; an endpoint that is not a
-URL → no OTLP export; a bad timeout → the default;
+URL → no OTLP export; a bad timeout → the default; a headers entry that
+is not ``name=value`` → left out, the variable named without its value;
 an unknown sampler → ``parentbased_always_on``; a bad ratio → 1.0).
 
 Certificates, compression and ``..._INSECURE`` are left to the OpenTelemetry
@@ -111,12 +112,13 @@ def otlp_grpc_exporter(
     """
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(
-        endpoint=endpoint,
-        insecure=insecure,
-        headers=dict(headers) if headers else None,
-        timeout=timeout_s,
-    )
+    with _malformed_headers_named():
+        return OTLPSpanExporter(
+            endpoint=endpoint,
+            insecure=insecure,
+            headers=dict(headers) if headers else None,
+            timeout=timeout_s,
+        )
 
 
 def otlp_http_exporter(
@@ -137,11 +139,12 @@ def otlp_http_exporter(
     """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(
-        endpoint=endpoint,
-        headers=dict(headers) if headers else None,
-        timeout=timeout_s,
-    )
+    with _malformed_headers_named():
+        return OTLPSpanExporter(
+            endpoint=endpoint,
+            headers=dict(headers) if headers else None,
+            timeout=timeout_s,
+        )
 
 
 def otlp_exporter(
@@ -256,14 +259,43 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     if endpoint is not None and generic and protocol == "http/protobuf":
         endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
 
-    _, headers_text = _first_set(
-        env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"
-    )
-    headers = parse_env_headers(headers_text, liberal=True) if headers_text else None
-
+    headers_variable, headers_text = _first_set(env, *_HEADERS_VARIABLES)
     if timeout_s is None:
         timeout_s = export_timeout_from_environment(env)
-    return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
+    with _malformed_headers_named(headers_variable):
+        headers = parse_env_headers(headers_text, liberal=True) if headers_text else None
+        return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
+
+
+_HEADERS_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+
+
+class _Swallow(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.count += 1
+        return False
+
+
+@contextlib.contextmanager
+def _malformed_headers_named(variable: str | None = None) -> Iterator[None]:
+    """OpenTelemetry logs each malformed entry of a headers variable, value
+    (a token) included, every time it parses one: within it, such entries
+    are one warning that names the variable and no value. (Nested, the
+    outermost speaks.)"""
+    swallow = _Swallow()
+    logger = logging.getLogger(parse_env_headers.__module__)
+    logger.addFilter(swallow)
+    try:
+        yield
+    finally:
+        logger.removeFilter(swallow)
+    if swallow.count:
+        variable = variable or _first_set(os.environ, *_HEADERS_VARIABLES)[0]
+        _warn(f"{variable}: an entry is not name=value (comma-separated); sent without it")
 
 
 #: The longest OTLP export timeout taken from the environment (a larger

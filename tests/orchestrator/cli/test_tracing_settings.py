@@ -77,6 +77,13 @@ ENGINE_MESSAGE = re.compile(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='http://[::1' is not a URL",
             False,  # nowhere to send them
         ),
+        (
+            GrpcReceiver,
+            # OpenTelemetry printed each bad entry, token and all, twice.
+            {"OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a,Authorization: Bearer s3cr3t"},
+            "OTEL_EXPORTER_OTLP_HEADERS: an entry is not name=value",
+            True,  # with the entries that are
+        ),
     ],
     ids=[
         "http-json",
@@ -87,6 +94,7 @@ ENGINE_MESSAGE = re.compile(
         "ratio",
         "timeout",
         "endpoint",
+        "headers",
     ],
 )
 def test_an_unsupported_value_warns_once_and_the_run_goes_on(
