@@ -31,16 +31,20 @@ class SpanExportError(ExportersError):
         exporter: the exporter's class name.
         exported: spans delivered before the failing batch.
         total: spans that were to be delivered.
+        detail: where they went and why they were not taken
+            (``to HOST:PORT (connection refused)``), when known.
     """
 
     __module__ = "exporters"
 
-    def __init__(self, *, exporter: str, exported: int, total: int) -> None:
+    def __init__(self, *, exporter: str, exported: int, total: int, detail: str = "") -> None:
         self.exporter = exporter
         self.exported = exported
         self.total = total
+        self.detail = detail
         super().__init__(
-            f"{exporter} failed to export spans: {exported} of {total} delivered; "
+            f"{exporter} failed to export spans{' ' + detail if detail else ''}: "
+            f"{exported} of {total} delivered; "
             f"the event log still holds them, export again when the collector is reachable"
         )
 

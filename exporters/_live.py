@@ -252,17 +252,13 @@ class _GuardedExporter(SpanExporter):
             if self._reported:
                 return
             self._reported = True
-        endpoint = getattr(self._inner, "_endpoint", None)
         quiet = self.peer_reports_unreachable and detail in _UNREACHABLE
         _logger.log(
             logging.DEBUG if quiet else logging.WARNING,
-            "could not export %d span(s)%s (%s); the run goes on, and its event log keeps "
+            "could not export %d span(s) %s; the run goes on, and its event log keeps "
             "every span for replay export",
             count,
-            f" to {_shown_endpoint(str(endpoint))}"
-            if endpoint
-            else f" with {type(self._inner).__name__}",
-            detail,
+            failure_detail(self._inner, detail),
         )
 
     def close(self, timeout_s: float) -> None:
@@ -317,6 +313,16 @@ def refused_at_once(said: Sequence[str]) -> None:
     reason = _summary(said, "")
     if reason in _REFUSED:
         raise Refused(reason)
+
+
+def failure_detail(exporter: SpanExporter, reason: str) -> str:
+    """``to HOST:PORT (reason)`` (credentials left out), or ``with
+    ExporterClass (reason)`` for an exporter that names no endpoint."""
+    endpoint = getattr(exporter, "_endpoint", None)
+    where = (
+        f"to {_shown_endpoint(str(endpoint))}" if endpoint else f"with {type(exporter).__name__}"
+    )
+    return f"{where} ({reason})"
 
 
 def _summary(messages: Sequence[str], problem: str) -> str:

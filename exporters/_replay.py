@@ -32,7 +32,14 @@ from events import (
 )
 
 from ._errors import SpanExportError
-from ._live import Refused, captured_messages, quiet_opentelemetry_loggers, refused_at_once
+from ._live import (
+    Refused,
+    _summary,
+    captured_messages,
+    failure_detail,
+    quiet_opentelemetry_loggers,
+    refused_at_once,
+)
 from ._spans import _ROOT_KIND, SeverityOf, readable_span, spans_from_events
 
 __all__ = ["export_events", "run_trace"]
@@ -100,13 +107,16 @@ def send_spans(
     for start in range(0, len(spans), batch_size):
         batch = spans[start : start + batch_size]
         try:
-            with captured_messages(refused_at_once):
+            with captured_messages(refused_at_once) as said:
                 result = exporter.export(batch)
         except Refused:
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             raise SpanExportError(
-                exporter=type(exporter).__name__, exported=start, total=len(spans)
+                exporter=type(exporter).__name__,
+                exported=start,
+                total=len(spans),
+                detail=failure_detail(exporter, _summary(said, "export failed")),
             )
 
 

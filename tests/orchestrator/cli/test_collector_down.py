@@ -115,9 +115,10 @@ def test_replay_export_to_a_collector_that_is_down_fails_promptly_in_one_line(
         env=cli_environment(), cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    port = closed_port()
     replayed = run_cli(
         "replay", str(run_dir), "--export", "otlp",
-        env=cli_environment(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}"),
+        env=cli_environment(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"),
         cwd=tmp_path,
     )  # fmt: skip
 
@@ -129,3 +130,5 @@ def test_replay_export_to_a_collector_that_is_down_fails_promptly_in_one_line(
     assert len(lines) == 1, replayed.stderr
     assert lines[0].startswith("startup-orchestrator: error: --export otlp: ")
     assert "0 of" in lines[0]
+    # Where and why, as the live warning says it (it said neither).
+    assert f"to 127.0.0.1:{port} (connection refused)" in lines[0]
