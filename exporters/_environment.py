@@ -270,30 +270,23 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
 _HEADERS_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 
 
-class _Swallow(logging.Filter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.count += 1
-        return False
-
-
 @contextlib.contextmanager
 def _malformed_headers_named(variable: str | None = None) -> Iterator[None]:
     """OpenTelemetry logs each malformed entry of a headers variable, value
     (a token) included, every time it parses one: within it, such entries
-    are one warning that names the variable and no value. (Nested, the
-    outermost speaks.)"""
-    swallow = _Swallow()
+    are captured as a guarded export's records are, and are one warning that
+    names the variable and no value. (Nested, the outermost speaks.)"""
+    from ._live import _CAPTURE_FILTER, _capture, captured_messages
+
+    if getattr(_capture, "captured", None) is not None:
+        yield  # within the outer one, which speaks
+        return
     logger = logging.getLogger(parse_env_headers.__module__)
-    logger.addFilter(swallow)
-    try:
+    if _CAPTURE_FILTER not in logger.filters:
+        logger.addFilter(_CAPTURE_FILTER)
+    with captured_messages() as said:
         yield
-    finally:
-        logger.removeFilter(swallow)
-    if swallow.count:
+    if said:
         variable = variable or _first_set(os.environ, *_HEADERS_VARIABLES)[0]
         _warn(f"{variable}: an entry is not name=value (comma-separated); sent without it")
 
