@@ -60,7 +60,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -784,7 +784,9 @@ class Startup:
                             # raised to the caller once everything is flushed.
                             self._error = exc
                     # Still watching: a stop during the last exchange or the
-                    # collection of the logs ends that wait, not the process.
+                    # collection of the logs ends that wait, not the process;
+                    # one from now on, before a wait begins, ends the next.
+                    self._scope = anyio.CancelScope()
                     await self._end_with_peers()
                 finally:
                     stops.on_signal = None
@@ -819,6 +821,17 @@ class Startup:
         self._runner.stopping(reason)
         if self._scope is not None:
             self._scope.cancel()
+
+    @contextlib.contextmanager
+    def _wait_after_run(self) -> Iterator[anyio.CancelScope]:
+        """The scope of a wait after the run, which :meth:`stop` cancels;
+        a stop asked since the previous wait ended cancels it at once."""
+        assert self._scope is not None
+        try:
+            with self._scope as scope:
+                yield scope
+        finally:
+            self._scope = anyio.CancelScope()
 
     def _group_broken(self) -> bool:
         """Whether the run failed in an exchange with its peers (a peer
@@ -855,8 +868,7 @@ class Startup:
             "warnings": derived,
         }
         gathered: list[JsonValue] = []
-        with contextlib.suppress(Exception), anyio.CancelScope() as scope:
-            self._scope = scope
+        with contextlib.suppress(Exception), self._wait_after_run():
             gathered = await self._threads.run(
                 "", group.all_gather, payload, name="startup: end-of-run exchange"
             )
@@ -998,8 +1010,7 @@ class Startup:
         if mailbox is not None:
             for rank in range(1, identity.world_size):
                 announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
-        with anyio.CancelScope() as scope:
-            self._scope = scope
+        with self._wait_after_run() as scope:
             for rank in range(1, identity.world_size):
                 entry = RankProcess(rank=rank)
                 content: bytes | None = None

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import attrs
 import pytest
 
@@ -399,3 +401,43 @@ async def test_a_stop_while_rank_0_collects_ends_the_wait_and_the_record_is_writ
     manifest = read_manifest(tmp_path / "node0")
     assert manifest is not None
     assert [entry.not_delivered is not None for entry in manifest.ranks] == [False, True, True]
+
+
+class StoppingGroup(MailboxGroup):
+    """A :class:`MailboxGroup` whose first look for where a peer runs asks
+    rank 0 to stop, on its event loop: the stop lands after the run ended,
+    before the wait for the peers' logs began."""
+
+    def __init__(self, mailbox: dict[str, bytes], waits: list[float]) -> None:
+        super().__init__(0, mailbox, waits)
+        self.stop: Callable[[], None] | None = None
+
+    def take(self, key: str, timeout_s: float) -> bytes | None:
+        stop, self.stop = self.stop, None
+        if stop is not None:
+            stop()
+        return super().take(key, timeout_s)
+
+
+@pytest.mark.anyio
+async def test_a_stop_just_before_rank_0_waits_for_the_logs_ends_that_wait(
+    tmp_path: Path,
+) -> None:
+    # torchrun stops every worker as soon as one ended: rank 0 got the
+    # SIGTERM as its own run ended, before its wait for the logs began, and
+    # then waited the whole group timeout for them (until torchrun killed
+    # it, with no manifest).
+    waits: list[float] = []
+    group = StoppingGroup({}, waits)
+    startup = _rank(tmp_path, 0, group.mailbox, group=group, group_timeout_s=30.0)
+    token = anyio.lowlevel.current_token()
+    group.stop = lambda: anyio.from_thread.run_sync(startup.stop, token=token)
+    with startup:
+        result = await startup.arun()
+
+    assert group.stop is None
+    assert result.ready
+    assert result.undelivered == (1, 2)
+    assert waits  # it looked, without waiting
+    assert max(waits) == 0.0
+    assert read_manifest(tmp_path / "node0") is not None
