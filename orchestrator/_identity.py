@@ -101,14 +101,20 @@ def launcher_convention(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def _slurm_tasks_per_node(env: Mapping[str, str]) -> dict[str, str]:
-    """``SLURM_NTASKS_PER_NODE``, else the first count of
-    ``SLURM_TASKS_PER_NODE`` (``"4(x2)"`` or ``"4,4"``) as that variable."""
-    if env.get("SLURM_NTASKS_PER_NODE", "").strip():
-        return {}
-    text = env.get("SLURM_TASKS_PER_NODE", "").strip()
-    match = re.match(r"^(\d+)", text)
-    return {"SLURM_NTASKS_PER_NODE": match[1]} if match else {}
+def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[dict[str, str], int]:
+    """``SLURM_NTASKS_PER_NODE``, else this node's (``SLURM_NODEID``'s)
+    count in ``SLURM_TASKS_PER_NODE`` (``"4(x2)"``, ``"4,4"`` or, for nodes
+    of unequal shares, ``"2(x3),1"``) as that variable; and how many nodes
+    that lists (0: none)."""
+    node = env.get("SLURM_NODEID", "").strip()
+    index = int(node) if node.isdecimal() else 0
+    tasks: dict[str, str] = {}
+    nodes = 0
+    for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", env.get("SLURM_TASKS_PER_NODE", "")):
+        nodes += int(repeat or 1)
+        if index < nodes and not tasks:
+            tasks = {"SLURM_NTASKS_PER_NODE": count}
+    return ({} if env.get("SLURM_NTASKS_PER_NODE", "").strip() else tasks), nodes
 
 
 def identity_from_environment(
@@ -136,8 +142,10 @@ def identity_from_environment(
     env = os.environ if environ is None else environ
     convention = launcher_convention(env)
     names = dict(_CONVENTIONS)[convention or "torchrun"]
+    listed_nodes = 0
     if convention == "SLURM":
-        env = {**env, **_slurm_tasks_per_node(env)}
+        tasks, listed_nodes = _slurm_tasks_per_node(env)
+        env = {**env, **tasks}
     rank_name, local_rank_name, world_name, local_world_name, node_name = names
     the_rank = _int(env, rank_name, 0, rank)
     the_world = _int(env, world_name, 1, world_size)
@@ -163,7 +171,7 @@ def identity_from_environment(
             the_local_rank,
             f"must be below {local_world_name}={the_local_world} (local ranks are 0-based)",
         )
-    nodes = -(-the_world // the_local_world)
+    nodes = max(-(-the_world // the_local_world), listed_nodes)
     node_name = node_name or "node_rank"
     the_node = _int(env, node_name, the_rank // the_local_world, node_rank)
     if the_node >= nodes:

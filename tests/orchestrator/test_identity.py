@@ -145,3 +145,31 @@ def test_new_run_ids_are_valid_and_unique() -> None:
     assert first != second
     assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{6}", first)
     assert run_id_from_environment({RUN_ID_VARIABLE: first}) == first
+
+
+def test_slurm_nodes_of_unequal_shares_each_count_their_own_tasks() -> None:
+    # srun -n 5 over two nodes of 2 and 3 free CPUs: SLURM_TASKS_PER_NODE
+    # is "2,3". The third task of node 1 was refused (SLURM_LOCALID=2 "must
+    # be below SLURM_NTASKS_PER_NODE=2", a variable nobody set), and the
+    # last node of "1(x2),3" was past the node count.
+    def task(layout: str, rank: int, local_rank: int, node: int) -> RankIdentity:
+        return identity_from_environment(
+            {
+                "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": str(local_rank),
+                "SLURM_NODEID": str(node),
+                "SLURM_NTASKS": "5",
+                "SLURM_TASKS_PER_NODE": layout,
+            }
+        )
+
+    assert task("2,3", 4, 2, 1) == RankIdentity(
+        rank=4, local_rank=2, world_size=5, local_world_size=3, node_rank=1
+    )
+    assert task("2,3", 1, 1, 0).local_world_size == 2
+    assert task("1(x2),3", 4, 2, 2) == RankIdentity(
+        rank=4, local_rank=2, world_size=5, local_world_size=3, node_rank=2
+    )
+    assert task("1(x2),3", 1, 0, 1).local_world_size == 1
+    with pytest.raises(RankEnvironmentError, match=r"^SLURM_LOCALID=3: "):
+        task("2,3", 4, 3, 1)
