@@ -446,7 +446,8 @@ class Replay:
             here is).
         launch: what the launcher recorded of the run, when known.
         until: the cutoff (``seq``) the run was replayed to, if any.
-        simulated: the simulated host the ranks ran on, if any.
+        simulated: the simulated host the ranks ran on, if any (several,
+            each once, joined by ``", "``).
         injected: the faults injected on any rank, each once.
         pids: rank -> the process id its ``run.started`` recorded.
     """
@@ -870,7 +871,9 @@ def _judged(
         no_events=no_events,
         launch=launch,
         until=until,
-        simulated=next((event.simulated for event in started if event.simulated), None),
+        # Each node of a launch may simulate another host: every one, once.
+        simulated=", ".join(dict.fromkeys(event.simulated for event in started if event.simulated))
+        or None,
         injected=tuple(dict.fromkeys(spec for event in started for spec in event.injected)),
         slices=tuple(slices),
         pids={event.rank: event.pid for event in started},

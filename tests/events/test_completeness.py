@@ -324,6 +324,20 @@ def test_a_simulated_host_and_injected_faults_are_said_first() -> None:
     )
 
 
+def test_every_simulated_host_of_the_ranks_is_said() -> None:
+    # Two torchrun nodes started with --simulate h200x8 and --simulate
+    # a100x4: the report named h200x8 alone, as if every rank ran on it.
+    streams = []
+    for rank, host in enumerate(["h200x8", "h200x8", "a100x4"]):
+        events = ready_rank(rank, world_size=3)
+        events[0] = attrs.evolve(events[0], simulated=host)
+        streams.append(events)
+    result = replay(streams)
+
+    assert report_text(result).splitlines()[1] == "Not a real start: simulated host h200x8, a100x4"
+    assert report_json(result)["simulated"] == "h200x8, a100x4"
+
+
 def test_a_launch_whose_ranks_wrote_nothing_is_reported_from_its_manifest() -> None:
     # The launcher was stopped while it started the ranks: rank 0 started
     # and got the forwarded SIGINT before its log opened; rank 1 never started.
