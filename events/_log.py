@@ -12,6 +12,7 @@ file lines never interleave.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import threading
@@ -225,8 +226,9 @@ class JsonlLog(_LogBase):
     """A log in a JSON Lines file, one event per line.
 
     Each event is written with a single ``write`` of one complete line on a
-    descriptor opened with ``O_APPEND`` (short writes are continued), so a
-    reader sees whole lines or, after a crash mid-write, a torn last line
+    descriptor opened with ``O_APPEND`` (short writes are continued; a line
+    whose write fails part-way, on a full disk, is cut off), so a reader
+    sees whole lines or, after a crash mid-write, a torn last line
     that :func:`events.read_log` tolerates. When the file is created its
     directory is fsynced so the file itself survives a crash.
 
@@ -325,14 +327,16 @@ class JsonlLog(_LogBase):
             event = evolve(event, {"seq": seq})
             record = LINE_ENCODERS[event.TYPE](event)
         line = orjson.dumps(record, None, _NEWLINE)
+        written = 0
         try:
             written = os.write(self._fd, line)
-            if written != len(line):
-                view = memoryview(line)[written:]
-                while view:
-                    view = view[os.write(self._fd, view) :]
+            while written != len(line):
+                written += os.write(self._fd, memoryview(line)[written:])
         except OSError as exc:
             self._failed_write = self._failed_write or exc
+            if written:  # cut the part written off, or the next line would follow it
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
             raise
         self._dirty = True
         if self._may_sync and (

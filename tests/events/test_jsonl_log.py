@@ -23,6 +23,8 @@ class RecordingOs:
         self.fsyncs: list[str] = []
         self.max_write: int | None = None
         self.fail_writes: OSError | None = None
+        #: Writes that go through before ``fail_writes`` takes effect.
+        self.writes_before_failing = 0
         self.writes = 0
 
     def __getattr__(self, name: str) -> object:
@@ -34,7 +36,7 @@ class RecordingOs:
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         self.writes += 1
-        if self.fail_writes is not None:
+        if self.fail_writes is not None and self.writes > self.writes_before_failing:
             raise self.fail_writes
         if self.max_write is not None:
             data = data[: self.max_write]
@@ -201,6 +203,28 @@ def test_a_failed_write_stores_nothing(tmp_path: Path, recording_os: RecordingOs
         recording_os.fail_writes = None
         assert log.append(stream[1]) == 1
     assert events.read_log(path).events == tuple(stream[:2])
+
+
+def test_a_write_failing_part_way_leaves_no_partial_line(
+    tmp_path: Path, recording_os: RecordingOs
+) -> None:
+    # A full disk takes part of a line, then refuses the rest: the part is
+    # cut off, so the events appended once there is room again follow the
+    # last whole line, and the file reads back.
+    path = tmp_path / "r.jsonl"
+    stream = rank_stream()
+    with JsonlLog(path, run_id="run-1", durability="never") as log:
+        log.append(stream[0])
+        recording_os.max_write = 7
+        recording_os.writes_before_failing = recording_os.writes + 2
+        recording_os.fail_writes = OSError(errno.ENOSPC, "No space left on device")
+        with pytest.raises(OSError, match="No space left"):
+            log.append(stream[1])
+        assert path.read_bytes() == events.encode(stream[0]) + b"\n"
+        recording_os.max_write = recording_os.fail_writes = None
+        for event in stream[1:]:
+            log.append(event)
+    assert events.read_log(path).events == tuple(stream)
 
 
 def test_closed_error_names_the_file(tmp_path: Path) -> None:
