@@ -462,8 +462,7 @@ class _Capture:
             "frames": self._frames(_safe_getattr(exc, "__traceback__")),
         }
         if isinstance(exc, OSError):
-            errno_value = _safe_getattr(exc, "errno")
-            fields["errno"] = errno_value if isinstance(errno_value, int) else None
+            fields["errno"] = _errno(_safe_getattr(exc, "errno"))
             fields["strerror"] = self._optional_text(exc, "strerror")
             fields["filename"] = self._optional_text(exc, "filename")
         if isinstance(exc, ImportError):
@@ -506,6 +505,13 @@ class _Capture:
             for frame in summary[-MAX_FRAMES:]
         ]
         return tuple(frames)
+
+
+def _errno(value: object) -> int | None:
+    """An ``errno`` as a log can hold it: an integer (not a bool) of 64 bits."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return int(value)
+    return None
 
 
 def _safe_getattr(obj: object, name: str) -> Any:

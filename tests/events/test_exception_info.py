@@ -269,6 +269,19 @@ def test_hostile_notes_and_attributes() -> None:
     assert info.notes[0].startswith("<unprintable ")
 
 
+@pytest.mark.parametrize("errno", [True, 2**64, -(2**63) - 1, "2", 1.5])
+def test_an_errno_a_log_cannot_hold_is_not_kept(errno: object) -> None:
+    # Kept, it would make the event unwritable (past 64 bits) or its log
+    # unreadable (a bool is not an integer to the decoder).
+    exc = OSError(5, "I/O error")
+    exc.errno = errno  # type: ignore[assignment]
+    info = capture(exc)
+    assert info.errno is None
+    assert info.strerror == "I/O error"
+    event = as_event(info)
+    assert events.decode(events.encode(event)) == event
+
+
 def test_cycle_in_the_cause_chain() -> None:
     first = ValueError("first")
     second = ValueError("second")
