@@ -248,7 +248,10 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     try:
         data = _read_bytes(file)
     except LogError as exc:
-        return [LogProblem(path=file, line=0, kind=ProblemKind.UNREADABLE, message=str(exc))]
+        # The problem names the file itself: its message says only what is wrong.
+        reason = exc.reason if isinstance(exc, LogCorruptError) else str(exc)
+        message = reason.removeprefix(f"{file}: ")
+        return [LogProblem(path=file, line=0, kind=ProblemKind.UNREADABLE, message=message)]
     problems: list[LogProblem] = []
 
     def found(line: int, kind: ProblemKind, message: str, *, fatal: bool = True) -> None:

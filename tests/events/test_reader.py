@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import attrs
@@ -310,7 +311,18 @@ def test_validate_a_missing_file(tmp_path: Path) -> None:
         ProblemKind.UNREADABLE,
         True,
     )
-    assert "cannot read log" in problem.message
+    assert problem.message == "cannot read log: No such file or directory"
+    assert str(problem) == f"{path}:0: cannot read log: No such file or directory"
+
+
+def test_validate_names_a_file_it_cannot_read_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "rank-0.jsonl"
+    os.mkfifo(fifo)
+    (problem,) = events.validate(fifo)
+    assert problem.kind is ProblemKind.UNREADABLE
+    assert str(problem) == f"{fifo}:0: is a FIFO, not a regular file; it was not read"
+    (problem,) = events.validate(tmp_path)
+    assert str(problem) == f"{tmp_path}:0: is a directory, not a log file"
 
 
 # --- the steps' tree -------------------------------------------------------------
