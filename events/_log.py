@@ -25,7 +25,7 @@ import orjson
 
 from ._builders import evolve
 from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS
-from ._errors import LogClosedError, StreamMismatchError
+from ._errors import InvalidValueError, LogClosedError, StreamMismatchError
 from ._model import Event
 
 __all__ = ["Durability", "EventLog", "JsonlLog", "MemoryLog", "Subscription"]
@@ -221,6 +221,10 @@ class Durability(enum.StrEnum):
     INTERVAL = "interval"
     NEVER = "never"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Durability:
+        raise InvalidValueError("durability", value, [member.value for member in cls])
+
 
 class JsonlLog(_LogBase):
     """A log in a JSON Lines file, one event per line.
@@ -255,7 +259,9 @@ class JsonlLog(_LogBase):
         :class:`FileExistsError` before anything is written.
 
         Raises:
-            ValueError: ``interval_ms`` is negative or ``durability`` unknown.
+            ValueError: ``interval_ms`` is negative; an
+                :class:`~events.InvalidValueError` (a ``ValueError``) lists the
+                valid values of an unknown ``durability``.
             FileExistsError: ``exclusive`` and the file exists.
             events.LogCorruptError: the existing file is damaged.
             events.StreamMismatchError: the existing file is of another stream.

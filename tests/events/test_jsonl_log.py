@@ -169,8 +169,10 @@ def test_every_policy_writes_the_same_file(tmp_path: Path) -> None:
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="sometimes"):
+    with pytest.raises(events.InvalidValueError) as unknown:
         JsonlLog(tmp_path / "a.jsonl", run_id="r", durability="sometimes")
+    assert str(unknown.value) == "unknown durability 'sometimes'; valid: always, interval, never"
+    assert not (tmp_path / "a.jsonl").exists()
     with pytest.raises(ValueError, match="interval_ms must be >= 0"):
         JsonlLog(tmp_path / "b.jsonl", run_id="r", interval_ms=-1)
 
