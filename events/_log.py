@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import os
 import threading
 import time
@@ -259,7 +260,7 @@ class JsonlLog(_LogBase):
         :class:`FileExistsError` before anything is written.
 
         Raises:
-            ValueError: ``interval_ms`` is negative; an
+            ValueError: ``interval_ms`` is negative or not finite; an
                 :class:`~events.InvalidValueError` (a ``ValueError``) lists the
                 valid values of an unknown ``durability``.
             FileExistsError: ``exclusive`` and the file exists.
@@ -273,8 +274,8 @@ class JsonlLog(_LogBase):
         self._sync_always = self._durability is Durability.ALWAYS
         # One test per append under ``never``.
         self._may_sync = self._durability is not Durability.NEVER
-        if interval_ms < 0:
-            raise ValueError(f"interval_ms must be >= 0, not {interval_ms}")
+        if not 0 <= interval_ms < math.inf:
+            raise ValueError(f"interval_ms must be >= 0 and finite, not {interval_ms}")
         self._interval_ns = int(interval_ms * 1_000_000)
         self._last_sync_ns = time.monotonic_ns()
         self._dirty = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from pathlib import Path
@@ -173,8 +174,11 @@ def test_bad_arguments(tmp_path: Path) -> None:
         JsonlLog(tmp_path / "a.jsonl", run_id="r", durability="sometimes")
     assert str(unknown.value) == "unknown durability 'sometimes'; valid: always, interval, never"
     assert not (tmp_path / "a.jsonl").exists()
-    with pytest.raises(ValueError, match="interval_ms must be >= 0"):
-        JsonlLog(tmp_path / "b.jsonl", run_id="r", interval_ms=-1)
+    for interval_ms in (-1, math.nan, math.inf):
+        with pytest.raises(
+            ValueError, match=f"interval_ms must be >= 0 and finite, not {interval_ms}"
+        ):
+            JsonlLog(tmp_path / "b.jsonl", run_id="r", interval_ms=interval_ms)
 
 
 def test_short_writes_are_continued(tmp_path: Path, recording_os: RecordingOs) -> None:
