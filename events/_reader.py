@@ -432,6 +432,17 @@ def _kind_of(exc: DecodeError) -> ProblemKind:
     return ProblemKind.BAD_RECORD
 
 
+def check_logs(source: object, name: str) -> None:
+    """Refuse a path or one log where a list of logs goes: iterated, it would
+    be taken apart (a path into characters) and fail far from the call."""
+    if isinstance(source, str | os.PathLike | LogContents):
+        what = f"the log {source.path}" if isinstance(source, LogContents) else repr(source)
+        raise TypeError(
+            f"{name} is {what}, not a list of logs or events: "
+            "pass [events.read_log(path), ...], one per rank"
+        )
+
+
 def merge(logs: Iterable[LogContents | Iterable[Event]]) -> Iterator[Event]:
     """Merge several ranks' event streams into one, ordered by wall-clock
     time, ties broken by ``(rank, seq)``.
@@ -441,7 +452,9 @@ def merge(logs: Iterable[LogContents | Iterable[Event]]) -> Iterator[Event]:
 
     Raises:
         LogError: two streams are of the same rank, or of different runs.
+        TypeError: ``logs`` is one log or a path, not a list of them.
     """
+    check_logs(logs, "logs")
     streams: list[Iterable[Event]] = []
     seen: dict[int, str] = {}
     run_ids: set[str] = set()

@@ -53,7 +53,7 @@ from ._model import (
     StepSucceeded,
 )
 from ._rank_state import ELSEWHERE, RankState, RootCause, _root_cause, _StateTracking
-from ._reader import LogContents
+from ._reader import LogContents, check_logs
 from ._reducers import (
     DECISION,
     ENDED,
@@ -712,8 +712,10 @@ def replay(
             another ``until``.
         TypeError: one of ``slices`` is not a :class:`~events.Slice` (an
             import path such as ``"orchestrator.engine:ENGINE"`` is what the
-            command line's ``--slice`` loads; in code, pass the object).
+            command line's ``--slice`` loads; in code, pass the object), or
+            ``source`` is one log or a path, not a list of them.
     """
+    check_logs(source, "source")
     folder = RankFolder(slices, until)
     by_rank: dict[int, list[Event]] = {}
     owners: dict[int, str] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,24 @@ def test_merging_logs_of_different_runs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LogError) as caught:
         events.merge([events.read_log(path) for path in paths])
     assert str(caught.value) == "logs of different runs cannot be merged: run-a, run-b"
+
+
+def test_one_log_or_a_path_where_a_list_goes_is_named(tmp_path: Path) -> None:
+    # Iterated, a path would be taken apart into characters and one log
+    # refused as not iterable, far from what was meant.
+    (path,) = write_logs(tmp_path, "run-1", [0])
+    contents = events.read_log(path)
+    for function, name in ((events.merge, "logs"), (events.replay, "source")):
+        with pytest.raises(TypeError) as caught:
+            function(contents)  # type: ignore[operator]
+        assert str(caught.value) == (
+            f"{name} is the log {path}, not a list of logs or events: "
+            "pass [events.read_log(path), ...], one per rank"
+        )
+        for given in (path, str(path)):
+            with pytest.raises(TypeError, match=f"^{name} is {re.escape(repr(given))}, not a list"):
+                function(given)  # type: ignore[operator]
+    assert events.replay([contents]).outcome is RunOutcome.INCOMPLETE
 
 
 def write_logs(directory: Path, run_id: str, ranks: list[int]) -> list[Path]:
