@@ -718,15 +718,17 @@ def replay(
     check_logs(source, "source")
     folder = RankFolder(slices, until)
     by_rank: dict[int, list[Event]] = {}
-    owners: dict[int, str] = {}
+    #: rank -> the item of ``source`` that holds it, and what that is
+    owners: dict[int, tuple[int, str]] = {}
     warnings: list[str] = []
     ranks: dict[int, FoldedRank] = {}
 
     def own(rank: int, owner: str) -> None:
-        previous = owners.setdefault(rank, owner)
-        if previous != owner:
+        # By item: one log given twice is two logs of its rank.
+        previous = owners.setdefault(rank, (index, owner))
+        if previous != (index, owner):
             raise LogError(
-                f"two logs for rank {rank} ({previous} and {owner}); pass one log per rank"
+                f"two logs for rank {rank} ({previous[1]} and {owner}); pass one log per rank"
             )
 
     def take(events: Sequence[Event], owner: str | None) -> None:
@@ -759,7 +761,7 @@ def replay(
             take(item if isinstance(item, Sequence) else list(item), f"event stream {index}")
     for rank, events in by_rank.items():
         if until is None or any(event.seq <= until for event in events):
-            ranks[rank] = folder._fold(events, owners.get(rank), ())
+            ranks[rank] = folder._fold(events, owners[rank][1] if rank in owners else None, ())
     by_rank.clear()
     return _judged([ranks[rank] for rank in sorted(ranks)], folder.slices, launch, until, warnings)
 

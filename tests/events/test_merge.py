@@ -123,6 +123,18 @@ def test_merging_two_logs_of_one_rank_is_refused(tmp_path: Path) -> None:
     assert str(path) in str(caught.value)
 
 
+def test_replaying_one_log_twice_is_refused_as_two_logs_of_its_rank(tmp_path: Path) -> None:
+    (path,) = write_logs(tmp_path, "run-1", [0])
+    contents = events.read_log(path)
+    for twice, owners in (
+        ([contents, contents], f"{path} and {path}"),
+        ([contents.events, contents.events], "event stream 0 and event stream 1"),
+    ):
+        with pytest.raises(LogError) as caught:
+            events.replay(twice)
+        assert str(caught.value) == f"two logs for rank 0 ({owners}); pass one log per rank"
+
+
 def test_merging_logs_of_different_runs_is_refused(tmp_path: Path) -> None:
     paths = write_logs(tmp_path / "a", "run-a", [0]) + write_logs(tmp_path / "b", "run-b", [1])
     with pytest.raises(LogError) as caught:
