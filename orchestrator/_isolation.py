@@ -69,6 +69,9 @@ STDERR_TAIL_LINES = 20
 
 #: How long a child given up has to send its stacks before it is killed.
 STACKS_WAIT_S = 1.0
+#: How long the pipes are read after the child exits: a process it started
+#: may hold them open for as long as it lives.
+PIPES_AFTER_EXIT_S = 1.0
 #: Exit code the child uses when it could not even start the body.
 _SETUP_FAILED = 86
 
@@ -196,7 +199,8 @@ async def run_isolated(
         async with anyio.create_task_group() as group:
             group.start_soon(drain, process.stdout, stdout)
             group.start_soon(drain, process.stderr, stderr)
-        returncode = await process.wait()
+            returncode = await process.wait()
+            group.cancel_scope.deadline = anyio.current_time() + PIPES_AFTER_EXIT_S
     finally:
         if process.returncode is None:
             with anyio.CancelScope(shield=True):

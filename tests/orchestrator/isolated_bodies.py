@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,14 @@ def hang(ctx: StepContext) -> JsonValue:
     Path(str(ctx.config["pid_file"])).write_text(str(os.getpid()))
     while True:
         time.sleep(60)
+
+
+def leave_a_helper_behind(ctx: StepContext) -> JsonValue:
+    """Start a process that outlives the body holding the child's stdin,
+    stdout and stderr (as a library's daemon does), and return at once: the
+    helper lives until the run lets go of the child's stdin."""
+    subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"])
+    return "returned"
 
 
 def wait_for_the_device(ctx: StepContext) -> JsonValue:

@@ -163,6 +163,15 @@ async def test_a_hanging_child_is_killed_at_the_timeout(tmp_path: Path) -> None:
     assert_log_contract(log)
 
 
+async def test_a_process_the_child_leaves_behind_does_not_hold_up_the_step() -> None:
+    log = new_log()
+    result = await run(isolated(isolated_bodies.leave_a_helper_behind), log)
+
+    assert result["probe"].value == "returned"
+    assert only(log, StepSucceeded, "probe").result == "returned"
+    assert_log_contract(log)
+
+
 def open_reader(fifo: Path) -> BinaryIO:
     return fifo.open("rb", buffering=0)
 
