@@ -17,13 +17,14 @@ from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
 import attrs
+import orjson
 
 from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind, ThreadStack
 
 from ._importer import Importer
 from ._policy import ErrorPolicy
 
-__all__ = ["StepBody", "StepContext", "StepResult", "StepRun", "Unavailable"]
+__all__ = ["StepBody", "StepContext", "StepResult", "StepRun", "Unavailable", "check_json"]
 
 T = TypeVar("T")
 
@@ -53,6 +54,18 @@ class StepResult:
     def ok(self) -> bool:
         """Whether the outcome is ``ok``."""
         return self.outcome is Outcome.OK
+
+
+def check_json(step: str, value: Any) -> None:
+    """Raise a :class:`TypeError` naming ``step`` when ``value``, its body's
+    result, is not JSON (in the run's process and an isolated step's child)."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"step {step!r} returned {type(value).__name__}, which is not JSON "
+            f"serialisable; return JSON values (dict, list, str, numbers, None): {exc}"
+        ) from None
 
 
 @attrs.frozen(kw_only=True)

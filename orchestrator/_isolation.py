@@ -53,7 +53,7 @@ from events import (
 )
 from events._codec import structure, unstructure
 
-from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable
+from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable, check_json
 from ._errors import IsolatedStepError
 from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
@@ -465,6 +465,7 @@ def _child_main() -> int:
                 }
             )
         else:
+            check_json(job.step, value)
             answer({"status": "ok", "value": value})
     except BaseException as exc:  # everything goes back to the parent as data
         error = IsolatedError.capture(exc)

@@ -30,7 +30,6 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio
 import attrs
-import orjson
 
 from events import (
     DecisionMade,
@@ -59,7 +58,7 @@ from events import (
 )
 from events._launch import derive_trace_id
 
-from ._context import StepBody, StepContext, StepResult, Unavailable
+from ._context import StepBody, StepContext, StepResult, Unavailable, check_json
 from ._decisions import DEFAULT_DECIDERS, Decider
 from ._errors import DuplicateStepError, StartupInterrupted, StepCrashedError, StepTimeoutError
 from ._faults import FaultPlan
@@ -658,12 +657,8 @@ class _Run:
             end(StepUnavailable, outcome=value.outcome, reasons=value.reasons)
             return StepResult(step=name, outcome=value.outcome, reasons=value.reasons)
         try:
-            orjson.dumps(value)
-        except TypeError as exc:
-            bad = TypeError(
-                f"step {name!r} returned {type(value).__name__}, which is not JSON "
-                f"serialisable; return JSON values (dict, list, str, numbers, None): {exc}"
-            )
+            check_json(name, value)
+        except TypeError as bad:
             return self.handle_error(bad, name=name, policy=policy, end=end)
         end(StepSucceeded, result=value)
         return StepResult(step=name, outcome=Outcome.OK, value=value)

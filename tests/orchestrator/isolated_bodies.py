@@ -69,6 +69,11 @@ def block_in_the_driver(fifo: str) -> None:
         out.write(b"x" * (16 * 1024 * 1024))
 
 
+def return_a_set(ctx: StepContext) -> JsonValue:
+    """A result that is not JSON."""
+    return {"cuda", "rocm"}  # type: ignore[return-value]
+
+
 def permission_denied(ctx: StepContext) -> JsonValue:
     """A recorded environment failure."""
     raise PermissionError(13, "Permission denied", "/root/.cache/flashinfer")

@@ -242,6 +242,21 @@ async def test_a_propagating_exception_comes_back_with_its_type() -> None:
     assert_log_contract(log)
 
 
+async def test_a_non_json_result_is_named_as_in_the_runs_process() -> None:
+    log = new_log()
+    with pytest.raises(TypeError) as raised:
+        await run(isolated(isolated_bodies.return_a_set), log)
+
+    message = (
+        "step 'probe' returned set, which is not JSON serialisable; "
+        "return JSON values (dict, list, str, numbers, None): Type is not JSON serializable: set"
+    )
+    failed = only(log, StepFailed, "probe")
+    assert (failed.cause.type, failed.cause.message) == ("TypeError", message)
+    assert str(raised.value) == message
+    assert_log_contract(log)
+
+
 async def test_the_child_refuses_what_only_the_parent_can_do() -> None:
     log = new_log()
     with pytest.raises(RuntimeError) as raised:
