@@ -58,6 +58,7 @@ from ._errors import IsolatedStepError
 from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
 from ._policy import qualified_name
+from ._signals import follow_launcher
 from ._threads import StepThreads
 
 __all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
@@ -128,6 +129,8 @@ class IsolationJob:
     importer: Mapping[str, Any] | None = None
     host: Mapping[str, Any] | None = None
     sys_path: tuple[str, ...] = ()
+    #: The run's process: the child never outlives it.
+    parent_pid: int | None = None
 
 
 async def run_isolated(
@@ -173,6 +176,7 @@ async def run_isolated(
         importer=_portable(importer),
         host=_portable(run.host),
         sys_path=tuple(sys.path),
+        parent_pid=os.getpid(),
     )
     environment = dict(os.environ)
     environment["TRACEPARENT"] = context.traceparent
@@ -433,6 +437,9 @@ def _child_main() -> int:
         # interpreter's exit waits a second for that lock and then aborts.
         lines = _lines(0)
         job = structure(IsolationJob, orjson.loads(next(lines, b"")))
+        if job.parent_pid is not None:
+            # Killed (SIGKILL too), the run's process takes the child with it.
+            follow_launcher(job.parent_pid)
         threading.Thread(
             target=_answer_stacks, args=(answer, job.step, lines), name="stacks", daemon=True
         ).start()

@@ -10,6 +10,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +55,14 @@ def leave_a_helper_behind(ctx: StepContext) -> JsonValue:
     helper lives until the run lets go of the child's stdin."""
     subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"])
     return "returned"
+
+
+def tell_and_hang(ctx: StepContext) -> JsonValue:
+    """Write the child's pid to the test's FIFO, then never return."""
+    with open(str(ctx.config["pid_fifo"]), "w") as out:
+        out.write(str(os.getpid()))
+    threading.Event().wait()
+    return None  # pragma: no cover - never returns
 
 
 def wait_for_the_device(ctx: StepContext) -> JsonValue:

@@ -5,8 +5,10 @@ Each test spawns one Python process, so there are few of them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -170,6 +172,35 @@ async def test_a_process_the_child_leaves_behind_does_not_hold_up_the_step() -> 
     assert result["probe"].value == "returned"
     assert only(log, StepSucceeded, "probe").result == "returned"
     assert_log_contract(log)
+
+
+#: A run's process whose isolated step never returns.
+HUNG_RUN = """
+import functools, sys, anyio, orchestrator
+from events import MemoryLog
+from orchestrator import Graph, Isolation, Step
+from tests.orchestrator import isolated_bodies
+
+step = Step(name="probe", body=isolated_bodies.tell_and_hang, isolation=Isolation.PROCESS)
+log = MemoryLog("run-test", 0)
+run = functools.partial(orchestrator.run, config={"pid_fifo": sys.argv[1]})
+anyio.run(run, Graph("g", [step]), log)
+"""
+
+
+def test_a_killed_runs_isolated_child_dies_with_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid"
+    os.mkfifo(fifo)
+    with subprocess.Popen([sys.executable, "-c", HUNG_RUN, str(fifo)]) as parent:
+        child = int(fifo.read_text())  # once the child is in its body
+        parent.kill()
+    waiting = os.pidfd_open(child)
+    try:
+        assert select.select([waiting], [], [], DEADLINE_S)[0], "the child outlived its run"
+    finally:
+        os.close(waiting)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
 
 
 def open_reader(fifo: Path) -> BinaryIO:
