@@ -114,6 +114,21 @@ def _each(cls: type[Any]) -> Callable[[Any, attrs.Attribute[Any], tuple[Any, ...
     return check
 
 
+def _one_rule_per_code(_instance: Any, _attribute: Any, rules: tuple[MessageRule, ...]) -> None:
+    """A validator: rules with one code agree on its severity and scope (a
+    code has one of each; the last rule's would silently be every one's)."""
+    seen: dict[str, MessageRule] = {}
+    for rule in rules:
+        first = seen.setdefault(rule.code, rule)
+        if (first.severity, first.scope) != (rule.severity, rule.scope):
+            raise ValueError(
+                f"Slice rules: two rules for code {rule.code!r} differ in severity or scope "
+                f"({first.severity.name} {first.scope} and {rule.severity.name} {rule.scope}); "
+                "a code has one severity and scope: give both rules the same, or each its "
+                "own code"
+            )
+
+
 def step_matches(pattern: str, step: str) -> bool:
     """Whether ``step`` matches ``pattern`` (:mod:`fnmatch` rules; ``*``
     also crosses ``/``)."""
@@ -680,7 +695,8 @@ class Slice:
         name: the slice's name (``engine``).
         steps: step path patterns the slice claims (no generic candidate or
             fallback messages there).
-        rules: message rules.
+        rules: message rules (rules with one code give it one severity and
+            scope).
         severities: default ``(severity, scope)`` of the codes the slice's
             hook and agreements derive (its rules carry their own).
         facts: the facts of a rank and their initial values, in report order.
@@ -701,7 +717,7 @@ class Slice:
     name: str
     steps: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     rules: tuple[MessageRule, ...] = attrs.field(
-        default=(), converter=_tuple, validator=_each(MessageRule)
+        default=(), converter=_tuple, validator=[_each(MessageRule), _one_rule_per_code]
     )
     severities: Mapping[str, Rule] = attrs.field(factory=dict, converter=_code_rules)
     facts: Mapping[str, JsonValue] = attrs.field(factory=dict)

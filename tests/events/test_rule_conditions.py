@@ -268,6 +268,19 @@ def test_a_slice_of_something_else_is_named_where_it_is_made_or_passed() -> None
         replay(workspace(None), slices=["my_engine.slices:MINE"])  # type: ignore[list-item]
 
 
+def test_two_rules_for_one_code_with_different_severities_are_refused() -> None:
+    # A code has one severity: the second rule's would silently be the first's too.
+    loud = MessageRule(code="mine.x", step="a", text="a", severity=Severity.ERROR)
+    quiet = MessageRule(code="mine.x", step="b", text="b", severity=Severity.DEBUG)
+    with pytest.raises(ValueError, match=r"two rules for code 'mine\.x' differ .*ERROR.*DEBUG"):
+        Slice(name="mine", rules=[loud, quiet])
+    # The same code for several steps, with one severity, is fine.
+    same = MessageRule(code="mine.x", step="b", text="b", severity=Severity.ERROR)
+    assert Slice(name="mine", rules=[loud, same]).code_rules() == {
+        "mine.x": (Severity.ERROR, loud.scope)
+    }
+
+
 def test_a_kind_condition_speaks_for_candidates_and_not_for_their_siblings() -> None:
     stream = EventStream().run_started()
     stream.started("backend")
