@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from ._errors import InvalidValueError
 from ._exception_info import ExceptionInfo
 from ._model import (
     Event,
@@ -93,8 +94,33 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in value)
 
 
+def _severity(value: Any, where: str | None = None) -> Severity:
+    """A :class:`Severity`, or its name as a policy file writes it (``"warning"``)."""
+    try:
+        return Severity[value.strip().upper()] if isinstance(value, str) else Severity(value)
+    except (KeyError, ValueError):
+        valid = [member.name.lower() for member in Severity]
+        raise InvalidValueError("severity", value, valid, where) from None
+
+
+def _scope(value: Any, where: str | None = None) -> Scope:
+    """A :class:`Scope`, or its name (``"local"``)."""
+    try:
+        return Scope(value.strip().lower() if isinstance(value, str) else value)
+    except ValueError:
+        raise InvalidValueError("scope", value, [member.value for member in Scope], where) from None
+
+
 def _code_rules(value: Mapping[str, tuple[Any, Any]]) -> dict[str, Rule]:
-    return {code: (Severity(rule[0]), Scope(rule[1])) for code, rule in value.items()}
+    rules: dict[str, Rule] = {}
+    for code, rule in value.items():
+        if not isinstance(rule, tuple | list) or len(rule) != 2:
+            raise ValueError(
+                f"the rule of code {code!r} is {rule!r}: give (severity, scope), "
+                "e.g. (Severity.WARNING, Scope.LOCAL)"
+            )
+        rules[code] = (_severity(rule[0], f"code {code!r}"), _scope(rule[1], f"code {code!r}"))
+    return rules
 
 
 def _tuple(value: Any) -> tuple[Any, ...]:
@@ -350,7 +376,8 @@ class MessageRule:
         outcomes: the outcomes that match (default ``failed``; a fallback
             rule's, every outcome but ``ok`` and ``cancelled``).
         exception: an exception type the cause chain must hold, or ``None``.
-        severity, scope: the code's (a later slice may override them).
+        severity, scope: the code's, as enums or names (``"warning"``,
+            ``"local"``; a later slice may override them).
         args: templates of what makes the message unique on its rank (with
             ``code``); ``None``: the rendered text.
         detail: attach the cause's traceback to the message.
@@ -382,8 +409,8 @@ class MessageRule:
         converter=_outcomes,
     )
     exception: str | None = None
-    severity: Severity = attrs.field(default=Severity.INFO, converter=Severity)
-    scope: Scope = attrs.field(default=Scope.PROCESS, converter=Scope)
+    severity: Severity = attrs.field(default=Severity.INFO, converter=_severity)
+    scope: Scope = attrs.field(default=Scope.PROCESS, converter=_scope)
     args: tuple[str, ...] | None = attrs.field(
         default=None, converter=attrs.converters.optional(_strings)
     )

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from events import (
     Agreement,
     Column,
@@ -160,6 +162,24 @@ def test_a_slice_claims_its_steps_and_a_policy_overrides_its_codes() -> None:
     state = fold(Messages(slices=[MY_SLICE, policy.as_slice()]), custom_rank())
     (kernels,) = [m for m in state.messages() if m.code == "mine.kernels"]
     assert kernels.severity is Severity.ERROR
+
+
+def test_a_severity_or_scope_is_taken_by_name_and_a_bad_one_is_named() -> None:
+    # As a policy file writes them: "warning", "local".
+    rule = MessageRule(code="mine.x", step="x", text="x", severity="warning", scope="LOCAL")
+    assert (rule.severity, rule.scope) == (Severity.WARNING, Scope.LOCAL)
+    policy = SeverityPolicy().with_rule("mine.x", severity="error")  # type: ignore[arg-type]
+    assert policy.rules["mine.x"][0] is Severity.ERROR
+    with pytest.raises(ValueError, match=r"unknown severity 'loud'; valid: debug, info, warning"):
+        MessageRule(code="mine.x", step="x", text="x", severity="loud")
+    with pytest.raises(ValueError, match=r"unknown scope 'everywhere'; valid: process, local"):
+        MessageRule(code="mine.x", step="x", text="x", scope="everywhere")
+    with pytest.raises(ValueError, match=r"unknown severity 31 in code 'mine\.x'; valid: debug"):
+        Slice(name="mine", severities={"mine.x": (31, Scope.LOCAL)})
+    with pytest.raises(
+        ValueError, match=r"rule of code 'mine\.x' is 'error': give \(severity, scope"
+    ):
+        Slice(name="mine", severities={"mine.x": "error"})  # type: ignore[dict-item]
 
 
 def test_columns_agreements_and_the_report_come_from_the_slices() -> None:
