@@ -82,10 +82,19 @@ SLICE_FILE_MODULE = "_startup_orchestrator_slice_"
 Rule = tuple[Severity, Scope]
 
 
+def _outcome(value: Any) -> Outcome:
+    try:
+        return Outcome(value)
+    except ValueError:
+        valid = [outcome.value for outcome in Outcome]
+        raise InvalidValueError("outcome", value, valid, "MessageRule outcomes") from None
+
+
 def _outcomes(value: Any) -> frozenset[Outcome]:
-    if isinstance(value, Outcome | str):
-        return frozenset({Outcome(value)})
-    return frozenset(Outcome(item) for item in value)
+    found = frozenset(map(_outcome, [value] if isinstance(value, str) else value))
+    if not found:
+        raise ValueError("MessageRule outcomes is empty: the rule would never speak; name one")
+    return found
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -394,7 +403,8 @@ class MessageRule:
             one other than ``result`` and ``attributes`` (or by more than
             one key), or has a format spec: found when the rule is made,
             not while a log replays; a fallback rule's ``outcomes`` hold
-            ``ok`` or ``cancelled``, or another rule names ``next``.
+            ``ok`` or ``cancelled``, or another rule names ``next``;
+            ``outcomes`` is empty or names no outcome.
     """
 
     code: str

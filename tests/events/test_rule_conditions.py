@@ -281,6 +281,15 @@ def test_two_rules_for_one_code_with_different_severities_are_refused() -> None:
     }
 
 
+def test_an_unknown_or_empty_outcomes_is_refused_with_the_valid_ones() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown outcome 'exploded' in MessageRule outcomes; valid: ok,"
+    ):
+        MessageRule(code="mine.x", step="x", text="x", outcomes=["failed", "exploded"])
+    with pytest.raises(ValueError, match=r"outcomes is empty: the rule would never speak"):
+        MessageRule(code="mine.x", step="x", text="x", outcomes=[])
+
+
 def test_a_kind_condition_speaks_for_candidates_and_not_for_their_siblings() -> None:
     stream = EventStream().run_started()
     stream.started("backend")
