@@ -404,7 +404,7 @@ class MessageRule:
             one key), or has a format spec: found when the rule is made,
             not while a log replays; a fallback rule's ``outcomes`` hold
             ``ok`` or ``cancelled``, or another rule names ``next``;
-            ``outcomes`` is empty or names no outcome.
+            ``outcomes`` is empty or names no outcome; ``code`` is empty.
     """
 
     code: str
@@ -429,6 +429,11 @@ class MessageRule:
     defaults: Mapping[str, str] = attrs.field(factory=dict, converter=_defaults)
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.code, str) or not self.code.strip():
+            raise ValueError(
+                f"MessageRule code is {self.code!r}: give the stable code of the message "
+                "('my_engine.cache_missing')"
+            )
         templates = [("text", self.text), *(("args", arg) for arg in self.args or ())]
         templates.extend((f"defaults[{key!r}]", value) for key, value in self.defaults.items())
         for where, template in templates:

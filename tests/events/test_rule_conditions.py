@@ -290,6 +290,12 @@ def test_an_unknown_or_empty_outcomes_is_refused_with_the_valid_ones() -> None:
         MessageRule(code="mine.x", step="x", text="x", outcomes=[])
 
 
+def test_a_rule_without_a_code_is_refused() -> None:
+    for code in ("", "  ", None):
+        with pytest.raises(ValueError, match=r"MessageRule code is .*: give the stable code"):
+            MessageRule(code=code, step="x", text="x")  # type: ignore[arg-type]
+
+
 def test_a_kind_condition_speaks_for_candidates_and_not_for_their_siblings() -> None:
     stream = EventStream().run_started()
     stream.started("backend")
