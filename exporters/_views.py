@@ -268,7 +268,8 @@ def blame_text(replay: Replay, *, rank: int | None = None) -> str:
 def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     """The chain of steps that decided the startup's wall time, on the rank
     that took longest: each line ``@start +duration`` relative to the rank's
-    start, like ``systemd-analyze critical-chain``. A rank that died lasts
+    start, like ``systemd-analyze critical-chain``; a failed rank's ends in
+    the step its failure went up through. A rank that died lasts
     until its process ended (the run's launch record), else until its last
     event."""
     timelines = _timelines(replay, rank)
@@ -292,6 +293,15 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
 
     chain: list[StepTiming] = []
     current = max(top.values(), key=end_of) if top else None
+    # A failed run ended when its failure went up, not when the steps it
+    # cancelled finished unwinding: the chain ends in the failed step's.
+    failed = timeline.steps.get(finished.failed_step or "") if finished is not None else None
+    by_span = {timing.span_id: timing for timing in steps}
+    for _ in steps:  # a crafted log's parents may loop: each step once
+        if failed is None or failed.step in top:
+            break
+        failed = by_span.get(failed.parent_span_id or "")
+    current = failed if failed is not None and failed.step in top else current
     while current is not None:
         chain.append(current)
         # A crafted log may make the dependencies a cycle: each step once.

@@ -272,3 +272,19 @@ def test_the_log_and_json_keep_the_exact_text(tmp_path: Path) -> None:
     assert "\u202e" in text
     (failed,) = [e for e in read_log(path).events if isinstance(e, events.StepFailed)]
     assert failed.cause.message == HOSTILE
+
+
+def test_a_failed_runs_critical_path_ends_in_the_failed_step_not_in_what_it_cancelled() -> None:
+    boom = exception_info("RuntimeError", "boom")
+    stream = EventStream().run_started()
+    stream.started("probe").started("probe/fast").started("workspace")
+    stream.advance(5_000_000).failed("probe/fast", boom).failed("probe", boom, origin="probe/fast")
+    # The sibling the failure cancelled ends last, only unwinding.
+    stream.advance(1_000_000).cancelled("workspace")
+    result = events.replay(
+        stream.run_finished(RunOutcome.FAILED, cause=boom, failed_step="probe/fast")
+    )
+    lines = critical_path_text(result).splitlines()
+    assert lines[0].startswith("run failed")
+    assert lines[1].startswith("└─ probe @")
+    assert "workspace" not in critical_path_text(result)
