@@ -4,7 +4,10 @@
 needs nothing else: inline CSS and no script at all (expanding every step
 and zooming the time axis are CSS toggles), no fonts, images or network (a
 Content-Security-Policy forbids every fetch and every script). Every text
-from the log is escaped, so an exception message cannot inject markup or script.
+from the log is escaped, so an exception message cannot inject markup or script,
+and its control and bidirectional characters are shown as escapes
+(:func:`~exporters.terminal_text`), so it cannot reorder or hide what the
+page shows.
 
 The page, from the top: the outcome, the simulated profile and injected
 faults, the root cause with its exception chain and a link to its step
@@ -54,6 +57,7 @@ from events import (
 )
 
 from ._report import _OUTCOME_ORDER, _launched_ns, capped, degraded_by, lost_by, rank_label
+from ._terminal import terminal_text
 
 __all__ = ["report_html"]
 
@@ -130,7 +134,7 @@ _CSP = (
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(terminal_text(str(text), indent=""), quote=True)
 
 
 def _ms(ns: int | None) -> str:

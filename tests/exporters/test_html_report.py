@@ -55,6 +55,16 @@ def test_hostile_exception_text_stays_text(failed: str) -> None:
     assert HOSTILE in "".join(parse(failed).text)
 
 
+def test_control_and_bidirectional_characters_are_shown_as_escapes() -> None:
+    # An override would show the text reversed (and the rest of its line);
+    # a NUL the browser drops: the page shows them as the text report does.
+    message = "boom\u202eereh toor on\x00\x1b[2J\u2066x"
+    page = page_of(synthetic_run(2, failing=1, message=message))
+    assert not re.search("[\x00-\x08\x0b-\x1f\u202a-\u202e\u2066-\u2069]", page)
+    text = "".join(parse(page).text)
+    assert "boom\\u202eereh toor on\\x00\\x1b[2J\\u2066x" in text
+
+
 def test_hostile_step_names_and_faults_stay_text() -> None:
     stream = EventStream(run_id='r"><b>x</b>', rank=0)
     stream.run_started(simulated="<i>sim</i>", injected=('0:a="><script>x()</script>',))
