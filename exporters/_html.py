@@ -82,7 +82,8 @@ _TONE = {
 _VARIANTS = 8
 
 _CSS = (
-    "body{font:13px/1.4 system-ui,sans-serif;margin:0 1.2em 2em;color:#1d2329}"
+    "body{font:13px/1.4 system-ui,sans-serif;margin:0 1.2em 2em;color:#1d2329;"
+    "overflow-wrap:break-word}"
     "h1{font-size:18px;margin:.6em 0 .2em}h2{font-size:15px;margin:1.2em 0 .4em}"
     "code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;margin:.2em 0}"
     ".meta{color:#555}.meta b{color:#1d2329}"
@@ -93,7 +94,7 @@ _CSS = (
     "#root-cause.fine{border-color:#3c9a5f}"
     "#degraded{border:2px solid #c98a1b;border-radius:4px;padding:.4em .8em;margin:.6em 0}"
     ".chain{margin:.2em 0 .2em 1em;padding:0;list-style:none}"
-    ".chain li{margin:.15em 0}.link{color:#555;font-style:italic}"
+    ".chain li{margin:.15em 0}.link{color:#555;font-style:italic}.msg{white-space:pre-wrap}"
     ".lane{border:1px solid #d5dae0;border-radius:4px;margin:.5em 0}"
     ".lane>h3{margin:0;padding:.3em .6em;font-size:13px;background:#f1f3f5}"
     ".axis,.step>summary{display:flex;align-items:center}"
@@ -122,7 +123,8 @@ _CSS = (
     ".step[open]>summary{background:#e4ecf7}"
     ".info{margin:.2em .6em .4em 2em;padding:.3em .6em;border-left:3px solid #aab}"
     ".root{outline:2px solid #c8372d;outline-offset:-2px}.variant{font-weight:600}"
-    "table{border-collapse:collapse}td:nth-child(3){white-space:nowrap}"
+    "table{border-collapse:collapse}td:last-child{overflow-wrap:anywhere}"
+    "td:nth-child(3){white-space:nowrap}"
     "td,th{padding:1px .6em;text-align:left;vertical-align:top}"
     "tr:nth-child(even){background:#f6f7f9}"
 )

@@ -250,3 +250,17 @@ def test_an_operator_reads_the_failed_run_without_javascript(
         > closed
     )
     shown.assert_quiet()
+
+
+def test_a_long_multi_line_exception_message_stays_on_the_page(show: Any, tmp_path: Path) -> None:
+    # A path longer than the page with no space to break at, then a
+    # traceback the probe's message carried: wrapped, its lines kept.
+    message = "/opt/" + "very_long_directory_name/" * 80 + "lib.so\nline two\n  line three"
+    path = tmp_path / "report.html"
+    path.write_text(report_html(replay(synthetic_run(8, failing=2, message=message))))
+    shown = show(path)
+
+    shown.assert_quiet()
+    assert shown.page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    chain = shown.page.locator("#root-cause .chain > li.exc .msg").first
+    assert chain.inner_text().endswith("lib.so\nline two\n  line three")
