@@ -124,7 +124,7 @@ _CSS = (
     ".info{margin:.2em .6em .4em 2em;padding:.3em .6em;border-left:3px solid #aab}"
     ".root{outline:2px solid #c8372d;outline-offset:-2px}.variant{font-weight:600}"
     "table{border-collapse:collapse}td:last-child{overflow-wrap:anywhere}"
-    "td:nth-child(3){white-space:nowrap}"
+    "td:nth-child(3){overflow-wrap:normal}"
     "td,th{padding:1px .6em;text-align:left;vertical-align:top}"
     "tr:nth-child(even){background:#f6f7f9}"
 )
@@ -184,6 +184,13 @@ def _clock(ns: int, *, date: bool = False) -> str:
     seconds, rest = divmod(ns, 1_000_000_000)
     shown = time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.gmtime(seconds))
     return f"{shown}.{rest // 1_000_000:03d}" + (" UTC" if date else "")
+
+
+def _ranks_cell(ranks: Iterable[int]) -> str:
+    """A table's rank set: it breaks after a comma only, never inside a
+    rank (``ranks 0,8,16,..``, one rank a node, is wider than the page)."""
+    shown = _e(format_ranks(ranks)).replace(" ", "&nbsp;").replace(",", ",<wbr>")
+    return f"<td>{shown}</td>"
 
 
 def _badge(outcome: str) -> str:
@@ -687,7 +694,7 @@ def _messages_html(result: Replay) -> str:
                 m.code,
                 m.ranks,
                 f"<tr><td>{_severity(m.severity)}</td><td><code>{_e(m.code)}</code></td>"
-                f"<td>{_e(format_ranks(m.ranks))}</td><td>{_e(m.text)}</td></tr>",
+                f"{_ranks_cell(m.ranks)}<td>{_e(m.text)}</td></tr>",
             )
             for m in result.grouped
         ],
@@ -722,7 +729,7 @@ def _decisions_html(result: Replay) -> str:
         return '<section id="decisions"><h2>Decisions</h2><p>none recorded</p></section>'
     rows = "".join(
         f"<tr><td><code>{_e(name)}</code></td><td><code>{_e(value)}</code></td>"
-        f"<td>{_e(format_ranks(ranks))}</td></tr>"
+        f"{_ranks_cell(ranks)}</tr>"
         for (name, value), ranks in grouped.items()
     )
     return (

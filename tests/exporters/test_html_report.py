@@ -149,11 +149,12 @@ def test_a_step_opens_to_its_outcome_reasons_chain_messages_and_decisions() -> N
 def test_messages_are_grouped_by_rank_set() -> None:
     page = page_of(synthetic_run(16, failing=5))
     messages = page[page.index('id="messages"') :].split("</section>")[0]
-    assert "<td>rank 5</td>" in messages
-    assert "<td>ranks 0-4,6-15</td>" in messages
+    # A rank set breaks after a comma only.
+    assert "<td>rank&nbsp;5</td>" in messages
+    assert "<td>ranks&nbsp;0-4,<wbr>6-15</td>" in messages
     decisions = page[page.index('id="decisions"') :].split("</section>")[0]
     assert "attention_backend@attention" in decisions
-    assert "ranks 0-4,6-15" in decisions
+    assert "ranks&nbsp;0-4,<wbr>6-15" in decisions
 
 
 def test_a_healthy_run_says_so_and_has_one_lane() -> None:

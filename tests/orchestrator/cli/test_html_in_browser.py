@@ -22,9 +22,9 @@ from typing import Any
 import attrs
 import pytest
 
-from events import replay
+from events import format_ranks, replay
 from exporters import report_html
-from tests.exporters.html_runs import HOSTILE, synthetic_run
+from tests.exporters.html_runs import HOSTILE, rank_events, synthetic_run
 
 from .conftest import StoredRun
 from .harness import LAUNCH_TIMEOUT_S, run_cli
@@ -264,3 +264,24 @@ def test_a_long_multi_line_exception_message_stays_on_the_page(show: Any, tmp_pa
     assert shown.page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
     chain = shown.page.locator("#root-cause .chain > li.exc .msg").first
     assert chain.inner_text().endswith("lib.so\nline two\n  line three")
+
+
+def test_a_message_from_one_rank_a_node_stays_on_the_page(show: Any, tmp_path: Path) -> None:
+    # ranks 0,8,16,..,1016 with no space to break at: the rank column
+    # breaks after a comma, never inside a rank, and the page keeps its width.
+    runs = [
+        rank_events(rank, 1024, failing=rank if rank % 8 == 0 else None) for rank in range(1024)
+    ]
+    path = tmp_path / "report.html"
+    path.write_text(report_html(replay(runs)))
+    shown = show(path)
+
+    shown.assert_quiet()
+    assert shown.page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
+    cell = shown.page.locator("#messages tr >> nth=1 >> td >> nth=2")
+    assert cell.inner_text().replace("\xa0", " ").replace("\n", "") == format_ranks(
+        range(0, 1024, 8)
+    )
+    box = cell.bounding_box()
+    assert box is not None
+    assert box["height"] > 40  # wrapped onto several lines
