@@ -582,8 +582,13 @@ def test_opened_and_closed_without_running_the_log_says_so(tmp_path: Path) -> No
     assert replay(read_log(startup.log_path).events).outcome is RunOutcome.INTERRUPTED
 
 
-def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path) -> None:
-    startup = _startup(tmp_path).open()
+@pytest.mark.parametrize("opened", [True, False], ids=["opened", "not-yet-opened"])
+def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path, opened: bool) -> None:
+    # A launcher that owns its signals may be asked to stop before it calls
+    # run(), which opens the startup itself if it is not open yet.
+    startup = _startup(tmp_path)
+    if opened:
+        startup.open()
     startup.stop()
     with pytest.raises(StartupInterrupted, match="asked by its launcher"):
         startup.run()
@@ -608,20 +613,6 @@ def test_a_launcher_pid_that_is_no_number_is_ignored(tmp_path: Path, value: str)
     # "²" passes str.isdigit() and fails int().
     environ = {"STARTUP_ORCHESTRATOR_LAUNCHER_PID": value}
     assert _startup(tmp_path, environ=environ).run().ready
-
-
-def test_a_stop_before_the_startup_opens_ends_its_run_interrupted(tmp_path: Path) -> None:
-    # A launcher that owns its signals may be asked to stop before it calls
-    # run(), which opens the startup itself.
-    startup = _startup(tmp_path)
-    startup.stop()
-    with pytest.raises(StartupInterrupted, match="asked by its launcher"):
-        startup.run()
-    assert startup.log_path is not None
-    finished = _finished(startup.log_path)
-    assert finished.outcome is RunOutcome.INTERRUPTED
-    assert startup.result is not None
-    assert startup.result.outcome is RunOutcome.INTERRUPTED
 
 
 def test_a_startup_opens_once_and_runs_once(tmp_path: Path) -> None:
