@@ -1284,17 +1284,29 @@ def checked_fault_plan(
     engine: Literal["reference", "vllm"] = "reference",
 ) -> FaultPlan:
     """The plan of ``faults``, checked against the world and the targets a
-    fault may name: the ``engine``'s, or the steps of a ``graph`` of the
-    caller's own and any module (its probes' imports are not known in advance)."""
+    fault may name: the ``engine``'s (``process_group`` only in a world of
+    several ranks: one rank forms no group), or the steps of a ``graph`` of
+    the caller's own and any module (its probes' imports are not known in
+    advance)."""
     from ._faults import FaultPlan
 
     plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
     if plan:
         targets: Collection[str] = ()
         if graph is None:
+            from ._errors import FaultSpecError
+            from ._group import PROCESS_GROUP_STEP
             from .engine import injection_targets
 
             targets = injection_targets(engine=engine)
+            lone = next((f for f in plan.faults if f.target == PROCESS_GROUP_STEP), None)
+            if world_size == 1 and lone is not None:
+                raise FaultSpecError(
+                    lone.describe(),
+                    lone.target,
+                    "a run of one rank forms no process group, so the fault would never "
+                    "fire; launch two ranks or more",
+                )
         else:
             targets = [*graph.steps, *(f.target for f in plan.faults if "/" not in f.target)]
         plan.check(world_size=world_size, targets=targets)

@@ -48,6 +48,11 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
         (["run", "--inject", "=OSError"], ["<empty target>", "attention/FLASH_ATTN"]),
         (["run", "--inject", "x-y:zentorch=OSError"], ["'x-y'", "3, 0-3 or 1,5"]),
         (["run", "--inject", "3-1:zentorch=OSError"], ["'3-1'", "backwards"]),
+        # One rank forms no process group: the fault was accepted, never fired.
+        (
+            ["run", "--simulate", "h200x8", "--inject", "process_group=hang"],
+            ["'process_group'", "forms no process group", "launch two ranks or more"],
+        ),
         (["run", "--inject-file", "missing.json"], ["--inject-file missing.json", "cannot read"]),
         (
             ["run", "--attention-backend", "FLASH_ATTENTION"],
