@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from typing import Any
 
 from ._errors import InvalidValueError
 
@@ -30,18 +31,19 @@ class Severity(enum.IntEnum):
     ERROR = logging.ERROR
 
     @classmethod
-    def parse(cls, text: str) -> Severity:
-        """``"warning"`` / ``"WARNING"`` to :attr:`WARNING`.
+    def parse(cls, value: Any, where: str | None = None) -> Severity:
+        """``"warning"`` / ``"WARNING"`` (a name, as a policy file writes
+        it), a member or its number to :attr:`WARNING`.
 
         Raises:
-            InvalidValueError: not a severity name (a ``ValueError``); the
-                message lists the valid ones.
+            InvalidValueError: not a severity (a ``ValueError``); the message
+                lists the valid ones and names ``where`` the value came from.
         """
         try:
-            return cls[text.strip().upper()]
-        except KeyError:
+            return cls[value.strip().upper()] if isinstance(value, str) else cls(value)
+        except (KeyError, ValueError):
             valid = [member.name.lower() for member in cls]
-            raise InvalidValueError("severity", text, valid) from None
+            raise InvalidValueError("severity", value, valid, where) from None
 
 
 class Scope(enum.StrEnum):
@@ -56,14 +58,15 @@ class Scope(enum.StrEnum):
     GLOBAL = "global"
 
     @classmethod
-    def parse(cls, text: str) -> Scope:
-        """``"local"`` / ``" LOCAL "`` to :attr:`LOCAL`.
+    def parse(cls, value: Any, where: str | None = None) -> Scope:
+        """``"local"`` / ``" LOCAL "`` or a member to :attr:`LOCAL`.
 
         Raises:
             InvalidValueError: not a scope (a ``ValueError``); the message
-                lists the valid ones.
+                lists the valid ones and names ``where`` the value came from.
         """
         try:
-            return cls(text.strip().lower())
+            return cls(value.strip().lower() if isinstance(value, str) else value)
         except ValueError:
-            raise InvalidValueError("scope", text, [member.value for member in cls]) from None
+            valid = [member.value for member in cls]
+            raise InvalidValueError("scope", value, valid, where) from None

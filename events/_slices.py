@@ -103,21 +103,12 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in value)
 
 
-def _severity(value: Any, where: str | None = None) -> Severity:
-    """A :class:`Severity`, or its name as a policy file writes it (``"warning"``)."""
-    try:
-        return Severity[value.strip().upper()] if isinstance(value, str) else Severity(value)
-    except (KeyError, ValueError):
-        valid = [member.name.lower() for member in Severity]
-        raise InvalidValueError("severity", value, valid, where) from None
+def _severity(value: Any) -> Severity:  # a named converter, as type checkers need
+    return Severity.parse(value)
 
 
-def _scope(value: Any, where: str | None = None) -> Scope:
-    """A :class:`Scope`, or its name (``"local"``)."""
-    try:
-        return Scope(value.strip().lower() if isinstance(value, str) else value)
-    except ValueError:
-        raise InvalidValueError("scope", value, [member.value for member in Scope], where) from None
+def _scope(value: Any) -> Scope:
+    return Scope.parse(value)
 
 
 def _code_rules(value: Mapping[str, tuple[Any, Any]]) -> dict[str, Rule]:
@@ -128,7 +119,8 @@ def _code_rules(value: Mapping[str, tuple[Any, Any]]) -> dict[str, Rule]:
                 f"the rule of code {code!r} is {rule!r}: give (severity, scope), "
                 "e.g. (Severity.WARNING, Scope.LOCAL)"
             )
-        rules[code] = (_severity(rule[0], f"code {code!r}"), _scope(rule[1], f"code {code!r}"))
+        where = f"code {code!r}"
+        rules[code] = (Severity.parse(rule[0], where), Scope.parse(rule[1], where))
     return rules
 
 
