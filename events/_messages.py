@@ -199,35 +199,6 @@ class MessagesState:
         return tuple(every)
 
 
-class _Setup:
-    """What one :class:`Messages` projection derives with, resolved once:
-    the effective rule of every code, the slices' rules and hooks (and their
-    two phases), and which steps the slices claim (cached per step path)."""
-
-    def __init__(self, slices: Sequence[Slice]) -> None:
-        self.slices = tuple(slices)
-        codes = dict(_GENERIC)
-        for part in self.slices:
-            codes.update(part.code_rules())
-        self.codes = codes
-        self.hooks = tuple(part.messages for part in self.slices if part.messages is not None)
-        self.befores = tuple(hook.before for hook in self.hooks)
-        self.afters = tuple(hook.after for hook in self.hooks)
-        self.rules = tuple(rule for part in self.slices for rule in part.rules)
-        self.claimed: Callable[[str], bool] = functools.cache(
-            lambda step: any(part.claims(step) for part in self.slices)
-        )
-        self.rules_for: Callable[[str], tuple[MessageRule, ...]] = functools.cache(
-            lambda step: tuple(rule for rule in self.rules if rule.matches_step(step))
-        )
-
-    def rule(self, code: str) -> tuple[Severity, Scope]:
-        found = self.codes.get(code)
-        if found is None:
-            raise KeyError(f"no severity rule for message code {code!r}")
-        return found
-
-
 class Messages(Projection[MessagesState]):
     """Projection: :class:`MessagesState` from any stream of events.
 
@@ -238,12 +209,23 @@ class Messages(Projection[MessagesState]):
     """
 
     def __init__(self, *, slices: Sequence[Slice] = ()) -> None:
-        self._setup = _Setup(slices)
-
-    @property
-    def slices(self) -> tuple[Slice, ...]:
-        """The slices messages are derived with."""
-        return self._setup.slices
+        #: The slices messages are derived with.
+        self.slices = tuple(slices)
+        self._codes = dict(_GENERIC)
+        for part in self.slices:
+            self._codes.update(part.code_rules())
+        self._hooks = tuple(part.messages for part in self.slices if part.messages is not None)
+        self._befores = tuple(hook.before for hook in self._hooks)
+        self._afters = tuple(hook.after for hook in self._hooks)
+        rules = tuple(rule for part in self.slices for rule in part.rules)
+        # Precedence by order: the slices' rules, then the kernel's unless a
+        # slice claims the step; the first that matches speaks.
+        self._rules_for: Callable[[str], tuple[MessageRule, ...]] = functools.cache(
+            lambda step: (
+                tuple(rule for rule in rules if rule.matches_step(step))
+                + (() if any(part.claims(step) for part in self.slices) else _KERNEL_RULES)
+            )
+        )
 
     def rule(self, code: str) -> tuple[Severity, Scope]:
         """The ``(severity, scope)`` of ``code``: the last slice's that names
@@ -252,7 +234,10 @@ class Messages(Projection[MessagesState]):
         Raises:
             KeyError: no one knows ``code``.
         """
-        return self._setup.rule(code)
+        found = self._codes.get(code)
+        if found is None:
+            raise KeyError(f"no severity rule for message code {code!r}")
+        return found
 
     def span_severity(
         self, state: MessagesState, rank: int, step: str, outcome_event: Event
@@ -269,7 +254,7 @@ class Messages(Projection[MessagesState]):
         outcome = outcome_of(outcome_event)
         if outcome in _OUTCOME_SEVERITY:
             return _OUTCOME_SEVERITY[outcome]
-        return self._setup.rule(f"step.{outcome}")[0]
+        return self.rule(f"step.{outcome}")[0]
 
     def initial(self) -> MessagesState:
         """No ranks, no messages."""
@@ -280,7 +265,6 @@ class Messages(Projection[MessagesState]):
         rank's events is folded on plain state and frozen once; unchanged
         ranks are shared, and ``state`` itself is returned when no rank
         changed."""
-        setup = self._setup
         ranks = dict(state.ranks)
         changed = False
         fold: _Fold | None = None
@@ -290,7 +274,7 @@ class Messages(Projection[MessagesState]):
                 if fold is not None and fold.changed:
                     ranks[number], changed = fold.freeze(), True
                 number = event.rank
-                fold = _Fold(setup, ranks.get(number) or RankMessages(rank=number))
+                fold = _Fold(self, ranks.get(number) or RankMessages(rank=number))
             assert fold is not None
             fold.derive(event)
         if fold is not None and fold.changed:
@@ -367,8 +351,8 @@ def _chain_reason(cause: ExceptionInfo) -> str:
 _INTERRUPTS = frozenset({"KeyboardInterrupt"})
 
 
-#: The kernel's fallback message, for the attempts no slice claims.
-_FALLBACK_USED = (
+#: The kernel's rules, tried last, for the steps no slice claims.
+_KERNEL_RULES = (
     MessageRule(
         code="fallback.used",
         fallback=True,
@@ -377,14 +361,11 @@ _FALLBACK_USED = (
         args=("{step}", "{reason}", "{next}"),
         detail=False,
     ),
-)
-
-#: The kernel's message of a candidate no slice claims that did not fit.
-_CANDIDATE_UNAVAILABLE = (
     MessageRule(
         code="candidate.unavailable",
         step="*",
         outcomes=(Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID),
+        when={"kind": StepKind.CANDIDATE},
         text="Candidate {step} is {outcome}: {reason}",
         args=("{step}", "{reason}"),
     ),
@@ -417,7 +398,7 @@ class _Fold:
         "waiting",
     )
 
-    def __init__(self, setup: _Setup, state: RankMessages) -> None:
+    def __init__(self, setup: Messages, state: RankMessages) -> None:
         tracking = state.tracking
         self.setup = setup
         self.base = state
@@ -474,11 +455,11 @@ class _Fold:
             self.started = self.outcome = None
         setup = self.setup
         memories = self.memories
-        if memories is None and setup.hooks:
-            memories = self.memories = [hook.initial() for hook in setup.hooks]
+        if memories is None and setup._hooks:
+            memories = self.memories = [hook.initial() for hook in setup._hooks]
             self.changed = True
         if memories is not None:
-            self._call(setup.befores, memories)
+            self._call(setup._befores, memories)
         if kind == STARTED:
             self.step_started(event)  # type: ignore[arg-type]
         elif ends:
@@ -490,7 +471,7 @@ class _Fold:
         elif kind == RUN_FINISHED:
             self.run_finished(event)  # type: ignore[arg-type]
         if memories is not None:
-            self._call(setup.afters, memories)
+            self._call(setup._afters, memories)
 
     def _call(self, phases: tuple[Callable[[Any, Any], Any], ...], memories: list[Any]) -> None:
         """One phase (``before`` or ``after``) of each hook, in order."""
@@ -622,7 +603,7 @@ class _Fold:
         stopped = isinstance(event, StepTimedOut | StepCrashed)
         # A timeout or crash a slice reports itself (an attempt its fallback
         # recovers, say) is not also a step.timed_out or step.crashed.
-        covered = stopped and any(hook.covers_stop(step, started) for hook in setup.hooks)
+        covered = stopped and any(hook.covers_stop(step, started) for hook in setup._hooks)
         reported = stopped and not covered
         tracked = _track(
             self.failures,
@@ -633,7 +614,7 @@ class _Fold:
         self.failures = tracked.pending
         self.originated = tracked.originated
         settled = tracked.settled
-        rule = self.rule_for(event, setup.rules_for(step))
+        rule = self.rule_for(event)
         if isinstance(event, StepFailed) and tracked.originated:
             if rule is not None:
                 # The rule says this failure where it started: no step.failed.
@@ -652,8 +633,6 @@ class _Fold:
         self.fallbacks.pop(step, None)
         if started is not None:
             self.fallback(event, started)
-            if started.kind is StepKind.CANDIDATE and not setup.claimed(step):
-                self.say(self.rule_for(event, _CANDIDATE_UNAVAILABLE), event, started)
         self.say(rule, event, started)
         self.waiting.pop(step, None)
 
@@ -662,28 +641,21 @@ class _Fold:
         its span's severity now, its message when the next attempt starts."""
         if started.kind is not StepKind.ATTEMPT:
             return
-        # The slices' first, then the kernel's unless a slice claims the step.
-        rules = self.setup.rules_for(event.step)
-        if not self.setup.claimed(event.step):
-            rules += _FALLBACK_USED
-        rule = self.rule_for(event, rules, fallback=True)
+        rule = self.rule_for(event, fallback=True)
         if rule is not None:
             self.fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
                 rule=rule, ended=event, started=started
             )
             self.raise_severity(event.step, self.severity(rule.code))
 
-    def rule_for(
-        self, event: Event, rules: tuple[MessageRule, ...], *, fallback: bool = False
-    ) -> MessageRule | None:
-        """The first of ``rules`` (those of the event's step), fallback rules
-        or the others, that speaks for ``event`` (the event being derived,
-        whose :attr:`outcome` is known)."""
+    def rule_for(self, event: Event, *, fallback: bool = False) -> MessageRule | None:
+        """The first rule of the event's step, a fallback rule or another,
+        that speaks for ``event`` (the event being derived)."""
         outcome = self.outcome
         if outcome is None:
             return None
         originated, started = self.originated, self.started
-        for rule in rules:
+        for rule in self.setup._rules_for(event.step):
             if rule.fallback is fallback and rule.matches_event(
                 event, outcome, originated=originated, started=started
             ):
