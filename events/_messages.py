@@ -134,24 +134,16 @@ class Message:
 
 
 @attrs.frozen(kw_only=True)
-class _PendingFallback:
-    """An attempt that failed with a fallback left, and the fallback rule
-    that speaks for it when the next attempt starts."""
-
-    rule: MessageRule
-    ended: Event
-    started: StepStarted
-
-
-@attrs.frozen(kw_only=True)
 class _Tracking:
-    """What a rank's derivation remembers between events. Internal."""
+    """What a rank's derivation remembers between events."""
 
     root_span_id: str | None = None
     open: Mapping[str, StepStarted] = attrs.field(factory=dict)
     failures: tuple[_Failure, ...] = ()
-    #: parent step -> its latest failed attempt with a fallback left
-    fallbacks: Mapping[str, _PendingFallback] = attrs.field(factory=dict)
+    #: parent step -> the fallback rule that speaks for its latest failed
+    #: attempt with a fallback left (said when the next attempt starts),
+    #: that attempt's end and start
+    fallbacks: Mapping[str, tuple[MessageRule, Event, StepStarted]] = attrs.field(factory=dict)
     #: the memory of each slice's message hook, in slice order
     slices: tuple[Any, ...] | None = None
     #: open step -> where it was last seen waiting
@@ -419,8 +411,6 @@ class _Fold:
         self.outcome: Outcome | None = None
 
     def freeze(self) -> RankMessages:
-        """The rank's messages after the events folded (the state it was
-        made from when none changed anything)."""
         if not self.changed:
             return self.base
         return RankMessages(
@@ -443,7 +433,6 @@ class _Fold:
         return self.setup.rule(code)[0]
 
     def derive(self, event: Event) -> None:
-        """Fold what ``event`` completes."""
         self.event = event
         self.originated = False
         kind = KINDS[type(event)]
@@ -474,7 +463,6 @@ class _Fold:
             self._call(setup._afters, memories)
 
     def _call(self, phases: tuple[Callable[[Any, Any], Any], ...], memories: list[Any]) -> None:
-        """One phase (``before`` or ``after``) of each hook, in order."""
         for index, phase in enumerate(phases):
             old = memories[index]
             new = phase(self, old)
@@ -579,7 +567,7 @@ class _Fold:
         if event.kind is StepKind.ATTEMPT and self.fallbacks:
             pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
             if pending is not None:
-                self.say(pending.rule, pending.ended, pending.started, event.step)
+                self.say(*pending, event.step)
 
     def step_stalled(self, event: StepStalled) -> None:
         self.waiting[event.step] = event
@@ -643,14 +631,10 @@ class _Fold:
             return
         rule = self.rule_for(event, fallback=True)
         if rule is not None:
-            self.fallbacks[event.step.rpartition("/")[0]] = _PendingFallback(
-                rule=rule, ended=event, started=started
-            )
+            self.fallbacks[event.step.rpartition("/")[0]] = (rule, event, started)
             self.raise_severity(event.step, self.severity(rule.code))
 
     def rule_for(self, event: Event, *, fallback: bool = False) -> MessageRule | None:
-        """The first rule of the event's step, a fallback rule or another,
-        that speaks for ``event`` (the event being derived)."""
         outcome = self.outcome
         if outcome is None:
             return None
@@ -669,8 +653,6 @@ class _Fold:
         started: StepStarted | None,
         next_step: str = "",
     ) -> None:
-        """The message of ``rule``, if any, for ``event`` (a fallback rule's:
-        ``next_step``, the attempt that started next)."""
         if rule is not None:
             text, args = rule.render(event, started, next_step=next_step)
             exception = cause_of(event) if rule.detail else None

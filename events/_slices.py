@@ -23,11 +23,6 @@ than step results) and ``messages`` (a :class:`MessageHook`: derivations
 that remember earlier events, such as a message naming every attempt of a
 chain). Slices never import a runtime: replaying a log needs
 only this package and the slices' pure modules.
-
-Precedence: a slice *claims* the steps its ``steps`` patterns match; the
-kernel's generic ``candidate.unavailable`` and ``fallback.used`` messages are
-not derived for claimed steps. A failure that a slice's rule covers
-is reported by that rule instead of the generic ``step.failed``.
 """
 
 from __future__ import annotations
@@ -129,8 +124,6 @@ def _tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _each(cls: type[Any]) -> Callable[[Any, attrs.Attribute[Any], tuple[Any, ...]], None]:
-    """A validator: every item is a ``cls``."""
-
     def check(_instance: Any, attribute: attrs.Attribute[Any], items: tuple[Any, ...]) -> None:
         for index, item in enumerate(items):
             if not isinstance(item, cls):
@@ -142,8 +135,7 @@ def _each(cls: type[Any]) -> Callable[[Any, attrs.Attribute[Any], tuple[Any, ...
 
 
 def _one_rule_per_code(_instance: Any, _attribute: Any, rules: tuple[MessageRule, ...]) -> None:
-    """A validator: rules with one code agree on its severity and scope (a
-    code has one of each; the last rule's would silently be every one's)."""
+    # A code has one severity and scope: the last rule's would silently be every one's.
     seen: dict[str, MessageRule] = {}
     for rule in rules:
         first = seen.setdefault(rule.code, rule)
@@ -243,7 +235,6 @@ _VERBS = {Outcome.OK: "succeeded", Outcome.TIMED_OUT: "timed out"}
 
 
 def _template_fault(template: str, *, fallback: bool) -> str | None:
-    """What keeps ``template`` from rendering over any event, or ``None``."""
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -306,8 +297,6 @@ def _defaults(value: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _recorded(key: str, event: Event, started: StepStarted | None) -> JsonValue:
-    """The value ``key`` (``result.KEY``, ``attributes.KEY``) names, or
-    ``None``."""
     where, _, name = key.partition(".")
     recorded: object = None
     if where == "result" and isinstance(event, StepSucceeded):
