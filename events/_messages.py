@@ -78,7 +78,7 @@ from ._reducers import (
     Projection,
 )
 from ._severity import Scope, Severity
-from ._slices import MessageRule, Slice, cause_of, crash_text
+from ._slices import MessageRule, Slice, cause_of, reason_of
 
 __all__ = [
     "GroupedMessage",
@@ -676,7 +676,7 @@ class _Fold:
         elif isinstance(event, StepCrashed):
             self.emit(
                 "step.crashed",
-                f"Step {event.step} crashed: {crash_text(event)}.",
+                f"Step {event.step} crashed: {reason_of(event)}.",
                 step=event.step,
                 args=(event.step,),
             )

@@ -138,16 +138,14 @@ class SeverityPolicy:
             )
         except DecodeError as exc:
             raise PolicyError(str(exc)) from None
-        rules = {} if base is None else dict(base.rules)
+        # Severities and scopes are parsed by the rules' converter.
+        rules: dict[str, tuple[Any, Any]] = {} if base is None else dict(base.rules)
         for code, rule in document.rules.items():
             known = rules.get(code) or _GENERIC.get(code)
-            if rule.scope is not None:
-                scope = Scope.parse(rule.scope)
-            elif known is not None:
-                scope = known[1]
-            else:
+            scope = rule.scope or (known and known[1])
+            if not scope:
                 raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
-            rules[code] = (Severity.parse(rule.severity), scope)
+            rules[code] = (rule.severity, scope)
         return cls(version=document.version, rules=rules)
 
 

@@ -162,19 +162,6 @@ def cause_of(event: Event) -> ExceptionInfo | None:
     return None
 
 
-def crash_text(event: StepCrashed) -> str:
-    """How an isolated step's process ended, in words."""
-    if event.signal is not None:
-        text = f"its process was killed by signal {event.signal}"
-    elif event.exit_code is not None:
-        text = f"its process exited with code {event.exit_code}"
-    else:
-        text = "its process died"
-    if event.stderr_tail:
-        text += f"; last stderr line: {event.stderr_tail[-1]}"
-    return text
-
-
 def reason_of(event: Event) -> str:
     """One human line for why a step did not end ok: the reasons of an
     unavailable step, else its exception's ``reason``, the timeout, or how
@@ -189,8 +176,14 @@ def reason_of(event: Event) -> str:
             return cause.reason
         case StepTimedOut(timeout_s=timeout_s):
             return f"timed out after {timeout_s:g} s"
-        case StepCrashed():
-            return crash_text(event)
+        case StepCrashed(signal=signal, exit_code=exit_code, stderr_tail=tail):
+            if signal is not None:
+                text = f"its process was killed by signal {signal}"
+            elif exit_code is not None:
+                text = f"its process exited with code {exit_code}"
+            else:
+                text = "its process died"
+            return f"{text}; last stderr line: {tail[-1]}" if tail else text
         case _:
             return outcome_of(event) or "unknown"
 
