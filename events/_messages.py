@@ -21,9 +21,10 @@ The kernel derives these for every graph (``<step>`` is the step path)::
 
 Whoever owns a set of steps adds its own messages in a :class:`~events.Slice`:
 message rules as data (:class:`~events.MessageRule`), and a hook for what
-data cannot say. A slice's rules and hook take precedence for the steps it
-claims: no ``candidate.unavailable``/``fallback.used`` there, and a failure
-one of its rules covers is not a ``step.failed``.
+data cannot say. Precedence is by order: the slices' rules, then the
+kernel's (``candidate.unavailable``, ``fallback.used``; none on the steps a
+slice claims); the first that matches speaks, and a failure a rule speaks
+for is not a ``step.failed``.
 
 A failure a parent step absorbed (the child ``step.failed``, the parent
 ``step.unavailable`` with the same cause) is not a ``step.failed`` message:
