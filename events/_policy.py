@@ -30,24 +30,20 @@ class PolicyError(EventsError, ValueError):
         super().__init__(f"invalid severity policy: {reason}")
 
 
-_DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
-_PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
-
-
 #: The codes the kernel derives for every graph. A slice adds its own.
 _GENERIC: dict[str, Rule] = {
-    "step.failed": (_ERROR, _PROCESS),
-    "step.timed_out": (_ERROR, _PROCESS),
-    "step.crashed": (_ERROR, _PROCESS),
+    "step.failed": (Severity.ERROR, Scope.PROCESS),
+    "step.timed_out": (Severity.ERROR, Scope.PROCESS),
+    "step.crashed": (Severity.ERROR, Scope.PROCESS),
     # A step past the stall threshold: once per step, once per node.
-    "step.stalled": (_INFO, _LOCAL),
-    "run.ready": (_INFO, _GLOBAL),
-    "run.failed": (_ERROR, _PROCESS),
-    "run.interrupted": (_ERROR, _PROCESS),
+    "step.stalled": (Severity.INFO, Scope.LOCAL),
+    "run.ready": (Severity.INFO, Scope.GLOBAL),
+    "run.failed": (Severity.ERROR, Scope.PROCESS),
+    "run.interrupted": (Severity.ERROR, Scope.PROCESS),
     # A candidate that did not fit is expected on many hosts: one DEBUG line.
-    "candidate.unavailable": (_DEBUG, _PROCESS),
+    "candidate.unavailable": (Severity.DEBUG, Scope.PROCESS),
     # An attempt a fallback recovered: recovered breakage, once per node.
-    "fallback.used": (_WARNING, _LOCAL),
+    "fallback.used": (Severity.WARNING, Scope.LOCAL),
 }
 
 
@@ -85,7 +81,9 @@ class SeverityPolicy:
     ) -> SeverityPolicy:
         """A copy with ``code``'s severity and/or scope replaced (and
         ``version`` bumped by one unless given)."""
-        old_severity, old_scope = self.rules.get(code) or _GENERIC.get(code, (_ERROR, _PROCESS))
+        old_severity, old_scope = self.rules.get(code) or _GENERIC.get(
+            code, (Severity.ERROR, Scope.PROCESS)
+        )
         rules = dict(self.rules)
         rules[code] = (severity or old_severity, scope or old_scope)
         return SeverityPolicy(version=self.version + 1 if version is None else version, rules=rules)
