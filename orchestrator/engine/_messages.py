@@ -86,19 +86,10 @@ from ._conventions import (
     ZENTORCH_STEP,
 )
 
-__all__ = [
-    "ENGINE_RULES",
-    "EXTENSION_RULES",
-    "EngineMessageHook",
-]
+__all__ = ["ENGINE_RULES", "SEVERITIES", "EngineMessageHook"]
 
 _DEBUG, _INFO, _WARNING, _ERROR = Severity.DEBUG, Severity.INFO, Severity.WARNING, Severity.ERROR
 _PROCESS, _LOCAL, _GLOBAL = Scope.PROCESS, Scope.LOCAL, Scope.GLOBAL
-
-#: The typed errors the candidate sets raise (``orchestrator._candidates``),
-#: by the public names their logs record.
-EXPLICIT_INVALID_ERROR = "orchestrator.ExplicitCandidateInvalidError"
-NO_VALID_ERROR = "orchestrator.NoValidCandidateError"
 
 #: SPEC §3.6 as data: the failures and outcomes a rule can say alone.
 ENGINE_RULES: tuple[MessageRule, ...] = (
@@ -134,25 +125,26 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
     # target) that declined says why at DEBUG; at WARNING when its hardware
     # is evidently there but unusable (beyond vLLM: GPUs evidently there,
     # device nodes, that cannot be used).
-    MessageRule(
-        code="platform.plugin_declined",
-        step=f"{PLATFORM_STEP}/*",
-        outcomes=Outcome.ABSENT,
-        when={"kind": "candidate", "cause": False},
-        text="Platform plugin {attributes[plugin]} declined: {reason}",
-        args=("{attributes[plugin]}", "{reason}"),
-        defaults={"attributes.plugin": "{name}"},
-        severity=_DEBUG,
-    ),
-    MessageRule(
-        code="platform.device_unusable",
-        step=f"{PLATFORM_STEP}/*",
-        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
-        when={"kind": "candidate", "cause": False},
-        text="Platform plugin {attributes[plugin]} cannot use this host's devices: {reason}",
-        args=("{attributes[plugin]}", "{reason}"),
-        defaults={"attributes.plugin": "{name}"},
-        severity=_WARNING,
+    *(
+        MessageRule(
+            code=code,
+            step=f"{PLATFORM_STEP}/*",
+            outcomes=outcomes,
+            when={"kind": "candidate", "cause": False},
+            text=f"Platform plugin {{attributes[plugin]}} {what}: {{reason}}",
+            args=("{attributes[plugin]}", "{reason}"),
+            defaults={"attributes.plugin": "{name}"},
+            severity=severity,
+        )
+        for code, outcomes, what, severity in (
+            ("platform.plugin_declined", Outcome.ABSENT, "declined", _DEBUG),
+            (
+                "platform.device_unusable",
+                (Outcome.UNAVAILABLE, Outcome.INVALID),
+                "cannot use this host's devices",
+                _WARNING,
+            ),
+        )
     ),
     MessageRule(
         code="platform.detected",
@@ -164,24 +156,24 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
         severity=_INFO,
         scope=_LOCAL,
     ),
-    MessageRule(
-        code="attention.backend_invalid",
-        step=f"{ATTENTION_STEP}/*",
-        outcomes=Outcome.INVALID,
-        text="Attention backend {attributes[candidate]} does not support this configuration: "
-        "{reason}",
-        args=("{attributes[candidate]}", "{reason}"),
-        defaults={"attributes.candidate": "{name}"},
-        severity=_DEBUG,
-    ),
-    MessageRule(
-        code="attention.backend_unavailable",
-        step=f"{ATTENTION_STEP}/*",
-        outcomes=(Outcome.UNAVAILABLE, Outcome.ABSENT),
-        text="Attention backend {attributes[candidate]} is unavailable: {reason}",
-        args=("{attributes[candidate]}", "{reason}"),
-        defaults={"attributes.candidate": "{name}"},
-        severity=_DEBUG,
+    *(
+        MessageRule(
+            code=code,
+            step=f"{ATTENTION_STEP}/*",
+            outcomes=outcomes,
+            text=f"Attention backend {{attributes[candidate]}} {what}: {{reason}}",
+            args=("{attributes[candidate]}", "{reason}"),
+            defaults={"attributes.candidate": "{name}"},
+            severity=_DEBUG,
+        )
+        for code, outcomes, what in (
+            ("attention.backend_invalid", Outcome.INVALID, "does not support this configuration"),
+            (
+                "attention.backend_unavailable",
+                (Outcome.UNAVAILABLE, Outcome.ABSENT),
+                "is unavailable",
+            ),
+        )
     ),
     MessageRule(
         code="attention.explicit_selected",
@@ -204,32 +196,31 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
             severity=_ERROR,
         )
         for code, exception, when in (
-            ("attention.explicit_invalid", EXPLICIT_INVALID_ERROR, {}),
-            ("attention.none_valid", NO_VALID_ERROR, {}),
+            # The typed errors of orchestrator._candidates, by their public names.
+            ("attention.explicit_invalid", "orchestrator.ExplicitCandidateInvalidError", {}),
+            ("attention.none_valid", "orchestrator.NoValidCandidateError", {}),
             # Logs of releases before the typed errors (the module docstring).
             ("attention.explicit_invalid", "ValueError", {"message": "Selected backend*"}),
             ("attention.none_valid", "ValueError", {"message": "No valid*"}),
         )
     ),
     # Absent (flashinfer not installed) is the expected case: no message.
-    MessageRule(
-        code="flashinfer_comm.unavailable",
-        step=FLASHINFER_COMM_STEP,
-        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
-        when={"cause": True},
-        text="flashinfer.comm import failed: {message}",
-        args=("{message}",),
-        severity=_DEBUG,
-        scope=_LOCAL,
-    ),
-    MessageRule(
-        code="flashinfer_comm.unavailable",
-        step=FLASHINFER_COMM_STEP,
-        outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
-        text="flashinfer.comm is unavailable: {reason}",
-        args=("{reason}",),
-        severity=_DEBUG,
-        scope=_LOCAL,
+    # With a cause, the import failed; without, a fusion entry point is missing.
+    *(
+        MessageRule(
+            code="flashinfer_comm.unavailable",
+            step=FLASHINFER_COMM_STEP,
+            outcomes=(Outcome.UNAVAILABLE, Outcome.INVALID),
+            when=when,
+            text=text,
+            args=(arg,),
+            severity=_DEBUG,
+            scope=_LOCAL,
+        )
+        for when, text, arg in (
+            ({"cause": True}, "flashinfer.comm import failed: {message}", "{message}"),
+            ({}, "flashinfer.comm is unavailable: {reason}", "{reason}"),
+        )
     ),
     # An attempt a fallback recovers is expected on many healthy hosts: one
     # line, no traceback (the cause stays in the log). The first that matches
@@ -280,7 +271,7 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
 #: rules above carry their own), then the codes this release adds to it:
 #: with the rules, the engine's policy (severity and scope of every code an
 #: engine run derives), each written once.
-_TABLE: dict[str, tuple[Severity, Scope]] = {
+SEVERITIES: dict[str, tuple[Severity, Scope]] = {
     "platform.plugin_failed": (_DEBUG, _PROCESS),
     "platform.fallback": (_WARNING, _PROCESS),
     "zentorch.broken": (_WARNING, _LOCAL),
@@ -295,11 +286,8 @@ _TABLE: dict[str, tuple[Severity, Scope]] = {
     "run.ready": (_INFO, _GLOBAL),
     "run.failed": (_ERROR, _PROCESS),
     "run.interrupted": (_ERROR, _PROCESS),
-}
-
-#: Codes outside the table that this release derives (cross-rank findings the
-#: table does not name). A later slice (a severity policy's) may override them.
-EXTENSION_RULES: dict[str, tuple[Severity, Scope]] = {
+    # Codes outside SPEC's table that this release derives (cross-rank
+    # findings it does not name); a later slice may override them.
     # Mixed platforms in one launch cannot run one collective program.
     "platform.divergence": (_ERROR, _GLOBAL),
     # Different attention kernels still run; outputs and speed may differ.

@@ -57,7 +57,7 @@ from ._conventions import (
     PLATFORM_STEP,
     PROCESS_GROUP_STEP,
 )
-from ._messages import _TABLE, ENGINE_RULES, EXTENSION_RULES, EngineMessageHook, _field
+from ._messages import ENGINE_RULES, SEVERITIES, EngineMessageHook, _field
 
 __all__ = [
     "ENGINE",
@@ -187,7 +187,7 @@ ENGINE = Slice(
         f"{ALLREDUCE_STEP}/*",
     ),
     rules=ENGINE_RULES,
-    severities={**_TABLE, **EXTENSION_RULES},
+    severities=SEVERITIES,
     facts={
         "platform": None,
         "platform_class": None,
