@@ -249,13 +249,12 @@ def launch_on_ray(
     # and the manifest created exclusively, before any actor starts: a
     # second launch into the same directory stops there having written
     # nothing.
-    store = _rendezvous_store(ray) if process_group and world_size > 1 else None
+    store, rendezvous = _rendezvous_store(ray) if process_group and world_size > 1 else (None, {})
     try:
         book = LaunchBook.claim(directory, manifest)
         launch = _Launch(ray=ray, book=book, world_size=world_size)
         try:
             launch.place(actor_options, timeout_s=timeout_s)
-            rendezvous = {} if store is None else store.variables
             launch.start(
                 lambda identity: RankAssignment(
                     identity=identity,
@@ -285,8 +284,8 @@ def launch_on_ray(
         # spans went (the driver's ``OTEL_*`` variables).
         send_launch_span_of(Tracing(environ=env), directory, slices=[ENGINE], ranks_ended=True)
     finally:
-        if store is not None:
-            store.close()
+        # Dropping the last reference to the store stops its server.
+        del store
     return RayLaunch(run_id=run_id, run_dir=directory, ranks=launch.ranks())
 
 
@@ -561,23 +560,12 @@ def _trace_variables(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-@attrs.define
-class _Store:
-    """The rendezvous the driver hosts, and the variables that reach it."""
-
-    store: Any
-    variables: Mapping[str, str]
-
-    def close(self) -> None:
-        # Dropping the last reference stops the store's server.
-        self.store = None
-
-
-def _rendezvous_store(ray: Any) -> _Store:
+def _rendezvous_store(ray: Any) -> tuple[Any, Mapping[str, str]]:
     """A ``torch.distributed`` TCP store on this node, on a port the kernel
-    picked: every rank connects to it as torchrun's workers connect to
-    their agent's store (``TORCHELASTIC_USE_AGENT_STORE``), so rank 0 need
-    not bind a port chosen earlier, which another process may take first.
+    picked, and the variables that reach it: every rank connects to it as
+    torchrun's workers connect to their agent's store
+    (``TORCHELASTIC_USE_AGENT_STORE``), so rank 0 need not bind a port
+    chosen earlier, which another process may take first.
 
     Raises:
         RayLaunchError: torch is not importable on the driver.
@@ -599,12 +587,9 @@ def _rendezvous_store(ray: Any) -> _Store:
         timeout=datetime.timedelta(seconds=60),
     )
     address = str(ray.util.get_node_ip_address())
-    return _Store(
-        store=store,
-        variables={
-            "MASTER_ADDR": address,
-            "MASTER_PORT": str(store.port),
-            "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "TORCHELASTIC_RESTART_COUNT": "0",
-        },
-    )
+    return store, {
+        "MASTER_ADDR": address,
+        "MASTER_PORT": str(store.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+    }
