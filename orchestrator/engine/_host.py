@@ -36,8 +36,6 @@ __all__ = [
     "build_target_of_torch",
     "is_amd_zen",
     "nvidia_devices_from_nvml",
-    "tpu_devices",
-    "xpu_devices_from_torch",
 ]
 
 #: The variable that names the build target, as in vLLM.
@@ -174,17 +172,6 @@ def is_amd_zen(cpuinfo: str | None) -> bool:
     return vendor and avx512
 
 
-def tpu_devices(importer: Importer) -> Devices:
-    """A TPU when ``libtpu`` imports through ``importer`` (as vLLM's TPU
-    plugin decides: installed means a TPU host). An import that raises
-    propagates, so a broken or injected ``libtpu`` is a failed plugin, never
-    a TPU."""
-    if importer.find_spec("libtpu") is None:
-        return Devices(reason="libtpu is not installed")
-    importer.import_module("libtpu")
-    return Devices(found=(GpuDevice(vendor="google", name="TPU", capability=None, index=0),))
-
-
 def build_target_of_torch(importer: Importer) -> BuildTarget:
     """The build target of the installed torch: ``torch.version.cuda`` ->
     cuda, ``.hip`` -> rocm, ``.xpu`` -> xpu, a CPU build or no torch -> cpu.
@@ -284,27 +271,6 @@ def amd_devices_from_amdsmi(importer: Importer) -> Devices | None:
     return Devices(found=tuple(devices), reason="" if devices else "AMD SMI reports no devices")
 
 
-def xpu_devices_from_torch(importer: Importer) -> Devices:
-    """Ask ``torch.xpu``; importing torch takes seconds, so it happens only
-    when torch is findable."""
-    if importer.find_spec("torch") is None:
-        return Devices(reason="torch is not installed")
-    torch = importer.import_module("torch")
-    xpu = getattr(torch, "xpu", None)
-    if xpu is None:
-        return Devices(reason="this torch build has no XPU support")
-    if not xpu.is_available():
-        return Devices(reason="torch.xpu reports no XPU devices")
-    return Devices(
-        found=tuple(
-            GpuDevice(
-                vendor="intel", name=str(xpu.get_device_name(index)), capability=None, index=index
-            )
-            for index in range(xpu.device_count())
-        )
-    )
-
-
 #: What to do when NVIDIA GPUs are there but NVML cannot be used.
 _NVIDIA_RUNTIME_HINT = (
     "the container was probably started without the NVIDIA runtime "
@@ -338,12 +304,37 @@ class HostBase:
     only through the importer."""
 
     def tpu_devices(self, importer: Importer) -> Devices:
-        """A TPU when ``libtpu`` imports (see :func:`tpu_devices`)."""
-        return tpu_devices(importer)
+        """A TPU when ``libtpu`` imports through ``importer`` (as vLLM's TPU
+        plugin decides: installed means a TPU host). An import that raises
+        propagates, so a broken or injected ``libtpu`` is a failed plugin, never
+        a TPU."""
+        if importer.find_spec("libtpu") is None:
+            return Devices(reason="libtpu is not installed")
+        importer.import_module("libtpu")
+        return Devices(found=(GpuDevice(vendor="google", name="TPU", capability=None, index=0),))
 
     def xpu_devices(self, importer: Importer) -> Devices:
-        """``torch.xpu`` devices (torch imported only when findable)."""
-        return xpu_devices_from_torch(importer)
+        """Ask ``torch.xpu``; importing torch takes seconds, so it happens only
+        when torch is findable."""
+        if importer.find_spec("torch") is None:
+            return Devices(reason="torch is not installed")
+        torch = importer.import_module("torch")
+        xpu = getattr(torch, "xpu", None)
+        if xpu is None:
+            return Devices(reason="this torch build has no XPU support")
+        if not xpu.is_available():
+            return Devices(reason="torch.xpu reports no XPU devices")
+        return Devices(
+            found=tuple(
+                GpuDevice(
+                    vendor="intel",
+                    name=str(xpu.get_device_name(index)),
+                    capability=None,
+                    index=index,
+                )
+                for index in range(xpu.device_count())
+            )
+        )
 
 
 class RealHost(HostBase):
