@@ -144,26 +144,6 @@ class _Capture(logging.Handler):
         return self.records.pop(plugin, [])
 
 
-@contextlib.contextmanager
-def _capturing() -> Iterator[_Capture]:
-    """Capture vLLM's records at DEBUG while the block runs; the logger's
-    level, handlers and propagation are put back afterwards."""
-    logger = logging.getLogger("vllm")
-    saved = (logger.level, list(logger.handlers), logger.propagate)
-    capture = _Capture(
-        logger.getEffectiveLevel(), saved[1], logger.parent if logger.propagate else None
-    )
-    logger.handlers = [capture]
-    logger.propagate = False
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield capture
-    finally:
-        logger.setLevel(saved[0])
-        logger.handlers = saved[1]
-        logger.propagate = saved[2]
-
-
 def _reason(records: list[JsonValue]) -> str | None:
     """What vLLM said a plugin declined for: the text after ``because`` in
     the last record that has one (``CUDA platform is not available
@@ -216,12 +196,23 @@ class VllmPlugins:
 
     @contextlib.contextmanager
     def session(self) -> Iterator[object]:
-        with _capturing() as capture:
-            self._capture = capture
-            try:
-                yield capture
-            finally:
-                self._capture = None
+        # vLLM's records at DEBUG while the plugins run; the logger's level,
+        # handlers and propagation are put back afterwards.
+        logger = logging.getLogger("vllm")
+        saved = (logger.level, list(logger.handlers), logger.propagate)
+        self._capture = capture = _Capture(
+            logger.getEffectiveLevel(), saved[1], logger.parent if logger.propagate else None
+        )
+        logger.handlers = [capture]
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield capture
+        finally:
+            self._capture = None
+            logger.setLevel(saved[0])
+            logger.handlers = saved[1]
+            logger.propagate = saved[2]
 
     async def specs(self, ctx: StepContext) -> list[PluginSpec]:
         if self.config.target_device is not None:
