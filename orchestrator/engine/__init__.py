@@ -13,10 +13,7 @@ import typing
 
 from events._surface import Surface as _Surface
 
-# Every public name is declared once, here: the type checkers' re-exports,
-# and at run time (events/_surface.py) the table of what loads on first
-# use (PEP 562), with __all__ and dir(), so importing the package for one
-# thing (the command line's --help) does not import everything.
+# Every public name is declared once, here (see events/_surface.py).
 if typing.TYPE_CHECKING:
     from ._allreduce import RealWorkspaceFactory as RealWorkspaceFactory
     from ._allreduce import SimulatedWorkspace as SimulatedWorkspace

@@ -1,16 +1,13 @@
 """One rank inside a Ray actor: what the driver assigns it, what it sends back.
 
 The driver (:func:`orchestrator.ray.launch_on_ray`) gives each actor a
-:class:`RankAssignment`; the actor runs :func:`run_assigned_rank`, which runs
-one :class:`~orchestrator.Startup` with that identity and run id into a run
-directory of its own (a workspace in a temporary directory on the actor's
-node: no shared filesystem is assumed), bounded by the launch's timeout, and
-hands back a :class:`RankReport` carrying the rank's whole log. The
-workspace is removed once the log is read; an actor that dies leaves it, and
-the driver reads what it holds when the actor ran on the driver's node. An engine whose workers
-are already Ray actors of its own calls :func:`run_assigned_rank` from one
-of their methods; :class:`RankActor` is the actor the launcher creates when
-it makes its own.
+:class:`RankAssignment`; the actor runs :func:`run_assigned_rank` in a
+workspace on its own node (no shared filesystem is assumed) and hands back a
+:class:`RankReport` carrying the rank's whole log. An actor that dies leaves
+its workspace, which the driver reads when the actor ran on the driver's
+node. :class:`RankActor` is the actor the launcher creates; an engine whose
+workers are Ray actors of its own calls :func:`run_assigned_rank` from one
+of their methods.
 
 Nothing here imports Ray at module level: an assignment and a report are
 plain picklable data, and the actor class becomes a Ray actor only when the
