@@ -14,16 +14,13 @@ workers, and keeps the record a replay needs:
    run id, the store's address, and the driver's ``TRACEPARENT`` and
    ``OTEL_*`` variables (every rank's spans are of one trace: the caller's,
    else the one the run id names);
-4. waits for every actor's :class:`~orchestrator.ray.RankReport` (each
-   actor stops its own startup at ``timeout_s``; the driver waits a grace
-   period more), writes each rank's log into the run directory as
+4. writes each rank's log that came back into the run directory as
    ``rank-N.jsonl``, and records in the manifest how each rank ended: an
-   actor that died (``ActorDiedError``), never answered, or never opened its
-   log is **lost**, with its actor id, node and the error, so a replay names
-   it rather than leaving it silently absent. When such an actor ran on the
-   driver's node, what it had logged is read from its workspace (a replay
-   then shows the step it died in); on another node the manifest says where
-   that log was left.
+   actor that died, never answered, or never opened its log is **lost**,
+   with its actor id, node and the error, so a replay names it rather than
+   leaving it silently absent. What a lost actor on the driver's node had
+   logged is read from its workspace (a replay then shows the step it died
+   in); on another node the manifest says where that log was left.
 
 Then ``startup-orchestrator replay <run-dir>`` reads one run with every rank.
 """
