@@ -28,7 +28,7 @@ attrs.
 from __future__ import annotations
 
 import keyword
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -38,23 +38,19 @@ __all__ = ["builder", "evolve", "field_names", "twin"]
 T = TypeVar("T")
 
 
-def builder(cls: type[T], names: Sequence[str] | None = None) -> Callable[..., T]:
-    """A function taking every field of ``cls`` positionally and returning
-    the instance. The arguments come in the order of ``names`` (which must
-    name every field once), by default in attrs field order.
+def builder(cls: type[T]) -> Callable[..., T]:
+    """A function taking every field of ``cls`` positionally, in attrs field
+    order, and returning the instance.
 
     Raises:
-        TypeError: ``cls`` does not qualify, or ``names`` are not its fields.
+        TypeError: ``cls`` does not qualify.
     """
     fields = field_names(cls)
-    order = list(fields if names is None else names)
-    if sorted(order) != sorted(fields):
-        raise TypeError(f"{cls.__qualname__} has the fields {list(fields)}, not {order}")
-    arguments = [f"value{index}" for index in range(len(order))]
+    # Numbered arguments: a field may be named like the generated
+    # function's own locals (``obj``, ``cls``).
+    arguments = [f"value{index}" for index in range(len(fields))]
     body = [f"def build({', '.join(arguments)}):", "    obj = mutable()"]
-    body += [
-        f"    obj.{name} = {argument}" for name, argument in zip(order, arguments, strict=True)
-    ]
+    body += [f"    obj.{name} = {value}" for name, value in zip(fields, arguments, strict=True)]
     built: Callable[..., T] = _compile(cls, "build", body)
     return built
 

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import orjson
 
-from ._builders import builder
+from ._builders import builder, field_names
 from ._model import (
     DecisionMade,
     Event,
@@ -184,19 +184,16 @@ class TimelineState:
         )
 
 
-# A fold builds a timing per step: directly, without attrs' keyword parsing
-# (see events._builders), from a list of its fields in this order.
-_STEP_FIELDS = (
-    "rank", "step", "kind", "start_wall_ns", "start_mono_ns", "depends_on", "span_id",
-    "parent_span_id", "end_wall_ns", "duration_ns", "outcome", "result", "end", "stall",
-)  # fmt: skip
+# A fold builds a timing per step directly, without attrs' keyword parsing
+# (see events._builders), from a list of its fields in attrs order.
+_STEP_FIELDS = field_names(StepTiming)
 _START_MONO, _END_WALL, _DURATION, _OUTCOME, _RESULT, _END, _STALL = map(
     _STEP_FIELDS.index,
     ("start_mono_ns", "end_wall_ns", "duration_ns", "outcome", "result", "end", "stall"),
 )
-_timing = builder(StepTiming, _STEP_FIELDS)
-_rank = builder(RankTimeline, ("rank", "started", "finished", "last", "steps", "decisions"))
-_state = builder(TimelineState, ("ranks",))
+_timing = builder(StepTiming)
+_rank = builder(RankTimeline)
+_state = builder(TimelineState)
 
 
 class Timeline(Projection[TimelineState]):
@@ -269,7 +266,7 @@ class Timeline(Projection[TimelineState]):
                 if timing is None:
                     continue  # never started
                 if type(timing) is not list:
-                    timing = steps[event.step] = _fields(timing)
+                    timing = steps[event.step] = [getattr(timing, f) for f in _STEP_FIELDS]
                 if timing[_OUTCOME] is not None:
                     continue  # ended already: an end is final
                 if kind == STALLED:
@@ -320,8 +317,3 @@ _SHARED_RESULTS = 1024
 
 #: The kinds of events that record a rank not seen before.
 _OPENS = frozenset({STARTED, RUN_STARTED, RUN_FINISHED})
-
-
-def _fields(timing: StepTiming) -> list[Any]:
-    """``timing``'s fields, in :data:`_STEP_FIELDS`' order."""
-    return [getattr(timing, name) for name in _STEP_FIELDS]

@@ -39,32 +39,6 @@ def test_built_instances_are_what_init_builds(event: events.Event) -> None:
         built.step = "changed"  # type: ignore[misc]
 
 
-def test_arguments_follow_the_given_order() -> None:
-    order = (
-        "node_rank",
-        "world_size",
-        "rank",
-        "local_rank",
-        "local_world_size",
-        "parent_pid",
-        "role",
-    )
-    build = builder(events.RankIdentity, order)
-    assert build(3, 16, 9, 1, 8, 42, "worker TP1") == events.RankIdentity(
-        rank=9,
-        local_rank=1,
-        world_size=16,
-        local_world_size=8,
-        node_rank=3,
-        role="worker TP1",
-        parent_pid=42,
-    )
-    with pytest.raises(TypeError, match="has the fields"):
-        builder(events.RankIdentity, ("rank", "world_size"))
-    with pytest.raises(TypeError, match="has the fields"):
-        builder(events.RankIdentity, ("rank", "rank", "world_size", "local_rank", "node_rank"))
-
-
 def test_post_init_invariants_still_hold() -> None:
     envelope = {"run_id": "r", "rank": 0, "seq": 0, "wall_ns": 1, "mono_ns": 1}
     fine = events.StepUnavailable(**envelope, outcome=Outcome.ABSENT, cause=PERMISSION_DENIED)
