@@ -4,7 +4,6 @@ not end ready (:class:`RootCause`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
 
 import attrs
 
@@ -69,7 +68,8 @@ class RootCause:
         ``since_ns``)."""
         if self.no_events is not None:
             if self.process is not None:
-                return f"{self.process.describe(since_ns=since_ns)}; its log is {_log_state(self)}"
+                log = "empty" if self.no_events == "empty log" else "missing"
+                return f"{self.process.describe(since_ns=since_ns)}; its log is {log}"
             if self.no_events == ELSEWHERE:
                 return (
                     f"rank {self.rank}'s log is not here: it is another node's "
@@ -111,10 +111,6 @@ class RootCause:
             f"rank {self.rank} went on without {self.left_out}, and the ranks that "
             "waited for it there failed"
         )
-
-
-def _log_state(cause: RootCause) -> str:
-    return "empty" if cause.no_events == "empty log" else "missing"
 
 
 def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
@@ -209,7 +205,7 @@ class RankState:
         # rank has none pending).
         going_up = [f for f in tracking.failures if f.cause is not None]
         if going_up:
-            return _root_cause(self, going_up[0], None)
+            return _root_cause(going_up[0], None, self.rank, self.outcome, self.stalls)
         in_flight = self.in_flight
         # An unfinished rank has no run.finished: its last event speaks.
         finished = tracking.finished
@@ -243,27 +239,19 @@ def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
     return in_flight[0] if in_flight else last_step
 
 
-class _Derived(Protocol):
-    """What a root cause is made from: a rank's state, frozen or being
-    folded."""
-
-    @property
-    def rank(self) -> int: ...
-
-    @property
-    def outcome(self) -> RunOutcome: ...
-
-    @property
-    def stalls(self) -> Mapping[str, StepStalled]: ...
-
-
-def _root_cause(state: _Derived, failure: _Failure, fallback: ExceptionInfo | None) -> RootCause:
+def _root_cause(
+    failure: _Failure,
+    fallback: ExceptionInfo | None,
+    rank: int,
+    outcome: RunOutcome,
+    stalls: Mapping[str, StepStalled],
+) -> RootCause:
     return RootCause(
-        rank=state.rank,
+        rank=rank,
         step=failure.step,
         exception=failure.cause or fallback,
-        outcome=state.outcome,
+        outcome=outcome,
         wall_ns=failure.wall_ns,
         seq=failure.seq,
-        waiting=state.stalls.get(failure.step),
+        waiting=stalls.get(failure.step),
     )

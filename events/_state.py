@@ -231,7 +231,6 @@ class _StateFold:
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
         kind = KINDS[type(event)]
-        settles = False
         if kind == STARTED:
             self.open_steps.append(event.step)
             self.last_event_step = event.step
@@ -245,10 +244,9 @@ class _StateFold:
             tracked = _track(self.failures, event, top_level=_top_level(event, self.root_span_id))
             self.failures = tracked.pending
             if tracked.settled is not None and self.failure is None:
-                self.failure = _root_cause(self, tracked.settled, None)
-            settles = True
-        elif kind == DECISION:
-            settles = True
+                self.failure = _root_cause(
+                    tracked.settled, None, self.rank, self.outcome, self.stalls
+                )
         elif kind == STALLED:
             assert isinstance(event, StepStalled)
             self.stalls[event.step] = event
@@ -264,24 +262,23 @@ class _StateFold:
             self.finished = event
             self.outcome = event.outcome
             if tracked.settled is not None and self.failure is None:
-                self.failure = _root_cause(self, tracked.settled, event.cause)
+                self.failure = _root_cause(
+                    tracked.settled, event.cause, self.rank, self.outcome, self.stalls
+                )
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
-        if settles:
-            self.settle_facts(event)
-
-    def settle_facts(self, event: Event) -> None:
-        """The facts ``event`` settles: the slices' result columns of a
-        succeeded step, then their hooks, each seeing the facts so far."""
-        facts = self.facts
-        if isinstance(event, StepSucceeded):
-            for fact, key in self.results.get(event.step, ()):
+        if kind in (SUCCEEDED, ENDED, DECISION):
+            # The facts it settles: the slices' result columns of a
+            # succeeded step, then their hooks, each seeing the facts so far.
+            facts = self.facts
+            if isinstance(event, StepSucceeded):
                 result = event.result
-                facts[fact] = result if key is None else _field(result, key)
-        for hook in self.hooks:
-            changed = hook(facts, event)
-            if changed:
-                facts.update(changed)
+                for fact, key in self.results.get(event.step, ()):
+                    facts[fact] = result if key is None else _field(result, key)
+            for hook in self.hooks:
+                changed = hook(facts, event)
+                if changed:
+                    facts.update(changed)
 
 
 def _field(value: JsonValue, key: str) -> JsonValue:
