@@ -29,18 +29,12 @@ import importlib
 import re
 from collections.abc import MutableMapping
 
-__all__ = ["Surface", "declared_names"]
+__all__ = ["Surface"]
 
 _DECLARATION = re.compile(
     r"^[ \t]+from[ \t]+(\.[\w.]*)[ \t]+import[ \t]+\(?\s*(\w+)[ \t]+as[ \t]+(\w+)",
     re.MULTILINE,
 )
-
-
-def declared_names(source: str) -> dict[str, str]:
-    """``{name: ".module"}`` for every ``from .module import Name as Name``
-    in ``source`` (the package's declarations), in source order."""
-    return {name: module for module, name, alias in _DECLARATION.findall(source) if name == alias}
 
 
 def _sort_key(name: str) -> tuple[int, list[int | str]]:
@@ -78,7 +72,11 @@ class Surface:
             source = spec.loader.get_source(self._package)  # type: ignore[attr-defined]
             if source is None:  # pragma: no cover - installs always ship sources
                 raise ImportError(f"{self._package}: no source to read its public names from")
-            self._table = declared_names(source)
+            self._table = {
+                name: module
+                for module, name, alias in _DECLARATION.findall(source)
+                if name == alias
+            }
         return self._table
 
     def attribute(self, name: str) -> object:
