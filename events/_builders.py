@@ -1,28 +1,25 @@
 """Building frozen attrs instances without keyword parsing.
 
-attrs gives every class of this package a keyword-only ``__init__`` that
-stores each field through the frozen class's guarded ``__setattr__``. On the
-hot paths (the codec after its checks, a log assigning ``seq``, the timeline
-projection) the caller already holds every field value, and that keyword
-parsing and those guarded stores would cost more than the rest of the work.
+On the hot paths (the codec after its checks, a log assigning ``seq``, the
+projections freezing their state) the caller already holds every field
+value, and attrs' keyword-only ``__init__``, which stores each field through
+the frozen class's guarded ``__setattr__``, would cost more than the rest of
+the work (``benchmarks/bench_builders.py``).
 
-So an instance is built as its class's *twin*: a subclass that adds nothing
-to the class but plain attribute assignment (the ``__setattr__`` and
-``__delattr__`` of :class:`object`) and an ``__init__`` that takes nothing
-(:class:`object`'s, so that calling the twin makes a blank instance, a
-little faster than ``object.__new__(twin)``). The twin has exactly the class's memory
-layout, so once every field is stored the instance's ``__class__`` is set to
-the frozen class itself, and only then is ``__attrs_post_init__`` run, so
-the class's invariants still hold. What comes out is an ordinary instance
-of the frozen class, equal to what ``__init__`` builds; a twin instance
-never leaves the function that builds it.
+So an instance is built as its class's *twin*: a subclass that adds only
+plain attribute assignment (:class:`object`'s ``__setattr__`` and
+``__delattr__``) and :class:`object`'s ``__init__``, so that calling the
+twin makes a blank instance (a little faster than ``object.__new__(twin)``).
+The twin has the class's memory layout: once every field is stored, the
+instance's ``__class__`` is set to the frozen class and only then is
+``__attrs_post_init__`` run. What comes out equals what ``__init__`` builds;
+a twin instance never leaves the function that builds it.
 
 Only classes the plain ``__init__`` would build the same way qualify: every
 field an ``__init__`` argument under its own name, no validator, converter,
-``__attrs_pre_init__`` or ``__new__`` of its own, and no slot besides the
-fields. For any other
-class the functions here raise :class:`TypeError`, and the caller uses
-attrs.
+``__attrs_pre_init__``, ``__new__`` of its own or slot besides the fields.
+For any other class the functions here raise :class:`TypeError`, and the
+caller uses attrs.
 """
 
 from __future__ import annotations

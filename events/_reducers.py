@@ -77,16 +77,8 @@ def fold(
 
 
 def _in_order(events: Iterable[Event]) -> Iterator[Event]:
-    """``events``, checking that each (run, rank) stream in them starts at
-    ``seq`` 0 and goes up by one.
-
-    Raises:
-        FoldError: a stream skips, repeats or reorders events.
-    """
-    # The check keeps its own mutable table: it is the fold's private
-    # bookkeeping, not state anyone sees. The stream of the previous event is
-    # kept aside, so a run of events of one stream (a whole rank's log) costs
-    # a comparison each, not a lookup.
+    # The stream of the previous event is kept aside, so a run of events of
+    # one stream (a whole rank's log) costs a comparison each, not a lookup.
     expected: dict[tuple[str, int], int] = {}
     run_id: str | None = None
     rank = 0
@@ -134,18 +126,16 @@ class Composite(Projection[Mapping[str, Any]], Generic[S]):
         return {name: p.apply_many(state[name], stream) for name, p in self._projections.items()}
 
 
-# What a fold does with an event, by its kind: the projections look an
-# event's class up in one table (``KINDS[type(event)]``) instead of testing
-# it with isinstance against each class they handle, event after event.
+# What a fold does with an event, by its kind (ENDED: any terminal step
+# event but success): the projections look an event's class up in one table
+# (``KINDS[type(event)]``) instead of testing it with isinstance against each
+# class they handle, event after event.
 STARTED, SUCCEEDED, ENDED, STALLED, DECISION, RUN_STARTED, RUN_FINISHED, OTHER = range(8)
 
 
 class _Kinds(dict[type[Event], int]):
-    """The kind of each event class: :data:`STARTED`, :data:`SUCCEEDED`,
-    :data:`ENDED` (any other terminal step event), :data:`STALLED`,
-    :data:`DECISION`, :data:`RUN_STARTED`, :data:`RUN_FINISHED` or
-    :data:`OTHER`, the first class it is a subclass of deciding; found on a
-    class's first lookup, then kept."""
+    """The kind of each event class, the first base that matches deciding;
+    found on a class's first lookup, then kept."""
 
     def __missing__(self, cls: type[Event]) -> int:
         kind = OTHER

@@ -152,8 +152,8 @@ class RankStates(Projection[Mapping[int, RankState]]):
 
 
 class _StateFold:
-    """One rank's state being derived, on plain private state: a run of the
-    rank's events is folded into it and frozen once (:meth:`freeze`)."""
+    """One rank's state as plain private state while a run of its events is
+    folded; frozen once (:meth:`freeze`)."""
 
     __slots__ = (
         "base",
@@ -203,7 +203,6 @@ class _StateFold:
         self.cancelled = list(tracking.cancelled)
 
     def freeze(self) -> RankState:
-        """The rank's state after the events folded."""
         return evolve(
             self.base,
             {
@@ -227,7 +226,6 @@ class _StateFold:
         )
 
     def derive(self, event: Event) -> None:
-        """Fold ``event``."""
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
         kind = KINDS[type(event)]
@@ -886,8 +884,7 @@ def _judged(
 
 
 def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, str | None], ...]:
-    """The processes a rank started and watched end (see
-    :attr:`FoldedRank.watched`)."""
+    """:attr:`FoldedRank.watched` of a rank's ``events``."""
     if not isinstance(events[0], RunStarted):
         return ()
     watching: dict[str, StepStarted] = {}

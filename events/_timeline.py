@@ -1,10 +1,5 @@
 """The timeline projection: when and how each step of each rank ran.
 
-It is the model for every other projection: frozen state, one pure fold
-(``apply_many``) that works on plain private lists and builds the frozen
-state once, at the end, sharing what did not change, and no I/O. ``apply``
-is that fold of one event.
-
 A step's timing keeps what it returned or the event that says how else it
 ended, and where it was last seen waiting; a rank's keeps its
 ``run.started``, ``run.finished``, last event and decisions: the views (the
@@ -225,8 +220,7 @@ class Timeline(Projection[TimelineState]):
         """
         ranks = state.ranks
         # A changed rank: [started, finished, last, steps, decisions]; a
-        # step is a StepTiming (as found in ``state``) or the list of its
-        # fields, in _STEP_FIELDS' order.
+        # step is a StepTiming (as found in ``state``) or its _STEP_FIELDS.
         working: dict[int, list[Any]] = {}
         kinds = KINDS
         number: int | None = None
@@ -298,8 +292,7 @@ class Timeline(Projection[TimelineState]):
         return _state(merged)
 
     def _once(self, result: JsonValue) -> JsonValue:
-        """``result``, or the equal one (its keys in the same order) seen
-        first."""
+        # The equal result (its keys in the same order) seen first.
         if type(result) is not dict and type(result) is not list:
             return result
         try:
