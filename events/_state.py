@@ -229,6 +229,7 @@ class _StateFold:
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
         kind = KINDS[type(event)]
+        settles = False
         if kind == STARTED:
             self.open_steps.append(event.step)
             self.last_event_step = event.step
@@ -245,6 +246,9 @@ class _StateFold:
                 self.failure = _root_cause(
                     tracked.settled, None, self.rank, self.outcome, self.stalls
                 )
+            settles = True
+        elif kind == DECISION:
+            settles = True
         elif kind == STALLED:
             assert isinstance(event, StepStalled)
             self.stalls[event.step] = event
@@ -265,7 +269,7 @@ class _StateFold:
                 )
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
-        if kind in (SUCCEEDED, ENDED, DECISION):
+        if settles:
             # The facts it settles: the slices' result columns of a
             # succeeded step, then their hooks, each seeing the facts so far.
             facts = self.facts
@@ -515,11 +519,9 @@ class Replay:
 
 @attrs.frozen(kw_only=True)
 class FoldedRank:
-    """One rank's log folded on its own: everything :func:`replay` needs of
-    the rank to judge the run, without its events. :meth:`RankFolder.fold` makes
-    it wherever the log is (a worker process, the node that wrote it); it
-    is small and picklable, so it can be sent on, and :func:`replay` takes
-    it in place of the events.
+    """One rank's log folded on its own (:meth:`RankFolder.fold`): everything
+    :func:`replay` needs of the rank to judge the run, in place of its
+    events; small and picklable, so it can be sent on.
 
     Attributes:
         rank, run_id: whose log it is.
