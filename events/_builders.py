@@ -72,15 +72,11 @@ def evolve(instance: T, changes: Mapping[str, Any]) -> T:
 _EVOLVERS: dict[type[Any], Callable[[Any, Mapping[str, Any]], Any]] = {}
 
 
-def _by_attrs(instance: Any, changes: Mapping[str, Any]) -> Any:
-    return attrs.evolve(instance, **changes)
-
-
 def _evolver(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
     try:
         fields = field_names(cls)
     except TypeError:
-        return _by_attrs
+        return lambda instance, changes: attrs.evolve(instance, **changes)
     body = [
         "def evolve(source, changes):",
         "    obj = mutable()",

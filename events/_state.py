@@ -659,14 +659,8 @@ class RankFolder:
         return None
 
 
-#: What :func:`replay` accepts: events (one stream, or several ranks merged),
-#: :class:`~events.LogContents`, per-rank event sequences, or ranks already
-#: folded (:class:`RankFolder`).
-ReplaySource = Iterable[Event | LogContents | FoldedRank | Sequence[Event]]
-
-
 def replay(
-    source: ReplaySource,
+    source: Iterable[Event | LogContents | FoldedRank | Sequence[Event]],
     *,
     slices: Sequence[Slice] = (),
     launch: LaunchRecord | None = None,

@@ -25,6 +25,7 @@ finds exactly what the block declares, so the two readings cannot drift.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import MutableMapping
@@ -60,24 +61,19 @@ class Surface:
     def __init__(self, namespace: MutableMapping[str, object]) -> None:
         self._namespace = namespace
         self._package = str(namespace["__name__"])
-        self._table: dict[str, str] | None = None
         namespace["__getattr__"] = self.attribute
         namespace["__dir__"] = self.names
 
-    @property
+    @functools.cached_property
     def table(self) -> dict[str, str]:
         """Every public name and the submodule (``".module"``) defining it."""
-        if self._table is None:
-            spec = self._namespace["__spec__"]
-            source = spec.loader.get_source(self._package)  # type: ignore[attr-defined]
-            if source is None:  # pragma: no cover - installs always ship sources
-                raise ImportError(f"{self._package}: no source to read its public names from")
-            self._table = {
-                name: module
-                for module, name, alias in _DECLARATION.findall(source)
-                if name == alias
-            }
-        return self._table
+        spec = self._namespace["__spec__"]
+        source = spec.loader.get_source(self._package)  # type: ignore[attr-defined]
+        if source is None:  # pragma: no cover - installs always ship sources
+            raise ImportError(f"{self._package}: no source to read its public names from")
+        return {
+            name: module for module, name, alias in _DECLARATION.findall(source) if name == alias
+        }
 
     def attribute(self, name: str) -> object:
         """The public ``name`` (or ``__all__``), imported on first use and
