@@ -41,15 +41,13 @@ import attrs
 import orjson
 
 from events import (
+    DecodeError,
     ExceptionInfo,
-    FrameInfo,
     JsonValue,
     Outcome,
     RankIdentity,
     Redactor,
     ThreadStack,
-    decode_exception,
-    encode_exception,
 )
 from events._codec import structure, unstructure
 
@@ -57,7 +55,7 @@ from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable, c
 from ._errors import IsolatedStepError
 from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
-from ._policy import qualified_name
+from ._policy import exception_names
 from ._signals import follow_launcher
 from ._threads import StepThreads
 
@@ -131,6 +129,23 @@ class IsolationJob:
     sys_path: tuple[str, ...] = ()
     #: The run's process: the child never outlives it.
     parent_pid: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Answer:
+    """One line the child writes on its result descriptor: the body's
+    result (``status`` ``ok``, ``unavailable`` or ``error``, the exception
+    as data with its MRO by qualified name), or its threads' stacks
+    (``stacks``)."""
+
+    status: str
+    value: Any = None
+    outcome: Outcome = Outcome.UNAVAILABLE
+    reasons: tuple[str, ...] = ()
+    exception: ExceptionInfo | None = None
+    mro: tuple[str, ...] = ()
+    module_name: str | None = None
+    threads: tuple[ThreadStack, ...] = ()
 
 
 async def run_isolated(
@@ -216,16 +231,16 @@ async def run_isolated(
         with anyio.CancelScope(shield=True):
             await process.aclose()
     tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
-    result = _parse_result(bytes(stdout))
-    if result is None:
+    lines = bytes(stdout).strip().splitlines()
+    result = _read_answer(lines[-1]) if lines else None
+    if result is None or result.status == "stacks":
         return IsolatedCrash.of(returncode, tail)
-    status = result.get("status")
-    if status == "ok":
-        return result.get("value")
-    if status == "unavailable":
-        return Unavailable(outcome=result["outcome"], reasons=tuple(result.get("reasons", ())))
-    info = decode_exception(result["exception"])
-    raise IsolatedError(info, result.get("mro", ()), result.get("module_name"))
+    if result.status == "ok":
+        return result.value
+    if result.status == "unavailable":
+        return Unavailable(outcome=result.outcome, reasons=result.reasons)
+    assert result.exception is not None
+    raise IsolatedError(result.exception, result.mro, result.module_name)
 
 
 async def _stacks_of(process: Any, stdout: bytearray) -> tuple[ThreadStack, ...]:
@@ -237,35 +252,20 @@ async def _stacks_of(process: Any, stdout: bytearray) -> tuple[ThreadStack, ...]
             await process.stdin.send(b"stacks\n")
             while True:
                 for line in bytes(stdout).splitlines():
-                    answer = _parse_line(line)
-                    if answer is not None and answer.get("status") == "stacks":
-                        return tuple(
-                            ThreadStack(
-                                thread=str(thread["thread"]),
-                                frames=tuple(
-                                    FrameInfo(filename=f, lineno=n, name=name)
-                                    for f, n, name in thread["frames"]
-                                ),
-                            )
-                            for thread in answer["threads"]
-                        )
+                    answer = _read_answer(line)
+                    if answer is not None and answer.status == "stacks":
+                        return answer.threads
                 stdout.extend(await process.stdout.receive())
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, KeyError, TypeError):
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             pass
     return ()
 
 
-def _parse_line(line: bytes) -> dict[str, Any] | None:
+def _read_answer(line: bytes) -> Answer | None:
     try:
-        parsed = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        return structure(Answer, orjson.loads(line))
+    except (orjson.JSONDecodeError, DecodeError):
         return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _parse_result(data: bytes) -> dict[str, Any] | None:
-    text = data.strip()
-    return _parse_line(text.splitlines()[-1]) if text else None
 
 
 @attrs.frozen(kw_only=True)
@@ -304,10 +304,8 @@ class IsolatedError(Exception):
     @classmethod
     def capture(cls, exc: BaseException, redactor: Redactor | None = None) -> IsolatedError:
         """``exc`` as data, as an isolated step's child sends it back."""
-        info = ExceptionInfo.capture(exc, redactor=redactor)
-        module = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
-        mro = [qualified_name(c) for c in type(exc).__mro__]
-        return cls(info, mro, module if isinstance(module, str) else None)
+        mro, module_name = exception_names(exc)
+        return cls(ExceptionInfo.capture(exc, redactor=redactor), mro, module_name)
 
     def rebuild(self, step: str) -> BaseException:
         """The same exception type when it is a builtin, else a typed wrapper."""
@@ -425,8 +423,8 @@ def _child_main() -> int:
     sys.stdout = sys.stderr
     writing = threading.Lock()
 
-    def answer(payload: dict[str, Any]) -> None:
-        data = orjson.dumps(payload) + b"\n"
+    def answer(payload: Answer) -> None:
+        data = orjson.dumps(unstructure(payload)) + b"\n"
         with writing:
             while data:
                 data = data[os.write(result_fd, data) :]
@@ -464,25 +462,16 @@ def _child_main() -> int:
             else:
                 value = body(context)
         if isinstance(value, Unavailable):
-            answer(
-                {
-                    "status": "unavailable",
-                    "outcome": str(value.outcome),
-                    "reasons": list(value.reasons),
-                }
-            )
+            answer(Answer(status="unavailable", outcome=value.outcome, reasons=value.reasons))
         else:
             check_json(job.step, value)
-            answer({"status": "ok", "value": value})
+            answer(Answer(status="ok", value=value))
     except BaseException as exc:  # everything goes back to the parent as data
         error = IsolatedError.capture(exc)
         answer(
-            {
-                "status": "error",
-                "exception": encode_exception(error.info),
-                "mro": error.mro,
-                "module_name": error.module_name,
-            }
+            Answer(
+                status="error", exception=error.info, mro=error.mro, module_name=error.module_name
+            )
         )
     return 0
 
@@ -498,9 +487,7 @@ def _lines(fd: int) -> Iterator[bytes]:
         yield pending
 
 
-def _answer_stacks(
-    answer: Callable[[dict[str, Any]], None], step: str, lines: Iterator[bytes]
-) -> None:
+def _answer_stacks(answer: Callable[[Answer], None], step: str, lines: Iterator[bytes]) -> None:
     """In the child: answer each ``stacks`` line of ``lines`` (the rest of
     stdin) with the stacks of every other thread (the body's first), until
     stdin closes."""
@@ -511,7 +498,7 @@ def _answer_stacks(
         names = {thread.ident: thread.name for thread in threading.enumerate()}
         main = threading.main_thread().ident
         frames = sorted(sys._current_frames().items(), key=lambda item: item[0] != main)
-        stacks = [
+        stacks = tuple(
             ThreadStack.capture(
                 f"isolated step {step} (pid {os.getpid()})"
                 if ident == main
@@ -520,19 +507,8 @@ def _answer_stacks(
             )
             for ident, frame in frames
             if ident != me
-        ]
-        answer(
-            {
-                "status": "stacks",
-                "threads": [
-                    {
-                        "thread": stack.thread,
-                        "frames": [[f.filename, f.lineno, f.name] for f in stack.frames],
-                    }
-                    for stack in stacks
-                ],
-            }
         )
+        answer(Answer(status="stacks", threads=stacks))
 
 
 if __name__ == "__main__":

@@ -125,8 +125,7 @@ class ErrorPolicy:
         """Decide what to do with a live exception."""
         if not isinstance(exc, Exception):
             return _PROPAGATE
-        names = tuple(qualified_name(cls) for cls in type(exc).__mro__)
-        module_name = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+        names, module_name = exception_names(exc)
         return self.classify_names(names, module_name=module_name)
 
     def classify_names(
@@ -164,6 +163,14 @@ def qualified_name(cls: type) -> str:
     """``PermissionError`` for builtins, ``module.Qualname`` otherwise."""
     module = cls.__module__
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def exception_names(exc: BaseException) -> tuple[tuple[str, ...], str | None]:
+    """What a policy matches ``exc`` by: its MRO as qualified names and, for
+    an ImportError, the module it names."""
+    module = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    names = tuple(qualified_name(cls) for cls in type(exc).__mro__)
+    return names, module if isinstance(module, str) else None
 
 
 def _names_module(name: str | None, module: str | None) -> bool:
