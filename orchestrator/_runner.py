@@ -465,8 +465,6 @@ class _Run:
                 failure = _find_propagating(group_error)
                 if failure is None:
                     raise
-            except _Propagating as single:  # pragma: no cover - anyio always groups
-                failure = single
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 self.finish(
@@ -477,8 +475,6 @@ class _Run:
             # A bug of ours or a subscriber's; still leave a complete log.
             self.finish(RunOutcome.FAILED, self.capture(unexpected), None)
             raise
-        finally:
-            self.watchdog.stop()
         if failure is not None:
             original = failure.original
             # A KeyboardInterrupt is someone asking to stop; any other error,
@@ -520,27 +516,23 @@ class _Run:
         self.log.flush()
 
     async def run_graph_step(self, step: Step) -> None:
-        name = step.name
         for dependency in step.depends_on:
             await self.done[dependency].wait()
-        dependencies = {d: self.results[d] for d in step.depends_on}
-        result = await self.run_step(
-            name=name,
-            body=step.body,
-            policy=step.policy,
-            timeout=step.timeout,
-            isolation=step.isolation,
-            kind=StepKind.STEP,
-            attributes=step.attributes,
-            parent_span=self.root_span_id,
-            dependencies=dependencies,
-            depends_on=step.depends_on,
-        )
         # Only a step that produced a result releases its dependants. One that
         # propagated or was cancelled leaves them waiting: the run is being
         # cancelled, and a woken dependant would find no result to read.
-        self.results[name] = result
-        self.done[name].set()
+        self.results[step.name] = await self.run_step(
+            name=step.name,
+            body=step.body,
+            policy=step.policy,
+            timeout=step.timeout,
+            kind=StepKind.STEP,
+            attributes=step.attributes,
+            parent_span=self.root_span_id,
+            isolation=step.isolation,
+            depends_on=step.depends_on,
+        )
+        self.done[step.name].set()
 
     async def run_child(
         self,
@@ -561,12 +553,9 @@ class _Run:
             body=body,
             policy=policy or self.graph_policy(parent.step),
             timeout=timeout,
-            isolation=Isolation.NONE,
             kind=kind,
             attributes=attributes,
             parent_span=parent.span_id,
-            dependencies={},
-            depends_on=(),
         )
         self.children.setdefault(parent.step, []).append(result)
         return result
@@ -593,12 +582,11 @@ class _Run:
         body: StepBody,
         policy: ErrorPolicy,
         timeout: float | None,
-        isolation: Isolation,
         kind: StepKind,
         attributes: Mapping[str, JsonValue],
         parent_span: str,
-        dependencies: Mapping[str, StepResult],
-        depends_on: tuple[str, ...],
+        isolation: Isolation = Isolation.NONE,
+        depends_on: tuple[str, ...] = (),
     ) -> StepResult:
         span_id = _new_span_id()
         self.paths.add(name)
@@ -612,18 +600,20 @@ class _Run:
             attributes=dict(attributes),
         )
         end = functools.partial(self.emit, step=name, span_id=span_id, parent=parent_span)
+        dependencies = {d: self.results[d] for d in depends_on}
         context = StepContext(self, step=name, span_id=span_id, dependencies=dependencies)
         started_ns = time.monotonic_ns()
         self.watchdog.started(name, span_id, parent_span, getattr(body, "__code__", None))
         value: Any = None
         timed_out = False
+        activator = self.runner.span_activator
         try:
-            with self.activated(span_id):
+            with _NO_SPAN if activator is None else activator(self.trace_id, span_id):
                 if timeout is None:
-                    value = await self.call(body, context, isolation, name, None)
+                    value = await self.call(body, context, isolation)
                 else:
                     with anyio.move_on_after(timeout) as scope:
-                        value = await self.call(body, context, isolation, name, timeout)
+                        value = await self.call(body, context, isolation)
                     timed_out = scope.cancelled_caught
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
@@ -717,30 +707,17 @@ class _Run:
         self.log.flush()
         raise _Propagating(raised, info, origin)
 
-    def activated(self, span_id: str) -> AbstractContextManager[object]:
-        activator = self.runner.span_activator
-        if activator is None:
-            return _NO_SPAN
-        return activator(self.trace_id, span_id)
-
-    async def call(
-        self,
-        body: StepBody,
-        context: StepContext,
-        isolation: Isolation,
-        name: str,
-        timeout: float | None,
-    ) -> Any:
-        fault = self.runner.faults.for_target(name, self.identity.rank)
+    async def call(self, body: StepBody, context: StepContext, isolation: Isolation) -> Any:
+        fault = self.runner.faults.for_target(context.step, self.identity.rank)
         if isolation is Isolation.PROCESS:
             return await run_isolated(
                 self, body, context, fault, span_activator=self.runner.span_activator
             )
         if fault is not None:
-            return await self.threads.run(name, fault.fire)
+            return await self.threads.run(context.step, fault.fire)
         if inspect.iscoroutinefunction(body):
             return await body(context)
-        return await self.threads.run(name, body, context)
+        return await self.threads.run(context.step, body, context)
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread of ``step``'s (see
