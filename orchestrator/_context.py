@@ -85,48 +85,20 @@ class Unavailable:
 
 
 class StepRun(Protocol):
-    """What a :class:`StepContext` needs of the run its step belongs to.
-
-    Properties are read-only facts of the run. The methods act on the run's
-    log and graph; a run that cannot (an isolated step's child process,
-    whose events the parent writes) raises :class:`RuntimeError` from them,
-    naming what the step should do instead.
+    """What a :class:`StepContext` needs of the run its step belongs to: the
+    run's facts (those :class:`StepContext` hands on) and what acts on its
+    log and graph, which a run that cannot (an isolated step's child
+    process, whose events the parent writes) refuses with a
+    :class:`RuntimeError` naming what the step should do instead.
     """
 
-    @property
-    def run_id(self) -> str:
-        """The run's id."""
-        ...
-
-    @property
-    def identity(self) -> RankIdentity:
-        """This process's rank identity."""
-        ...
-
-    @property
-    def config(self) -> Mapping[str, JsonValue]:
-        """The run configuration."""
-        ...
-
-    @property
-    def host(self) -> Any:
-        """The host-facts object, real or simulated (``None`` for none)."""
-        ...
-
-    @property
-    def services(self) -> Mapping[str, Any]:
-        """Objects handed to the run for steps to use, by name."""
-        ...
-
-    @property
-    def trace_id(self) -> str:
-        """The run's trace id."""
-        ...
-
-    @property
-    def importer(self) -> Importer:
-        """The importer every probe imports through."""
-        ...
+    run_id: str
+    identity: RankIdentity
+    config: Mapping[str, JsonValue]
+    host: Any
+    services: Mapping[str, Any]
+    trace_id: str
+    importer: Importer
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a daemon worker thread at work for ``step``."""
@@ -143,22 +115,21 @@ class StepRun(Protocol):
         timeout: float | None,
         attributes: Mapping[str, JsonValue],
     ) -> StepResult:
-        """Run ``body`` as child step ``<parent>/<name>``; see
-        :meth:`StepContext.run_child`."""
+        """See :meth:`StepContext.run_child`."""
         ...
 
     def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
-        """Derive and record decision ``name``; see :meth:`StepContext.decide`."""
+        """See :meth:`StepContext.decide`."""
         ...
 
     def record_decision(
         self, context: StepContext, name: str, value: JsonValue, inputs: dict[str, JsonValue]
     ) -> None:
-        """Record a decision made outside any decider."""
+        """See :meth:`StepContext.record_decision`."""
         ...
 
     def children_of(self, step: str) -> Sequence[StepResult]:
-        """The results of ``step``'s children so far, in the order they ended."""
+        """See :meth:`StepContext.child_results`."""
         ...
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:

@@ -394,9 +394,9 @@ class _Run:
         self.run_id = runner.log.run_id
         self.identity = runner.identity
         self.importer = runner.importer
-        self.config = runner.config
+        self.config: Mapping[str, JsonValue] = runner.config
         self.host = runner.host
-        self.services = runner.services
+        self.services: Mapping[str, Any] = runner.services
         self.trace_id = runner.trace_id
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
