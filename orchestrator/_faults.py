@@ -151,12 +151,9 @@ class RankRanges(Collection[int]):
 
     def first_outside(self, world_size: int) -> int | None:
         """The smallest rank that is ``>= world_size``, if any."""
-        if not self.spans or self.spans[-1][1] < world_size:
-            return None
-        for start, end in self.spans:
-            if end >= world_size:
-                return max(start, world_size)
-        return None  # pragma: no cover - the last range reaches past the world
+        return next(
+            (max(start, world_size) for start, end in self.spans if end >= world_size), None
+        )
 
 
 def _rank_ranges(value: RankRanges | str | Iterable[int] | None) -> RankRanges | None:

@@ -63,36 +63,28 @@ class InjectingImporter:
     """
 
     def __init__(self, base: Importer, plan: FaultPlan, rank: int) -> None:
-        self._base = base
-        self._plan = plan
+        #: The importer asked when no fault applies.
+        self.base = base
+        #: The fault plan applied.
+        self.plan = plan
         self._rank = rank
-
-    @property
-    def plan(self) -> FaultPlan:
-        """The fault plan applied."""
-        return self._plan
-
-    @property
-    def base(self) -> Importer:
-        """The importer asked when no fault applies."""
-        return self._base
 
     def import_module(self, name: str) -> ModuleType:
         """Fire the fault configured for ``name`` or for one of its parent
         packages (importing ``a.b`` imports ``a`` first, so a broken ``a``
         breaks ``a.b`` too) on this rank, else import."""
         for prefix in dotted_prefixes(name):
-            fault = self._plan.for_target(prefix, self._rank)
+            fault = self.plan.for_target(prefix, self._rank)
             if fault is not None:
                 fault.fire()
-        return self._base.import_module(name)
+        return self.base.import_module(name)
 
     def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
         """A spec for a faulted module (or a parent of one), else the base's."""
-        targets = self._plan.targets(self._rank)
+        targets = self.plan.targets(self._rank)
         if any(t == name or t.startswith(name + ".") for t in targets):
             return importlib.machinery.ModuleSpec(name, loader=None)
-        return self._base.find_spec(name)
+        return self.base.find_spec(name)
 
 
 class TableImporter:

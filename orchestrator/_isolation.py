@@ -284,12 +284,9 @@ class IsolatedCrash:
         return cls(exit_code=None if signal else status, signal=signal, stderr_tail=stderr_tail)
 
     def describe(self) -> str:
-        how = (
-            f"killed by signal {self.signal}"
-            if self.signal is not None
-            else (f"exited with code {self.exit_code}")
-        )
-        return f"process {how}"
+        if self.signal is not None:
+            return f"process killed by signal {self.signal}"
+        return f"process exited with code {self.exit_code}"
 
 
 class IsolatedError(Exception):

@@ -142,9 +142,8 @@ class ErrorPolicy:
                 module_name, self.module
             ):
                 continue
-            if rule.action is Action.PROPAGATE:
-                return Classification(action=Action.PROPAGATE, outcome=Outcome.FAILED, rule=rule)
-            return Classification(action=Action.RECORD, outcome=rule.outcome, rule=rule)
+            outcome = rule.outcome if rule.action is Action.RECORD else Outcome.FAILED
+            return Classification(action=rule.action, outcome=outcome, rule=rule)
         return _PROPAGATE
 
     def describe(self) -> str:

@@ -405,7 +405,7 @@ class _Run:
         self.children: dict[str, list[StepResult]] = {}
         #: every step path started so far: a path names one step of the run
         self.paths: set[str] = set()
-        self.done: dict[str, anyio.Event] = {}
+        self.done = {name: anyio.Event() for name in graph.steps}
         self.cancel_reason: str | None = None
         #: The exceptions steps failed with, by id, and the step each failure
         #: started at: a body that raises one again (a parent that caught
@@ -453,7 +453,6 @@ class _Run:
     # The run ---------------------------------------------------------------------------
 
     async def execute(self) -> RunResult:
-        self.done = {name: anyio.Event() for name in self.graph.steps}
         self.watchdog.start()
         failure: _Propagating | None = None
         try:

@@ -70,7 +70,7 @@ class StopRequests:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
+            self._previous[signum] = signal.signal(signum, self.record)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def reinstall(self) -> None:
@@ -82,7 +82,7 @@ class StopRequests:
             return
         for signum in STOP_SIGNALS:
             with contextlib.suppress(ValueError):
-                signal.signal(signum, self._handle)
+                signal.signal(signum, self.record)
 
     def restore(self) -> None:
         """Put back the handlers :meth:`install` replaced."""
@@ -91,11 +91,9 @@ class StopRequests:
                 signal.signal(signum, handler)  # type: ignore[arg-type]
         self._previous.clear()
 
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.record(signum)
-
-    def record(self, signum: int) -> None:
-        """Remember ``signum`` (the event loop's receiver calls this too)."""
+    def record(self, signum: int, _frame: FrameType | None = None) -> None:
+        """Remember ``signum``: the signal handler, and what the event loop's
+        receiver calls."""
         with self._lock:
             self.received.append(signum)
             callback = self.on_signal
