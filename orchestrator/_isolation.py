@@ -109,9 +109,7 @@ class Dependency:
 @attrs.frozen(kw_only=True)
 class IsolationJob:
     """What the parent sends an isolated step's child, as one JSON line
-    (read by the strict converter): the body's import path, the step and
-    its run, the dependencies' results, the fault plan (:meth:`Fault.to_json`
-    forms) and the ``isolation_spec()`` of the importer and host objects."""
+    (read by the strict converter); see the module docstring."""
 
     body: str
     step: str
@@ -178,9 +176,6 @@ async def run_isolated(
         config=run.config,
         trace_id=run.trace_id,
         span_id=context.span_id,
-        # As in this process: the step's span is current while the body runs
-        # only when the run traces, made current by the same activator
-        # (named, so the child loads it as it loads the body).
         span_activator=_importable_name(span_activator),
         dependencies={
             name: Dependency(outcome=r.outcome, value=r.value, reasons=r.reasons)
@@ -398,21 +393,6 @@ def _importable_name(function: Any) -> str | None:
     return f"{module}:{qualname}"
 
 
-@contextlib.contextmanager
-def _step_span(job: IsolationJob) -> Iterator[None]:
-    """Make the step's span the current span while the body runs, with the
-    activator the parent used (loaded by name), so spans the body creates
-    nest under the step as they do in the parent's threads. Nothing is
-    imported when the run does not trace."""
-    name = job.span_activator
-    if not name:
-        yield
-        return
-    activator = _load_body(name)
-    with activator(job.trace_id, job.span_id):
-        yield
-
-
 def _child_main() -> int:
     # Results go to the original stdout; everything the body prints goes to stderr.
     result_fd = os.dup(1)
@@ -453,7 +433,8 @@ def _child_main() -> int:
         if job.step_fault is not None:
             fault = FaultPlan.from_json([job.step_fault], source="parent").faults[0]
             fault.fire()
-        with _step_span(job):
+        activator = _load_body(job.span_activator) if job.span_activator else None
+        with activator(job.trace_id, job.span_id) if activator else contextlib.nullcontext():
             if inspect.iscoroutinefunction(body):
                 value = anyio.run(body, context)
             else:

@@ -387,7 +387,6 @@ class _Run:
 
     def __init__(self, runner: Runner, graph: Graph, root_span_id: str) -> None:
         self.runner = runner
-        #: appends an event, its envelope stamped by the runner
         self.emit = runner._append
         self.graph = graph
         self.log = runner.log
@@ -719,8 +718,6 @@ class _Run:
         return await self.threads.run(context.step, body, context)
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread of ``step``'s (see
-        :class:`~orchestrator._threads.StepThreads`)."""
         return await self.threads.run(step, fn, *args)
 
     # Decisions -------------------------------------------------------------------------
