@@ -3,7 +3,6 @@ and described in one error line when they are not JSON."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -45,11 +44,9 @@ def load_json(content: bytes) -> Any:
     try:
         return orjson.loads(content)
     except orjson.JSONDecodeError as exc:
-        raise ValueError(_not_json_text(exc)) from exc
-
-
-def _not_json_text(exc: json.JSONDecodeError) -> str:
-    reason = exc.msg.strip().removesuffix(" at").rstrip(":")
-    if not reason[1:2].isupper():  # "UTF-8 ..." stays as it is
-        reason = reason[:1].lower() + reason[1:]
-    return f"not valid JSON at line {exc.lineno} column {exc.colno}: {reason}"
+        reason = exc.msg.strip().removesuffix(" at").rstrip(":")
+        if not reason[1:2].isupper():  # "UTF-8 ..." stays as it is
+            reason = reason[:1].lower() + reason[1:]
+        raise ValueError(
+            f"not valid JSON at line {exc.lineno} column {exc.colno}: {reason}"
+        ) from exc
