@@ -168,6 +168,10 @@ async def run_isolated(
     if isinstance(importer, InjectingImporter):
         plan = importer.plan
         importer = importer.base
+    activator: str | None = None
+    if span_activator is not None:
+        with contextlib.suppress(TypeError):  # not importable: the body runs untraced
+            activator = _import_path(span_activator)
     job = IsolationJob(
         body=_import_path(body),
         step=context.step,
@@ -176,7 +180,7 @@ async def run_isolated(
         config=run.config,
         trace_id=run.trace_id,
         span_id=context.span_id,
-        span_activator=_importable_name(span_activator),
+        span_activator=activator,
         dependencies={
             name: Dependency(outcome=r.outcome, value=r.value, reasons=r.reasons)
             for name, r in context._dependencies.items()
@@ -380,17 +384,6 @@ def _load_body(path: str) -> Any:
     for part in parts:
         target = getattr(target, part)
     return target
-
-
-def _importable_name(function: Any) -> str | None:
-    """``module:qualname`` of a module-level function, else ``None``."""
-    if function is None:
-        return None
-    module = getattr(function, "__module__", None)
-    qualname = getattr(function, "__qualname__", "")
-    if not isinstance(module, str) or not qualname or "<" in qualname:
-        return None
-    return f"{module}:{qualname}"
 
 
 def _child_main() -> int:
