@@ -815,12 +815,6 @@ def encode(event: Event) -> bytes:
     return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event))
 
 
-def encode_line(event: Event) -> bytes:
-    """``event`` as one line of UTF-8 JSON with its newline, as logs store it."""
-    record = _EVENT_ENCODERS[event.TYPE](event)
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-
-
 def decode_record(record: object) -> Event:
     """Build the event a JSON object describes.
 

@@ -323,8 +323,8 @@ class JsonlLog(_LogBase):
         self._events.extend(contents.events)
 
     def _store(self, event: Event, seq: int) -> Event:
-        # encode_line(), without its call: this runs once per event. An event
-        # without its seq is copied and encoded in one pass over its fields.
+        # An event without its seq is copied and encoded in one pass over its
+        # fields.
         try:
             if event.seq == seq:
                 record = LINE_ENCODERS[event.TYPE](event)
