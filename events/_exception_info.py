@@ -415,43 +415,24 @@ class _Capture:
         return None if value is None else self._text(value)
 
     def run(self, exc: BaseException) -> ExceptionInfo:
-        # Iterative over the cause/context spine, so a 10,000-deep chain never
-        # touches the recursion limit; only group members recurse, and they
-        # draw on the same budget.
-        # Each record's fields, and the name of its link to the next.
-        spine: list[tuple[dict[str, Any], Any]] = []
-        current: BaseException | None = exc
-        truncated_tail = False
-        while current is not None:
-            if id(current) in self._seen or self._budget <= 0:
-                truncated_tail = True
-                break
-            self._budget -= 1
-            self._seen.add(id(current))
-            fields = self._fields(current)
-            current, link = self._next_link(current)
-            spine.append((fields, link))
-        # Build from the innermost outwards.
-        built: ExceptionInfo | None = None
-        for fields, link in reversed(spine):
-            if built is None:
-                fields["truncated"] = fields.get("truncated", False) or truncated_tail
-            else:  # the link ("cause" or "context") to the record built last
-                fields[link] = built
-            built = ExceptionInfo(**fields)
-        assert built is not None
-        return built
-
-    @staticmethod
-    def _next_link(exc: BaseException) -> tuple[BaseException | None, str | None]:
+        # Recursion along the links is bounded by the budget, as the chain
+        # a record may hold is (MAX_CHAIN links).
+        self._budget -= 1
+        self._seen.add(id(exc))
+        fields = self._fields(exc)
         cause = _safe_getattr(exc, "__cause__")
-        if isinstance(cause, BaseException):
-            return cause, "cause"
         context = _safe_getattr(exc, "__context__")
-        suppressed = bool(_safe_getattr(exc, "__suppress_context__"))
-        if isinstance(context, BaseException) and not suppressed:
-            return context, "context"
-        return None, None
+        if isinstance(cause, BaseException):
+            link, following = "cause", cause
+        elif isinstance(context, BaseException) and not _safe_getattr(exc, "__suppress_context__"):
+            link, following = "context", context
+        else:
+            return ExceptionInfo(**fields)
+        if id(following) in self._seen or self._budget <= 0:
+            fields["truncated"] = True
+        else:
+            fields[link] = self.run(following)
+        return ExceptionInfo(**fields)
 
     def _fields(self, exc: BaseException) -> dict[str, Any]:
         message = self._text(exc)
