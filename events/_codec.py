@@ -49,7 +49,7 @@ import orjson
 
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
-from ._exception_info import MAX_CHAIN, ExceptionInfo, FrameInfo
+from ._exception_info import ExceptionInfo, FrameInfo, cut_chain
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event
 from ._type_names import public_type_names
 
@@ -226,50 +226,6 @@ def _json_type(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _capped(record: Any) -> Any:
-    """``record`` (an exception record's JSON) with at most
-    :data:`MAX_CHAIN` linked records, links past the bound dropped and the
-    record they were dropped from marked ``truncated``; ``record`` itself when
-    it is within the bound. Anything that is not a record is left for the
-    checks to refuse."""
-    budget = MAX_CHAIN
-
-    def cut(node: dict[str, Any]) -> dict[str, Any]:
-        nonlocal budget
-        budget -= 1
-        copy: dict[str, Any] | None = None
-        for name in ("cause", "context", "exceptions"):
-            value: Any = node.get(name)
-            many = type(value) is list
-            if not many and type(value) is not dict:
-                continue
-            kept: list[Any] = []
-            changed = short = False
-            for item in value if many else (value,):
-                if type(item) is not dict:
-                    kept.append(item)
-                elif budget <= 0:
-                    short = True
-                    break
-                else:
-                    kept.append(cut(item))
-                    changed = changed or kept[-1] is not item
-            if not (changed or short):
-                continue
-            copy = copy if copy is not None else dict(node)
-            if many:
-                copy[name] = kept
-            elif kept:
-                copy[name] = kept[0]
-            else:
-                del copy[name]
-            if short:
-                copy["truncated"] = True
-        return node if copy is None else copy
-
-    return cut(record) if type(record) is dict else record
-
-
 #: The JSON scalars a field typed as their union (``str | int | None``) holds.
 _SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
 
@@ -370,7 +326,7 @@ class _Generated:
             "_new": object.__new__,
             "_set": object.__setattr__,
             "_at": _at,
-            "_capped": _capped,
+            "_cut_chain": cut_chain,
             "_intern": sys.intern,
             "_same_frame": _same_frame,
             "_share": _share,
@@ -731,7 +687,7 @@ class _Generated:
                 return [
                     *an_object,
                     "try:",
-                    f"    {var} = decode_{ident}({f'_capped({var})' if cut else var})",
+                    f"    {var} = decode_{ident}({f'_cut_chain({var})' if cut else var})",
                     "except _Bad as bad:",
                     f"    raise bad.within({path} + '.') from None",
                     *([f"{var} = _same_frame({var})"] if record_cls is FrameInfo else []),
@@ -857,7 +813,7 @@ def decode_exception(record: object) -> ExceptionInfo:
     if type(record) is not dict:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
     try:
-        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](_capped(record))
+        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](cut_chain(record))
         return decoded
     except _Bad as bad:
         error = bad.error()

@@ -500,3 +500,47 @@ def _safe_getattr(obj: object, name: str) -> Any:
         return getattr(obj, name, None)
     except Exception:
         return None
+
+
+def cut_chain(record: Any) -> Any:
+    """``record`` (an exception record's JSON) with at most
+    :data:`MAX_CHAIN` linked records, links past the bound dropped and the
+    record they were dropped from marked ``truncated``; ``record`` itself when
+    it is within the bound. Anything that is not a record is left for the
+    checks to refuse."""
+    budget = MAX_CHAIN
+
+    def cut(node: dict[str, Any]) -> dict[str, Any]:
+        nonlocal budget
+        budget -= 1
+        copy: dict[str, Any] | None = None
+        for name in ("cause", "context", "exceptions"):
+            value: Any = node.get(name)
+            many = type(value) is list
+            if not many and type(value) is not dict:
+                continue
+            kept: list[Any] = []
+            changed = short = False
+            for item in value if many else (value,):
+                if type(item) is not dict:
+                    kept.append(item)
+                elif budget <= 0:
+                    short = True
+                    break
+                else:
+                    kept.append(cut(item))
+                    changed = changed or kept[-1] is not item
+            if not (changed or short):
+                continue
+            copy = copy if copy is not None else dict(node)
+            if many:
+                copy[name] = kept
+            elif kept:
+                copy[name] = kept[0]
+            else:
+                del copy[name]
+            if short:
+                copy["truncated"] = True
+        return node if copy is None else copy
+
+    return cut(record) if type(record) is dict else record

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._exception_info import cut_chain
+
 __all__ = ["DISTRIBUTION_PACKAGES", "public_type_name", "public_type_names"]
 
 #: The top-level packages of this distribution: the only names rewritten.
@@ -49,34 +51,28 @@ def public_type_name(name: str) -> str:
 def public_type_names(record: dict[str, Any]) -> dict[str, Any]:
     """The upgrade from schema version 1 to 2: rename the exception types of
     ``record``'s ``cause`` (and the causes, contexts and group members nested
-    in it) to their public paths.
-
-    Exception records can nest thousands deep in a log written by another
-    program, so they are walked with an explicit stack. Anything that is not
-    a JSON object where an exception record belongs is left for the codec's
-    checks to reject.
+    in it, cut first to :data:`~events._exception_info.MAX_CHAIN` records as
+    decoding cuts them) to their public paths. Anything that is not a JSON
+    object where an exception record belongs is left for the codec's checks
+    to reject.
     """
     cause = record.get("cause")
-    if not isinstance(cause, dict):
-        return record
-    # ``record`` is the upgrade's own copy, but nested objects are shared
-    # with the caller's parsed JSON: copy each exception record before
-    # changing it.
-    record["cause"] = top = dict(cause)
-    stack = [top]
-    while stack:
-        info = stack.pop()
-        name = info.get("type")
-        if isinstance(name, str):
-            info["type"] = public_type_name(name)
-        for field in ("cause", "context"):
-            nested = info.get(field)
-            if isinstance(nested, dict):
-                info[field] = copied = dict(nested)
-                stack.append(copied)
-        members = info.get("exceptions")
-        if isinstance(members, list):
-            copies = [dict(member) if isinstance(member, dict) else member for member in members]
-            info["exceptions"] = copies
-            stack.extend(member for member in copies if isinstance(member, dict))
+    if isinstance(cause, dict):
+        record["cause"] = _renamed(cut_chain(cause))
     return record
+
+
+def _renamed(info: dict[str, Any]) -> dict[str, Any]:
+    # A copy: nested objects are shared with the caller's parsed JSON.
+    info = dict(info)
+    if isinstance(info.get("type"), str):
+        info["type"] = public_type_name(info["type"])
+    for field in ("cause", "context"):
+        if isinstance(info.get(field), dict):
+            info[field] = _renamed(info[field])
+    if isinstance(info.get("exceptions"), list):
+        info["exceptions"] = [
+            _renamed(member) if isinstance(member, dict) else member
+            for member in info["exceptions"]
+        ]
+    return info

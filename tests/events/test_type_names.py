@@ -12,6 +12,7 @@ import pytest
 
 import events
 from events import ExceptionInfo, RunFinished, StepFailed
+from events._exception_info import MAX_CHAIN
 from events._type_names import public_type_name, public_type_names
 
 #: A failed zen4 start (``--inject zentorch=RuntimeError:...``) written by the
@@ -118,7 +119,7 @@ def test_the_upcaster_leaves_records_without_a_cause() -> None:
     assert public_type_names(dict(record)) == record
 
 
-def test_a_deeply_nested_cause_is_upgraded_without_recursion() -> None:
+def test_a_deeply_nested_cause_is_cut_to_the_bound_and_upgraded() -> None:
     depth = 5_000
     cause: dict[str, Any] = info_record("orchestrator._errors.GraphError")
     for _ in range(depth):
@@ -128,6 +129,7 @@ def test_a_deeply_nested_cause_is_upgraded_without_recursion() -> None:
     seen = 0
     while current is not None:
         assert current["type"] == "orchestrator.GraphError"
-        current = current.get("cause")
+        last, current = current, current.get("cause")
         seen += 1
-    assert seen == depth + 1
+    assert seen == MAX_CHAIN
+    assert last["truncated"] is True
