@@ -730,16 +730,14 @@ LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_ENCODERS
 _SEQUENCED_LINE_ENCODERS = _Table()
 SEQUENCED_LINE_ENCODERS: Mapping[type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]]
 SEQUENCED_LINE_ENCODERS = _SEQUENCED_LINE_ENCODERS
-#: The nested records' encoders and decoders, by class.
-_NESTED_ENCODERS = _Table()
-_NESTED_DECODERS = _Table()
 _COMPILING = threading.Lock()
 
 
 def _compile() -> None:
-    """Generate and compile every function into the tables, once."""
+    """Generate and compile every event class's functions into the tables,
+    once."""
     with _COMPILING:
-        if _NESTED_ENCODERS:
+        if _EVENT_DECODERS:
             return
         generated = _Generated()
         for tag, event_cls in EVENT_TYPES.items():
@@ -749,12 +747,6 @@ def _compile() -> None:
             _EVENT_ENCODERS[tag] = generated.function("encode_{}", event_cls)
             _EVENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
             _SEQUENCED_LINE_ENCODERS[event_cls] = generated.function("encode_{}_seq", event_cls)
-        nested = [cls for cls in generated.ids if not issubclass(cls, Event)]
-        for cls in nested:
-            _NESTED_DECODERS[cls] = generated.function("decode_{}", cls)
-        # Last: a filled table of nested encoders says everything is done.
-        for cls in nested:
-            _NESTED_ENCODERS[cls] = generated.function("encode_{}", cls)
 
 
 # --- public functions ---------------------------------------------------------------
@@ -800,8 +792,7 @@ def decode_record(record: object) -> Event:
 
 def encode_exception(info: ExceptionInfo) -> dict[str, Any]:
     """``info`` as a JSON object (the form events embed)."""
-    encoded: dict[str, Any] = orjson.loads(orjson.dumps(_NESTED_ENCODERS[ExceptionInfo](info)))
-    return encoded
+    return unstructure(info)
 
 
 def decode_exception(record: object) -> ExceptionInfo:
@@ -812,12 +803,7 @@ def decode_exception(record: object) -> ExceptionInfo:
     """
     if type(record) is not dict:
         raise DecodeError(f"an exception record must be a JSON object, not {_json_type(record)}")
-    try:
-        decoded: ExceptionInfo = _NESTED_DECODERS[ExceptionInfo](cut_chain(record))
-        return decoded
-    except _Bad as bad:
-        error = bad.error()
-    raise error
+    return structure(ExceptionInfo, cut_chain(record))
 
 
 #: The decoder of each class :func:`structure` has read, by class.
