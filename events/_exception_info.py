@@ -208,7 +208,7 @@ class ThreadStack:
         """The innermost frame outside Python's standard library (the
         caller of ``Event.wait``, not ``wait``), else the innermost."""
         for frame in reversed(self.frames):
-            if not _in_stdlib(frame.filename):
+            if _STDLIB.search(frame.filename) is None:
                 return frame
         return self.innermost
 
@@ -216,10 +216,6 @@ class ThreadStack:
 #: A file of an interpreter's standard library, as a recording machine
 #: names it (``/usr/lib/python3.11/threading.py``, ``<frozen os>``).
 _STDLIB = re.compile(r"^<frozen |[/\\]lib[/\\]python3\.\d+[/\\](?!(site|dist)-packages[/\\])")
-
-
-def _in_stdlib(filename: str) -> bool:
-    return _STDLIB.search(filename) is not None
 
 
 @attrs.frozen(kw_only=True)
@@ -380,12 +376,6 @@ def _plain_text(value: object) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _truncated(text: str, limit: int = MAX_TEXT) -> str:
-    if len(text) > limit:
-        return text[:limit] + f"... [{len(text) - limit} more characters]"
-    return text
-
-
 def _type_name(tp: type[Any]) -> str:
     module = getattr(tp, "__module__", None)
     qualname = getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "<unknown>")
@@ -408,7 +398,10 @@ class _Capture:
         # Redact the whole text, then cut it: cutting first could split a
         # secret or a URL's credentials at the limit, and a split secret no
         # longer matches while its first part stays readable in the record.
-        return _truncated(self._redact(_plain_text(value)))
+        text = self._redact(_plain_text(value))
+        if len(text) > MAX_TEXT:
+            return text[:MAX_TEXT] + f"... [{len(text) - MAX_TEXT} more characters]"
+        return text
 
     def _optional_text(self, exc: BaseException, name: str) -> str | None:
         value = _safe_getattr(exc, name)
@@ -465,6 +458,8 @@ class _Capture:
         return fields
 
     def _frames(self, tb: object) -> tuple[FrameInfo, ...]:
+        # Only a real traceback is walked: an object posing as one could
+        # link to itself.
         return self.frames(traceback.extract_tb, tb) if isinstance(tb, TracebackType) else ()
 
     def frames(
