@@ -27,6 +27,8 @@ from ._errors import (
     LogCorruptError,
     LogError,
     SequenceGapError,
+    UnknownEventTypeError,
+    UnsupportedVersionError,
 )
 from ._model import (
     SCHEMA_VERSION,
@@ -423,8 +425,6 @@ class _StepTree:
 
 
 def _kind_of(exc: DecodeError) -> ProblemKind:
-    from ._errors import UnknownEventTypeError, UnsupportedVersionError
-
     if isinstance(exc, UnsupportedVersionError):
         return ProblemKind.UNSUPPORTED_VERSION
     if isinstance(exc, UnknownEventTypeError):
