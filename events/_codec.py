@@ -10,26 +10,18 @@ or evaluated. Every field is type-checked strictly (``"1"`` is not an int).
 Records of older schema versions are upgraded, one version at a time, before
 they are checked.
 
-Each class gets an encoder and a decoder generated once, on first use, from its
-attrs field definitions, so a field added to the model is encoded and
-decoded without touching this module (its type must be one the codec knows;
-an unknown type fails on the first encode or decode, and in the tests). The
-decoder checks each field as it builds the instance and names the first
-one that is wrong, by its path (``cause.frames[0].filename``). The encoder
-makes a record only orjson sees (:data:`LINE_ENCODERS`: it may hold enum
-members and tuples, and share the instance's dicts); the functions that
-return a record (:func:`encode_record`, :func:`unstructure`) give what
-orjson reads back from it. Logs use one more generated encoder per event
-class, for speed, that also copies the event with the ``seq`` the log
-assigns, in the same pass (:data:`SEQUENCED_LINE_ENCODERS`); the bytes
-written are those :func:`encode` gives.
+Each class gets an encoder and a decoder generated once, on first use, from
+its attrs field definitions (a field's type must be one :func:`_shape`
+knows). The decoder checks each field as it builds the instance and names
+the first one that is wrong by its path (``cause.frames[0].filename``). The
+encoder makes a record only orjson sees (it may hold enum members and
+tuples, and share the instance's dicts); logs also use a generated encoder
+that copies the event with its ``seq`` in the same pass.
 
-An exception record read from a log is cut to :data:`MAX_CHAIN` linked
-records (its ``cause``, ``context`` and group members, all told) before it
-is decoded, the record where it was cut marked ``truncated``, as capture
-cuts a live chain: a log written by another program may nest records as
-deep as orjson reads (1,024 levels; a deeper line is not valid JSON to this
-module), and what is decoded stays small enough to walk by recursion.
+An exception record read from a log is cut to ``MAX_CHAIN`` linked records
+before it is decoded (:func:`~events._exception_info.cut_chain`), as capture
+cuts a live chain, so what is decoded stays small enough to walk by
+recursion; a line nested deeper than orjson reads is not valid JSON.
 """
 
 from __future__ import annotations
@@ -137,9 +129,8 @@ def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-#: Version N's record to version N + 1's, for every N below SCHEMA_VERSION:
-#: each takes a record of its own (it may change it) and returns it. Version
-#: 2 records exception types by their public path (see _type_names).
+#: Version N's record to version N + 1's: each takes a record of its own
+#: (it may change it) and returns it.
 _UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     _v0_to_v1,
     public_type_names,
@@ -148,18 +139,10 @@ _UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
 assert len(_UPGRADES) == SCHEMA_VERSION
 
 
-# --- what a decoder says is wrong ---------------------------------------------------
-#
-# The generated decoders below check every field as they build the instance.
-# What they find wrong is raised as a _Bad naming the field's path relative
-# to the record being decoded; a decoder of an enclosing record adds the
-# field it was decoding in front, so the error that leaves decode_record names
-# the full path ("cause.frames[0].filename").
-
-
 class _Bad(ValueError):
     """A record that does not fit: ``head``, then the paths of the fields at
-    fault (relative to the record being decoded), then ``tail``.
+    fault (relative to the record being decoded; an enclosing decoder adds
+    its field in front), then ``tail``.
 
     A ``ValueError``, so that a reader trying the generated decoders first
     falls back to :func:`decode` on it, which raises the
@@ -172,7 +155,6 @@ class _Bad(ValueError):
         self.tail = tail
 
     def within(self, prefix: str) -> _Bad:
-        """The same fault, seen from the record ``prefix`` leads into it."""
         return _Bad(self.head, tuple(prefix + path for path in self.paths), self.tail)
 
     def error(self) -> DecodeError:
@@ -261,14 +243,10 @@ def _shape(tp: Any) -> tuple[Any, ...]:
 
 # --- generated encoders and decoders ------------------------------------------------
 #
-# As attrs does for ``__init__``, each class's encoder and decoder are written
-# out as Python source and compiled once, on first use. The source is made only
-# from the class definitions of this package: their field names (checked to
-# be identifiers) and the shapes of their annotated types. Values (type tags,
-# defaults, enum tables) and the other functions are reached through one
-# private namespace dictionary, never spelled into the source. Nothing from a
-# record ever reaches the source: a record is only ever data the compiled
-# functions look at.
+# As attrs does for ``__init__``, the source is made only from class
+# definitions (field names and the shapes of their types); values (tags,
+# defaults, enum tables) are reached through the namespace, never spelled
+# into the source. Nothing from a record ever reaches the source.
 
 
 #: Stands for a field missing from a record (``None`` is a JSON value).
@@ -277,12 +255,11 @@ _MISSING: Any = object()
 
 def _share(value: dict[str, Any] | list[Any]) -> None:
     """Intern, in place, the texts of a JSON object or array read from a log
-    (results and attributes repeat them from event to event and from rank to
+    (results and attributes repeat them from event to event and rank to
     rank)."""
     intern = sys.intern
-    # Most are flat: a list of the values nested in them is made only for
-    # one that is not (a stack, not recursion: JSON nests deeper than
-    # Python recurses).
+    # Most are flat: a work list is made only for one that is not (not
+    # recursion: JSON nests deeper than Python recurses).
     pending: list[Any] | None = None
     item: Any = value
     while True:
@@ -358,13 +335,10 @@ class _Generated:
         skipped = {"schema_version"} if tag is not None else set()
         encoded = [field for field in fields if field.name not in skipped]
         self._own = cls
-        try:
-            self.source += self._encoder(ident, tag, encoded, hints)
-            if tag is not None:
-                self.source += self._encoder(ident, tag, encoded, hints, seq=True)
-            self.source += self._decoder(ident, tag, fields, skipped, hints)
-        finally:
-            self._own = None
+        self.source += self._encoder(ident, tag, encoded, hints)
+        if tag is not None:
+            self.source += self._encoder(ident, tag, encoded, hints, seq=True)
+        self.source += self._decoder(ident, tag, fields, skipped, hints)
 
     def compile(self) -> None:
         """Compile everything added so far, with the functions of every class
@@ -377,11 +351,8 @@ class _Generated:
         self.source = []
 
     def function(self, name: str, cls: type[Any]) -> Any:
-        """The compiled function ``name`` of ``cls``: ``"encode_{}"``, its
-        encoder, whose record is only handed to orjson (see :meth:`_encoder`);
-        ``"encode_{}_seq"``, an event class's copying encoder; ``"decode_{}"``,
-        its decoder, returning the instance or raising the :class:`_Bad`
-        naming what is wrong."""
+        """``cls``'s compiled ``"encode_{}"``, ``"encode_{}_seq"`` or
+        ``"decode_{}"``."""
         return self.namespace[name.format(self.ids[cls])]
 
     def _constant(self, name: str, value: Any) -> str:
@@ -401,17 +372,13 @@ class _Generated:
         *,
         seq: bool = False,
     ) -> list[str]:
-        """``encode_N(obj)``: the line record of ``obj``. With ``seq`` (for an
-        event class), ``encode_N_seq(obj, seq)``: the copy of event ``obj``
-        with ``seq`` (as :func:`events._builders.evolve` makes it) and the
-        line record of that copy, reading each field once: what a log does
-        with every event it is handed without its ``seq``."""
-        # The record is for orjson alone and is dropped once written: enum
-        # members and tuples are left for orjson, which writes them as their
-        # values and as arrays, and a dict field is not copied.
-        # record = {"v": ..., "type": ...} plus (unless fields are copied as
-        # they are read) the leading required fields as one literal; then
-        # each field in order, defaults left out.
+        """``encode_N(obj)``: the line record of ``obj``. With ``seq``,
+        ``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
+        (as :func:`events._builders.evolve` makes it) and its line record,
+        reading each field once."""
+        # The record is for orjson alone and dropped once written: enum
+        # members and tuples are left for orjson, and a dict is not copied.
+        # The leading required fields go in the dict literal.
         key = f"{ident}_seq" if seq else f"{ident}"
         lines = []
         if seq:  # the version is read once, as every field is
