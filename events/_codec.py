@@ -27,6 +27,7 @@ recursion; a line nested deeper than orjson reads is not valid JSON.
 from __future__ import annotations
 
 import enum
+import hashlib
 import reprlib
 import sys
 import threading
@@ -42,6 +43,7 @@ import orjson
 from ._builders import twin
 from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
 from ._exception_info import ExceptionInfo, FrameInfo, cut_chain
+from ._launch import derive_trace_id
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event
 from ._type_names import public_type_names
 
@@ -85,10 +87,6 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     derived from its path (so its start and end agree), and the run's events
     share the root's, so that no two steps read as one span; the trace id is
     the run's, as a run without a launcher's derives it."""
-    import hashlib
-
-    from ._launch import derive_trace_id
-
     if "span_id" not in record:
         path = str(record.get("step", "")).encode()
         record["span_id"] = hashlib.blake2b(path, digest_size=8).hexdigest()

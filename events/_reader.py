@@ -138,8 +138,6 @@ def _read_bytes(path: Path) -> bytes:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise LogCorruptError(path, 0, "is a directory, not a log file") from None
     except OSError as exc:
         raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
     try:
