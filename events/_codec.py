@@ -467,10 +467,9 @@ class _Generated:
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
         read = [field for field in fields if field.name not in skipped]
-        # A record holds no other keys than the fields (and, for an event,
-        # ``v`` and ``type``, which its caller read): ``unread`` counts the
-        # keys not read yet, each field's being read once at most, and must
-        # end at 0. Counting costs less than a set comparison of the keys.
+        # ``unread`` counts the record's keys not read yet (an event's ``v``
+        # and ``type`` are read by its caller) and must end at 0: counting
+        # costs less than a set comparison of the keys.
         required = frozenset(field.name for field in read if field.default is attrs.NOTHING)
         names = frozenset(field.name for field in read) | ({"v", "type"} if tag else set())
         unread = f"len(record) - {len(required) + (2 if tag is not None else 0)}"
@@ -677,21 +676,16 @@ class _Table(dict[Any, Any]):
 
 
 _EVENT_DECODERS = _Table()
-#: The generated decoders of records of :data:`SCHEMA_VERSION`, by type tag,
-#: for readers that call them without :func:`decode_record`'s checks of the
-#: version and type: each returns the event of a valid record and raises a
-#: ``ValueError`` for anything else, which :func:`decode_record` turns into
-#: the :class:`DecodeError` naming the field.
+#: The decoders of records of :data:`SCHEMA_VERSION`, by type tag, for a
+#: reader that skips :func:`decode_record`'s checks of version and type:
+#: they raise a ``ValueError`` for anything but a valid record.
 CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
 _EVENT_ENCODERS = _Table()
-#: The generated encoders, by type tag, for a log that writes
-#: ``orjson.dumps(encoder(event))`` itself: each returns a record only fit to
-#: be handed to orjson at once (it may share the event's dicts and hold enum
-#: members and tuples).
+#: The encoders, by type tag, for a log that writes
+#: ``orjson.dumps(encoder(event))`` itself: the record is fit only for orjson.
 LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_ENCODERS
-#: By event class, ``(event, seq) -> (copy, record)``: the copy of the event
-#: with ``seq`` and the line record of that copy, in one pass over the fields
-#: (the record as :data:`LINE_ENCODERS` makes it).
+#: By event class, ``(event, seq) -> (copy, record)``: the event with
+#: ``seq`` and its line record, in one pass over the fields.
 _SEQUENCED_LINE_ENCODERS = _Table()
 SEQUENCED_LINE_ENCODERS: Mapping[type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]]
 SEQUENCED_LINE_ENCODERS = _SEQUENCED_LINE_ENCODERS

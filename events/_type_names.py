@@ -1,21 +1,18 @@
 """Exception type names as logs record them, and the upgrade of older logs.
 
 From schema version 2 on, an exception of this distribution's packages is
-recorded by its public path, ``exporters.SpanExportError``:
-every exception class a package exports sets its ``__module__`` to that
-package, so :class:`~events.ExceptionInfo` writes the public path and code can
-move between private modules without changing what logs, reports and spans
-say. Version 1 logs recorded the private module the class lived in
-(``exporters._errors.SpanExportError``);
-:func:`public_type_names` upgrades their records.
+recorded by its public path (``exporters.SpanExportError``): every
+exception class a package exports sets its ``__module__`` to that package,
+so code can move between private modules without changing what logs,
+reports and spans say. Version 1 logs recorded the private module
+(``exporters._errors.SpanExportError``); :func:`public_type_names`
+upgrades their records.
 
 The upgrade is a rule, not a table of old names: a dotted name under one of
-this distribution's top-level packages loses its private (``_``-prefixed)
-module components. It holds for every exception class these packages had
-when version 1 was written (a test checks each one), and it needs no list
-here of the classes of packages layered above this one. Names of other
-packages (a probe's ``mylib._impl.Error``), builtins (``RuntimeError``) and
-private classes are left as they are.
+this distribution's top-level packages loses its ``_``-prefixed module
+components. It holds for every exception class these packages had when
+version 1 was written (a test checks each one). Names of other packages
+(``mylib._impl.Error``), builtins and private classes are left as they are.
 """
 
 from __future__ import annotations
