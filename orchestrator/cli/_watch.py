@@ -41,7 +41,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -97,24 +97,22 @@ class _Tail:
     def read(self) -> list[Event]:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise InputError(f"{self.path}: not a regular file; it was not read")
+                if info.st_size < self.offset:
+                    raise InputError(f"{self.path}: the log got shorter while watched (rewritten?)")
+                os.lseek(fd, self.offset, os.SEEK_SET)
+                chunks = []
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise InputError(f"{self.path}: cannot read log: {exc.strerror or exc}") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"{self.path}: not a regular file; it was not read")
-            if info.st_size < self.offset:
-                raise InputError(f"{self.path}: the log got shorter while watched (rewritten?)")
-            os.lseek(fd, self.offset, os.SEEK_SET)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-        except OSError as exc:
-            raise InputError(f"{self.path}: cannot read log: {exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
         data = b"".join(chunks)
         self.offset += len(data)
         complete, newline, self.pending = (self.pending + data).rpartition(b"\n")
@@ -136,20 +134,10 @@ class RunWatcher:
 
     Args:
         run_dir: the run directory (it may not exist yet).
-        clock: monotonic seconds (tests give their own).
-        wall_ns: the wall clock in nanoseconds, to age what the logs say.
     """
 
-    def __init__(
-        self,
-        run_dir: Path,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_ns: Callable[[], int] = time.time_ns,
-    ) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._clock = clock
-        self._wall_ns = wall_ns
         self._tails: dict[int, _Tail] = {}
         self._timeline = Timeline()
         self.state: TimelineState = self._timeline.initial()
@@ -177,7 +165,7 @@ class RunWatcher:
                 if rank is not None and rank not in self._tails:
                     self._tails[rank] = _Tail(path)
         new: list[Event] = []
-        now, now_wall = self._clock(), self._wall_ns()
+        now, now_wall = time.monotonic(), time.time_ns()
         for rank in sorted(self._tails):
             events = self._tails[rank].read()
             for event in events:
@@ -253,7 +241,7 @@ class RunWatcher:
     def idle_s(self, rank: int) -> float | None:
         """Seconds since the rank last appended an event (``None``: no event yet)."""
         seen = self._progress.get(rank)
-        return None if seen is None else seen[0] + self._clock() - seen[1]
+        return None if seen is None else seen[0] + time.monotonic() - seen[1]
 
     def last_seq(self, rank: int) -> int | None:
         """The ``seq`` of the last event read from the rank's log that is
@@ -273,7 +261,7 @@ class RunWatcher:
         if not leaves:
             return (), 0.0
         started = min(t.start_wall_ns for t in leaves)
-        return tuple(t.step for t in leaves), max(0.0, (self._wall_ns() - started) / 1e9)
+        return tuple(t.step for t in leaves), max(0.0, (time.time_ns() - started) / 1e9)
 
     def describe(self, rank: int) -> tuple[str, float]:
         """(its state, ending in `` in`` or `` for`` where the duration
@@ -404,58 +392,6 @@ def _outcome_lines(events: Iterable[Event], watcher: RunWatcher) -> list[str]:
     return [_status_line(*group) for group in _grouped(outcomes)]
 
 
-class _Stalls:
-    """Which ranks were reported stalled, so that each stall is said once.
-
-    A stall is a rank that appended no progress (``step.stalled`` events are
-    where it waits, not progress) for longer than the threshold while a peer
-    did, or while its peers are elsewhere. Every rank of the world in one
-    step together, none making progress, is that step being slow: said once
-    for the step, not once per rank.
-    """
-
-    def __init__(self, threshold_s: float) -> None:
-        self.threshold_s = threshold_s
-        self.reported: dict[int, int | None] = {}  # rank -> its last seq then
-        self.slow: set[tuple[str, ...]] = set()  # steps said to be slow
-
-    def lines(self, watcher: RunWatcher) -> list[str]:
-        running = [r for r in watcher.ranks if not watcher.ended(r)]
-        # rank -> seconds since its last progress, for those past the threshold
-        stuck = {
-            r: i for r in running if (i := watcher.idle_s(r)) is not None and i > self.threshold_s
-        }
-        if not stuck:
-            return []
-        together = {watcher.in_progress(r)[0] for r in running}
-        if len(running) > 1 and len(stuck) == len(running) and len(together) == 1:
-            (steps,) = together
-            for rank in stuck:
-                self.reported[rank] = watcher.last_seq(rank)
-            if not steps or steps in self.slow:
-                return []
-            self.slow.add(steps)
-            return [
-                f"{format_ranks(running)}: {_steps_text(steps)} is slow "
-                f"({_seconds(max(stuck.values()))} so far, every rank in it together)"
-            ]
-        stalls: list[tuple[str, float, int]] = []
-        for rank, idle in stuck.items():
-            seq = watcher.last_seq(rank)
-            if rank in self.reported and self.reported[rank] == seq:
-                continue
-            self.reported[rank] = seq
-            steps, _ = watcher.in_progress(rank)
-            where = _steps_text(steps) if steps else "no step (between steps)"
-            if (stall := watcher.waiting_in(rank)) and (frame := stall.waiting_in):
-                where += f", waiting in {frame.where()}"
-            stalls.append((where, idle, rank))
-        return [
-            f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
-            for where, longest, ranks in _grouped(stalls)
-        ]
-
-
 class Follower:
     """One look at the run at a time: what :func:`follow` does in a loop, and
     the launcher between its own checks on the ranks (``run --nproc`` on a
@@ -476,7 +412,8 @@ class Follower:
         self.screen = screen
         self.stall_s = stall_s
         self.header = header
-        self._stalls = _Stalls(stall_s)
+        self._reported: dict[int, int | None] = {}  # rank -> its last seq when said stalled
+        self._slow: set[tuple[str, ...]] = set()  # steps said to be slow
         self._deaths: set[int] = set()
         self._announced = False
         self._last_status: list[str] | None = None
@@ -497,7 +434,7 @@ class Follower:
         for rank in sorted(set(watcher.died) - self._deaths):
             self._deaths.add(rank)
             screen.line(f"rank {rank}: {watcher.death(rank)}")
-        for text in self._stalls.lines(watcher):
+        for text in self._stall_lines():
             screen.line(text)
         if watcher.done():
             screen.close()
@@ -517,6 +454,46 @@ class Follower:
                 for text in watcher.status_lines(running=True):
                     screen.line(text)
         return False
+
+    def _stall_lines(self) -> list[str]:
+        """Each stall once: a rank that appended no progress (``step.stalled``
+        events are where it waits, not progress) for longer than the
+        threshold while a peer did, or while its peers are elsewhere. Every
+        rank of the world in one step together, none making progress, is
+        that step being slow: said once for the step, not once per rank."""
+        watcher = self.watcher
+        running = [r for r in watcher.ranks if not watcher.ended(r)]
+        # rank -> seconds since its last progress, for those past the threshold
+        stuck = {r: i for r in running if (i := watcher.idle_s(r)) is not None and i > self.stall_s}
+        if not stuck:
+            return []
+        together = {watcher.in_progress(r)[0] for r in running}
+        if len(running) > 1 and len(stuck) == len(running) and len(together) == 1:
+            (steps,) = together
+            for rank in stuck:
+                self._reported[rank] = watcher.last_seq(rank)
+            if not steps or steps in self._slow:
+                return []
+            self._slow.add(steps)
+            return [
+                f"{format_ranks(running)}: {_steps_text(steps)} is slow "
+                f"({_seconds(max(stuck.values()))} so far, every rank in it together)"
+            ]
+        stalls: list[tuple[str, float, int]] = []
+        for rank, idle in stuck.items():
+            seq = watcher.last_seq(rank)
+            if rank in self._reported and self._reported[rank] == seq:
+                continue
+            self._reported[rank] = seq
+            steps, _ = watcher.in_progress(rank)
+            where = _steps_text(steps) if steps else "no step (between steps)"
+            if (stall := watcher.waiting_in(rank)) and (frame := stall.waiting_in):
+                where += f", waiting in {frame.where()}"
+            stalls.append((where, idle, rank))
+        return [
+            f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
+            for where, longest, ranks in _grouped(stalls)
+        ]
 
 
 def follow(
