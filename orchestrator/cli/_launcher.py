@@ -75,15 +75,10 @@ class RankExit:
     pid: int
     returncode: int
 
-    @property
-    def signal(self) -> int | None:
-        """The signal that killed it, if one did."""
-        return -self.returncode if self.returncode < 0 else None
-
     def describe(self) -> str:
         """``"rank 3 (pid 123): killed by SIGKILL"`` and the like."""
-        if self.signal is not None:
-            how = f"killed by {signal_name(self.signal)}"
+        if self.returncode < 0:
+            how = f"killed by {signal_name(-self.returncode)}"
         elif self.returncode == 0:
             how = "ready"
         else:
@@ -104,13 +99,13 @@ def launch_local(
     *,
     run_id: str,
     run_dir: Path,
-    environ: Mapping[str, str] | None = None,
-    grace_s: float = DEFAULT_GRACE_S,
-    notify: Callable[[str], None] | None = None,
+    environ: Mapping[str, str],
+    grace_s: float,
+    notify: Callable[[str], None],
     book: LaunchBook,
-    tick: Callable[[], None] | None = None,
-    relay: Callable[[str], None] | None = None,
-    pass_fds: Sequence[int] = (),
+    tick: Callable[[], None] | None,
+    relay: Callable[[str], None] | None,
+    pass_fds: Sequence[int],
 ) -> list[RankExit]:
     """Start ``nproc`` ranks running ``python -m orchestrator run
     <rank_arguments>`` and wait for them.
@@ -120,9 +115,9 @@ def launch_local(
         rank_arguments: the ``run`` arguments every rank gets.
         run_id: the run id the ranks share.
         run_dir: the run directory the ranks write their logs in.
-        environ: the ranks' base environment (default: this process's).
+        environ: the ranks' base environment.
         grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
-            once a rank ended other than ready or a stop was asked (> 0).
+            once a rank ended other than ready or a stop was asked.
         notify: called with one line whenever the launcher escalates.
         book: the launch's record, its manifest already in ``run_dir``
             (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
@@ -140,22 +135,17 @@ def launch_local(
         unless a stop signal came while they were being started).
 
     Raises:
-        ValueError: ``nproc`` < 1 or ``grace_s`` <= 0.
         RunDirectoryError: the manifest could not be rewritten (raised once
             every rank has ended: the launch goes on without it).
     """
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, not {nproc}")
-    if not grace_s > 0:
-        raise ValueError(f"grace_s must be > 0, not {grace_s}")
     launch = _Launch(
-        base=dict(os.environ if environ is None else environ),
+        base=dict(environ),
         nproc=nproc,
         rank_arguments=rank_arguments,
         run_id=run_id,
         run_dir=run_dir,
         grace_s=grace_s,
-        notify=notify or (lambda _line: None),
+        notify=notify,
         book=book,
         tick=tick,
         relay=relay,
