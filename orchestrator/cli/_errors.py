@@ -13,9 +13,12 @@ exit status, never these.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from .._errors import OrchestratorError
 
-__all__ = ["CommandLineError", "InputError", "UsageError"]
+__all__ = ["CommandLineError", "InputError", "UsageError", "raised_as"]
 
 
 class CommandLineError(OrchestratorError):
@@ -37,3 +40,13 @@ class InputError(CommandLineError):
     1 with one line."""
 
     __module__ = "orchestrator.cli"
+
+
+@contextlib.contextmanager
+def raised_as(error: type[CommandLineError], *caught: type[Exception]) -> Iterator[None]:
+    """Any of ``caught`` raised inside becomes ``error`` with its message,
+    without the traceback: where another layer's error becomes one line."""
+    try:
+        yield
+    except caught as exc:
+        raise error(str(exc)) from None

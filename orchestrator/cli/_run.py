@@ -23,7 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -41,7 +41,7 @@ from .._identity import (
 from .._json_text import read_input
 from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
 from .._startup import Startup, checked_fault_plan, print_messages
-from ._errors import InputError, UsageError
+from ._errors import InputError, UsageError, raised_as
 from ._launcher import (
     CHILD_VARIABLE,
     DEFAULT_GRACE_S,
@@ -52,9 +52,6 @@ from ._launcher import (
 from ._output import PROG, diagnose, emit, hold_stops, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
 
-if TYPE_CHECKING:
-    from ._watch import LaunchView
-
 __all__ = ["command_run"]
 
 
@@ -62,20 +59,18 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
     """The fault plan, checked against the launch before anything runs: every
     target is one the engine has and every rank is in the world."""
     # Errors name the option, the bad part and what would be valid.
+    option = "--inject"
     try:
         plan = FaultPlan.parse(args.inject)
-    except FaultSpecError as exc:
-        raise UsageError(f"--inject {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
-    if args.inject_file is not None:
-        try:
-            plan = plan + FaultPlan.load(args.inject_file)
-        except FaultSpecError as exc:
-            where = "" if exc.part == exc.spec else f"{exc.part!r}: "
-            raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
-    try:
+        if args.inject_file is not None:
+            option = "--inject-file"
+            try:
+                plan = plan + FaultPlan.load(args.inject_file)
+            except FaultSpecError as exc:
+                where = "" if exc.part == exc.spec else f"{exc.part!r}: "
+                raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
         return checked_fault_plan(plan, world_size, engine=args.engine)
     except FaultSpecError as exc:
-        option = "--inject-file" if args.inject_file is not None else "--inject"
         raise UsageError(f"{option} {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
 
 
@@ -116,11 +111,8 @@ def _host(args: argparse.Namespace, launched: bool) -> _Host:
             pass  # load_profile says why
         except ValueError as exc:  # read once: a pipe could not be read again
             raise UsageError(str(ProfileError(name, str(exc)))) from None
-    try:
-        profile = load_profile(name, content=content)
-    except ProfileError as exc:
-        raise UsageError(str(exc)) from None
-    return _Host(profile=profile, label=label, content=content)
+    with raised_as(UsageError, ProfileError):
+        return _Host(profile=load_profile(name, content=content), label=label, content=content)
 
 
 def _config(args: argparse.Namespace, world_size: int) -> Any:
@@ -130,7 +122,7 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
     if backend is not None and backend not in ATTENTION_BACKENDS:
         error = InvalidValueError("backend", backend, ATTENTION_BACKENDS, "--attention-backend")
         raise UsageError(str(error))
-    try:
+    with raised_as(UsageError, EngineConfigError):
         return EngineConfig(
             tp=args.tp if args.tp is not None else world_size,
             attention_backend=args.attention_backend,
@@ -142,8 +134,6 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
             target_device=args.target_device,
             step_timeout=args.timeout,
         )
-    except EngineConfigError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _check_engine(args: argparse.Namespace) -> None:
@@ -165,20 +155,18 @@ def _check_engine(args: argparse.Namespace) -> None:
         raise UsageError(f"--engine vllm: {exc.reason}") from None
 
 
-def _check_run_id(run_id: str) -> str:
-    from .._identity import checked_run_id
-
-    try:
-        return checked_run_id(run_id)
-    except RankEnvironmentError as exc:
-        raise UsageError(f"--run-id {run_id!r}: {exc.reason}") from None
-
-
 def command_run(args: argparse.Namespace) -> int:
     """Validate everything up front (exit 2 on bad input), then launch."""
     launched = os.environ.get(CHILD_VARIABLE) == "1"
     under_launcher = launcher_convention() is not None
-    run_id = None if args.run_id is None else _check_run_id(args.run_id)
+    run_id = args.run_id
+    if run_id is not None:
+        from .._identity import checked_run_id
+
+        try:
+            run_id = checked_run_id(run_id)
+        except RankEnvironmentError as exc:
+            raise UsageError(f"--run-id {run_id!r}: {exc.reason}") from None
     host = _host(args, launched)
     _check_engine(args)
     if args.trace_file is not None:
@@ -204,10 +192,8 @@ def command_run(args: argparse.Namespace) -> int:
         faults = _faults(args, args.nproc)
         _config(args, args.nproc)
         return _launch(args, faults, host, run_id)
-    try:
+    with raised_as(UsageError, RankEnvironmentError):
         identity = identity_from_environment()
-    except RankEnvironmentError as exc:
-        raise UsageError(str(exc)) from None
     faults = _faults(args, identity.world_size)
     config = _config(args, identity.world_size)
     return _run_rank(args, identity, config, host, faults, launched)
@@ -217,48 +203,56 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: str | None) -> int:
-    try:
+    from .._startup import trace_parent
+    from ._watch import LaunchView, is_terminal
+
+    with raised_as(UsageError, RankEnvironmentError):  # a rank would refuse it alike
         run_id = run_id or run_id_from_environment() or new_run_id()
-    except RankEnvironmentError as exc:  # a rank would refuse it alike
-        raise UsageError(str(exc)) from None
     run_dir = args.run_dir or DEFAULT_RUNS / run_id
     grace_s = _grace(args)
+    # The launch's span is a child of the launcher's own TRACEPARENT.
+    with raised_as(UsageError, ValueError):
+        parent = trace_parent(os.environ)
     manifest = Manifest(
         run_id=run_id,
         command=(PROG, *args.argv),
         world_size=args.nproc,
         simulated=host.label,
         injected=tuple(fault.describe() for fault in faults.faults),
-        launcher=LauncherProcess.this(trace_parent=_caller_span()),
+        launcher=LauncherProcess.this(trace_parent=None if parent is None else parent[1]),
     )
     # Claimed, and the manifest created exclusively, before any rank starts:
     # a second launch into the same directory stops here, having written
     # nothing, and can never report this run as its own.
-    try:
+    with raised_as(UsageError, RunDirectoryError):
         book = LaunchBook.claim(run_dir, manifest)
-    except RunDirectoryError as exc:
-        raise UsageError(str(exc)) from None
     handed, descriptors = _hand_over(args, faults, host)
     rank_arguments = _rank_arguments(args.argv, handed)
     diagnose(f"run {run_id}: starting {args.nproc} ranks in {run_dir}")
     # On a terminal, the live view of `watch` while the ranks run.
-    view = _live_view(run_dir)
+    view = LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
+
+    def notify(line: str) -> None:
+        if view is None:
+            diagnose(line, flush=True)
+        else:
+            view.screen.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
+
     try:
-        exits = launch_local(
-            args.nproc,
-            rank_arguments,
-            run_id=run_id,
-            run_dir=run_dir,
-            grace_s=grace_s,
-            notify=lambda line: _note(view, line),
-            book=book,
-            tick=None if view is None else view.tick,
-            relay=None if view is None else view.screen.line,
-            environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},
-            pass_fds=descriptors,
-        )
-    except RunDirectoryError as exc:
-        raise InputError(str(exc)) from None
+        with raised_as(InputError, RunDirectoryError):
+            exits = launch_local(
+                args.nproc,
+                rank_arguments,
+                run_id=run_id,
+                run_dir=run_dir,
+                grace_s=grace_s,
+                notify=notify,
+                book=book,
+                tick=None if view is None else view.tick,
+                relay=None if view is None else view.screen.line,
+                environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},
+                pass_fds=descriptors,
+            )
     finally:
         for descriptor in descriptors:
             os.close(descriptor)
@@ -276,33 +270,6 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
         diagnose(f"error: rank {ranks} refused to start; no report")
         return 2
     return _report(args, [run_dir], for_ranks=True)
-
-
-def _caller_span() -> str | None:
-    """The span of the launcher's own ``TRACEPARENT`` (the launch's span is
-    its child), checked before any rank starts."""
-    from .._startup import trace_parent
-
-    try:
-        parent = trace_parent(os.environ)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return None if parent is None else parent[1]
-
-
-def _live_view(run_dir: Path) -> LaunchView | None:
-    """The launch's live view when stderr is a terminal; else ``None`` (the
-    lines printed stay what they were)."""
-    from ._watch import LaunchView, is_terminal
-
-    return LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
-
-
-def _note(view: LaunchView | None, line: str) -> None:
-    if view is None:
-        diagnose(line, flush=True)
-    else:
-        view.screen.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
 
 
 def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
@@ -527,10 +494,8 @@ def _run_rank(
         wait_for_peers=not launched,
         engine=args.engine,
     )
-    try:
+    with raised_as(UsageError, RunDirectoryError, RankEnvironmentError, FaultSpecError, ValueError):
         startup.open()
-    except (RunDirectoryError, RankEnvironmentError, FaultSpecError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
     # Whatever ends the run is in the log and in the result; the report says
     # it, never a traceback.
     with startup, contextlib.suppress(BaseException):

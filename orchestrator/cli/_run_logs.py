@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FunctionType
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from ._errors import InputError, UsageError
+from ._errors import InputError, UsageError, raised_as
 
 if TYPE_CHECKING:
     from events import (
@@ -170,15 +170,13 @@ class RunLogs(NamedTuple):
         """
         from events import LogError, replay
 
-        try:
+        with raised_as(InputError, LogError):
             return replay(
                 [log.folded for log in self.logs if log.folded is not None],
                 launch=self.launch,
                 until=self.until,
                 slices=self.slices,
             )
-        except LogError as exc:
-            raise InputError(str(exc)) from None
 
     def decisions(self) -> list[Divergence]:
         """Recorded decisions that the current deciders would make
@@ -244,10 +242,8 @@ def read_run(
     manifests = []
     for path in paths:
         if path.is_dir():
-            try:
+            with raised_as(InputError, RunDirectoryError):
                 manifest = read_manifest(path)
-            except RunDirectoryError as exc:
-                raise InputError(str(exc)) from None
             if manifest is not None:
                 manifests.append((path, manifest))
     files = [(path, file) for path in paths for file in log_files([path])]
