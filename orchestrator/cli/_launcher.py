@@ -337,7 +337,12 @@ class _Launch:
                 reading.start_soon(self.read, stderr, False)
             code = await process.wait()
             self.exits[rank] = exit = RankExit(rank=rank, pid=process.pid, returncode=code)
-            self.record_end(rank, code)
+            self.book.ended(
+                rank,
+                exit_code=code if code >= 0 else None,
+                signal=signal_name(-code) if code < 0 else None,
+                stopped_by_launcher=self.sent.get(rank),
+            )
             if code != 0:
                 # Once a rank has ended other than ready (failed or
                 # interrupted with its log complete, killed, or any other
@@ -375,15 +380,6 @@ class _Launch:
         finally:
             if partial and final:
                 self.relay(partial.decode("utf-8", "replace"))
-
-    def record_end(self, rank: int, code: int) -> None:
-        """Write down how ``rank`` ended."""
-        self.book.ended(
-            rank,
-            exit_code=code if code >= 0 else None,
-            signal=signal_name(-code) if code < 0 else None,
-            stopped_by_launcher=self.sent.get(rank),
-        )
 
     def finish_if_done(self) -> None:
         """Once every rank started has ended, and no more will start: the

@@ -10,7 +10,7 @@ from typing import NoReturn
 from events import LogError
 
 from .._errors import OrchestratorError
-from ._errors import InputError, UsageError
+from ._errors import UsageError
 from ._output import diagnose, discard, exit_program
 from ._parser import build_parser
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         diagnose(f"error: {exc}")
         return 2
-    except (InputError, OrchestratorError, LogError) as exc:
+    except (OrchestratorError, LogError) as exc:  # InputError among them
         diagnose(f"error: {exc}")
         return 1
     except KeyboardInterrupt:

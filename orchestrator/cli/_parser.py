@@ -419,7 +419,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=Severity.INFO,
         help="lowest severity printed: debug, info, warning, error (default: info)",
     )
-    _add_tracing_options(run)
+    tracing = run.add_argument_group(
+        "tracing",
+        "Spans go wherever OTEL_EXPORTER_OTLP_* say (OTEL_SDK_DISABLED=true turns them off); "
+        "these options add or override.",
+    )
+    tracing.add_argument(
+        "--otlp-endpoint",
+        type=_endpoint,
+        metavar="URL",
+        help="send spans to this OTLP collector (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    tracing.add_argument(
+        "--otlp-protocol",
+        choices=("grpc", "http/protobuf"),
+        help="the OTLP protocol (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+    )
+    tracing.add_argument(
+        "--trace-file",
+        type=_path,
+        metavar="FILE",
+        help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "
+        "whole launch (every rank's spans, root cause marked), written from the logs once "
+        "every rank has ended; under torchrun and the like, each rank of several writes "
+        "FILE with a -rank-N suffix",
+    )
+    tracing.add_argument(
+        "--console-spans", action="store_true", help="print spans to stderr (default: not)"
+    )
 
     replay = commands.add_parser(
         "replay",
@@ -577,37 +604,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_tracing_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "tracing",
-        "Spans go wherever OTEL_EXPORTER_OTLP_* say (OTEL_SDK_DISABLED=true turns them off); "
-        "these options add or override.",
-    )
-    group.add_argument(
-        "--otlp-endpoint",
-        type=_endpoint,
-        metavar="URL",
-        help="send spans to this OTLP collector (default: $OTEL_EXPORTER_OTLP_ENDPOINT)",
-    )
-    group.add_argument(
-        "--otlp-protocol",
-        choices=("grpc", "http/protobuf"),
-        help="the OTLP protocol (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
-    )
-    group.add_argument(
-        "--trace-file",
-        type=_path,
-        metavar="FILE",
-        help="also write the trace as a Jaeger-UI JSON file: with --nproc, one file for the "
-        "whole launch (every rank's spans, root cause marked), written from the logs once "
-        "every rank has ended; under torchrun and the like, each rank of several writes "
-        "FILE with a -rank-N suffix",
-    )
-    group.add_argument(
-        "--console-spans", action="store_true", help="print spans to stderr (default: not)"
-    )
-
-
 class _VersionAction(argparse.Action):
     # The installed version is looked up only when asked for: reading the
     # distribution's metadata on every invocation would slow every command.
@@ -618,15 +614,12 @@ class _VersionAction(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("startup-orchestrator")
+        except PackageNotFoundError:  # pragma: no cover - running from a checkout
+            installed = "0"
         # stdout, as argparse's own version action prints.
-        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        sys.stdout.write(f"{parser.prog} {installed}\n")
         parser.exit(0)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("startup-orchestrator")
-    except PackageNotFoundError:  # pragma: no cover - running from a checkout
-        return "0"
