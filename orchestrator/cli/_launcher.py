@@ -49,7 +49,7 @@ from .._identity import RUN_ID_VARIABLE
 from .._run_directory import LaunchBook
 from .._signals import LAUNCHER_PID_VARIABLE, STOP_SIGNALS
 
-__all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "RankExit", "launch_local"]
+__all__ = ["DEFAULT_GRACE_S", "GRACE_VARIABLE", "LocalLaunch", "RankExit"]
 
 #: Set in rank processes started by the launcher.
 CHILD_VARIABLE = "STARTUP_ORCHESTRATOR_LAUNCHED"
@@ -93,80 +93,6 @@ def _free_port() -> int:
         return port
 
 
-def launch_local(
-    nproc: int,
-    rank_arguments: Sequence[str],
-    *,
-    run_id: str,
-    run_dir: Path,
-    environ: Mapping[str, str],
-    grace_s: float,
-    notify: Callable[[str], None],
-    book: LaunchBook,
-    tick: Callable[[], None] | None,
-    relay: Callable[[str], None] | None,
-    pass_fds: Sequence[int],
-) -> list[RankExit]:
-    """Start ``nproc`` ranks running ``python -m orchestrator run
-    <rank_arguments>`` and wait for them.
-
-    Args:
-        nproc: how many ranks (at least 1).
-        rank_arguments: the ``run`` arguments every rank gets.
-        run_id: the run id the ranks share.
-        run_dir: the run directory the ranks write their logs in.
-        environ: the ranks' base environment.
-        grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
-            once a rank ended other than ready or a stop was asked.
-        notify: called with one line whenever the launcher escalates.
-        book: the launch's record, its manifest already in ``run_dir``
-            (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
-            rank's start and end, and the launch's, are written to it.
-        tick: called about every 0.1 s while the launcher waits for its
-            ranks, in the launcher's thread (a live view looks at the logs).
-        relay: when given, the ranks' stderr is read by the launcher and
-            each of its lines handed to ``relay`` (so that a live view can
-            print them above itself); otherwise the ranks share the
-            launcher's stderr.
-        pass_fds: file descriptors the ranks inherit.
-
-    Returns:
-        One :class:`RankExit` per rank started, in rank order (all of them
-        unless a stop signal came while they were being started).
-
-    Raises:
-        RunDirectoryError: the manifest could not be rewritten (raised once
-            every rank has ended: the launch goes on without it).
-    """
-    launch = _Launch(
-        base=dict(environ),
-        nproc=nproc,
-        rank_arguments=rank_arguments,
-        run_id=run_id,
-        run_dir=run_dir,
-        grace_s=grace_s,
-        notify=notify,
-        book=book,
-        tick=tick,
-        relay=relay,
-        pass_fds=pass_fds,
-    )
-    # The event loop's signal receiver replaces the handlers while the launch
-    # runs; the caller's come back after it.
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    _wait_without_threads()
-    try:
-        anyio.run(launch.run, backend="asyncio")
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    if book.unwritten is not None:
-        # The ranks ran to their end all the same; their logs hold the run.
-        raise book.unwritten
-    return [launch.exits[rank] for rank in range(len(launch.processes))]
-
-
 def _wait_without_threads() -> None:
     """Have asyncio wait for the ranks on pidfds, as it does by default from
     Python 3.12 on where the kernel has them, not with a thread per rank as
@@ -189,19 +115,40 @@ _DRAIN_S = 0.5
 
 
 @attrs.define(kw_only=True, eq=False)
-class _Launch:
-    """The ranks of one launch, what was done to them, and its manifest
-    (the arguments are :func:`launch_local`'s).
+class LocalLaunch:
+    """``nproc`` ranks running ``python -m orchestrator run <rank_arguments>``,
+    started and waited for by :meth:`run`, and what was done to them.
 
     One task per rank waits for its process and records its end; a task
     forwards the stop signals the launcher receives; a task escalates once a
-    rank ended other than ready or a stop was asked. Nothing polls."""
+    rank ended other than ready or a stop was asked. Nothing polls.
 
-    base: dict[str, str]
+    Args:
+        nproc: how many ranks (at least 1).
+        rank_arguments: the ``run`` arguments every rank gets.
+        run_id: the run id the ranks share.
+        run_dir: the run directory the ranks write their logs in.
+        environ: the ranks' base environment.
+        grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
+            once a rank ended other than ready or a stop was asked.
+        notify: called with one line whenever the launcher escalates.
+        book: the launch's record, its manifest already in ``run_dir``
+            (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
+            rank's start and end, and the launch's, are written to it.
+        tick: called about every 0.1 s while the launcher waits for its
+            ranks, in the launcher's thread (a live view looks at the logs).
+        relay: when given, the ranks' stderr is read by the launcher and
+            each of its lines handed to ``relay`` (so that a live view can
+            print them above itself); otherwise the ranks share the
+            launcher's stderr.
+        pass_fds: file descriptors the ranks inherit.
+    """
+
     nproc: int
     rank_arguments: Sequence[str]
     run_id: str
     run_dir: Path
+    environ: Mapping[str, str]
     grace_s: float
     notify: Callable[[str], None]
     book: LaunchBook
@@ -221,7 +168,33 @@ class _Launch:
     why: str = ""
     starting: bool = True
 
-    async def run(self) -> None:
+    def run(self) -> list[RankExit]:
+        """Start the ranks and wait for them.
+
+        Returns:
+            One :class:`RankExit` per rank started, in rank order (all of
+            them unless a stop signal came while they were being started).
+
+        Raises:
+            RunDirectoryError: the manifest could not be rewritten (raised
+                once every rank has ended: the launch goes on without it).
+        """
+        # The event loop's signal receiver replaces the handlers while the
+        # launch runs; the caller's come back after it.
+        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        _wait_without_threads()
+        try:
+            anyio.run(self._main, backend="asyncio")
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        if self.book.unwritten is not None:
+            # The ranks ran to their end all the same; their logs hold the run.
+            raise self.book.unwritten
+        return [self.exits[rank] for rank in range(len(self.processes))]
+
+    async def _main(self) -> None:
         with contextlib.ExitStack() as stack:
             # The receiver is in place before the first rank starts: a Ctrl-C
             # while ranks are being started must reach those already running,
@@ -303,7 +276,7 @@ class _Launch:
             try:
                 process = await anyio.open_process(
                     _rank_command(self.rank_arguments, self.run_dir),
-                    env=_rank_environment(self.base, rank, self.nproc, self.port, self.run_id),
+                    env=_rank_environment(self.environ, rank, self.nproc, self.port, self.run_id),
                     # Each rank in its own session: a terminal's Ctrl-C
                     # reaches the launcher once, and the launcher decides
                     # what ranks get.

@@ -47,7 +47,7 @@ from ._launcher import (
     DEFAULT_GRACE_S,
     GRACE_VARIABLE,
     SIMULATED_VARIABLE,
-    launch_local,
+    LocalLaunch,
 )
 from ._output import PROG, diagnose, emit, hold_stops, to_json_text
 from ._run_logs import DEFAULT_RUNS, read_run
@@ -240,9 +240,9 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
 
     try:
         with raised_as(InputError, RunDirectoryError):
-            exits = launch_local(
-                args.nproc,
-                rank_arguments,
+            exits = LocalLaunch(
+                nproc=args.nproc,
+                rank_arguments=rank_arguments,
                 run_id=run_id,
                 run_dir=run_dir,
                 grace_s=grace_s,
@@ -252,7 +252,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
                 relay=None if view is None else view.screen.line,
                 environ={**os.environ, SIMULATED_VARIABLE: host.label or ""},
                 pass_fds=descriptors,
-            )
+            ).run()
     finally:
         for descriptor in descriptors:
             os.close(descriptor)
