@@ -158,7 +158,6 @@ def _check_engine(args: argparse.Namespace) -> None:
 def command_run(args: argparse.Namespace) -> int:
     """Validate everything up front (exit 2 on bad input), then launch."""
     launched = os.environ.get(CHILD_VARIABLE) == "1"
-    under_launcher = launcher_convention() is not None
     run_id = args.run_id
     if run_id is not None:
         from .._identity import checked_run_id
@@ -182,7 +181,7 @@ def command_run(args: argparse.Namespace) -> int:
             inputs=() if run_dir is None else [run_dir],
         )
     if args.nproc is not None and args.nproc > 1 and not launched:
-        if under_launcher:
+        if launcher_convention() is not None:
             raise UsageError(
                 "--nproc starts local ranks itself; under torchrun leave it out "
                 "(torchrun --nproc-per-node N -m orchestrator run ...), and under srun or "
@@ -321,14 +320,13 @@ def _grace(args: argparse.Namespace) -> float:
         raise UsageError(f"{GRACE_VARIABLE}={text!r}: {exc}") from None
 
 
-#: Options only the launcher uses (the trace file too: the launcher writes it
-#: for the whole launch).
-_LAUNCHER_OPTIONS = ("--nproc", "--run-dir", "--run-id", "--grace", "--trace-file")
-
-
-#: The launch's inputs the launcher reads once and hands to its ranks (see
-#: _hand_over).
-_INPUT_OPTIONS = ("--simulate", "--inject", "--inject-file")
+#: Options the ranks do not get: those only the launcher uses (the trace file
+#: too: the launcher writes it for the whole launch), and the launch's inputs,
+#: which the launcher reads once and hands to its ranks (see _hand_over).
+_LAUNCHER_OPTIONS = (
+    *("--nproc", "--run-dir", "--run-id", "--grace", "--trace-file"),
+    *("--simulate", "--inject", "--inject-file"),
+)
 
 
 def _hand_over(
@@ -367,17 +365,16 @@ def _rank_arguments(argv: list[str], handed: list[str]) -> list[str]:
     inputs as ``handed`` (see :func:`_hand_over`)."""
     out: list[str] = []
     skip = False
-    dropped = (*_LAUNCHER_OPTIONS, *_INPUT_OPTIONS)
     for item in argv:
         if skip:
             skip = False
             continue
         if item == "run" and not out:
             continue
-        if item in dropped:
+        if item in _LAUNCHER_OPTIONS:
             skip = True
             continue
-        if item.startswith(tuple(f"{o}=" for o in dropped)) or item == "--json":
+        if item.startswith(tuple(f"{o}=" for o in _LAUNCHER_OPTIONS)) or item == "--json":
             continue
         out.append(item)
     return [*out, *handed]

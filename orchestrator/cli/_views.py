@@ -324,25 +324,16 @@ def command_diff(args: argparse.Namespace) -> int:
     from exporters import decisions_of, diff_text, report_json, run_differences
 
     slices = _slices(args)
-    sides = []
-    labels = []
+    documents, decisions, labels = [], [], []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
         result = read_run(paths, slices=slices).replay()
-        sides.append((report_json(result), decisions_of(result)))
+        documents.append(report_json(result))
+        decisions.append(decisions_of(result))
         labels.append(" ".join(str(path) for path in paths))
-    (a, decisions_a), (b, decisions_b) = sides
-    emit(
-        diff_text(
-            a,
-            b,
-            decisions_a=decisions_a,
-            decisions_b=decisions_b,
-            label_a=labels[0],
-            label_b=labels[1],
-        )
-    )
-    differ = run_differences(a, b, decisions_a=decisions_a, decisions_b=decisions_b)
-    return 1 if differ else 0
+    a, b = documents
+    both = {"decisions_a": decisions[0], "decisions_b": decisions[1]}
+    emit(diff_text(a, b, **both, label_a=labels[0], label_b=labels[1]))
+    return 1 if run_differences(a, b, **both) else 0
 
 
 def _diff_sides(paths: list[Path]) -> list[list[Path]]:

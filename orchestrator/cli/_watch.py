@@ -545,9 +545,7 @@ class LaunchView:
 
     def __init__(self, run_dir: Path, stream: TextIO, *, interval_s: float = 0.25) -> None:
         self.screen = Screen(stream, live=True)
-        self._follower = Follower(
-            RunWatcher(run_dir), self.screen, stall_s=_LAUNCH_STALL_S, header=False
-        )
+        self._follower = Follower(RunWatcher(run_dir), self.screen, stall_s=10.0, header=False)
         self._interval_s = interval_s
         self._next = 0.0
         self._done = False
@@ -566,10 +564,6 @@ class LaunchView:
             self._next = 0.0
             self.tick()
         self.screen.close()
-
-
-#: The stall threshold of ``run --nproc``'s live view.
-_LAUNCH_STALL_S = 10.0
 
 
 def command_watch(args: argparse.Namespace) -> int:
@@ -603,15 +597,10 @@ def command_watch(args: argparse.Namespace) -> int:
             running = watcher.status_lines(running=True)
             screen.line(f"timed out after {args.timeout:g} s; still running: {'; '.join(running)}")
         return 1
-    return _judge(run_dir, screen)
-
-
-def _judge(run_dir: Path, screen: Screen) -> int:
-    """``replay``'s verdict on the finished run, as one line and its exit status."""
+    # replay's verdict on the finished run, in one line.
     from ..engine import ENGINE
     from ._run_logs import read_run
 
     result = read_run([run_dir], slices=[ENGINE]).replay()
-    outcome = result.outcome
-    screen.line(f"run {result.run_id}: {outcome.value}")
-    return 0 if outcome is RunOutcome.READY else 1
+    screen.line(f"run {result.run_id}: {result.outcome.value}")
+    return 0 if result.outcome is RunOutcome.READY else 1
