@@ -43,7 +43,7 @@ class InputError(CommandLineError):
 
 
 @contextlib.contextmanager
-def raised_as(error: type[CommandLineError], *caught: type[Exception]) -> Iterator[None]:
+def raised_as(error: type[Exception], *caught: type[Exception]) -> Iterator[None]:
     """Any of ``caught`` raised inside becomes ``error`` with its message,
     without the traceback: where another layer's error becomes one line."""
     try:

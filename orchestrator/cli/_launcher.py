@@ -235,10 +235,8 @@ class LocalLaunch:
             self.trouble.set()
 
     async def escalate(self) -> None:
-        """Once the launch cannot become ready, give the ranks still running
-        the grace period to record it, then SIGTERM them, then, after another
-        grace period, SIGKILL: a rank stuck in a collective or a rendezvous
-        with a peer that is gone never keeps the launch waiting forever."""
+        """Once the launch cannot become ready: SIGTERM, then SIGKILL, each
+        a grace period later, to the ranks still running."""
         await self.trouble.wait()
         for name in ("SIGTERM", "SIGKILL"):
             await anyio.sleep(self.grace_s)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from events import MAX_WORLD_SIZE, Severity
 
 from .._watchdog import DEFAULT_STALL_S
+from ._errors import raised_as
 from ._output import PROG
 
 __all__ = ["build_parser"]
@@ -211,10 +212,8 @@ def parse_seconds(text: str) -> float:
 
 
 def _severity(text: str) -> Severity:
-    try:
+    with raised_as(argparse.ArgumentTypeError, ValueError):
         return Severity.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 #: ``--export`` kinds; jaeger-json writes a file, named in the same argument.

@@ -228,7 +228,6 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
     handed, descriptors = _hand_over(args, faults, host)
     rank_arguments = _rank_arguments(args.argv, handed)
     diagnose(f"run {run_id}: starting {args.nproc} ranks in {run_dir}")
-    # On a terminal, the live view of `watch` while the ranks run.
     view = LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
 
     def notify(line: str) -> None:

@@ -119,7 +119,6 @@ def command_replay(args: argparse.Namespace) -> int:
         check_output(f"--html {args.html}", args.html, inputs=args.paths)
         if trace is not None and os.path.abspath(trace) == os.path.abspath(args.html):
             raise UsageError(f"--html {args.html}: --export writes that file; name another")
-    # The events are kept only for --export.
     run, result = _replayed(args, until=args.until, keep_events=export is not None)
     decisions = run.decisions()
     if args.json:

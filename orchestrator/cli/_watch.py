@@ -456,11 +456,7 @@ class Follower:
         return False
 
     def _stall_lines(self) -> list[str]:
-        """Each stall once: a rank that appended no progress (``step.stalled``
-        events are where it waits, not progress) for longer than the
-        threshold while a peer did, or while its peers are elsewhere. Every
-        rank of the world in one step together, none making progress, is
-        that step being slow: said once for the step, not once per rank."""
+        """The stalls and slow steps not said yet (see the module docstring)."""
         watcher = self.watcher
         running = [r for r in watcher.ranks if not watcher.ended(r)]
         # rank -> seconds since its last progress, for those past the threshold
