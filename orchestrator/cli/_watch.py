@@ -348,9 +348,7 @@ class Screen:
             self._show(terminal_text(text) + "\n")
 
     def block(self, lines: list[str]) -> None:
-        """Replace the live block (on a terminal only)."""
-        if not self.live:
-            return
+        """Replace the live block (drawn on a terminal only: ``live``)."""
         with self._lock:
             width = max(20, shutil.get_terminal_size().columns - 1)
             self._block = [terminal_text(text, indent="")[:width] for text in lines]
