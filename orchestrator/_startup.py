@@ -337,6 +337,7 @@ class Startup:
         #: the caller's ``TRACEPARENT`` (trace id, span id), once open
         self._caller_span: tuple[str, str] | None = None
         self._opened_wall_ns = 0
+        self._launcher_pid: int | None = None
         self._injected: tuple[str, ...] = ()
         self._undelivered: tuple[int, ...] = ()
         self._ran = False
@@ -396,10 +397,10 @@ class Startup:
         engine = self._engine_options.get("engine", "reference")
         faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
         self._injected = tuple(fault.describe() for fault in faults.faults)
-        parent = self._caller_span = trace_parent(self._env)
+        self._caller_span = trace_parent(self._env)
         run_id, early_group = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
-        launcher_pid = _launcher_pid(self._env)
+        launcher_pid = self._launcher_pid = _launcher_pid(self._env)
         self._stops = StopRequests(launcher_pid=launcher_pid)
         if self._handle_signals:
             # Stops are caught from before the log exists: one that lands
@@ -428,7 +429,7 @@ class Startup:
                 # caught, so a launcher that is already gone is recorded.
                 follow_launcher(followed)
         try:
-            self._prepare(identity, faults, early_group, parent)
+            self._prepare(identity, faults, early_group)
         except BaseException:
             self.close()
             if log.next_seq == 0:
@@ -469,7 +470,7 @@ class Startup:
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
             ) from None
         try:
-            refuse_foreign_rank(run_dir, _launcher_pid(self._env))
+            refuse_foreign_rank(run_dir, self._launcher_pid)
         except RunDirectoryError:
             # Refused with nothing written: the log is still empty.
             log.close()
@@ -482,7 +483,6 @@ class Startup:
         identity: RankIdentity,
         faults: FaultPlan,
         early_group: Group | None,
-        parent: tuple[str, str] | None,
     ) -> None:
         from ._group import Group, follows_a_peer, process_group_step
         from ._run_directory import RunDirectoryError
@@ -505,7 +505,7 @@ class Startup:
             setup = process_group_step(
                 identity, self._group, timeout_s=self._group_timeout_s, on_formed=self._announce
             )
-        runner, graph = self._runner_and_graph(identity, faults, parent)
+        runner, graph = self._runner_and_graph(identity, faults)
         if setup is not None:
             graph = graph.after(setup)
         # Recorded before any slow set-up: a rank killed from here on leaves
@@ -522,17 +522,23 @@ class Startup:
             runner.stopping(self._stop_asked)  # the run begins stopped
         log.subscribe(self._watch_finish)
         try:
-            from exporters import LoggingBridge
+            from exporters import MESSAGE_LOGGER_PREFIX, LoggingBridge, Tracing
 
             # Under the command line's launcher, which prints what its ranks
             # held back once for them all, a failure that follows a peer's
             # is held too: one line for every rank that saw it, not one each.
             held = follows_a_peer if self._launcher_prints() else None
             self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._meaning())
-            self._set_up_logging()
+            configure = self._configure_logging
+            if configure is None:
+                logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
+                configure = not logger.handlers and not logging.getLogger().handlers
+            if configure:
+                print_messages(self._level)
             # The bridge first: span status reads the severities it derives.
             log.subscribe(self._bridge, from_seq=0)
-            self._tracing = self._make_tracing()
+            choice = self._tracing_choice
+            self._tracing = Tracing.from_environment(self._env) if choice == "auto" else choice
             if self._tracing is not None:
                 self._tracing.attach(log, severity_of=self._bridge.severity_of)
                 runner.span_activator = self._tracing.span_activator
@@ -542,17 +548,16 @@ class Startup:
             runner.abandon(exc)
             raise
 
-    def _runner_and_graph(
-        self, identity: RankIdentity, faults: FaultPlan, parent: tuple[str, str] | None
-    ) -> tuple[Runner, Graph]:
+    def _runner_and_graph(self, identity: RankIdentity, faults: FaultPlan) -> tuple[Runner, Graph]:
         from ._runner import Runner, derive_trace_id
 
         assert self._log is not None
+        parent = self._caller_span
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
         trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
         launch_span = self._launch_span
         if launch_span is None:
-            launch_span = self._wait_for_peers or _launcher_pid(self._env) is not None
+            launch_span = self._wait_for_peers or self._launcher_pid is not None
         if identity.world_size > 1 and launch_span:
             # One launch, one root: every rank's root hangs from the launch's
             # own span, which the launcher (or rank 0) sends once the run
@@ -623,26 +628,6 @@ class Startup:
         proposals = group.all_gather(new_run_id())
         return str(proposals[0]), group
 
-    def _set_up_logging(self) -> None:
-        from exporters import MESSAGE_LOGGER_PREFIX
-
-        configure = self._configure_logging
-        if configure is None:
-            logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
-            configure = not logger.handlers and not logging.getLogger().handlers
-        if configure:
-            print_messages(self._level)
-
-    def _make_tracing(self) -> Tracing | None:
-        choice = self._tracing_choice
-        if choice is None:
-            return None
-        if choice == "auto":
-            from exporters import Tracing
-
-            return Tracing.from_environment(self._env)
-        return choice
-
     def _watch_finish(self, event: Event) -> None:
         if isinstance(event, events.RunFinished):
             self._finished = event
@@ -650,10 +635,9 @@ class Startup:
     def close(self) -> None:
         """Flush and close the log, export the spans left, close the process
         group and put the signal handlers back. Closing twice is harmless."""
-        if self._state != "open":
-            self._state = "closed"
+        was_open, self._state = self._state == "open", "closed"
+        if not was_open:
             return
-        self._state = "closed"
         try:
             if self._runner is not None and not self._ran and not self._runner.ended:
                 # Opened and never run: the log still says how it ended.
@@ -735,7 +719,7 @@ class Startup:
     def _launcher_prints(self) -> bool:
         """Whether the command line's launcher started this rank and will
         print what it held back (it reads every log at the end)."""
-        return not self._wait_for_peers and _launcher_pid(self._env) is not None
+        return not self._wait_for_peers and self._launcher_pid is not None
 
     def _release_held(self) -> None:
         """Print what the bridge held back, unless the launcher will."""
@@ -924,15 +908,19 @@ class Startup:
         from ._group import Mailbox
         from ._run_directory import LauncherProcess, Manifest, RunDirectoryError, simulated_name
 
-        identity, log, run_dir = self.identity, self._log, self.run_dir
-        if identity is None or log is None or run_dir is None:
+        identity, log, run_dir, stops = self.identity, self._log, self.run_dir, self._stops
+        if identity is None or log is None or run_dir is None or stops is None:
             return
         if not self._wait_for_peers or identity.world_size == 1:
             return
         group = self._group.group
         mailbox = group if isinstance(group, Mailbox) else None
         bound = self._group_timeout_s
-        if self._outcome() is events.RunOutcome.INTERRUPTED:
+        if self._outcome() is events.RunOutcome.INTERRUPTED or (
+            identity.rank == 0 and mailbox is not None and stops.requested
+        ):
+            # Stopped during the run: the peers were most likely stopped
+            # together and post at once; do not hold the launcher.
             bound = min(bound, _INTERRUPTED_COLLECTION_S)
         if identity.rank != 0:
             if mailbox is None:
@@ -947,10 +935,6 @@ class Startup:
                     name="startup: log hand-in",
                 )
             return
-        if self._stops is not None and self._stops.requested and mailbox is not None:
-            # Asked to stop during the run: the peers were most likely
-            # stopped together and post at once; do not hold the launcher.
-            bound = min(bound, _INTERRUPTED_COLLECTION_S)
         deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
         entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
         self._undelivered = tuple(entry.rank for entry in entries if entry.not_delivered)
@@ -1316,42 +1300,30 @@ def checked_fault_plan(
 def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
     """How each step that ended in ``logged`` ended, by step path, in the
     order they ended."""
-    from events import (
-        TERMINAL_STEP_EVENTS,
-        Outcome,
-        StepCancelled,
-        StepFailed,
-        StepSucceeded,
-        StepUnavailable,
-        outcome_of,
-        reason_of,
-    )
+    from events import Outcome, StepCancelled, StepSucceeded, StepUnavailable, outcome_of, reason_of
 
     from ._context import StepResult
 
     results: dict[str, StepResult] = {}
     for event in logged:
+        outcome = outcome_of(event)
+        if outcome is None:
+            continue
         if isinstance(event, StepSucceeded):
             results[event.step] = StepResult(
                 step=event.step, outcome=Outcome.OK, value=event.result
             )
-        elif isinstance(event, StepUnavailable):
-            results[event.step] = StepResult(
-                step=event.step, outcome=event.outcome, reasons=event.reasons, exception=event.cause
-            )
-        elif isinstance(event, StepFailed):
-            results[event.step] = StepResult(
-                step=event.step,
-                outcome=Outcome.FAILED,
-                reasons=(event.cause.reason,),
-                exception=event.cause,
-            )
-        elif isinstance(event, TERMINAL_STEP_EVENTS):
-            outcome = outcome_of(event)
-            if outcome is not None:
-                # Timed out, crashed or cancelled: why, as the run said it.
-                reason = event.reason if isinstance(event, StepCancelled) else reason_of(event)
-                results[event.step] = StepResult(
-                    step=event.step, outcome=outcome, reasons=(reason,) if reason else ()
-                )
+            continue
+        if isinstance(event, StepUnavailable):
+            reasons = event.reasons
+        else:
+            # Failed, timed out, crashed or cancelled: why, as the run said it.
+            reason = event.reason if isinstance(event, StepCancelled) else reason_of(event)
+            reasons = (reason,) if reason else ()
+        results[event.step] = StepResult(
+            step=event.step,
+            outcome=outcome,
+            reasons=reasons,
+            exception=getattr(event, "cause", None),
+        )
     return results
