@@ -975,13 +975,9 @@ class Startup:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
         from events import RankProcess
 
-        from ._run_directory import (
-            Collected,
-            RunDirectoryError,
-            rank_log_path,
-            store_collected_log,
-        )
+        from ._run_directory import Collected, RunDirectoryError, rank_log_path, store_collected_log
 
+        assert self._stops is not None
         entries = [attrs.evolve(_own_process(identity), collected=True)]
         group_state = (
             "no store to deliver it through"
@@ -996,15 +992,18 @@ class Startup:
                 announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
         with self._wait_after_run() as scope:
             for rank in range(1, identity.world_size):
+                path = rank_log_path(run_dir, rank)
                 entry = RankProcess(rank=rank)
                 content: bytes | None = None
-                reason = f"did not deliver its log to rank 0 ({group_state})"
+                reason: str | None = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
                     reason = (
-                        # Rank 0's own stop cut the wait short: the rank is
-                        # not to blame for a log that may be on its way.
+                        # Rank 0 was stopped after its run ended, cutting the
+                        # wait short: the rank is not to blame for a log that
+                        # may be on its way (the log, closed, cannot say so).
                         self._not_collected()
-                        if self._stopped_at_the_end()
+                        if self._stops.requested
+                        and self._outcome() is not events.RunOutcome.INTERRUPTED
                         else f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
                         "end (dead, partitioned, or still running)"
                     )
@@ -1017,17 +1016,17 @@ class Startup:
                     try:
                         stored = store_collected_log(run_dir, rank, content)
                     except RunDirectoryError as exc:
-                        entry = attrs.evolve(entry, not_delivered=f"delivered, not stored: {exc}")
+                        reason = f"delivered, not stored: {exc}"
                     else:
-                        if stored is Collected.CONFLICT:
-                            entry = attrs.evolve(
-                                entry,
-                                not_delivered="delivered a log that differs from the one "
-                                f"already in {rank_log_path(run_dir, rank).name} (kept)",
-                            )
-                elif not rank_log_path(run_dir, rank).exists():
-                    entry = attrs.evolve(entry, not_delivered=reason)
-                entries.append(attrs.evolve(entry, collected=rank_log_path(run_dir, rank).exists()))
+                        reason = (
+                            "delivered a log that differs from the one already in "
+                            f"{path.name} (kept)"
+                            if stored is Collected.CONFLICT
+                            else None
+                        )
+                elif path.exists():
+                    reason = None
+                entries.append(attrs.evolve(entry, not_delivered=reason, collected=path.exists()))
         if scope.cancelled_caught:
             for rank in range(len(entries), identity.world_size):
                 if rank_log_path(run_dir, rank).exists():
@@ -1035,16 +1034,6 @@ class Startup:
                 entry = RankProcess(rank=rank, not_delivered=self._not_collected(), collected=False)
                 entries.append(_whereabouts(entry, announced.get(rank)))
         return entries
-
-    def _stopped_at_the_end(self) -> bool:
-        """Whether this rank was asked to stop after its run ended (in the
-        last exchange, or while it collected the logs): the log, closed by
-        then, cannot say so; the manifest does."""
-        return (
-            self._stops is not None
-            and self._stops.requested
-            and self._outcome() is not events.RunOutcome.INTERRUPTED
-        )
 
     def _not_collected(self) -> str:
         """Why a rank's log is not here when rank 0 was stopped first."""
