@@ -344,12 +344,9 @@ class TorchDistributedGroup:
 
 
 def init_torch_distributed_group(
-    identity: RankIdentity,
-    *,
-    backend: str = "gloo",
-    timeout_s: float = 300.0,
+    identity: RankIdentity, *, timeout_s: float = 300.0
 ) -> TorchDistributedGroup | None:
-    """Initialise ``torch.distributed``'s default process group from the
+    """Initialise ``torch.distributed``'s default gloo process group from the
     launcher environment (``env://``: ``MASTER_ADDR``, ``MASTER_PORT``) and
     wrap it.
 
@@ -359,7 +356,6 @@ def init_torch_distributed_group(
 
     Args:
         identity: this rank (its ``rank`` and ``world_size`` are used).
-        backend: ``gloo`` (CPU, always available) or ``nccl``.
         timeout_s: how long rendezvous and every exchange may wait for the
             other ranks.
 
@@ -387,7 +383,7 @@ def init_torch_distributed_group(
             )
     try:
         dist.init_process_group(
-            backend=backend,
+            backend="gloo",
             init_method="env://",
             rank=identity.rank,
             world_size=identity.world_size,
@@ -413,36 +409,26 @@ class DeferredGroup:
     """
 
     def __init__(self) -> None:
-        self._group: Group | None = None
-
-    @property
-    def group(self) -> Group | None:
-        """The formed group, if any."""
-        return self._group
-
-    def set(self, group: Group | None) -> None:
-        """Use ``group`` from now on (``None``: none could be formed)."""
-        self._group = group
+        #: the formed group, if any
+        self.group: Group | None = None
 
     @property
     def rank(self) -> int:
         """The formed group's rank, else 0."""
-        return 0 if self._group is None else self._group.rank
+        return 0 if self.group is None else self.group.rank
 
     @property
     def world_size(self) -> int:
         """The formed group's size, else 1."""
-        return 1 if self._group is None else self._group.world_size
+        return 1 if self.group is None else self.group.world_size
 
     def all_gather(self, value: JsonValue) -> list[JsonValue]:
         """The formed group's ``all_gather``, else ``[value]``."""
-        if self._group is None:
-            return LocalGroup().all_gather(value)
-        return self._group.all_gather(value)
+        return (LocalGroup() if self.group is None else self.group).all_gather(value)
 
     def close(self) -> None:
         """Close the formed group, if it has ``close``."""
-        close = getattr(self._group, "close", None)
+        close = getattr(self.group, "close", None)
         if callable(close):
             close()
 
@@ -451,9 +437,8 @@ def process_group_step(
     identity: RankIdentity,
     into: DeferredGroup,
     *,
-    backend: str = "gloo",
-    timeout_s: float = 120.0,
-    on_formed: Callable[[Group], None] | None = None,
+    timeout_s: float,
+    on_formed: Callable[[Group], None],
 ) -> Step:
     """The ``process_group`` set-up step: import torch and form the
     ``torch.distributed`` default group from the launcher environment
@@ -471,22 +456,21 @@ def process_group_step(
     """
 
     def form(_context: object) -> JsonValue:
-        group = init_torch_distributed_group(identity, backend=backend, timeout_s=timeout_s)
+        group = init_torch_distributed_group(identity, timeout_s=timeout_s)
         if group is None:
             raise ImportError(
                 "torch.distributed is not available; the ranks decide alone", name="torch"
             )
-        into.set(group)
-        if on_formed is not None:
-            on_formed(group)
-        return {"backend": backend, "world_size": group.world_size}
+        into.group = group
+        on_formed(group)
+        return {"backend": "gloo", "world_size": group.world_size}
 
     return Step(
         name=PROCESS_GROUP_STEP,
         body=form,
         policy=_PROCESS_GROUP_POLICY,
         timeout=timeout_s + 30.0,
-        attributes={"backend": backend, "world_size": identity.world_size},
+        attributes={"backend": "gloo", "world_size": identity.world_size},
     )
 
 

@@ -493,7 +493,7 @@ class Startup:
         # A group of the caller's own is the one the run id was agreed over.
         group = self._group_choice if isinstance(self._group_choice, Group) else early_group
         if group is not None:
-            self._group.set(group)
+            self._group.group = group
             self._announce(group)
         setup = None
         if (
