@@ -11,31 +11,20 @@ Layout::
         ...
 
 **One run directory holds one run.** A run claims its directory before it
-writes anything: :func:`claim_run_directory` creates ``.run-id`` atomically
-(a hard link of a complete file, so no reader ever sees it half written).
-Ranks of the same run join the claim; a run with another id is refused.
-Each rank then creates its own log exclusively (``O_EXCL``), and a launcher
-creates the manifest exclusively, so two runs started into one directory at
-the same moment cannot both write: the loser is refused before its first
-event.
+writes anything (:func:`claim_run_directory`); ranks of the same run join
+the claim. Each rank creates its own log exclusively (``O_EXCL``), and a
+launcher its manifest, so of two runs started into one directory at the
+same moment the loser is refused before its first event.
 
-The **manifest** is the launcher's record of the launch: run id, command
-line, world size, simulated host, injected faults, and per rank its pid,
-start time, and how it ended (exit status or signal, and whether the
-launcher itself stopped it). It is rewritten atomically (a new file renamed
-over the old) as the launch goes, so whatever kills the launcher, the
-manifest on disk is whole. The views read it when it is there
-(:func:`read_run_directory`) to tell what the logs cannot: "rank 0 (pid
-1373) was killed by SIGKILL at +4.1 s; its log is empty".
-
-A launch without a launcher of ours (torchrun across nodes) gets its
-manifest from its rank 0, which collects the other ranks' logs at the end
-of the startup (:func:`store_collected_log`) and records every rank, where
-it ran, and why a log did not arrive (``collected_by``,
-``not_delivered``). The logs of one run may then lie in several
-directories, one per node: :func:`check_run_directories` checks them as
-one run, reading a rank's log once when its copies are the same log
-(:func:`longer_copy`).
+The **manifest** is the launcher's record of the launch (:class:`Manifest`),
+rewritten atomically as the launch goes, so whatever kills the launcher the
+manifest on disk is whole. The views read it to tell what the logs cannot:
+"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s; its log is empty". A
+launch without a launcher of ours (torchrun across nodes) gets its manifest
+from its rank 0, which collects the other ranks' logs at the end
+(:func:`store_collected_log`); the logs of one run may then lie in several
+directories, one per node, checked as one run by
+:func:`check_run_directories`.
 """
 
 from __future__ import annotations
@@ -116,8 +105,8 @@ class RunDirectoryError(OrchestratorError):
 
 
 def simulated_name(profile: object) -> str | None:
-    """How the manifest and the reports name the host a launch simulates:
-    its profile's name, a profile file's path, ``None`` for the real host."""
+    """How the manifest names the host a launch simulates: its profile's
+    name, a profile file's path, ``None`` for the real host."""
     name = getattr(profile, "name", None)
     if isinstance(name, str):
         return name
@@ -127,7 +116,6 @@ def simulated_name(profile: object) -> str | None:
 
 
 def rank_log_path(run_dir: Path, rank: int) -> Path:
-    """``<run_dir>/rank-<rank>.jsonl``."""
     return run_dir / f"rank-{rank}.jsonl"
 
 
@@ -181,14 +169,11 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
 
 
 def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
-    """Refuse a rank that a launch whose manifest ``run_dir`` holds did not
-    start (its launcher is ``launcher_pid``, ``None`` for a process no
-    launcher of ours started): one run directory holds one run, and a
-    single run is never merged into a launch of the same run id.
-
-    A rank calls it once its own log exists, as a launcher checks for logs
-    once its manifest exists: of a run and a launch started into one
-    directory at once, at least one sees the other.
+    """Refuse a rank that the launch whose manifest ``run_dir`` holds did
+    not start (``launcher_pid``: this rank's launcher, ``None`` for none of
+    ours). A rank calls it once its own log exists, as a launcher checks
+    for logs once its manifest exists: of a run and a launch started into
+    one directory at once, at least one sees the other.
 
     Raises:
         RunDirectoryError: the directory holds another launch's manifest, or
@@ -255,15 +240,9 @@ def _listed(_instance: object, _field: object, value: Any) -> Any:
 
 @attrs.frozen(kw_only=True)
 class LauncherProcess:
-    """The process that wrote a manifest (``launcher`` in the file).
-
-    Attributes:
-        pid, host: the launcher process.
-        started_wall_ns: when the launch began.
-        finished_wall_ns: when the launcher saw the last rank end.
-        trace_parent: the span the launch's own span is a child of (the
-            launcher's ``TRACEPARENT``), when there was one.
-    """
+    """The process that wrote a manifest (``launcher`` in the file);
+    ``trace_parent`` is the span of its ``TRACEPARENT``, the parent of the
+    launch's own span."""
 
     pid: int = 0
     host: str = ""
@@ -286,22 +265,14 @@ class LauncherProcess:
 
 @attrs.frozen(kw_only=True)
 class Manifest:
-    """A launcher's record of one launch (``manifest.json``): the file's
-    fields, read back by the strict reader every input file has.
+    """A launcher's record of one launch (``manifest.json``).
 
     Attributes:
-        run_id: the launch.
-        command: the launcher's command line.
-        world_size: how many ranks it starts.
-        simulated: the simulated host, if any.
         injected: the injected faults, one canonical spec each.
-        launcher: the launcher process.
         ranks: one entry per rank started so far, by rank.
         collected_by: for a manifest written by a rank that collected the
-            other ranks' logs over the process group (a launch without a
-            launcher of ours, e.g. torchrun across nodes), that rank; the
-            launcher is then that rank's process. ``None`` for a launcher's
-            manifest.
+            other ranks' logs over the process group, that rank (the
+            launcher is then its process); ``None`` for a launcher's.
     """
 
     run_id: str = attrs.field(validator=_named)
@@ -315,9 +286,8 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest document (the fields added since version 1 only
-        when set, so a launcher's manifest reads as it always did). The
-        command line and the injected faults are redacted (a token in an
-        ``--inject`` message, a URL's password), as every recorded text is."""
+        when set), its command line and injected faults redacted as every
+        recorded text is."""
         redact = Redactor.from_environment()
         document: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
@@ -359,16 +329,13 @@ class Manifest:
             raise RunDirectoryError(Path(source), f"not a valid manifest ({exc})") from None
 
     def with_rank(self, entry: RankProcess) -> Manifest:
-        """A copy with ``entry`` replacing the rank's entry (or added)."""
         others = [rank for rank in self.ranks if rank.rank != entry.rank]
         return attrs.evolve(self, ranks=tuple(sorted([*others, entry], key=lambda r: r.rank)))
 
     def rank(self, rank: int) -> RankProcess | None:
-        """The entry of ``rank``, if it was started."""
         return next((entry for entry in self.ranks if entry.rank == rank), None)
 
     def to_launch_record(self, source: str | None = None) -> LaunchRecord:
-        """The kernel's view of it, for :func:`events.replay`."""
         return LaunchRecord(
             run_id=self.run_id,
             world_size=self.world_size,
@@ -380,8 +347,8 @@ class Manifest:
         )
 
     def write(self, run_dir: Path, *, exclusive: bool = False) -> None:
-        """Write ``manifest.json`` atomically (a complete file renamed over
-        the old one). With ``exclusive`` the manifest must not exist yet.
+        """Write ``manifest.json`` atomically; with ``exclusive`` it must
+        not exist yet.
 
         Raises:
             RunDirectoryError: ``exclusive`` and another launch wrote one, or
@@ -390,7 +357,6 @@ class Manifest:
         path = run_dir / MANIFEST_FILE
         content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
         try:
-            # Only an exclusive write finds the name taken.
             if not write_file(path, content, exclusive=exclusive):
                 raise RunDirectoryError(
                     run_dir,
@@ -406,12 +372,11 @@ class Manifest:
 class LaunchBook:
     """A launch's record as it goes, kept by whatever starts the ranks (the
     command line's launcher, the Ray driver): its manifest, created with the
-    claim of the run directory before any rank starts, and written again,
-    whole, each time a rank starts or ends and when the launch ends.
+    claim of the run directory, written again whole as ranks start and end.
 
-    A write that fails (a full disk) does not stop the launch: the ranks'
-    logs hold the run. The first such failure is kept in :attr:`unwritten`,
-    for the launcher to raise once its ranks have ended.
+    A write that fails (a full disk) does not stop the launch (the ranks'
+    logs hold the run): the first failure is kept in :attr:`unwritten`, for
+    the launcher to raise once its ranks have ended.
     """
 
     def __init__(self, run_dir: Path, manifest: Manifest) -> None:
@@ -422,14 +387,9 @@ class LaunchBook:
 
     @classmethod
     def claim(cls, run_dir: Path, manifest: Manifest) -> LaunchBook:
-        """Claim ``run_dir`` for a launch and create its manifest,
-        exclusively, before any rank starts: a second launch, or a single
-        run of the same run id, already there is refused, and the launch
-        has written nothing.
-
-        The manifest is created before the directory is checked for logs,
-        as a rank checks for a manifest once its log exists
-        (:func:`refuse_foreign_rank`).
+        """Claim ``run_dir`` and create the manifest exclusively, before any
+        rank starts; then look for logs, as a rank looks for a manifest once
+        its log exists (:func:`refuse_foreign_rank`).
 
         Raises:
             RunDirectoryError: the directory holds another run, another
@@ -449,20 +409,18 @@ class LaunchBook:
         return cls(run_dir, manifest)
 
     def record(self, *entries: RankProcess) -> None:
-        """Each of ``entries`` in place of its rank's entry."""
         for entry in entries:
             self.manifest = self.manifest.with_rank(entry)
         self._write()
 
     def ended(self, rank: int, **how: Any) -> None:
-        """``rank`` ended now, as ``how`` says (fields of its
-        :class:`~events.RankProcess`: ``exit_code``, ``signal``, ``lost``...)."""
+        """``rank`` ended now, as ``how`` (fields of its :class:`~events.RankProcess`) says."""
         entry = self.manifest.rank(rank) or RankProcess(rank=rank)
         self.record(attrs.evolve(entry, ended_wall_ns=time.time_ns(), **how))
 
     def finish(self, *, not_started: str | None = None) -> None:
-        """The launch ended now; with ``not_started``, every rank of its
-        world without an entry was not started, for that reason."""
+        """The launch ended now; with ``not_started``, why every rank
+        without an entry was not started."""
         manifest = self.manifest
         if not_started is not None:
             for rank in range(manifest.world_size):
@@ -522,15 +480,9 @@ def read_manifest(run_dir: Path) -> Manifest | None:
 
 @attrs.frozen(kw_only=True)
 class RunDirectory:
-    """What a run directory holds, found without reading any log.
-
-    Attributes:
-        path: the directory.
-        logs: rank -> its log file (only names ``rank-<N>.jsonl``).
-        odd_logs: files named ``rank-*.jsonl`` whose name is not a rank.
-        manifest: the launcher's manifest, if any.
-        claim: the run id in ``.run-id``, if any.
-    """
+    """What a run directory holds, found without reading any log:
+    ``odd_logs`` are files named ``rank-*.jsonl`` whose name is not a rank,
+    ``claim`` the run id in ``.run-id``."""
 
     path: Path
     logs: Mapping[int, Path]
@@ -830,10 +782,8 @@ def _not_delivered(rank: int, manifests: Sequence[Manifest]) -> str:
 
 
 def longer_copy(a: Path, b: Path) -> Path | None:
-    """Of two files holding a rank's log (one node's own copy and the copy
-    another node collected), the one to read: the longer when one is a
-    prefix of the other (identical files included: then ``a``), ``None``
-    when they differ (two different logs).
+    """Of two copies of a rank's log, the one to read: the longer when one
+    is a prefix of the other (``a`` when identical), ``None`` when they differ.
 
     Raises:
         OSError: a file cannot be read.
@@ -851,25 +801,19 @@ def longer_copy(a: Path, b: Path) -> Path | None:
 class Collected(enum.StrEnum):
     """What :func:`store_collected_log` did with a rank's log."""
 
-    #: The directory had no log of the rank: it was written.
     WRITTEN = "written"
-    #: The directory already held the same log, or a longer one (a shared
-    #: filesystem: the rank wrote it here itself).
+    #: The same log, or a longer one, was there (a shared filesystem).
     PRESENT = "present"
-    #: The directory held a prefix of it (a copy not yet up to date): it
-    #: was replaced by the whole log, atomically.
+    #: A prefix of it was there: replaced by the whole log, atomically.
     EXTENDED = "extended"
-    #: The directory holds a different log of the rank: it was kept and
-    #: nothing was written.
+    #: A different log of the rank is there: kept, nothing written.
     CONFLICT = "conflict"
 
 
 def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
     """Put ``content`` (rank ``rank``'s whole log, received over the
-    process group) into ``run_dir`` as ``rank-<rank>.jsonl``, unless the
-    directory already has it. A log is never half written (a complete
-    temporary file is linked or renamed to its name) and a different log
-    already there is never overwritten.
+    process group) into ``run_dir``, unless it already has it; never half
+    written, never over a different log.
 
     Raises:
         RunDirectoryError: the directory cannot be written or read.

@@ -11,30 +11,15 @@ spawner)::
         result = startup.run()
     print(result.state.platform_class, result.state.attention_backend, result.log_path)
 
-Constructed with nothing, it reads everything from the environment:
-
-* **who this rank is** — torchrun's, SLURM's or Open MPI's variables
-  (``orchestrator._identity.identity_from_environment``);
-* **the run id** every rank of the launch shares — the launcher's
-  (``orchestrator._identity.run_id_from_environment``), else agreed over the
-  process group (rank 0's choice), never one per rank;
-* **the run directory** — ``startup-runs/<run-id>``, claimed atomically and
-  shared by the ranks of the launch; a directory that holds another run is
-  refused (:class:`~orchestrator.RunDirectoryError`) before anything is
-  written;
-* **the process group** — formed by the recorded ``process_group`` step when
-  the launcher set ``MASTER_ADDR`` (every probe waits for it);
-* **tracing** — from the standard ``OTEL_*`` variables
-  (:class:`exporters.Tracing`), with the launcher's ``TRACEPARENT``;
-* **logging** — derived messages go to stdlib :mod:`logging`
-  (``orchestrator.*``); a stderr handler is added unless the process already
-  configured logging;
-* **signals** — SIGINT, SIGTERM and SIGHUP are recorded as ``interrupted`` whenever
-  they arrive (a launcher that owns its signals passes
-  ``handle_signals=False`` and calls :meth:`Startup.stop`);
-* **the whole run in one place** — at the end, every rank's log reaches the
-  run directory of the launch's rank 0 over the process group, so that a
-  multi-node run needs no shared filesystem (:meth:`Startup.arun`).
+Constructed with nothing, it reads everything from the environment (each
+argument of :class:`Startup` says its default): who this rank is, the run
+id every rank of the launch shares (never one per rank), the run directory
+``startup-runs/<run-id>`` (claimed atomically; one that holds another run
+is refused before anything is written), the process group (formed by the
+recorded ``process_group`` step), tracing (``OTEL_*``, ``TRACEPARENT``),
+logging and signals. At the end every rank's log reaches the run directory
+of the launch's rank 0 over the process group, so that a multi-node run
+needs no shared filesystem.
 
 Lifecycle: :meth:`Startup.open` (or entering the ``with`` block) claims the
 directory, creates this rank's log and records ``run.started`` before
@@ -708,8 +693,6 @@ class Startup:
         await self._collect_logs(end_started)
 
     def _meaning(self) -> tuple[Slice, ...]:
-        """The slices this run's events are read with: the caller's for a
-        graph of their own, the engine's for the reference graph."""
         if self._graph is not None:
             return self._slices
         from .engine import ENGINE
@@ -722,7 +705,6 @@ class Startup:
         return not self._wait_for_peers and self._launcher_pid is not None
 
     def _release_held(self) -> None:
-        """Print what the bridge held back, unless the launcher will."""
         if self._bridge is not None and not self._launcher_prints():
             self._bridge.release()
 
@@ -894,17 +876,11 @@ class Startup:
 
     async def _collect_logs(self, end_started: float) -> None:
         """The run's logs in one place: every rank but 0 posts its whole log
-        (``run.finished`` is in it) to the process group's store; rank 0
-        takes them, until the group timeout has passed since the end of its
-        run (``end_started``, before the last exchange; at least
-        :data:`_LAST_POSTS_S` after that exchange; at most
-        :data:`_INTERRUPTED_COLLECTION_S` when the run was interrupted), and
-        stores those its run directory lacks (a shared filesystem already
-        has them). Rank 0 then writes the run's manifest: every rank, where
-        it ran, and for a rank whose log is not there, that it did not
-        deliver and why. Skipped when the caller reads every log itself
-        (``wait_for_peers=False``) and for a world of one. A stop asked
-        meanwhile ends the wait."""
+        to the process group's store; rank 0 takes them until the group
+        timeout has passed since ``end_started`` (bounded by the two
+        constants above), stores those its run directory lacks (a shared
+        filesystem already has them), and writes the run's manifest: every
+        rank, where it ran, and why a log did not arrive."""
         from ._group import Mailbox
         from ._run_directory import LauncherProcess, Manifest, RunDirectoryError, simulated_name
 
@@ -1122,7 +1098,6 @@ def print_messages(level: Severity) -> None:
 
 
 def _own_process(identity: RankIdentity) -> RankProcess:
-    """This process, as rank ``identity``'s entry in a manifest."""
     return events.RankProcess(
         rank=identity.rank,
         pid=os.getpid(),
