@@ -292,25 +292,15 @@ class TorchDistributedGroup:
         ]
 
     def post(self, key: str, data: bytes) -> None:
-        """Leave ``data`` under ``key`` in the process group's store (bounded
-        by the store's timeout, the group's).
-
-        Raises:
-            GroupError: the store cannot be reached.
-        """
+        """:meth:`Mailbox.post` through the process group's store (bounded by
+        the store's timeout, the group's)."""
         try:
             self._store().set(key, data)
         except Exception as exc:
             raise self._failed("post", f"{type(exc).__name__}: {exc}") from exc
 
     def take(self, key: str, timeout_s: float) -> bytes | None:
-        """The bytes under ``key`` in the process group's store, removed from
-        it, waiting at most ``timeout_s`` seconds; ``None`` when nothing was
-        posted by then.
-
-        Raises:
-            GroupError: the store cannot be reached.
-        """
+        """:meth:`Mailbox.take` through the process group's store."""
         try:
             store = self._store()
             if timeout_s > 0:
@@ -347,17 +337,10 @@ def init_torch_distributed_group(
     identity: RankIdentity, *, timeout_s: float = 300.0
 ) -> TorchDistributedGroup | None:
     """Initialise ``torch.distributed``'s default gloo process group from the
-    launcher environment (``env://``: ``MASTER_ADDR``, ``MASTER_PORT``) and
-    wrap it.
-
-    Returns ``None`` when there is nothing to agree with or no way to: a world
-    of 1, or torch not importable. An already initialised default group is
-    wrapped as is (and not destroyed by ``close``).
-
-    Args:
-        identity: this rank (its ``rank`` and ``world_size`` are used).
-        timeout_s: how long rendezvous and every exchange may wait for the
-            other ranks.
+    launcher environment (``env://``) and wrap it; an already initialised
+    one is wrapped as is (and not destroyed by ``close``). ``None`` for a
+    world of 1 or without torch. ``timeout_s`` bounds the rendezvous and
+    every exchange.
 
     Raises:
         RankEnvironmentError: ``MASTER_ADDR`` or ``MASTER_PORT`` is not set.
@@ -401,11 +384,9 @@ def init_torch_distributed_group(
 
 class DeferredGroup:
     """A :class:`Group` whose process group is formed later, by a step of
-    the run (:func:`process_group_step`), so that forming it (importing
-    torch, waiting for every rank) is recorded like any other probe.
-
-    Until a group is set, and when none could be formed, it is a world of
-    one (rank 0), and ``all_gather(v)`` is ``[v]``: the ranks decide alone.
+    the run (:func:`process_group_step`), so that forming it is recorded
+    like any other probe. Until then, or when none could be formed, it is
+    a world of one: the ranks decide alone.
     """
 
     def __init__(self) -> None:
@@ -414,20 +395,16 @@ class DeferredGroup:
 
     @property
     def rank(self) -> int:
-        """The formed group's rank, else 0."""
         return 0 if self.group is None else self.group.rank
 
     @property
     def world_size(self) -> int:
-        """The formed group's size, else 1."""
         return 1 if self.group is None else self.group.world_size
 
     def all_gather(self, value: JsonValue) -> list[JsonValue]:
-        """The formed group's ``all_gather``, else ``[value]``."""
         return (LocalGroup() if self.group is None else self.group).all_gather(value)
 
     def close(self) -> None:
-        """Close the formed group, if it has ``close``."""
         close = getattr(self.group, "close", None)
         if callable(close):
             close()
@@ -440,19 +417,15 @@ def process_group_step(
     timeout_s: float,
     on_formed: Callable[[Group], None],
 ) -> Step:
-    """The ``process_group`` set-up step: import torch and form the
-    ``torch.distributed`` default group from the launcher environment
-    (:func:`init_torch_distributed_group`), handing it to ``into``.
+    """The ``process_group`` set-up step: form the group
+    (:func:`init_torch_distributed_group`), hand it to ``into``, then to
+    ``on_formed``.
 
-    Its result is ``{"backend": ..., "world_size": N}``. torch is imported
-    for real, not through the run's importer: the group is real even when
-    the host is simulated (inject a fault on ``process_group`` itself to fail
-    it). torch missing is ``unavailable`` (the ranks then decide alone); a
-    rendezvous that fails or times out (a peer died or never came) is a
-    :class:`GroupError` that fails the run. The step itself is bounded a
-    little beyond ``timeout_s`` (a hang in it fails the run too).
-    ``on_formed`` is called with the group once it is formed (its errors
-    fail the step).
+    torch is imported for real, not through the run's importer: the group
+    is real even when the host is simulated (inject a fault on
+    ``process_group`` itself to fail it). torch missing is ``unavailable``
+    (the ranks then decide alone); a failed rendezvous, or a hang past
+    ``timeout_s``, fails the run.
     """
 
     def form(_context: object) -> JsonValue:

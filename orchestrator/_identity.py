@@ -15,12 +15,8 @@ Three launcher conventions are read, the first one present wins:
   lays ranks out.
 
 Every value can be overridden in code. A process started under none of them
-is rank 0 of a world of 1.
-
-The run id every rank of a launch shares comes from the environment too
-(:func:`run_id_from_environment`): ours, torchrun's rendezvous id (with its
-restart count, so a restarted worker group is a new run), the SLURM job and
-step, or the Open MPI job.
+is rank 0 of a world of 1. The run id every rank of a launch shares comes
+from the environment too (:func:`run_id_from_environment`).
 """
 
 from __future__ import annotations
@@ -102,10 +98,9 @@ def launcher_convention(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[dict[str, str], int]:
-    """``SLURM_NTASKS_PER_NODE``, else this node's (``SLURM_NODEID``'s)
-    count in ``SLURM_TASKS_PER_NODE`` (``"4(x2)"``, ``"4,4"`` or, for nodes
-    of unequal shares, ``"2(x3),1"``) as that variable; and how many nodes
-    that lists (0: none)."""
+    """This node's count in ``SLURM_TASKS_PER_NODE`` (``"4(x2)"``, ``"4,4"``,
+    ``"2(x3),1"``) as ``SLURM_NTASKS_PER_NODE``, unless that is set; and
+    how many nodes it lists (0: none)."""
     node = env.get("SLURM_NODEID", "").strip()
     index = int(node) if node.isdecimal() else 0
     tasks: dict[str, str] = {}
@@ -127,8 +122,8 @@ def identity_from_environment(
     node_rank: int | None = None,
 ) -> RankIdentity:
     """Read the rank identity from the launcher's variables (``os.environ``
-    by default: torchrun's, else SLURM's, else Open MPI's; see the module
-    documentation); keyword arguments override single values.
+    by default; see the module documentation); keyword arguments override
+    single values.
 
     Defaults: rank and local rank 0, world size 1, local world size = world
     size, local rank = rank % local world size, node rank = rank // local
