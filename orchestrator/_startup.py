@@ -383,7 +383,7 @@ class Startup:
         faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
         self._injected = tuple(fault.describe() for fault in faults.faults)
         self._caller_span = trace_parent(self._env)
-        run_id, early_group = self._agree_run_id(identity)
+        run_id = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
         launcher_pid = self._launcher_pid = _launcher_pid(self._env)
         self._stops = StopRequests(launcher_pid=launcher_pid)
@@ -414,7 +414,7 @@ class Startup:
                 # caught, so a launcher that is already gone is recorded.
                 follow_launcher(followed)
         try:
-            self._prepare(identity, faults, early_group)
+            self._prepare(identity, faults)
         except BaseException:
             self.close()
             if log.next_seq == 0:
@@ -463,27 +463,20 @@ class Startup:
             raise
         return log
 
-    def _prepare(
-        self,
-        identity: RankIdentity,
-        faults: FaultPlan,
-        early_group: Group | None,
-    ) -> None:
+    def _prepare(self, identity: RankIdentity, faults: FaultPlan) -> None:
         from ._group import Group, follows_a_peer, process_group_step
         from ._run_directory import RunDirectoryError
 
         assert self._log is not None
         assert self._stops is not None
         log = self._log
-        # A group of the caller's own is the one the run id was agreed over.
-        group = self._group_choice if isinstance(self._group_choice, Group) else early_group
-        if group is not None:
-            self._group.group = group
-            self._announce(group)
+        if isinstance(self._group_choice, Group):
+            self._group.group = self._group_choice
         setup = None
-        if (
+        if self._group.group is not None:  # the caller's, or formed to agree on the run id
+            self._announce(self._group.group)
+        elif (
             self._group_choice == "auto"
-            and early_group is None
             and identity.world_size > 1
             and self._env.get("MASTER_ADDR", "").strip()
         ):
@@ -581,20 +574,20 @@ class Startup:
             **options,
         )
 
-    def _agree_run_id(self, identity: RankIdentity) -> tuple[str, Group | None]:
-        """The run id, and the process group when forming it was the only
-        way to agree on one."""
+    def _agree_run_id(self, identity: RankIdentity) -> str:
+        """The run id; the process group is formed here when agreeing over
+        it is the only way to one."""
         from ._errors import RankEnvironmentError
         from ._group import Group
-        from ._identity import checked_run_id, new_run_id, run_id_from_environment
+        from ._identity import RUN_ID_VARIABLE, checked_run_id, new_run_id, run_id_from_environment
 
         if self._run_id is not None:
-            return checked_run_id(self._run_id), None
+            return checked_run_id(self._run_id)
         found = run_id_from_environment(self._env)
         if found is not None:
-            return found, None
+            return found
         if identity.world_size == 1:
-            return new_run_id(), None
+            return new_run_id()
         group: Group | None = None
         if isinstance(self._group_choice, Group):
             group = self._group_choice
@@ -604,14 +597,14 @@ class Startup:
             group = init_torch_distributed_group(identity, timeout_s=self._group_timeout_s)
         if group is None:
             raise RankEnvironmentError(
-                "STARTUP_ORCHESTRATOR_RUN_ID",
+                RUN_ID_VARIABLE,
                 None,
                 "the ranks of this launch share no run id and have no process group to agree "
                 "on one: set it (or torchrun --rdzv-id), or pass run_id",
             )
+        self._group.group = group
         # Rank 0's choice, shared through the group.
-        proposals = group.all_gather(new_run_id())
-        return str(proposals[0]), group
+        return str(group.all_gather(new_run_id())[0])
 
     def _watch_finish(self, event: Event) -> None:
         if isinstance(event, events.RunFinished):
