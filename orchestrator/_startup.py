@@ -207,22 +207,18 @@ class Startup:
             finished; which WARNINGs each printed, so one that only this
             rank saw is printed here), and collect every rank's log into
             rank 0's run directory when the group is a
-            :class:`~orchestrator.Mailbox` (as torch's is), rank 0 then
-            writing the run's manifest. A launcher that reads every rank's
-            log afterwards and writes its own manifest passes ``False``;
-            under the command line's launcher (``run --nproc``, which sets
-            its pid in the ranks' environment) the ranks then leave to it
-            the WARNINGs they held and the ERRORs of failures that follow a
-            peer's, which it prints once for all.
+            :class:`~orchestrator.Mailbox`, rank 0 then writing the run's
+            manifest. A launcher that reads every rank's log afterwards and
+            writes its own manifest passes ``False``; the command line's
+            launcher then prints once for all ranks the WARNINGs they held
+            and the ERRORs of failures that follow a peer's.
         launch_span: whether, in a run of several ranks, this rank's root
             span is a child of the launch's own span
-            (:func:`events.launch_span_id`), which whoever holds the whole
-            record sends at the end. ``None`` (the default): when someone
-            will, that is rank 0 collecting the run (``wait_for_peers``) or
-            the command line's launcher; otherwise the root is a child of
-            ``TRACEPARENT``'s span, as in a run of one rank. A launcher of
-            your own that sends the launch's span (``replay --export`` of
-            the run does) passes ``True``.
+            (:func:`events.launch_span_id`), sent at the end by whoever
+            holds the whole record. ``None``: when rank 0 collects the run
+            (``wait_for_peers``) or under the command line's launcher;
+            otherwise the root is a child of ``TRACEPARENT``'s span. A
+            launcher of your own that sends the launch's span passes ``True``.
         environ: the environment to read (default :data:`os.environ`).
         engine_options: passed on to
             :func:`~orchestrator.engine.prepare_engine` (``plugins``,
@@ -713,7 +709,7 @@ class Startup:
         # ran cancels it at once, and the run then begins cancelled.
         run_scope = self._scope = anyio.CancelScope()
         if self._runner.stop_requested:
-            run_scope.cancel()  # stop() came before run(): it begins cancelled
+            run_scope.cancel()
         try:
             async with anyio.create_task_group() as group:
                 if watch:
@@ -759,11 +755,9 @@ class Startup:
 
     def stop(self, reason: StartupInterrupted | None = None) -> None:
         """Stop the running startup: it ends ``interrupted`` with ``reason``
-        (default: the signal received, or "asked by its launcher") recorded
-        as its cause and its ``run.finished``'s ``stop``; asked before the
-        run, it begins stopped (even before :meth:`open`). Call it from the
-        thread that runs the startup (a signal handler, or a task in its
-        event loop)."""
+        (default: the signal received, or "asked by its launcher") as its
+        cause; asked before the run (even before :meth:`open`), it begins
+        stopped. Call it from the thread that runs the startup."""
         from ._errors import StartupInterrupted
 
         if reason is None:
@@ -793,9 +787,9 @@ class Startup:
             self._scope = anyio.CancelScope()
 
     def _group_broken(self) -> bool:
-        """Whether the run failed in an exchange with its peers (a peer
-        gone, out of step, or silent): the ranks' collectives no longer
-        line up, so a last exchange would only wait out the group timeout."""
+        """Whether the run failed in an exchange with its peers: their
+        collectives no longer line up, so a last exchange would only wait
+        out the group timeout."""
         from ._group import GROUP_ERROR_NAME, GroupError
 
         if isinstance(self._error, GroupError):
@@ -849,9 +843,9 @@ class Startup:
         return f"{_MAILBOX_PREFIX}/{self.run_id}/{kind}/{rank}"
 
     def _announce(self, group: Group) -> None:
-        """Tell rank 0, as soon as the group is formed, where this rank runs:
-        if it never delivers its log, the run's record still says who it
-        was. Best effort: a store that cannot be reached only loses that."""
+        """Tell rank 0, as soon as the group is formed, where this rank runs,
+        so that the run's record says who it was even if its log never
+        arrives."""
         import orjson
 
         from events._codec import unstructure
