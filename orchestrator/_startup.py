@@ -453,7 +453,6 @@ class Startup:
         try:
             refuse_foreign_rank(run_dir, self._launcher_pid)
         except RunDirectoryError:
-            # Refused with nothing written: the log is still empty.
             log.close()
             path.unlink(missing_ok=True)
             raise
@@ -706,7 +705,8 @@ class Startup:
         stops = self._stops
         watch = self._handle_signals and threading.current_thread() is threading.main_thread()
         # Made before the signals are watched: a stop asked before the loop
-        # ran cancels it at once, and the run then begins cancelled.
+        # ran (even before open) cancels it at once, and the run then begins
+        # cancelled.
         run_scope = self._scope = anyio.CancelScope()
         if self._runner.stop_requested:
             run_scope.cancel()
@@ -725,8 +725,6 @@ class Startup:
                     await group.start(watch_signals)
                     stops.on_signal = lambda _signum: self.stop()
                     if stops.requested:
-                        # Asked to stop before the loop ran: the run begins
-                        # cancelled and records that at once.
                         self.stop()
                 try:
                     with run_scope:
@@ -768,7 +766,6 @@ class Startup:
                 else StartupInterrupted(None, "asked by its launcher")
             )
         if self._runner is None:
-            # Not open yet: the run, once it opens, begins stopped.
             self._stop_asked = reason
             return
         self._runner.stopping(reason)
