@@ -234,10 +234,6 @@ def _named(_instance: object, attribute: attrs.Attribute[str], value: str) -> No
         raise ValueError(f"bad {attribute.name} {value!r}")
 
 
-def _listed(_instance: object, _field: object, value: Any) -> Any:
-    return list(value) if type(value) is tuple else value
-
-
 @attrs.frozen(kw_only=True)
 class LauncherProcess:
     """The process that wrote a manifest (``launcher`` in the file);
@@ -296,8 +292,7 @@ class Manifest:
                     self,
                     command=tuple(redact(part) for part in self.command),
                     injected=tuple(redact(fault) for fault in self.injected),
-                ),
-                value_serializer=_listed,
+                )
             ),
         }
         if self.launcher.trace_parent is None:
