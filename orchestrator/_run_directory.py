@@ -549,14 +549,11 @@ class RunProblem:
 
 
 def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[RunProblem]]:
-    """Check run directories as one run (one directory, or one per node of
-    a multi-node run): one run id (logs, claims and manifests agree), no
-    duplicate or foreign ranks, one world size, every rank of it with a
-    non-empty log; and name the log files to check line by line. A rank
-    whose log is in several directories is one log when the copies are the
-    same log (identical, or one a prefix of the other: the longer one is
-    checked); two different logs of one rank are a problem. Files that are
-    not regular (a FIFO named ``rank-0.jsonl``) are problems and are never
+    """Check run directories (one, or one per node) as one run: one run id
+    across logs, claims and manifests, no duplicate or foreign ranks, one
+    world size, every rank of it with a non-empty log. A rank's copies in
+    several directories are one log when one is a prefix of the other
+    (:func:`longer_copy`); files that are not regular are problems, never
     opened.
 
     Returns:
@@ -725,8 +722,7 @@ def no_logs_text(claim: str | None) -> str:
 
 def run_id_of(run_dir: Path) -> str | None:
     """The run a directory holds, as far as a glance tells: its claim, else
-    its manifest's, else its first log's first event; ``None`` when none
-    says (an empty or unreadable directory)."""
+    its manifest's, else its first log's first event."""
     found = _list_logs(run_dir)
     if found.claim is not None:
         return found.claim
