@@ -370,7 +370,7 @@ class Startup:
             RuntimeError: opened twice.
         """
         from ._identity import identity_from_environment
-        from ._signals import StopRequests, follow_launcher
+        from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
         if self._state != "new":
             raise RuntimeError("a Startup opens once; make a new one for the next run")
@@ -381,7 +381,8 @@ class Startup:
         self._caller_span = trace_parent(self._env)
         run_id = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
-        launcher_pid = self._launcher_pid = _launcher_pid(self._env)
+        pid = self._env.get(LAUNCHER_PID_VARIABLE, "").strip()
+        launcher_pid = self._launcher_pid = int(pid) if pid.isdecimal() else None
         self._stops = StopRequests(launcher_pid=launcher_pid)
         if self._handle_signals:
             # Stops are caught from before the log exists: one that lands
@@ -1130,13 +1131,6 @@ def _printed_below(
         if entry.get("node_rank") == identity.node_rank:
             local |= keys
     return {Scope.LOCAL: local, Scope.GLOBAL: world, Scope.PROCESS: set()}
-
-
-def _launcher_pid(env: Mapping[str, str]) -> int | None:
-    from ._signals import LAUNCHER_PID_VARIABLE
-
-    text = env.get(LAUNCHER_PID_VARIABLE, "").strip()
-    return int(text) if text.isdecimal() else None
 
 
 def _elastic_agent(env: Mapping[str, str]) -> int | None:
