@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from ._faults import FaultPlan
     from ._graph import Graph
     from ._group import DeferredGroup, Group, Mailbox
+    from ._run_directory import Manifest
     from ._runner import Runner
     from ._signals import StopRequests
     from .engine import EngineConfig, Profile
@@ -317,9 +318,9 @@ class Startup:
         self._peers_finished: bool | None = None
         #: the caller's ``TRACEPARENT`` (trace id, span id), once open
         self._caller_span: tuple[str, str] | None = None
-        self._opened_wall_ns = 0
         self._launcher_pid: int | None = None
-        self._injected: tuple[str, ...] = ()
+        #: this launch's record, once open: what rank 0's manifest says of it
+        self._launch: Manifest | None = None
         self._undelivered: tuple[int, ...] = ()
         self._ran = False
         self.identity: RankIdentity | None = None
@@ -370,6 +371,7 @@ class Startup:
             RuntimeError: opened twice.
         """
         from ._identity import identity_from_environment
+        from ._run_directory import LauncherProcess, Manifest, simulated_name
         from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
         if self._state != "new":
@@ -377,7 +379,6 @@ class Startup:
         identity = self._identity or identity_from_environment(self._env)
         engine = self._engine_options.get("engine", "reference")
         faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
-        self._injected = tuple(fault.describe() for fault in faults.faults)
         self._caller_span = trace_parent(self._env)
         run_id = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
@@ -401,7 +402,16 @@ class Startup:
                     signal.raise_signal(signum)
             raise
         self._log = log
-        self._opened_wall_ns = time.time_ns()
+        self._launch = Manifest(
+            run_id=run_id,
+            world_size=identity.world_size,
+            simulated=self._simulated or simulated_name(self._profile),
+            injected=tuple(fault.describe() for fault in faults.faults),
+            launcher=LauncherProcess.this(
+                trace_parent=None if self._caller_span is None else self._caller_span[1]
+            ),
+            collected_by=identity.rank,
+        )
         self._state = "open"
         self.identity, self.run_id, self.run_dir = identity, run_id, run_dir
         if self._handle_signals:
@@ -867,10 +877,11 @@ class Startup:
         filesystem already has them), and writes the run's manifest: every
         rank, where it ran, and why a log did not arrive."""
         from ._group import Mailbox
-        from ._run_directory import LauncherProcess, Manifest, RunDirectoryError, simulated_name
+        from ._run_directory import RunDirectoryError
 
         identity, log, run_dir, stops = self.identity, self._log, self.run_dir, self._stops
-        if identity is None or log is None or run_dir is None or stops is None:
+        launch = self._launch
+        if identity is None or log is None or run_dir is None or stops is None or launch is None:
             return
         if not self._wait_for_peers or identity.world_size == 1:
             return
@@ -899,21 +910,8 @@ class Startup:
         deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
         entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
         self._undelivered = tuple(entry.rank for entry in entries if entry.not_delivered)
-        manifest = Manifest(
-            run_id=str(self.run_id),
-            world_size=identity.world_size,
-            simulated=self._simulated or simulated_name(self._profile),
-            injected=self._injected,
-            launcher=attrs.evolve(
-                LauncherProcess.this(
-                    started_wall_ns=self._opened_wall_ns,
-                    trace_parent=None if self._caller_span is None else self._caller_span[1],
-                ),
-                finished_wall_ns=time.time_ns(),
-            ),
-            ranks=tuple(entries),
-            collected_by=identity.rank,
-        )
+        launcher = attrs.evolve(launch.launcher, finished_wall_ns=time.time_ns())
+        manifest = attrs.evolve(launch, launcher=launcher, ranks=tuple(entries))
         # A launcher's manifest (one that started the ranks itself) is
         # never replaced: it knows more.
         with contextlib.suppress(RunDirectoryError):
