@@ -2,23 +2,16 @@
 
 Steps that must decide the same thing on every rank (which all-reduce
 backend to use, which run id to share) exchange JSON values through a
-:class:`Group`. Two implementations ship:
+:class:`Group`: :class:`LocalGroup` for one process,
+:class:`TorchDistributedGroup` over ``torch.distributed``. Values always
+travel as JSON text, so every implementation hands back plain JSON copies,
+never the caller's objects; a failed or timed-out exchange raises
+:class:`GroupError`.
 
-* :class:`LocalGroup` — one process, a world of 1;
-* :class:`TorchDistributedGroup` — ``torch.distributed`` (gloo on CPU,
-  nccl on GPUs), for ranks started by torchrun or any launcher that sets
-  ``MASTER_ADDR``/``MASTER_PORT``.
-
-A failed or timed-out exchange raises :class:`GroupError` naming the rank.
-Values always travel as JSON text, so every implementation hands back
-plain JSON copies, never the caller's objects.
-
-A group may also be a :class:`Mailbox`: a key-value store every rank of it
-reaches (torch's is the process group's own store), through which one rank
-hands bytes to another without a collective. The ranks' logs reach the
-launch's rank 0 that way at the end of a multi-node run: a post never waits
-for the other ranks, so ranks that left the startup's collectives at
-different points (one failed early) still deliver.
+A group may also be a :class:`Mailbox`, through which the ranks' logs reach
+the launch's rank 0 at the end of a multi-node run: a post never waits for
+the other ranks, so ranks that left the startup's collectives at different
+points (one failed early) still deliver.
 """
 
 from __future__ import annotations
