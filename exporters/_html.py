@@ -679,10 +679,11 @@ def _severity(severity: Severity) -> str:
 def _capped(rows: Iterable[tuple[str, Iterable[int], str]], more: str) -> str:
     """Rendered rows as :func:`capped` keeps them, then one ``more`` row per
     code for the rest: how many, and their ranks."""
-    out, rest = capped(rows)
-    for code, (count, seen) in rest.items():
-        out.append(more.format(_e(f"and {count} more {code} messages, from {format_ranks(seen)}")))
-    return "".join(out)
+
+    def rest(code: str, count: int, seen: set[int]) -> str:
+        return more.format(_e(f"and {count} more {code} messages, from {format_ranks(seen)}"))
+
+    return "".join(capped(rows, rest))
 
 
 def _messages_html(result: Replay) -> str:

@@ -102,7 +102,7 @@ logs name the ranks' roles), OUTCOME, the columns the replay's slices declare
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from events import (
@@ -628,11 +628,11 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
 
 
 def capped(
-    rows: Iterable[tuple[str, Iterable[int], str]],
-) -> tuple[list[str], dict[str, tuple[int, set[int]]]]:
+    rows: Iterable[tuple[str, Iterable[int], str]], more: Callable[[str, int, set[int]], str]
+) -> list[str]:
     """At most :data:`_GROUPS_PER_CODE` ``(code, ranks, row)`` rows of a code
-    (texts that name a rank differ on every rank); for the rest, by code,
-    how many and their ranks."""
+    (texts that name a rank differ on every rank), then for each code's rest
+    ``more(code, count, ranks)``."""
     shown: dict[str, int] = {}
     rest: dict[str, tuple[int, set[int]]] = {}
     out: list[str] = []
@@ -643,18 +643,19 @@ def capped(
         else:
             count, seen = rest.get(code, (0, set()))
             rest[code] = (count + 1, seen.union(ranks))
-    return out, rest
+    out.extend(more(code, count, seen) for code, (count, seen) in rest.items())
+    return out
 
 
 def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> list[str]:
-    lines, hidden = capped(
-        (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
-        for group in groups
-        if group.severity >= min_severity
+    return capped(
+        (
+            (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
+            for group in groups
+            if group.severity >= min_severity
+        ),
+        lambda code, _count, ranks: f"  ... and more {code} messages on {format_ranks(ranks)}",
     )
-    for code, (_count, ranks) in hidden.items():
-        lines.append(f"  ... and more {code} messages on {format_ranks(ranks)}")
-    return lines
 
 
 def _header_lines(replay: Replay) -> list[str]:
