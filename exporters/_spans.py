@@ -219,7 +219,6 @@ _SDK_DEFAULTS = Resource(
 
 
 def _unbuildable(event: Event, exc: ValueError) -> SpanBuildError:
-    """``event`` cannot become a span: ids that are not trace context."""
     return SpanBuildError(
         event_type=event.TYPE, rank=event.rank, seq=event.seq, step=event.step, reason=str(exc)
     )
@@ -227,8 +226,6 @@ def _unbuildable(event: Event, exc: ValueError) -> SpanBuildError:
 
 @dataclasses.dataclass(slots=True)
 class _Rank:
-    """What the projection remembers about one rank's stream."""
-
     run_id: str
     rank: int
     common: dict[str, AttributeValue]
@@ -335,8 +332,6 @@ class SpanProjection:
                     raise _unbuildable(state.started, exc) from exc
         return spans
 
-    # Rank state -----------------------------------------------------------------------
-
     def _rank_of(self, event: Event) -> _Rank:
         key = (event.run_id, event.rank)
         state = self._ranks.get(key)
@@ -421,8 +416,6 @@ class SpanProjection:
         )
         state.waiting[stall.span_id] = stall
 
-    # Span construction ----------------------------------------------------------------
-
     def _step_span(
         self, state: _Rank, started: StepStarted | None, end: Event | None
     ) -> ReadableSpan:
@@ -446,7 +439,19 @@ class SpanProjection:
                 f"rank {state.rank} stopped before step {head.step} finished "
                 f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
             )
-        attributes = self._step_attributes(state, started, last.step, outcome, severity)
+        attributes = dict(state.common)
+        attributes["startup.step"] = last.step
+        attributes["startup.kind"] = (started.kind if started is not None else StepKind.STEP).value
+        attributes["startup.outcome"] = outcome
+        if severity is not None:
+            attributes["startup.severity"] = severity.name
+        if started is not None:
+            if started.depends_on:
+                attributes["startup.depends_on"] = tuple(started.depends_on)
+            # Recorded facts (rank, step, outcome...) win over a step attribute
+            # of the same name.
+            for key, value in _prefixed(started.attributes).items():
+                attributes.setdefault(key, value)
         events = state.pending_events.pop(last.span_id, [])
         _add_outcome(end, attributes, events)
         return readable_span(
@@ -462,29 +467,6 @@ class SpanProjection:
             status=status,
             resource=self._resource_of(state),
         )
-
-    @staticmethod
-    def _step_attributes(
-        state: _Rank,
-        started: StepStarted | None,
-        step: str,
-        outcome: str,
-        severity: Severity | None,
-    ) -> dict[str, AttributeValue]:
-        attributes = dict(state.common)
-        attributes["startup.step"] = step
-        attributes["startup.kind"] = (started.kind if started is not None else StepKind.STEP).value
-        attributes["startup.outcome"] = outcome
-        if severity is not None:
-            attributes["startup.severity"] = severity.name
-        if started is not None:
-            if started.depends_on:
-                attributes["startup.depends_on"] = tuple(started.depends_on)
-            # Recorded facts (rank, step, outcome...) win over a step attribute
-            # of the same name.
-            for key, value in _prefixed(started.attributes).items():
-                attributes.setdefault(key, value)
-        return attributes
 
     def _root_span(self, state: _Rank, end: RunFinished | None) -> ReadableSpan:
         started = state.started
@@ -583,8 +565,7 @@ def readable_span(
     resource: Resource,
     links: Sequence[Link] = (),
 ) -> ReadableSpan:
-    """A finished span with recorded ids and times (the projection's, a
-    launch's)."""
+    """A finished span with recorded ids and times."""
     # The SDK documents ReadableSpan as built by its tracer; building it by
     # hand is what lets a span carry recorded ids and times. The constructor
     # contract is pinned in pyproject.toml and checked by the test suite.
@@ -664,9 +645,8 @@ def _run_reason(end: RunFinished) -> str:
 def _add_outcome(
     end: Event | None, attributes: dict[str, AttributeValue], events: list[SpanEvent]
 ) -> None:
-    """Add what a step's terminal event says to its span: its attributes,
-    and an ``exception`` event for each recorded exception, the timeout or
-    the crash."""
+    """What a step's terminal event says, as attributes and ``exception``
+    events of its span."""
     if isinstance(end, StepUnavailable | StepFailed) and end.cause is not None:
         events.extend(_exception_events(end.cause, end.wall_ns))
     match end:
@@ -692,16 +672,12 @@ def _add_outcome(
 
 
 def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
-    """One ``exception`` event per recorded exception: the record, each link
-    of its cause/context chain, and the members of any exception group,
-    depth first, outermost first.
+    """One ``exception`` event per recorded exception (:func:`_members`).
 
-    The first event's stacktrace is the record's whole traceback, causes
-    first, as Python prints it (at most :data:`_STACKTRACE_LINKS` links of
-    the chain, the rest counted in one line). Every later event's is its own
-    exception's alone: the links below it have events of their own, and
-    rendering each link's causes again would make a long chain's text grow
-    with the square of its length.
+    The first event's stacktrace is the record's whole traceback as Python
+    prints it; every later event's is its own exception's alone: rendering
+    each link's causes again would make a long chain's text grow with the
+    square of its length.
     """
     return [
         _exception_event(
@@ -717,7 +693,6 @@ def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
 def _exception_event(
     kind: str, message: str, timestamp: int, stacktrace: str | None = None
 ) -> SpanEvent:
-    """A span event ``exception``, with the semantic conventions' attributes."""
     attributes: dict[str, AttributeValue] = {"exception.type": kind, "exception.message": message}
     if stacktrace is not None:
         attributes["exception.stacktrace"] = stacktrace
