@@ -16,13 +16,10 @@ import re
 
 __all__ = ["terminal_text"]
 
-#: What is escaped: C0 controls but tab and newline; DEL and the C1
-#: controls; the bidirectional embeddings, overrides and isolates (U+202A to
-#: U+202E, U+2066 to U+2069) and marks (U+200E, U+200F, U+061C), which
-#: reorder what a line shows; the zero-width characters (U+200B to U+200D,
-#: U+2060 to U+2064, U+FEFF), which hide text or make two names that look
-#: alike differ; and the line and paragraph separators (U+2028, U+2029),
-#: which line-splitting code (``str.splitlines``) takes for the end of a line.
+#: What is escaped (see :func:`terminal_text`); besides, the bidirectional
+#: marks (U+200E, U+200F, U+061C) reorder what a line shows, and the
+#: zero-width characters (U+200B to U+200D, U+2060 to U+2064, U+FEFF) hide
+#: text or make two names that look alike differ.
 _UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e"
     "\u2060-\u2064\u2066-\u2069\ufeff]"
@@ -51,8 +48,9 @@ def terminal_text(text: str, *, indent: str = "  ") -> str:
       control (U+0080 to U+009F) ``\\x80``..``\\x9f``. So are the
       bidirectional embedding, override and isolate characters (U+202A to
       U+202E, U+2066 to U+2069: ``\\u202e``) and the line and paragraph
-      separators (``\\u2028``, ``\\u2029``). Tab is kept: it only moves the
-      cursor forward.
+      separators (``\\u2028``, ``\\u2029``), which ``str.splitlines``
+      takes for the end of a line. Tab is kept: it only moves the cursor
+      forward.
     - Every line after the first that is not empty starts with ``indent``,
       so no text can begin a line at the first column. Put the whole
       message through at once (its first line included): lines of a
@@ -62,9 +60,6 @@ def terminal_text(text: str, *, indent: str = "  ") -> str:
       already reads ``\\x1b`` (four characters) passes unchanged and cannot
       be told from an escaped ESC; the function is not idempotent, since a
       second pass indents continuation lines again.
-
-    Use it for text shown to people only: JSON output and event logs keep
-    the exact text.
     """
     escaped = _UNSAFE.sub(_escape, text)
     if indent and "\n" in escaped:
