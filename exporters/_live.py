@@ -1,14 +1,12 @@
 """Live span export: an event-log subscriber that never holds up the run.
 
-:class:`LiveSpans` is subscribed to a rank's log. Each appended event goes
-through the same :class:`~exporters.SpanProjection` that replay uses; a span
-finished by that event is handed to a :class:`BatchSpanProcessor`, which only
-enqueues it: exporting happens on the processor's own thread. A collector
-that is down or slow therefore costs the run nothing while it runs, and at
-the end at most the ``timeout_s`` given to :meth:`LiveSpans.force_flush` /
-:meth:`LiveSpans.shutdown`. The first failed export is logged once (logger
-``exporters.tracing``); the spans stay recoverable from the log by replay
-export.
+Each appended event goes through the same :class:`~exporters.SpanProjection`
+that replay uses; a span it finishes is only enqueued on a
+:class:`BatchSpanProcessor`, which exports on its own thread. A collector
+that is down or slow costs the run nothing while it runs, and at the end at
+most the ``timeout_s`` given to :meth:`LiveSpans.shutdown`. The first failed
+export is logged once (logger ``exporters.tracing``); the spans stay
+recoverable from the log by replay export.
 """
 
 from __future__ import annotations

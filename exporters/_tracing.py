@@ -1,13 +1,10 @@
 """A rank's tracing, set up once: exporters, live spans, the SDK provider.
 
-:class:`Tracing` gathers what the command line and an embedding launcher
-both need. It chooses the exporters from explicit options and the standard
-``OTEL_*`` variables (:func:`exporter_from_environment`), follows a rank's
-log from its first event with :class:`LiveSpans`, makes each step's span
-current while the step runs (so spans probe code creates nest under it), and
-routes those spans through the same queue under the rank's resource, which
-is built from the rank's ``run.started`` exactly as replay builds it
-(:func:`rank_resource`)::
+:class:`Tracing` chooses the exporters from explicit options and the
+``OTEL_*`` variables, follows a rank's log with :class:`LiveSpans`, makes
+each step's span current while the step runs, and routes the spans probe
+code creates through the same queue under the rank's resource, built as
+replay builds it (:func:`rank_resource`)::
 
     tracing = Tracing.from_environment()        # None-cost when nothing asks for spans
     tracing.attach(log, severity_of=bridge.severity_of)
@@ -26,6 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 from events import EventLog, RunStarted
 
@@ -85,8 +83,7 @@ class Tracing:
 
     def _otlp_exporter(self) -> Any:
         """The OTLP exporter asked for, or ``None``; the SDK is imported only
-        when one is (creating it is the first heavy step of tracing, so it
-        happens in :meth:`attach`, after the rank's log has its first
+        when one is (in :meth:`attach`, after the rank's log has its first
         event)."""
         env = self._env
         if not (self._otlp_endpoint or any(env.get(name) for name in _ASKING)):
@@ -300,16 +297,10 @@ class Tracing:
 
 
 def _otlp_url(url: str, protocol: str) -> str:
-    """The URL to give the OTLP exporter for an explicit endpoint.
-
-    OTLP/HTTP posts to the full traces URL; a collector address without a
-    path (``http://collector:4318``) gets ``/v1/traces``, as the generic
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` does. A URL with a path is used as given.
-    """
-    if protocol != "http/protobuf":
-        return url
-    from urllib.parse import urlsplit
-
-    if urlsplit(url).path in ("", "/"):
+    """An explicit endpoint as the OTLP exporter takes it: OTLP/HTTP posts
+    to the full traces URL, so a collector address without a path
+    (``http://collector:4318``) gets ``/v1/traces``, as the generic
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` does."""
+    if protocol == "http/protobuf" and urlsplit(url).path in ("", "/"):
         return f"{url.rstrip('/')}/v1/traces"
     return url
