@@ -234,9 +234,8 @@ class _Ended:
 
     @classmethod
     def of(cls, timing: StepTiming | None) -> _Ended | None:
-        """What the event that ended ``timing`` said (``None`` while it
-        runs); a step that ended saying nothing (most of them: every step
-        that succeeded) shares one value."""
+        """``None`` while ``timing`` runs; a step that ended saying nothing
+        (every step that succeeded) shares one value."""
         if timing is None or not timing.finished:
             return None
         event = timing.end
@@ -552,10 +551,9 @@ def _lane(
     died: int | None,
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
-    the first, with the duration range across all of them; ``scale`` is
-    the page's time axis, ``step_notes`` the messages and decisions of each
-    rank's steps, ``died`` when the first member's process was seen
-    to end, if it died (its steps in flight last until then)."""
+    the first, with the duration range across all of them; ``died``: when
+    the first member's process was seen to end, if it died (its steps in
+    flight last until then)."""
     origin, last = scale.origin, scale.last
     who = format_ranks(members)
     first = members[0]

@@ -166,8 +166,6 @@ def _first_open_at(text: str, cut: int) -> int:
 
 
 def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
-    """``lines`` as one text for a terminal (see the module docstring), each
-    line ending with a newline."""
     return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
 
 
@@ -211,7 +209,6 @@ def _tree_lines(
 
 
 def _timelines(replay: Replay, rank: int | None) -> dict[int, RankTimeline]:
-    """The ranks' timelines by rank (only ``rank``'s, if given)."""
     ranks = replay.timeline.ranks
     return {r: ranks[r] for r in sorted(ranks) if rank is None or r == rank}
 
@@ -284,11 +281,9 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     steps = list(timeline.steps.values())
     top = {t.step: t for t in steps if started is None or t.parent_span_id == started.span_id}
 
-    alive_until = alive[chosen]
-
     def end_of(timing: StepTiming) -> int:
         if timing.duration_ns is None:
-            return alive_until
+            return alive[chosen]
         return timing.start_mono_ns + timing.duration_ns
 
     chain: list[StepTiming] = []
