@@ -83,9 +83,8 @@ class LoggingBridge:
     Thread-safe: events appended from several threads are folded one at a
     time, and records are emitted in derivation order.
 
-    One failure is one line per rank: a ``run.failed`` whose failed step
-    (or a step above or below it) already printed an ERROR on that rank is
-    not printed again (it stays in :attr:`state`, so reports keep it).
+    One failure is one line per rank: a ``run.failed`` whose step already
+    printed an ERROR on that rank is not printed again (reports keep it).
 
     Args:
         slices: what the owners of the steps declared (message rules, hooks
@@ -115,8 +114,7 @@ class LoggingBridge:
         self._hold = hold_warnings
         self._hold_printed = hold
         self._held: list[Message] = []
-        # Per rank, the steps whose ERROR this bridge printed: the run's own
-        # ``run.failed`` would say that cause again.
+        # Per rank, the steps whose ERROR this bridge printed.
         self._error_steps: dict[int, set[str]] = {}
         self._lock = threading.Lock()
 
@@ -198,8 +196,7 @@ class LoggingBridge:
 
     def _repeats_a_step_error(self, message: Message) -> bool:
         """Whether ``message`` is a ``run.failed`` whose failed step (or a
-        step above or below it) already printed its ERROR on this rank: one
-        failure is one line per rank live (the report keeps both)."""
+        step above or below it) already printed its ERROR on this rank."""
         if message.code != "run.failed" or not message.args or not message.args[0]:
             return False
         failed = message.args[0]

@@ -82,12 +82,8 @@ class Tracing:
         self._sampler: Any = None
 
     def _otlp_exporter(self) -> Any:
-        """The OTLP exporter asked for, or ``None``; the SDK is imported only
-        when one is (in :meth:`attach`, after the rank's log has its first
-        event)."""
+        """The exporter the option or the variables ask for, or ``None``."""
         env = self._env
-        if not (self._otlp_endpoint or any(env.get(name) for name in _ASKING)):
-            return None
         from ._environment import (
             exporter_from_environment,
             otlp_exporter,
