@@ -183,8 +183,8 @@ def exporter_from_environment(
         environ: the variables (default :data:`os.environ`).
         timeout_s: bound on one OTLP export; overrides the timeout variables.
 
-    A value it does not support is logged once and tracing falls back (see
-    the module documentation): nothing here raises for a bad variable.
+    A value it does not support is logged once and tracing falls back:
+    nothing here raises for a bad variable.
     """
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":

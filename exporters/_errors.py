@@ -4,6 +4,8 @@
 
     ExportersError          base of everything this package raises on purpose
     ├── SpanExportError     an exporter refused a batch of replayed spans
+    ├── SpanBuildError      an event's ids are not trace context (also a
+    │                       ValueError)
     └── TracingSettingError a tracing option (an argument) holds an unknown
                             value (also events.InvalidValueError, a
                             ValueError); an OTEL_* variable is a warning
