@@ -46,6 +46,12 @@ def hex_id(value: str, digits: int, what: str) -> int:
     return int(value, 16)
 
 
+# A step's span context is built by the activator while the step runs, again
+# for its span, and again as the parent of each of its children; checking and
+# converting the hex ids each time would be a large part of what tracing
+# costs a step. A SpanContext is an immutable tuple, so one can be shared; a failed
+# check raises and is not cached.
+@functools.lru_cache(maxsize=4096)
 def span_context(
     trace_id: str, span_id: str, *, is_remote: bool = False, sampled: bool = True
 ) -> SpanContext:
@@ -54,16 +60,6 @@ def span_context(
     Raises:
         ValueError: an id is not lower-case hex of the right length, or is zero.
     """
-    return _span_context(trace_id, span_id, is_remote, sampled)
-
-
-# A step's span context is built by the activator while the step runs, again
-# for its span, and again as the parent of each of its children; checking and
-# converting the hex ids each time would be a large part of what tracing
-# costs a step. A SpanContext is an immutable tuple, so one can be shared; a failed
-# check raises and is not cached.
-@functools.lru_cache(maxsize=4096)
-def _span_context(trace_id: str, span_id: str, is_remote: bool, sampled: bool) -> SpanContext:
     return SpanContext(
         trace_id=hex_id(trace_id, 32, "trace id"),
         span_id=hex_id(span_id, 16, "span id"),
