@@ -1,14 +1,9 @@
 """Replay export: the spans of a stored log, sent to any exporter.
 
-Spans are rebuilt from the events by the same projection the live run uses,
-so they carry the original trace and span ids, parents, timestamps,
-attributes, events, status, resource and scope: a trace lost with a killed
-process, or never sent because the collector was down, can be delivered
-later from the logs alone.
-
-Replay also knows what no rank knew live: how the run ended and which rank
-caused it. :func:`run_trace` marks the root cause on the ranks' root spans
-and adds the launch's own span, the one root of a run of several ranks.
+Spans are rebuilt by the projection the live run uses, so a trace lost with
+a killed process, or never sent because the collector was down, can be
+delivered later from the logs alone, and :func:`run_trace` adds what no rank
+knew live: the root cause, and the launch's own span.
 """
 
 from __future__ import annotations
