@@ -992,13 +992,13 @@ def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause 
         )
         for rank, why in sorted(replay.no_events.items())
     ]
-    causes = []
-    for state in states.values():
-        if (replay.until is not None or state.rank in replay.running) and not state.finished:
-            continue  # still running (at the cutoff, or now): nothing to blame yet
-        cause = state.root_cause
-        if cause is not None:
-            causes.append(cause)
+    # A rank still running (at the cutoff, or now) has nothing to blame yet.
+    causes = [
+        cause
+        for state in states.values()
+        if replay.outcome_of(state.rank) is not RunOutcome.RUNNING
+        and (cause := state.root_cause) is not None
+    ]
     if causes and left_out:
         # Its peers' failures are its doing if it left before they failed.
         gone = min(left_out, key=_first)
