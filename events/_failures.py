@@ -1,6 +1,4 @@
-"""Failure bookkeeping shared by the messages and the rank state: how a
-failure goes up the step tree, is absorbed by a parent, or settles on a graph
-step or the run. Internal."""
+"""Failure bookkeeping shared by the messages and the rank state. Internal."""
 
 from __future__ import annotations
 

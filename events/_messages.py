@@ -1,11 +1,5 @@
 """The messages projection: severity-correct, once-per-rank messages.
 
-Messages are derived from events by a pure projection. Each message has a
-stable ``code``, a severity and a scope (the kernel's for its own codes, a
-slice's for the codes it names, the last slice naming a code winning), the
-rank, a text that says what happened and what to do, the step
-it belongs to and the sequence numbers of the events behind it.
-
 The kernel derives these for every graph (``<step>`` is the step path)::
 
     an error that reached the graph                  step.failed (its deepest step only)
@@ -35,8 +29,7 @@ the slices' agreements, not here.
 
 Once per rank: a rank derives a given ``(code, args)`` at most once, and the
 set of seen keys is never evicted. Scope decides where the live run prints a
-message (:attr:`Message.printed`): ``process`` every rank, ``local`` local rank
-0, ``global`` global rank 0; an ERROR is printed wherever it happened.
+message (:attr:`Message.printed`, :class:`~events.Scope`).
 """
 
 from __future__ import annotations
@@ -211,8 +204,6 @@ class Messages(Projection[MessagesState]):
         self._befores = tuple(hook.before for hook in self._hooks)
         self._afters = tuple(hook.after for hook in self._hooks)
         rules = tuple(rule for part in self.slices for rule in part.rules)
-        # Precedence by order: the slices' rules, then the kernel's unless a
-        # slice claims the step; the first that matches speaks.
         self._rules_for: Callable[[str], tuple[MessageRule, ...]] = functools.cache(
             lambda step: (
                 tuple(rule for rule in rules if rule.matches_step(step))
@@ -366,9 +357,7 @@ _KERNEL_RULES = (
 
 
 class _Fold:
-    """One rank's messages being derived, on plain private state: a run of
-    the rank's events is folded into it and frozen once, at the end
-    (:meth:`freeze`). While an event is derived it is the
+    """One rank's messages being derived; while an event is derived, the
     :class:`~events.MessageContext` the slices' hooks see."""
 
     __slots__ = (

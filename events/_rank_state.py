@@ -195,7 +195,12 @@ class RankState:
 
     @property
     def root_cause(self) -> RootCause | None:
-        """Why this rank did not end ready; ``None`` for a ready rank."""
+        """Why this rank did not end ready (``None`` for a ready rank): its
+        earliest failure that reached the graph (the deepest step of that
+        propagation; a failure a parent absorbed does not count), else the
+        cause ``run.finished`` names, else, for a rank that died, the step it
+        was in (the innermost step that started and never ended) with no
+        exception."""
         if self.outcome is RunOutcome.READY:
             return None
         if self.failure is not None:

@@ -1,12 +1,8 @@
 """Reducers: pure folds of an event stream into frozen state.
 
-A *reducer* is a pure function ``(state, event) -> state``; it never mutates
-``state`` and never does I/O. A *projection* pairs a reducer with its initial
-state, and folds a whole stream with the same code (``apply`` is
-``apply_many`` of one event). :func:`fold` runs a projection over any stream
-of events, checking that each (run, rank) stream arrives in ``seq`` order;
-:class:`Composite` runs several projections together. The live run and
-replay use the very same projections, which is why they cannot disagree.
+A reducer never mutates the state it is given and never does I/O. The live
+run and replay use the very same projections, which is why they cannot
+disagree.
 """
 
 from __future__ import annotations

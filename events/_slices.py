@@ -3,26 +3,10 @@
 The kernel derives state, messages, divergences and report columns for any
 graph; it names no step of any particular one. Whoever owns a set of steps
 (the reference engine in ``orchestrator.engine``, or a user's own graph)
-describes them in a :class:`Slice`, mostly as data:
-
-- :class:`MessageRule`: which events (a step path pattern, an outcome, an
-  exception type anywhere in the cause chain) produce which message (code,
-  default severity and scope, a text template over the event's fields);
-- :class:`Column`: a fact shown as a column of the report's rank table (and
-  a key of each rank in the JSON report), optionally read straight from a
-  step's result;
-- :class:`Agreement`: a fact every rank must agree on; ranks that differ are
-  a cross-rank divergence with its own code;
-- ``severities``: the default severity and scope of every code the slice
-  derives (a later slice, such as a :class:`~events.SeverityPolicy`'s, may
-  override any of them).
-
-Two hooks take what data cannot say, both pure: ``facts`` (the rank facts a
-terminal step event or a decision settles, for a state projection with more
-than step results) and ``messages`` (a :class:`MessageHook`: derivations
-that remember earlier events, such as a message naming every attempt of a
-chain). Slices never import a runtime: replaying a log needs
-only this package and the slices' pure modules.
+describes them in a :class:`Slice`, mostly as data (message rules, report
+columns, agreements, severities), with two pure hooks for what data cannot
+say. Slices never import a runtime: replaying a log needs only this package
+and the slices' pure modules.
 """
 
 from __future__ import annotations
@@ -699,7 +683,8 @@ def checked_slices(slices: Sequence[Any]) -> tuple[Slice, ...]:
     return tuple(slices)
 
 
-#: ``facts(facts, event)``: the facts ``event`` changes, or ``None``.
+#: ``facts(facts, event)``, pure: the facts ``event`` (a terminal step event
+#: or a decision) changes, or ``None``.
 FactsHook = Callable[[Mapping[str, JsonValue], Event], Mapping[str, JsonValue] | None]
 
 

@@ -1,20 +1,5 @@
 """The derived state per rank, the root cause across ranks, and cross-rank
-divergences; :func:`replay` folds a whole run in one pass.
-
-:class:`RankStates` is a projection (``initial``/``apply``) whose state is a
-mapping from rank to :class:`RankState`: what every graph has (outcome,
-failure, open steps, last event) plus the *facts* the slices declare, kept by
-the slices' ``derive_facts`` hooks and result columns
-(:class:`~events.Slice`). A slice may give the state a class of its own
-(``state_type``) with typed views of its facts.
-
-The root cause of a rank is its earliest failure that reached the graph (the
-deepest step of that propagation; a failure a parent absorbed does not
-count), else the cause ``run.finished`` names, else, for a rank that died,
-the step it was in (the innermost step that started and never ended) with no
-exception. Across ranks, :func:`root_cause` picks the earliest by wall-clock
-time among ranks that did not end ready.
-"""
+divergences; :func:`replay` folds a whole run in one pass."""
 
 from __future__ import annotations
 
@@ -152,8 +137,7 @@ class RankStates(Projection[Mapping[int, RankState]]):
 
 
 class _StateFold:
-    """One rank's state as plain private state while a run of its events is
-    folded; frozen once (:meth:`freeze`)."""
+    """One rank's state while a run of its events is folded."""
 
     __slots__ = (
         "base",

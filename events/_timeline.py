@@ -1,11 +1,8 @@
 """The timeline projection: when and how each step of each rank ran.
 
-A step's timing keeps what it returned or the event that says how else it
-ended, and where it was last seen waiting; a rank's keeps its
-``run.started``, ``run.finished``, last event and decisions: the views (the
-fallback tree, blame, the critical path, the HTML page) read a run's steps
-from here, not from its events, so a command can let each log's events go
-once it is folded.
+The views (the fallback tree, blame, the critical path, the HTML page) read
+a run's steps from here, not from its events, so a command can let each
+log's events go once it is folded.
 """
 
 from __future__ import annotations
