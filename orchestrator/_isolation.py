@@ -365,9 +365,7 @@ def _refused(what: str) -> RuntimeError:
 
 
 def _rebuild(spec: Mapping[str, Any]) -> Any:
-    module, _, name = spec["factory"].partition(":")
-    factory = getattr(importlib.import_module(module), name)
-    return factory(spec.get("args"))
+    return _load_body(spec["factory"])(spec.get("args"))
 
 
 def _load_body(path: str) -> Any:
