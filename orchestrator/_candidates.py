@@ -38,8 +38,7 @@ __all__ = [
 
 
 class NoValidCandidateError(OrchestratorError, ValueError):
-    """No candidate of a set is valid here (a :class:`ValueError`, as before
-    it had a type of its own).
+    """No candidate of a set is valid here (also a :class:`ValueError`).
 
     Logs record it as ``orchestrator.NoValidCandidateError``, so message
     rules match its type, never its text.
@@ -69,7 +68,7 @@ class NoValidCandidateError(OrchestratorError, ValueError):
 class ExplicitCandidateInvalidError(OrchestratorError, ValueError):
     """The explicitly selected candidate is not valid here: it does not fit
     the configuration, or probing it failed (then raised from the original
-    exception). A :class:`ValueError`, as before it had a type of its own.
+    exception). Also a :class:`ValueError`.
 
     Logs record it as ``orchestrator.ExplicitCandidateInvalidError``.
 

@@ -85,12 +85,9 @@ class Unavailable:
 
 
 class StepRun(Protocol):
-    """What a :class:`StepContext` needs of the run its step belongs to: the
-    run's facts (those :class:`StepContext` hands on) and what acts on its
-    log and graph, which a run that cannot (an isolated step's child
-    process, whose events the parent writes) refuses with a
-    :class:`RuntimeError` naming what the step should do instead.
-    """
+    """What a :class:`StepContext` needs of the run its step belongs to (see
+    the module docstring); what a run cannot do it refuses with a
+    :class:`RuntimeError` naming what the step should do instead."""
 
     run_id: str
     identity: RankIdentity

@@ -88,12 +88,9 @@ class InjectingImporter:
 
 
 class TableImporter:
-    """Imports from a table, ``{name: module | exception | None}``: the
-    module, the exception raised (a fresh copy each import), or
-    ModuleNotFoundError; parent packages of listed modules import as empty
-    packages; what the table does not name goes to ``base`` (none: not
-    installed). What :func:`orchestrator.testing.fake_host` and a simulated
-    host import through."""
+    """Imports from a table ``{name: module | exception | None}``, as
+    :func:`orchestrator.testing.fake_host` describes; a simulated host
+    imports through it too."""
 
     def __init__(
         self,

@@ -318,9 +318,8 @@ class IsolatedError(Exception):
 
 
 class _ChildRun:
-    """The :class:`StepRun` of an isolated step's child process: the facts
-    the parent sent. The parent writes every event, so what would append to
-    the log (child steps, decisions) is refused here."""
+    """The :class:`StepRun` of an isolated step's child process (the
+    parent writes every event)."""
 
     def __init__(self, job: IsolationJob) -> None:
         self.run_id = job.run_id

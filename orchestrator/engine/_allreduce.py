@@ -125,10 +125,8 @@ _COMM_MODULE = "flashinfer.comm"
 _TORCH_MODULE = "torch"
 WORKSPACE_MODULES = (_COMM_MODULE, _TORCH_MODULE)
 
-#: The step itself records nothing: a configuration error or a failed
-#: exchange ends the run. Workspace attempts use ANY_EXCEPTION_POLICY.
-#: A step or exchange of the set-up that runs out of time fails the start:
-#: the ranks' collectives are out of step from then on.
+#: Records nothing, timeouts included (a set-up that runs out of time leaves
+#: the ranks' collectives out of step); workspace attempts use ANY_EXCEPTION_POLICY.
 _STEP_POLICY = ErrorPolicy(name="allreduce workspace", on_timeout=Action.PROPAGATE)
 
 _AGREE = ALLREDUCE_AGREE_STEP.rpartition("/")[2]
@@ -368,9 +366,6 @@ def make_allreduce_step(config: EngineConfig) -> Step:
         body=allreduce_workspace,
         depends_on=(PLATFORM_STEP, FLASHINFER_COMM_STEP),
         policy=_STEP_POLICY,
-        # The attempts, the agreement (with its catch-up) and the
-        # quantization workspace run one after another, each bounded: they
-        # time out before it does.
         timeout=config.bound(7),
         attributes={"requested": str(config.allreduce_backend), "tp": config.tp},
     )
@@ -531,7 +526,6 @@ class _Setup:
                 "released": released,
             }
 
-        # Two exchanges with a catch-up attempt between them, at most.
         await self.ctx.run_child(_AGREE, agree, policy=_STEP_POLICY, timeout=self.config.bound(3))
         self.ctx.record_decision(
             "allreduce.agreed",
