@@ -276,27 +276,33 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
     took = {r: alive[r] - _began_mono_ns(t) for r, t in timelines.items()}
     chosen = max(took, key=took.__getitem__)
     timeline = timelines[chosen]
-    started, finished = timeline.started, timeline.finished
+    finished = timeline.finished
     origin = _began_mono_ns(timeline)
-    steps = list(timeline.steps.values())
-    top = {t.step: t for t in steps if started is None or t.parent_span_id == started.span_id}
+    # A failed run ended when its failure went up, not when the steps it
+    # cancelled finished unwinding: the chain ends in the failed step's.
+    failed = None if finished is None else finished.failed_step
+    current = None
+    top: dict[str, StepTiming] = {}
+    inside: dict[str, list[StepTiming]] = {}
+    path: list[StepTiming] = []
+    for depth, _, timing in timeline.tree():
+        del path[depth:]
+        if not path:
+            top[timing.step] = timing
+        elif timing.finished:
+            inside.setdefault(path[-1].step, []).append(timing)
+        path.append(timing)
+        if timing.step == failed:
+            current = path[0]
 
     def end_of(timing: StepTiming) -> int:
         if timing.duration_ns is None:
             return alive[chosen]
         return timing.start_mono_ns + timing.duration_ns
 
+    if current is None:
+        current = max(top.values(), key=end_of, default=None)
     chain: list[StepTiming] = []
-    current = max(top.values(), key=end_of) if top else None
-    # A failed run ended when its failure went up, not when the steps it
-    # cancelled finished unwinding: the chain ends in the failed step's.
-    failed = timeline.steps.get(finished.failed_step or "") if finished is not None else None
-    by_span = {timing.span_id: timing for timing in steps}
-    for _ in steps:  # a crafted log's parents may loop: each step once
-        if failed is None or failed.step in top:
-            break
-        failed = by_span.get(failed.parent_span_id or "")
-    current = failed if failed is not None and failed.step in top else current
     while current is not None:
         chain.append(current)
         # A crafted log may make the dependencies a cycle: each step once.
@@ -313,10 +319,6 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
             f"  {format_ranks(unfinished)} did not finish: steps in flight there count until "
             "the process ended, else the last sign of life"
         )
-    inside: dict[str | None, list[StepTiming]] = {}
-    for timing in steps:
-        if timing.finished:
-            inside.setdefault(timing.parent_span_id, []).append(timing)
     for level, timing in enumerate(chain):
         start = timing.start_mono_ns - origin
         indent = "   " * min(level, _MAX_INDENT)
@@ -324,7 +326,7 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
             f"{indent}└─ {timing.step} @{_seconds(start)} "
             f"+{_seconds(end_of(timing) - timing.start_mono_ns)}"
         )
-        inner = inside.get(timing.span_id)
+        inner = inside.get(timing.step)
         if inner:
             slow = max(inner, key=lambda t: end_of(t) - t.start_mono_ns)
             lines.append(

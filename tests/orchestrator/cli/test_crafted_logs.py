@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -195,6 +196,44 @@ def test_critical_path_ends_on_dependencies_in_a_cycle(
     chain = [line.split("└─ ")[1].split(" @")[0] for line in completed.stdout.splitlines()[1:]]
     # The step that ended last, then what it waited for, each step once.
     assert chain == expected
+
+
+def _child_ends_last_without_run_started() -> list[Any]:
+    stream = EventStream().started("probe").started("probe/fast").succeeded("probe")
+    return stream.advance(5_000_000).succeeded("probe/fast").events
+
+
+def _parent_unknown_ends_last() -> list[Any]:
+    stream = EventStream().run_started().started("platform").started("orphan")
+    stream.succeeded("platform").advance(5_000_000).succeeded("orphan")
+    return [
+        attrs.evolve(event, parent_span_id="feed" * 4) if event.step == "orphan" else event
+        for event in stream.run_finished()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("crafted", "top", "chain"),
+    [
+        (_child_ends_last_without_run_started, ["probe"], ["probe", "(slowest inside: probe/fast"]),
+        (_parent_unknown_ends_last, ["platform", "orphan"], ["orphan"]),
+    ],
+    ids=["no-run-started", "parent-span-unknown"],
+)
+def test_critical_path_chains_the_top_level_steps_explain_shows(
+    tmp_path: Path, crafted: Callable[[], list[Any]], top: list[str], chain: list[str]
+) -> None:
+    # A step whose parent span is no step's is at the top level, with or
+    # without run.started; one whose parent is a step is inside it, even
+    # where it ended after it.
+    log = tmp_path / "rank-0.jsonl"
+    log.write_bytes(b"".join(encode(event) + b"\n" for event in crafted()))
+    explained = call_cli("explain", str(log), cwd=tmp_path).stdout.splitlines()
+    assert [line[3:].split(":")[0] for line in explained if line[:1] in "├└"] == top
+    completed = call_cli("critical-path", str(log), cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    lines = [line.strip(" └─") for line in completed.stdout.splitlines() if line[:1] != "r"]
+    assert [line.split(" @")[0].split(" +")[0] for line in lines if "did not" not in line] == chain
 
 
 def test_a_version_0_log_shows_each_step_as_its_own_span(tmp_path: Path) -> None:
