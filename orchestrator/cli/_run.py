@@ -49,7 +49,7 @@ from ._launcher import (
     SIMULATED_VARIABLE,
     LocalLaunch,
 )
-from ._output import PROG, diagnose, emit, hold_stops, to_json_text
+from ._output import PROG, diagnose, hold_stops
 from ._run_logs import DEFAULT_RUNS, read_run
 
 __all__ = ["command_run"]
@@ -413,10 +413,8 @@ def _report(
     launcher), first print on stderr, as the live stream would have, what
     its ranks left to it (see :func:`_print_for_ranks`). With ``verdict``,
     last print on stderr the run's outcome and root cause in one line."""
-    from exporters import report_json, report_text
-
     from ..engine import ENGINE
-    from ._views import decision_divergences_text, with_decision_divergences
+    from ._views import print_report
 
     run = read_run(paths, slices=[ENGINE])
     result = run.replay()
@@ -424,31 +422,20 @@ def _report(
         _print_for_ranks(args, result)
         # The same line a single-rank run prints: where the record is, what next.
         _print_where_the_logs_are(paths[0])
-    decisions = run.decisions()
-    document = with_decision_divergences(report_json(result), decisions)
     if own_rank is not None:
         diagnose(
             f"rank {own_rank} reports only itself (its peers may still be running); "
             f"replay {paths[0]} once every rank has stopped for the whole run"
         )
-        document = {**document, "ranks": [r for r in document["ranks"] if r["rank"] == own_rank]}
-    if args.json:
-        emit(to_json_text(document))
-    else:
-        # The live messages are on the same screen, just above.
-        above = (
-            f"replay {paths[0]} lists them" if sys.stdout.isatty() and sys.stderr.isatty() else None
-        )
-        emit(report_text(result, min_severity=args.level, rank=own_rank, printed_above=above))
-        if decisions:
-            emit(decision_divergences_text(decisions))
+    # The live messages are on the same screen, just above.
+    above = f"replay {paths[0]} lists them" if sys.stdout.isatty() and sys.stderr.isatty() else None
+    print_report(args, run, result, rank=own_rank, printed_above=above)
     if verdict:
         cause = result.root_cause
         why = "" if cause is None else f": {cause.describe()}"
         diagnose(f"startup {result.outcome.value}{why}; replay {paths[0]}")
-    if own_rank is not None:
-        return 0 if result.outcome_of(own_rank).value == "ready" else 1
-    return 0 if document["outcome"] == "ready" else 1
+    outcome = result.outcome if own_rank is None else result.outcome_of(own_rank)
+    return 0 if outcome.value == "ready" else 1
 
 
 # --- one rank -------------------------------------------------------------------------

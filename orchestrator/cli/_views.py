@@ -107,8 +107,6 @@ def _replayed(args: argparse.Namespace, **reading: Any) -> tuple[RunLogs, Replay
 
 def command_replay(args: argparse.Namespace) -> int:
     """Report outcome and root cause first, then state, messages, divergences."""
-    from exporters import report_json, report_text
-
     export = args.export
     # Output files are checked before anything is printed: a bad destination
     # is one error line, not a report followed by an error.
@@ -120,15 +118,7 @@ def command_replay(args: argparse.Namespace) -> int:
         if trace is not None and os.path.abspath(trace) == os.path.abspath(args.html):
             raise UsageError(f"--html {args.html}: --export writes that file; name another")
     run, result = _replayed(args, until=args.until, keep_events=export is not None)
-    decisions = run.decisions()
-    if args.json:
-        document = with_decision_divergences(report_json(result), decisions)
-        emit(to_json_text(_only_rank(document, args.rank)))
-        del document
-    else:
-        emit(report_text(result, min_severity=args.level, rank=args.rank))
-        if decisions:
-            emit(decision_divergences_text(decisions))
+    decisions = print_report(args, run, result, rank=args.rank)
     if export is not None:
         # Cut at --until, a rank is running there, however it ended later.
         cut = result if args.until is None else attrs.evolve(result, launch=None)
@@ -149,39 +139,56 @@ def _slices(args: argparse.Namespace) -> list[Slice] | None:
     return [load_slice(spec) for spec in args.slices] if args.slices else None
 
 
-def with_decision_divergences(document: dict[str, Any], found: list[Any]) -> dict[str, Any]:
-    """The report document with decision divergences added to ``divergences``
-    (code ``decision.divergence``)."""
-    if not found:
-        return document
-    extended = dict(document)
-    extended["divergences"] = [
-        *document.get("divergences", []),
-        *(
-            {
-                "code": divergence.code,
-                "severity": divergence.severity.name.lower(),
-                "subject": divergence.subject,
-                "rank": divergence.ranks[0],
-                "seq": divergence.seq,
-                "step": divergence.step,
-                "recorded": divergence.recorded,
-                "recomputed": divergence.recomputed,
-                "text": divergence.text,
-            }
-            for divergence in found
-        ),
-    ]
-    return extended
+def print_report(
+    args: argparse.Namespace,
+    run: RunLogs,
+    result: Replay,
+    *,
+    rank: int | None,
+    printed_above: str | None = None,
+) -> list[Any]:
+    """Print the report of ``result``, the replay of ``run`` (``--json``: its
+    document, decision divergences added with code ``decision.divergence``),
+    to ``--level``, of ``rank`` alone if given; returns the run's decision
+    divergences."""
+    from exporters import report_json, report_text
 
-
-def decision_divergences_text(found: list[Any]) -> str:
-    """The text report's section for decision divergences ("" when none)."""
-    if not found:
-        return ""
-    lines = ["Decision divergences (the current code decides differently than the run did):"]
-    lines.extend(f"  ERROR {divergence.text}" for divergence in grouped_decision_divergences(found))
-    return "\n".join(lines)
+    decisions = run.decisions()
+    if not args.json:
+        emit(report_text(result, min_severity=args.level, rank=rank, printed_above=printed_above))
+        if decisions:
+            grouped = grouped_decision_divergences(decisions)
+            emit(
+                "Decision divergences (the current code decides differently than the run did):\n"
+                + "\n".join(f"  ERROR {divergence.text}" for divergence in grouped)
+            )
+        return decisions
+    document = report_json(result)
+    if decisions:
+        document["divergences"] = [
+            *document.get("divergences", []),
+            *(
+                {
+                    "code": divergence.code,
+                    "severity": divergence.severity.name.lower(),
+                    "subject": divergence.subject,
+                    "rank": divergence.ranks[0],
+                    "seq": divergence.seq,
+                    "step": divergence.step,
+                    "recorded": divergence.recorded,
+                    "recomputed": divergence.recomputed,
+                    "text": divergence.text,
+                }
+                for divergence in decisions
+            ),
+        ]
+    if rank is not None:
+        document["ranks"] = [r for r in document["ranks"] if r["rank"] == rank]
+        document["messages"] = [
+            {**m, "ranks": [rank]} for m in document["messages"] if rank in m["ranks"]
+        ]
+    emit(to_json_text(document))
+    return decisions
 
 
 def grouped_decision_divergences(found: list[Any]) -> list[Any]:
@@ -216,18 +223,6 @@ def grouped_decision_divergences(found: list[Any]) -> list[Any]:
             )
         )
     return grouped
-
-
-def _only_rank(document: dict[str, Any], rank: int | None) -> dict[str, Any]:
-    """The report document narrowed to one rank (``--rank``)."""
-    if rank is None:
-        return document
-    narrowed = dict(document)
-    narrowed["ranks"] = [r for r in document["ranks"] if r["rank"] == rank]
-    narrowed["messages"] = [
-        {**m, "ranks": [rank]} for m in document["messages"] if rank in m["ranks"]
-    ]
-    return narrowed
 
 
 def check_output(

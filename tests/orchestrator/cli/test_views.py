@@ -16,7 +16,7 @@ import pytest
 from events import launch_span_id
 
 from .conftest import StoredRun
-from .harness import LAUNCH_TIMEOUT_S, call_cli, rank_logs, read_events, run_cli
+from .harness import LAUNCH_TIMEOUT_S, call_cli, environment, rank_logs, read_events, run_cli
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)(us|ms|s) (\S+) \(rank (\d+)\)$")
 _UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9}
@@ -228,6 +228,25 @@ def test_replay_one_rank(eight_ranks: StoredRun, tmp_path: Path) -> None:
     assert set(tagged) == {"[rank 5]"}
     assert [r["rank"] for r in document["ranks"]] == [5]
     assert {tuple(m["ranks"]) for m in document["messages"]} == {(5,)}
+
+
+@pytest.mark.slow
+def test_run_of_a_rank_without_its_peers_reports_as_replay_rank(tmp_path: Path) -> None:
+    # Without a process group a rank cannot wait for its peers: its report
+    # is of itself alone, the same document as ``replay --rank``'s.
+    done = {}
+    for rank in ("1", "0"):
+        done[rank] = run_cli(
+            "run", "--simulate", "xeon", "--run-id", "both", "--run-dir", "run", "--json",
+            cwd=tmp_path, env=environment(RANK=rank, WORLD_SIZE="2", LOCAL_RANK=rank),
+        )  # fmt: skip
+        assert done[rank].returncode == 0, done[rank].describe()
+    replayed = call_cli("replay", "--json", "--rank", "0", "run", cwd=tmp_path).json()
+
+    document = done["0"].json()
+    assert [r["rank"] for r in document["ranks"]] == [0]
+    assert {tuple(m["ranks"]) for m in document["messages"]} == {(0,)}
+    assert document == replayed
 
 
 @pytest.mark.slow
