@@ -96,11 +96,17 @@ def holds_logs(path: Path) -> bool:
 _NAMED_RUNS = 3
 
 
-def _name_one_run(path: Path, runs: list[Path]) -> str:
-    named = ", ".join(str(run) for run in runs[:_NAMED_RUNS])
-    more = f", and {len(runs) - _NAMED_RUNS} more" if len(runs) > _NAMED_RUNS else ""
+def holds_runs_text(path: Path, runs: Sequence[Path]) -> str:
+    """``PATH: holds N run directories``, of ``runs`` found in ``path``."""
     held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
-    return f"{path}: holds {held}, not a run's logs; name one (newest first): {named}{more}"
+    return f"{path}: holds {held}"
+
+
+def _name_one_run(path: Path, runs: list[Path]) -> str:
+    named = ", ".join(map(str, runs[:_NAMED_RUNS]))
+    if len(runs) > _NAMED_RUNS:
+        named += f", and {len(runs) - _NAMED_RUNS} more"
+    return f"{holds_runs_text(path, runs)}, not a run's logs; name one (newest first): {named}"
 
 
 def _different_runs(run_of: dict[Path, str]) -> str:

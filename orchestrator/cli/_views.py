@@ -410,7 +410,7 @@ def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
     replaced by the run directories it holds, oldest first; says so."""
     from exporters import terminal_text
 
-    from ._run_logs import holds_logs, run_directories_in
+    from ._run_logs import holds_logs, holds_runs_text, run_directories_in
 
     expanded: list[Path] = []
     for path in paths:
@@ -421,8 +421,7 @@ def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
         if not runs:
             expanded.append(path)
             continue
-        held = "1 run directory" if len(runs) == 1 else f"{len(runs)} run directories"
-        emit(terminal_text(f"{path}: holds {held}; checking each"))
+        emit(terminal_text(f"{holds_runs_text(path, runs)}; checking each"))
         expanded.extend(reversed(runs))
     return expanded
 
