@@ -45,9 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._watch import command_watch
 
             return command_watch(args)
-        from ._views import COMMANDS
+        from ._views import run_command
 
-        return COMMANDS[args.command](args)
+        return run_command(args)
     except UsageError as exc:
         diagnose(f"error: {exc}")
         return 2

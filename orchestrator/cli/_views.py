@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import gc
 import importlib
 import importlib.util
@@ -37,7 +36,7 @@ from ._errors import CommandLineError, InputError, UsageError
 from ._output import diagnose, emit, to_json_text
 from ._run_logs import RunLogs, log_files, rank_of_file, read_run
 
-__all__ = ["COMMANDS"]
+__all__ = ["run_command"]
 
 
 def load_slice(spec: str) -> Slice:
@@ -447,11 +446,9 @@ def _clean_lines(group: list[Path], clean: list[Path]) -> list[str]:
     ]
 
 
-def _without_cycle_collection(
-    command: Callable[[argparse.Namespace], int],
-) -> Callable[[argparse.Namespace], int]:
-    """``command`` with Python's cyclic garbage collector paused while it
-    runs (and resumed after, as it was).
+def run_command(args: argparse.Namespace) -> int:
+    """Run the read-only command ``args.command`` with Python's cyclic
+    garbage collector paused (and resumed after, as it was).
 
     A large run is hundreds of thousands of events and the states derived
     from them, none of them in a reference cycle; the collector would walk
@@ -459,28 +456,20 @@ def _without_cycle_collection(
     a seventh of a 1,024-rank replay). Memory is freed by reference counting
     all the same.
     """
-
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return command(args)
-        finally:
-            if enabled:
-                gc.enable()
-
-    return run
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _COMMANDS[args.command](args)
+    finally:
+        if enabled:
+            gc.enable()
 
 
-COMMANDS: Mapping[str, Callable[[argparse.Namespace], int]] = {
-    name: _without_cycle_collection(command)
-    for name, command in {
-        "replay": command_replay,
-        "explain": _view("explain_text", header=True),
-        "blame": _view("blame_text"),
-        "critical-path": _view("critical_path_text"),
-        "diff": command_diff,
-        "validate": command_validate,
-    }.items()
+_COMMANDS: Mapping[str, Callable[[argparse.Namespace], int]] = {
+    "replay": command_replay,
+    "explain": _view("explain_text", header=True),
+    "blame": _view("blame_text"),
+    "critical-path": _view("critical_path_text"),
+    "diff": command_diff,
+    "validate": command_validate,
 }
