@@ -107,11 +107,9 @@ def exit_program(code: int) -> NoReturn:
     longer than the startup it recorded; the log, the report and every file
     of the run are closed before this is called.
 
-    With a thread still running that is not a daemon, the interpreter's own
-    exit (which waits for it) is kept. Otherwise the stop signals are
-    ignored from here on (:func:`hold_stops`): the program has done its
-    work, and a stop that lands in an ``atexit`` hook would only print a
-    traceback ("Exception ignored in atexit callback") on the way out.
+    Where :func:`hold_stops` cannot hold the stops, the interpreter's own
+    exit is kept; otherwise a stop that lands in an ``atexit`` hook would
+    only print a traceback ("Exception ignored in atexit callback").
     """
     import atexit
 

@@ -373,8 +373,7 @@ def command_validate(args: argparse.Namespace) -> int:
     for path in args.paths:
         if not path.is_dir():
             log_files([path])  # it exists, and is not a manifest
-    # The directories of one run are checked together, at the place of the
-    # first of them; a directory whose run is not known stands alone.
+    # One run at the place of its first directory; one whose run is unknown stands alone.
     runs: dict[object, list[Path]] = {}
     for index, path in enumerate(_expand_run_parents(args.paths)):
         run_id = run_id_of(path) if path.is_dir() else None
@@ -432,9 +431,7 @@ _CLEAN_LOGS_NAMED = 8
 
 def _clean_lines(group: list[Path], clean: list[Path]) -> list[str]:
     """What ``validate`` says of the logs without problems of one run (its
-    directories, or one file): ``FILE: ok`` for each, or, for more than a
-    node's worth, one line with their ranks (a clean 1,024-rank run is not
-    1,024 lines)."""
+    directories, or one file): a clean 1,024-rank run is not 1,024 lines."""
     if len(clean) <= _CLEAN_LOGS_NAMED or not group[0].is_dir():
         return [f"{file}: ok" for file in clean]
     ranks = [rank_of_file(file) for file in clean]
