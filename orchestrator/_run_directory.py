@@ -52,6 +52,8 @@ from ._errors import OrchestratorError
 if TYPE_CHECKING:
     from events import Event
 
+    from ._faults import FaultPlan
+
 __all__ = [
     "CLAIM_FILE",
     "MANIFEST_FILE",
@@ -70,7 +72,6 @@ __all__ = [
     "read_run_directory",
     "refuse_foreign_rank",
     "run_id_of",
-    "simulated_name",
     "store_collected_log",
 ]
 
@@ -102,17 +103,6 @@ class RunDirectoryError(OrchestratorError):
         self.reason = reason
         self.held_by = held_by
         super().__init__(f"{path}: {reason}")
-
-
-def simulated_name(profile: object) -> str | None:
-    """How the manifest names the host a launch simulates: its profile's
-    name, a profile file's path, ``None`` for the real host."""
-    name = getattr(profile, "name", None)
-    if isinstance(name, str):
-        return name
-    if isinstance(profile, str | os.PathLike):
-        return os.fspath(profile)
-    return None
 
 
 def rank_log_path(run_dir: Path, rank: int) -> Path:
@@ -279,6 +269,37 @@ class Manifest:
     launcher: LauncherProcess
     ranks: tuple[RankProcess, ...] = ()
     collected_by: int | None = None
+
+    @classmethod
+    def begin(
+        cls,
+        *,
+        run_id: str,
+        world_size: int,
+        faults: FaultPlan,
+        simulating: object = None,
+        caller_span: tuple[str, str] | None = None,
+        command: Sequence[str] = (),
+        collected_by: int | None = None,
+    ) -> Manifest:
+        """The manifest of a launch this process starts now: ``simulating``
+        is the simulated host, named by a profile's name, a profile file's
+        path or a label (``None``: the real host); ``caller_span`` is the
+        launcher's ``TRACEPARENT`` as ``(trace id, span id)``."""
+        simulated = getattr(simulating, "name", None)
+        if not isinstance(simulated, str):
+            simulated = os.fspath(simulating) if isinstance(simulating, str | os.PathLike) else None
+        return cls(
+            run_id=run_id,
+            command=tuple(command),
+            world_size=world_size,
+            simulated=simulated,
+            injected=tuple(fault.describe() for fault in faults.faults),
+            launcher=LauncherProcess.this(
+                trace_parent=None if caller_span is None else caller_span[1]
+            ),
+            collected_by=collected_by,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The manifest document (the fields added since version 1 only
@@ -803,7 +824,7 @@ class Collected(enum.StrEnum):
 
 def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
     """Put ``content`` (rank ``rank``'s whole log, received over the
-    process group) into ``run_dir``, unless it already has it; never half
+    process group or from its Ray actor) into ``run_dir``, unless it already has it; never half
     written, never over a different log.
 
     Raises:

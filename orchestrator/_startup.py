@@ -371,7 +371,7 @@ class Startup:
             RuntimeError: opened twice.
         """
         from ._identity import identity_from_environment
-        from ._run_directory import LauncherProcess, Manifest, simulated_name
+        from ._run_directory import Manifest
         from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
         if self._state != "new":
@@ -402,14 +402,12 @@ class Startup:
                     signal.raise_signal(signum)
             raise
         self._log = log
-        self._launch = Manifest(
+        self._launch = Manifest.begin(
             run_id=run_id,
             world_size=identity.world_size,
-            simulated=self._simulated or simulated_name(self._profile),
-            injected=tuple(fault.describe() for fault in faults.faults),
-            launcher=LauncherProcess.this(
-                trace_parent=None if self._caller_span is None else self._caller_span[1]
-            ),
+            faults=faults,
+            simulating=self._simulated or self._profile,
+            caller_span=self._caller_span,
             collected_by=identity.rank,
         )
         self._state = "open"

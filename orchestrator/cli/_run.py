@@ -39,7 +39,7 @@ from .._identity import (
     run_id_from_environment,
 )
 from .._json_text import read_input
-from .._run_directory import LaunchBook, LauncherProcess, Manifest, RunDirectoryError
+from .._run_directory import LaunchBook, Manifest, RunDirectoryError
 from .._startup import Startup, checked_fault_plan, print_messages
 from ._errors import InputError, UsageError, raised_as
 from ._launcher import (
@@ -212,13 +212,13 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
     # The launch's span is a child of the launcher's own TRACEPARENT.
     with raised_as(UsageError, ValueError):
         parent = trace_parent(os.environ)
-    manifest = Manifest(
+    manifest = Manifest.begin(
         run_id=run_id,
-        command=(PROG, *args.argv),
         world_size=args.nproc,
-        simulated=host.label,
-        injected=tuple(fault.describe() for fault in faults.faults),
-        launcher=LauncherProcess.this(trace_parent=None if parent is None else parent[1]),
+        faults=faults,
+        simulating=host.label,
+        caller_span=parent,
+        command=(PROG, *args.argv),
     )
     # Claimed, and the manifest created exclusively, before any rank starts:
     # a second launch into the same directory stops here, having written

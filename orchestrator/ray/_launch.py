@@ -45,14 +45,7 @@ from events import Durability, RankIdentity, RankProcess, RunOutcome
 from .._errors import OrchestratorError
 from .._faults import FaultPlan
 from .._identity import checked_run_id, new_run_id
-from .._run_directory import (
-    LaunchBook,
-    LauncherProcess,
-    Manifest,
-    RunDirectoryError,
-    rank_log_path,
-    simulated_name,
-)
+from .._run_directory import LaunchBook, Manifest, rank_log_path, store_collected_log
 from .._startup import DEFAULT_RUNS_ROOT, checked_fault_plan, trace_parent
 from ._actor import ActorPlace, RankActor, RankAssignment, RankReport
 
@@ -233,14 +226,13 @@ def launch_on_ray(
     ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
     env = os.environ if environ is None else environ
-    parent = trace_parent(env)
-    manifest = Manifest(
+    manifest = Manifest.begin(
         run_id=run_id,
-        command=tuple(sys.argv),
         world_size=world_size,
-        simulated=simulated_name(profile),
-        injected=tuple(fault.describe() for fault in plan.faults),
-        launcher=LauncherProcess.this(trace_parent=None if parent is None else parent[1]),
+        faults=plan,
+        simulating=profile,
+        caller_span=trace_parent(env),
+        command=sys.argv,
     )
     # The rendezvous first: without torch nothing is written. Then claimed,
     # and the manifest created exclusively, before any actor starts: a
@@ -412,7 +404,7 @@ class _Launch:
         actor.pending = None
         if isinstance(answer, RankReport) and answer.outcome is not None:
             actor.report = answer
-            _write_new(rank_log_path(self.run_dir, actor.rank), answer.log)
+            store_collected_log(self.run_dir, actor.rank, answer.log)
         elif isinstance(answer, RankReport):
             actor.report = answer
             actor.lost = _lost(actor, None, f"did not start: {answer.error}")
@@ -443,7 +435,7 @@ class _Launch:
         shutil.rmtree(actor.workspace, ignore_errors=True)
         if not content:
             return ""
-        _write_new(rank_log_path(self.run_dir, actor.rank), content)
+        store_collected_log(self.run_dir, actor.rank, content)
         return "; what it logged until then was read from its workspace on this node"
 
     def _wait(
@@ -516,14 +508,6 @@ def _actor_id(handle: Any) -> str:
     # actor that never is must still be named.
     actor_id = getattr(handle, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else "(unknown id)"
-
-
-def _write_new(path: Path, content: bytes) -> None:
-    try:
-        with path.open("xb") as file:
-            file.write(content)
-    except OSError as exc:
-        raise RunDirectoryError(path, f"cannot write a rank's log: {exc.strerror or exc}") from None
 
 
 # --- the pieces ---------------------------------------------------------------------------
