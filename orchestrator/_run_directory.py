@@ -186,15 +186,21 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
     )
 
 
-def _read_claim(claim: Path) -> str | None:
+def _read_regular(path: Path) -> str | None:
+    """``path``'s text, ``None`` when it does not exist; a file that is not
+    regular or cannot be read raises :class:`RunDirectoryError`."""
     try:
-        if not stat.S_ISREG(claim.stat().st_mode):
-            raise RunDirectoryError(claim, _NOT_REGULAR)
-        return claim.read_text(encoding="utf-8").strip() or None
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise RunDirectoryError(path, _NOT_REGULAR)
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise RunDirectoryError(claim, f"cannot read: {exc.strerror or exc}") from None
+        raise RunDirectoryError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _read_claim(claim: Path) -> str | None:
+    return (_read_regular(claim) or "").strip() or None
 
 
 def _stored_logs(run_dir: Path) -> list[Path]:
@@ -477,16 +483,11 @@ def read_manifest(run_dir: Path) -> Manifest | None:
     """
     path = run_dir / MANIFEST_FILE
     try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RunDirectoryError(path, f"cannot read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise RunDirectoryError(path, _NOT_REGULAR)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        text = _read_regular(path)
+        if text is None:
+            return None
+        data = json.loads(text)
+    except ValueError as exc:  # not UTF-8, or not JSON
         raise RunDirectoryError(path, f"cannot read: {exc}") from None
     return Manifest.from_json(data, source=str(path))
 
@@ -824,8 +825,8 @@ class Collected(enum.StrEnum):
 
 def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
     """Put ``content`` (rank ``rank``'s whole log, received over the
-    process group or from its Ray actor) into ``run_dir``, unless it already has it; never half
-    written, never over a different log.
+    process group or from its Ray actor) into ``run_dir``, unless it
+    already has it; never half written, never over a different log.
 
     Raises:
         RunDirectoryError: the directory cannot be written or read.
