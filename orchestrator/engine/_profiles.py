@@ -53,7 +53,7 @@ from typing import Any
 import attrs
 
 from events import MAX_WORLD_SIZE, DecodeError
-from events._codec import structure, unstructure
+from events._codec import _json_type, structure, unstructure
 
 from .._errors import FaultSpecError
 from .._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan, not_an_exception
@@ -333,15 +333,6 @@ def _module_rule(module: str, entry: object, source: str) -> ModuleRule:
         args=fault.args,
         kwargs=dict(fault.kwargs),
     )
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return "a number"
-    return names.get(type(value), type(value).__name__)
 
 
 # --- built-in profiles ---------------------------------------------------------------
