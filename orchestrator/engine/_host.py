@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -191,12 +191,32 @@ def build_target_of_torch(importer: Importer) -> BuildTarget:
     return BuildTarget(device="cpu", source=f"torch {release}, a CPU build")
 
 
-def _library_reports_no_driver(exc: Exception, library: str) -> bool:
-    # NVML and AMD SMI raise their own error classes when the kernel driver
-    # is missing; that is "no devices here", not a broken plugin. Anything
-    # else (an injected fault, a bug) is left to the caller's policy.
-    module = type(exc).__module__ or ""
-    return module == library or module.startswith(library + ".")
+def _ask_library(
+    importer: Importer,
+    library: str,
+    calls: tuple[str, str],
+    read: Callable[[Any], Iterator[GpuDevice]],
+    what: str,
+    no_driver: str = "",
+) -> Devices:
+    """Init ``library`` with ``calls[0]``, read its devices, then shut it
+    down with ``calls[1]``; ``what`` names it in reasons."""
+    module = importer.import_module(library)
+    try:
+        getattr(module, calls[0])()
+    except Exception as exc:
+        # NVML and AMD SMI raise their own error classes when the kernel driver
+        # is missing; that is "no devices here", not a broken plugin. Anything
+        # else (an injected fault, a bug) is left to the caller's policy.
+        origin = type(exc).__module__ or ""
+        if origin == library or origin.startswith(library + "."):
+            return Devices(reason=no_driver + (str(exc) or type(exc).__name__))
+        raise
+    try:
+        found = tuple(read(module))
+    finally:
+        getattr(module, calls[1])()
+    return Devices(found=found, reason="" if found else f"{what} reports no devices")
 
 
 def nvidia_devices_from_nvml(importer: Importer) -> Devices:
@@ -206,32 +226,19 @@ def nvidia_devices_from_nvml(importer: Importer) -> Devices:
     reason; anything else pynvml raises propagates."""
     if importer.find_spec("pynvml") is None:
         return Devices(reason="pynvml is not installed")
-    nvml = importer.import_module("pynvml")
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:
-        if _library_reports_no_driver(exc, "pynvml"):
-            return Devices(reason=str(exc) or type(exc).__name__)
-        raise
-    try:
-        devices = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-            name = nvml.nvmlDeviceGetName(handle)
-            if isinstance(name, bytes):  # older pynvml releases
-                name = name.decode("utf-8", "replace")
-            devices.append(
-                GpuDevice(
-                    vendor="nvidia",
-                    name=str(name),
-                    capability=(int(major), int(minor)),
-                    index=index,
-                )
-            )
-    finally:
-        nvml.nvmlShutdown()
-    return Devices(found=tuple(devices), reason="" if devices else "NVML reports no devices")
+    return _ask_library(importer, "pynvml", ("nvmlInit", "nvmlShutdown"), _nvml_devices, "NVML")
+
+
+def _nvml_devices(nvml: Any) -> Iterator[GpuDevice]:
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        name = nvml.nvmlDeviceGetName(handle)
+        if isinstance(name, bytes):  # older pynvml releases
+            name = name.decode("utf-8", "replace")
+        yield GpuDevice(
+            vendor="nvidia", name=str(name), capability=(int(major), int(minor)), index=index
+        )
 
 
 def gfx_capability(target: str | None) -> tuple[int, int] | None:
@@ -247,28 +254,25 @@ def amd_devices_from_amdsmi(importer: Importer) -> Devices | None:
     """Ask AMD SMI through ``amdsmi``; ``None`` when it is not installed."""
     if importer.find_spec("amdsmi") is None:
         return None
-    smi = importer.import_module("amdsmi")
-    try:
-        smi.amdsmi_init()
-    except Exception as exc:
-        if _library_reports_no_driver(exc, "amdsmi"):
-            return Devices(reason=f"AMD SMI: {str(exc) or type(exc).__name__}")
-        raise
-    try:
-        devices = []
-        for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
-            info = smi.amdsmi_get_gpu_asic_info(handle)
-            devices.append(
-                GpuDevice(
-                    vendor="amd",
-                    name=str(info.get("market_name") or "AMD GPU"),
-                    capability=gfx_capability(info.get("target_graphics_version")),
-                    index=index,
-                )
-            )
-    finally:
-        smi.amdsmi_shut_down()
-    return Devices(found=tuple(devices), reason="" if devices else "AMD SMI reports no devices")
+    return _ask_library(
+        importer,
+        "amdsmi",
+        ("amdsmi_init", "amdsmi_shut_down"),
+        _amdsmi_devices,
+        "AMD SMI",
+        "AMD SMI: ",
+    )
+
+
+def _amdsmi_devices(smi: Any) -> Iterator[GpuDevice]:
+    for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
+        info = smi.amdsmi_get_gpu_asic_info(handle)
+        yield GpuDevice(
+            vendor="amd",
+            name=str(info.get("market_name") or "AMD GPU"),
+            capability=gfx_capability(info.get("target_graphics_version")),
+            index=index,
+        )
 
 
 #: What to do when NVIDIA GPUs are there but NVML cannot be used.

@@ -65,7 +65,7 @@ from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy, optional_module_policy
 from ._config import EngineConfig, PlatformConflictError, UnspecifiedPlatformError
 from ._conventions import PLATFORM_BUILD_STEP, PLATFORM_STEP
-from ._host import BuildTarget, Devices, HostFacts, is_amd_zen
+from ._host import BuildTarget, Devices, is_amd_zen
 from ._resolution import PluginOutcome, _outcome, resolve_platform
 
 __all__ = [
@@ -168,17 +168,23 @@ class PluginSet(Protocol):
 # --- the reference engine's built-in plugins -----------------------------------------
 
 
-def _accelerator(
-    query: Callable[[HostFacts], Callable[[StepContext], Devices]],
-    platform_class: str,
-    device: str,
-    build: BuildTarget | None,
-) -> StepBody:
+#: Accelerator plugin (its device) -> the host query it asks, its platform class.
+_ACCELERATORS = {
+    "tpu": ("tpu_devices", "TpuPlatform"),
+    "cuda": ("nvidia_devices", "CudaPlatform"),
+    "rocm": ("amd_devices", "RocmPlatform"),
+    "xpu": ("xpu_devices", "XpuPlatform"),
+}
+
+
+def _accelerator(device: str, build: BuildTarget | None) -> StepBody:
+    query, platform_class = _ACCELERATORS[device]
+
     def probe(ctx: StepContext) -> JsonValue | Unavailable:
         # vLLM's cuda plugin declines on a CPU build whatever the GPUs say.
         if device == "cuda" and build is not None and build.device == "cpu":
             return decline(f"this build targets cpu ({build.source})")
-        devices = query(ctx.host)(ctx)
+        devices: Devices = getattr(ctx.host, query)(ctx)
         if devices.found:
             return _activated(platform_class, device)
         return decline(devices.reason or "no devices found", present=devices.present)
@@ -286,13 +292,8 @@ class _ReferencePlugins:
 
     async def specs(self, ctx: StepContext) -> list[PluginSpec]:
         build, unknown = await self.build(ctx)
-        bodies: dict[str, StepBody] = {
-            "tpu": _accelerator(lambda host: host.tpu_devices, "TpuPlatform", "tpu", build),
-            "cuda": _accelerator(lambda host: host.nvidia_devices, "CudaPlatform", "cuda", build),
-            "rocm": _accelerator(lambda host: host.amd_devices, "RocmPlatform", "rocm", build),
-            "xpu": _accelerator(lambda host: host.xpu_devices, "XpuPlatform", "xpu", build),
-            "cpu": _cpu(self.config, build, unknown),
-        }
+        bodies = {name: _accelerator(name, build) for name in _ACCELERATORS}
+        bodies["cpu"] = _cpu(self.config, build, unknown)
         specs = [
             PluginSpec(name=name, builtin=True, priority=index, body=bodies[name])
             for index, name in enumerate(BUILTIN_PLATFORM_PLUGINS)
@@ -318,6 +319,7 @@ class _ReferencePlugins:
     async def build(self, ctx: StepContext) -> tuple[BuildTarget | None, str]:
         """Record ``platform/build``: the build target, or why it is unknown."""
         named = self.config.target_device
+        found: list[BuildTarget] = []
 
         def find(child: StepContext) -> JsonValue:
             target = (
@@ -325,7 +327,8 @@ class _ReferencePlugins:
                 if named is not None
                 else child.host.build_target(child)
             )
-            return {"device": target.device, "source": target.source, "explicit": target.explicit}
+            found.append(target)
+            return attrs.asdict(target)
 
         result = await ctx.run_child(
             PLATFORM_BUILD_STEP.rpartition("/")[2],
@@ -333,17 +336,9 @@ class _ReferencePlugins:
             policy=ANY_EXCEPTION_POLICY,
             timeout=self.config.bound(1),
         )
-        value = result.value
-        if not result.ok or not isinstance(value, dict):
+        if not result.ok:
             return None, _why(result)
-        return (
-            BuildTarget(
-                device=str(value["device"]),
-                source=str(value["source"]),
-                explicit=value["explicit"] is True,
-            ),
-            "",
-        )
+        return found[0], ""
 
     async def adopt(
         self, ctx: StepContext, selected: PluginOutcome, results: Mapping[str, StepResult]

@@ -102,14 +102,6 @@ class _End:
     error: IsolatedError | None = None
 
 
-@attrs.frozen
-class _Spawned:
-    name: str
-    pid: int
-    sentinel: int
-    process: Any
-
-
 class Recording:
     """One process's recorded start (see the module docstring).
 
@@ -302,9 +294,7 @@ class Recording:
             if not self._usable() or self._children is None:
                 return
             assert self._portal is not None
-            spawned = _Spawned(
-                name=name, pid=int(process.pid), sentinel=int(process.sentinel), process=process
-            )
+            spawned = (name, int(process.pid), int(process.sentinel), process)
             self._portal.call(self._children.send_nowait, spawned)
 
     # --- the graph's bodies ------------------------------------------------------
@@ -367,13 +357,14 @@ class Recording:
                 watchers.start_soon(stop_receiving)
                 seen: dict[str, int] = {}
                 with self._children_inbox:
-                    async for spawned in self._children_inbox:
+                    async for name, *spawned in self._children_inbox:
                         count += 1
-                        named = attrs.evolve(spawned, name=_numbered(seen, spawned.name))
-                        watchers.start_soon(self._watch, ctx, named)
+                        watchers.start_soon(self._watch, ctx, _numbered(seen, name), *spawned)
         return {"spawned": count}
 
-    async def _watch(self, ctx: StepContext, spawned: _Spawned) -> None:
+    async def _watch(
+        self, ctx: StepContext, name: str, pid: int, sentinel: int, process: Any
+    ) -> None:
         assert self._started_up is not None
         started_up = self._started_up
         exited = anyio.Event()
@@ -384,12 +375,12 @@ class Recording:
         def wait_for_exit() -> None:
             # A daemon thread of its own: it may wait as long as the child
             # lives, and must never keep this process from exiting.
-            multiprocessing.connection.wait([spawned.sentinel])
-            status.append(_exit_status(spawned.process))
+            multiprocessing.connection.wait([sentinel])
+            status.append(_exit_status(process))
             with contextlib.suppress(BaseException):
                 portal.call(exited.set)
 
-        threading.Thread(target=wait_for_exit, name=f"watch {spawned.name}", daemon=True).start()
+        threading.Thread(target=wait_for_exit, name=f"watch {name}", daemon=True).start()
 
         async def watch(child: StepContext) -> JsonValue | IsolatedCrash:
             async with anyio.create_task_group() as group:
@@ -402,14 +393,14 @@ class Recording:
                 await started_up.wait()
                 group.cancel_scope.cancel()
             if not status:
-                return {"pid": spawned.pid, "running": True}
+                return {"pid": pid, "running": True}
             return IsolatedCrash.of(status[0])
 
         # A body that returns the isolation layer's IsolatedCrash ends
         # ``crashed``, as an isolated step whose process died does.
         body = cast(StepBody, watch)
         with contextlib.suppress(Exception):
-            await ctx.run_child(spawned.name, body, attributes={"pid": spawned.pid})
+            await ctx.run_child(name, body, attributes={"pid": pid})
 
 
 def _numbered(seen: dict[str, int], name: str) -> str:
