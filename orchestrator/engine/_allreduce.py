@@ -80,7 +80,7 @@ the result has ``quant_backend`` null and ``quant_reason`` saying why.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
@@ -336,14 +336,6 @@ def _node_count(ctx: StepContext) -> int:
     return max(1, int(nodes))
 
 
-def _group_of(ctx: StepContext) -> Group | None:
-    group = ctx.services.get("group")
-    if group is None or group.world_size <= 1:
-        return None
-    found: Group = group
-    return found
-
-
 # The step -------------------------------------------------------------------------------
 
 
@@ -378,7 +370,8 @@ class _Setup:
         self.ctx = ctx
         self.config = config
         self.nodes = _node_count(ctx)
-        self.group = _group_of(ctx)
+        group: Group | None = ctx.services.get("group")
+        self.group = group if group is not None and group.world_size > 1 else None
         self.held: dict[str, object] = {}
         self.factory: WorkspaceFactory | None = None
         self.chain: tuple[str, ...] = ()
@@ -629,10 +622,7 @@ def _judge(gathered: Sequence[JsonValue], chain: Sequence[str]) -> tuple[str, st
     return "none", None
 
 
-_STATUS_TEXT: Mapping[str, str] = {
-    _FAILED: "failed",
-    _UNAVAILABLE: "unavailable (no flashinfer.comm)",
-}
+_STATUS_TEXT = {_UNAVAILABLE: "unavailable (no flashinfer.comm)"}
 
 
 def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:

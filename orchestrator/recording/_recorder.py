@@ -191,9 +191,8 @@ class Recording:
             assert self._portal is not None
             end = _End(error=None if error is None else self._as_data(error))
             # Phases still open end with the start (outermost last).
-            for _name, inbox in reversed(self._open):
-                self._send(inbox, end)
-            self._open = []
+            while self._open:
+                self._send(self._open.pop()[1], end)
             if self._children is not None:
                 self._portal.call(self._children.close)
         with contextlib.suppress(BaseException):
@@ -253,8 +252,18 @@ class Recording:
     def end_phase(self, token: Any, error: BaseException | None = None) -> None:
         """Close the phase :meth:`begin_phase` opened: ``ok``, or failed
         with ``error``."""
-        if token is not None:
-            self._end(token, _End(error=None if error is None else self._as_data(error)))
+        if token is None:
+            return
+        end = _End(error=None if error is None else self._as_data(error))
+        with self._lock:
+            if not self._usable() or token not in [inbox for _name, inbox in self._open[1:]]:
+                return
+            # Phases opened inside this one and never closed end with it.
+            while True:
+                inbox = self._open.pop()[1]
+                self._send(inbox, end)
+                if inbox is token:
+                    break
 
     def _as_data(self, error: BaseException) -> IsolatedError:
         """``error`` captured here, in the thread that raised it, once: the
@@ -266,20 +275,6 @@ class Recording:
         data = IsolatedError.capture(error, self._redactor)
         self._captured[id(error)] = (error, data)
         return data
-
-    def _end(self, inbox: Any, end: _End) -> None:
-        with self._lock:
-            if not self._usable():
-                return
-            assert self._portal is not None
-            open_inboxes = [open_inbox for _name, open_inbox in self._open]
-            if inbox not in open_inboxes[1:]:
-                return
-            # Phases opened inside this one and never closed end with it.
-            while self._open[-1][1] is not inbox:
-                self._send(self._open.pop()[1], end)
-            self._open.pop()
-            self._send(inbox, end)
 
     def _send(self, inbox: MemoryObjectSendStream[Any], end: _End) -> None:
         """A step's end: its last message."""
