@@ -93,7 +93,6 @@ from .._fallback import Attempt, run_fallback_chain
 from .._graph import Step
 from .._group import Group, GroupError
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy
-from ._attention import _device_capability
 from ._config import AllreduceBackend, EngineConfig, EngineConfigError, _allreduce_backend
 from ._conventions import (
     ALLREDUCE_AGREE_STEP,
@@ -104,7 +103,7 @@ from ._conventions import (
     FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
 )
-from ._platform import _why
+from ._platform import _device_capability, _why
 
 __all__ = [
     "WORKSPACE_MODULES",
@@ -289,10 +288,9 @@ class RealWorkspaceFactory:
 
 
 def _choose_factory(ctx: StepContext) -> WorkspaceFactory:
-    given = ctx.services.get("workspace_factory")
+    given: WorkspaceFactory | None = ctx.services.get("workspace_factory")
     if given is not None:
-        factory: WorkspaceFactory = given
-        return factory
+        return given
     if getattr(ctx.host, "name", "real") != "real":
         return SimulatedWorkspaceFactory(ctx.host)
     return RealWorkspaceFactory()

@@ -30,6 +30,7 @@ from .._graph import Step
 from .._policy import PROBE_POLICY, Action, ErrorPolicy
 from ._config import EngineConfig
 from ._conventions import ATTENTION_STEP, PLATFORM_STEP
+from ._platform import _device_capability
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -269,17 +270,6 @@ def attention_candidates(
         return ("ROCM_AITER_FA", "ROCM_ATTN", "TRITON_ATTN")
     lists = {"cpu": ("CPU_ATTN",), "tpu": ("PALLAS",), "xpu": ("XPU_ATTN", "TRITON_ATTN")}
     return lists.get(device or "", ())
-
-
-def _device_capability(ctx: StepContext, device: str | None) -> tuple[int, int] | None:
-    if device == "cuda":
-        devices = ctx.host.nvidia_devices(ctx)
-    elif device == "rocm":
-        devices = ctx.host.amd_devices(ctx)
-    else:
-        return None
-    capability: tuple[int, int] | None = devices.found[0].capability if devices.found else None
-    return capability
 
 
 def _selector_config(config: EngineConfig) -> str:

@@ -192,6 +192,14 @@ def _accelerator(device: str, build: BuildTarget | None) -> StepBody:
     return probe
 
 
+def _device_capability(ctx: StepContext, device: str | None) -> tuple[int, int] | None:
+    # Only CUDA and ROCm devices report a compute capability.
+    if device not in ("cuda", "rocm"):
+        return None
+    devices: Devices = getattr(ctx.host, _ACCELERATORS[device][0])(ctx)
+    return devices.found[0].capability if devices.found else None
+
+
 def _import_zentorch(ctx: StepContext) -> JsonValue:
     ctx.import_module("zentorch")
     return {"loaded": True}

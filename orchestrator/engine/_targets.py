@@ -63,12 +63,8 @@ from ._vllm import VLLM_PLUGIN_GROUP
 
 __all__ = ["InjectionTargets", "injection_targets"]
 
-#: Modules the platform probes import or look up, besides the attention
-#: backends': the optional zentorch (platform/cpu) and the device libraries
-#: of the host facts (cuda: pynvml, rocm: amdsmi, tpu: libtpu, xpu: torch).
 _PLATFORM_MODULES = ("zentorch", "pynvml", "amdsmi", "libtpu", "torch")
 
-#: flashinfer_comm looks ``flashinfer`` up, then imports ``flashinfer.comm``.
 _FLASHINFER_COMM_MODULES = ("flashinfer", "flashinfer.comm")
 
 
