@@ -162,13 +162,10 @@ class Recording:
         self._runner.begin(self._graph)
         self._portal_cm = anyio.from_thread.start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
-        inbox_send, inbox_receive = anyio.create_memory_object_stream[Any](math.inf)
-        self._open = [(STARTUP_STEP, inbox_send)]
-        self._startup_inbox = inbox_receive
+        startup, self._startup_inbox = anyio.create_memory_object_stream[Any](math.inf)
+        self._open = [(STARTUP_STEP, startup)]
         if self._spawns:
-            children_send, children_receive = anyio.create_memory_object_stream[Any](math.inf)
-            self._children = children_send
-            self._children_inbox = children_receive
+            self._children, self._children_inbox = anyio.create_memory_object_stream[Any](math.inf)
         self._started_up = self._portal.call(anyio.Event)
         self._done = self._portal.start_task_soon(self._run)
 
