@@ -364,7 +364,6 @@ class RealHost(HostBase):
         return self._root / path.lstrip("/")
 
     def read_cpuinfo(self) -> str | None:
-        """``/proc/cpuinfo``, or ``None`` when the file does not exist."""
         return _read_text(self._path("/proc/cpuinfo"))
 
     def build_target(self, importer: Importer) -> BuildTarget:

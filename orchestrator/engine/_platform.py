@@ -251,7 +251,6 @@ def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
 
 
 def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The entry points of ``group``, by name."""
     return sorted(importlib.metadata.entry_points(group=group), key=lambda ep: ep.name)
 
 
