@@ -132,19 +132,18 @@ def rank_of_file(path: Path) -> int | None:
 
 
 class RankLog(NamedTuple):
-    """One log file, read and folded on its own (the map of a replay).
+    """One log file that holds events, read and folded on its own (the map
+    of a replay).
 
     Attributes:
-        path: the file.
-        folded: the rank folded (``None``: the log holds no event).
+        folded: the rank folded.
         ended: whether the whole file ends with ``run.finished``.
         decisions: the recorded decisions that current code decides
             differently, each with when it was made (wall clock, rank, seq).
         events: the events to the cutoff, when asked to keep them; else ().
     """
 
-    path: Path
-    folded: FoldedRank | None
+    folded: FoldedRank
     ended: bool
     decisions: tuple[tuple[int, int, int, Divergence], ...]
     events: tuple[Event, ...]
@@ -178,7 +177,7 @@ class RunLogs(NamedTuple):
 
         with raised_as(InputError, LogError):
             return replay(
-                [log.folded for log in self.logs if log.folded is not None],
+                [log.folded for log in self.logs],
                 launch=self.launch,
                 until=self.until,
                 slices=self.slices,
@@ -258,7 +257,7 @@ def read_run(
     logs = _fold_logs(only_files, chosen, until, keep_events)
     if slices is None:
         lowest = min(
-            (log.folded for log in logs if log.folded is not None),
+            (log.folded for log in logs if log is not None),
             key=lambda folded: folded.rank,
             default=None,
         )
@@ -277,12 +276,12 @@ def read_run(
     kept: list[RankLog] = []
     empty: list[int] = []
     for (path, file), read in zip(files, logs, strict=True):
-        folded = read.folded
         named = rank_of_file(file)
-        if folded is None:
+        if read is None:
             if named is not None:
                 empty.append(named)
             continue
+        folded = read.folded
         run_id = run_of.setdefault(path, folded.run_id)
         if folded.run_id != run_id:
             raise InputError(
@@ -300,8 +299,7 @@ def read_run(
             kept.append(read)
             continue
         first, index = read_from[rank]
-        other = kept[index].folded
-        if other is None or other.run_id != folded.run_id:
+        if kept[index].folded.run_id != folded.run_id:
             continue  # two paths of two runs: named below
         # Two files hold the rank's log: the longer copy is read.
         try:
@@ -336,7 +334,7 @@ def read_run(
         launch = attrs.evolve(
             launch or LaunchRecord(), empty_logs=frozenset(empty), running=running
         )
-    kept.sort(key=lambda log: log.folded.rank if log.folded is not None else -1)
+    kept.sort(key=lambda log: log.folded.rank)
     return RunLogs(logs=kept, launch=launch, slices=chosen, until=until)
 
 
@@ -381,9 +379,10 @@ class _Job(NamedTuple):
     folder: RankFolder
     keep_events: bool
 
-    def fold(self, file: Path) -> RankLog | str:
-        """One log read strictly and folded, its recorded decisions checked;
-        what is wrong with it, in words, if it cannot be."""
+    def fold(self, file: Path) -> RankLog | str | None:
+        """One log read strictly and folded, its recorded decisions checked
+        (``None``: it holds no event); what is wrong with it, in words, if
+        it cannot be."""
         from events import EventsError, RunFinished, read_log
 
         from .._decisions import check_decisions
@@ -392,7 +391,7 @@ class _Job(NamedTuple):
         try:
             read = read_log(file)
             if not read.events:
-                return RankLog(path=file, folded=None, ended=False, decisions=(), events=())
+                return None
             folded = self.folder.fold(read)
         except EventsError as exc:
             return str(exc)
@@ -405,7 +404,6 @@ class _Job(NamedTuple):
             if d.seq is not None
         )
         return RankLog(
-            path=file,
             folded=folded,
             ended=isinstance(read.events[-1], RunFinished),
             decisions=decisions,
@@ -415,7 +413,7 @@ class _Job(NamedTuple):
 
 def _fold_logs(
     files: Sequence[Path], slices: tuple[Slice, ...], until: int | None, keep_events: bool
-) -> list[RankLog]:
+) -> list[RankLog | None]:
     """Each of ``files`` read and folded (:meth:`_Job.fold`), in order.
 
     A run of many logs whose events are not kept is shared among the cores:
@@ -495,7 +493,7 @@ class _Worker:
             finally:
                 os._exit(status)
 
-    def results(self) -> list[RankLog | str] | None:
+    def results(self) -> list[RankLog | str | None] | None:
         """What the worker folded, once it has ended; ``None`` if it
         failed."""
         assert self.pid is not None
@@ -504,7 +502,7 @@ class _Worker:
         if status != 0:
             return None
         self.out.seek(0)
-        found: list[RankLog | str] = []
+        found: list[RankLog | str | None] = []
         try:
             while True:
                 found.extend(pickle.load(self.out))
@@ -583,7 +581,7 @@ def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
     return getter
 
 
-def _checked(read: RankLog | str) -> RankLog:
+def _checked(read: RankLog | str | None) -> RankLog | None:
     if isinstance(read, str):
         raise InputError(read)
     return read
@@ -599,7 +597,7 @@ def _still_running(logs: Sequence[RankLog], launch: LaunchRecord | None) -> Iter
     host = platform.node()
     processes = launch.processes if launch is not None else {}
     for log in logs:
-        first = None if log.folded is None else log.folded.started
+        first = log.folded.started
         if first is None or log.ended:
             continue
         ended = processes.get(first.rank)

@@ -356,9 +356,7 @@ class Screen:
 
     def close(self) -> None:
         """Take the live block off the screen."""
-        with self._lock:
-            self._block = []
-            self._show("")
+        self.block([])
 
     def _show(self, above: str) -> None:
         """Erase the live block, print ``above`` and draw the block again, in
@@ -508,7 +506,7 @@ def follow(
     """
     follower = Follower(watcher, screen, stall_s=stall_s, header=header)
     began = time.monotonic()
-    deadline = None if timeout_s is None else began + timeout_s
+    deadline = began + (float("inf") if timeout_s is None else timeout_s)
     while True:
         if follower.step():
             return True
@@ -519,44 +517,39 @@ def follow(
                 f"{watcher.run_dir}: not a run directory ({what} after {stall_s:g} s: no "
                 "manifest.json, .run-id or rank-N.jsonl); give the directory a launch writes to"
             )
-        if deadline is not None and time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             screen.close()
             return False
         # The next look, never later than the timeout or the end of the wait
         # for a run directory: each is said when it passes, not an interval on.
         now = time.monotonic()
-        wake = min(now + interval_s, float("inf") if deadline is None else deadline)
+        wake = min(now + interval_s, deadline)
         if not watcher.is_run_directory():
             wake = min(wake, began + stall_s)
         time.sleep(max(0.0, wake - now))
 
 
-class LaunchView:
+class LaunchView(Follower):
     """The live view ``run --nproc`` shows on a terminal: the launcher calls
     :meth:`tick` while it waits for its ranks (at most one look at the logs
     per ``interval_s``), sends its own lines and the ranks' stderr to its
     :attr:`screen`, and :meth:`close` s it when the ranks have ended."""
 
     def __init__(self, run_dir: Path, stream: TextIO, *, interval_s: float = 0.25) -> None:
-        self.screen = Screen(stream, live=True)
-        self._follower = Follower(RunWatcher(run_dir), self.screen, stall_s=10.0, header=False)
+        super().__init__(RunWatcher(run_dir), Screen(stream, live=True), stall_s=10.0, header=False)
         self._interval_s = interval_s
-        self._next = 0.0
-        self._done = False
+        self._next = 0.0  # when to look next; inf once every rank finished
 
     def tick(self) -> None:
         """Look at the logs, if it is time to."""
         now = time.monotonic()
-        if self._done or now < self._next:
-            return
-        self._next = now + self._interval_s
-        self._done = self._follower.step()
+        if now >= self._next:
+            self._next = float("inf") if self.step() else now + self._interval_s
 
     def close(self) -> None:
         """A last look (the outcomes that landed since), then the block goes."""
-        if not self._done:
-            self._next = 0.0
-            self.tick()
+        if self._next != float("inf"):
+            self.step()
         self.screen.close()
 
 
