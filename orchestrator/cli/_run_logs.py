@@ -269,11 +269,10 @@ def read_run(
     # The run each command-line path is of (its manifest's, or its first
     # event's): two paths of different runs are two runs to compare.
     run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
-    # rank -> where its log was read: a rank's log may be in several of the
-    # directories of a multi-node run (node 0's collected copy and the
-    # node's own), to be read once.
-    read_from: dict[int, tuple[Path, int]] = {}
-    kept: list[RankLog] = []
+    # rank -> where its log was read, and what: a rank's log may be in
+    # several of the directories of a multi-node run (node 0's collected
+    # copy and the node's own), to be read once.
+    kept: dict[int, tuple[Path, RankLog]] = {}
     empty: list[int] = []
     for (path, file), read in zip(files, logs, strict=True):
         named = rank_of_file(file)
@@ -294,12 +293,11 @@ def read_run(
                 f"{file}: holds the events of rank {rank}, not of rank {named} (a foreign or "
                 "renamed log): rename or move it out; validate lists every problem of the run"
             )
-        if rank not in read_from:
-            read_from[rank] = (file, len(kept))
-            kept.append(read)
+        if rank not in kept:
+            kept[rank] = (file, read)
             continue
-        first, index = read_from[rank]
-        if kept[index].folded.run_id != folded.run_id:
+        first, other = kept[rank]
+        if other.folded.run_id != folded.run_id:
             continue  # two paths of two runs: named below
         # Two files hold the rank's log: the longer copy is read.
         try:
@@ -313,19 +311,19 @@ def read_run(
                 "pass the directories of one run only"
             )
         if longer == file:
-            read_from[rank] = (file, index)
-            kept[index] = read
+            kept[rank] = (file, read)
     if len(set(run_of.values())) > 1:
         in_order = {path: run_of[path] for path in paths if path in run_of}
         raise UsageError(_different_runs(in_order))
-    empty = [rank for rank in empty if rank not in read_from]
+    empty = [rank for rank in empty if rank not in kept]
     launch = None
     if manifests:
         path, manifest = manifests[0]
         launch = manifest.to_launch_record(source=str(path / "manifest.json"))
     if not kept and not empty and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
-    running = frozenset(_still_running(kept, launch))
+    by_rank = [kept[rank][1] for rank in sorted(kept)]
+    running = frozenset(_still_running(by_rank, launch))
     if empty or running:
         import attrs
 
@@ -334,8 +332,7 @@ def read_run(
         launch = attrs.evolve(
             launch or LaunchRecord(), empty_logs=frozenset(empty), running=running
         )
-    kept.sort(key=lambda log: log.folded.rank)
-    return RunLogs(logs=kept, launch=launch, slices=chosen, until=until)
+    return RunLogs(logs=by_rank, launch=launch, slices=chosen, until=until)
 
 
 def _first_started(files: Sequence[Path]) -> RunStarted | None:
