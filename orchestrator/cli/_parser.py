@@ -88,22 +88,6 @@ _VIEWS_EPILOG = (
     "2 bad usage (an option, a path that does not exist, a rank outside the run)."
 )
 
-#: What a PATH argument may be.
-_PATHS_HELP = (
-    "a run directory (every rank-N.jsonl in it, and its manifest.json), or rank log files "
-    "of one run (rank-N.jsonl); several run directories of one run (one per node, copied "
-    "from each) are read as one run: a rank log found in several is read once when the "
-    "copies are the same log (the longer when one is a prefix of the other)"
-)
-
-#: The built-in --simulate profiles (orchestrator.engine.BUILTIN_PROFILES;
-#: named here so that --help does not import the engine).
-_BUILTIN_PROFILES = "a100x4, b200x8, h200x8, xeon, zen4"
-
-#: The values --dtype and --kv-cache-dtype take (the engine's EngineConfig checks them).
-_DTYPES = "auto, float16, bfloat16, float32"
-_KV_CACHE_DTYPES = "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
-
 
 def _epilog(status: str, *examples: str) -> str:
     """A command's epilog: what its exit status says, then examples."""
@@ -151,7 +135,15 @@ def _path(text: str) -> Path:
 
 #: The arguments several commands take alike (see _add).
 _SHARED: dict[str, dict[str, Any]] = {
-    "paths": {"nargs": "+", "type": _path, "metavar": "PATH", "help": _PATHS_HELP},
+    "paths": {
+        "nargs": "+",
+        "type": _path,
+        "metavar": "PATH",
+        "help": "a run directory (every rank-N.jsonl in it, and its manifest.json), or rank log "
+        "files of one run (rank-N.jsonl); several run directories of one run (one per node, "
+        "copied from each) are read as one run: a rank log found in several is read once when "
+        "the copies are the same log (the longer when one is a prefix of the other)",
+    },
     "--json": {"action": "store_true", "help": "print the JSON report (default: the text report)"},
     "--rank": {
         "type": _non_negative_int,
@@ -216,10 +208,6 @@ def _severity(text: str) -> Severity:
         return Severity.parse(text)
 
 
-#: ``--export`` kinds; jaeger-json writes a file, named in the same argument.
-_EXPORT_KINDS = "otlp, console, or jaeger-json=FILE"
-
-
 def _export_spec(text: str) -> tuple[str, Path | None]:
     """An argparse type: ``KIND[=FILE]``, as ``(kind, None)`` or ``("jaeger-json", FILE)``.
 
@@ -233,7 +221,7 @@ def _export_spec(text: str) -> tuple[str, Path | None]:
         return kind, Path(destination)
     if kind == "jaeger-json":
         raise argparse.ArgumentTypeError(f"{text!r}: name the file, as jaeger-json=FILE")
-    raise argparse.ArgumentTypeError(f"{text!r}: expected {_EXPORT_KINDS}")
+    raise argparse.ArgumentTypeError(f"{text!r}: expected otlp, console, or jaeger-json=FILE")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,9 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--simulate",
         metavar="PROFILE",
-        help=f"simulate a host: a built-in profile ({_BUILTIN_PROFILES}) or a JSON profile "
-        "file (its fields: docs/profiles.md; a complete one: examples/profile-custom.json) "
-        "(default: this host)",
+        # The built-in profiles (engine.BUILTIN_PROFILES) are named here so
+        # that --help does not import the engine.
+        help="simulate a host: a built-in profile (a100x4, b200x8, h200x8, xeon, zen4) or a "
+        "JSON profile file (its fields: docs/profiles.md; a complete one: "
+        "examples/profile-custom.json) (default: this host)",
     )
     run.add_argument(
         "--inject",
@@ -378,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="auto",
         metavar="DTYPE",
-        help=f"model dtype: {_DTYPES} (default: auto, which is bfloat16)",
+        # The engine's EngineConfig checks --dtype and --kv-cache-dtype.
+        help="model dtype: auto, float16, bfloat16, float32 (default: auto, which is bfloat16)",
     )
     run.add_argument(
         "--head-size",
@@ -392,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-cache-dtype",
         default="auto",
         metavar="DTYPE",
-        help=f"KV-cache dtype: {_KV_CACHE_DTYPES}; backends that do not support it are "
-        "skipped (default: auto)",
+        help="KV-cache dtype: auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2; backends that do "
+        "not support it are skipped (default: auto)",
     )
     run.add_argument(
         "--mla", action="store_true", help="a multi-head latent attention model (default: not)"
