@@ -49,8 +49,6 @@ class NoValidCandidateError(OrchestratorError, ValueError):
         where: for what it was chosen (``this configuration``).
     """
 
-    __module__ = "orchestrator"
-
     def __init__(
         self, what: str, reasons: Mapping[str, Sequence[str]], where: str = "this configuration"
     ) -> None:
@@ -77,8 +75,6 @@ class ExplicitCandidateInvalidError(OrchestratorError, ValueError):
         candidate: the selected candidate's name.
         reason: why, as printed (``['reason', ...]`` or ``[Type: message]``).
     """
-
-    __module__ = "orchestrator"
 
     def __init__(self, what: str, candidate: str, reason: str) -> None:
         self.what = what

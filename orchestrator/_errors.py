@@ -41,6 +41,7 @@ leaves :func:`orchestrator.run` as that same RuntimeError object.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from events import ExceptionInfo, Stop
 
@@ -64,11 +65,15 @@ class OrchestratorError(Exception):
 
     __module__ = "orchestrator"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Named by the public package that exports it (see the module docstring).
+        if cls.__module__.startswith("orchestrator._"):
+            cls.__module__ = "orchestrator"
+
 
 class GraphError(OrchestratorError):
     """The graph cannot run; raised when it is built, before any step runs."""
-
-    __module__ = "orchestrator"
 
 
 class DuplicateStepError(GraphError):
@@ -80,8 +85,6 @@ class DuplicateStepError(GraphError):
         step: the repeated name (a child's whole path).
         child: whether it is a child step started a second time.
     """
-
-    __module__ = "orchestrator"
 
     def __init__(self, step: str, *, child: bool = False) -> None:
         self.step = step
@@ -106,8 +109,6 @@ class UnknownDependencyError(GraphError):
         known: the steps the graph has.
     """
 
-    __module__ = "orchestrator"
-
     def __init__(self, step: str, dependency: str, known: Sequence[str]) -> None:
         self.step = step
         self.dependency = dependency
@@ -125,8 +126,6 @@ class CycleError(GraphError):
         cycle: the steps of the cycle, the first repeated at the end.
     """
 
-    __module__ = "orchestrator"
-
     def __init__(self, cycle: Sequence[str]) -> None:
         self.cycle = tuple(cycle)
         super().__init__(
@@ -142,8 +141,6 @@ class RankEnvironmentError(OrchestratorError):
         value: its value.
         reason: what is wrong.
     """
-
-    __module__ = "orchestrator"
 
     def __init__(self, variable: str, value: object, reason: str) -> None:
         self.variable = variable
@@ -161,8 +158,6 @@ class FaultSpecError(OrchestratorError, ValueError):
         reason: what would be valid.
     """
 
-    __module__ = "orchestrator"
-
     def __init__(self, spec: str, part: str, reason: str) -> None:
         self.spec = spec
         self.part = part
@@ -177,8 +172,6 @@ class StepTimeoutError(OrchestratorError, TimeoutError):
         step: the step.
         timeout_s: its timeout.
     """
-
-    __module__ = "orchestrator"
 
     def __init__(self, step: str, timeout_s: float) -> None:
         self.step = step
@@ -195,8 +188,6 @@ class StepCrashedError(OrchestratorError):
         signal: the signal that killed it, if one did.
         stderr_tail: the last lines it wrote to stderr.
     """
-
-    __module__ = "orchestrator"
 
     def __init__(
         self, step: str, exit_code: int | None, signal: int | None, stderr_tail: Sequence[str]
@@ -218,8 +209,6 @@ class IsolatedStepError(OrchestratorError):
         info: the exception as recorded in the child.
     """
 
-    __module__ = "orchestrator"
-
     def __init__(self, step: str, info: ExceptionInfo) -> None:
         self.step = step
         self.info = info
@@ -237,8 +226,6 @@ class StartupInterrupted(OrchestratorError):
         reason: what is known of why it came (``"its launcher (pid 12)
             exited"``), or ``None``.
     """
-
-    __module__ = "orchestrator"
 
     def __init__(self, signal: str | None = None, reason: str | None = None) -> None:
         self.signal = signal
