@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import attrs
-
 from events import (
     TERMINAL_STEP_EVENTS,
     DecisionMade,
@@ -31,10 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DECIDERS",
-    "ChildOutcome",
     "Decider",
     "check_decisions",
-    "children_outcomes",
     "decide_candidate",
     "decide_fallback",
 ]
@@ -44,43 +40,12 @@ __all__ = [
 Decider = Callable[[Sequence[Event], Mapping[str, JsonValue]], JsonValue]
 
 
-@attrs.frozen(kw_only=True)
-class ChildOutcome:
-    """One child step of a parent, as the deciders see it."""
-
-    step: str
-    kind: StepKind
-    attributes: Mapping[str, JsonValue]
-    outcome: Outcome | None
-
-
-def children_outcomes(events: Iterable[Event], parent: str) -> list[ChildOutcome]:
-    """The direct children of step ``parent`` in start order, each with its
-    outcome (``None`` while still running)."""
-    prefix = parent + "/"
-    started: dict[str, StepStarted] = {}
-    outcomes: dict[str, Outcome | None] = {}
-    for event in events:
-        step = event.step
-        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
-            continue
-        if isinstance(event, StepStarted):
-            started[step] = event
-            outcomes[step] = None
-        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
-            outcomes[step] = outcome_of(event)
-    return [
-        ChildOutcome(step=s, kind=e.kind, attributes=e.attributes, outcome=outcomes[s])
-        for s, e in started.items()
-    ]
-
-
 def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
     """``candidates.select``: among the candidate children of
     ``inputs["parent"]`` that ended ``ok``, the one with the best (lowest)
     priority; ``None`` if none is ok. Completion order never matters."""
     candidates = _children(events, inputs["parent"], StepKind.CANDIDATE)
-    valid = [child for child in candidates if child.outcome is Outcome.OK]
+    valid = [started for started, outcome in candidates if outcome is Outcome.OK]
     if not valid:
         return None
     best = min(valid, key=lambda c: (_number(c.attributes.get("priority")), c.step))
@@ -91,15 +56,28 @@ def decide_fallback(events: Sequence[Event], inputs: Mapping[str, JsonValue]) ->
     """``fallback.result``: the first attempt (in chain order) of
     ``inputs["parent"]`` that ended ``ok``; ``None`` if the chain is exhausted."""
     attempts = _children(events, inputs["parent"], StepKind.ATTEMPT)
-    for child in sorted(attempts, key=lambda c: _number(c.attributes.get("attempt"))):
-        if child.outcome is Outcome.OK:
-            return child.attributes.get("backend", child.step.rpartition("/")[2])
+    for started, outcome in sorted(attempts, key=lambda c: _number(c[0].attributes.get("attempt"))):
+        if outcome is Outcome.OK:
+            return started.attributes.get("backend", started.step.rpartition("/")[2])
     return None
 
 
-def _children(events: Sequence[Event], parent: JsonValue, kind: StepKind) -> list[ChildOutcome]:
-    """The children of kind ``kind`` of step ``parent``, in start order."""
-    return [c for c in children_outcomes(events, str(parent)) if c.kind is kind]
+def _children(
+    events: Sequence[Event], parent: JsonValue, kind: StepKind
+) -> list[tuple[StepStarted, Outcome | None]]:
+    """The direct children of kind ``kind`` of step ``parent``, in start
+    order, each with its outcome (``None`` while still running)."""
+    prefix = f"{parent}/"
+    started: dict[str, tuple[StepStarted, Outcome | None]] = {}
+    for event in events:
+        step = event.step
+        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
+            continue
+        if isinstance(event, StepStarted):
+            started[step] = (event, None)
+        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
+            started[step] = (started[step][0], outcome_of(event))
+    return [child for child in started.values() if child[0].kind is kind]
 
 
 def _number(value: JsonValue) -> float:

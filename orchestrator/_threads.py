@@ -31,24 +31,10 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
-import attrs
 
-__all__ = ["StepThread", "StepThreads"]
+__all__ = ["StepThreads"]
 
 T = TypeVar("T")
-
-
-@attrs.frozen
-class StepThread:
-    """A thread at work for a step: the step, its name and its id."""
-
-    step: str
-    name: str
-    ident: int
-
-    def frame(self) -> FrameType | None:
-        """The thread's current frame (``None`` once it ended)."""
-        return sys._current_frames().get(self.ident)
 
 
 #: Seconds a thread whose call returned waits for the next before it ends.
@@ -107,7 +93,8 @@ class StepThreads:
     def __init__(self, limiter: anyio.CapacityLimiter | None = None) -> None:
         self._limiter = limiter
         self._lock = threading.Lock()
-        self._running: dict[int, StepThread] = {}
+        #: thread ident -> (the step it works for, its name)
+        self._running: dict[int, tuple[str, str]] = {}
 
     async def run(self, step: str, fn: Callable[..., T], *args: Any, name: str = "") -> T:
         """``fn(*args)`` in a daemon thread (named ``name``, by default
@@ -128,7 +115,7 @@ class StepThreads:
                 ident = threading.get_ident()
                 thread.name = name
                 with self._lock:
-                    self._running[ident] = StepThread(step=step, name=name, ident=ident)
+                    self._running[ident] = (step, name)
                 try:
                     result.append(context.run(fn, *args))
                 except BaseException as exc:
@@ -149,7 +136,10 @@ class StepThreads:
                 raise error[0]
             return result[0]
 
-    def of(self, step: str) -> list[StepThread]:
-        """The threads running for ``step`` now."""
+    def of(self, step: str) -> list[tuple[str, FrameType | None]]:
+        """The names and current frames (``None`` once ended) of the threads
+        running for ``step`` now."""
+        frames = sys._current_frames()
         with self._lock:
-            return [thread for thread in self._running.values() if thread.step == step]
+            running = [(ident, name) for ident, (of, name) in self._running.items() if of == step]
+        return [(name, frames.get(ident)) for ident, name in running]

@@ -123,8 +123,8 @@ class Watchdog:
         threads: the abandoned ones of a step that timed out or was
         cancelled)."""
         return tuple(
-            ThreadStack.capture(thread.name, thread.frame(), redactor=self._redactor)
-            for thread in self._threads.of(flight.step)
+            ThreadStack.capture(name, frame, redactor=self._redactor)
+            for name, frame in self._threads.of(flight.step)
         )
 
     # --- the watchdog's thread ----------------------------------------------------------------
