@@ -161,35 +161,6 @@ def _wrap(candidate: Candidate) -> Callable[[StepContext], Any]:
     return probe_blocking
 
 
-async def _probe(
-    context: StepContext,
-    candidate: Candidate,
-    policy: ErrorPolicy | None,
-    timeout: float | None,
-) -> StepResult:
-    return await context.run_child(
-        candidate.name,
-        _wrap(candidate),
-        kind=StepKind.CANDIDATE,
-        policy=policy,
-        timeout=timeout,
-        attributes={
-            "candidate": candidate.name,
-            "priority": candidate.priority,
-            **candidate.attributes,
-        },
-    )
-
-
-def _report(candidate: Candidate, result: StepResult) -> CandidateReport:
-    return CandidateReport(
-        name=candidate.name,
-        priority=candidate.priority,
-        outcome=result.outcome,
-        reasons=result.reasons,
-    )
-
-
 async def select_candidate(
     context: StepContext,
     candidates: Sequence[Candidate],
@@ -223,36 +194,49 @@ async def select_candidate(
         raise ValueError(f"no {what} candidates to choose from on this platform")
     _unique_children([c.name for c in ordered], f"{what} candidates")
     if explicit is not None:
-        return await _select_explicit(context, ordered, explicit, what, policy, timeout)
+        by_name = {c.name: c for c in ordered}
+        if explicit not in by_name:
+            raise ValueError(
+                f"Unknown {what} {explicit!r}; valid {what}s here: {', '.join(by_name)}"
+            )
+        ordered = [by_name[explicit]]
     results: dict[str, StepResult] = {}
 
-    async def probe_into(candidate: Candidate) -> None:
-        results[candidate.name] = await _probe(context, candidate, policy, timeout)
+    async def probe(candidate: Candidate) -> None:
+        results[candidate.name] = await context.run_child(
+            candidate.name,
+            _wrap(candidate),
+            kind=StepKind.CANDIDATE,
+            policy=policy,
+            timeout=timeout,
+            attributes={
+                "candidate": candidate.name,
+                "priority": candidate.priority,
+                **candidate.attributes,
+            },
+        )
 
-    async with anyio.create_task_group() as group:
-        for candidate in ordered:
-            group.start_soon(probe_into, candidate)
-    reports = tuple(_report(c, results[c.name]) for c in ordered)
-    selected = context.decide("candidates.select", {"parent": context.step})
-    if selected is None:
-        raise NoValidCandidateError(what, {r.name: r.reasons for r in reports}, where)
-    return Selection(selected=str(selected), explicit=False, reports=reports)
-
-
-async def _select_explicit(
-    context: StepContext,
-    ordered: Sequence[Candidate],
-    name: str,
-    what: str,
-    policy: ErrorPolicy | None,
-    timeout: float | None,
-) -> Selection:
-    by_name = {c.name: c for c in ordered}
-    candidate = by_name.get(name)
-    if candidate is None:
-        raise ValueError(f"Unknown {what} {name!r}; valid {what}s here: {', '.join(by_name)}")
-    result = await _probe(context, candidate, policy, timeout)
-    report = _report(candidate, result)
+    if explicit is not None:
+        await probe(ordered[0])
+    else:
+        async with anyio.create_task_group() as group:
+            for candidate in ordered:
+                group.start_soon(probe, candidate)
+    reports = tuple(
+        CandidateReport(
+            name=c.name,
+            priority=c.priority,
+            outcome=results[c.name].outcome,
+            reasons=results[c.name].reasons,
+        )
+        for c in ordered
+    )
+    if explicit is None:
+        selected = context.decide("candidates.select", {"parent": context.step})
+        if selected is None:
+            raise NoValidCandidateError(what, {r.name: r.reasons for r in reports}, where)
+        return Selection(selected=str(selected), explicit=False, reports=reports)
+    result = results[explicit]
     if not result.ok:
         # As the seed has it: validation reasons print as the list they are;
         # an environment failure (or a timeout) prints as ``[Type: message]``.
@@ -260,9 +244,11 @@ async def _select_explicit(
             reason = repr(list(result.reasons))
         else:
             reason = f"[{'; '.join(result.reasons)}]"
-        error = ExplicitCandidateInvalidError(what, name, reason)
+        error = ExplicitCandidateInvalidError(what, explicit, reason)
         if result.error is not None:
             raise error from result.error
         raise error
-    context.record_decision("candidates.select", name, {"parent": context.step, "explicit": name})
-    return Selection(selected=name, explicit=True, reports=(report,))
+    context.record_decision(
+        "candidates.select", explicit, {"parent": context.step, "explicit": explicit}
+    )
+    return Selection(selected=explicit, explicit=True, reports=reports)
