@@ -22,7 +22,7 @@ import orjson
 from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind, ThreadStack
 
 from ._importer import Importer
-from ._policy import ErrorPolicy
+from ._policy import RECORDED_OUTCOMES, ErrorPolicy
 
 __all__ = ["StepBody", "StepContext", "StepResult", "StepRun", "Unavailable", "check_json"]
 
@@ -80,7 +80,7 @@ class Unavailable:
     reasons: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
-        if self.outcome not in (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID):
+        if self.outcome not in RECORDED_OUTCOMES:
             raise ValueError(f"Unavailable.outcome must not be {self.outcome}")
 
 

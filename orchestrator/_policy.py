@@ -60,6 +60,10 @@ class When(enum.StrEnum):
     NAMES_PROBED_MODULE = "names_probed_module"
 
 
+#: The outcomes a step that ends without propagating an error may record.
+RECORDED_OUTCOMES = (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID)
+
+
 @attrs.frozen(kw_only=True)
 class Rule:
     """Match ``exception`` (a qualified type name, bare for builtins) and act.
@@ -74,11 +78,7 @@ class Rule:
     when: When = When.ALWAYS
 
     def __attrs_post_init__(self) -> None:
-        if self.action is Action.RECORD and self.outcome not in (
-            Outcome.ABSENT,
-            Outcome.UNAVAILABLE,
-            Outcome.INVALID,
-        ):
+        if self.action is Action.RECORD and self.outcome not in RECORDED_OUTCOMES:
             raise ValueError(
                 f"a recording rule's outcome is absent, unavailable or invalid, not {self.outcome}"
             )
