@@ -322,13 +322,26 @@ class Runner:
             raise RuntimeError("abandon() ends a run that began and never ran its graph")
         self._used = True
         interrupted = isinstance(cause, KeyboardInterrupt) or self._stop_cause is not None
+        self._finish(
+            RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
+            self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
+            None,
+            self._stop,
+        )
+
+    def _finish(
+        self, outcome: RunOutcome, cause: ExceptionInfo | None, step: str | None, stop: Stop | None
+    ) -> None:
+        """Write ``run.finished`` (the one place that does) and flush the log."""
+        assert self._began is not None
         self._append(
             RunFinished,
             span_id=self._began[1],
             parent=self.parent_span_id,
-            outcome=RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
-            cause=self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
-            stop=self._stop,
+            outcome=outcome,
+            cause=cause,
+            failed_step=step,
+            stop=stop,
         )
         self.log.flush()
 
@@ -502,16 +515,7 @@ class _Run:
         stop: Stop | None = None,
     ) -> None:
         self.watchdog.stop()
-        self.emit(
-            RunFinished,
-            span_id=self.root_span_id,
-            parent=self.runner.parent_span_id,
-            outcome=outcome,
-            cause=cause,
-            failed_step=step,
-            stop=stop,
-        )
-        self.log.flush()
+        self.runner._finish(outcome, cause, step, stop)
 
     async def run_graph_step(self, step: Step) -> None:
         for dependency in step.depends_on:
