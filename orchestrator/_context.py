@@ -99,7 +99,6 @@ class StepRun(Protocol):
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a daemon worker thread at work for ``step``."""
-        ...
 
     async def run_child(
         self,
@@ -113,26 +112,21 @@ class StepRun(Protocol):
         attributes: Mapping[str, JsonValue],
     ) -> StepResult:
         """See :meth:`StepContext.run_child`."""
-        ...
 
     def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
         """See :meth:`StepContext.decide`."""
-        ...
 
     def record_decision(
         self, context: StepContext, name: str, value: JsonValue, inputs: dict[str, JsonValue]
     ) -> None:
         """See :meth:`StepContext.record_decision`."""
-        ...
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         """See :meth:`StepContext.child_results`."""
-        ...
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         """Where the child process of isolated ``step`` was when the step was
         given up (its timeout, a stop); recorded as the step ends."""
-        ...
 
 
 class StepContext:

@@ -563,11 +563,10 @@ class _Run:
         return result
 
     def graph_policy(self, step: str) -> ErrorPolicy:
-        while step:
-            if step in self.graph.steps:
-                return self.graph[step].policy
+        """The policy of ``step``'s graph ancestor (a child's always has one)."""
+        while step not in self.graph.steps:
             step = step.rpartition("/")[0]
-        raise KeyError(step)  # pragma: no cover - children always have a graph ancestor
+        return self.graph[step].policy
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         self.child_stacks[step] = stacks
