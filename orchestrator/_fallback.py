@@ -70,7 +70,6 @@ async def run_fallback_chain(
         raise ValueError("a fallback chain needs at least one attempt")
     _unique_children([attempt.name for attempt in attempts], "fallback attempts")
     results: list[StepResult] = []
-    value: JsonValue = None
     for index, attempt in enumerate(attempts):
         result = await context.run_child(
             attempt.name,
@@ -88,11 +87,11 @@ async def run_fallback_chain(
         )
         results.append(result)
         if result.ok:
-            value = result.value
             break
     backend = context.decide("fallback.result", {"parent": context.step})
     return ChainResult(
         backend=None if backend is None else str(backend),
-        value=value if backend is not None else None,
+        # The loop stops at the first attempt that worked: the last one run.
+        value=result.value if backend is not None and result.ok else None,
         attempts=tuple(results),
     )
