@@ -60,8 +60,6 @@ class GroupError(OrchestratorError):
         reason: what went wrong (``"RuntimeError: Timed out ..."``).
     """
 
-    __module__ = "orchestrator"
-
     def __init__(
         self, rank: int | None, world_size: int | None, operation: str, reason: str
     ) -> None:

@@ -96,8 +96,6 @@ class RunDirectoryError(OrchestratorError):
         held_by: the run id that holds the directory, when that is the reason.
     """
 
-    __module__ = "orchestrator"
-
     def __init__(self, path: Path, reason: str, *, held_by: str | None = None) -> None:
         self.path = path
         self.reason = reason
