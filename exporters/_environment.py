@@ -276,14 +276,14 @@ def _malformed_headers_named(variable: str | None = None) -> Iterator[None]:
     (a token) included, every time it parses one: within it, such entries
     are captured as a guarded export's records are, and are one warning that
     names the variable and no value. (Nested, the outermost speaks.)"""
-    from ._live import _CAPTURE_FILTER, _capture, captured_messages
+    from ._live import _capture, _capture_filter, captured_messages
 
     if getattr(_capture, "captured", None) is not None:
         yield  # within the outer one, which speaks
         return
     logger = logging.getLogger(parse_env_headers.__module__)
-    if _CAPTURE_FILTER not in logger.filters:
-        logger.addFilter(_CAPTURE_FILTER)
+    if _capture_filter not in logger.filters:
+        logger.addFilter(_capture_filter)
     with captured_messages() as said:
         yield
     if said:

@@ -36,15 +36,6 @@ TRACING_LOGGER_NAME = "exporters.tracing"
 _logger = logging.getLogger(TRACING_LOGGER_NAME)
 
 
-def _shown_endpoint(endpoint: str) -> str:
-    """``endpoint`` without credentials (``https://user:token@host``, or
-    ``user:token@host`` as the gRPC exporter keeps it, without a scheme)."""
-    redact = Redactor.from_environment()
-    if "://" in endpoint:
-        return redact(endpoint)
-    return redact(f"grpc://{endpoint}").removeprefix("grpc://")
-
-
 class LiveSpans:
     """Turns a rank's events into spans as they are appended and exports them
     in the background.
@@ -175,7 +166,7 @@ class LiveSpans:
         # Abort an export still in flight (gRPC retries, a slow collector);
         # from now on exports fail fast, so the processor's own shutdown,
         # which exports whatever is left, cannot wait on the network.
-        self._exporter.close(timeout_s=max(deadline - time.monotonic(), 0.0))
+        self._exporter.shutdown(max(deadline - time.monotonic(), 0.0) * 1000)
         _call_with_timeout(self._processor.shutdown, max(deadline - time.monotonic(), 0.1))
 
 
@@ -205,7 +196,7 @@ def _call_with_timeout(function: Callable[[], object], timeout_s: float) -> obje
 
 class _GuardedExporter(SpanExporter):
     """Wraps the user's exporter: counts failures, logs the first one once,
-    and after :meth:`close` refuses to touch the network again."""
+    and after :meth:`shutdown` refuses to touch the network again."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self._inner = inner
@@ -259,19 +250,16 @@ class _GuardedExporter(SpanExporter):
             failure_detail(self._inner, detail),
         )
 
-    def close(self, timeout_s: float) -> None:
+    def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         with captured_messages():
             try:
-                _shutdown(self._inner, timeout_s)
+                _shutdown(self._inner, timeout_millis)
             except Exception:
                 _logger.debug("span exporter shutdown failed", exc_info=True)
-
-    def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
-        self.close(timeout_millis / 1000)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         if self._closed:
@@ -317,10 +305,12 @@ def failure_detail(exporter: SpanExporter, reason: str) -> str:
     """``to HOST:PORT (reason)`` (credentials left out), or ``with
     ExporterClass (reason)`` for an exporter that names no endpoint."""
     endpoint = getattr(exporter, "_endpoint", None)
-    where = (
-        f"to {_shown_endpoint(str(endpoint))}" if endpoint else f"with {type(exporter).__name__}"
-    )
-    return f"{where} ({reason})"
+    if not endpoint:
+        return f"with {type(exporter).__name__} ({reason})"
+    # The gRPC exporter keeps ``user:token@host`` without a scheme.
+    scheme = "" if "://" in str(endpoint) else "grpc://"
+    shown = Redactor.from_environment()(scheme + str(endpoint)).removeprefix(scheme)
+    return f"to {shown} ({reason})"
 
 
 def _summary(messages: Sequence[str], problem: str) -> str:
@@ -345,9 +335,9 @@ def _describe(messages: Sequence[str]) -> str:
     return "; then: ".join(part for part in parts if part)
 
 
-def _shutdown(exporter: SpanExporter, timeout_s: float) -> None:
+def _shutdown(exporter: SpanExporter, timeout_millis: float) -> None:
     if "timeout_millis" in inspect.signature(exporter.shutdown).parameters:
-        exporter.shutdown(timeout_millis=timeout_s * 1000)  # type: ignore[call-arg]  # OTLP exporters take it
+        exporter.shutdown(timeout_millis=timeout_millis)  # type: ignore[call-arg]  # OTLP exporters take it
     else:
         exporter.shutdown()
 
@@ -362,23 +352,19 @@ _capture = threading.local()
 _Captured = tuple[list[str], Callable[[Sequence[str]], None] | None]
 
 
-class _CaptureFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        captured: _Captured | None = getattr(_capture, "captured", None)
-        if captured is None:
-            return True
-        messages, on_retry = captured
-        try:
-            message = record.getMessage()
-        except Exception:
-            message = str(record.msg)
-        messages.append(message)
-        if on_retry is not None and "retrying" in message:
-            on_retry(messages)
-        return False
-
-
-_CAPTURE_FILTER = _CaptureFilter()
+def _capture_filter(record: logging.LogRecord) -> bool:
+    captured: _Captured | None = getattr(_capture, "captured", None)
+    if captured is None:
+        return True
+    messages, on_retry = captured
+    try:
+        message = record.getMessage()
+    except Exception:
+        message = str(record.msg)
+    messages.append(message)
+    if on_retry is not None and "retrying" in message:
+        on_retry(messages)
+    return False
 
 
 def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
@@ -389,8 +375,8 @@ def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
         module = cls.__module__
         if module.startswith("opentelemetry."):
             logger = logging.getLogger(module)
-            if _CAPTURE_FILTER not in logger.filters:
-                logger.addFilter(_CAPTURE_FILTER)
+            if _capture_filter not in logger.filters:
+                logger.addFilter(_capture_filter)
 
 
 @contextmanager
