@@ -168,13 +168,11 @@ def _root_cause_span(spans: Sequence[ReadableSpan], cause: RootCause) -> Readabl
     """The span to jump to from any consequence: the root cause's own step
     (its rank's root span when no one step is known)."""
     of_rank = [span for span in spans if (span.attributes or {}).get("startup.rank") == cause.rank]
-    return next(
-        (span for span in of_rank if (span.attributes or {}).get("startup.step") == cause.step),
-        None,
-    ) or next(
-        (span for span in of_rank if (span.attributes or {}).get("startup.kind") == _ROOT_KIND),
-        None,
-    )
+    for key, value in (("startup.step", cause.step), ("startup.kind", _ROOT_KIND)):
+        for span in of_rank:
+            if (span.attributes or {}).get(key) == value:
+                return span
+    return None
 
 
 def _marked(

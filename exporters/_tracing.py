@@ -83,7 +83,6 @@ class Tracing:
 
     def _otlp_exporter(self) -> Any:
         """The exporter the option or the variables ask for, or ``None``."""
-        env = self._env
         from ._environment import (
             exporter_from_environment,
             otlp_exporter,
@@ -91,13 +90,13 @@ class Tracing:
         )
 
         if self._otlp_endpoint:
-            protocol = self._otlp_protocol or protocol_from_environment(env)
+            protocol = self._otlp_protocol or protocol_from_environment(self._env)
             return otlp_exporter(
                 protocol,
                 endpoint=_otlp_url(self._otlp_endpoint, protocol),
                 timeout_s=self._export_timeout_s(),
             )
-        return exporter_from_environment(env, timeout_s=self._export_timeout_s())
+        return exporter_from_environment(self._env, timeout_s=self._export_timeout_s())
 
     def _export_timeout_s(self) -> float:
         if self._timeout_s is None:
@@ -180,56 +179,46 @@ class Tracing:
         started = next(iter(log.read()), None)
         if not isinstance(started, RunStarted):
             raise RuntimeError("attach tracing once the log holds run.started")
-        from ._environment import settings_reported
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from ._environment import combine_exporters, console_exporter, settings_reported
+        from ._jaeger import JaegerJsonExporter
+        from ._live import LiveSpans
+        from ._spans import rank_resource
 
         # The ranks of a node share their variables: local rank 0 speaks for
         # them all, about bad settings and about a collector it cannot reach.
         speaks = started.identity.local_rank == 0
         with settings_reported(speaks):
-            self._attach(log, started, severity_of, speaks)
-
-    def _attach(
-        self, log: EventLog, started: RunStarted, severity_of: SeverityOf | None, speaks: bool
-    ) -> None:
-        if not self._sampled(started.trace_id, started.parent_span_id):
-            return  # the log keeps everything: replay export can still send it
-        from ._environment import combine_exporters, console_exporter
-        from ._jaeger import JaegerJsonExporter
-        from ._live import LiveSpans
-
-        otlp = self._otlp_exporter()
-        self._uses_network = otlp is not None
-        exporters = [] if otlp is None else [otlp]
-        if self._trace_file is not None:
-            path = self._trace_file
-            if started.identity.world_size > 1:
-                path = path.with_name(f"{path.stem}-rank-{started.identity.rank}{path.suffix}")
-            exporters.append(JaegerJsonExporter(path))
-        if self._console is not None:
-            exporters.append(console_exporter(self._console))
-        if not exporters:
-            return  # the variables asked for "none"
-        self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
-        self._live.peer_reports_unreachable = not speaks
-        log.subscribe(self._live, from_seq=0)
-        self._install_provider(started)
-
-    def _install_provider(self, started: RunStarted) -> None:
-        # Spans that probe code creates with the OpenTelemetry API go through
-        # the same queue as the step spans, under the same resource replay
-        # rebuilds, and nest under the step that was current.
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-
-        from ._spans import rank_resource
-
-        # Our sampler, not the SDK's reading of the variables (which would
-        # log its own complaint about a value already reported).
-        provider = TracerProvider(
-            resource=rank_resource(started), sampler=self._sampler, shutdown_on_exit=False
-        )
-        provider.add_span_processor(self._live.span_processor)
-        trace.set_tracer_provider(provider)
+            if not self._sampled(started.trace_id, started.parent_span_id):
+                return  # the log keeps everything: replay export can still send it
+            otlp = self._otlp_exporter()
+            self._uses_network = otlp is not None
+            exporters = [] if otlp is None else [otlp]
+            if self._trace_file is not None:
+                path = self._trace_file
+                if started.identity.world_size > 1:
+                    path = path.with_name(f"{path.stem}-rank-{started.identity.rank}{path.suffix}")
+                exporters.append(JaegerJsonExporter(path))
+            if self._console is not None:
+                exporters.append(console_exporter(self._console))
+            if not exporters:
+                return  # the variables asked for "none"
+            self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
+            self._live.peer_reports_unreachable = not speaks
+            log.subscribe(self._live, from_seq=0)
+            # Spans that probe code creates with the OpenTelemetry API go
+            # through the same queue as the step spans, under the same
+            # resource replay rebuilds, and nest under the step that was
+            # current. Our sampler, not the SDK's reading of the variables
+            # (which would log its own complaint about a value already
+            # reported).
+            provider = TracerProvider(
+                resource=rank_resource(started), sampler=self._sampler, shutdown_on_exit=False
+            )
+            provider.add_span_processor(self._live.span_processor)
+            trace.set_tracer_provider(provider)
 
     def send(self, spans: Sequence[ReadableSpan]) -> bool:
         """Send finished ``spans`` (a launch's own span, once its ranks have
