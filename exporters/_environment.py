@@ -40,7 +40,7 @@ import contextvars
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
@@ -112,13 +112,7 @@ def otlp_grpc_exporter(
     """
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    with _malformed_headers_named():
-        return OTLPSpanExporter(
-            endpoint=endpoint,
-            insecure=insecure,
-            headers=dict(headers) if headers else None,
-            timeout=timeout_s,
-        )
+    return _otlp(OTLPSpanExporter, headers, endpoint=endpoint, insecure=insecure, timeout=timeout_s)
 
 
 def otlp_http_exporter(
@@ -139,12 +133,14 @@ def otlp_http_exporter(
     """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+    return _otlp(OTLPSpanExporter, headers, endpoint=endpoint, timeout=timeout_s)
+
+
+def _otlp(
+    exporter_class: Callable[..., SpanExporter], headers: Mapping[str, str] | None, **options: Any
+) -> SpanExporter:
     with _malformed_headers_named():
-        return OTLPSpanExporter(
-            endpoint=endpoint,
-            headers=dict(headers) if headers else None,
-            timeout=timeout_s,
-        )
+        return exporter_class(headers=dict(headers) if headers else None, **options)
 
 
 def otlp_exporter(

@@ -366,7 +366,6 @@ class SpanProjection:
     def _start_rank(state: _Rank, started: RunStarted) -> None:
         identity = started.identity
         state.started = started
-        state.first_wall_ns = started.wall_ns
         state.resource = rank_resource(started)
         state.common = {
             "startup.rank": identity.rank,

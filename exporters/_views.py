@@ -392,10 +392,9 @@ def run_differences(
     ``step.stalled`` message, which says how long a step had run and where
     it was then) is not a difference; how a rank's process ended is."""
     lines: list[str] = []
-    if a.get("outcome") != b.get("outcome"):
-        lines.append(f"outcome: {a.get('outcome')} -> {b.get('outcome')}")
-    if a.get("world_size") != b.get("world_size"):
-        lines.append(f"world_size: {a.get('world_size')} -> {b.get('world_size')}")
+    for field in ("outcome", "world_size"):
+        if a.get(field) != b.get(field):
+            lines.append(f"{field}: {a.get(field)} -> {b.get(field)}")
     # Whether either was a real start at all.
     for field, what in _NOT_REAL:
         old, new = _not_real(a.get(field)), _not_real(b.get(field))
