@@ -187,9 +187,7 @@ def exporter_from_environment(
         return None
     names_text = env.get("OTEL_TRACES_EXPORTER", "").strip()
     if not names_text:
-        if not (
-            env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        ):
+        if _otlp_variable(env, "ENDPOINT")[1] is None:
             return None
         names_text = "otlp"
     names = [name.strip().lower() for name in names_text.split(",") if name.strip()]
@@ -227,9 +225,7 @@ def protocol_from_environment(env: Mapping[str, str]) -> str:
     """The OTLP protocol the protocol variables ask for (one of
     :data:`OTLP_PROTOCOLS`; unset → ``grpc``; an unsupported one is logged
     once and falls back, see the module documentation)."""
-    protocol_variable, protocol = _first_set(
-        env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"
-    )
+    protocol_variable, protocol = _otlp_variable(env, "PROTOCOL")
     protocol = (protocol or _DEFAULT_PROTOCOL).strip()
     if protocol not in OTLP_PROTOCOLS:
         fallback = "http/protobuf" if protocol.lower().startswith("http") else _DEFAULT_PROTOCOL
@@ -243,9 +239,7 @@ def protocol_from_environment(env: Mapping[str, str]) -> str:
 
 def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter | None:
     protocol = protocol_from_environment(env)
-    endpoint_variable, endpoint = _first_set(
-        env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
+    endpoint_variable, endpoint = _otlp_variable(env, "ENDPOINT")
     try:
         _ = urlsplit(endpoint or "").port
     except ValueError as exc:
@@ -255,15 +249,12 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
     if endpoint is not None and generic and protocol == "http/protobuf":
         endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
 
-    headers_variable, headers_text = _first_set(env, *_HEADERS_VARIABLES)
+    headers_variable, headers_text = _otlp_variable(env, "HEADERS")
     if timeout_s is None:
         timeout_s = export_timeout_from_environment(env)
     with _malformed_headers_named(headers_variable):
         headers = parse_env_headers(headers_text, liberal=True) if headers_text else None
         return otlp_exporter(protocol, endpoint=endpoint, headers=headers, timeout_s=timeout_s)
-
-
-_HEADERS_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 
 
 @contextlib.contextmanager
@@ -283,7 +274,7 @@ def _malformed_headers_named(variable: str | None = None) -> Iterator[None]:
     with captured_messages() as said:
         yield
     if said:
-        variable = variable or _first_set(os.environ, *_HEADERS_VARIABLES)[0]
+        variable = variable or _otlp_variable(os.environ, "HEADERS")[0]
         _warn(f"{variable}: an entry is not name=value (comma-separated); sent without it")
 
 
@@ -298,9 +289,7 @@ def export_timeout_from_environment(environ: Mapping[str, str] | None = None) ->
     (a value that is not a positive number of seconds, at most an hour, is
     logged once and ignored)."""
     env = os.environ if environ is None else environ
-    variable, text = _first_set(
-        env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
-    )
+    variable, text = _otlp_variable(env, "TIMEOUT")
     if not text:
         return DEFAULT_EXPORT_TIMEOUT_S
     try:
@@ -375,7 +364,10 @@ def _warn(message: str) -> None:
     _logger.log(level, "tracing: %s", message)
 
 
-def _first_set(env: Mapping[str, str], *names: str) -> tuple[str, str | None]:
+def _otlp_variable(env: Mapping[str, str], setting: str) -> tuple[str, str | None]:
+    """``OTEL_EXPORTER_OTLP_TRACES_<setting>``, else its generic form, when
+    set (not empty): its name and value; else the generic name and ``None``."""
+    names = (f"OTEL_EXPORTER_OTLP_TRACES_{setting}", f"OTEL_EXPORTER_OTLP_{setting}")
     for name in names:
         value = env.get(name)
         if value:
