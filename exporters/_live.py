@@ -203,7 +203,6 @@ class _GuardedExporter(SpanExporter):
         self._lock = threading.Lock()
         self._closed = False
         self._final = False
-        self._reported = False
         self.failures = 0
         self.peer_reports_unreachable = False
         quiet_opentelemetry_loggers(inner)
@@ -238,9 +237,8 @@ class _GuardedExporter(SpanExporter):
     def _report(self, detail: str, count: int) -> None:
         with self._lock:
             self.failures += 1
-            if self._reported:
+            if self.failures > 1:
                 return
-            self._reported = True
         quiet = self.peer_reports_unreachable and detail in _UNREACHABLE
         _logger.log(
             logging.DEBUG if quiet else logging.WARNING,
