@@ -277,31 +277,27 @@ class SpanProjection:
         """
         state = self._rank_of(event)
         state.last_wall_ns = max(state.last_wall_ns, event.wall_ns)
+        spans: list[ReadableSpan] = []
         try:
             match event:
                 case StepStarted():
                     state.open_steps[event.span_id] = event
-                    return []
                 case RunStarted():
                     self._start_rank(state, event)
-                    return []
                 case RunFinished():
                     state.finished = True
-                    return [self._root_span(state, event)]
+                    spans.append(self._root_span(state, event))
                 case DecisionMade():
                     self._record_decision(state, event)
-                    return []
                 case StepStalled():
                     self._record_stall(state, event)
-                    return []
                 case _ if outcome_of(event) is not None:
                     started = state.open_steps.pop(event.span_id, None)
                     state.waiting.pop(event.span_id, None)
-                    return [self._step_span(state, started, event)]
-                case _:
-                    return []
+                    spans.append(self._step_span(state, started, event))
         except ValueError as exc:
             raise _unbuildable(event, exc) from exc
+        return spans
 
     def finish(self, *, launch: LaunchRecord | None = None) -> list[ReadableSpan]:
         """Close every span still open, as ``incomplete``: the rank stopped.
