@@ -116,19 +116,17 @@ class JaegerJsonExporter(SpanExporter):
 
 
 def _trace(trace_id: int, spans: Sequence[ReadableSpan]) -> JsonObject:
-    processes: dict[str, JsonObject] = {}
-    process_ids: dict[str, str] = {}
+    processes: dict[str, tuple[str, JsonObject]] = {}
     out_spans: list[JsonObject] = []
     for span in spans:
         process = _process(span.resource.attributes)
         identity = json.dumps(process, sort_keys=True)
-        process_id = process_ids.setdefault(identity, f"p{len(process_ids) + 1}")
-        processes.setdefault(process_id, process)
+        process_id, _ = processes.setdefault(identity, (f"p{len(processes) + 1}", process))
         out_spans.append(_span(span, process_id))
     return {
         "traceID": f"{trace_id:032x}",
         "spans": out_spans,
-        "processes": processes,
+        "processes": dict(processes.values()),
         "warnings": None,
     }
 

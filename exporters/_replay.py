@@ -58,12 +58,10 @@ def export_events(
     ``incomplete``. The exporter is not shut down: the caller owns it.
 
     Span status follows the severity of the messages derived from these same
-    events with ``slices`` (:func:`events.step_severity_hook`),
-    as it did live, unless ``severity_of`` says otherwise. With the run as
-    ``replayed`` (:func:`events.replay` of the same logs), the spans are
-    the run's as :func:`run_trace` makes them: the root cause marked, the
-    launch's own span added, a dead rank's open spans lasting until its
-    process ended; ``slices`` are then ``replayed``'s.
+    events with ``slices`` (:func:`events.step_severity_hook`), as it did
+    live, unless ``severity_of`` says otherwise. With the run as ``replayed``
+    (:func:`events.replay` of the same logs), the spans are :func:`run_trace`'s
+    and ``slices`` are ``replayed``'s.
 
     Returns:
         The number of spans exported.
@@ -165,8 +163,7 @@ def run_trace(
 
 
 def _root_cause_span(spans: Sequence[ReadableSpan], cause: RootCause) -> ReadableSpan | None:
-    """The span to jump to from any consequence: the root cause's own step
-    (its rank's root span when no one step is known)."""
+    """The root cause's own step span, else its rank's root span."""
     of_rank = [span for span in spans if (span.attributes or {}).get("startup.rank") == cause.rank]
     for key, value in (("startup.step", cause.step), ("startup.kind", _ROOT_KIND)):
         for span in of_rank:

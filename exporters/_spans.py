@@ -304,9 +304,8 @@ class SpanProjection:
 
         Each ends at its rank's last event time, or when the run's
         ``launch`` saw the rank's process end if that is later, with status
-        ERROR. Ranks come
-        in (run id, rank) order, inner spans before outer ones. The projection
-        is empty afterwards.
+        ERROR. Ranks come in (run id, rank) order, inner spans before outer
+        ones. The projection is empty afterwards.
         """
         spans: list[ReadableSpan] = []
         for key in sorted(self._ranks):
@@ -597,9 +596,8 @@ _NAME_SEPARATORS = re.compile(r"[^a-z0-9_.]")
 
 
 def _attribute_name(name: str) -> str:
-    """A distribution name as an attribute-name part, as the semantic
-    conventions spell names: lower case, ``_`` for ``-`` and other marks
-    (``startup-orchestrator`` → ``startup_orchestrator``)."""
+    """As the semantic conventions spell names: ``startup-orchestrator`` →
+    ``startup_orchestrator``."""
     return _NAME_SEPARATORS.sub("_", name.lower())
 
 
@@ -640,8 +638,6 @@ def _run_reason(end: RunFinished) -> str:
 def _add_outcome(
     end: Event | None, attributes: dict[str, AttributeValue], events: list[SpanEvent]
 ) -> None:
-    """What a step's terminal event says, as attributes and ``exception``
-    events of its span."""
     if isinstance(end, StepUnavailable | StepFailed) and end.cause is not None:
         events.extend(_exception_events(end.cause, end.wall_ns))
     match end:
