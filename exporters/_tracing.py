@@ -208,12 +208,10 @@ class Tracing:
             self._live = LiveSpans(combine_exporters(*exporters), severity_of=severity_of)
             self._live.peer_reports_unreachable = not speaks
             log.subscribe(self._live, from_seq=0)
-            # Spans that probe code creates with the OpenTelemetry API go
-            # through the same queue as the step spans, under the same
-            # resource replay rebuilds, and nest under the step that was
-            # current. Our sampler, not the SDK's reading of the variables
-            # (which would log its own complaint about a value already
-            # reported).
+            # Spans that probe code creates go through the same queue, under
+            # the resource replay rebuilds, nested under the current step. Our
+            # sampler, not the SDK's reading of the variables (which would log
+            # its own complaint about a value already reported).
             provider = TracerProvider(
                 resource=rank_resource(started), sampler=self._sampler, shutdown_on_exit=False
             )
