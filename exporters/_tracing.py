@@ -91,11 +91,12 @@ class Tracing:
 
         if self._otlp_endpoint:
             protocol = self._otlp_protocol or protocol_from_environment(self._env)
-            return otlp_exporter(
-                protocol,
-                endpoint=_otlp_url(self._otlp_endpoint, protocol),
-                timeout_s=self._export_timeout_s(),
-            )
+            endpoint = self._otlp_endpoint
+            # OTLP/HTTP posts to the full traces URL: a collector address
+            # without a path gets /v1/traces, as OTEL_EXPORTER_OTLP_ENDPOINT does.
+            if protocol == "http/protobuf" and urlsplit(endpoint).path in ("", "/"):
+                endpoint = f"{endpoint.rstrip('/')}/v1/traces"
+            return otlp_exporter(protocol, endpoint=endpoint, timeout_s=self._export_timeout_s())
         return exporter_from_environment(self._env, timeout_s=self._export_timeout_s())
 
     def _export_timeout_s(self) -> float:
@@ -277,13 +278,3 @@ class Tracing:
                 timeout_s = self._export_timeout_s() if self._uses_network else 5.0
             self._live.shutdown(timeout_s=timeout_s)
             self._live = None
-
-
-def _otlp_url(url: str, protocol: str) -> str:
-    """An explicit endpoint as the OTLP exporter takes it: OTLP/HTTP posts
-    to the full traces URL, so a collector address without a path
-    (``http://collector:4318``) gets ``/v1/traces``, as the generic
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` does."""
-    if protocol == "http/protobuf" and urlsplit(url).path in ("", "/"):
-        return f"{url.rstrip('/')}/v1/traces"
-    return url
