@@ -365,8 +365,7 @@ def _warn(message: str) -> None:
 
 
 def _otlp_variable(env: Mapping[str, str], setting: str) -> tuple[str, str | None]:
-    """``OTEL_EXPORTER_OTLP_TRACES_<setting>``, else its generic form, when
-    set (not empty): its name and value; else the generic name and ``None``."""
+    """The first set of ``OTEL_EXPORTER_OTLP_[TRACES_]<setting>``: (name, value)."""
     names = (f"OTEL_EXPORTER_OTLP_TRACES_{setting}", f"OTEL_EXPORTER_OTLP_{setting}")
     for name in names:
         value = env.get(name)

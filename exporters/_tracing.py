@@ -82,7 +82,6 @@ class Tracing:
         self._sampler: Any = None
 
     def _otlp_exporter(self) -> Any:
-        """The exporter the option or the variables ask for, or ``None``."""
         from ._environment import (
             exporter_from_environment,
             otlp_exporter,

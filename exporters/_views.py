@@ -68,8 +68,6 @@ def _alive_until_mono_ns(timeline: RankTimeline, launch: LaunchRecord | None) ->
 
 
 def _began_mono_ns(timeline: RankTimeline) -> int:
-    """When a rank began, on its monotonic clock: its ``run.started``, else
-    its first step's start."""
     if timeline.start_mono_ns is not None:
         return timeline.start_mono_ns
     return min((t.start_mono_ns for t in timeline.steps.values()), default=0)
@@ -395,7 +393,6 @@ def run_differences(
     for field in ("outcome", "world_size"):
         if a.get(field) != b.get(field):
             lines.append(f"{field}: {a.get(field)} -> {b.get(field)}")
-    # Whether either was a real start at all.
     for field, what in _NOT_REAL:
         old, new = _not_real(a.get(field)), _not_real(b.get(field))
         if old != new:
@@ -462,8 +459,6 @@ _LAUNCH_SPECIFIC = ("pid", "description")
 
 
 def _comparable(entry: Any, dropped: tuple[str, ...] = ()) -> Any:
-    """``entry`` without its ``dropped`` fields, and its process without
-    what differs between any two launches."""
     if not isinstance(entry, Mapping):
         return entry
     comparable = {key: value for key, value in entry.items() if key not in dropped}
