@@ -307,12 +307,9 @@ def export_timeout_from_environment(environ: Mapping[str, str] | None = None) ->
 
 def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sampler:
     """The SDK sampler ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG``
-    ask for (one of :data:`TRACES_SAMPLERS`; default ``parentbased_always_on``).
-
-    An unknown sampler is logged once and the default is used; a ratio that is
-    not a number in [0, 1] is logged once and 1.0 is used, as the
-    specification says.
-    """
+    ask for (one of :data:`TRACES_SAMPLERS`; default ``parentbased_always_on``;
+    an unsupported value is logged once and falls back, see the module
+    documentation)."""
     from opentelemetry.sdk.trace import sampling
 
     env = os.environ if environ is None else environ
