@@ -28,7 +28,6 @@ the whole run follow.
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import math
 import time
@@ -225,71 +224,40 @@ def _chain_html(exception: ExceptionInfo) -> str:
     return f'<ul class="chain">{"".join(items)}</ul>'
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Ended:
-    """What the event that ended one step of one rank said."""
-
-    reasons: tuple[str, ...] = ()
-    exception: ExceptionInfo | None = None
-
-    @classmethod
-    def of(cls, timing: StepTiming | None) -> _Ended | None:
-        """``None`` while ``timing`` runs; a step that ended saying nothing
-        (every step that succeeded) shares one value."""
-        if timing is None or not timing.finished:
-            return None
-        event = timing.end
-        if event is None:  # it ended ok
-            return _SAID_NOTHING
-        if isinstance(event, StepUnavailable):
-            return cls(event.reasons, event.cause)
-        if isinstance(event, StepFailed):
-            return cls(exception=event.cause)
-        if isinstance(event, StepTimedOut):
-            return cls((f"timed out after {event.timeout_s:g} s",))
-        if isinstance(event, StepCancelled) and event.reason:
-            return cls((event.reason,))
-        if isinstance(event, StepCrashed):
-            how = (
-                f"signal {event.signal}" if event.signal is not None else f"exit {event.exit_code}"
-            )
-            return cls((f"the step's process crashed ({how})", *event.stderr_tail))
-        return _SAID_NOTHING
-
-    def kind(self) -> tuple[str, ...]:
-        """What a lane groups by: the exception types along the chain (the
-        texts may name a rank, a port or a pid; the step's details show
-        each text with its ranks)."""
-        chain = () if self.exception is None else self.exception.chain()
-        return (str(len(self.reasons)), *(link.type for link in chain))
-
-    def text(self) -> tuple[str, ...]:
-        """What one variant of a step's details is: every text."""
-        chain = () if self.exception is None else self.exception.chain()
-        return (*self.reasons, "", *(link.reason for link in chain))
+#: What the event that ended a step said: its reasons and its exception.
+_Said = tuple[tuple[str, ...], ExceptionInfo | None]
 
 
-_SAID_NOTHING = _Ended()
-
-
-def _signature(timings: Sequence[StepTiming], outcome: RunOutcome) -> tuple[Any, ...]:
-    """What makes two ranks' lanes identical: steps, outcomes, the kinds of
-    failure (in any order: concurrent steps start in a different order on
-    each rank)."""
-    return (
-        outcome,
-        tuple(
-            sorted(
-                (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t))
-                for t in timings
-            )
-        ),
-    )
+def _ended(timing: StepTiming | None) -> _Said | None:
+    """What the event that ended one step of one rank said: its reasons and
+    exception (``None`` while ``timing`` runs)."""
+    if timing is None or not timing.finished:
+        return None
+    match timing.end:
+        case StepUnavailable(reasons=reasons, cause=cause):
+            return reasons, cause
+        case StepFailed(cause=cause):
+            return (), cause
+        case StepTimedOut(timeout_s=timeout_s):
+            return (f"timed out after {timeout_s:g} s",), None
+        case StepCancelled(reason=reason) if reason:
+            return (reason,), None
+        case StepCrashed(signal=signal, exit_code=exit_code, stderr_tail=tail):
+            how = f"signal {signal}" if signal is not None else f"exit {exit_code}"
+            return (f"the step's process crashed ({how})", *tail), None
+    return (), None
 
 
 def _kind(timing: StepTiming) -> tuple[str, ...]:
-    found = _Ended.of(timing)
-    return () if found is None else found.kind()
+    """What a lane groups by: the exception types along the chain (the texts
+    may name a rank, a port or a pid; the step's details show each text with
+    its ranks)."""
+    found = _ended(timing)
+    if found is None:
+        return ()
+    reasons, exception = found
+    chain = exception.chain() if exception is not None else ()
+    return (str(len(reasons)), *(link.type for link in chain))
 
 
 def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
@@ -437,11 +405,15 @@ def report_html(
 
     # Swimlanes: identical ranks share one; ranks without events (the
     # likeliest root cause), the root cause's and failed ranks first.
+    # Identical: the same steps, outcomes and kinds of failure, in any order
+    # (concurrent steps start in a different order on each rank).
     lanes: dict[tuple[Any, ...], list[int]] = {}
     for rank in sorted(ranks):
-        timings = tuple(ranks[rank].steps.values())
-        key = _signature(timings, result.outcome_of(rank))
-        lanes.setdefault(key, []).append(rank)
+        steps = sorted(
+            (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t))
+            for t in ranks[rank].steps.values()
+        )
+        lanes.setdefault((result.outcome_of(rank), tuple(steps)), []).append(rank)
     cause_rank = cause.rank if cause is not None else -1
     ordered = sorted(
         lanes.items(),
@@ -477,9 +449,11 @@ def report_html(
             f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
             f" wrote no events ({_e(why)})</h3></div>"
         )
-    scale = _Scale(origin=origin, span=span, last=last, zoom=zoom)
+    # The page's time axis, and the zoomed one, if any.
+    axes = [("", origin, span), *([("z", *zoom)] if zoom is not None else [])]
     for (rank_outcome, _steps), members in ordered:
-        out.append(_lane(result, members, rank_outcome, step_notes, scale, died.get(members[0])))
+        until = died.get(members[0]) or last
+        out.append(_lane(result, members, rank_outcome, step_notes, axes, until))
     out.append("</section>")
 
     out.append(_messages_html(result))
@@ -489,26 +463,14 @@ def report_html(
     return "".join(out)
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _Scale:
-    """The page's time axis: wall-clock ``origin`` .. ``last`` (``span``
-    ns), and the zoomed one (its start and span), if any."""
-
-    origin: int
-    span: int
-    last: int
-    zoom: tuple[int, int] | None
-
-    def bar(self, start: int, end: int) -> str:
-        """The bar's place on each axis, as CSS variables (percent)."""
-        axes = [("", self.origin, self.span)]
-        if self.zoom is not None:
-            axes.append(("z", *self.zoom))
-        return ";".join(
-            f"--{axis}l:{(start - begin) / span * 100:.2f}%;"
-            f"--{axis}w:{max((end - start) / span * 100, 0.0):.2f}%"
-            for axis, begin, span in axes
-        )
+def _bar(axes: Sequence[tuple[str, int, int]], start: int, end: int) -> str:
+    """A bar's place on each ``(prefix, begin, span)`` time axis (wall-clock
+    ns), as CSS variables (percent)."""
+    return ";".join(
+        f"--{axis}l:{(start - begin) / span * 100:.2f}%;"
+        f"--{axis}w:{max((end - start) / span * 100, 0.0):.2f}%"
+        for axis, begin, span in axes
+    )
 
 
 def _lane_facts(result: Replay, members: Sequence[int]) -> list[str]:
@@ -547,14 +509,15 @@ def _lane(
     members: list[int],
     rank_outcome: RunOutcome,
     step_notes: Mapping[int, Mapping[str, list[Message | DecisionMade]]],
-    scale: _Scale,
-    died: int | None,
+    axes: Sequence[tuple[str, int, int]],
+    until: int,
 ) -> str:
     """One swimlane: the steps of ``members`` (identical ranks), drawn from
-    the first, with the duration range across all of them; ``died``: when
-    the first member's process was seen to end, if it died (its steps in
-    flight last until then)."""
-    origin, last = scale.origin, scale.last
+    the first, with the duration range across all of them, on ``axes`` (the
+    first is the page's); ``until``: when the first member's process was
+    seen to end, if it died, else the page's end (its steps in flight last
+    until then)."""
+    origin = axes[0][1]
     who = format_ranks(members)
     first = members[0]
     timeline = result.timeline.ranks[first]
@@ -575,20 +538,23 @@ def _lane(
         else:
             # In flight when the log ends: running, or cut short by a death.
             outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
-        end = timing.end_wall_ns or timeline.end_wall_ns or died or last
+        end = timing.end_wall_ns or timeline.end_wall_ns or until
         # Across the lane's ranks: how long the step took, what its end said,
         # the messages and the decisions of each of them.
         durations: list[int] = []
-        variants: dict[tuple[str, ...], tuple[_Ended, list[int]]] = {}
+        variants: dict[tuple[str, ...], tuple[_Said, list[int]]] = {}
         said: dict[tuple[str, Severity, str], set[int]] = {}
         decided: dict[tuple[str, str], set[int]] = {}
         for rank in members:
             other = result.timeline.ranks[rank].steps.get(step)
             if other is not None and other.duration_ns is not None:
                 durations.append(other.duration_ns)
-            found = _Ended.of(other)
+            found = _ended(other)
             if found is not None:
-                variants.setdefault(found.text(), (found, []))[1].append(rank)
+                reasons, exception = found
+                chain = exception.chain() if exception is not None else ()
+                text = (*reasons, "", *(link.reason for link in chain))
+                variants.setdefault(text, (found, []))[1].append(rank)
             for note in step_notes.get(rank, {}).get(step, ()):
                 if isinstance(note, DecisionMade):
                     decided.setdefault((note.name, _json(note.value)), set()).add(rank)
@@ -609,18 +575,18 @@ def _lane(
         ]
         if timing.depends_on:
             info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
-        for index, (detail, ranks) in enumerate(variants.values()):
+        for index, ((reasons, exception), ranks) in enumerate(variants.values()):
             if index == _VARIANTS:
                 rest = format_ranks(r for _, rs in list(variants.values())[index:] for r in rs)
                 info.append(f"<div>{len(variants) - index} more variants: {_e(rest)}</div>")
                 break
             if len(variants) > 1:
                 info.append(f'<div class="variant">{_e(format_ranks(ranks))}:</div>')
-            if detail.reasons:
-                items = "".join(f"<li>{_e(reason)}</li>" for reason in detail.reasons)
+            if reasons:
+                items = "".join(f"<li>{_e(reason)}</li>" for reason in reasons)
                 info.append(f'<div>reasons:<ul class="reasons">{items}</ul></div>')
-            if detail.exception is not None:
-                info.append(f"<div>exception:{_chain_html(detail.exception)}</div>")
+            if exception is not None:
+                info.append(f"<div>exception:{_chain_html(exception)}</div>")
         if not variants and timing.outcome is None:
             info.append("<div>still running when the log ends</div>")
         if said:
@@ -655,7 +621,7 @@ def _lane(
             f'<span class="name" style="padding-left:{depth * 14}px">'
             f'<span class="label">{_e(step)}</span><span class="dur">{_e(own)}</span></span>'
             f'<span class="track"><span class="bar {tone}" '
-            f'style="{scale.bar(timing.start_wall_ns, end)}"></span></span></summary>'
+            f'style="{_bar(axes, timing.start_wall_ns, end)}"></span></span></summary>'
             f'<div class="info">{"".join(info)}</div></details>'
         )
     rows.append("</div>")

@@ -198,15 +198,19 @@ def _running_lines(replay: Replay) -> list[str]:
     return lines
 
 
+def _shown_links(info: ExceptionInfo, links: int) -> tuple[list[ExceptionInfo], int]:
+    """At most ``links`` links of ``info``'s chain: the outermost ones and the
+    root; and how many were left out between them."""
+    chain = info.chain()
+    omitted = max(0, len(chain) - links)
+    return ([*chain[: links - 1], chain[-1]] if omitted else list(chain)), omitted
+
+
 def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
     # Iterative so a long chain cannot reach the recursion limit.
     if info is None:
         return None
-    chain = list(info.chain())
-    omitted = 0
-    if len(chain) > _JSON_CHAIN_LINKS:
-        omitted = len(chain) - _JSON_CHAIN_LINKS
-        chain = [*chain[: _JSON_CHAIN_LINKS - 1], chain[-1]]
+    chain, omitted = _shown_links(info, _JSON_CHAIN_LINKS)
     nested: dict[str, Any] | None = None
     for position, link in enumerate(reversed(chain)):
         nested = {"type": link.type, "message": link.message, "cause": nested}
@@ -402,13 +406,11 @@ _TEXT_CHAIN_LINKS = 12
 def _chain_lines(info: ExceptionInfo) -> list[str]:
     lines: list[str] = []
     previous: ExceptionInfo | None = None
-    chain = info.chain()
-    omitted = max(0, len(chain) - _TEXT_CHAIN_LINKS)
-    shown = [*chain[: _TEXT_CHAIN_LINKS - 1], chain[-1]] if omitted else list(chain)
+    shown, omitted = _shown_links(info, _TEXT_CHAIN_LINKS)
     for link in shown:
         if previous is None:
             lead = "  "
-        elif omitted and link is chain[-1]:
+        elif omitted and link is shown[-1]:
             lines.append(f"  ... {omitted:,} more linked exceptions ...")
             lead = "  innermost recorded: " if link.truncated else "  at the root: "
         elif previous.cause is link:
@@ -421,7 +423,7 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
             frame = link.frames[-1]
             lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
         previous = link
-    if chain[-1].truncated:
+    if shown[-1].truncated:
         lines.append("  ... the chain was cut here when it was recorded")
     return lines
 
