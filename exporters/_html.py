@@ -62,18 +62,11 @@ __all__ = ["report_html"]
 
 #: Outcome -> CSS class (its colour).
 _TONE = {
-    "ok": "ok",
-    "ready": "ok",
-    "absent": "quiet",
-    "cancelled": "quiet",
-    "unavailable": "warn",
-    "invalid": "warn",
+    **dict.fromkeys(("ok", "ready"), "ok"),
+    **dict.fromkeys(("absent", "cancelled"), "quiet"),
+    **dict.fromkeys(("unavailable", "invalid"), "warn"),
     "running": "run",
-    "failed": "bad",
-    "timed_out": "bad",
-    "crashed": "bad",
-    "interrupted": "bad",
-    "incomplete": "bad",
+    **dict.fromkeys(("failed", "timed_out", "crashed", "interrupted", "incomplete"), "bad"),
 }
 
 #: A step's details show this many distinct texts (of reasons and
@@ -185,11 +178,14 @@ def _clock(ns: int, *, date: bool = False) -> str:
     return f"{shown}.{rest // 1_000_000:03d}" + (" UTC" if date else "")
 
 
-def _ranks_cell(ranks: Iterable[int]) -> str:
+def _ranks(ranks: Iterable[int]) -> str:
     """A table's rank set: it breaks after a comma only, never inside a
     rank (``ranks 0,8,16,..``, one rank a node, is wider than the page)."""
-    shown = _e(format_ranks(ranks)).replace(" ", "&nbsp;").replace(",", ",<wbr>")
-    return f"<td>{shown}</td>"
+    return _e(format_ranks(ranks)).replace(" ", "&nbsp;").replace(",", ",<wbr>")
+
+
+def _code(text: object) -> str:
+    return f"<code>{_e(text)}</code>"
 
 
 def _badge(outcome: str) -> str:
@@ -211,12 +207,12 @@ def _chain_html(exception: ExceptionInfo) -> str:
             frames = f"<details><summary>frames</summary><pre>{_e(lines)}</pre></details>"
         notes = "".join(f"<pre>{_e(note)}</pre>" for note in node.notes)
         members = "".join(
-            f"<li>member: <code>{_e(member.type)}</code>: {_e(member.message)}</li>"
+            f"<li>member: {_code(member.type)}: {_e(member.message)}</li>"
             for member in node.exceptions
         )
         items.append(
             f'<li class="exc">{f"<span class=link>{link}</span> " if link else ""}'
-            f"<code>{_e(node.type)}</code>: <span class=msg>{_e(node.message)}</span>"
+            f"{_code(node.type)}: <span class=msg>{_e(node.message)}</span>"
             f"{' (chain cut here)' if node.truncated else ''}{notes}{frames}"
             f"{f'<ul class=chain>{members}</ul>' if members else ''}</li>"
         )
@@ -364,7 +360,7 @@ def report_html(
     if result.simulated:
         meta.append(f'simulated <b id="simulated">{_e(result.simulated)}</b>')
     if result.injected:
-        faults = ", ".join(f"<code>{_e(fault)}</code>" for fault in result.injected)
+        faults = ", ".join(_code(fault) for fault in result.injected)
         meta.append(f'<span id="injected">injected faults: {faults}</span>')
     if result.until is not None:
         meta.append(f"replayed until seq <b>{result.until}</b>")
@@ -388,7 +384,7 @@ def report_html(
             parts.append(_chain_html(cause.exception))
         if cause.waiting is not None:
             parts.extend(
-                f"<details open><summary>where thread <code>{_e(thread.thread)}</code> "
+                f"<details open><summary>where thread {_code(thread.thread)} "
                 f"waited, innermost first</summary><pre>{_e(chr(10).join(thread.format()))}</pre>"
                 "</details>"
                 for thread in cause.waiting.threads
@@ -400,8 +396,7 @@ def report_html(
         out.append(f'<section id="root-cause">{"".join(parts)}</section>')
     if result.warnings:
         items = "".join(f"<li>{_e(w)}</li>" for w in result.warnings)
-        out.append(f'<section id="warnings"><h2>Warnings about the logs</h2><ul>{items}</ul>')
-        out.append("</section>")
+        out.append(_section("warnings", "Warnings about the logs", f"<ul>{items}</ul>"))
 
     # Swimlanes: identical ranks share one; ranks without events (the
     # likeliest root cause), the root cause's and failed ranks first.
@@ -595,7 +590,7 @@ def _lane(
                     (
                         code,
                         ranks,
-                        f"<li>{_e(severity.name.lower())} <code>{_e(code)}</code> "
+                        f"<li>{_e(severity.name.lower())} {_code(code)} "
                         f"[{_e(format_ranks(ranks))}]: {_e(text)}</li>",
                     )
                     for (code, severity, text), ranks in said.items()
@@ -605,8 +600,7 @@ def _lane(
             info.append(f'<div>messages:<ul class="messages">{items}</ul></div>')
         if decided:
             items = "".join(
-                f"<li>decision <code>{_e(name)}</code> = <code>{_e(value)}</code> "
-                f"[{_e(format_ranks(ranks))}]</li>"
+                f"<li>decision {_code(name)} = {_code(value)} [{_e(format_ranks(ranks))}]</li>"
                 for (name, value), ranks in decided.items()
             )
             info.append(f'<div>decisions:<ul class="decisions">{items}</ul></div>')
@@ -650,38 +644,40 @@ def _capped(rows: Iterable[tuple[str, Iterable[int], str]], more: str) -> str:
     return "".join(capped(rows, rest))
 
 
+def _section(name: str, title: str, body: str) -> str:
+    return f'<section id="{name}"><h2>{title}</h2>{body}</section>'
+
+
+def _row(*cells: str, tag: str = "td") -> str:
+    return "<tr>" + "".join(f"<{tag}>{cell}</{tag}>" for cell in cells) + "</tr>"
+
+
 def _messages_html(result: Replay) -> str:
     if not result.grouped:
-        return '<section id="messages"><h2>Messages</h2><p>none</p></section>'
+        return _section("messages", "Messages", "<p>none</p>")
     rows = _capped(
         [
             (
                 m.code,
                 m.ranks,
-                f"<tr><td>{_severity(m.severity)}</td><td><code>{_e(m.code)}</code></td>"
-                f"{_ranks_cell(m.ranks)}<td>{_e(m.text)}</td></tr>",
+                _row(_severity(m.severity), _code(m.code), _ranks(m.ranks), _e(m.text)),
             )
             for m in result.grouped
         ],
         "<tr><td></td><td colspan=3>{}</td></tr>",
     )
-    return (
-        '<section id="messages"><h2>Messages (grouped by rank set)</h2><table>'
-        f"<tr><th>severity</th><th>code</th><th>ranks</th><th>text</th></tr>{rows}"
-        "</table></section>"
-    )
+    head = _row("severity", "code", "ranks", "text", tag="th")
+    return _section("messages", "Messages (grouped by rank set)", f"<table>{head}{rows}</table>")
 
 
 def _divergences_html(found: Sequence[Divergence]) -> str:
-    if not found:
-        return '<section id="divergences"><h2>Divergences</h2><p>none</p></section>'
     items = "".join(
-        f"<li>{_e(d.severity.name.lower())} <code>{_e(d.code)}</code>: {_e(d.text)}"
+        f"<li>{_e(d.severity.name.lower())} {_code(d.code)}: {_e(d.text)}"
         + "".join(f"<div>{_e(value)}: {_e(format_ranks(ranks))}</div>" for value, ranks in d.values)
         + "</li>"
         for d in found
     )
-    return f'<section id="divergences"><h2>Divergences</h2><ul>{items}</ul></section>'
+    return _section("divergences", "Divergences", f"<ul>{items}</ul>" if found else "<p>none</p>")
 
 
 def _decisions_html(result: Replay) -> str:
@@ -691,13 +687,9 @@ def _decisions_html(result: Replay) -> str:
         for d in sorted(timeline.decisions, key=lambda d: d.step):
             grouped.setdefault((f"{d.name}@{d.step}", _json(d.value)), set()).add(rank)
     if not grouped:
-        return '<section id="decisions"><h2>Decisions</h2><p>none recorded</p></section>'
+        return _section("decisions", "Decisions", "<p>none recorded</p>")
     rows = "".join(
-        f"<tr><td><code>{_e(name)}</code></td><td><code>{_e(value)}</code></td>"
-        f"{_ranks_cell(ranks)}</tr>"
-        for (name, value), ranks in grouped.items()
+        _row(_code(name), _code(value), _ranks(ranks)) for (name, value), ranks in grouped.items()
     )
-    return (
-        '<section id="decisions"><h2>Decisions</h2><table>'
-        f"<tr><th>decision</th><th>value</th><th>ranks</th></tr>{rows}</table></section>"
-    )
+    head = _row("decision", "value", "ranks", tag="th")
+    return _section("decisions", "Decisions", f"<table>{head}{rows}</table>")
