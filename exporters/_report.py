@@ -463,14 +463,11 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         )
     if cause.left_out is not None:
         lines.append(terminal_text(f"  {cause.left_out_text()}"))
-    if len(cause.in_flight) > 1 or (cause.in_flight and cause.step is None):
-        lines.append(
-            terminal_text(
-                f"  {len(cause.in_flight)} steps were in flight: {', '.join(cause.in_flight)}"
-                if len(cause.in_flight) > 1
-                else f"  the step in flight: {cause.in_flight[0]}"
-            )
-        )
+    if len(cause.in_flight) > 1:
+        in_flight = f"{len(cause.in_flight)} steps were in flight: {', '.join(cause.in_flight)}"
+        lines.append(terminal_text(f"  {in_flight}"))
+    elif cause.in_flight and cause.step is None:
+        lines.append(terminal_text(f"  the step in flight: {cause.in_flight[0]}"))
     if process is not None:
         seen = f"seen by {process.observer}" if process.observer else "its launcher saw"
         lines.append(terminal_text(f"  {seen}: {process.describe(since_ns=since)}"))
@@ -660,20 +657,17 @@ def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> 
     )
 
 
-def _header_lines(replay: Replay) -> list[str]:
-    return [
+def report_header(replay: Replay) -> str:
+    """The first block of :func:`report_text`: the outcome, what was
+    simulated or injected, the root cause and the ranks without events (the
+    views print it above their own output)."""
+    lines = [
         terminal_text(_headline(replay)),
         *_provenance_line(replay),
         *_root_cause_lines(replay),
         *_no_events_lines(replay),
     ]
-
-
-def report_header(replay: Replay) -> str:
-    """The first block of :func:`report_text`: the outcome, what was
-    simulated or injected, the root cause and the ranks without events (the
-    views print it above their own output)."""
-    return "\n".join(_header_lines(replay)) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def report_text(
@@ -698,7 +692,7 @@ def report_text(
     shown with control characters escaped and continuation lines indented,
     so nothing in a log can forge a report line or drive the terminal.
     """
-    lines = _header_lines(replay)
+    lines = [report_header(replay).removesuffix("\n")]
     if rank is None:
         ranks = _all_ranks(replay)
         groups: Sequence[GroupedMessage] = replay.grouped

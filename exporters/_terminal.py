@@ -32,11 +32,8 @@ _CONTINUATION = re.compile("\n(?=[^\n])")
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    short = _SHORT.get(char)
-    if short is not None:
-        return short
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
 def terminal_text(text: str, *, indent: str = "  ") -> str:
