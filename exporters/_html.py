@@ -412,11 +412,7 @@ def report_html(
     cause_rank = cause.rank if cause is not None else -1
     ordered = sorted(
         lanes.items(),
-        key=lambda item: (
-            cause_rank not in item[1],
-            _OUTCOME_ORDER.index(item[0][0]),
-            item[1][0],
-        ),
+        key=lambda lane: (cause_rank not in lane[1], _OUTCOME_ORDER.index(lane[0][0]), lane[1][0]),
     )
     ticks = _ticks(0, span, "full")
     toggles = ['<label for="expand-all">expand every step</label>']

@@ -329,12 +329,8 @@ def report_json(replay: Replay) -> dict[str, Any]:
         ],
         "warnings": list(replay.warnings),
         "degraded": [
-            {
-                "code": group.code,
-                "severity": group.severity.name.lower(),
-                "ranks": list(group.ranks),
-            }
-            for group in degraded_by(replay)
+            {"code": g.code, "severity": g.severity.name.lower(), "ranks": list(g.ranks)}
+            for g in degraded_by(replay)
         ],
         "losses": [
             {"fact": loss.fact, "what": loss.what, "ranks": list(ranks)}
@@ -611,13 +607,8 @@ def _table(replay: Replay, ranks: Sequence[int]) -> list[str]:
         (format_ranks(ranks, label=False), *cells)
         for cells, ranks in sorted(shown.items(), key=lambda row: (len(row[1]), min(row[1])))
     ]
-    header = (
-        "RANKS",
-        *(("ROLE",) if roles else ()),
-        "OUTCOME",
-        *(column.title for column in columns),
-        "LAST STEP",
-    )
+    titles = [column.title for column in columns]
+    header = ("RANKS", *(["ROLE"] if roles else []), "OUTCOME", *titles, "LAST STEP")
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return [
         "  "
