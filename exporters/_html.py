@@ -149,25 +149,18 @@ def _round(ns: int) -> str:
     return f"{ns / 1e3:g} \N{MICRO SIGN}s"
 
 
-def _tick_step(span: int) -> int:
-    """A round interval, 1, 2 or 5 times a power of ten nanoseconds, that
-    cuts ``span`` into at most six."""
-    wanted = max(span / 6, 1.0)
-    power = 10 ** math.floor(math.log10(wanted))
-    return next(int(f * power) for f in (1, 2, 5, 10) if f * power >= wanted)
-
-
 def _ticks(start: int, span: int, kind: str) -> str:
     """Round ticks over ``start`` .. ``start + span`` (ns since the page's
-    origin), each labelled with its time since the origin."""
-    step = _tick_step(span)
-    at = -(-start // step) * step
-    ticks = []
-    while at <= start + span:
-        left = (at - start) / span * 100
-        ticks.append(f'<span class="tick" style="left:{left:.2f}%">{_round(at)}</span>')
-        at += step
-    return f'<span class="ticks {kind}">{"".join(ticks)}</span>'
+    origin), each labelled with its time since the origin: every 1, 2 or 5
+    times a power of ten nanoseconds, at most six."""
+    wanted = max(span / 6, 1.0)
+    power = 10 ** math.floor(math.log10(wanted))
+    step = next(int(f * power) for f in (1, 2, 5, 10) if f * power >= wanted)
+    ticks = "".join(
+        f'<span class="tick" style="left:{(at - start) / span * 100:.2f}%">{_round(at)}</span>'
+        for at in range(-(-start // step) * step, start + span + 1, step)
+    )
+    return f'<span class="ticks {kind}">{ticks}</span>'
 
 
 def _clock(ns: int, *, date: bool = False) -> str:

@@ -637,17 +637,6 @@ def capped(
     return out
 
 
-def _message_lines(groups: Sequence[GroupedMessage], min_severity: Severity) -> list[str]:
-    return capped(
-        (
-            (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
-            for group in groups
-            if group.severity >= min_severity
-        ),
-        lambda code, _count, ranks: f"  ... and more {code} messages on {format_ranks(ranks)}",
-    )
-
-
 def report_header(replay: Replay) -> str:
     """The first block of :func:`report_text`: the outcome, what was
     simulated or injected, the root cause and the ranks without events (the
@@ -694,8 +683,13 @@ def report_text(
     lines.append("Ranks:" if rank is None else f"Rank {rank}:")
     lines.extend(_table(replay, ranks) if ranks else ["  (no log for this rank)"])
     level = min_severity.name.lower()
-    messages = _message_lines(
-        [g for g in groups if not g.code.endswith(".divergence")], min_severity
+    messages = capped(
+        (
+            (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
+            for group in groups
+            if group.severity >= min_severity and not group.code.endswith(".divergence")
+        ),
+        lambda code, _count, ranks: f"  ... and more {code} messages on {format_ranks(ranks)}",
     )
     lines.append("")
     if printed_above is not None and messages:
