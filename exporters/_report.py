@@ -257,19 +257,17 @@ def _log_state(replay: Replay, rank: int) -> str:
 
 def _rank_json(replay: Replay, rank: int, facts: tuple[str, ...]) -> dict[str, Any]:
     state = replay.states.get(rank) or RankStates(replay.slices).new(rank, replay.run_id)
-    entry: dict[str, Any] = {
+    role = _role(state)
+    return {
         "rank": rank,
         "outcome": replay.outcome_of(rank).value,
         "log": _log_state(replay, rank),
+        **{fact: state.facts.get(fact) for fact in facts},
+        "last_step": state.last_step,
+        "in_flight": list(state.in_flight),
+        **({"role": role} if role else {}),
+        "process": _process_json(_process_of(replay, rank), replay),
     }
-    for fact in facts:
-        entry[fact] = state.facts.get(fact)
-    entry["last_step"] = state.last_step
-    entry["in_flight"] = list(state.in_flight)
-    if role := _role(state):
-        entry["role"] = role
-    entry["process"] = _process_json(_process_of(replay, rank), replay)
-    return entry
 
 
 def _all_ranks(replay: Replay) -> list[int]:
@@ -357,13 +355,8 @@ def degraded_by(replay: Replay) -> list[GroupedMessage]:
     ]
 
 
-_OUTCOME_ORDER = (
-    RunOutcome.FAILED,
-    RunOutcome.INCOMPLETE,
-    RunOutcome.INTERRUPTED,
-    RunOutcome.RUNNING,
-    RunOutcome.READY,
-)
+#: The outcomes, worst first: the headline counts and the page's lanes go in this order.
+_OUTCOME_ORDER = tuple(map(RunOutcome, ["failed", "incomplete", "interrupted", "running", "ready"]))
 
 
 def _headline(replay: Replay) -> str:
