@@ -616,17 +616,16 @@ def capped(
     """At most :data:`_GROUPS_PER_CODE` ``(code, ranks, row)`` rows of a code
     (texts that name a rank differ on every rank), then for each code's rest
     ``more(code, count, ranks)``."""
-    shown: dict[str, int] = {}
-    rest: dict[str, tuple[int, set[int]]] = {}
+    rows_of: dict[str, int] = {}
+    rest: dict[str, set[int]] = {}
     out: list[str] = []
     for code, ranks, row in rows:
-        shown[code] = shown.get(code, 0) + 1
-        if shown[code] <= _GROUPS_PER_CODE:
+        rows_of[code] = rows_of.get(code, 0) + 1
+        if rows_of[code] <= _GROUPS_PER_CODE:
             out.append(row)
         else:
-            count, seen = rest.get(code, (0, set()))
-            rest[code] = (count + 1, seen.union(ranks))
-    out.extend(more(code, count, seen) for code, (count, seen) in rest.items())
+            rest.setdefault(code, set()).update(ranks)
+    out.extend(more(code, rows_of[code] - _GROUPS_PER_CODE, seen) for code, seen in rest.items())
     return out
 
 
