@@ -273,10 +273,7 @@ def _degraded_html(result: Replay, degraded: Sequence[GroupedMessage]) -> str:
 
 
 def report_html(
-    result: Replay,
-    *,
-    title: str | None = None,
-    divergences: Sequence[Divergence] = (),
+    result: Replay, *, title: str | None = None, divergences: Sequence[Divergence] = ()
 ) -> str:
     """``result`` as one HTML page.
 
