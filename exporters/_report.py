@@ -567,11 +567,8 @@ def _cells(
         return (outcome, *("-" for _column in columns), "(no events)")
     cause = state.root_cause
     step = cause.step if cause is not None and cause.step else state.last_step
-    return (
-        outcome,
-        *(column.cell(state.facts.get(column.fact)) for column in columns),
-        step or "-",
-    )
+    cells = (column.cell(state.facts.get(column.fact)) for column in columns)
+    return (outcome, *cells, step or "-")
 
 
 def _role(state: RankState | None) -> str | None:
