@@ -55,21 +55,16 @@ def _top_level(event: Event, root_span_id: str | None) -> bool:
     return "/" not in event.step
 
 
-@attrs.frozen(kw_only=True)
-class _Tracked:
-    """The failure bookkeeping's answer for one event."""
-
-    pending: tuple[_Failure, ...]
-    #: a failure that reached a graph step (or the end of the run)
-    settled: _Failure | None = None
-    #: the step's own failure started here (not a child's going up)
-    originated: bool = False
+#: The failure bookkeeping's answer for one event: the failures still on
+#: their way up; a failure that reached a graph step (or the end of the run);
+#: whether the step's own failure started here (not a child's going up).
+_Tracked = tuple[tuple[_Failure, ...], _Failure | None, bool]
 
 
 #: The events that fail their step.
 _FAILING = (StepFailed, StepTimedOut, StepCrashed)
 #: The answer for an event that neither fails nor ends a failure's way up.
-_NOTHING = _Tracked(pending=())
+_NOTHING: _Tracked = ((), None, False)
 
 
 def _track(
@@ -82,7 +77,7 @@ def _track(
         settled = next((f for f in pending if f.step == event.failed_step), None)
         if settled is not None:
             settled = attrs.evolve(settled, seqs=(*settled.seqs, event.seq))
-        return _Tracked(pending=(), settled=settled)
+        return (), settled, False
     failing = isinstance(event, _FAILING)
     if not pending and not failing:
         return _NOTHING  # nothing on its way up, nor a failure here
@@ -97,7 +92,7 @@ def _track(
         else:
             going_up = next((f for f in below if f.step == event.origin), None)
     elif not failing:
-        return _Tracked(pending=rest)
+        return rest, None, False
     cause = event.cause if isinstance(event, StepFailed) else None
     if going_up is None:
         failure = _Failure(
@@ -114,5 +109,5 @@ def _track(
             going_up, cause=going_up.cause or cause, seqs=(*going_up.seqs, event.seq)
         )
     if top_level and cause is not None:
-        return _Tracked(pending=rest, settled=failure, originated=going_up is None)
-    return _Tracked(pending=(*rest, failure), originated=going_up is None)
+        return rest, failure, going_up is None
+    return (*rest, failure), None, going_up is None

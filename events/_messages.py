@@ -509,13 +509,12 @@ class _Fold:
         self.changed = True
 
     def run_finished(self, event: RunFinished) -> None:
-        tracked = _track(self.failures, event, top_level=True)
-        self.failures = tracked.pending
+        self.failures, settled, _ = _track(self.failures, event, top_level=True)
         self.open.clear()
         self.fallbacks.clear()
         self.changed = True
-        if tracked.settled is not None:
-            self.settle(tracked.settled)
+        if settled is not None:
+            self.settle(settled)
         outcome = event.outcome
         step = event.failed_step
         where = f" (step {step})" if step else ""
@@ -583,17 +582,14 @@ class _Fold:
         # recovers, say) is not also a step.timed_out or step.crashed.
         covered = stopped and any(hook.covers_stop(step, started) for hook in setup._hooks)
         reported = stopped and not covered
-        tracked = _track(
+        self.failures, settled, self.originated = _track(
             self.failures,
             event,
             top_level=_top_level(event, self.root_span_id),
             reported=reported or covered,
         )
-        self.failures = tracked.pending
-        self.originated = tracked.originated
-        settled = tracked.settled
         rule = self.rule_for(event)
-        if isinstance(event, StepFailed) and tracked.originated:
+        if isinstance(event, StepFailed) and self.originated:
             if rule is not None:
                 # The rule says this failure where it started: no step.failed.
                 if settled is not None:

@@ -224,12 +224,11 @@ class _StateFold:
             self.last_event_step = step
             if isinstance(event, StepCancelled):
                 self.cancelled.append(step)
-            tracked = _track(self.failures, event, top_level=_top_level(event, self.root_span_id))
-            self.failures = tracked.pending
-            if tracked.settled is not None and self.failure is None:
-                self.failure = _root_cause(
-                    tracked.settled, None, self.rank, self.outcome, self.stalls
-                )
+            self.failures, settled, _ = _track(
+                self.failures, event, top_level=_top_level(event, self.root_span_id)
+            )
+            if settled is not None and self.failure is None:
+                self.failure = _root_cause(settled, None, self.rank, self.outcome, self.stalls)
             settles = True
         elif kind == DECISION:
             settles = True
@@ -243,13 +242,12 @@ class _StateFold:
             self.root_span_id = event.span_id
         elif kind == RUN_FINISHED:
             assert isinstance(event, RunFinished)
-            tracked = _track(self.failures, event, top_level=True)
-            self.failures = ()
+            self.failures, settled, _ = _track(self.failures, event, top_level=True)
             self.finished = event
             self.outcome = event.outcome
-            if tracked.settled is not None and self.failure is None:
+            if settled is not None and self.failure is None:
                 self.failure = _root_cause(
-                    tracked.settled, event.cause, self.rank, self.outcome, self.stalls
+                    settled, event.cause, self.rank, self.outcome, self.stalls
                 )
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
