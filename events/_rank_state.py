@@ -214,8 +214,16 @@ class RankState:
         in_flight = self.in_flight
         # An unfinished rank has no run.finished: its last event speaks.
         finished = tracking.finished
-        failed_step = None if finished is None else finished.failed_step
-        step = failed_step or _one_step(in_flight, self.last_step)
+        step = None if finished is None else finished.failed_step
+        if not step:
+            # The one step a stopped rank was in: none when several were.
+            step = (in_flight[0] if in_flight else self.last_step) if len(in_flight) < 2 else None
+        if step is not None:
+            waiting = self.stalls.get(step)
+        else:
+            # With several in flight, the one that had waited longest when last seen.
+            seen = [self.stalls[s] for s in in_flight if s in self.stalls]
+            waiting = max(seen, key=lambda stall: stall.elapsed_ns, default=None)
         return RootCause(
             rank=self.rank,
             step=step,
@@ -224,24 +232,8 @@ class RankState:
             wall_ns=(0 if finished is None else finished.wall_ns) or self.last_wall_ns,
             seq=self.last_seq if finished is None else finished.seq,
             in_flight=in_flight,
-            waiting=_waiting(self, step, in_flight),
+            waiting=waiting,
         )
-
-
-def _waiting(state: RankState, step: str | None, in_flight: tuple[str, ...]) -> StepStalled | None:
-    """Where a stopped rank's step was last seen waiting; with several in
-    flight, the one that had waited longest when last seen."""
-    if step is not None:
-        return state.stalls.get(step)
-    seen = [state.stalls[s] for s in in_flight if s in state.stalls]
-    return max(seen, key=lambda stall: stall.elapsed_ns, default=None)
-
-
-def _one_step(in_flight: tuple[str, ...], last_step: str | None) -> str | None:
-    """The one step a stopped rank was in: ``None`` when several were."""
-    if len(in_flight) > 1:
-        return None
-    return in_flight[0] if in_flight else last_step
 
 
 def _root_cause(
