@@ -360,26 +360,6 @@ class _Fold:
     """One rank's messages being derived; while an event is derived, the
     :class:`~events.MessageContext` the slices' hooks see."""
 
-    __slots__ = (
-        "base",
-        "changed",
-        "event",
-        "failures",
-        "fallbacks",
-        "identity",
-        "memories",
-        "messages",
-        "open",
-        "originated",
-        "outcome",
-        "root_span_id",
-        "seen",
-        "setup",
-        "severities",
-        "started",
-        "waiting",
-    )
-
     def __init__(self, setup: Messages, state: RankMessages) -> None:
         tracking = state.tracking
         self.setup = setup

@@ -139,27 +139,6 @@ class RankStates(Projection[Mapping[int, RankState]]):
 class _StateFold:
     """One rank's state while a run of its events is folded."""
 
-    __slots__ = (
-        "base",
-        "cancelled",
-        "facts",
-        "failure",
-        "failures",
-        "finished",
-        "hooks",
-        "identity",
-        "last_event_step",
-        "last_seq",
-        "last_wall_ns",
-        "open_steps",
-        "outcome",
-        "rank",
-        "results",
-        "root_span_id",
-        "run_id",
-        "stalls",
-    )
-
     def __init__(
         self,
         state: RankState,
