@@ -25,8 +25,8 @@ class _Failure:
     step: str
     outcome: Outcome
     cause: ExceptionInfo | None
-    seq: int
     wall_ns: int
+    #: the events behind it, the one it started at first
     seqs: tuple[int, ...]
     #: a message was already derived for it (a timeout or crash)
     reported: bool = False
@@ -99,7 +99,6 @@ def _track(
             step=step,
             outcome=outcome_of(event) or Outcome.FAILED,
             cause=cause,
-            seq=event.seq,
             wall_ns=event.wall_ns,
             seqs=(event.seq,),
             reported=reported,

@@ -249,6 +249,6 @@ def _root_cause(
         exception=failure.cause or fallback,
         outcome=outcome,
         wall_ns=failure.wall_ns,
-        seq=failure.seq,
+        seq=failure.seqs[0],
         waiting=stalls.get(failure.step),
     )

@@ -464,9 +464,7 @@ class Replay:
         yet is ``running``, as is an unfinished rank seen alive
         (:attr:`running`), and so is the run unless a rank had already
         failed or been interrupted. No ranks at all is ``incomplete``."""
-        world = range(self.world_size)
-        outcomes = {self.outcome_of(rank) for rank in world}
-        outcomes.update(self.outcome_of(rank) for rank in self.states if rank not in world)
+        outcomes = {self.outcome_of(rank) for rank in {*range(self.world_size), *self.states}}
         if RunOutcome.INCOMPLETE in outcomes or not self.states:
             return RunOutcome.INCOMPLETE
         cause = self.root_cause
