@@ -306,10 +306,6 @@ def step_severity_hook(
     )
 
 
-# --------------------------------------------------------------------------
-# Derivation
-
-
 def reason_text(info: ExceptionInfo) -> str:
     """``Type: message``, or the bare type when the message is empty."""
     return info.reason if info.message else info.name
@@ -481,8 +477,6 @@ class _Fold:
         self.changed = True
         self.raise_severity(step, severity)
 
-    # -- run ---------------------------------------------------------------
-
     def run_started(self, event: RunStarted) -> None:
         self.identity = event.identity
         self.root_span_id = event.span_id
@@ -527,8 +521,6 @@ class _Fold:
                 step="",
                 args=(step or "", by),
             )
-
-    # -- steps -------------------------------------------------------------
 
     def step_started(self, event: StepStarted) -> None:
         self.open[event.step] = event
@@ -585,20 +577,15 @@ class _Fold:
             self.settle(settled)
         # The chain ended: a fallback that never started is no message.
         self.fallbacks.pop(step, None)
-        if started is not None:
-            self.fallback(event, started)
+        if started is not None and started.kind is StepKind.ATTEMPT:
+            # An attempt a fallback rule speaks for: its span's severity
+            # now, its message when the next attempt starts.
+            fallback = self.rule_for(event, fallback=True)
+            if fallback is not None:
+                self.fallbacks[step.rpartition("/")[0]] = (fallback, event, started)
+                self.raise_severity(step, self.severity(fallback.code))
         self.say(rule, event, started)
         self.waiting.pop(step, None)
-
-    def fallback(self, event: Event, started: StepStarted) -> None:
-        """An attempt with a fallback left that a fallback rule speaks for:
-        its span's severity now, its message when the next attempt starts."""
-        if started.kind is not StepKind.ATTEMPT:
-            return
-        rule = self.rule_for(event, fallback=True)
-        if rule is not None:
-            self.fallbacks[event.step.rpartition("/")[0]] = (rule, event, started)
-            self.raise_severity(event.step, self.severity(rule.code))
 
     def rule_for(self, event: Event, *, fallback: bool = False) -> MessageRule | None:
         outcome = self.outcome
@@ -673,10 +660,6 @@ def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) ->
     if scope is Scope.LOCAL:
         return identity.local_rank == 0
     return identity.rank == 0
-
-
-# --------------------------------------------------------------------------
-# Grouping across ranks
 
 
 def format_ranks(
