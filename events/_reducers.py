@@ -134,21 +134,19 @@ class _Kinds(dict[type[Event], int]):
     found on a class's first lookup, then kept."""
 
     def __missing__(self, cls: type[Event]) -> int:
-        kind = OTHER
-        for base, found in (
-            (StepStarted, STARTED),
-            (StepSucceeded, SUCCEEDED),
-            (TERMINAL_STEP_EVENTS, ENDED),
-            (StepStalled, STALLED),
-            (DecisionMade, DECISION),
-            (RunStarted, RUN_STARTED),
-            (RunFinished, RUN_FINISHED),
-        ):
-            if issubclass(cls, base):
-                kind = found
-                break
-        self[cls] = kind
+        kind = self[cls] = next((found for base, found in _BASES if issubclass(cls, base)), OTHER)
         return kind
+
+
+_BASES: tuple[tuple[type[Event] | tuple[type[Event], ...], int], ...] = (
+    (StepStarted, STARTED),
+    (StepSucceeded, SUCCEEDED),
+    (TERMINAL_STEP_EVENTS, ENDED),
+    (StepStalled, STALLED),
+    (DecisionMade, DECISION),
+    (RunStarted, RUN_STARTED),
+    (RunFinished, RUN_FINISHED),
+)
 
 
 KINDS = _Kinds()
