@@ -377,8 +377,6 @@ class _Fold:
         self.outcome: Outcome | None = None
 
     def freeze(self) -> RankMessages:
-        if not self.changed:
-            return self.base
         return RankMessages(
             rank=self.base.rank,
             identity=self.identity,
