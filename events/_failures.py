@@ -37,10 +37,6 @@ class _Failure:
 _PROPAGATED_NAMES = frozenset({"StepTimeoutError", "StepCrashedError"})
 
 
-def _below(step: str, ancestor: str) -> bool:
-    return step.startswith(ancestor + "/")
-
-
 def _continues(failure: _Failure, cause: ExceptionInfo) -> bool:
     """Whether an enclosing step failing with ``cause`` is ``failure`` going
     up, in a log before schema 3."""
@@ -82,8 +78,9 @@ def _track(
     if not pending and not failing:
         return _NOTHING  # nothing on its way up, nor a failure here
     step = event.step
-    below = [f for f in pending if _below(f.step, step)]
-    rest = tuple(f for f in pending if not _below(f.step, step)) if below else pending
+    prefix = step + "/"
+    below = [f for f in pending if f.step.startswith(prefix)]
+    rest = tuple(f for f in pending if not f.step.startswith(prefix)) if below else pending
     going_up: _Failure | None = None
     if isinstance(event, StepFailed):
         if event.origin is None:

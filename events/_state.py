@@ -92,8 +92,7 @@ class RankStates(Projection[Mapping[int, RankState]]):
                 if column.step is not None:
                     facts.setdefault(column.fact, None)
                     results.setdefault(column.step, []).append((column.fact, column.key))
-        self._facts = facts
-        self._results = {step: tuple(found) for step, found in results.items()}
+        self._facts, self._results = facts, results
         self._hooks = tuple(
             part.derive_facts for part in self._slices if part.derive_facts is not None
         )
@@ -142,7 +141,7 @@ class _StateFold:
     def __init__(
         self,
         state: RankState,
-        results: Mapping[str, tuple[tuple[str, str | None], ...]],
+        results: Mapping[str, list[tuple[str, str | None]]],
         hooks: tuple[FactsHook, ...],
     ) -> None:
         tracking = state.tracking
