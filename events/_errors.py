@@ -54,6 +54,13 @@ class EventsError(Exception):
 
     __module__ = "events"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Only this module's classes: another package's subclasses
+        # (``orchestrator.engine.EngineConfigError``) name their own.
+        if cls.__module__ == __name__:
+            cls.__module__ = "events"
+
 
 class InvalidValueError(EventsError, ValueError):
     """A value is not one of the values this release accepts.
@@ -68,8 +75,6 @@ class InvalidValueError(EventsError, ValueError):
     The message is ``unknown WHAT 'VALUE' [in WHERE]; valid: A, B, C``: the
     list says what to write instead.
     """
-
-    __module__ = "events"
 
     def __init__(
         self, what: str, value: object, valid: Iterable[str], where: str | None = None
@@ -96,8 +101,6 @@ class DecodeError(EventsError):
             when a field is; ``None`` when the record as a whole is wrong.
     """
 
-    __module__ = "events"
-
     def __init__(self, reason: str, *, field: str | None = None) -> None:
         self.reason = reason
         self.field = field
@@ -111,8 +114,6 @@ class UnknownEventTypeError(DecodeError):
         type_tag: the tag found in the record.
         known: the tags this release reads.
     """
-
-    __module__ = "events"
 
     def __init__(self, type_tag: object, known: tuple[str, ...]) -> None:
         self.type_tag = type_tag
@@ -132,8 +133,6 @@ class UnsupportedVersionError(DecodeError):
         version: the version found.
         supported: the newest version this release writes.
     """
-
-    __module__ = "events"
 
     def __init__(self, version: object, supported: int) -> None:
         self.version = version
@@ -156,13 +155,9 @@ class UnsupportedVersionError(DecodeError):
 class LogError(EventsError):
     """A log cannot be used as asked."""
 
-    __module__ = "events"
-
 
 class LogClosedError(LogError):
     """An append to a log that was closed."""
-
-    __module__ = "events"
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
@@ -177,8 +172,6 @@ class StreamMismatchError(LogError):
         expected: ``(run_id, rank)`` of the log.
         found: ``(run_id, rank)`` of the event.
     """
-
-    __module__ = "events"
 
     def __init__(self, expected: tuple[str, int], found: tuple[str, int]) -> None:
         self.expected = expected
@@ -198,8 +191,6 @@ class LogCorruptError(LogError):
         reason: what is wrong with it.
     """
 
-    __module__ = "events"
-
     def __init__(self, path: Path | str, line: int, reason: str) -> None:
         self.path = Path(path)
         self.line = line
@@ -214,8 +205,6 @@ class SequenceGapError(LogCorruptError):
         expected: the sequence number that should have come.
         found: the one that did.
     """
-
-    __module__ = "events"
 
     def __init__(self, path: Path | str, line: int, expected: int, found: int) -> None:
         self.expected = expected
@@ -236,8 +225,6 @@ class ForeignEventError(LogCorruptError):
         expected: ``(run_id, rank)`` of the file.
         found: ``(run_id, rank)`` of the record.
     """
-
-    __module__ = "events"
 
     def __init__(
         self, path: Path | str, line: int, expected: tuple[str, int], found: tuple[str, int]
@@ -260,8 +247,6 @@ class FoldError(EventsError):
         expected: the next ``seq`` the fold expected.
         found: the ``seq`` it got.
     """
-
-    __module__ = "events"
 
     def __init__(self, run_id: str, rank: int, expected: int, found: int) -> None:
         self.run_id = run_id
