@@ -98,6 +98,7 @@ class _LogBase:
         # it finds, whoever subscribes or unsubscribes meanwhile.
         self._subscribers: tuple[Subscriber, ...] = ()
         self._closed = False
+        self._file: Path | None = None
 
     @property
     def run_id(self) -> str:
@@ -134,7 +135,7 @@ class _LogBase:
             raise StreamMismatchError((self._run_id, self._rank), (event.run_id, event.rank))
         with self._lock:
             if self._closed:
-                raise LogClosedError(self._path())
+                raise LogClosedError(self._file)
             seq = len(self._events)
             event = self._store(event, seq)
             self._events.append(event)
@@ -193,9 +194,6 @@ class _LogBase:
 
     def _close(self) -> None:
         pass
-
-    def _path(self) -> Path | None:
-        return None
 
 
 class MemoryLog(_LogBase):
@@ -269,14 +267,17 @@ class JsonlLog(_LogBase):
             OSError: the file or its directory cannot be opened.
         """
         super().__init__(run_id, rank)
-        self._file = Path(path)
+        self._file: Path = Path(path)
         self._durability = Durability(durability)
-        self._sync_always = self._durability is Durability.ALWAYS
-        # One test per append under ``never``.
-        self._may_sync = self._durability is not Durability.NEVER
         if not 0 <= interval_ms < math.inf:
             raise ValueError(f"interval_ms must be >= 0 and finite, not {interval_ms}")
-        self._interval_ns = int(interval_ms * 1_000_000)
+        # How long an append may leave events unsynced; one test per append
+        # under ``never``.
+        self._sync_after_ns = {
+            Durability.ALWAYS: 0,
+            Durability.INTERVAL: int(interval_ms * 1_000_000),
+            Durability.NEVER: None,
+        }[self._durability]
         self._last_sync_ns = time.monotonic_ns()
         self._dirty = False
         self._failed_write: OSError | None = None
@@ -346,9 +347,8 @@ class JsonlLog(_LogBase):
                     os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
             raise
         self._dirty = True
-        if self._may_sync and (
-            self._sync_always or time.monotonic_ns() - self._last_sync_ns >= self._interval_ns
-        ):
+        after = self._sync_after_ns
+        if after is not None and time.monotonic_ns() - self._last_sync_ns >= after:
             self._sync()
         return event
 
@@ -373,9 +373,6 @@ class JsonlLog(_LogBase):
                 self._sync()
         finally:
             os.close(self._fd)
-
-    def _path(self) -> Path | None:
-        return self._file
 
 
 def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
