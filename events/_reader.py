@@ -262,7 +262,7 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     first: Event | None = None
     last: Event | None = None
     after_finished = False
-    steps = _StepTree(file)
+    steps: list[tuple[Event, int]] = []
     # What follows the last newline: nothing, or a line the writer never
     # finished.
     *lines, tail = data.split(b"\n")
@@ -270,7 +270,7 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
         try:
             event = decode(content)
         except DecodeError as exc:
-            found(number, _kind_of(exc), exc.reason)
+            found(number, _KINDS.get(type(exc), ProblemKind.BAD_RECORD), exc.reason)
             expected += 1  # assume the bad line held the next event
             continue
         foreign = stream is not None and (event.run_id, event.rank) != stream
@@ -293,8 +293,8 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
         expected = event.seq + 1
         first = first or event
         last = event
-        if not foreign:
-            steps.add(event, number)
+        if not foreign and isinstance(event, (StepStarted, *TERMINAL_STEP_EVENTS)):
+            steps.append((event, number))
     if tail:
         found(
             len(lines) + 1,
@@ -302,7 +302,7 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             f"torn last line ({len(tail)} bytes without a newline)",
             fatal=False,
         )
-    problems.extend(steps.problems())
+    problems.extend(_step_tree_problems(file, steps))
     if first is None or not isinstance(first, RunStarted):
         # read_log accepts such a file: like a missing run.finished, this is
         # reported, not fatal.
@@ -325,109 +325,95 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     return problems
 
 
-class _StepTree:
-    """What :func:`validate` checks of one rank's steps: that no two share a
-    span or a path, none ends before it starts, and neither their spans' parents nor
-    their dependencies go round in a cycle (which no run writes; a crafted
-    log may). Readable all the same: the views show such steps."""
+def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogProblem]:
+    """What :func:`validate` checks of one rank's steps (each with its
+    line): that no two share a span or a path, none ends before it starts,
+    and neither their spans' parents nor their dependencies go round in a
+    cycle (which no run writes; a crafted log may). Readable all the same:
+    the views show such steps."""
+    found: list[LogProblem] = []
 
-    def __init__(self, file: Path) -> None:
-        self.file = file
-        self.found: list[LogProblem] = []
-        #: span id -> (step, parent span id, start on the monotonic clock)
-        self.spans: dict[str, tuple[str, str | None, int]] = {}
-        self.lines: dict[str, int] = {}
-        self.depends_on: dict[str, tuple[str, ...]] = {}
-        #: step path -> the line it started on
-        self.started: dict[str, int] = {}
-
-    def problem(self, line: int, message: str) -> None:
-        self.found.append(
+    def problem(line: int, message: str) -> None:
+        found.append(
             LogProblem(
-                path=self.file, line=line, kind=ProblemKind.STEP_TREE, message=message, fatal=False
+                path=file, line=line, kind=ProblemKind.STEP_TREE, message=message, fatal=False
             )
         )
 
-    def add(self, event: Event, line: int) -> None:
+    #: span id -> (step, parent span id, start on the monotonic clock, line)
+    spans: dict[str, tuple[str, str | None, int, int]] = {}
+    depends_on: dict[str, tuple[str, ...]] = {}
+    #: step path -> the line it started on
+    started: dict[str, int] = {}
+    for event, line in steps:
         if isinstance(event, StepStarted):
-            other = self.spans.get(event.span_id)
+            other = spans.get(event.span_id)
             if other is not None:
-                self.problem(
-                    line, f"step {event.step} reuses span {event.span_id} of step {other[0]}"
-                )
-                return
-            first = self.started.setdefault(event.step, line)
+                problem(line, f"step {event.step} reuses span {event.span_id} of step {other[0]}")
+                continue
+            first = started.setdefault(event.step, line)
             if first != line:
-                self.problem(
+                problem(
                     line,
                     f"step {event.step} starts again (it started on line {first}); a path "
                     "names one step of a run",
                 )
-            self.spans[event.span_id] = (event.step, event.parent_span_id, event.mono_ns)
-            self.lines[event.span_id] = line
-            self.depends_on.setdefault(event.step, event.depends_on)
-        elif isinstance(event, TERMINAL_STEP_EVENTS):
-            start = self.spans.get(event.span_id)
+            spans[event.span_id] = (event.step, event.parent_span_id, event.mono_ns, line)
+            depends_on.setdefault(event.step, event.depends_on)
+        else:
+            start = spans.get(event.span_id)
             if start is not None and event.mono_ns < start[2]:
                 early = (start[2] - event.mono_ns) / 1e9
-                self.problem(line, f"step {event.step} ends {early:g} s before it starts")
-
-    def problems(self) -> list[LogProblem]:
-        # Parents: a walk from each span stops at a span already settled,
-        # so the whole check is linear in the spans.
-        settled: set[str] = set()
-        for span_id in self.spans:
-            path: list[str] = []
-            current: str | None = span_id
-            while current in self.spans and current not in settled:
-                if current in path:
-                    cycle = path[path.index(current) :]
-                    names = ", ".join(self.spans[span][0] for span in cycle)
-                    self.problem(
-                        self.lines[current],
-                        f"the spans of steps {names} are each other's parents"
-                        if len(cycle) > 1
-                        else f"the span of step {names} is its own parent",
-                    )
-                    break
-                path.append(current)
-                current = self.spans[current][1]
-            settled.update(path)
-        # Dependencies: what is left once every step whose dependencies are
-        # met is taken away is in a cycle (Kahn's algorithm).
-        waiting = {
-            step: {d for d in needs if d in self.depends_on}
-            for step, needs in self.depends_on.items()
-        }
-        dependents: dict[str, list[str]] = {}
-        for step, needs in waiting.items():
-            for need in needs:
-                dependents.setdefault(need, []).append(step)
-        ready = [step for step, needs in waiting.items() if not needs]
-        while ready:
-            done = ready.pop()
-            del waiting[done]
-            for step in dependents.get(done, ()):
-                needs = waiting[step]
-                needs.discard(done)
-                if not needs:
-                    ready.append(step)
-        if len(waiting) == 1:
-            self.problem(0, f"step {next(iter(waiting))} depends on itself")
-        elif waiting:
-            names = ", ".join(sorted(waiting))
-            self.problem(
-                0, f"steps {names} wait on each other: their dependencies go round in a cycle"
-            )
-        return self.found
+                problem(line, f"step {event.step} ends {early:g} s before it starts")
+    # Parents: a walk from each span stops at a span already settled, so the
+    # whole check is linear in the spans.
+    settled: set[str] = set()
+    for span_id in spans:
+        path: list[str] = []
+        current: str | None = span_id
+        while current in spans and current not in settled:
+            if current in path:
+                cycle = path[path.index(current) :]
+                names = ", ".join(spans[span][0] for span in cycle)
+                problem(
+                    spans[current][3],
+                    f"the spans of steps {names} are each other's parents"
+                    if len(cycle) > 1
+                    else f"the span of step {names} is its own parent",
+                )
+                break
+            path.append(current)
+            current = spans[current][1]
+        settled.update(path)
+    # Dependencies: what is left once every step whose dependencies are
+    # met is taken away is in a cycle (Kahn's algorithm).
+    waiting = {step: {d for d in needs if d in depends_on} for step, needs in depends_on.items()}
+    dependents: dict[str, list[str]] = {}
+    for step, needs in waiting.items():
+        for need in needs:
+            dependents.setdefault(need, []).append(step)
+    ready = [step for step, needs in waiting.items() if not needs]
+    while ready:
+        done = ready.pop()
+        del waiting[done]
+        for step in dependents.get(done, ()):
+            needs = waiting[step]
+            needs.discard(done)
+            if not needs:
+                ready.append(step)
+    if len(waiting) == 1:
+        problem(0, f"step {next(iter(waiting))} depends on itself")
+    elif waiting:
+        names = ", ".join(sorted(waiting))
+        problem(0, f"steps {names} wait on each other: their dependencies go round in a cycle")
+    return found
 
 
-def _kind_of(exc: DecodeError) -> ProblemKind:
-    if isinstance(exc, UnsupportedVersionError):
-        return ProblemKind.UNSUPPORTED_VERSION
-    if isinstance(exc, UnknownEventTypeError):
-        return ProblemKind.UNKNOWN_TYPE
-    return ProblemKind.BAD_RECORD
+#: The problem kind of a decode error of each kind, else BAD_RECORD.
+_KINDS: dict[type[DecodeError], ProblemKind] = {
+    UnsupportedVersionError: ProblemKind.UNSUPPORTED_VERSION,
+    UnknownEventTypeError: ProblemKind.UNKNOWN_TYPE,
+}
 
 
 def check_logs(source: object, name: str) -> None:
