@@ -433,8 +433,12 @@ class _Capture:
             "type": self._text(_type_name(type(exc))),
             "message": message,
             "reason": f"{self._text(type(exc).__name__)}: {message}",
-            "frames": self._frames(_safe_getattr(exc, "__traceback__")),
         }
+        # Only a real traceback is walked: an object posing as one could
+        # link to itself.
+        tb = _safe_getattr(exc, "__traceback__")
+        if isinstance(tb, TracebackType):
+            fields["frames"] = self.frames(traceback.extract_tb, tb)
         if isinstance(exc, OSError):
             fields["errno"] = _errno(_safe_getattr(exc, "errno"))
             fields["strerror"] = self._optional_text(exc, "strerror")
@@ -456,11 +460,6 @@ class _Capture:
             fields["exceptions"] = tuple(members)
             fields["truncated"] = truncated
         return fields
-
-    def _frames(self, tb: object) -> tuple[FrameInfo, ...]:
-        # Only a real traceback is walked: an object posing as one could
-        # link to itself.
-        return self.frames(traceback.extract_tb, tb) if isinstance(tb, TracebackType) else ()
 
     def frames(
         self, extract: Callable[[Any], traceback.StackSummary], origin: object
