@@ -441,8 +441,6 @@ def outcome_of(event: Event) -> Outcome | None:
     # A StepUnavailable, or an event of a class derived from these: the
     # first terminal class it is an instance of decides.
     for base in TERMINAL_STEP_EVENTS:
-        if base is StepUnavailable and isinstance(event, StepUnavailable):
-            return event.outcome
         if isinstance(event, base):
-            return _OUTCOMES[base]
+            return event.outcome if isinstance(event, StepUnavailable) else _OUTCOMES[base]
     return None

@@ -183,10 +183,7 @@ def read_log(path: str | os.PathLike[str]) -> LogContents:
         LogError: the file cannot be read.
     """
     file = Path(path)
-    return _read(file, _read_bytes(file))
-
-
-def _read(file: Path, data: bytes) -> LogContents:
+    data = _read_bytes(file)
     lines = data.split(b"\n")
     # What follows the last newline: nothing, or a line the writer never
     # finished.
