@@ -286,8 +286,7 @@ class JsonlLog(_LogBase):
             flags |= os.O_EXCL
             created = True
         else:
-            existing = self._file.exists() and self._file.stat().st_size > 0
-            if existing:
+            if self._file.exists() and self._file.stat().st_size > 0:
                 self._resume()
             created = not self._file.exists()
         self._fd = os.open(self._file, flags, 0o644)
