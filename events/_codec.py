@@ -282,7 +282,6 @@ _FRAMES: weakref.WeakValueDictionary[tuple[Any, ...], FrameInfo] = weakref.WeakV
 
 
 def _same_frame(frame: FrameInfo) -> FrameInfo:
-    """The frame in use equal to ``frame``, else ``frame`` (now in use)."""
     key = (frame.filename, frame.lineno, frame.name, frame.line)
     found = _FRAMES.get(key)
     if found is None:
@@ -693,8 +692,6 @@ _COMPILING = threading.Lock()
 
 
 def _compile() -> None:
-    """Generate and compile every event class's functions into the tables,
-    once."""
     with _COMPILING:
         if _EVENT_DECODERS:
             return
