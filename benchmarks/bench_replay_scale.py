@@ -138,6 +138,9 @@ def rank_lines(
                 "world_size": ranks,
                 "node_rank": rank // NODE,
             }
+            # Each node its own host: a log naming this host with a pid that
+            # runs here now would read as a rank still running.
+            event["host"] = f"node-{rank // NODE}"
             event["pid"] = 1000 + rank
         for key in ("attributes", "result"):
             value = event.get(key)
