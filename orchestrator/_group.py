@@ -380,9 +380,9 @@ class DeferredGroup:
     a world of one: the ranks decide alone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, group: Group | None = None) -> None:
         #: the formed group, if any
-        self.group: Group | None = None
+        self.group = group
 
     @property
     def rank(self) -> int:

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from ._errors import StartupInterrupted
     from ._faults import FaultPlan
     from ._graph import Graph
-    from ._group import DeferredGroup, Group, Mailbox
+    from ._group import Group, Mailbox
     from ._run_directory import Manifest
     from ._runner import Runner
     from ._signals import StopRequests
@@ -290,7 +290,7 @@ class Startup:
         self._profile = profile
         self._simulated = simulated
         self._faults = faults
-        self._group_choice = group
+        self._forms_group = group == "auto"
         self._group_timeout_s = group_timeout_s
         self._stall_s = stall_s
         self._tracing_choice = tracing
@@ -308,7 +308,7 @@ class Startup:
         self._log: JsonlLog | None = None
         self._runner: Runner | None = None
         self._graph_to_run: Graph | None = None
-        self._group: DeferredGroup = DeferredGroup()
+        self._group = DeferredGroup(group if isinstance(group, Group) else None)
         # The end-of-run exchanges with peers that may hang: daemon threads.
         self._threads = StepThreads()
         self._bridge: LoggingBridge | None = None
@@ -468,22 +468,16 @@ class Startup:
         return log
 
     def _prepare(self, identity: RankIdentity, faults: FaultPlan) -> None:
-        from ._group import Group, follows_a_peer, process_group_step
+        from ._group import follows_a_peer, process_group_step
         from ._run_directory import RunDirectoryError
 
         assert self._log is not None
         assert self._stops is not None
         log = self._log
-        if isinstance(self._group_choice, Group):
-            self._group.group = self._group_choice
         setup = None
         if self._group.group is not None:  # the caller's, or formed to agree on the run id
             self._announce(self._group.group)
-        elif (
-            self._group_choice == "auto"
-            and identity.world_size > 1
-            and self._env.get("MASTER_ADDR", "").strip()
-        ):
+        elif self._torch_group_wanted(identity):
             setup = process_group_step(
                 identity, self._group, timeout_s=self._group_timeout_s, on_formed=self._announce
             )
@@ -582,7 +576,7 @@ class Startup:
         """The run id; the process group is formed here when agreeing over
         it is the only way to one."""
         from ._errors import RankEnvironmentError
-        from ._group import Group
+        from ._group import init_torch_distributed_group
         from ._identity import RUN_ID_VARIABLE, checked_run_id, new_run_id, run_id_from_environment
 
         if self._run_id is not None:
@@ -592,13 +586,10 @@ class Startup:
             return found
         if identity.world_size == 1:
             return new_run_id()
-        group: Group | None = None
-        if isinstance(self._group_choice, Group):
-            group = self._group_choice
-        elif self._group_choice == "auto" and self._env.get("MASTER_ADDR", "").strip():
-            from ._group import init_torch_distributed_group
-
+        group = self._group.group
+        if group is None and self._torch_group_wanted(identity):
             group = init_torch_distributed_group(identity, timeout_s=self._group_timeout_s)
+            self._group.group = group
         if group is None:
             raise RankEnvironmentError(
                 RUN_ID_VARIABLE,
@@ -606,9 +597,15 @@ class Startup:
                 "the ranks of this launch share no run id and have no process group to agree "
                 "on one: set it (or torchrun --rdzv-id), or pass run_id",
             )
-        self._group.group = group
         # Rank 0's choice, shared through the group.
         return str(group.all_gather(new_run_id())[0])
+
+    def _torch_group_wanted(self, identity: RankIdentity) -> bool:
+        return (
+            self._forms_group
+            and identity.world_size > 1
+            and bool(self._env.get("MASTER_ADDR", "").strip())
+        )
 
     def _watch_finish(self, event: Event) -> None:
         if isinstance(event, events.RunFinished):
@@ -1238,7 +1235,7 @@ def checked_fault_plan(
 def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
     """How each step that ended in ``logged`` ended, by step path, in the
     order they ended."""
-    from events import Outcome, StepCancelled, StepSucceeded, StepUnavailable, outcome_of, reason_of
+    from events import StepCancelled, StepSucceeded, StepUnavailable, outcome_of, reason_of
 
     from ._context import StepResult
 
@@ -1247,20 +1244,17 @@ def _step_results(logged: Sequence[Event]) -> dict[str, StepResult]:
         outcome = outcome_of(event)
         if outcome is None:
             continue
-        if isinstance(event, StepSucceeded):
-            results[event.step] = StepResult(
-                step=event.step, outcome=Outcome.OK, value=event.result
-            )
-            continue
+        reasons: tuple[str, ...] = ()
         if isinstance(event, StepUnavailable):
             reasons = event.reasons
-        else:
+        elif not isinstance(event, StepSucceeded):
             # Failed, timed out, crashed or cancelled: why, as the run said it.
             reason = event.reason if isinstance(event, StepCancelled) else reason_of(event)
             reasons = (reason,) if reason else ()
         results[event.step] = StepResult(
             step=event.step,
             outcome=outcome,
+            value=event.result if isinstance(event, StepSucceeded) else None,
             reasons=reasons,
             exception=getattr(event, "cause", None),
         )
