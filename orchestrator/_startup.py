@@ -84,7 +84,6 @@ if TYPE_CHECKING:
     from ._group import Group, Mailbox
     from ._run_directory import Manifest
     from ._runner import Runner
-    from ._signals import StopRequests
     from .engine import EngineConfig, Profile
 
 __all__ = ["DEFAULT_RUNS_ROOT", "Startup", "StartupResult"]
@@ -262,6 +261,7 @@ class Startup:
 
         from ._graph import Graph
         from ._group import DeferredGroup, Group
+        from ._signals import StopRequests
         from ._threads import StepThreads
 
         self._env = os.environ if environ is None else environ
@@ -301,7 +301,7 @@ class Startup:
         self._launch_span = launch_span
         self._engine_options = engine_options
         self._state: Literal["new", "open", "closed"] = "new"
-        self._stops: StopRequests | None = None
+        self._stops = StopRequests()  # made again, for the launcher, when opened
         #: a stop asked before the startup opened (see :meth:`stop`)
         self._stop_asked: StartupInterrupted | None = None
         self._scope: anyio.CancelScope | None = None
@@ -318,7 +318,6 @@ class Startup:
         self._peers_finished: bool | None = None
         #: the caller's ``TRACEPARENT`` (trace id, span id), once open
         self._caller_span: tuple[str, str] | None = None
-        self._launcher_pid: int | None = None
         #: this launch's record, once open: what rank 0's manifest says of it
         self._launch: Manifest | None = None
         self._undelivered: tuple[int, ...] = ()
@@ -383,7 +382,7 @@ class Startup:
         run_id = self._agree_run_id(identity)
         run_dir = self._run_dir or self._runs_root / run_id
         pid = self._env.get(LAUNCHER_PID_VARIABLE, "").strip()
-        launcher_pid = self._launcher_pid = int(pid) if pid.isdecimal() else None
+        launcher_pid = int(pid) if pid.isdecimal() else None
         self._stops = StopRequests(launcher_pid=launcher_pid)
         if self._handle_signals:
             # Stops are caught from before the log exists: one that lands
@@ -460,7 +459,7 @@ class Startup:
                 run_dir, f"cannot write the run directory: {exc.strerror or exc}"
             ) from None
         try:
-            refuse_foreign_rank(run_dir, self._launcher_pid)
+            refuse_foreign_rank(run_dir, self._stops.launcher_pid)
         except RunDirectoryError:
             log.close()
             path.unlink(missing_ok=True)
@@ -472,7 +471,6 @@ class Startup:
         from ._run_directory import RunDirectoryError
 
         assert self._log is not None
-        assert self._stops is not None
         log = self._log
         setup = None
         if self._group.group is not None:  # the caller's, or formed to agree on the run id
@@ -533,7 +531,7 @@ class Startup:
         trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
         launch_span = self._launch_span
         if launch_span is None:
-            launch_span = self._wait_for_peers or self._launcher_pid is not None
+            launch_span = self._wait_for_peers or self._stops.launcher_pid is not None
         if identity.world_size > 1 and launch_span:
             # One launch, one root: every rank's root hangs from the launch's
             # own span, which the launcher (or rank 0) sends once the run
@@ -633,8 +631,7 @@ class Startup:
                 self._log.close()
             with contextlib.suppress(Exception):
                 self._group.close()
-            if self._stops is not None:
-                self._stops.restore()
+            self._stops.restore()
 
     # --- running -----------------------------------------------------------------------
 
@@ -696,7 +693,7 @@ class Startup:
     def _launcher_prints(self) -> bool:
         """Whether the command line's launcher started this rank and will
         print what it held back (it reads every log at the end)."""
-        return not self._wait_for_peers and self._launcher_pid is not None
+        return not self._wait_for_peers and self._stops.launcher_pid is not None
 
     def _release_held(self) -> None:
         if self._bridge is not None and not self._launcher_prints():
@@ -705,7 +702,6 @@ class Startup:
     async def _run_watching_signals(self) -> None:
         assert self._runner is not None
         assert self._graph_to_run is not None
-        assert self._stops is not None
         from ._signals import STOP_SIGNALS
 
         stops = self._stops
@@ -765,10 +761,9 @@ class Startup:
         from ._errors import StartupInterrupted
 
         if reason is None:
-            stops = self._stops
             reason = (
-                stops.cause()
-                if stops is not None and stops.requested
+                self._stops.cause()
+                if self._stops.requested
                 else StartupInterrupted(None, "asked by its launcher")
             )
         if self._runner is None:
@@ -874,9 +869,8 @@ class Startup:
         from ._group import Mailbox
         from ._run_directory import RunDirectoryError
 
-        identity, log, run_dir, stops = self.identity, self._log, self.run_dir, self._stops
-        launch = self._launch
-        if identity is None or log is None or run_dir is None or stops is None or launch is None:
+        identity, log, run_dir, launch = self.identity, self._log, self.run_dir, self._launch
+        if identity is None or log is None or run_dir is None or launch is None:
             return
         if not self._wait_for_peers or identity.world_size == 1:
             return
@@ -884,7 +878,7 @@ class Startup:
         mailbox = group if isinstance(group, Mailbox) else None
         bound = self._group_timeout_s
         if self._outcome() is events.RunOutcome.INTERRUPTED or (
-            identity.rank == 0 and mailbox is not None and stops.requested
+            identity.rank == 0 and mailbox is not None and self._stops.requested
         ):
             # Stopped during the run: the peers were most likely stopped
             # together and post at once; do not hold the launcher.
@@ -931,7 +925,6 @@ class Startup:
 
         from ._run_directory import Collected, RunDirectoryError, rank_log_path, store_collected_log
 
-        assert self._stops is not None
         entries = [attrs.evolve(_own_process(identity), collected=True)]
         group_state = (
             "no store to deliver it through"
@@ -991,7 +984,6 @@ class Startup:
 
     def _not_collected(self) -> str:
         """Why a rank's log is not here when rank 0 was stopped first."""
-        assert self._stops is not None
         stop = self._stops.cause()
         by = f"by {stop.signal}" if stop.signal else "by its caller"
         if self._outcome() is events.RunOutcome.INTERRUPTED:
