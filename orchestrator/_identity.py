@@ -210,12 +210,9 @@ def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | N
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if elastic and elastic != "none":
         checked = checked_run_id(elastic, "TORCHELASTIC_RUN_ID")
-        restarts = _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None)
-        return (
-            checked
-            if restarts == 0
-            else checked_run_id(f"{checked}-restart-{restarts}", "TORCHELASTIC_RUN_ID")
-        )
+        if restarts := _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None):
+            return checked_run_id(f"{checked}-restart-{restarts}", "TORCHELASTIC_RUN_ID")
+        return checked
     job = env.get("SLURM_JOB_ID", "").strip()
     if job and env.get("SLURM_PROCID", "").strip():
         step = env.get("SLURM_STEP_ID", "").strip() or "0"

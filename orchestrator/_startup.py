@@ -668,9 +668,8 @@ class Startup:
         return self._returned()
 
     async def _end_with_peers(self) -> None:
-        """After the run: the last exchange (unless the run was interrupted
-        or failed in an exchange), then the logs in one place. A stop asked
-        meanwhile ends whichever wait is going on."""
+        """After the run: the last exchange, then the logs in one place. A
+        stop asked meanwhile ends whichever wait is going on."""
         end_started = anyio.current_time()
         if self._outcome() is events.RunOutcome.INTERRUPTED:
             self._release_held()
