@@ -975,9 +975,9 @@ class Startup:
                 entries.append(attrs.evolve(entry, not_delivered=reason, collected=path.exists()))
         if scope.cancelled_caught:
             for rank in range(len(entries), identity.world_size):
-                if rank_log_path(run_dir, rank).exists():
-                    continue
-                entry = RankProcess(rank=rank, not_delivered=self._not_collected(), collected=False)
+                here = rank_log_path(run_dir, rank).exists()
+                reason = None if here else self._not_collected()
+                entry = RankProcess(rank=rank, not_delivered=reason, collected=here)
                 entries.append(_whereabouts(entry, announced.get(rank)))
         return entries
 

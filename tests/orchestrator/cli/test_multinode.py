@@ -355,3 +355,47 @@ def test_ranks_do_not_outlive_a_torchrun_agent_killed_outright(tmp_path: Path) -
             assert "SIGTERM" in json.dumps(finished["cause"]), finished
     finally:
         _kill_node(agent, tmp_path / "run")
+
+
+def test_a_stop_of_rank_0_while_collecting_keeps_every_rank_in_its_manifest(
+    tmp_path: Path,
+) -> None:
+    # One node of three ranks, one run directory. Rank 1 dies mid-start, so
+    # rank 0, its run ended, waits for a log that will not come, with rank
+    # 2's already beside its own; there it is stopped. The manifest left out
+    # every rank from the one it waited for on whose log was on disk.
+    if not TORCHRUN.exists():
+        pytest.skip("torch (and its torchrun) is not installed")
+    node = Background(
+        [
+            str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "3",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+            "-m", "orchestrator", "run", "--run-dir", "run", "--simulate", "h200x8",
+            "--tp", "1", "--inject", "1:flashinfer.comm=hang",
+            "--group-timeout", str(GROUP_TIMEOUT_S),
+        ],
+        cwd=tmp_path, env=environment(), name="node", new_session=True,
+    )  # fmt: skip
+    run = tmp_path / "run"
+    try:
+        wait_for_event(
+            run / "rank-1.jsonl", step_started("flashinfer_comm"), alive=node.running,
+            deadline_s=NODE_TIMEOUT_S,
+        )  # fmt: skip
+        os.kill(pid_of(run / "rank-1.jsonl"), signal.SIGKILL)
+        for rank in (0, 2):
+            wait_for_event(
+                run / f"rank-{rank}.jsonl",
+                lambda event: event["type"] == "run.finished",
+                alive=node.running,
+                deadline_s=NODE_TIMEOUT_S,
+            )
+        os.kill(pid_of(run / "rank-0.jsonl"), signal.SIGTERM)
+        node.finish(NODE_TIMEOUT_S)
+    finally:
+        _kill_node(node, run)
+
+    ranks = _manifest_ranks(run)
+    assert sorted(ranks) == [0, 1, 2], ranks
+    for rank in (1, 2):  # both logs are in rank 0's own directory
+        assert ranks[rank]["collected"] is True, ranks[rank]
