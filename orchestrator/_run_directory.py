@@ -462,13 +462,7 @@ class LaunchBook:
 #: Fields of a rank entry written only when set (added after version 1 was
 #: first released; older readers ignore them, this one defaults them).
 _OPTIONAL_RANK_FIELDS = (
-    "host",
-    "node_rank",
-    "local_rank",
-    "not_delivered",
-    "collected",
-    "lost",
-    "observer",
+    *("host", "node_rank", "local_rank", "not_delivered", "collected", "lost", "observer"),
 )
 
 
@@ -698,12 +692,12 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     # The ranks without a log that nothing more is known of are one problem,
     # as rank ranges: a lost node of a large launch is one line, not one per
     # rank. A rank whose launcher says more of it keeps a line of its own.
-    manifested = [manifest for _, manifest in manifests]
     silent: list[int] = []
     for rank in range(world):
         if rank in logs:
             continue
-        more = _not_delivered(rank, manifested)
+        entries = (manifest.rank(rank) for _, manifest in manifests)
+        more = next((f"; {e.describe()}" for e in entries if e and e.not_delivered), "")
         if not more:
             silent.append(rank)
             continue
@@ -779,14 +773,6 @@ def _regular(path: Path) -> bool:
 
 def _name(path: Path, with_directory: bool) -> str:
     return str(path) if with_directory else path.name
-
-
-def _not_delivered(rank: int, manifests: Sequence[Manifest]) -> str:
-    for manifest in manifests:
-        entry = manifest.rank(rank)
-        if entry is not None and entry.not_delivered:
-            return f"; {entry.describe()}"
-    return ""
 
 
 # --- one rank's log in several places ----------------------------------------------------

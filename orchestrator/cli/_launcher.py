@@ -218,9 +218,8 @@ class LocalLaunch:
     async def forward(self, signals: AsyncIterator[signal.Signals]) -> None:
         async for signum in signals:
             self.received.append(signum)
-            for rank in range(len(self.processes)):
-                if rank not in self.exits:
-                    self.pass_on(signum, rank)
+            for rank in self.running():
+                self.pass_on(signum, rank)
             self.trouble_from("after the launcher was asked to stop")
 
     def pass_on(self, signum: signal.Signals, rank: int) -> None:
@@ -228,6 +227,9 @@ class LocalLaunch:
         with contextlib.suppress(ProcessLookupError):
             self.processes[rank].send_signal(signum)
         self.sent.setdefault(rank, f"{signal_name(signum)}: the launcher was asked to stop")
+
+    def running(self) -> list[int]:
+        return [rank for rank in range(len(self.processes)) if rank not in self.exits]
 
     def trouble_from(self, why: str) -> None:
         if not self.trouble.is_set():
@@ -240,7 +242,7 @@ class LocalLaunch:
         await self.trouble.wait()
         for name in ("SIGTERM", "SIGKILL"):
             await anyio.sleep(self.grace_s)
-            running = [rank for rank in range(len(self.processes)) if rank not in self.exits]
+            running = self.running()
             if not running:
                 return
             label = "rank" if len(running) == 1 else "ranks"
@@ -258,6 +260,7 @@ class LocalLaunch:
             await anyio.sleep(0.1)
 
     async def start_all(self, ranks: TaskGroup) -> None:
+        command = [sys.executable, "-m", "orchestrator", "run", "--run-dir", str(self.run_dir)]
         for rank in range(self.nproc):
             # A SIGINT or SIGTERM forwarded while the rank's interpreter is
             # still starting would end it with a traceback from deep in an
@@ -273,7 +276,7 @@ class LocalLaunch:
             held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 process = await anyio.open_process(
-                    _rank_command(self.rank_arguments, self.run_dir),
+                    [*command, *self.rank_arguments],
                     env=_rank_environment(self.environ, rank, self.nproc, self.port, self.run_id),
                     # Each rank in its own session: a terminal's Ctrl-C
                     # reaches the launcher once, and the launcher decides
@@ -358,10 +361,6 @@ class LocalLaunch:
         if self.starting or len(self.exits) < len(self.processes):
             return
         self.book.finish(not_started="never started: the launch was stopped")
-
-
-def _rank_command(rank_arguments: Sequence[str], run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "orchestrator", "run", "--run-dir", str(run_dir), *rank_arguments]
 
 
 def _rank_environment(

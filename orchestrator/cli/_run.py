@@ -362,20 +362,14 @@ def _hand_over(
 def _rank_arguments(argv: list[str], handed: list[str]) -> list[str]:
     """The launcher's own arguments minus those that only it uses, and its
     inputs as ``handed`` (see :func:`_hand_over`)."""
+    with_value = tuple(f"{option}=" for option in _LAUNCHER_OPTIONS)
     out: list[str] = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-            continue
-        if item == "run" and not out:
-            continue
+    items = iter(argv)
+    for item in items:
         if item in _LAUNCHER_OPTIONS:
-            skip = True
-            continue
-        if item.startswith(tuple(f"{o}=" for o in _LAUNCHER_OPTIONS)) or item == "--json":
-            continue
-        out.append(item)
+            next(items, None)  # its value
+        elif not ((item == "run" and not out) or item == "--json" or item.startswith(with_value)):
+            out.append(item)
     return [*out, *handed]
 
 

@@ -320,7 +320,6 @@ class _Actor:
     handle: Any
     actor_id: str
     node_id: str | None = None
-    node_ip: str | None = None
     pid: int | None = None
     workspace: Path | None = None
     identity: RankIdentity | None = None
@@ -337,7 +336,6 @@ class _Actor:
 class _Launch:
     def __init__(self, *, ray: Any, book: LaunchBook, world_size: int) -> None:
         self.ray = ray
-        self.run_dir = book.run_dir
         self.book = book
         self.world_size = world_size
         self.actors: list[_Actor] = []
@@ -357,8 +355,8 @@ class _Launch:
         for actor in self.actors:
             answer = answers.get(id(actor))
             if isinstance(answer, ActorPlace):
-                actor.node_id, actor.node_ip = answer.node_id, answer.node_ip
-                actor.pid, actor.workspace = answer.pid, answer.workspace
+                actor.node_id, actor.workspace = answer.node_id, answer.workspace
+                actor.pid = answer.pid
             else:
                 actor.lost = _lost(actor, answer, f"was not placed within {timeout_s:g} s")
         identities = rank_identities([actor.node_id for actor in self.actors], self.driver_node)
@@ -404,7 +402,7 @@ class _Launch:
         actor.pending = None
         if isinstance(answer, RankReport) and answer.outcome is not None:
             actor.report = answer
-            store_collected_log(self.run_dir, actor.rank, answer.log)
+            store_collected_log(self.book.run_dir, actor.rank, answer.log)
         elif isinstance(answer, RankReport):
             actor.report = answer
             actor.lost = _lost(actor, None, f"did not start: {answer.error}")
@@ -435,7 +433,7 @@ class _Launch:
         shutil.rmtree(actor.workspace, ignore_errors=True)
         if not content:
             return ""
-        store_collected_log(self.run_dir, actor.rank, content)
+        store_collected_log(self.book.run_dir, actor.rank, content)
         return "; what it logged until then was read from its workspace on this node"
 
     def _wait(
@@ -477,7 +475,7 @@ class _Launch:
         launched = []
         for actor in self.actors:
             report = actor.report
-            log = rank_log_path(self.run_dir, actor.rank)
+            log = rank_log_path(self.book.run_dir, actor.rank)
             lost = actor.lost is not None
             launched.append(
                 RayRank(
