@@ -37,7 +37,7 @@ import platform
 import re
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,14 +120,9 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
         raise RunDirectoryError(
             run_dir, "is not a directory; name a directory (made if missing) with --run-dir"
         )
-    try:
+    then = "; name one that can be made with --run-dir"
+    with _refused_by_system(run_dir, "cannot create the run directory", then):
         run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunDirectoryError(
-            run_dir,
-            f"cannot create the run directory: {exc.strerror or exc}; "
-            "name one that can be made with --run-dir",
-        ) from None
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)
     if holder is None:
@@ -138,12 +133,8 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
                 f"already holds the logs of another run ({stored[0].name}); "
                 "use a new --run-id or --run-dir",
             )
-        try:
+        with _refused_by_system(run_dir, "cannot write the run directory"):
             created = write_file(claim, f"{run_id}\n".encode(), exclusive=True)
-        except OSError as exc:
-            raise RunDirectoryError(
-                run_dir, f"cannot write the run directory: {exc.strerror or exc}"
-            ) from None
         if created:
             return
         holder = _read_claim(claim)
@@ -182,6 +173,15 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
         f"launcher pid {manifest.launcher.pid} on {manifest.launcher.host}), which did not start "
         "this process; use a new --run-id or --run-dir for a run of its own",
     )
+
+
+@contextlib.contextmanager
+def _refused_by_system(path: Path, what: str, then: str = "") -> Iterator[None]:
+    """An :class:`OSError` inside, as a :class:`RunDirectoryError` saying ``what`` failed."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunDirectoryError(path, f"{what}: {exc.strerror or exc}{then}") from None
 
 
 def _read_regular(path: Path) -> str | None:
@@ -376,17 +376,14 @@ class Manifest:
         """
         path = run_dir / MANIFEST_FILE
         content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
-        try:
-            if not write_file(path, content, exclusive=exclusive):
-                raise RunDirectoryError(
-                    run_dir,
-                    "another launch is already writing to this run directory "
-                    "(it has a manifest); use a new --run-id or --run-dir",
-                )
-        except OSError as exc:
+        with _refused_by_system(run_dir, "cannot write the manifest"):
+            written = write_file(path, content, exclusive=exclusive)
+        if not written:
             raise RunDirectoryError(
-                run_dir, f"cannot write the manifest: {exc.strerror or exc}"
-            ) from None
+                run_dir,
+                "another launch is already writing to this run directory "
+                "(it has a manifest); use a new --run-id or --run-dir",
+            )
 
 
 class LaunchBook:
@@ -816,7 +813,7 @@ def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
         RunDirectoryError: the directory cannot be written or read.
     """
     path = rank_log_path(run_dir, rank)
-    try:
+    with _refused_by_system(run_dir, f"cannot store the log of rank {rank}"):
         if write_file(path, content, exclusive=True):
             return Collected.WRITTEN
         present = path.read_bytes()
@@ -826,7 +823,3 @@ def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
             return Collected.CONFLICT
         write_file(path, content)
         return Collected.EXTENDED
-    except OSError as exc:
-        raise RunDirectoryError(
-            run_dir, f"cannot store the log of rank {rank}: {exc.strerror or exc}"
-        ) from None
