@@ -37,7 +37,6 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from pathlib import Path
 
 import anyio
 import attrs
@@ -116,23 +115,21 @@ _DRAIN_S = 0.5
 
 @attrs.define(kw_only=True, eq=False)
 class LocalLaunch:
-    """``nproc`` ranks running ``python -m orchestrator run <rank_arguments>``,
-    started and waited for by :meth:`run`, and what was done to them.
+    """The ranks of ``book``'s launch, each running ``python -m orchestrator
+    run <rank_arguments>`` with its run id and run directory, started and
+    waited for by :meth:`run`, and what was done to them.
 
     One task per rank waits for its process and records its end; a task
     forwards the stop signals the launcher receives; a task escalates once a
     rank ended other than ready or a stop was asked. Nothing polls.
 
     Args:
-        nproc: how many ranks (at least 1).
         rank_arguments: the ``run`` arguments every rank gets.
-        run_id: the run id the ranks share.
-        run_dir: the run directory the ranks write their logs in.
         environ: the ranks' base environment.
         grace_s: seconds to wait before SIGTERM, and again before SIGKILL,
             once a rank ended other than ready or a stop was asked.
         notify: called with one line whenever the launcher escalates.
-        book: the launch's record, its manifest already in ``run_dir``
+        book: the launch's record, its manifest already in its run directory
             (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
             rank's start and end, and the launch's, are written to it.
         tick: called about every 0.1 s while the launcher waits for its
@@ -144,10 +141,7 @@ class LocalLaunch:
         pass_fds: file descriptors the ranks inherit.
     """
 
-    nproc: int
     rank_arguments: Sequence[str]
-    run_id: str
-    run_dir: Path
     environ: Mapping[str, str]
     grace_s: float
     notify: Callable[[str], None]
@@ -260,8 +254,9 @@ class LocalLaunch:
             await anyio.sleep(0.1)
 
     async def start_all(self, ranks: TaskGroup) -> None:
-        command = [sys.executable, "-m", "orchestrator", "run", "--run-dir", str(self.run_dir)]
-        for rank in range(self.nproc):
+        run_dir, manifest = self.book.run_dir, self.book.manifest
+        command = [sys.executable, "-m", "orchestrator", "run", "--run-dir", str(run_dir)]
+        for rank in range(manifest.world_size):
             # A SIGINT or SIGTERM forwarded while the rank's interpreter is
             # still starting would end it with a traceback from deep in an
             # import, or with an empty log: the rank starts with both
@@ -277,7 +272,9 @@ class LocalLaunch:
             try:
                 process = await anyio.open_process(
                     [*command, *self.rank_arguments],
-                    env=_rank_environment(self.environ, rank, self.nproc, self.port, self.run_id),
+                    env=_rank_environment(
+                        self.environ, rank, manifest.world_size, self.port, manifest.run_id
+                    ),
                     # Each rank in its own session: a terminal's Ctrl-C
                     # reaches the launcher once, and the launcher decides
                     # what ranks get.

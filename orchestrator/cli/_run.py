@@ -239,10 +239,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
     try:
         with raised_as(InputError, RunDirectoryError):
             exits = LocalLaunch(
-                nproc=args.nproc,
                 rank_arguments=rank_arguments,
-                run_id=run_id,
-                run_dir=run_dir,
                 grace_s=grace_s,
                 notify=notify,
                 book=book,

@@ -241,7 +241,7 @@ def launch_on_ray(
     store, rendezvous = _rendezvous_store(ray) if process_group and world_size > 1 else (None, {})
     try:
         book = LaunchBook.claim(directory, manifest)
-        launch = _Launch(ray=ray, book=book, world_size=world_size)
+        launch = _Launch(ray=ray, book=book)
         try:
             launch.place(actor_options, timeout_s=timeout_s)
             launch.start(
@@ -334,10 +334,9 @@ class _Actor:
 
 
 class _Launch:
-    def __init__(self, *, ray: Any, book: LaunchBook, world_size: int) -> None:
+    def __init__(self, *, ray: Any, book: LaunchBook) -> None:
         self.ray = ray
         self.book = book
-        self.world_size = world_size
         self.actors: list[_Actor] = []
         self.driver_node = str(ray.get_runtime_context().get_node_id())
 
@@ -347,7 +346,7 @@ class _Launch:
         remote = self.ray.remote(RankActor).options(
             **({"num_cpus": 0} if options is None else dict(options))
         )
-        for _ in range(self.world_size):
+        for _ in range(self.book.manifest.world_size):
             handle = remote.remote()
             self.actors.append(_Actor(handle=handle, actor_id=_actor_id(handle)))
         where = {id(actor): actor.handle.where.remote() for actor in self.actors}
@@ -400,12 +399,12 @@ class _Launch:
     def _record(self, key: int, answer: object) -> None:
         actor = next(actor for actor in self.actors if id(actor) == key)
         actor.pending = None
-        if isinstance(answer, RankReport) and answer.outcome is not None:
+        if isinstance(answer, RankReport):
             actor.report = answer
-            store_collected_log(self.book.run_dir, actor.rank, answer.log)
-        elif isinstance(answer, RankReport):
-            actor.report = answer
-            actor.lost = _lost(actor, None, f"did not start: {answer.error}")
+            if answer.outcome is not None:
+                store_collected_log(self.book.run_dir, actor.rank, answer.log)
+            else:
+                actor.lost = _lost(actor, None, f"did not start: {answer.error}")
         else:
             actor.lost = _lost(actor, answer, "did not answer in time; the launcher killed it")
             actor.lost += self._recover(actor)
@@ -473,22 +472,21 @@ class _Launch:
 
     def ranks(self) -> tuple[RayRank, ...]:
         launched = []
-        for actor in self.actors:
-            report = actor.report
+        for actor in self.actors:  # in rank order (see place)
+            report = None if actor.lost is not None else actor.report
             log = rank_log_path(self.book.run_dir, actor.rank)
-            lost = actor.lost is not None
             launched.append(
                 RayRank(
                     rank=actor.rank,
-                    outcome=None if lost or report is None else report.outcome,
-                    error=actor.lost if lost else (report.error if report else None),
+                    outcome=None if report is None else report.outcome,
+                    error=actor.lost if report is None else report.error,
                     actor_id=actor.actor_id,
                     node_id=actor.node_id,
                     pid=actor.pid,
                     log_path=log if log.exists() else None,
                 )
             )
-        return tuple(sorted(launched, key=lambda rank: rank.rank))
+        return tuple(launched)
 
 
 def _lost(actor: _Actor, error: object, what: str) -> str:
