@@ -310,25 +310,17 @@ class Manifest:
         when set), its command line and injected faults redacted as every
         recorded text is."""
         redact = Redactor.from_environment()
-        document: dict[str, Any] = {
+        return {
             "manifest_version": MANIFEST_VERSION,
             **attrs.asdict(
                 attrs.evolve(
                     self,
                     command=tuple(redact(part) for part in self.command),
                     injected=tuple(redact(fault) for fault in self.injected),
-                )
+                ),
+                filter=lambda field, value: value is not None or field.name not in _OPTIONAL,
             ),
         }
-        if self.launcher.trace_parent is None:
-            del document["launcher"]["trace_parent"]
-        for entry in document["ranks"]:
-            for name in _OPTIONAL_RANK_FIELDS:
-                if entry[name] is None:
-                    del entry[name]
-        if self.collected_by is None:
-            del document["collected_by"]
-        return document
 
     @classmethod
     def from_json(cls, data: object, *, source: str = MANIFEST_FILE) -> Manifest:
@@ -456,10 +448,12 @@ class LaunchBook:
             self.unwritten = self.unwritten or exc
 
 
-#: Fields of a rank entry written only when set (added after version 1 was
-#: first released; older readers ignore them, this one defaults them).
-_OPTIONAL_RANK_FIELDS = (
-    *("host", "node_rank", "local_rank", "not_delivered", "collected", "lost", "observer"),
+#: Fields of the manifest, its launcher and its rank entries written only
+#: when set (added after version 1 was first released; older readers ignore
+#: them, this one defaults them). No field of these names is otherwise ``None``.
+_OPTIONAL = frozenset(
+    {"trace_parent", "collected_by", "host", "node_rank", "local_rank"}
+    | {"not_delivered", "collected", "lost", "observer"}
 )
 
 
