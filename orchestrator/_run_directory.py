@@ -568,14 +568,16 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
 
     problems: list[RunProblem] = []
     where = run_dirs[0] if len(run_dirs) == 1 else Path(", ".join(str(d) for d in run_dirs))
-    named = len(run_dirs) > 1
+
+    def name(path: Path) -> str:  # with its directory when there are several
+        return str(path) if len(run_dirs) > 1 else path.name
 
     def problem(message: str, path: Path = where, *, fatal: bool = True) -> None:
         problems.append(RunProblem(path=path, message=message, fatal=fatal))
 
     # ``value (the files that say it)``, in a problem of values that differ
     def said(value: object, paths: Iterable[Path]) -> str:
-        return f"{value} ({', '.join(_name(path, named) for path in paths)})"
+        return f"{value} ({', '.join(map(name, paths))})"
 
     listed: list[RunDirectory] = []
     for run_dir in run_dirs:
@@ -674,9 +676,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
         problem(f"the world sizes differ: {'; '.join(parts)}")
     world = max(world_sizes, default=0)
     claimant = next((d / MANIFEST_FILE for d, m in manifests if m.world_size == world), None)
-    why = implausible_world(
-        world, _name(claimant or worlds[world][0], named) if world else "", len(logs)
-    )
+    why = implausible_world(world, name(claimant or worlds[world][0]) if world else "", len(logs))
     if why is not None:
         problem(why)
         world = 0  # its missing ranks are not listed
@@ -760,10 +760,6 @@ def _regular(path: Path) -> bool:
         return stat.S_ISREG(path.stat().st_mode)
     except OSError:
         return False
-
-
-def _name(path: Path, with_directory: bool) -> str:
-    return str(path) if with_directory else path.name
 
 
 # --- one rank's log in several places ----------------------------------------------------
