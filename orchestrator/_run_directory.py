@@ -187,14 +187,13 @@ def _refused_by_system(path: Path, what: str, then: str = "") -> Iterator[None]:
 def _read_regular(path: Path) -> str | None:
     """``path``'s text, ``None`` when it does not exist; a file that is not
     regular or cannot be read raises :class:`RunDirectoryError`."""
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise RunDirectoryError(path, _NOT_REGULAR)
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RunDirectoryError(path, f"cannot read: {exc.strerror or exc}") from None
+    with _refused_by_system(path, "cannot read"):
+        try:
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise RunDirectoryError(path, _NOT_REGULAR)
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
 
 
 def _read_claim(claim: Path) -> str | None:

@@ -268,14 +268,11 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
 
 
 def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
-    """Once every rank has ended: the launch's own span, the one root of the
-    ranks' spans, to the collector the ranks sent theirs to (with the spans
-    of ranks that died before they could end them); and with
-    ``--trace-file``, one Jaeger-UI document of the whole launch, rebuilt
-    from every rank's log by the projection the live spans come from (spans
-    a killed rank left open end as ``incomplete``), the root cause marked
-    (per-rank files of one trace id, loaded together, would hide all but
-    one)."""
+    """Once every rank has ended: the launch's own span (the root of the
+    ranks') to the ranks' collector, with the spans of ranks that died before
+    they could end them; and the ``--trace-file`` document of the whole
+    launch (per-rank files of one trace id, loaded together, would hide all
+    but one)."""
     from events import EventsError
     from exporters import Tracing, jaeger_document
 

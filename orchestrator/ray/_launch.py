@@ -341,8 +341,7 @@ class _Launch:
         self.driver_node = str(ray.get_runtime_context().get_node_id())
 
     def place(self, options: Mapping[str, Any] | None, *, timeout_s: float) -> None:
-        """Create the actors, learn where each landed, and number the ranks
-        node by node, the driver's node first."""
+        """Create the actors and number the ranks by where each landed."""
         remote = self.ray.remote(RankActor).options(
             **({"num_cpus": 0} if options is None else dict(options))
         )
