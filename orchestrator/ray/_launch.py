@@ -287,21 +287,16 @@ def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankI
     numbered node by node, the driver's node first, then the others in the
     order they first appear (the unplaced last); within a node, in creation
     order. Node rank and local rank follow."""
-    first_seen: dict[str, int] = {driver_node: 0}
+    first_seen: dict[str | None, int] = {driver_node: 0}
     for node in nodes:
         if node is not None:
             first_seen.setdefault(node, len(first_seen))
-
-    def place(index: int) -> tuple[int, int]:
-        node = nodes[index]
-        return (len(first_seen) if node is None else first_seen[node]), index
-
-    by_rank = sorted(range(len(nodes)), key=place)
+    # A stable sort: within a node, in creation order; the unplaced last.
+    by_rank = sorted(range(len(nodes)), key=lambda i: first_seen.get(nodes[i], len(first_seen)))
     node_rank: dict[str | None, int] = {}
-    for index in by_rank:
-        node_rank.setdefault(nodes[index], len(node_rank))
     identities: list[RankIdentity | None] = [None] * len(nodes)
     for rank, index in enumerate(by_rank):
+        node_rank.setdefault(nodes[index], len(node_rank))
         peers = [other for other in by_rank if nodes[other] == nodes[index]]
         identities[index] = RankIdentity(
             rank=rank,
