@@ -381,9 +381,9 @@ class _Launch:
         """Wait for every running actor's report (at most ``timeout_s``);
         write each log that came back and record how each rank ended."""
         running = {id(actor): actor.pending for actor in self.actors if actor.pending is not None}
-        answers = self._wait(running, timeout_s, on_answer=self._record)
+        self._wait(running, timeout_s, on_answer=self._record)
         for actor in self.actors:
-            if actor.pending is not None and id(actor) not in answers:
+            if actor.pending is not None:  # _record clears it for each answer
                 # Killed before its workspace is read: nothing writes to it.
                 with contextlib.suppress(Exception):
                     self.ray.kill(actor.handle)
