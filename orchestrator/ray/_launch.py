@@ -226,6 +226,8 @@ def launch_on_ray(
     ray = _connected_ray()
     directory = Path(run_dir) if run_dir is not None else Path(runs_root) / run_id
     env = os.environ if environ is None else environ
+    # The actors' spans join the caller's trace and go where the caller's would.
+    traced = {k: v for k, v in env.items() if k == "TRACEPARENT" or k.startswith("OTEL_")}
     manifest = Manifest.begin(
         run_id=run_id,
         world_size=world_size,
@@ -249,7 +251,7 @@ def launch_on_ray(
                     identity=identity,
                     run_id=run_id,
                     rendezvous=rendezvous,
-                    environ=_trace_variables(env),
+                    environ=traced,
                     config=config,
                     profile=profile,
                     faults=plan,
@@ -519,16 +521,6 @@ def _connected_ray() -> Any:
             "call ray.init() first (ray.init(address=...) joins a running cluster)",
         )
     return ray
-
-
-def _trace_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    """The driver's ``TRACEPARENT`` and ``OTEL_*`` variables: the actors'
-    spans join the caller's trace and go where the caller's would."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if name == "TRACEPARENT" or name.startswith("OTEL_")
-    }
 
 
 def _rendezvous_store(ray: Any) -> tuple[Any, Mapping[str, str]]:
