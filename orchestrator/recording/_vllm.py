@@ -111,81 +111,39 @@ class Hook:
     delegate: bool = False
 
 
+_WRAPPER = "vllm.v1.worker.worker_base:WorkerWrapperBase."
+
+#: What is wrapped, by role: ``(target, phase, ready, delegate)`` each.
+_WRAPPED = {
+    "main": (
+        ("vllm.engine.arg_utils:EngineArgs.create_engine_config", "config", None, False),
+        ("vllm.model_executor.models.registry:_run_in_subprocess", "inspect_model", None, False),
+        ("vllm.v1.engine.llm_engine:LLMEngine.__init__", "engine", "exit", False),
+        ("vllm.v1.engine.async_llm:AsyncLLM.__init__", "engine", "exit", False),
+        ("vllm.v1.engine.core_client:EngineCoreClient.make_client", "engine_core", None, False),
+        ("vllm.v1.engine.utils:CoreEngineProcManager.__init__", None, None, False),
+    ),
+    "engine core": (
+        ("vllm.v1.executor.abstract:Executor.__init__", "workers", None, False),
+        ("vllm.v1.engine.core:EngineCore._initialize_kv_caches", "kv_cache", None, False),
+        ("vllm.v1.engine.core:EngineCoreProc.run_busy_loop", None, "enter", False),
+        ("vllm.v1.engine.core:DPEngineCoreProc.run_busy_loop", None, "enter", False),
+        ("vllm.v1.executor.multiproc_executor:WorkerProc.make_worker_process", None, None, False),
+    ),
+    "worker": (
+        (_WRAPPER + "init_device", "distributed_init", None, False),
+        (_WRAPPER + "load_model", "model_load", None, True),
+        (_WRAPPER + "determine_available_memory", "kv_cache_sizing", None, True),
+        (_WRAPPER + "initialize_from_config", "kv_cache_allocation", None, False),
+        (_WRAPPER + "compile_or_warm_up_model", "warm_up", "exit", True),
+    ),
+}
+
 #: What is wrapped, by role.
-HOOKS: tuple[Hook, ...] = (
-    Hook(
-        role="main", target="vllm.engine.arg_utils:EngineArgs.create_engine_config", phase="config"
-    ),
-    Hook(
-        role="main",
-        target="vllm.model_executor.models.registry:_run_in_subprocess",
-        phase="inspect_model",
-    ),
-    Hook(
-        role="main",
-        target="vllm.v1.engine.llm_engine:LLMEngine.__init__",
-        phase="engine",
-        ready="exit",
-    ),
-    Hook(
-        role="main",
-        target="vllm.v1.engine.async_llm:AsyncLLM.__init__",
-        phase="engine",
-        ready="exit",
-    ),
-    Hook(
-        role="main",
-        target="vllm.v1.engine.core_client:EngineCoreClient.make_client",
-        phase="engine_core",
-    ),
-    Hook(role="main", target="vllm.v1.engine.utils:CoreEngineProcManager.__init__"),
-    Hook(role="engine core", target="vllm.v1.executor.abstract:Executor.__init__", phase="workers"),
-    Hook(
-        role="engine core",
-        target="vllm.v1.engine.core:EngineCore._initialize_kv_caches",
-        phase="kv_cache",
-    ),
-    Hook(
-        role="engine core", target="vllm.v1.engine.core:EngineCoreProc.run_busy_loop", ready="enter"
-    ),
-    Hook(
-        role="engine core",
-        target="vllm.v1.engine.core:DPEngineCoreProc.run_busy_loop",
-        ready="enter",
-    ),
-    Hook(
-        role="engine core",
-        target="vllm.v1.executor.multiproc_executor:WorkerProc.make_worker_process",
-    ),
-    Hook(
-        role="worker",
-        target="vllm.v1.worker.worker_base:WorkerWrapperBase.init_device",
-        phase="distributed_init",
-    ),
-    Hook(
-        role="worker",
-        target="vllm.v1.worker.worker_base:WorkerWrapperBase.load_model",
-        phase="model_load",
-        delegate=True,
-    ),
-    Hook(
-        role="worker",
-        target="vllm.v1.worker.worker_base:WorkerWrapperBase.determine_available_memory",
-        phase="kv_cache_sizing",
-        delegate=True,
-    ),
-    Hook(
-        role="worker",
-        target="vllm.v1.worker.worker_base:WorkerWrapperBase.initialize_from_config",
-        phase="kv_cache_allocation",
-    ),
-    Hook(
-        role="worker",
-        target="vllm.v1.worker.worker_base:WorkerWrapperBase.compile_or_warm_up_model",
-        phase="warm_up",
-        ready="exit",
-        delegate=True,
-    ),
+HOOKS: tuple[Hook, ...] = tuple(
+    Hook(role=role, target=target, phase=phase, ready=ready, delegate=delegate)
+    for role, rows in _WRAPPED.items()
+    for target, phase, ready, delegate in rows
 )
 
 
@@ -209,33 +167,32 @@ def record_this_process(directory: str) -> None:
 # --- who this process is ------------------------------------------------------------
 
 
-def _role() -> tuple[str, str]:
-    """``(kind, role)``: ``kind`` selects the hooks (``main``, ``engine
-    core``, ``worker``, ``model inspection``), ``role`` names the process."""
+def _role() -> tuple[str, str, int]:
+    """``(kind, role, first)``: ``kind`` selects the hooks (``main``,
+    ``engine core``, ``worker``, ``model inspection``), ``role`` names the
+    process, ``first`` is where it starts looking for a free rank: 0 for the
+    main process, after the engine core (1) for worker N (2 + N), so that a
+    launch's ranks come out the same each time (a model inspection started
+    first takes rank 1, and everyone after it moves on by one)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if getattr(spec, "name", None) == "vllm.model_executor.models.registry":
-        return "model inspection", "model inspection"
+        return "model inspection", "model inspection", 1
     name = multiprocessing.current_process().name
     if name.startswith("EngineCore"):
         _, _, dp = name.partition("_")
-        return "engine core", f"engine core {dp}".strip()
-    if name.startswith("VllmWorker"):
-        return "worker", _worker_role(name)
-    return "main", "main"
-
-
-def _worker_role(process_name: str) -> str:
-    """``worker TP<t>`` (and ``PP<p>`` with pipeline parallelism), from the
-    global rank in the process name and the parallel sizes of the
-    configuration the worker is being initialised with."""
-    rank_text = process_name.rpartition("-")[2]
+        return "engine core", f"engine core {dp}".strip(), 1
+    if not name.startswith("VllmWorker"):
+        return "main", "main", 0
+    # The global rank is in the process name; the parallel sizes are those
+    # of the configuration the worker is being initialised with.
+    rank_text = name.rpartition("-")[2]
     rank = int(rank_text) if rank_text.isdigit() else 0
     parallel = next(_parallel_configs(), None)
     tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
     pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
-    role = f"worker TP{rank % tp}"
-    return role + (f" PP{rank // tp}" if pp > 1 else "")
+    role = f"worker TP{rank % tp}" + (f" PP{rank // tp}" if pp > 1 else "")
+    return "worker", role, 2 + rank
 
 
 def _parallel_configs() -> Iterator[Any]:
@@ -253,7 +210,7 @@ def _parallel_configs() -> Iterator[Any]:
 
 
 def _start(directory: Path) -> Recording:
-    kind, role = _role()
+    kind, role, first = _role()
     run_id = os.environ.get(RUN_ID_VARIABLE, "").strip()
     if not run_id:
         run_id = new_run_id()
@@ -262,7 +219,7 @@ def _start(directory: Path) -> Recording:
     run_dir = directory / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     claim_run_directory(run_dir, run_id)
-    log = _claim_log(run_dir, run_id, first=_first_rank(kind))
+    log = _claim_log(run_dir, run_id, first=first)
     identity = RankIdentity(
         rank=log.rank, world_size=log.rank + 1, role=role, parent_pid=os.getppid()
     )
@@ -313,19 +270,6 @@ def _start(directory: Path) -> Recording:
     else:
         atexit.register(recording.at_exit)
     return recording
-
-
-def _first_rank(kind: str) -> int:
-    """Where a process starts looking for a free rank: 0 for the main
-    process, after the engine core (1) for worker N (2 + N), so that a
-    launch's ranks come out the same each time (a model inspection started
-    first takes rank 1, and everyone after it moves on by one)."""
-    if kind == "main":
-        return 0
-    if kind == "worker":
-        number = multiprocessing.current_process().name.rpartition("-")[2]
-        return 2 + (int(number) if number.isdigit() else 0)
-    return 1
 
 
 def _claim_log(run_dir: Path, run_id: str, *, first: int) -> JsonlLog:
