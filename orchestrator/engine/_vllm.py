@@ -132,9 +132,6 @@ class _Capture(logging.Handler):
             if self._parent is not None:
                 self._parent.callHandlers(record)
 
-    def take(self, plugin: str | None) -> list[dict[str, JsonValue]]:
-        return self.records.pop(plugin, [])
-
 
 def _reason(records: list[JsonValue]) -> str | None:
     """What vLLM said a plugin declined for: the text after ``because`` in
@@ -290,8 +287,8 @@ class VllmPlugins:
 
         return register
 
-    def _records(self, name: str | None) -> list[dict[str, JsonValue]]:
-        return [] if self._capture is None else self._capture.take(name)
+    def _records(self, name: str) -> list[dict[str, JsonValue]]:
+        return [] if self._capture is None else self._capture.records.pop(name, [])
 
     def _load_class(self, name: str, qualname: str) -> StepBody:
         def load_class(ctx: StepContext) -> JsonValue:
@@ -332,17 +329,12 @@ class VllmPlugins:
             raise error
         value = results[selected.plugin].value
         qualname = value.get("qualname") if isinstance(value, dict) else None
-        cls = self._classes.get(selected.plugin)
+        cls: Any = self._classes.get(selected.plugin)
         platforms: Any = ctx.import_module("vllm.platforms")
         handed_back = platforms._current_platform is None and cls is not None
-        if cls is not None and handed_back:
+        if handed_back:
             platforms._current_platform = await ctx.to_thread(cls)
-        found: dict[str, JsonValue] = {
+        return {
             "qualname": qualname if isinstance(qualname, str) else None,
             "handed_back": handed_back,
         }
-        elsewhere: list[JsonValue] = list(self._records(None))
-        if elsewhere:
-            # What vLLM logged outside any plugin (importing its platforms).
-            found["records"] = elsewhere
-        return found
