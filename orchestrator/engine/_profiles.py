@@ -232,13 +232,19 @@ class Profile:
         AMD GPUs -> rocm, a TPU -> tpu, XPUs -> xpu, none -> cpu."""
         if self.build is not None:
             return self.build
-        if self.gpus.count and self.gpus.vendor == "nvidia":
-            return "cuda"
-        if self.gpus.count and self.gpus.vendor == "amd":
-            return "rocm"
-        if self.tpu:
-            return "tpu"
-        return "xpu" if self.xpu else "cpu"
+        return next((build for build, _driver in self._present()), "cpu")
+
+    def _present(self) -> list[tuple[str, str]]:
+        # (build target, driver library) of each kind of device present,
+        # in the order the build target prefers them.
+        gpus = self.gpus.vendor if self.gpus.count else "none"
+        kinds = (
+            ("cuda", "pynvml", gpus == "nvidia"),
+            ("rocm", "amdsmi", gpus == "amd"),
+            ("tpu", "libtpu", self.tpu),
+            ("xpu", "torch", self.xpu > 0),
+        )
+        return [(build, driver) for build, driver, present in kinds if present]
 
     def devices(self, vendor: str) -> tuple[GpuDevice, ...]:
         """The GPUs of ``vendor`` (``nvidia`` or ``amd``) on one node."""
@@ -254,16 +260,7 @@ class Profile:
     def effective_modules(self) -> dict[str, ModuleRule]:
         """:attr:`modules` plus the driver libraries the device facts imply
         (an explicit entry wins)."""
-        implied: dict[str, ModuleRule] = {}
-        if self.gpus.vendor == "nvidia" and self.gpus.count:
-            implied["pynvml"] = ModuleRule()
-        if self.gpus.vendor == "amd" and self.gpus.count:
-            implied["amdsmi"] = ModuleRule()
-        if self.tpu:
-            implied["libtpu"] = ModuleRule()
-        if self.xpu:
-            implied["torch"] = ModuleRule()
-        return {**implied, **self.modules}
+        return {**{driver: ModuleRule() for _build, driver in self._present()}, **self.modules}
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form :meth:`from_json` reads (fields at their default
@@ -280,16 +277,16 @@ class Profile:
         """
         # The modules' entries have a form of their own ("import", or
         # {"raise": ...}); the rest is read as the classes' fields are.
-        document = dict(data) if isinstance(data, dict) else data
-        modules = document.pop("modules", {}) if isinstance(document, dict) else {}
-        if isinstance(document, dict):
-            if not isinstance(modules, dict):
-                document["modules"] = modules  # for the reader to name
-                modules = {}
+        # A "modules" that is no object is left for the reader to name.
+        modules: dict[str, object] = {}
+        if isinstance(data, dict):
+            data = dict(data)
+            if isinstance(data.get("modules"), dict):
+                modules = data.pop("modules")
             if default_name is not None:
-                document.setdefault("name", default_name)
+                data.setdefault("name", default_name)
         try:
-            profile = structure(cls, document)
+            profile = structure(cls, data)
         except DecodeError as exc:
             raise ProfileError(source, str(exc)) from None
         rules = {name: _module_rule(name, entry, source) for name, entry in modules.items()}
