@@ -587,16 +587,13 @@ def _populate_pynvml(module: ModuleType, profile: Profile) -> None:
             raise NVMLError(f"Invalid Argument: no GPU with index {index}")
         return devices[index]
 
-    def capability(device: GpuDevice) -> tuple[int, int]:
-        return device.capability or (0, 0)
-
     vars(module).update(
         NVMLError=NVMLError,
         nvmlInit=lambda: None,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetCount=lambda: len(devices),
         nvmlDeviceGetHandleByIndex=handle,
-        nvmlDeviceGetCudaComputeCapability=capability,
+        nvmlDeviceGetCudaComputeCapability=lambda device: device.capability or (0, 0),
         nvmlDeviceGetName=lambda device: device.name,
     )
 

@@ -176,8 +176,8 @@ class VllmPlugins:
             "modelled": list(modelled),
         }
         self._capture: _Capture | None = None
-        self._load_errors: dict[str, BaseException] = {}
-        self._classes: dict[str, Any] = {}
+        # Each plugin's class, or what importing it raised.
+        self._loaded: dict[str, Any] = {}
 
     def plugin_timeout(self, name: str) -> float | None:
         # register, then load_class below it.
@@ -296,9 +296,9 @@ class VllmPlugins:
             try:
                 cls = getattr(ctx.import_module(module), attribute)
             except Exception as exc:
-                self._load_errors[name] = exc
+                self._loaded[name] = exc
                 raise
-            self._classes[name] = cls
+            self._loaded[name] = cls
             device = getattr(cls, "device_type", None)
             return {"qualname": qualname, "device": device if isinstance(device, str) else None}
 
@@ -323,13 +323,12 @@ class VllmPlugins:
     async def adopt(
         self, ctx: StepContext, selected: PluginOutcome, results: Mapping[str, StepResult]
     ) -> Mapping[str, JsonValue]:
-        error = self._load_errors.get(selected.plugin)
-        if error is not None:
+        cls: Any = self._loaded.get(selected.plugin)
+        if isinstance(cls, BaseException):
             # vLLM imports the winner's class and fails the same way.
-            raise error
+            raise cls
         value = results[selected.plugin].value
         qualname = value.get("qualname") if isinstance(value, dict) else None
-        cls: Any = self._classes.get(selected.plugin)
         platforms: Any = ctx.import_module("vllm.platforms")
         handed_back = platforms._current_platform is None and cls is not None
         if handed_back:
