@@ -104,13 +104,13 @@ class _Capture(logging.Handler):
     and passes on to the handlers vLLM's logger had whatever they would
     have received anyway."""
 
-    def __init__(self, threshold: int, handlers: list[logging.Handler], parent: Any) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
         super().__init__(logging.DEBUG)
         self.records: dict[str | None, list[dict[str, JsonValue]]] = {}
         self.kept = 0
-        self._threshold = threshold
-        self._handlers = handlers
-        self._parent = parent
+        self._threshold = logger.getEffectiveLevel()
+        self._handlers = list(logger.handlers)
+        self._parent = logger.parent if logger.propagate else None
         self._redact = Redactor.from_environment()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -188,10 +188,8 @@ class VllmPlugins:
         # vLLM's records at DEBUG while the plugins run; the logger's level,
         # handlers and propagation are put back afterwards.
         logger = logging.getLogger("vllm")
-        saved = (logger.level, list(logger.handlers), logger.propagate)
-        self._capture = capture = _Capture(
-            logger.getEffectiveLevel(), saved[1], logger.parent if logger.propagate else None
-        )
+        saved = (logger.level, logger.handlers, logger.propagate)
+        self._capture = capture = _Capture(logger)
         logger.handlers = [capture]
         logger.propagate = False
         logger.setLevel(logging.DEBUG)
