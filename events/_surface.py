@@ -47,7 +47,7 @@ def _sort_key(name: str) -> tuple[int, list[int | str]]:
         category = 1
     else:
         category = 2
-    return category, [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return category, [int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", name)]
 
 
 class Surface:

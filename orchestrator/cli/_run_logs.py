@@ -120,13 +120,13 @@ def _different_runs(run_of: dict[Path, str]) -> str:
 
 def _rank_key(path: Path) -> tuple[int, str]:
     stem = path.stem.removeprefix("rank-")
-    return (int(stem), "") if stem.isdigit() else (1 << 30, stem)
+    return (int(stem), "") if stem.isdecimal() else (1 << 30, stem)
 
 
 def rank_of_file(path: Path) -> int | None:
     """The rank a file's name says (``rank-3.jsonl`` -> 3), if it says one."""
     stem = path.name.removesuffix(".jsonl").removeprefix("rank-")
-    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdigit():
+    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdecimal():
         return int(stem)
     return None
 

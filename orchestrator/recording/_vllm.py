@@ -187,7 +187,7 @@ def _role() -> tuple[str, str, int]:
     # The global rank is in the process name; the parallel sizes are those
     # of the configuration the worker is being initialised with.
     rank_text = name.rpartition("-")[2]
-    rank = int(rank_text) if rank_text.isdigit() else 0
+    rank = int(rank_text) if rank_text.isdecimal() else 0
     parallel = next(_parallel_configs(), None)
     tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
     pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)

@@ -253,6 +253,24 @@ def test_a_launch_with_the_run_id_of_a_single_run_in_its_directory_is_refused(
     assert sorted(path.name for path in run.iterdir()) == before  # no manifest
 
 
+def test_a_log_named_with_a_digit_that_is_no_decimal_is_read(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    # "rank-\u00b2" (a superscript two) passed str.isdigit and then broke
+    # int() with a traceback. It names no rank; an Arabic-Indic three is a
+    # decimal digit, so that name says rank 3, which the log is not.
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(healthy.directory / "rank-0.jsonl", run / "rank-\u00b2.jsonl")
+    for target in (run, run / "rank-\u00b2.jsonl"):
+        completed = call_cli("replay", "--json", str(target), cwd=tmp_path)
+        assert completed.returncode == 0, completed.describe()
+        assert [r["rank"] for r in json.loads(completed.stdout)["ranks"]] == [0]
+    (run / "rank-\u00b2.jsonl").rename(run / "rank-\u0663.jsonl")
+    completed = call_cli("replay", str(run), cwd=tmp_path)
+    _one_line_error(completed, 1, "holds the events of rank 0, not of rank 3")
+
+
 def test_a_rank_no_launch_started_is_refused_by_a_launch_of_its_run_id(tmp_path: Path) -> None:
     # It joined the launch's directory and was replayed as one of its ranks
     # ("3 ready, 3 of 2 ranks").
