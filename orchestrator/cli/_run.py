@@ -59,11 +59,9 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
     """The fault plan, checked against the launch before anything runs: every
     target is one the engine has and every rank is in the world."""
     # Errors name the option, the bad part and what would be valid.
-    option = "--inject"
     try:
         plan = FaultPlan.parse(args.inject)
         if args.inject_file is not None:
-            option = "--inject-file"
             try:
                 plan = plan + FaultPlan.load(args.inject_file)
             except FaultSpecError as exc:
@@ -71,6 +69,7 @@ def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
                 raise UsageError(f"--inject-file {exc.spec}: {where}{exc.reason}") from None
         return checked_fault_plan(plan, world_size, engine=args.engine)
     except FaultSpecError as exc:
+        option = "--inject" if exc.spec in args.inject else "--inject-file"
         raise UsageError(f"{option} {exc.spec!r}: {exc.part!r}: {exc.reason}") from None
 
 

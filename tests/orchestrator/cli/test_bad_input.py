@@ -144,6 +144,29 @@ def test_malformed_inject_file(tmp_path: Path, content: str, fragments: list[str
 
 
 @pytest.mark.parametrize(
+    ("inject", "entry", "option"),
+    [
+        ("nosuch=ImportError", "zentorch", "--inject 'nosuch=ImportError'"),
+        ("5:zentorch=ImportError", "zentorch", "--inject '5:zentorch=ImportError'"),
+        ("zentorch=ImportError", "nosuch", "--inject-file 'nosuch=ImportError'"),
+    ],
+)
+def test_a_bad_fault_is_named_with_the_option_it_came_from(
+    tmp_path: Path, inject: str, entry: str, option: str
+) -> None:
+    # With both options given, a bad --inject spec was named as --inject-file's.
+    faults = [{"target": entry, "exception": "ImportError"}]
+    (tmp_path / "faults.json").write_text(json.dumps(faults), encoding="utf-8")
+
+    completed = call_cli(
+        "run", "--simulate", "zen4", "--inject", inject, "--inject-file", "faults.json",
+        cwd=tmp_path,
+    )  # fmt: skip
+
+    _one_line_error(completed, 2, f"error: {option}: ")
+
+
+@pytest.mark.parametrize(
     ("content", "fragments"),
     [
         ('{"name": "mine", "gpus": [', ["'profile.json'", "not valid JSON"]),
