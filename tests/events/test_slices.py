@@ -269,3 +269,24 @@ def test_events_and_exporters_never_import_the_orchestrator() -> None:
         for path in sorted((ROOT / package).glob("*.py")):
             tops = {module.split(".")[0] for module in _imports(path)}
             assert "orchestrator" not in tops, f"{package}/{path.name}"
+
+
+def test_the_first_rule_that_matches_a_candidate_speaks_alone() -> None:
+    # A slice that does not claim kernels/* still has its rule for a
+    # candidate there tried first: it speaks, and the kernel's
+    # candidate.unavailable, tried after it, does not.
+    unclaimed = Slice(
+        name="unclaimed",
+        rules=[
+            MessageRule(
+                code="mine.kernel_invalid",
+                step="kernels/*",
+                outcomes="invalid",
+                text="{name} cannot run here: {reason}",
+            )
+        ],
+    )
+    derived = fold(Messages(slices=[unclaimed]), custom_rank(kernels="slow")).messages()
+    (invalid,) = [m for m in derived if m.step == "kernels/fast"]
+    assert invalid.code == "mine.kernel_invalid"
+    assert invalid.text == "fast cannot run here: head size 7"
