@@ -175,10 +175,14 @@ def write_run(
 
 
 #: What each process runs in: bytecode is written and read, as an installed
-#: package has it, and tracing is off.
+#: package has it, and tracing is off. ``python -m`` puts the current
+#: directory first on ``sys.path``; safe-path mode leaves it off, so the tree
+#: a side-by-side run names by ``PYTHONPATH`` is the one measured, wherever
+#: the benchmark is started from.
 _ENV = {
     **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
     "OTEL_SDK_DISABLED": "true",
+    "PYTHONSAFEPATH": "1",
 }
 
 #: The baseline: a process that reads every file and parses every line.

@@ -366,11 +366,12 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
     # whole check is linear in the spans.
     settled: set[str] = set()
     for span_id in spans:
-        path: list[str] = []
+        path: dict[str, None] = {}  # the walk so far, in order
         current: str | None = span_id
         while current in spans and current not in settled:
             if current in path:
-                cycle = path[path.index(current) :]
+                walked = list(path)
+                cycle = walked[walked.index(current) :]
                 names = ", ".join(spans[span][0] for span in cycle)
                 problem(
                     spans[current][3],
@@ -379,7 +380,7 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
                     else f"the span of step {names} is its own parent",
                 )
                 break
-            path.append(current)
+            path[current] = None
             current = spans[current][1]
         settled.update(path)
     # Dependencies: what is left once every step whose dependencies are

@@ -305,7 +305,7 @@ class SpanProjection:
         Each ends at its rank's last event time, or when the run's
         ``launch`` saw the rank's process end if that is later, with status
         ERROR. Ranks come in (run id, rank) order, inner spans before outer
-        ones. The projection is empty afterwards.
+        ones. No span is open afterwards: a second call returns none.
         """
         spans: list[ReadableSpan] = []
         for key in sorted(self._ranks):

@@ -153,16 +153,6 @@ class Graph:
         """Steps that depend on ``name`` directly."""
         return tuple(s.name for s in self._steps.values() if name in s.depends_on)
 
-    def describe(self) -> dict[str, Any]:
-        """A JSON description (recorded in ``run.started``)."""
-        return {
-            "name": self.name,
-            "steps": [
-                {"name": s.name, "depends_on": list(s.depends_on), "policy": s.policy.name}
-                for s in self._steps.values()
-            ],
-        }
-
 
 def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
     # Depth-first, remembering the current path so a cycle can be named.

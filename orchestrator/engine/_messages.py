@@ -346,11 +346,12 @@ class EngineMessageHook:
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
         # A timeout or crash of an all-reduce attempt or of the quantization
         # workspace is covered by the allreduce codes, one of a platform
-        # plugin by the platform codes (a failed plugin).
+        # plugin by the platform codes (a failed plugin); the build target
+        # is no plugin, and its own stop is the kernel's to say.
         return (
             _is_attempt(step, started)
             or step == ALLREDUCE_QUANT_STEP
-            or step.rpartition("/")[0] == PLATFORM_STEP
+            or (step.rpartition("/")[0] == PLATFORM_STEP and step != PLATFORM_BUILD_STEP)
         )
 
     def before(self, context: MessageContext, memory: _Memory) -> _Memory:

@@ -976,6 +976,26 @@ def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
     )
 
 
+def test_a_build_target_check_that_timed_out_is_a_step_error_not_silence() -> None:
+    # The build target is no plugin: its timeout (the start lost that long,
+    # and the cpu plugin declined without it) is the kernel's step.timed_out.
+    from events import fold
+
+    builder = RankBuilder(0, world_size=1).run_started()
+    builder.started(PLATFORM_STEP)
+    builder.started(f"{PLATFORM_STEP}/build")
+    builder.timed_out(f"{PLATFORM_STEP}/build", timeout_s=5.0)
+    builder.plugin("cuda", activated="CudaPlatform", priority=1)
+    builder.platform_ok("cuda", "CudaPlatform")
+    messages = fold(Messages(slices=[ENGINE]), builder.run_finished()).messages()
+
+    by_code = {message.code: message for message in messages}
+    assert "platform.plugin_failed" not in by_code
+    timed_out = by_code["step.timed_out"]
+    assert timed_out.severity is Severity.ERROR
+    assert timed_out.text.startswith("Step platform/build timed out after 5 s")
+
+
 def test_span_severity_of_an_outcome_follows_the_last_slice() -> None:
     # A failed step no message speaks for takes step.failed's severity from
     # the slices, a severity policy laid last included.
