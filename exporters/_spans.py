@@ -56,6 +56,7 @@ from events import (
     Event,
     ExceptionInfo,
     LaunchRecord,
+    Messages,
     Outcome,
     RunFinished,
     RunOutcome,
@@ -112,26 +113,19 @@ _INT64 = range(-(2**63), 2**63)
 #: as captured (at most 64 links) is rendered whole.
 _STACKTRACE_LINKS = 64
 
-_DEFAULT_SEVERITY: Mapping[Outcome, Severity | None] = {
-    Outcome.OK: Severity.INFO,
-    Outcome.ABSENT: Severity.DEBUG,
-    Outcome.UNAVAILABLE: Severity.DEBUG,
-    Outcome.INVALID: Severity.DEBUG,
-    Outcome.FAILED: Severity.ERROR,
-    Outcome.TIMED_OUT: Severity.ERROR,
-    Outcome.CRASHED: Severity.ERROR,
-    Outcome.CANCELLED: None,
-}
-
 
 def default_severity(rank: int, step: str, outcome_event: Event) -> Severity | None:
-    """The severity used when no messages projection is plugged in.
+    """The severity used when no messages projection is plugged in: the
+    kernel's generic messages' (:meth:`events.Messages.span_severity`).
 
     failed, timed_out, crashed → ERROR; absent, unavailable, invalid → DEBUG;
     ok → INFO; cancelled (and any non-terminal event) → ``None``.
     """
-    outcome = outcome_of(outcome_event)
-    return None if outcome is None else _DEFAULT_SEVERITY[outcome]
+    return _KERNEL_MESSAGES.span_severity(_NO_MESSAGES, rank, step, outcome_event)
+
+
+_KERNEL_MESSAGES = Messages()
+_NO_MESSAGES = _KERNEL_MESSAGES.initial()
 
 
 @functools.cache
