@@ -156,11 +156,10 @@ def otlp_exporter(
         TracingSettingError: unknown protocol (a ``ValueError``); the message
             names it and the valid ones.
     """
-    if protocol == "grpc":
-        return otlp_grpc_exporter(endpoint, headers=headers, timeout_s=timeout_s)
-    if protocol == "http/protobuf":
-        return otlp_http_exporter(endpoint, headers=headers, timeout_s=timeout_s)
-    raise TracingSettingError("OTLP protocol", protocol, OTLP_PROTOCOLS, "protocol")
+    if protocol not in OTLP_PROTOCOLS:
+        raise TracingSettingError("OTLP protocol", protocol, OTLP_PROTOCOLS, "protocol")
+    create = otlp_grpc_exporter if protocol == "grpc" else otlp_http_exporter
+    return create(endpoint, headers=headers, timeout_s=timeout_s)
 
 
 def console_exporter(stream: TextIO | None = None) -> SpanExporter:

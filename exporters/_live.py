@@ -319,18 +319,13 @@ def _summary(messages: Sequence[str], problem: str) -> str:
         found = pattern.search(text)
         if found:
             return reason or found.group(1).lower()
-    # Nothing recognised, or nothing said (it raised): its own words.
-    detail = _describe(messages) or problem
-    return detail if len(detail) <= 160 else detail[:157] + "..."
-
-
-def _describe(messages: Sequence[str]) -> str:
-    """What the exporter said about a failed batch: its first complaint
-    (usually the transport error) and its final verdict."""
+    # Nothing recognised, or nothing said (it raised): its own words, the
+    # first complaint (usually the transport error) and the final verdict.
     parts = [message.strip().rstrip(".") for message in dict.fromkeys(messages)]
     if len(parts) > 2:
         parts = [parts[0], parts[-1]]
-    return "; then: ".join(part for part in parts if part)
+    detail = "; then: ".join(part for part in parts if part) or problem
+    return detail if len(detail) <= 160 else detail[:157] + "..."
 
 
 def _shutdown(exporter: SpanExporter, timeout_millis: float) -> None:
