@@ -163,8 +163,8 @@ def _first_open_at(text: str, cut: int) -> int:
     return min(spanning, default=cut)
 
 
-def _printable(lines: Iterable[str], *, indent: str = "  ") -> str:
-    return "".join(terminal_text(line, indent=indent) + "\n" for line in lines)
+def _printable(lines: Iterable[str]) -> str:
+    return "".join(terminal_text(line) + "\n" for line in lines)
 
 
 #: How many levels ``explain`` and ``critical-path`` indent; deeper lines
