@@ -80,13 +80,10 @@ _DEFAULT_PROTOCOL = "grpc"
 #: this long, so a busy machine never drops a live collector's spans.
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: The ``OTEL_TRACES_SAMPLER`` values this package honours.
-TRACES_SAMPLERS: tuple[str, ...] = (
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
+TRACES_SAMPLERS: tuple[str, ...] = tuple(
+    f"{parent}{kind}"
+    for parent in ("", "parentbased_")
+    for kind in ("always_on", "always_off", "traceidratio")
 )
 _DEFAULT_SAMPLER = "parentbased_always_on"
 _HTTP_TRACES_PATH = "v1/traces"
