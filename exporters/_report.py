@@ -182,8 +182,6 @@ def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
 
 
 def _running_lines(replay: Replay) -> list[str]:
-    """The ranks still running as the logs were read: where each is, and
-    where its step was last seen waiting."""
     lines: list[str] = []
     for rank in sorted(replay.running):
         state = replay.states.get(rank)
@@ -378,7 +376,6 @@ def _headline(replay: Replay) -> str:
 
 
 def _provenance_line(replay: Replay) -> list[str]:
-    """Says first when the host was simulated or faults were injected."""
     parts = []
     if replay.simulated:
         parts.append(f"simulated host {replay.simulated}")
@@ -497,10 +494,8 @@ def lost_by(replay: Replay) -> list[tuple[Loss, tuple[int, ...]]]:
 
 
 def _degraded_lines(replay: Replay) -> list[str]:
-    """In place of "Root cause: none": what the ready start lost (its
-    slices' losses, with their ranks), one ``Degraded:`` line per grouped
-    message (code and ranks) with its text below, then where the ranks
-    differ (divergences often name where the loss began)."""
+    """In place of "Root cause: none": what the ready start lost; the
+    divergences follow, as they often name where the loss began."""
     groups = degraded_by(replay)
     lines: list[str] = [
         terminal_text(f"Lost: {loss.what} on {format_ranks(ranks)}")
@@ -522,7 +517,6 @@ def _degraded_lines(replay: Replay) -> list[str]:
 
 
 def _no_events_lines(replay: Replay) -> list[str]:
-    """Every rank of the world without events, with what its launcher saw."""
     if not replay.no_events:
         return []
     since = _launched_ns(replay)
@@ -549,7 +543,6 @@ def _no_events_lines(replay: Replay) -> list[str]:
 
 
 def _columns(replay: Replay) -> tuple[Column, ...]:
-    """The slices' columns, each fact once."""
     columns: dict[str, Column] = {}
     for part in replay.slices:
         for column in part.columns:
