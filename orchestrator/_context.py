@@ -124,6 +124,13 @@ class StepRun(Protocol):
     def children_of(self, step: str) -> Sequence[StepResult]:
         """See :meth:`StepContext.child_results`."""
 
+    def in_child(
+        self, step: str, stacks: Callable[[], Awaitable[tuple[ThreadStack, ...]]] | None
+    ) -> None:
+        """Isolated ``step`` runs in a child process, which ``stacks`` asks
+        for its threads' stacks when the step stalls (``None``: the child is
+        gone)."""
+
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         """Where the child process of isolated ``step`` was when the step was
         given up (its timeout, a stop); recorded as the step ends."""

@@ -6,11 +6,13 @@ fault plan and how to rebuild the importer and host facts. The child runs
 the body and writes one JSON result line to a private descriptor (its
 stdout is redirected to stderr, so user prints never corrupt the result).
 The parent reads the result and the last stderr lines; a child that dies
-without a result is a crash (exit code or signal). A child still running
-when the step's timeout or a stop cancels it is asked for its threads'
-stacks (a ``stacks`` line on its stdin, answered by a daemon thread of the
-child's with a ``stacks`` result line, within :data:`STACKS_WAIT_S`), which
-the run records as where the step was left, and then killed.
+without a result is a crash (exit code or signal). While the child runs,
+the parent can ask it for its threads' stacks: a ``stacks`` line on its
+stdin, answered by a daemon thread of the child's with a ``stacks`` result
+line within :data:`STACKS_WAIT_S`. The rank's watchdog asks so when the
+step runs past the stall threshold; a child still running when the step's
+timeout or a stop cancels it is asked once more, the run records the
+answer as where the step was left, and the child is killed.
 
 The child's environment names the step's span in ``TRACEPARENT``; when the
 run traces (it has a span activator), the child makes that span current with
@@ -32,11 +34,12 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import attrs
 import orjson
 
@@ -201,28 +204,32 @@ async def run_isolated(
         stderr=-1,
         env=environment,
     )
-    stdout = bytearray()
+    child = _Child(process)
     stderr = bytearray()
     try:
         assert process.stdin is not None
-        assert process.stdout is not None
         assert process.stderr is not None
-        # stdin stays open: the parent asks a child it gives up for its stacks.
+        # stdin stays open: the parent asks the child for its stacks.
         await process.stdin.send(orjson.dumps(unstructure(job)) + b"\n")
+        run.in_child(context.step, child.stacks)
 
         async def drain(stream: Any, into: bytearray) -> None:
             async for chunk in stream:
                 into.extend(chunk)
 
         async with anyio.create_task_group() as group:
-            group.start_soon(drain, process.stdout, stdout)
+            group.start_soon(child.read)
             group.start_soon(drain, process.stderr, stderr)
             returncode = await process.wait()
             group.cancel_scope.deadline = anyio.current_time() + PIPES_AFTER_EXIT_S
     finally:
+        run.in_child(context.step, None)
         if process.returncode is None:
             with anyio.CancelScope(shield=True):
-                stacks = await _stacks_of(process, stdout)
+                async with anyio.create_task_group() as reading:
+                    reading.start_soon(child.read)
+                    stacks = await child.stacks()
+                    reading.cancel_scope.cancel()
                 if stacks:
                     run.left_in_child(context.step, stacks)
                 process.kill()
@@ -230,9 +237,11 @@ async def run_isolated(
         with anyio.CancelScope(shield=True):
             await process.aclose()
     tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
-    lines = bytes(stdout).strip().splitlines()
-    result = _read_answer(lines[-1]) if lines else None
-    if result is None or result.status == "stacks":
+    # The last answer that is not stacks: the child may answer a question
+    # asked as its body ended after its result.
+    answers = map(_read_answer, reversed(bytes(child.stdout).splitlines()))
+    result = next((a for a in answers if a is not None and a.status != "stacks"), None)
+    if result is None:
         return IsolatedCrash.of(returncode, tail)
     if result.status == "ok":
         return result.value
@@ -242,22 +251,52 @@ async def run_isolated(
     raise IsolatedError(result.exception, result.mro, result.module_name)
 
 
-async def _stacks_of(process: Any, stdout: bytearray) -> tuple[ThreadStack, ...]:
-    """The stacks of a child still running: asked for on its stdin, read
-    from its result descriptor within :data:`STACKS_WAIT_S` (``()`` when it
-    does not answer, as a child holding the GIL cannot)."""
-    with anyio.move_on_after(STACKS_WAIT_S):
-        try:
-            await process.stdin.send(b"stacks\n")
-            while True:
-                for line in bytes(stdout).splitlines():
-                    answer = _read_answer(line)
-                    if answer is not None and answer.status == "stacks":
-                        return answer.threads
-                stdout.extend(await process.stdout.receive())
-        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            pass
-    return ()
+class _Child:
+    """The parent's side of an isolated step's running child: what it has
+    written on its result descriptor, read by :meth:`read` alone, and the
+    questions asked on its stdin, one at a time."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.stdout = bytearray()
+        self._closed = False
+        #: Set when a line has come in, then replaced.
+        self._line = anyio.Event()
+        self._asking = anyio.Lock()
+
+    async def read(self) -> None:
+        """Read the result descriptor until it closes (or this is cancelled)."""
+        assert self.process.stdout is not None
+        async for chunk in self.process.stdout:
+            self.stdout.extend(chunk)
+            if b"\n" in chunk:
+                self._line.set()
+                self._line = anyio.Event()
+        self._closed = True
+        self._line.set()
+
+    async def stacks(self) -> tuple[ThreadStack, ...]:
+        """The child's threads' stacks, asked for on its stdin and read
+        within :data:`STACKS_WAIT_S`, while :meth:`read` runs (``()`` when
+        it does not answer, as a child holding the GIL cannot, or has ended)."""
+        assert self.process.stdin is not None
+        async with self._asking:
+            with anyio.move_on_after(STACKS_WAIT_S):
+                # The answer is a line after those complete now.
+                start = self.stdout.rfind(b"\n") + 1
+                try:
+                    await self.process.stdin.send(b"stacks\n")
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return ()
+                while True:
+                    for line in bytes(self.stdout[start:]).splitlines():
+                        answer = _read_answer(line)
+                        if answer is not None and answer.status == "stacks":
+                            return answer.threads
+                    if self._closed:
+                        return ()
+                    await self._line.wait()
+        return ()
 
 
 def _read_answer(line: bytes) -> Answer | None:
@@ -351,6 +390,11 @@ class _ChildRun:
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         raise _refused("read its children's results")
+
+    def in_child(
+        self, step: str, stacks: Callable[[], Awaitable[tuple[ThreadStack, ...]]] | None
+    ) -> None:
+        raise _refused("isolate a step of its own")
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         raise _refused("isolate a step of its own")

@@ -67,7 +67,7 @@ from ._importer import Importer, InjectingImporter, RealImporter
 from ._isolation import IsolatedCrash, IsolatedError, run_isolated
 from ._policy import Action, ErrorPolicy
 from ._threads import StepThreads
-from ._watchdog import DEFAULT_STALL_S, InFlight, Watchdog
+from ._watchdog import DEFAULT_STALL_S, AskChild, InFlight, Watchdog
 
 __all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
 
@@ -452,7 +452,7 @@ class _Run:
         child = self.child_stacks.pop(step, ())
         if flight is None:
             return
-        threads = self.watchdog.stacks_of(flight) + child
+        threads = self.watchdog.stacks_of(flight) + self.watchdog.from_child(child)
         if threads:
             self.record_stall(flight, why, time.monotonic_ns() - flight.started_ns, threads)
 
@@ -567,6 +567,9 @@ class _Run:
         while step not in self.graph.steps:
             step = step.rpartition("/")[0]
         return self.graph[step].policy
+
+    def in_child(self, step: str, stacks: AskChild | None) -> None:
+        self.watchdog.in_child(step, stacks)
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         self.child_stacks[step] = stacks

@@ -8,6 +8,10 @@ the threshold while it stays in flight:
 
 * a blocking step's (or an async step's ``to_thread`` call's) worker
   thread, from :class:`~orchestrator._threads.StepThreads`;
+* for an isolated step, its child process's threads, which the child
+  sends when the run's loop asks it (:func:`~orchestrator._isolation.run_isolated`);
+  a child or a loop that does not answer in time leaves the record without
+  stacks, saying how long the step has run;
 * for an async step with no worker thread, the event loop's thread when
   the loop does not answer (something called a blocking function on it):
   recorded for the steps whose code is on that stack.
@@ -18,27 +22,37 @@ earlier for a step that is due, and looks at a dictionary.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
-from events import Redactor, StallReason, ThreadStack
+from events import FrameInfo, Redactor, StallReason, ThreadStack
 
 if TYPE_CHECKING:
     from ._threads import StepThreads
 
-__all__ = ["DEFAULT_STALL_S", "InFlight", "Watchdog"]
+__all__ = ["DEFAULT_STALL_S", "AskChild", "InFlight", "Watchdog"]
+
+T = TypeVar("T")
 
 #: Seconds a step may run before its rank records where it waits.
 DEFAULT_STALL_S = 10.0
 
 #: How long the loop has to answer before it counts as blocked.
 _LOOP_ANSWER_S = 0.5
+#: How long the loop and an isolated step's child have to send the child's
+#: stacks (the child has :data:`~orchestrator._isolation.STACKS_WAIT_S`).
+_CHILD_ANSWER_S = 2.0
+
+#: Asks an isolated step's child for its threads' stacks (a coroutine
+#: function, run on the run's loop; ``()`` when the child does not answer).
+AskChild = Callable[[], Awaitable[tuple[ThreadStack, ...]]]
 
 
 @attrs.define
@@ -52,6 +66,8 @@ class InFlight:
     code: CodeType | None
     #: When it is next due to be looked at (``time.monotonic_ns()``).
     due_ns: int
+    #: Asks its child process for its stacks, while an isolated step's runs.
+    child: AskChild | None = None
 
 
 #: Records one stall: (step in flight, why, elapsed ns, the stacks).
@@ -114,6 +130,14 @@ class Watchdog:
         with self._lock:
             self._in_flight[step] = InFlight(step, span_id, parent, now, code, due)
 
+    def in_child(self, step: str, ask: AskChild | None) -> None:
+        """Isolated ``step`` runs in a child process that ``ask`` asks for
+        its stacks (``None``: the child is gone)."""
+        with self._lock:
+            flight = self._in_flight.get(step)
+            if flight is not None:
+                flight.child = ask
+
     def ended(self, step: str) -> InFlight | None:
         with self._lock:
             return self._in_flight.pop(step, None)
@@ -125,6 +149,24 @@ class Watchdog:
         return tuple(
             ThreadStack.capture(name, frame, redactor=self._redactor)
             for name, frame in self._threads.of(flight.step)
+        )
+
+    def from_child(self, stacks: tuple[ThreadStack, ...]) -> tuple[ThreadStack, ...]:
+        """An isolated step's child's stacks (redacted there as its
+        environment says) redacted as this run's are too."""
+        redact = self._redactor
+
+        def frame(info: FrameInfo) -> FrameInfo:
+            return attrs.evolve(
+                info,
+                filename=redact(info.filename),
+                name=redact(info.name),
+                line=None if info.line is None else redact(info.line),
+            )
+
+        return tuple(
+            ThreadStack(thread=redact(stack.thread), frames=tuple(map(frame, stack.frames)))
+            for stack in stacks
         )
 
     # --- the watchdog's thread ----------------------------------------------------------------
@@ -153,8 +195,13 @@ class Watchdog:
                 elapsed = now - flight.started_ns
                 # Backoff: looked at again at twice the time it has run.
                 flight.due_ns = flight.started_ns + 2 * elapsed
+                child = flight.child
             stacks = self.stacks_of(flight)
-            if not stacks:
+            if child is not None:
+                # Its work is in its child process: a stall without stacks
+                # when the child (holding its GIL) or the loop does not answer.
+                stacks += self.from_child(self._on_loop(child, _CHILD_ANSWER_S)[1] or ())
+            elif not stacks:
                 if not loop_checked:
                     loop_stack, loop_checked = self._blocked_loop(), True
                 if loop_stack is None or not _runs(loop_stack, flight.code):
@@ -162,30 +209,45 @@ class Watchdog:
                 stacks = (loop_stack,)
             if self._stopped.is_set():
                 return
+            with self._lock:
+                # An answer takes a while: the step may have ended meanwhile.
+                if self._in_flight.get(flight.step) is not flight:
+                    continue
             self._record(flight, StallReason.STALLED, elapsed, stacks)
 
     def _blocked_loop(self) -> ThreadStack | None:
         """The event loop thread's stack, when the loop does not answer
         within half a second (a blocking call on it), else ``None``."""
-        import anyio.from_thread
-
-        token = self._loop_token
-        if token is None or self._loop_ident is None:
-            return None
-        answered = threading.Event()
-
-        def ask() -> None:
-            # Blocks while the loop does: a daemon of its own.
-            try:
-                anyio.from_thread.run_sync(answered.set, token=token)  # type: ignore[arg-type]
-            except Exception:
-                answered.set()
-
-        threading.Thread(target=ask, name="startup watchdog: loop check", daemon=True).start()
-        if answered.wait(_LOOP_ANSWER_S):
+        if self._loop_ident is None or self._on_loop(_nothing, _LOOP_ANSWER_S)[0]:
             return None
         frame: FrameType | None = sys._current_frames().get(self._loop_ident)
         return ThreadStack.capture("event loop", frame, redactor=self._redactor)
+
+    def _on_loop(self, ask: Callable[[], Awaitable[T]], within_s: float) -> tuple[bool, T | None]:
+        """Whether the run's loop ran ``ask`` within ``within_s`` (or has
+        ended), and what ``ask`` returned then."""
+        import anyio.from_thread
+
+        token = self._loop_token
+        if token is None:
+            return True, None
+        answered = threading.Event()
+        value: list[T] = []
+
+        def call() -> None:
+            # Blocks while the loop does: a daemon of its own.
+            with contextlib.suppress(Exception):  # the loop has ended
+                value.append(anyio.from_thread.run(ask, token=token))  # type: ignore[arg-type]
+            answered.set()
+
+        threading.Thread(target=call, name="startup watchdog: loop call", daemon=True).start()
+        if not answered.wait(within_s):
+            return False, None
+        return True, value[0] if value else None
+
+
+async def _nothing() -> None:
+    pass
 
 
 def _runs(stack: ThreadStack, code: CodeType | None) -> bool:

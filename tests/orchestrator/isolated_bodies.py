@@ -108,3 +108,11 @@ def print_a_secret_and_exit(ctx: StepContext) -> JsonValue:
     """Print a URL with a password, as a failing client might, and die."""
     print("cannot reach https://:planted-password@hub.example/x", flush=True)
     os._exit(3)
+
+
+def wait_for_the_test(ctx: StepContext) -> JsonValue:
+    """Block until the test writes to its FIFO (opening a FIFO waits for its
+    writer), as a call that does not return while the test looks at it."""
+    with open(str(ctx.config["release_fifo"]), "rb") as release:
+        release.read(1)
+    return "released"

@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,8 +22,10 @@ import pytest
 
 import orchestrator
 from events import (
+    Event,
     MemoryLog,
     Outcome,
+    Redactor,
     RunFinished,
     RunOutcome,
     StallReason,
@@ -242,6 +245,59 @@ async def test_a_child_given_up_records_where_it_was_before_it_is_killed(tmp_pat
     assert left.waiting_in is not None
     assert left.waiting_in.name == "block_in_the_driver"
     assert left.seq == only(log, StepCancelled, "probe").seq - 1
+    assert isolated_children() == []
+    assert_log_contract(log)
+
+
+async def test_a_stuck_child_records_where_it_waits_with_backoff(tmp_path: Path) -> None:
+    # The child's threads' stacks while it runs past the stall threshold, as
+    # for a step in the run's process; the answers do not spoil its result.
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    in_the_body = threading.Event()
+
+    def on_event(event: Event) -> None:
+        stalled = isinstance(event, StepStalled) and event.waiting_in is not None
+        if stalled and event.waiting_in.name == "wait_for_the_test":
+            in_the_body.set()
+
+    log = new_log()
+    log.subscribe(on_event)
+    graph = isolated(isolated_bodies.wait_for_the_test, timeout=DEADLINE_S)
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as group:
+            results: list[orchestrator.RunResult] = []
+
+            async def start() -> None:
+                config = {"release_fifo": str(fifo)}
+                # A secret of the run's own, which the child does not know.
+                redactor = Redactor(secrets=("release_fifo",))
+                results.append(
+                    await orchestrator.run(
+                        graph, log, config=config, stall_s=0.05, redactor=redactor
+                    )
+                )
+
+            group.start_soon(start)
+            await anyio.to_thread.run_sync(in_the_body.wait, abandon_on_cancel=True)
+            # Opening a FIFO blocks until its reader opens it: in a thread.
+            await anyio.to_thread.run_sync(fifo.write_bytes, b"x", abandon_on_cancel=True)
+
+    assert results[0]["probe"].value == "released"
+    stalls = of_type(log, StepStalled, "probe")
+    assert {stall.why for stall in stalls} == {StallReason.STALLED}
+    first, second, *_ = stalls
+    assert first.elapsed_ns >= 0.05e9
+    # Looked at again at twice the time it had run, not at every threshold.
+    assert second.elapsed_ns >= 2 * first.elapsed_ns
+    stuck = next(s for s in stalls if s.waiting_in and s.waiting_in.name == "wait_for_the_test")
+    assert stuck.threads[0].thread.startswith("isolated step probe (pid ")
+    assert stuck.summary().startswith("waiting in wait_for_the_test (isolated_bodies.py:")
+    # Redacted as the run redacts, though the child does not know the secret.
+    assert stuck.waiting_in is not None
+    assert stuck.waiting_in.line
+    assert "release_fifo" not in stuck.waiting_in.line
+    assert only(log, StepSucceeded, "probe").result == "released"
     assert isolated_children() == []
     assert_log_contract(log)
 
