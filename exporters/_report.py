@@ -205,7 +205,6 @@ def _shown_links(info: ExceptionInfo, links: int) -> tuple[list[ExceptionInfo], 
 
 
 def _exception_json(info: ExceptionInfo | None) -> dict[str, Any] | None:
-    # Iterative so a long chain cannot reach the recursion limit.
     if info is None:
         return None
     chain, omitted = _shown_links(info, _JSON_CHAIN_LINKS)
