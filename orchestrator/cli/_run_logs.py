@@ -30,7 +30,15 @@ if TYPE_CHECKING:
         Slice,
     )
 
-__all__ = ["DEFAULT_RUNS", "RankLog", "RunLogs", "log_files", "rank_of_file", "read_run"]
+__all__ = [
+    "DEFAULT_RUNS",
+    "RankLog",
+    "RunLogs",
+    "log_files",
+    "process_alive",
+    "rank_of_file",
+    "read_run",
+]
 
 #: Where ``run`` puts its run directories unless told otherwise.
 DEFAULT_RUNS = Path("startup-runs")
@@ -585,24 +593,29 @@ def _checked(read: RankLog | str | None) -> RankLog | None:
 
 
 def _still_running(logs: Sequence[RankLog], launch: LaunchRecord | None) -> Iterator[int]:
-    """The ranks whose log has no end and whose process runs here now: the
-    log's ``run.started`` names this host and a live pid that started no
-    later than the log did (so a pid used again since is not taken for it),
-    and no launcher saw it end."""
-    import platform
-
-    host = platform.node()
+    """The ranks whose log has no end and whose process runs here now
+    (:func:`process_alive`), and no launcher saw it end."""
     processes = launch.processes if launch is not None else {}
     for log in logs:
         first = log.folded.started
         if first is None or log.ended:
             continue
         ended = processes.get(first.rank)
-        if first.host != host or (ended is not None and ended.ended):
-            continue
-        started_ns = _process_started_ns(first.pid)
-        if started_ns is not None and started_ns <= first.wall_ns + 1_000_000_000:
+        if (ended is None or not ended.ended) and process_alive(first):
             yield first.rank
+
+
+def process_alive(started: RunStarted) -> bool | None:
+    """Whether the process a rank's ``run.started`` names runs now: on this
+    host, a live pid that started no later than the log did (so a pid used
+    again since is not taken for it). ``None`` when that cannot be seen
+    from here: it ran on another host, or this system has no ``/proc``."""
+    import platform
+
+    if started.host != platform.node() or not os.path.exists("/proc/self/stat"):
+        return None
+    started_ns = _process_started_ns(started.pid)
+    return started_ns is not None and started_ns <= started.wall_ns + 1_000_000_000
 
 
 def _process_started_ns(pid: int) -> int | None:
