@@ -541,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
         "per group of ranks in the same state, the step in progress and for how long (on a "
         "terminal a block redrawn in place; elsewhere plain lines, each printed once). Ends "
         "when every rank of the world (from manifest.json, else from the ranks' run.started) "
-        "has finished.",
+        "has finished or died: its launcher saw its process end or, where no launcher's "
+        "manifest lists it, the process its run.started names is gone from this host.",
         epilog=_epilog(
             "exit status: as replay's once every rank finished: 0 ready, 1 otherwise; 1 at "
             "--timeout, with a line naming the ranks still running and where; 2 bad usage.",

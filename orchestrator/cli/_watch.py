@@ -23,7 +23,10 @@ for longer than the stall threshold while its peers did, or while they are
 elsewhere, is stalled; every rank of the world in one step together is that
 step being slow, said once. The manifest is read again at each look: a
 rank whose process ended without ``run.finished`` is a death, said as it
-lands with where its step waited.
+lands with where its step waited. A rank whose process no launcher's
+manifest lists (torchrun, an embedding launcher) is dead once the process
+its ``run.started`` names is gone from this host, as ``replay`` judges it;
+one on another host is waited for.
 
 It ends when every rank of the world has recorded ``run.finished`` or died,
 with ``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout``
@@ -64,7 +67,7 @@ from exporters import terminal_text
 
 from ._errors import InputError, UsageError
 from ._output import write
-from ._run_logs import rank_of_file
+from ._run_logs import process_alive, rank_of_file
 
 if TYPE_CHECKING:
     from .._run_directory import Manifest
@@ -147,8 +150,11 @@ class RunWatcher:
         #: then, that event's seq: ``None`` for a log of stalls only so far)
         self._progress: dict[int, tuple[float, float, int | None]] = {}
         #: rank -> how its launcher saw its process end, for a rank that
-        #: ended without ``run.finished`` (it died)
-        self.died: dict[int, RankProcess] = {}
+        #: ended without ``run.finished`` (it died); ``None``: no launcher
+        #: watches it, and the process its ``run.started`` names is gone
+        self.died: dict[int, RankProcess | None] = {}
+        #: rank -> its ``run.started``, for telling whether its process runs
+        self._started: dict[int, RunStarted] = {}
         #: the manifest last read (its world is the world; the launch's
         #: start, for times as ``+25 s``)
         self._manifest: Manifest | None = None
@@ -164,20 +170,8 @@ class RunWatcher:
                 rank = rank_of_file(path)
                 if rank is not None and rank not in self._tails:
                     self._tails[rank] = _Tail(path)
-        new: list[Event] = []
         now, now_wall = time.monotonic(), time.time_ns()
-        for rank in sorted(self._tails):
-            events = self._tails[rank].read()
-            for event in events:
-                if isinstance(event, RunStarted):
-                    self.run_id = self.run_id or event.run_id
-                    self.world_size = max(self.world_size or 0, event.identity.world_size)
-            progress = [e for e in events if not isinstance(e, StepStalled)]
-            # A log that so far holds only stalls still says it is alive.
-            if progress or (events and rank not in self._progress):
-                last, seq = (progress[-1], progress[-1].seq) if progress else (events[0], None)
-                self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now, seq)
-            new.extend(events)
+        new = [event for rank in sorted(self._tails) for event in self._read(rank, now, now_wall)]
         # Each poll's events are folded at once: the ranks' logs are separate
         # streams, so the order between them does not matter.
         self.state = self._timeline.apply_many(self.state, new)
@@ -185,9 +179,39 @@ class RunWatcher:
             for process in manifest.ranks:
                 if process.ended and not self.ended(process.rank):
                     self.died.setdefault(process.rank, process)
+        # A rank whose process no launcher watches (a manifest that a rank
+        # wrote as it collected the logs does not), once that process is
+        # gone, wrote all it ever will: what it wrote since its log was read
+        # above is read now, and a log that then has no end is a death.
+        launcher = manifest if manifest is not None and manifest.collected_by is None else None
+        watched = set() if launcher is None else {process.rank for process in launcher.ranks}
+        gone = [
+            rank
+            for rank, started in self._started.items()
+            if rank not in watched and not self.ended(rank) and process_alive(started) is False
+        ]
+        late = [event for rank in gone for event in self._read(rank, now, now_wall)]
+        self.state = self._timeline.apply_many(self.state, late)
+        self.died.update((rank, None) for rank in gone if not self.ended(rank))
         if self._manifest is not None:
             self.world_size = self._manifest.world_size
-        return new
+        return new + late
+
+    def _read(self, rank: int, now: float, now_wall: int) -> list[Event]:
+        """The events appended to the rank's log since it was last read
+        (``now``: the clocks of this poll, for the rank's progress)."""
+        events = self._tails[rank].read()
+        for event in events:
+            if isinstance(event, RunStarted):
+                self._started.setdefault(rank, event)
+                self.run_id = self.run_id or event.run_id
+                self.world_size = max(self.world_size or 0, event.identity.world_size)
+        progress = [e for e in events if not isinstance(e, StepStalled)]
+        # A log that so far holds only stalls still says it is alive.
+        if progress or (events and rank not in self._progress):
+            last, seq = (progress[-1], progress[-1].seq) if progress else (events[0], None)
+            self._progress[rank] = (max(0.0, (now_wall - last.wall_ns) / 1e9), now, seq)
+        return events
 
     def _read_manifest(self) -> Manifest | None:
         """The manifest as it is now (rewritten atomically as ranks end), or
@@ -285,9 +309,14 @@ class RunWatcher:
     def death(self, rank: int) -> str:
         """``killed by SIGKILL at +25 s in attention/FLASH_ATTN, waiting in
         wait_for_fabric (fabric.py:42) after 22.0 s``: how a rank that died
-        ended, where, and where it was last seen waiting."""
-        since_ns = None if self._manifest is None else self._manifest.launcher.started_wall_ns
-        how = self.died[rank].how(since_ns=since_ns).removeprefix("was ")
+        ended (as its launcher saw it, or ``process gone without
+        run.finished``), where, and where it was last seen waiting."""
+        process = self.died[rank]
+        if process is None:
+            how = "process gone without run.finished (crashed or killed)"
+        else:
+            since_ns = None if self._manifest is None else self._manifest.launcher.started_wall_ns
+            how = process.how(since_ns=since_ns).removeprefix("was ")
         steps, _ = self.in_progress(rank)
         where = f" in {_steps_text(steps)}" if steps else ""
         stall = self.waiting_in(rank)

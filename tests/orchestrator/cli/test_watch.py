@@ -10,15 +10,18 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import platform
 import re
 import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from events import encode
@@ -33,6 +36,7 @@ from .harness import (
     call_cli,
     command,
     environment,
+    pid_of,
     poll_file,
     read_events,
     reaping,
@@ -42,6 +46,19 @@ from .harness import (
 )
 
 SECONDS = "expected seconds (> 0, at most 604,800)"
+
+#: A rank process as an engine's own launcher script runs it, embedding
+#: ``Startup`` (its identity from torchrun's variables).
+EMBEDDING = Path(__file__).parents[3] / "examples" / "launcher_torchrun.py"
+
+
+def _from_another_host(run_started: bytes) -> bytes:
+    """A recorded ``run.started`` line as a rank on another host wrote it:
+    whether its process still runs cannot be seen from here, so its log
+    without an end is a run in progress (the recording process has ended)."""
+    record = orjson.loads(run_started)
+    record["host"] = f"not-{platform.node()}"
+    return orjson.dumps(record) + b"\n"
 
 
 def _wait_for_output(
@@ -211,6 +228,7 @@ def test_the_watcher_reads_only_new_bytes_and_waits_for_a_torn_line(
 ) -> None:
     source = (healthy.directory / "rank-0.jsonl").read_bytes()
     lines = source.splitlines(keepends=True)
+    lines[0] = _from_another_host(lines[0])
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     watcher = RunWatcher(run_dir)
@@ -231,8 +249,6 @@ def test_the_watcher_reads_only_new_bytes_and_waits_for_a_torn_line(
 
 
 def test_run_ids_and_step_names_from_logs_are_escaped(healthy: StoredRun, tmp_path: Path) -> None:
-    import orjson
-
     hostile = "r\x1b[2J\u202e\u200b"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -258,6 +274,7 @@ def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Pa
     shutil.copytree(healthy.directory, run_dir)
     log = run_dir / "rank-0.jsonl"
     lines = log.read_bytes().splitlines(keepends=True)
+    lines[0] = _from_another_host(lines[0])
     log.write_bytes(b"".join(lines[:-1]))
     stream = io.StringIO()
     screen = Screen(stream, live=True)
@@ -424,3 +441,83 @@ def test_a_path_that_does_not_become_a_run_directory_is_one_line_and_exit_2(
     assert completed.stdout == ""
     (line,) = completed.stderr.splitlines()
     assert line.startswith("startup-orchestrator: error: misspelt: not a run directory (no such ")
+
+
+def test_a_rank_whose_process_is_gone_from_this_host_has_ended(tmp_path: Path) -> None:
+    # Rank 0's process: a real one that ran and was reaped. Its log began an
+    # hour ago, so its pid now names no process, or one started since the
+    # log began, which is not the rank's.
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    assert ended.wait() == 0
+    run_dir = tmp_path / "run"
+    streams = []
+    for rank, (host, pid, ago_s) in enumerate(
+        [(platform.node(), ended.pid, 3600), ("node-1", None, 0)]
+    ):
+        began = time.time_ns() - ago_s * 10**9
+        stream = EventStream(run_id="gone", rank=rank, world_size=2, wall_ns=began)
+        stream.run_started(host=host, pid=pid)
+        stream.started("attention")
+        streams.append(stream)
+    _write_logs(run_dir, streams)
+    out = io.StringIO()
+    follower = Follower(RunWatcher(run_dir), Screen(out, live=False), stall_s=60, header=False)
+
+    # Rank 1's host cannot be looked at from here: it is waited for.
+    assert not follower.step()
+    assert out.getvalue().splitlines() == [
+        "rank 0: process gone without run.finished (crashed or killed) in attention"
+    ]
+    streams[1].succeeded("attention")
+    streams[1].run_finished()
+    _write_logs(run_dir, streams[1:])
+    assert follower.step()
+
+
+@pytest.mark.slow
+def test_a_rank_of_an_outside_launcher_killed_while_it_hangs_ends_the_watch(
+    tmp_path: Path,
+) -> None:
+    # Two ranks as torchrun starts them, each its own script embedding
+    # Startup: no launcher's manifest records how a rank's process ended.
+    run_dir = tmp_path / "run"
+    ranks = [
+        Background(
+            [sys.executable, str(EMBEDDING), "--inject", "1:attention/FLASH_ATTN=hang",
+             "--run-dir", str(run_dir)],
+            cwd=tmp_path,
+            env=environment(
+                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                GROUP_RANK="0", TORCHELASTIC_RUN_ID="outside",
+            ),
+            name=f"rank-{rank}",
+        )
+        for rank in range(2)
+    ]  # fmt: skip
+    try:
+        with _watching(
+            run_dir, tmp_path, "--stall", "0.5", "--interval", "0.1", "--timeout", "120"
+        ) as watch:
+            # While its process runs, the hanging rank is waited for.
+            _wait_for_output(
+                watch,
+                lambda out: any(
+                    line.startswith("rank 1 stalled ") and "attention/FLASH_ATTN" in line
+                    for line in out.splitlines()
+                ),
+            )
+            assert pid_of(run_dir / "rank-1.jsonl") == ranks[1].pid
+            ranks[1].kill()
+            finished = watch.finish()
+    finally:
+        for rank in ranks:
+            rank.kill()
+
+    assert ranks[1].process.returncode == -signal.SIGKILL
+    assert finished.returncode == 1, finished.describe()
+    assert "timed out" not in finished.stdout, finished.describe()
+    (death,) = [line for line in finished.lines() if "process gone" in line]
+    assert death.startswith(
+        "rank 1: process gone without run.finished (crashed or killed) in attention/FLASH_ATTN"
+    ), finished.describe()
+    assert finished.lines()[-1] == "run outside: incomplete", finished.describe()
