@@ -420,16 +420,12 @@ TERMINAL_STEP_EVENTS: tuple[type[Event], ...] = (
 #: The outcome each event class of this module stands for; a replayed
 #: fold asks once per event, so the common case is one lookup.
 _OUTCOMES: Mapping[type[Event], Outcome | None] = {
-    RunStarted: None,
-    StepStarted: None,
+    **dict.fromkeys((RunStarted, StepStarted, StepStalled, DecisionMade, RunFinished)),
     StepSucceeded: Outcome.OK,
     StepFailed: Outcome.FAILED,
     StepTimedOut: Outcome.TIMED_OUT,
     StepCancelled: Outcome.CANCELLED,
     StepCrashed: Outcome.CRASHED,
-    StepStalled: None,
-    DecisionMade: None,
-    RunFinished: None,
 }
 
 

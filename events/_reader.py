@@ -145,9 +145,8 @@ def _read_bytes(path: Path) -> bytes:
         if stat.S_ISDIR(mode):
             raise LogCorruptError(path, 0, "is a directory, not a log file")
         if not stat.S_ISREG(mode):
-            raise LogCorruptError(
-                path, 0, f"is a {_file_kind(mode)}, not a regular file; it was not read"
-            )
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+            raise LogCorruptError(path, 0, f"is a {kind}, not a regular file; it was not read")
         with os.fdopen(fd, "rb", closefd=False) as file:
             return file.read()
     except OSError as exc:
@@ -156,16 +155,12 @@ def _read_bytes(path: Path) -> bytes:
         os.close(fd)
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ):
-        if test(mode):
-            return kind
-    return "special file"
+_FILE_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
 
 
 def read_log(path: str | os.PathLike[str]) -> LogContents:
@@ -260,8 +255,6 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     last: Event | None = None
     after_finished = False
     steps: list[tuple[Event, int]] = []
-    # What follows the last newline: nothing, or a line the writer never
-    # finished.
     *lines, tail = data.split(b"\n")
     for number, content in enumerate(lines, 1):
         try:
