@@ -388,24 +388,6 @@ class Stop:
         return head + (f": {self.reason}" if self.reason else "")
 
 
-#: Tag → class, the closed set the codec accepts.
-EVENT_TYPES: Mapping[str, type[Event]] = {
-    cls.TYPE: cls
-    for cls in (
-        RunStarted,
-        StepStarted,
-        StepSucceeded,
-        StepUnavailable,
-        StepFailed,
-        StepTimedOut,
-        StepCancelled,
-        StepCrashed,
-        StepStalled,
-        DecisionMade,
-        RunFinished,
-    )
-}
-
 #: Step events that end a step's lifecycle.
 TERMINAL_STEP_EVENTS: tuple[type[Event], ...] = (
     StepSucceeded,
@@ -415,6 +397,14 @@ TERMINAL_STEP_EVENTS: tuple[type[Event], ...] = (
     StepCancelled,
     StepCrashed,
 )
+
+#: Tag → class, the closed set the codec accepts.
+EVENT_TYPES: Mapping[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (RunStarted, StepStarted)  # noqa: RUF005 - unpacked, mypy types them object
+    + TERMINAL_STEP_EVENTS
+    + (StepStalled, DecisionMade, RunFinished)
+}
 
 
 #: The outcome each event class of this module stands for; a replayed

@@ -184,21 +184,11 @@ def _mapping(value: object) -> _Fields:
     return _Fields(value) if isinstance(value, Mapping) else _Fields()
 
 
-#: The fields a rule's templates may name; ``result`` and ``attributes``
-#: by one key (``{result[backend]}``).
+#: The fields a rule's templates name by one key (``{result[backend]}``).
+_KEYED_FIELDS = ("result", "attributes")
+#: The fields a rule's templates may name.
 _TEMPLATE_FIELDS = frozenset(
-    {
-        "step",
-        "name",
-        "parent",
-        "outcome",
-        "verb",
-        "reason",
-        "error",
-        "message",
-        "result",
-        "attributes",
-    }
+    {"step", "name", "parent", "outcome", "verb", "reason", "error", "message", *_KEYED_FIELDS}
 )
 #: The fields only a fallback rule's templates have: the next attempt.
 _NEXT_FIELDS = frozenset({"next", "next_name"})
@@ -224,7 +214,7 @@ def _template_fault(template: str, *, fallback: bool) -> str | None:
             return f"{{{field}}} is the next attempt's: only a fallback rule has one"
         if root not in _TEMPLATE_FIELDS | _NEXT_FIELDS:
             return f"{{{field}}} names no field"
-        keyed = root in ("result", "attributes") and key.endswith("]")
+        keyed = root in _KEYED_FIELDS and key.endswith("]")
         if (bracket and not keyed) or any(mark in key[:-1] for mark in "[]."):
             return f"{{{field}}}: only result and attributes take a key, and one"
         if spec:
