@@ -14,7 +14,7 @@
     │       └── ForeignEventError  a record of another run or rank
     ├── FoldError                  a stream given to a fold is out of order
     ├── InvalidValueError          a value is not one of the valid ones (also ValueError)
-    └── PolicyError                a message policy is not valid (``_messages``; also ValueError)
+    └── PolicyError                a severity policy is not valid (``_policy``; also ValueError)
 
 :class:`InvalidValueError` is the one "unknown X 'y'; valid: a, b" error of
 the distribution: the other packages' errors of that kind inherit it next to

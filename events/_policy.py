@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import EventsError
+from ._errors import DecodeError, EventsError
 from ._severity import Scope, Severity
 from ._slices import Rule, Slice, _code_rules
 
@@ -121,7 +121,6 @@ class SeverityPolicy:
                 valid values).
         """
         from ._codec import structure
-        from ._errors import DecodeError
 
         if isinstance(data, str | bytes):
             try:

@@ -209,11 +209,8 @@ class Timeline(Projection[TimelineState]):
 
         A rank is recorded from its first ``run.started``, ``step.started``
         or ``run.finished``; its other events before that are left out, as
-        is an end or a stall of a step that is not running.
-
-        No intermediate state is built: each rank that changes is worked on
-        in plain lists, and its frozen timeline is built once, at the end.
-        When no event is recorded, ``state`` itself is returned.
+        is an end or a stall of a step that is not running. When no event is
+        recorded, ``state`` itself is returned.
         """
         ranks = state.ranks
         # A changed rank: [started, finished, last, steps, decisions]; a
