@@ -45,6 +45,7 @@ import attrs
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
 from ._model import (
+    _UNAVAILABLE_OUTCOMES,
     Event,
     Outcome,
     RankIdentity,
@@ -284,9 +285,7 @@ def step_severity(state: MessagesState, rank: int, step: str) -> Severity | None
 _OUTCOME_SEVERITY: Mapping[Outcome | None, Severity | None] = {
     None: None,
     Outcome.OK: Severity.INFO,
-    Outcome.ABSENT: Severity.DEBUG,
-    Outcome.UNAVAILABLE: Severity.DEBUG,
-    Outcome.INVALID: Severity.DEBUG,
+    **dict.fromkeys(_UNAVAILABLE_OUTCOMES, Severity.DEBUG),
     Outcome.CANCELLED: None,
 }
 
@@ -344,7 +343,7 @@ _KERNEL_RULES = (
     MessageRule(
         code="candidate.unavailable",
         step="*",
-        outcomes=(Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID),
+        outcomes=_UNAVAILABLE_OUTCOMES,
         when={"kind": StepKind.CANDIDATE},
         text="Candidate {step} is {outcome}: {reason}",
         args=("{step}", "{reason}"),

@@ -228,6 +228,10 @@ class StepSucceeded(Event):
     result: JsonValue = None
 
 
+#: The outcomes of ``step.unavailable``: recorded, not raised.
+_UNAVAILABLE_OUTCOMES = frozenset({Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID})
+
+
 @attrs.frozen(kw_only=True)
 class StepUnavailable(Event):
     """Outcome ``absent``, ``unavailable`` or ``invalid``: recorded, not raised.
@@ -243,7 +247,7 @@ class StepUnavailable(Event):
     cause: ExceptionInfo | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.outcome not in (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID):
+        if self.outcome not in _UNAVAILABLE_OUTCOMES:
             raise ValueError(
                 f"StepUnavailable.outcome must be absent, unavailable or invalid, "
                 f"not {self.outcome!s}"

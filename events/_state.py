@@ -24,10 +24,10 @@ from ._messages import (
     group_messages,
 )
 from ._model import (
+    _UNAVAILABLE_OUTCOMES,
     DecisionMade,
     Event,
     JsonValue,
-    Outcome,
     RunFinished,
     RunOutcome,
     RunStarted,
@@ -602,7 +602,7 @@ class RankFolder:
             return None
         for collective in self._collectives:
             timing = timeline.steps.get(collective.step)
-            if timing is None or timing.end is None or timing.outcome not in _WENT_ON:
+            if timing is None or timing.end is None or timing.outcome not in _UNAVAILABLE_OUTCOMES:
                 continue  # not ended, joined, or failed there (a failure of its own)
             end = timing.end
             return RootCause(
@@ -890,10 +890,6 @@ def _watched_processes(ranks: Sequence[FoldedRank]) -> dict[int, RankProcess]:
                 observer=f"rank {folded.rank}" + (f", {role}" if role else ""),
             )
     return found
-
-
-#: How a rank ends a collective step and goes on without it.
-_WENT_ON = frozenset({Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID})
 
 
 def _of_absent_nodes(no_events: Mapping[int, str], states: Mapping[int, RankState]) -> list[int]:
