@@ -843,14 +843,11 @@ def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, 
         return ()
     watching: dict[str, StepStarted] = {}
     found: list[tuple[int, int, int, int | None, str | None]] = []
-    kinds = KINDS
     for event in events:
-        kind = kinds[type(event)]
-        if kind == STARTED:
-            assert isinstance(event, StepStarted)
+        if isinstance(event, StepStarted):
             if isinstance(event.attributes.get("pid"), int):
                 watching[event.span_id] = event
-        elif kind == ENDED and isinstance(event, StepCrashed) and event.span_id in watching:
+        elif isinstance(event, StepCrashed) and event.span_id in watching:
             start = watching[event.span_id]
             killed_by = None if event.signal is None else signal_name(event.signal)
             pid = start.attributes["pid"]
