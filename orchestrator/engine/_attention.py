@@ -91,36 +91,26 @@ class AttentionBackend:
         reasons = []
         if device not in self.devices:
             reasons.append(f"device {device} not supported")
-        if capability is not None and not self._capability_ok(capability):
+        low, high = self.min_capability, self.max_capability
+        if capability is not None and not (low or capability) <= capability <= (high or capability):
             reasons.append(f"compute capability {capability[0]}.{capability[1]} not supported")
         if config.resolved_dtype not in self.dtypes:
             reasons.append(f"dtype {config.resolved_dtype} not supported")
-        if not self._head_size_ok(config.head_size):
+        heads, head = self.head_sizes, config.head_size
+        if not (
+            head in heads if heads is not None else head % 8 == 0 and head <= self.max_head_size
+        ):
             reasons.append(f"head_size {config.head_size} not supported")
         if config.kv_cache_dtype not in self.kv_cache_dtypes:
             reasons.append(f"kv_cache_dtype {config.kv_cache_dtype} not supported")
-        if not self._block_size_ok(config.block_size):
+        blocks, block = self.block_sizes, config.block_size
+        if not (block in blocks if blocks is not None else block % 16 == 0):
             reasons.append(f"block_size {config.block_size} not supported")
         if config.use_mla and not self.mla:
             reasons.append("MLA not supported")
         if self.mla and not config.use_mla:
             reasons.append("non-MLA not supported")
         return reasons
-
-    def _capability_ok(self, capability: tuple[int, int]) -> bool:
-        low_ok = self.min_capability is None or capability >= self.min_capability
-        high_ok = self.max_capability is None or capability <= self.max_capability
-        return low_ok and high_ok
-
-    def _head_size_ok(self, head_size: int) -> bool:
-        if self.head_sizes is not None:
-            return head_size in self.head_sizes
-        return head_size % 8 == 0 and head_size <= self.max_head_size
-
-    def _block_size_ok(self, block_size: int) -> bool:
-        if self.block_sizes is not None:
-            return block_size in self.block_sizes
-        return block_size % 16 == 0
 
 
 _CUDA = frozenset({"cuda"})
@@ -272,15 +262,6 @@ def attention_candidates(
     return lists.get(device or "", ())
 
 
-def _selector_config(config: EngineConfig) -> str:
-    """The configuration as vLLM 0.33 names it when no backend fits."""
-    return (
-        f"AttentionSelectorConfig(head_size={config.head_size}, "
-        f"dtype=torch.{config.resolved_dtype}, kv_cache_dtype={config.kv_cache_dtype}, "
-        f"block_size={config.block_size}, use_mla={config.use_mla})"
-    )
-
-
 def _candidate(
     backend: AttentionBackend,
     priority: int,
@@ -343,7 +324,10 @@ def make_attention_step(config: EngineConfig) -> Step:
             candidates,
             explicit=explicit,
             what="backend",
-            where=f"attention on {device} with {_selector_config(config)}",
+            # The configuration as vLLM 0.33 names it when no backend fits.
+            where=f"attention on {device} with AttentionSelectorConfig(head_size="
+            f"{config.head_size}, dtype=torch.{config.resolved_dtype}, kv_cache_dtype="
+            f"{config.kv_cache_dtype}, block_size={config.block_size}, use_mla={config.use_mla})",
             policy=PROBE_POLICY,
             timeout=config.bound(1),
         )

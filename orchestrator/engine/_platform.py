@@ -145,10 +145,6 @@ class PluginSet(Protocol):
     #: Attributes of the ``platform`` step (which engine's code it runs).
     attributes: Mapping[str, JsonValue]
 
-    def plugin_timeout(self, name: str) -> float | None:
-        """How long plugin ``name`` may take."""
-        ...
-
     def session(self) -> contextlib.AbstractContextManager[object]:
         """Held while the plugins run (capture what they log)."""
         ...
@@ -290,10 +286,6 @@ class _ReferencePlugins:
         self.extra = extra
         self.discover = discover
 
-    def plugin_timeout(self, name: str) -> float | None:
-        # A plugin's own check; the cpu plugin imports zentorch below it.
-        return self.config.bound(2)
-
     def session(self) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
 
@@ -405,7 +397,9 @@ def make_platform_step(
                     spec.body,
                     kind=StepKind.CANDIDATE,
                     policy=ANY_EXCEPTION_POLICY,
-                    timeout=plugin_set.plugin_timeout(spec.name),
+                    # A plugin's own check, and one level below it (the cpu
+                    # plugin's zentorch; vLLM's register, then load_class).
+                    timeout=config.bound(2),
                     attributes={
                         "plugin": spec.name,
                         "builtin": spec.builtin,

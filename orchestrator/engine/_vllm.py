@@ -179,10 +179,6 @@ class VllmPlugins:
         # Each plugin's class, or what importing it raised.
         self._loaded: dict[str, Any] = {}
 
-    def plugin_timeout(self, name: str) -> float | None:
-        # register, then load_class below it.
-        return self.config.bound(2)
-
     @contextlib.contextmanager
     def session(self) -> Iterator[object]:
         # vLLM's records at DEBUG while the plugins run; the logger's level,
