@@ -282,20 +282,6 @@ _NVIDIA_RUNTIME_HINT = (
 )
 
 
-def unusable_nvidia_gpus(evidence: str, devices: Devices) -> Devices:
-    """``devices`` (an empty NVML answer) on a host where ``evidence``
-    shows NVIDIA GPUs: the reason says that they are there, why NVML cannot
-    use them, and what to do."""
-    hint = (
-        "install nvidia-ml-py"
-        if devices.reason == "pynvml is not installed"
-        else _NVIDIA_RUNTIME_HINT
-    )
-    return Devices(
-        reason=f"NVIDIA GPUs are present ({evidence}) but {devices.reason}: {hint}", present=True
-    )
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
@@ -304,8 +290,41 @@ def _read_text(path: Path) -> str | None:
 
 
 class HostBase:
-    """What a real and a simulated host answer alike: TPUs and XPUs, asked
-    only through the importer."""
+    """What a real and a simulated host answer alike, asking the driver
+    libraries only through the importer; where a real host falls back to
+    the driver's files, a simulated one answers from its profile."""
+
+    def nvidia_devices(self, importer: Importer) -> Devices:
+        """NVML (vLLM asks nothing else). When it finds nothing while the
+        host shows NVIDIA GPUs (device nodes or driver files, a profile's
+        GPUs), the answer says they are ``present``, why NVML cannot use
+        them, and what to do."""
+        devices = nvidia_devices_from_nvml(importer)
+        evidence = "" if devices.found else self._nvidia_evidence()
+        if not evidence:
+            return devices
+        hint = (
+            "install nvidia-ml-py"
+            if devices.reason == "pynvml is not installed"
+            else _NVIDIA_RUNTIME_HINT
+        )
+        return Devices(
+            reason=f"NVIDIA GPUs are present ({evidence}) but {devices.reason}: {hint}",
+            present=True,
+        )
+
+    def amd_devices(self, importer: Importer) -> Devices:
+        """AMD SMI when ``amdsmi`` is importable, else what the host shows
+        without it."""
+        devices = amd_devices_from_amdsmi(importer)
+        return self._amd_devices_without_smi() if devices is None else devices
+
+    def _nvidia_evidence(self) -> str:
+        """What shows NVIDIA GPUs here without NVML (empty: nothing)."""
+        raise NotImplementedError
+
+    def _amd_devices_without_smi(self) -> Devices:
+        raise NotImplementedError
 
     def tpu_devices(self, importer: Importer) -> Devices:
         """A TPU when ``libtpu`` imports through ``importer`` (as vLLM's TPU
@@ -376,30 +395,18 @@ class RealHost(HostBase):
             )
         return build_target_of_torch(importer)
 
-    def nvidia_devices(self, importer: Importer) -> Devices:
-        """NVML (vLLM asks nothing else). When it finds nothing while the
-        driver's device nodes or files show GPUs, the answer says they are
-        ``present`` and why they cannot be used."""
-        devices = nvidia_devices_from_nvml(importer)
-        if devices.found:
-            return devices
+    def _nvidia_evidence(self) -> str:
         evidence = [
             *sorted(str(path) for path in self._path("/dev").glob("nvidia[0-9]*")),
             *(str(gpu) for gpu in _sorted_entries(self._path("/proc/driver/nvidia/gpus"))),
         ]
-        if not evidence:
-            return devices
         shown = ", ".join("/" + str(Path(path).relative_to(self._root)) for path in evidence[:3])
         more = f" and {len(evidence) - 3} more" if len(evidence) > 3 else ""
-        return unusable_nvidia_gpus(shown + more, devices)
+        return shown + more
 
-    def amd_devices(self, importer: Importer) -> Devices:
-        """AMD SMI when ``amdsmi`` is importable, else the KFD topology nodes
-        with SIMD units (CPU nodes have none), else one device of unknown
-        kind if ``/dev/kfd`` exists."""
-        devices = amd_devices_from_amdsmi(importer)
-        if devices is not None:
-            return devices
+    def _amd_devices_without_smi(self) -> Devices:
+        # The KFD topology nodes with SIMD units (CPU nodes have none), else
+        # one device of unknown kind if /dev/kfd exists.
         found: list[GpuDevice] = []
         for node in _sorted_entries(self._path("/sys/class/kfd/kfd/topology/nodes")):
             properties = _parse_properties(_read_text(node / "properties") or "")

@@ -65,9 +65,6 @@ from ._host import (
     Devices,
     GpuDevice,
     HostBase,
-    amd_devices_from_amdsmi,
-    nvidia_devices_from_nvml,
-    unusable_nvidia_gpus,
 )
 
 __all__ = [
@@ -454,7 +451,8 @@ class SimulatedHost(HostBase):
     Driver libraries are still imported through the importer (so a fault on
     ``pynvml`` breaks the cuda plugin here as on a real host); where a real
     host would fall back to the driver's files, this one answers from the
-    profile.
+    profile: its NVIDIA GPUs are ``present`` but unusable when NVML finds
+    nothing, its AMD GPUs are found without AMD SMI.
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -478,21 +476,11 @@ class SimulatedHost(HostBase):
         reach it (``--target-device`` does)."""
         return BuildTarget(device=self.profile.build_target, source=f"profile {self.profile.name}")
 
-    def nvidia_devices(self, importer: Any) -> Devices:
-        """NVML through the importer; when it finds nothing on a profile
-        with NVIDIA GPUs, they are ``present`` but unusable."""
-        devices = nvidia_devices_from_nvml(importer)
+    def _nvidia_evidence(self) -> str:
         gpus = self.profile.devices("nvidia")
-        if devices.found or not gpus:
-            return devices
-        evidence = f"profile {self.profile.name}: {len(gpus)} x {gpus[0].name}"
-        return unusable_nvidia_gpus(evidence, devices)
+        return f"profile {self.profile.name}: {len(gpus)} x {gpus[0].name}" if gpus else ""
 
-    def amd_devices(self, importer: Any) -> Devices:
-        """AMD SMI through the importer, else the profile's AMD GPUs."""
-        devices = amd_devices_from_amdsmi(importer)
-        if devices is not None:
-            return devices
+    def _amd_devices_without_smi(self) -> Devices:
         found = self.profile.devices("amd")
         return Devices(found=found, reason="" if found else "amdsmi is not installed")
 
