@@ -422,10 +422,9 @@ def make_platform_step(
             )
             for s in specs
         ]
-        resolution = resolve_platform(outcomes)
-        if resolution.conflict:
-            raise PlatformConflictError(list(resolution.conflict))
-        selected = resolution.selected
+        selected, conflict = resolve_platform(outcomes)
+        if conflict:
+            raise PlatformConflictError(list(conflict))
         if selected is None:
             # A decline (absent, or unusable hardware: unavailable with no
             # exception) is not a failure; an exception or a timeout is.

@@ -24,7 +24,7 @@ from events import (
 
 from ._conventions import PLATFORM_STEP
 
-__all__ = ["ENGINE_DECIDERS", "PluginOutcome", "Resolution", "decide_platform", "resolve_platform"]
+__all__ = ["ENGINE_DECIDERS", "PluginOutcome", "decide_platform", "resolve_platform"]
 
 
 @attrs.frozen(kw_only=True)
@@ -44,26 +44,24 @@ class PluginOutcome:
         return self.outcome is Outcome.OK and self.platform_class is not None
 
 
-@attrs.frozen(kw_only=True)
-class Resolution:
-    """The outcome of resolution: a selected plugin, a conflict between the
-    activated plugins, or neither (no platform)."""
+def resolve_platform(
+    plugins: Iterable[PluginOutcome],
+) -> tuple[PluginOutcome | None, tuple[str, ...]]:
+    """Resolve as SPEC §3.2 says; never depends on completion order.
 
-    selected: PluginOutcome | None = None
-    conflict: tuple[str, ...] = ()
-
-
-def resolve_platform(plugins: Iterable[PluginOutcome]) -> Resolution:
-    """Resolve as SPEC §3.2 says; never depends on completion order."""
+    Returns:
+        ``(selected, conflict)``: the selected plugin, or the activated
+        plugins that conflict, or neither (no platform).
+    """
     ordered = sorted(plugins, key=lambda p: (p.priority, p.plugin))
     third_party = [p for p in ordered if p.activated and not p.builtin]
     builtin = [p for p in ordered if p.activated and p.builtin]
     for group in (third_party, builtin):
         if len(group) == 1:
-            return Resolution(selected=group[0])
+            return group[0], ()
         if len(group) > 1:
-            return Resolution(conflict=tuple(p.plugin for p in group))
-    return Resolution()
+            return None, tuple(p.plugin for p in group)
+    return None, ()
 
 
 def _plugin_outcomes(events: Iterable[Event], parent: str) -> list[PluginOutcome]:
@@ -118,7 +116,7 @@ def decide_platform(events: Sequence[Event], inputs: Mapping[str, JsonValue]) ->
         (conflict, or nothing activated).
     """
     parent = str(inputs.get("parent", PLATFORM_STEP))
-    selected = resolve_platform(_plugin_outcomes(events, parent)).selected
+    selected, _conflict = resolve_platform(_plugin_outcomes(events, parent))
     if selected is None:
         return None
     return {"plugin": selected.plugin, "platform_class": selected.platform_class}
