@@ -63,10 +63,6 @@ from ._vllm import VLLM_PLUGIN_GROUP
 
 __all__ = ["InjectionTargets", "injection_targets"]
 
-_PLATFORM_MODULES = ("zentorch", "pynvml", "amdsmi", "libtpu", "torch")
-
-_FLASHINFER_COMM_MODULES = ("flashinfer", "flashinfer.comm")
-
 
 @attrs.frozen(kw_only=True)
 class InjectionTargets(Collection[str]):
@@ -120,10 +116,11 @@ def injection_targets(
     Returns:
         :class:`InjectionTargets` with ``modules`` and ``steps``.
     """
-    imported = {backend.module for backend in ATTENTION_BACKENDS.values()}
-    imported.update(_FLASHINFER_COMM_MODULES, WORKSPACE_MODULES)
+    # flashinfer_comm's flashinfer.comm is a workspace module; flashinfer,
+    # which it looks up, is its package.
+    imported = {backend.module for backend in ATTENTION_BACKENDS.values()} | {*WORKSPACE_MODULES}
     if engine == "reference":
-        imported.update(_PLATFORM_MODULES)
+        imported.update(("zentorch", "pynvml", "amdsmi", "libtpu", "torch"))
     # A fault on a package breaks the import of its submodules.
     modules = {prefix for module in imported for prefix in dotted_prefixes(module)}
 
