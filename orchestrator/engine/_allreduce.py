@@ -371,7 +371,7 @@ class _Setup:
         group: Group | None = ctx.services.get("group")
         self.group = group if group is not None and group.world_size > 1 else None
         self.held: dict[str, object] = {}
-        self.factory: WorkspaceFactory | None = None
+        self.factory = _choose_factory(ctx)
         self.chain: tuple[str, ...] = ()
 
     def finish(
@@ -412,7 +412,6 @@ class _Setup:
         if not self.chain:
             # Every rank of the launch finds the same: no exchange needed.
             return self.finish(None, ALLREDUCE_UNSUPPORTED_REASON)
-        self.factory = _choose_factory(self.ctx)
         chain = await run_fallback_chain(
             self.ctx,
             [Attempt(name=backend, body=self.attempt(backend)) for backend in self.chain],
@@ -443,7 +442,6 @@ class _Setup:
 
     def attempt(self, backend: str) -> StepBody:
         async def create(attempt: StepContext) -> JsonValue | Unavailable:
-            assert self.factory is not None
             group = self.group
             tp_rank = (
                 group.rank
@@ -505,7 +503,6 @@ class _Setup:
             released: list[JsonValue] = []
             for backend, workspace in list(self.held.items()):
                 if backend != agreed:
-                    assert self.factory is not None
                     await child.to_thread(self.factory.release, workspace)
                     del self.held[backend]
                     released.append(backend)
