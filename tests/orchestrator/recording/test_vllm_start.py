@@ -144,7 +144,10 @@ def start(
     if record:
         env["STARTUP_ORCHESTRATOR_RUNS"] = str(runs)
     if path:
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+        # Ahead of the tree under test, not instead of it.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*map(str, path), *filter(None, [env.get("PYTHONPATH")])]
+        )
     process = subprocess.Popen(
         [str(VLLM_CPU_PYTHON), str(HERE / "vllm_start.py"), str(model), str(tp), str(utilization)],
         cwd=directory,
