@@ -25,7 +25,7 @@ event carrying the same ``step`` and ``span_id``; terminal states are final.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import attrs
@@ -55,6 +55,7 @@ __all__ = [
     "StepTimedOut",
     "StepUnavailable",
     "Stop",
+    "child_steps",
     "outcome_of",
 ]
 
@@ -434,3 +435,21 @@ def outcome_of(event: Event) -> Outcome | None:
         if isinstance(event, base):
             return event.outcome if isinstance(event, StepUnavailable) else _OUTCOMES[base]
     return None
+
+
+def child_steps(
+    events: Iterable[Event], parent: object, kind: StepKind
+) -> list[tuple[StepStarted, Event | None]]:
+    """The direct children of kind ``kind`` of step ``parent``, in start
+    order, each with its terminal event (``None`` while still running)."""
+    prefix = f"{parent}/"
+    children: dict[str, tuple[StepStarted, Event | None]] = {}
+    for event in events:
+        step = event.step
+        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
+            continue
+        if isinstance(event, StepStarted):
+            children[step] = (event, None)
+        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in children:
+            children[step] = (children[step][0], event)
+    return [child for child in children.values() if child[0].kind is kind]

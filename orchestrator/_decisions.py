@@ -13,16 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from events import (
-    TERMINAL_STEP_EVENTS,
-    DecisionMade,
-    Event,
-    JsonValue,
-    Outcome,
-    StepKind,
-    StepStarted,
-    outcome_of,
-)
+from events import DecisionMade, Event, JsonValue, Outcome, StepKind, outcome_of
+from events._model import child_steps
 
 if TYPE_CHECKING:
     from events import Divergence
@@ -44,8 +36,8 @@ def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -
     """``candidates.select``: among the candidate children of
     ``inputs["parent"]`` that ended ``ok``, the one with the best (lowest)
     priority; ``None`` if none is ok. Completion order never matters."""
-    candidates = _children(events, inputs["parent"], StepKind.CANDIDATE)
-    valid = [started for started, outcome in candidates if outcome is Outcome.OK]
+    candidates = child_steps(events, inputs["parent"], StepKind.CANDIDATE)
+    valid = [started for started, end in candidates if end and outcome_of(end) is Outcome.OK]
     if not valid:
         return None
     best = min(valid, key=lambda c: (_number(c.attributes.get("priority")), c.step))
@@ -55,29 +47,11 @@ def decide_candidate(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -
 def decide_fallback(events: Sequence[Event], inputs: Mapping[str, JsonValue]) -> JsonValue:
     """``fallback.result``: the first attempt (in chain order) of
     ``inputs["parent"]`` that ended ``ok``; ``None`` if the chain is exhausted."""
-    attempts = _children(events, inputs["parent"], StepKind.ATTEMPT)
-    for started, outcome in sorted(attempts, key=lambda c: _number(c[0].attributes.get("attempt"))):
-        if outcome is Outcome.OK:
+    attempts = child_steps(events, inputs["parent"], StepKind.ATTEMPT)
+    for started, end in sorted(attempts, key=lambda c: _number(c[0].attributes.get("attempt"))):
+        if end and outcome_of(end) is Outcome.OK:
             return started.attributes.get("backend", started.step.rpartition("/")[2])
     return None
-
-
-def _children(
-    events: Sequence[Event], parent: JsonValue, kind: StepKind
-) -> list[tuple[StepStarted, Outcome | None]]:
-    """The direct children of kind ``kind`` of step ``parent``, in start
-    order, each with its outcome (``None`` while still running)."""
-    prefix = f"{parent}/"
-    started: dict[str, tuple[StepStarted, Outcome | None]] = {}
-    for event in events:
-        step = event.step
-        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
-            continue
-        if isinstance(event, StepStarted):
-            started[step] = (event, None)
-        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
-            started[step] = (started[step][0], outcome_of(event))
-    return [child for child in started.values() if child[0].kind is kind]
 
 
 def _number(value: JsonValue) -> float:

@@ -11,16 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from events import (
-    TERMINAL_STEP_EVENTS,
-    Event,
-    JsonValue,
-    Outcome,
-    StepKind,
-    StepStarted,
-    StepSucceeded,
-    outcome_of,
-)
+from events import Event, JsonValue, Outcome, StepKind, StepSucceeded, outcome_of
+from events._model import child_steps
 
 from ._conventions import PLATFORM_STEP
 
@@ -64,27 +56,6 @@ def resolve_platform(
     return None, ()
 
 
-def _plugin_outcomes(events: Iterable[Event], parent: str) -> list[PluginOutcome]:
-    prefix = parent + "/"
-    started: dict[str, StepStarted] = {}
-    ended: dict[str, Event] = {}
-    for event in events:
-        step = event.step
-        if not step.startswith(prefix) or "/" in step[len(prefix) :]:
-            continue
-        if isinstance(event, StepStarted):
-            if event.kind is StepKind.CANDIDATE:
-                started[step] = event
-        elif isinstance(event, TERMINAL_STEP_EVENTS) and step in started:
-            ended[step] = event
-    outcomes = []
-    for step, start in started.items():
-        end = ended.get(step)
-        value = end.result if isinstance(end, StepSucceeded) else None
-        outcomes.append(_outcome(start.attributes, outcome_of(end) if end else None, value, step))
-    return outcomes
-
-
 def _outcome(
     attributes: Mapping[str, JsonValue],
     outcome: Outcome | None,
@@ -116,7 +87,15 @@ def decide_platform(events: Sequence[Event], inputs: Mapping[str, JsonValue]) ->
         (conflict, or nothing activated).
     """
     parent = str(inputs.get("parent", PLATFORM_STEP))
-    selected, _conflict = resolve_platform(_plugin_outcomes(events, parent))
+    selected, _conflict = resolve_platform(
+        _outcome(
+            started.attributes,
+            outcome_of(end) if end else None,
+            end.result if isinstance(end, StepSucceeded) else None,
+            started.step,
+        )
+        for started, end in child_steps(events, parent, StepKind.CANDIDATE)
+    )
     if selected is None:
         return None
     return {"plugin": selected.plugin, "platform_class": selected.platform_class}
