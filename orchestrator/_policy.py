@@ -123,8 +123,6 @@ class ErrorPolicy:
 
     def classify(self, exc: BaseException) -> Classification:
         """Decide what to do with a live exception."""
-        if not isinstance(exc, Exception):
-            return _PROPAGATE
         names, module_name = exception_names(exc)
         return self.classify_names(names, module_name=module_name)
 
