@@ -155,13 +155,12 @@ class Graph:
 
 
 def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
-    # Depth-first, remembering the current path so a cycle can be named.
+    # Depth-first; the stack is the current path, so a cycle can be named.
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     order: list[str] = []
     for root in steps:
         if root in state:
             continue
-        path = [root]
         stack: list[tuple[str, Iterable[str]]] = [(root, iter(steps[root].depends_on))]
         state[root] = 1
         while stack:
@@ -169,16 +168,14 @@ def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
             for dependency in remaining:
                 mark = state.get(dependency)
                 if mark == 1:
-                    start = path.index(dependency)
-                    raise CycleError([*path[start:], dependency])
+                    path = [step for step, _ in stack]
+                    raise CycleError([*path[path.index(dependency) :], dependency])
                 if mark is None:
                     state[dependency] = 1
-                    path.append(dependency)
                     stack.append((dependency, iter(steps[dependency].depends_on)))
                     break
             else:
                 stack.pop()
-                path.pop()
                 state[name] = 2
                 order.append(name)
     return tuple(order)
