@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 __all__ = [
     "PROG",
@@ -15,7 +15,6 @@ __all__ = [
     "emit",
     "exit_program",
     "hold_stops",
-    "to_json_text",
     "write",
 ]
 
@@ -63,13 +62,6 @@ def discard(stream: TextIO) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, stream.fileno())
     os.close(devnull)
-
-
-def to_json_text(document: Any) -> str:
-    """Stable, readable JSON."""
-    import json
-
-    return json.dumps(document, indent=2, sort_keys=False, ensure_ascii=False)
 
 
 def hold_stops() -> bool:

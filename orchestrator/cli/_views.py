@@ -12,6 +12,7 @@ import contextlib
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,7 +34,7 @@ from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
 
 from ._errors import CommandLineError, InputError, UsageError
-from ._output import diagnose, emit, to_json_text
+from ._output import diagnose, emit
 from ._run_logs import RunLogs, log_files, rank_of_file, read_run
 
 __all__ = ["run_command"]
@@ -186,7 +187,7 @@ def print_report(
         document["messages"] = [
             {**m, "ranks": [rank]} for m in document["messages"] if rank in m["ranks"]
         ]
-    emit(to_json_text(document))
+    emit(json.dumps(document, indent=2, ensure_ascii=False))
     return decisions
 
 
@@ -264,6 +265,7 @@ def _replaces_input(path: Path, inputs: Sequence[Path]) -> bool:
 
 def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: Replay) -> None:
     from exporters import (
+        ExportersError,
         JaegerJsonExporter,
         console_exporter,
         export_events,
@@ -283,8 +285,6 @@ def _export(export: tuple[str, Path | None], events: Iterable[Event], replayed: 
                 "--export otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
             )
-    from exporters import ExportersError
-
     try:
         count = export_events(events, exporter, replayed=replayed)
     except ExportersError as exc:

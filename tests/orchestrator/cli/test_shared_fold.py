@@ -18,7 +18,6 @@ import pytest
 from events import RankFolder, encode, read_log, replay
 from exporters import report_json
 from orchestrator._decisions import check_decisions
-from orchestrator.cli._output import to_json_text
 from orchestrator.engine import ENGINE, ENGINE_DECIDERS
 from tests.orchestrator.cli.harness import COMMAND_TIMEOUT_S, command, environment, run_cli
 from tests.orchestrator.engine.streams import attention_failed_rank, healthy_rank
@@ -58,7 +57,7 @@ def _one_process(run_dir: Path, until: int | None = None) -> dict[str, Any]:
         *document["divergences"],
         *({"rank": d.ranks[0], "seq": d.seq, "text": d.text} for d in decided),
     ]
-    return dict(json.loads(to_json_text(document)))
+    return dict(json.loads(json.dumps(document)))
 
 
 def _made(run_dir: Path, divergence: dict[str, Any]) -> int:
