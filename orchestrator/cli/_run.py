@@ -27,12 +27,13 @@ from typing import Any
 
 import attrs
 
-from events import InvalidValueError, RankIdentity
+from events import EventsError, InvalidValueError, RankIdentity
 from events._files import write_file
 
 from .._errors import FaultSpecError, RankEnvironmentError
 from .._faults import FaultPlan
 from .._identity import (
+    checked_run_id,
     identity_from_environment,
     launcher_convention,
     new_run_id,
@@ -40,7 +41,7 @@ from .._identity import (
 )
 from .._json_text import read_input
 from .._run_directory import LaunchBook, Manifest, RunDirectoryError
-from .._startup import Startup, checked_fault_plan, print_messages
+from .._startup import Startup, checked_fault_plan, print_messages, trace_parent
 from ._errors import InputError, UsageError, raised_as
 from ._launcher import (
     CHILD_VARIABLE,
@@ -50,6 +51,7 @@ from ._launcher import (
     LocalLaunch,
 )
 from ._output import PROG, diagnose, hold_stops
+from ._parser import parse_seconds
 from ._run_logs import DEFAULT_RUNS, read_run
 
 __all__ = ["command_run"]
@@ -159,8 +161,6 @@ def command_run(args: argparse.Namespace) -> int:
     launched = os.environ.get(CHILD_VARIABLE) == "1"
     run_id = args.run_id
     if run_id is not None:
-        from .._identity import checked_run_id
-
         try:
             run_id = checked_run_id(run_id)
         except RankEnvironmentError as exc:
@@ -201,7 +201,6 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: str | None) -> int:
-    from .._startup import trace_parent
     from ._watch import LaunchView, is_terminal
 
     with raised_as(UsageError, RankEnvironmentError):  # a rank would refuse it alike
@@ -272,7 +271,6 @@ def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
     they could end them; and the ``--trace-file`` document of the whole
     launch (per-rank files of one trace id, loaded together, would hide all
     but one)."""
-    from events import EventsError
     from exporters import Tracing, jaeger_document
 
     from .._launch_trace import launch_trace, send_launch_span
@@ -304,8 +302,6 @@ def _grace(args: argparse.Namespace) -> float:
     text = os.environ.get(GRACE_VARIABLE, "").strip()
     if not text:
         return DEFAULT_GRACE_S
-    from ._parser import parse_seconds
-
     try:
         return parse_seconds(text)
     except argparse.ArgumentTypeError as exc:

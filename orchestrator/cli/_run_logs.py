@@ -16,7 +16,9 @@ from pathlib import Path
 from types import FunctionType
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
+from .._run_directory import RunDirectoryError, longer_copy, no_logs_text, read_manifest, run_id_of
 from ._errors import InputError, UsageError, raised_as
+from ._output import diagnose
 
 if TYPE_CHECKING:
     from events import (
@@ -62,8 +64,6 @@ def log_files(paths: Sequence[Path]) -> list[Path]:
                 if runs:
                     raise UsageError(_name_one_run(path, runs))
                 # With a manifest it is a launch whose ranks wrote nothing.
-                from .._run_directory import no_logs_text, run_id_of
-
                 raise InputError(f"{path}: {no_logs_text(run_id_of(path))}")
             files.extend(found)
         elif path.name == "manifest.json" and path.exists():
@@ -250,8 +250,6 @@ def read_run(
             a log's name says another rank than its events, a rank has two
             different logs, or nothing was found to report on.
     """
-    from .._run_directory import RunDirectoryError, longer_copy, read_manifest
-
     manifests = []
     for path in paths:
         if path.is_dir():
@@ -367,8 +365,6 @@ def _slices_recorded(started: RunStarted | None, *, note: bool = False) -> tuple
     if recorded is None or recorded == (ENGINE_SLICE,):
         return (ENGINE,)
     if recorded and note:
-        from ._output import diagnose
-
         diagnose(
             f"note: recorded with slice{'s' if len(recorded) > 1 else ''} "
             f"{', '.join(recorded)}; "

@@ -32,10 +32,20 @@ from events import (
 )
 from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
+from exporters import terminal_text
 
+from .._run_directory import MANIFEST_FILE, RunProblem, check_run_directories, run_id_of
 from ._errors import CommandLineError, InputError, UsageError
 from ._output import diagnose, emit
-from ._run_logs import RunLogs, log_files, rank_of_file, read_run
+from ._run_logs import (
+    RunLogs,
+    holds_logs,
+    holds_runs_text,
+    log_files,
+    rank_of_file,
+    read_run,
+    run_directories_in,
+)
 
 __all__ = ["run_command"]
 
@@ -249,8 +259,6 @@ def _replaces_input(path: Path, inputs: Sequence[Path]) -> bool:
     """Whether writing ``path`` would replace a file read from ``inputs`` (a
     log given), or put one where a run directory given (or about to be
     made) keeps its logs and manifest."""
-    from .._run_directory import MANIFEST_FILE
-
     for given in inputs:
         with contextlib.suppress(OSError):
             if given.is_dir() or not os.path.lexists(given):
@@ -339,8 +347,6 @@ def _diff_sides(paths: list[Path]) -> list[list[Path]]:
     """
     if len(paths) == 2:
         return [[paths[0]], [paths[1]]]
-    from .._run_directory import run_id_of
-
     runs: dict[str, list[Path]] = {}
     for path in paths:
         if not path.is_dir():
@@ -366,10 +372,6 @@ def command_validate(args: argparse.Namespace) -> int:
     multi-node run); goes on over every path and ends with a summary; exit
     1 if there is any problem."""
     # File names and messages come from outside: printed as terminal text.
-    from exporters import terminal_text
-
-    from .._run_directory import RunProblem, check_run_directories, run_id_of
-
     for path in args.paths:
         if not path.is_dir():
             log_files([path])  # it exists, and is not a manifest
@@ -406,10 +408,6 @@ def command_validate(args: argparse.Namespace) -> int:
 def _expand_run_parents(paths: Sequence[Path]) -> list[Path]:
     """The paths, with a directory of run directories (``startup-runs``)
     replaced by the run directories it holds, oldest first; says so."""
-    from exporters import terminal_text
-
-    from ._run_logs import holds_logs, holds_runs_text, run_directories_in
-
     expanded: list[Path] = []
     for path in paths:
         try:

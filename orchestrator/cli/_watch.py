@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from events import (
     DecodeError,
@@ -65,12 +65,10 @@ from events import (
 )
 from exporters import terminal_text
 
+from .._run_directory import Manifest, RunDirectoryError, read_manifest
 from ._errors import InputError, UsageError
 from ._output import write
-from ._run_logs import process_alive, rank_of_file
-
-if TYPE_CHECKING:
-    from .._run_directory import Manifest
+from ._run_logs import process_alive, rank_of_file, read_run
 
 __all__ = [
     "Follower",
@@ -223,8 +221,6 @@ class RunWatcher:
         key = (info.st_ino, info.st_mtime_ns, info.st_size)
         if key == self._manifest_key:
             return self._manifest
-        from .._run_directory import RunDirectoryError, read_manifest
-
         try:
             manifest = read_manifest(self.run_dir)
         except RunDirectoryError:
@@ -615,7 +611,6 @@ def command_watch(args: argparse.Namespace) -> int:
         return 1
     # replay's verdict on the finished run, in one line.
     from ..engine import ENGINE
-    from ._run_logs import read_run
 
     result = read_run([run_dir], slices=[ENGINE]).replay()
     screen.line(f"run {result.run_id}: {result.outcome.value}")
