@@ -36,7 +36,9 @@ __all__ = [
     "identity_from_environment",
     "launcher_convention",
     "new_run_id",
+    "restarted",
     "run_id_from_environment",
+    "torchrun_restart_count",
 ]
 
 #: Set by our own launcher; takes precedence over torchrun's run id.
@@ -189,12 +191,34 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
-def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+def torchrun_restart_count(environ: Mapping[str, str] | None = None) -> int:
+    """How many times this node's torchrun agent restarted its worker group
+    after a failure (``TORCHELASTIC_RESTART_COUNT``; 0 when unset). Each
+    agent counts its own: a node whose workers were healthy restarts them
+    when a failed node rejoins, without counting it.
+
+    Raises:
+        RankEnvironmentError: the count is not a non-negative integer.
+    """
+    env = os.environ if environ is None else environ
+    return _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None)
+
+
+def restarted(name: str, restarts: int) -> str:
+    """``name`` (a run id or run directory) for a worker group restarted
+    ``restarts`` times: ``<name>-restart-N``, or ``name`` for none."""
+    return f"{name}-restart-{restarts}" if restarts else name
+
+
+def run_id_from_environment(
+    environ: Mapping[str, str] | None = None, *, restarts: int | None = None
+) -> str | None:
     """The launch's run id, the same on every rank, from what the launcher
     set: ``STARTUP_ORCHESTRATOR_RUN_ID``; else torchrun's
     ``TORCHELASTIC_RUN_ID`` (unless it is torchrun's default ``none``), with
-    ``-restart-N`` when ``TORCHELASTIC_RESTART_COUNT`` is N > 0 (a restarted
-    worker group is a new run in a new directory); else SLURM's
+    ``-restart-N`` when the worker group was restarted N > 0 times (a
+    restarted worker group is a new run in a new directory; ``restarts``
+    overrides this node's :func:`torchrun_restart_count`); else SLURM's
     ``slurm-<SLURM_JOB_ID>-<SLURM_STEP_ID>``; else Open MPI's job
     (``ompi-<PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid>``); else ``None``
     (the caller makes one, or agrees on one over the process group).
@@ -210,9 +234,8 @@ def run_id_from_environment(environ: Mapping[str, str] | None = None) -> str | N
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if elastic and elastic != "none":
         checked = checked_run_id(elastic, "TORCHELASTIC_RUN_ID")
-        if restarts := _int(env, "TORCHELASTIC_RESTART_COUNT", 0, None):
-            return checked_run_id(f"{checked}-restart-{restarts}", "TORCHELASTIC_RUN_ID")
-        return checked
+        count = torchrun_restart_count(env) if restarts is None else restarts
+        return checked_run_id(restarted(checked, count), "TORCHELASTIC_RUN_ID")
     job = env.get("SLURM_JOB_ID", "").strip()
     if job and env.get("SLURM_PROCID", "").strip():
         step = env.get("SLURM_STEP_ID", "").strip() or "0"

@@ -173,7 +173,9 @@ class Startup:
         identity: this rank (default: from the launcher environment).
         run_id: the launch's id (default: the launcher's, else agreed over the
             process group).
-        run_dir: the run directory (default ``<runs_root>/<run-id>``).
+        run_dir: the run directory (default ``<runs_root>/<run-id>``); a
+            worker group torchrun restarted N times writes to
+            ``<run_dir>-restart-N``, as its run id is ``<id>-restart-N``.
         runs_root: where run directories go by default.
         durability: when this rank's log is fsynced.
         profile: simulate this host (a built-in profile name, a profile file,
@@ -369,7 +371,7 @@ class Startup:
                 start goes on.
             RuntimeError: opened twice.
         """
-        from ._identity import identity_from_environment
+        from ._identity import identity_from_environment, restarted
         from ._run_directory import Manifest
         from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
@@ -379,8 +381,14 @@ class Startup:
         engine = self._engine_options.get("engine", "reference")
         faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
         self._caller_span = trace_parent(self._env)
-        run_id = self._agree_run_id(identity)
-        run_dir = self._run_dir or self._runs_root / run_id
+        run_id, restarts = self._agree_run_id(identity)
+        # A restarted worker group is a new run: a run directory named for
+        # the launch takes the restart, as the run id does.
+        run_dir = (
+            self._runs_root / run_id
+            if self._run_dir is None
+            else Path(restarted(os.fspath(self._run_dir), restarts))
+        )
         pid = self._env.get(LAUNCHER_PID_VARIABLE, "").strip()
         launcher_pid = int(pid) if pid.isdecimal() else None
         self._stops = StopRequests(launcher_pid=launcher_pid)
@@ -570,24 +578,38 @@ class Startup:
             **options,
         )
 
-    def _agree_run_id(self, identity: RankIdentity) -> str:
-        """The run id; the process group is formed here when agreeing over
-        it is the only way to one."""
+    def _agree_run_id(self, identity: RankIdentity) -> tuple[str, int]:
+        """The run id, and how many times torchrun restarted the worker group
+        (0: a first attempt, or no torchrun); the process group is formed
+        here when agreeing over it is the only way to them."""
         from ._errors import RankEnvironmentError
-        from ._group import init_torch_distributed_group
-        from ._identity import RUN_ID_VARIABLE, checked_run_id, new_run_id, run_id_from_environment
+        from ._identity import (
+            RUN_ID_VARIABLE,
+            checked_run_id,
+            new_run_id,
+            run_id_from_environment,
+            torchrun_restart_count,
+        )
 
         if self._run_id is not None:
-            return checked_run_id(self._run_id)
-        found = run_id_from_environment(self._env)
+            return checked_run_id(self._run_id), 0
+        restarts = torchrun_restart_count(self._env)
+        if self._restarts_counted_apart(identity):
+            # Each node's agent counts only its own failures: a healthy node
+            # restarted for a failed one sees the count of the attempt
+            # before. The nodes' counts together (each counted once, by its
+            # local rank 0) tell the attempts apart.
+            group = self._early_group(identity)
+            if group is not None:
+                own = restarts if identity.local_rank == 0 else 0
+                counts = group.all_gather(own)
+                restarts = sum(count for count in counts if isinstance(count, int))
+        found = run_id_from_environment(self._env, restarts=restarts)
         if found is not None:
-            return found
+            return found, restarts
         if identity.world_size == 1:
-            return new_run_id()
-        group = self._group.group
-        if group is None and self._torch_group_wanted(identity):
-            group = init_torch_distributed_group(identity, timeout_s=self._group_timeout_s)
-            self._group.group = group
+            return new_run_id(), 0
+        group = self._early_group(identity)
         if group is None:
             raise RankEnvironmentError(
                 RUN_ID_VARIABLE,
@@ -596,7 +618,31 @@ class Startup:
                 "on one: set it (or torchrun --rdzv-id), or pass run_id",
             )
         # Rank 0's choice, shared through the group.
-        return str(group.all_gather(new_run_id())[0])
+        return str(group.all_gather(new_run_id())[0]), 0
+
+    def _restarts_counted_apart(self, identity: RankIdentity) -> bool:
+        """Whether this rank's worker group spans several torchrun agents
+        that may restart it, each counting its restarts apart, and names its
+        run after torchrun's id."""
+        from ._identity import RUN_ID_VARIABLE
+
+        env = self._env
+        return (
+            not env.get(RUN_ID_VARIABLE, "").strip()
+            and env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
+            and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
+            and identity.world_size > identity.local_world_size
+        )
+
+    def _early_group(self, identity: RankIdentity) -> Group | None:
+        """The process group, formed now when none is (``None``: none can be)."""
+        from ._group import init_torch_distributed_group
+
+        group = self._group.group
+        if group is None and self._torch_group_wanted(identity):
+            group = init_torch_distributed_group(identity, timeout_s=self._group_timeout_s)
+            self._group.group = group
+        return group
 
     def _torch_group_wanted(self, identity: RankIdentity) -> bool:
         return (

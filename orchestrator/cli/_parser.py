@@ -280,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir",
         type=_path,
         metavar="DIR",
-        help="the run directory (default: ./startup-runs/<run-id>)",
+        help="the run directory (default: ./startup-runs/<run-id>); a worker group torchrun "
+        "restarted N times writes to DIR-restart-N",
     )
     run.add_argument(
         "--run-id", metavar="ID", help="the run id (default: from the launcher, else a new one)"

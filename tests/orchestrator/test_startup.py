@@ -262,6 +262,24 @@ def test_a_restarted_torchrun_worker_group_starts_a_run_of_its_own(tmp_path: Pat
     assert _finished(runs / "job-7-restart-1" / "rank-0.jsonl").outcome is RunOutcome.READY
 
 
+def test_a_restarted_torchrun_worker_group_names_a_run_directory_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # The same command starts the restart: the directory it names holds the
+    # first attempt, and the restart takes it with its restart.
+    elastic = {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_RESTART_COUNT": "0"}
+    with _own_startup(tmp_path, run_dir=tmp_path / "node0", environ=elastic) as first:
+        first.run()
+    restarted = {**elastic, "TORCHELASTIC_RESTART_COUNT": "1"}
+    with _own_startup(tmp_path, run_dir=tmp_path / "node0", environ=restarted) as second:
+        second.run()
+
+    assert second.run_dir == tmp_path / "node0-restart-1"
+    assert (tmp_path / "node0" / ".run-id").read_text() == "job-7\n"
+    assert (tmp_path / "node0-restart-1" / ".run-id").read_text() == "job-7-restart-1\n"
+    assert _finished(tmp_path / "node0-restart-1" / "rank-0.jsonl").outcome is RunOutcome.READY
+
+
 class _Ranks:
     """``size`` ranks in threads of this process; ``all_gather`` meets at a
     barrier. Every rank's value is kept, in the order they were given."""
@@ -299,6 +317,60 @@ class _Member:
         return gathered
 
 
+def _open_together(ranks: _Ranks, startups: list[Startup]) -> None:
+    """Open every rank's startup, each in a thread of its own."""
+    errors: list[BaseException] = []
+
+    def open_rank(startup: Startup) -> None:
+        try:
+            startup.open()
+        except BaseException as exc:
+            errors.append(exc)
+            ranks.barrier.abort()  # never leave the other rank waiting
+
+    threads = [threading.Thread(target=open_rank, args=(startup,)) for startup in startups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_the_nodes_of_a_restarted_worker_group_agree_on_its_restart(tmp_path: Path) -> None:
+    # torchrun restarted the group for node 1's failure: its agent counts
+    # the restart, node 0's (whose workers were healthy) does not.
+    ranks = _Ranks(2)
+    elastic = {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_MAX_RESTARTS": "3"}
+    startups = [
+        _own_startup(
+            tmp_path,
+            run_dir=tmp_path / f"node{rank}",
+            group=ranks.member(rank),
+            wait_for_peers=False,
+            environ={
+                **elastic,
+                "TORCHELASTIC_RESTART_COUNT": str(rank),
+                "RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "1",
+                "GROUP_RANK": str(rank),
+            },
+        )
+        for rank in range(2)
+    ]
+    try:
+        _open_together(ranks, startups)
+        assert ranks.given == [[0], [1]]
+        assert [startup.run_id for startup in startups] == ["job-7-restart-1"] * 2
+        assert [startup.run_dir for startup in startups] == [
+            tmp_path / "node0-restart-1",
+            tmp_path / "node1-restart-1",
+        ]
+    finally:
+        for startup in startups:
+            startup.close()
+
+
 def test_the_ranks_of_a_launch_adopt_rank_0s_run_id(tmp_path: Path) -> None:
     # No launcher variable names the run: the ranks agree on one over their
     # group, each proposing its own.
@@ -315,22 +387,8 @@ def test_the_ranks_of_a_launch_adopt_rank_0s_run_id(tmp_path: Path) -> None:
         )
         for rank in range(2)
     ]
-    errors: list[BaseException] = []
-
-    def open_rank(startup: Startup) -> None:
-        try:
-            startup.open()
-        except BaseException as exc:
-            errors.append(exc)
-            ranks.barrier.abort()  # never leave the other rank waiting
-
-    threads = [threading.Thread(target=open_rank, args=(startup,)) for startup in startups]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        _open_together(ranks, startups)
         proposals = [given[0] for given in ranks.given]
         assert proposals[0] != proposals[1]
         assert [startup.run_id for startup in startups] == [proposals[0]] * 2

@@ -49,13 +49,18 @@ GROUP_TIMEOUT_S = 12.0
 
 
 def _start_nodes(
-    tmp_path: Path, *options: str, group_timeout_s: float = 60.0
+    tmp_path: Path, *options: str, group_timeout_s: float = 60.0, max_restarts: int = 0
 ) -> tuple[Background, Background]:
     """Node 0 and node 1 of one launch (two ranks each), with run
-    directories ``node0`` and ``node1``."""
+    directories ``node0`` and ``node1``; torchrun restarts a failed worker
+    group ``max_restarts`` times."""
     if not TORCHRUN.exists():
         pytest.skip("torch (and its torchrun) is not installed")
     port = free_port()
+    # torchrun's agent keeps the store it shares with its workers from one
+    # attempt to the next, and a restarted group reads the last attempt's
+    # addresses there (pytorch/pytorch#135712): a store of each attempt's own.
+    env = environment(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1") if max_restarts else environment()
     nodes = []
     for node in (0, 1):
         command = [
@@ -63,13 +68,12 @@ def _start_nodes(
             "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
             "--rdzv-id", "two-nodes", "--rdzv-conf", f"is_host={int(node == 0)}",
+            "--max-restarts", str(max_restarts),
             "-m", "orchestrator", "run", "--run-dir", f"node{node}",
             "--group-timeout", str(group_timeout_s), *options,
         ]  # fmt: skip
         nodes.append(
-            Background(
-                command, cwd=tmp_path, env=environment(), name=f"node{node}", new_session=True
-            )
+            Background(command, cwd=tmp_path, env=env, name=f"node{node}", new_session=True)
         )
     return nodes[0], nodes[1]
 
@@ -173,6 +177,70 @@ def test_a_failure_on_the_other_node_is_the_root_cause_in_rank_0s_report(tmp_pat
     assert isinstance(root, dict)
     assert (root["rank"], root["step"]) == (3, "platform")
     assert "unknown zentorch failure" in json.dumps(root["exception"])
+
+
+def test_every_attempt_of_a_restarted_worker_group_leaves_its_own_run(tmp_path: Path) -> None:
+    # Rank 3 dies mid-start and torchrun restarts the worker group. Only
+    # rank 3's agent counts the restart (TORCHELASTIC_RESTART_COUNT 1): the
+    # other node's restarts its healthy workers with the count of the first
+    # attempt. The restart named its run after its node's count, so on one
+    # node it found its directory claimed by the first attempt, and on the
+    # other its ranks' logs already there: it left no log.
+    node0, node1 = _start_nodes(
+        tmp_path, "--simulate", "h200x8", "--inject", "3:attention/FLASH_ATTN=hang",
+        max_restarts=1,
+    )  # fmt: skip
+
+    def alive() -> bool:
+        return node0.running() and node1.running()
+
+    def rank_3_hanging(attempt: str) -> Path:
+        (log,) = poll_file(
+            lambda: list(tmp_path.glob(f"node[01]{attempt}/rank-3.jsonl")),
+            bool,
+            alive=alive,
+            deadline_s=NODE_TIMEOUT_S,
+            what=f"rank 3's log in node0{attempt} or node1{attempt}",
+        )
+        wait_for_event(
+            log, step_started("attention/FLASH_ATTN"), alive=alive, deadline_s=NODE_TIMEOUT_S
+        )
+        return log
+
+    try:
+        first = rank_3_hanging("")
+        os.kill(pid_of(first), signal.SIGKILL)
+        restarted = rank_3_hanging("-restart-1")
+        # The restart has started: the launch is stopped.
+        node0.send(signal.SIGTERM)
+        node1.send(signal.SIGTERM)
+        node0.finish(NODE_TIMEOUT_S)
+        node1.finish(NODE_TIMEOUT_S)
+    finally:
+        _kill_node(node0, tmp_path / "node0-restart-1")
+        _kill_node(node1, tmp_path / "node1-restart-1")
+
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "node0",
+        "node0-restart-1",
+        "node1",
+        "node1-restart-1",
+    ]
+    assert pid_of(restarted) != pid_of(first)
+    for run_id, attempt in (("two-nodes", ""), ("two-nodes-restart-1", "-restart-1")):
+        for node in (0, 1):
+            assert (tmp_path / f"node{node}{attempt}" / ".run-id").read_text() == f"{run_id}\n"
+        # Each attempt's directories, side by side, are that attempt's run.
+        document = _replay(tmp_path, f"node0{attempt}", f"node1{attempt}")
+        assert (document["run_id"], document["world_size"]) == (run_id, 4), document
+        assert [r["rank"] for r in document["ranks"]] == [0, 1, 2, 3]  # type: ignore[index]
+    # The first attempt's record says what failed; the restart's, its start.
+    first_run = _replay(tmp_path, "node0", "node1")
+    root = first_run["root_cause"]
+    assert isinstance(root, dict)
+    assert (root["rank"], root["step"]) == (3, "attention/FLASH_ATTN"), root
+    restart_run = _replay(tmp_path, "node0-restart-1", "node1-restart-1")
+    assert restart_run["outcome"] == "interrupted", restart_run
 
 
 def test_a_probe_that_hangs_on_the_other_node_ends_in_time_and_is_named(tmp_path: Path) -> None:
