@@ -364,12 +364,18 @@ def init_torch_distributed_group(
             timeout=datetime.timedelta(seconds=timeout_s),
         )
     except Exception as exc:
-        raise GroupError(
-            identity.rank,
-            identity.world_size,
-            "init_process_group",
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
+        reason = f"{type(exc).__name__}: {exc}"
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get(
+            "TORCHELASTIC_MAX_RESTARTS", "0"
+        ).strip() not in ("", "0"):
+            # torchrun's agent keeps its store from one attempt to the next,
+            # so a restarted group can read its last attempt's addresses.
+            reason += (
+                "; a restarted torchrun worker group may read the last attempt's addresses "
+                "from torchrun's shared store (pytorch/pytorch#135712): start torchrun with "
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+            )
+        raise GroupError(identity.rank, identity.world_size, "init_process_group", reason) from exc
     return TorchDistributedGroup(owned=True)
 
 
