@@ -174,8 +174,8 @@ class Startup:
         run_id: the launch's id (default: the launcher's, else agreed over the
             process group).
         run_dir: the run directory (default ``<runs_root>/<run-id>``); a
-            worker group torchrun restarted N times writes to
-            ``<run_dir>-restart-N``, as its run id is ``<id>-restart-N``.
+            worker group torchrun restarted writes to
+            ``<run_dir>-restart-K``, as its run id is ``<id>-restart-K``.
         runs_root: where run directories go by default.
         durability: when this rank's log is fsynced.
         profile: simulate this host (a built-in profile name, a profile file,
@@ -597,8 +597,9 @@ class Startup:
         if self._restarts_counted_apart(identity):
             # Each node's agent counts only its own failures: a healthy node
             # restarted for a failed one sees the count of the attempt
-            # before. The nodes' counts together (each counted once, by its
-            # local rank 0) tell the attempts apart.
+            # before, so no one node's count (nor their maximum) tells the
+            # attempts apart. Their sum, each node's counted once (by its
+            # local rank 0), grows with every restart.
             group = self._early_group(identity)
             if group is not None:
                 own = restarts if identity.local_rank == 0 else 0

@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_path,
         metavar="DIR",
         help="the run directory (default: ./startup-runs/<run-id>); a worker group torchrun "
-        "restarted N times writes to DIR-restart-N",
+        "restarted writes to DIR-restart-K, as its run id is <run-id>-restart-K",
     )
     run.add_argument(
         "--run-id", metavar="ID", help="the run id (default: from the launcher, else a new one)"
