@@ -597,21 +597,24 @@ def _still_running(logs: Sequence[RankLog], launch: LaunchRecord | None) -> Iter
         if first is None or log.ended:
             continue
         ended = processes.get(first.rank)
-        if (ended is None or not ended.ended) and process_alive(first):
+        if (ended is None or not ended.ended) and process_alive(
+            first.host, first.pid, first.wall_ns
+        ):
             yield first.rank
 
 
-def process_alive(started: RunStarted) -> bool | None:
-    """Whether the process a rank's ``run.started`` names runs now: on this
-    host, a live pid that started no later than the log did (so a pid used
-    again since is not taken for it). ``None`` when that cannot be seen
-    from here: it ran on another host, or this system has no ``/proc``."""
+def process_alive(host: str, pid: int, since_ns: int) -> bool | None:
+    """Whether process ``pid`` of ``host`` (a rank's ``run.started``, a
+    launcher's manifest) runs now: on this host, a live pid that started no
+    later than ``since_ns`` (so a pid used again since is not taken for it).
+    ``None`` when that cannot be seen from here: it ran on another host, or
+    this system has no ``/proc``."""
     import platform
 
-    if started.host != platform.node() or not os.path.exists("/proc/self/stat"):
+    if host != platform.node() or not os.path.exists("/proc/self/stat"):
         return None
-    started_ns = _process_started_ns(started.pid)
-    return started_ns is not None and started_ns <= started.wall_ns + 1_000_000_000
+    started_ns = _process_started_ns(pid)
+    return started_ns is not None and started_ns <= since_ns + 1_000_000_000
 
 
 def _process_started_ns(pid: int) -> int | None:

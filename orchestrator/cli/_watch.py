@@ -24,9 +24,10 @@ elsewhere, is stalled; every rank of the world in one step together is that
 step being slow, said once. The manifest is read again at each look: a
 rank whose process ended without ``run.finished`` is a death, said as it
 lands with where its step waited. A rank whose process no launcher's
-manifest lists (torchrun, an embedding launcher) is dead once the process
-its ``run.started`` names is gone from this host, as ``replay`` judges it;
-one on another host is waited for.
+manifest lists (torchrun, an embedding launcher), or whose launcher was
+killed before it finished, is dead once the process its ``run.started``
+names is gone from this host, as ``replay`` judges it; one on another host
+is waited for.
 
 It ends when every rank of the world has recorded ``run.finished`` or died,
 with ``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout``
@@ -178,15 +179,23 @@ class RunWatcher:
                 if process.ended and not self.ended(process.rank):
                     self.died.setdefault(process.rank, process)
         # A rank whose process no launcher watches (a manifest that a rank
-        # wrote as it collected the logs does not), once that process is
-        # gone, wrote all it ever will: what it wrote since its log was read
-        # above is read now, and a log that then has no end is a death.
-        launcher = manifest if manifest is not None and manifest.collected_by is None else None
-        watched = set() if launcher is None else {process.rank for process in launcher.ranks}
+        # wrote as it collected the logs does not, nor one whose launcher
+        # was killed before it finished), once that process is gone, wrote
+        # all it ever will: what it wrote since its log was read above is
+        # read now, and a log that then has no end is a death.
+        watched = set()
+        if manifest is not None and manifest.collected_by is None:
+            launcher = manifest.launcher
+            if launcher.finished_wall_ns is not None or (
+                process_alive(launcher.host, launcher.pid, launcher.started_wall_ns) is not False
+            ):
+                watched = {process.rank for process in manifest.ranks}
         gone = [
             rank
             for rank, started in self._started.items()
-            if rank not in watched and not self.ended(rank) and process_alive(started) is False
+            if rank not in watched
+            and not self.ended(rank)
+            and process_alive(started.host, started.pid, started.wall_ns) is False
         ]
         late = [event for rank in gone for event in self._read(rank, now, now_wall)]
         self.state = self._timeline.apply_many(self.state, late)

@@ -123,6 +123,47 @@ def test_watch_names_the_stalled_rank_and_step_and_exits_1_once_the_ranks_are_in
 
 
 @pytest.mark.slow
+def test_the_ranks_of_a_launcher_killed_with_them_end_the_watch(tmp_path: Path) -> None:
+    # The launcher and its ranks all killed at once (the whole job, by
+    # SIGKILL): no one records how a rank ended, and the manifest still
+    # lists every rank as running under a launcher that is gone.
+    run_dir = tmp_path / "run"
+    launch = start_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--timeout", "120",
+        "--inject", "1:attention/FLASH_ATTN=hang", "--run-dir", str(run_dir),
+        cwd=tmp_path,
+    )  # fmt: skip
+    with (
+        reaping(launch, run_dir),
+        _watching(
+            run_dir, tmp_path, "--stall", "0.5", "--interval", "0.1", "--timeout", "120"
+        ) as watch,
+    ):
+        _wait_for_output(
+            watch,
+            lambda out: any(
+                line.startswith("rank 1 stalled ") and "attention/FLASH_ATTN" in line
+                for line in out.splitlines()
+            ),
+        )
+        hanging = pid_of(run_dir / "rank-1.jsonl")
+        # Stopped first, so it cannot see its launcher end and record that
+        # (rank 0 may have ended already).
+        os.kill(hanging, signal.SIGSTOP)
+        launch.kill()
+        os.kill(hanging, signal.SIGKILL)
+        finished = watch.finish()
+    assert finished.returncode == 1, finished.describe()
+    assert "timed out" not in finished.stdout, finished.describe()
+    deaths = [line for line in finished.lines() if "process gone" in line]
+    assert any(
+        line.startswith("rank 1: process gone without run.finished (crashed or killed)")
+        for line in deaths
+    ), finished.describe()
+    assert finished.lines()[-1].endswith(": incomplete"), finished.describe()
+
+
+@pytest.mark.slow
 def test_a_healthy_launch_watched_to_the_end_exits_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     launch = start_cli(
