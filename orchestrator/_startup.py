@@ -172,7 +172,8 @@ class Startup:
             own graph.
         identity: this rank (default: from the launcher environment).
         run_id: the launch's id (default: the launcher's, else agreed over the
-            process group).
+            process group); a worker group torchrun restarted is run
+            ``<run_id>-restart-K``.
         run_dir: the run directory (default ``<runs_root>/<run-id>``); a
             worker group torchrun restarted writes to
             ``<run_dir>-restart-K``, as its run id is ``<id>-restart-K``.
@@ -587,12 +588,11 @@ class Startup:
             RUN_ID_VARIABLE,
             checked_run_id,
             new_run_id,
+            restarted,
             run_id_from_environment,
             torchrun_restart_count,
         )
 
-        if self._run_id is not None:
-            return checked_run_id(self._run_id), 0
         restarts = torchrun_restart_count(self._env)
         if self._restarts_counted_apart(identity):
             # Each node's agent counts only its own failures: a healthy node
@@ -605,6 +605,9 @@ class Startup:
                 own = restarts if identity.local_rank == 0 else 0
                 counts = group.all_gather(own)
                 restarts = sum(count for count in counts if isinstance(count, int))
+        if self._run_id is not None:
+            # A run id passed in names every attempt of a restarted group.
+            return checked_run_id(restarted(self._run_id, restarts)), restarts
         found = run_id_from_environment(self._env, restarts=restarts)
         if found is not None:
             return found, restarts
@@ -624,13 +627,15 @@ class Startup:
     def _restarts_counted_apart(self, identity: RankIdentity) -> bool:
         """Whether this rank's worker group spans several torchrun agents
         that may restart it, each counting its restarts apart, and names its
-        run after torchrun's id."""
+        run after torchrun's id or the one passed in."""
         from ._identity import RUN_ID_VARIABLE
 
         env = self._env
         return (
             not env.get(RUN_ID_VARIABLE, "").strip()
-            and env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
+            and (
+                self._run_id is not None or env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
+            )
             and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
             and identity.world_size > identity.local_world_size
         )

@@ -280,6 +280,23 @@ def test_a_restarted_torchrun_worker_group_names_a_run_directory_of_its_own(
     assert _finished(tmp_path / "node0-restart-1" / "rank-0.jsonl").outcome is RunOutcome.READY
 
 
+def test_a_run_id_passed_in_names_each_attempt_of_a_restarted_group(tmp_path: Path) -> None:
+    # The same command (the same run id) starts the restart: the first
+    # attempt's directory is not taken again.
+    runs = tmp_path / "runs"
+    elastic = {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}
+    options = {"run_dir": None, "runs_root": runs, "run_id": "mine"}
+    with _own_startup(tmp_path, environ=elastic, **options) as first:
+        first.run()
+    restarted = {**elastic, "TORCHELASTIC_RESTART_COUNT": "1"}
+    with _own_startup(tmp_path, environ=restarted, **options) as second:
+        second.run()
+
+    assert (first.run_id, second.run_id) == ("mine", "mine-restart-1")
+    assert (runs / "mine-restart-1" / ".run-id").read_text() == "mine-restart-1\n"
+    assert _finished(runs / "mine-restart-1" / "rank-0.jsonl").outcome is RunOutcome.READY
+
+
 class _Ranks:
     """``size`` ranks in threads of this process; ``all_gather`` meets at a
     barrier. Every rank's value is kept, in the order they were given."""
