@@ -496,6 +496,7 @@ SEVERITY = {
     "allreduce.attempt_failed": "warning",
     "allreduce.workspace_failed": "error",
     "allreduce.quant_workspace_failed": "error",
+    "step.timed_out": "error",
     "run.failed": "error",
     "run.interrupted": "error",
 }
@@ -606,7 +607,12 @@ def expect(
 
 def _expect_recovered(result: Expectation, reach: Reach, steps: Sequence[str]) -> Expectation:
     """A fault every reached step recorded: the run is ready unless nothing
-    is left to choose from (no valid attention backend, no platform)."""
+    is left to choose from (no valid attention backend, no platform). A
+    step no slice speaks for when it stops says so itself: its timeout is
+    the kernel's ``step.timed_out``."""
+    for step in steps:
+        if step_kind(step, reach.config) in ("build", "candidate", "flashinfer_comm", "zentorch"):
+            result.messages.append(["step.timed_out"])
     lost = {s.removeprefix("attention/") for s in steps if s.startswith("attention/")}
     candidates = {c.removeprefix("attention/") for c in reach.healthy_candidates}
     if candidates and not candidates - lost:
