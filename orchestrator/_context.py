@@ -19,7 +19,15 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import orjson
 
-from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind, ThreadStack
+from events import (
+    ExceptionInfo,
+    JsonValue,
+    Outcome,
+    RankIdentity,
+    Redactor,
+    StepKind,
+    ThreadStack,
+)
 
 from ._importer import Importer
 from ._policy import RECORDED_OUTCOMES, ErrorPolicy
@@ -96,6 +104,8 @@ class StepRun(Protocol):
     services: Mapping[str, Any]
     trace_id: str
     importer: Importer
+    #: Hides secrets in what the step's own code captures.
+    redactor: Redactor
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a daemon worker thread at work for ``step``."""

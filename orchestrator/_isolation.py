@@ -130,6 +130,10 @@ class IsolationJob:
     sys_path: tuple[str, ...] = ()
     #: The run's process: the child never outlives it.
     parent_pid: int | None = None
+    #: The run's redactor's: what the child captures (its stacks, the body's
+    #: exception) is redacted as the run's own captures are, before it is
+    #: cut to its bounds.
+    secrets: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -194,6 +198,7 @@ async def run_isolated(
         host=_portable(run.host),
         sys_path=tuple(sys.path),
         parent_pid=os.getpid(),
+        secrets=run.redactor.secrets,
     )
     environment = dict(os.environ)
     environment["TRACEPARENT"] = context.traceparent
@@ -360,11 +365,12 @@ class _ChildRun:
     """The :class:`StepRun` of an isolated step's child process (the
     parent writes every event)."""
 
-    def __init__(self, job: IsolationJob) -> None:
+    def __init__(self, job: IsolationJob, redactor: Redactor) -> None:
         self.run_id = job.run_id
         self.identity = job.identity
         self.config: Mapping[str, JsonValue] = job.config
         self.trace_id = job.trace_id
+        self.redactor = redactor
         self.services: Mapping[str, Any] = {}
         self._threads = StepThreads()
         base = _rebuild(job.importer) if job.importer else RealImporter()
@@ -449,11 +455,15 @@ def _child_main() -> int:
         if job.parent_pid is not None:
             # Killed (SIGKILL too), the run's process takes the child with it.
             follow_launcher(job.parent_pid)
+        redactor = Redactor(secrets=job.secrets)
         threading.Thread(
-            target=_answer_stacks, args=(answer, job.step, lines), name="stacks", daemon=True
+            target=_answer_stacks,
+            args=(answer, job.step, lines, redactor),
+            name="stacks",
+            daemon=True,
         ).start()
         sys.path[:] = job.sys_path
-        run = _ChildRun(job)
+        run = _ChildRun(job, redactor)
         body = _load_body(job.body)
         dependencies = {
             name: StepResult(step=name, outcome=d.outcome, value=d.value, reasons=d.reasons)
@@ -479,7 +489,7 @@ def _child_main() -> int:
             check_json(job.step, value)
             answer(Answer(status="ok", value=value))
     except BaseException as exc:  # everything goes back to the parent as data
-        error = IsolatedError.capture(exc)
+        error = IsolatedError.capture(exc, redactor)
         answer(
             Answer(
                 status="error", exception=error.info, mro=error.mro, module_name=error.module_name
@@ -499,7 +509,9 @@ def _lines(fd: int) -> Iterator[bytes]:
         yield pending
 
 
-def _answer_stacks(answer: Callable[[Answer], None], step: str, lines: Iterator[bytes]) -> None:
+def _answer_stacks(
+    answer: Callable[[Answer], None], step: str, lines: Iterator[bytes], redactor: Redactor
+) -> None:
     """In the child: answer each ``stacks`` line of ``lines`` (the rest of
     stdin) with the stacks of every other thread (the body's first), until
     stdin closes."""
@@ -516,6 +528,7 @@ def _answer_stacks(answer: Callable[[Answer], None], step: str, lines: Iterator[
                 if ident == main
                 else names.get(ident, f"thread {ident}"),
                 frame,
+                redactor=redactor,
             )
             for ident, frame in frames
             if ident != me

@@ -145,7 +145,24 @@ def _versions() -> Mapping[str, str]:
     return versions
 
 
-def _resource_attributes(environ: Mapping[str, str], redact: Redactor) -> dict[str, str]:
+#: The fields of events whose values come from the caller or a step's code.
+_CALLERS_VALUES = frozenset(
+    {"config", "resource", "injected", "attributes", "result", "value", "inputs"}
+)
+
+
+def _redacted(value: Any, redact: Redactor) -> Any:
+    """A JSON value with ``redact`` applied to every string in it."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {redact(key): _redacted(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redacted(item, redact) for item in value)
+    return value
+
+
+def _resource_attributes(environ: Mapping[str, str]) -> dict[str, str]:
     """The resource attributes OpenTelemetry would take from the environment
     (``OTEL_RESOURCE_ATTRIBUTES``, then ``OTEL_SERVICE_NAME``), recorded so
     replay does not depend on the replaying machine's environment."""
@@ -155,7 +172,7 @@ def _resource_attributes(environ: Mapping[str, str], redact: Redactor) -> dict[s
     for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
         key, equals, value = item.partition("=")
         if equals and key.strip():
-            attributes[key.strip()] = redact(unquote(value.strip()))
+            attributes[key.strip()] = unquote(value.strip())
     service = environ.get("OTEL_SERVICE_NAME", "").strip()
     if service:
         attributes["service.name"] = service
@@ -272,9 +289,9 @@ class Runner:
             versions=dict(_versions()),
             config=self.config,
             graph=graph.name,
-            resource=_resource_attributes(os.environ, self.redactor),
+            resource=_resource_attributes(os.environ),
             simulated=self.simulated,
-            injected=tuple(self.redactor(fault.describe()) for fault in self.faults.faults),
+            injected=tuple(fault.describe() for fault in self.faults.faults),
             slices=self.slices,
         )
         self._began = (graph, root_span_id)
@@ -290,7 +307,11 @@ class Runner:
     ) -> Event:
         """Append an event of ``cls``, its envelope stamped here (the one
         place that does): this rank's run, rank, clock, trace and the log's
-        next ``seq``."""
+        next ``seq``. Its values from the caller and the steps (``config``,
+        ``attributes``, a ``result``, a decision's) are redacted here too:
+        what leaves the process holds no secret, whoever passed it in."""
+        for key in _CALLERS_VALUES.intersection(payload):
+            payload[key] = _redacted(payload[key], self.redactor)
         wall_ns, mono_ns = self.clock()
         event = cls(
             run_id=self.log.run_id,
@@ -410,6 +431,7 @@ class _Run:
         self.host = runner.host
         self.services: Mapping[str, Any] = runner.services
         self.trace_id = runner.trace_id
+        self.redactor = runner.redactor
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
         self.root_span_id = root_span_id
@@ -452,7 +474,7 @@ class _Run:
         child = self.child_stacks.pop(step, ())
         if flight is None:
             return
-        threads = self.watchdog.stacks_of(flight) + self.watchdog.from_child(child)
+        threads = self.watchdog.stacks_of(flight) + child
         if threads:
             self.record_stall(flight, why, time.monotonic_ns() - flight.started_ns, threads)
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
-from events import FrameInfo, Redactor, StallReason, ThreadStack
+from events import Redactor, StallReason, ThreadStack
 
 if TYPE_CHECKING:
     from ._threads import StepThreads
@@ -151,24 +151,6 @@ class Watchdog:
             for name, frame in self._threads.of(flight.step)
         )
 
-    def from_child(self, stacks: tuple[ThreadStack, ...]) -> tuple[ThreadStack, ...]:
-        """An isolated step's child's stacks (redacted there as its
-        environment says) redacted as this run's are too."""
-        redact = self._redactor
-
-        def frame(info: FrameInfo) -> FrameInfo:
-            return attrs.evolve(
-                info,
-                filename=redact(info.filename),
-                name=redact(info.name),
-                line=None if info.line is None else redact(info.line),
-            )
-
-        return tuple(
-            ThreadStack(thread=redact(stack.thread), frames=tuple(map(frame, stack.frames)))
-            for stack in stacks
-        )
-
     # --- the watchdog's thread ----------------------------------------------------------------
 
     def _watch(self) -> None:
@@ -200,7 +182,7 @@ class Watchdog:
             if child is not None:
                 # Its work is in its child process: a stall without stacks
                 # when the child (holding its GIL) or the loop does not answer.
-                stacks += self.from_child(self._on_loop(child, _CHILD_ANSWER_S)[1] or ())
+                stacks += self._on_loop(child, _CHILD_ANSWER_S)[1] or ()
             elif not stacks:
                 if not loop_checked:
                     loop_stack, loop_checked = self._blocked_loop(), True

@@ -110,6 +110,11 @@ def print_a_secret_and_exit(ctx: StepContext) -> JsonValue:
     os._exit(3)
 
 
+def refuse_the_token(ctx: StepContext) -> JsonValue:
+    """A client that quotes the credential it was refused with."""
+    raise PermissionError(f"token {ctx.config['token']} was refused")
+
+
 def wait_for_the_test(ctx: StepContext) -> JsonValue:
     """Block until the test writes to its FIFO (opening a FIFO waits for its
     writer), as a call that does not return while the test looks at it."""

@@ -293,12 +293,29 @@ async def test_a_stuck_child_records_where_it_waits_with_backoff(tmp_path: Path)
     stuck = next(s for s in stalls if s.waiting_in and s.waiting_in.name == "wait_for_the_test")
     assert stuck.threads[0].thread.startswith("isolated step probe (pid ")
     assert stuck.summary().startswith("waiting in wait_for_the_test (isolated_bodies.py:")
-    # Redacted as the run redacts, though the child does not know the secret.
+    # Redacted with the run's own secret, which the child is sent.
     assert stuck.waiting_in is not None
     assert stuck.waiting_in.line
     assert "release_fifo" not in stuck.waiting_in.line
     assert only(log, StepSucceeded, "probe").result == "released"
     assert isolated_children() == []
+    assert_log_contract(log)
+
+
+async def test_the_childs_exception_is_redacted_with_the_runs_own_secrets() -> None:
+    # A secret the run's redactor knows and the child's environment does not.
+    log = new_log()
+    await orchestrator.run(
+        isolated(isolated_bodies.refuse_the_token),
+        log,
+        config={"token": "planted-t0ken-value"},
+        redactor=Redactor(secrets=("planted-t0ken-value",)),
+    )
+
+    cause = only(log, StepUnavailable, "probe").cause
+    assert cause is not None
+    assert cause.message == "token [REDACTED] was refused"
+    assert "planted-t0ken-value" not in repr(log.events)
     assert_log_contract(log)
 
 

@@ -16,6 +16,7 @@ from events import (
     JsonlLog,
     JsonValue,
     MemoryLog,
+    Redactor,
     RunFinished,
     RunOutcome,
     RunStarted,
@@ -23,6 +24,7 @@ from events import (
     StepFailed,
     StepKind,
     StepStarted,
+    StepSucceeded,
     read_log,
 )
 from orchestrator import (
@@ -329,3 +331,40 @@ async def test_an_uncaught_repeated_child_fails_its_parent_with_the_error() -> N
     failed = only(log, StepFailed, "p")
     assert failed.cause.type == "orchestrator.DuplicateStepError"
     assert "step 'p/probe' already ran in this run" in failed.cause.message
+
+
+async def test_the_callers_and_the_steps_values_are_recorded_redacted() -> None:
+    # A secret of the run's redactor, and a URL's password, passed in by the
+    # caller and returned by steps: recorded hidden; the steps still see
+    # and return the values themselves.
+    secret = "planted-s3cret-value"
+    url = f"https://user:{secret}x@hub.example/v1"
+
+    async def connect(ctx: StepContext) -> JsonValue:
+        assert ctx.config["token"] == secret
+        child = await ctx.run_child("login", lambda _: {"endpoint": url}, attributes={"to": url})
+        ctx.record_decision("endpoint.pick", url, {"offered": [url, secret]})
+        return {"token": secret, "via": child.value}
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(
+            Graph("g", [Step(name="connect", body=connect)]),
+            log,
+            config={"token": secret, secret: [url]},
+            redactor=Redactor(secrets=(secret,)),
+        )
+
+    assert result["connect"].value == {"token": secret, "via": {"endpoint": url}}
+    recorded = repr(log.events)
+    assert secret not in recorded
+    assert "user:" not in recorded
+    assert only(log, RunStarted).config == {
+        "token": "[REDACTED]",
+        "[REDACTED]": ["https://[REDACTED]@hub.example/v1"],
+    }
+    assert only(log, StepSucceeded, "connect").result == {
+        "token": "[REDACTED]",
+        "via": {"endpoint": "https://[REDACTED]@hub.example/v1"},
+    }
+    assert_log_contract(log)
