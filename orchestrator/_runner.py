@@ -145,14 +145,20 @@ def _versions() -> Mapping[str, str]:
     return versions
 
 
-#: The fields of events whose values come from the caller or a step's code.
-_CALLERS_VALUES = frozenset(
-    {"config", "resource", "injected", "attributes", "result", "value", "inputs"}
-)
+#: The fields of the events whose values come from the caller or a step's
+#: code (each always given when the event is appended).
+_CALLERS_VALUES: Mapping[type[Event], tuple[str, ...]] = {
+    RunStarted: ("config", "resource", "injected"),
+    StepStarted: ("attributes",),
+    StepSucceeded: ("result",),
+    DecisionMade: ("value", "inputs"),
+}
 
 
 def _redacted(value: Any, redact: Redactor) -> Any:
     """A JSON value with ``redact`` applied to every string in it."""
+    if not value:
+        return value  # nothing to hide (most steps' attributes and results)
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
@@ -310,7 +316,7 @@ class Runner:
         next ``seq``. Its values from the caller and the steps (``config``,
         ``attributes``, a ``result``, a decision's) are redacted here too:
         what leaves the process holds no secret, whoever passed it in."""
-        for key in _CALLERS_VALUES.intersection(payload):
+        for key in _CALLERS_VALUES.get(cls, ()):
             payload[key] = _redacted(payload[key], self.redactor)
         wall_ns, mono_ns = self.clock()
         event = cls(
