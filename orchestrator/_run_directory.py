@@ -217,13 +217,8 @@ def _span_id(_instance: object, _attribute: object, value: str | None) -> None:
         raise ValueError(f"bad {value!r}: expected 16 lower-case hex digits, not all 0")
 
 
-def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1:
-        raise ValueError(f"bad {attribute.name} {value!r}")
-
-
-def _named(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not value:
+def _given(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not value or (isinstance(value, int) and value < 1):
         raise ValueError(f"bad {attribute.name} {value!r}")
 
 
@@ -240,14 +235,12 @@ class LauncherProcess:
     trace_parent: str | None = attrs.field(default=None, validator=_span_id)
 
     @classmethod
-    def this(
-        cls, *, started_wall_ns: int | None = None, trace_parent: str | None = None
-    ) -> LauncherProcess:
-        """This process, starting a launch now (or at ``started_wall_ns``)."""
+    def this(cls, *, trace_parent: str | None = None) -> LauncherProcess:
+        """This process, starting a launch now."""
         return cls(
             pid=os.getpid(),
             host=platform.node(),
-            started_wall_ns=time.time_ns() if started_wall_ns is None else started_wall_ns,
+            started_wall_ns=time.time_ns(),
             trace_parent=trace_parent,
         )
 
@@ -264,9 +257,9 @@ class Manifest:
             launcher is then its process); ``None`` for a launcher's.
     """
 
-    run_id: str = attrs.field(validator=_named)
+    run_id: str = attrs.field(validator=_given)
     command: tuple[str, ...] = ()
-    world_size: int = attrs.field(validator=_positive)
+    world_size: int = attrs.field(validator=_given)
     simulated: str | None = None
     injected: tuple[str, ...] = ()
     launcher: LauncherProcess
@@ -580,10 +573,10 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
 
     listed: list[RunDirectory] = []
     for run_dir in run_dirs:
+        found = _list_logs(run_dir)
         try:
-            found = read_run_directory(run_dir)
+            found = attrs.evolve(found, manifest=read_manifest(run_dir))
         except RunDirectoryError as exc:
-            found = _list_logs(run_dir)
             problem(exc.reason, exc.path)
         listed.append(found)
         for odd in found.odd_logs:
