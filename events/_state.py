@@ -343,15 +343,12 @@ def find_divergences(
     rule = Messages(slices=slices).rule
     found: list[Divergence] = []
     for agreement in agreements:
-        subject = agreement.fact
+        subject, among = agreement.fact, agreement.among
         by_value: dict[str | None, list[int]] = {}
         for state in values:
-            if agreement.among is not None:
-                if not state.facts.get(agreement.among):
-                    continue
-            elif state.facts.get(subject) is None:
-                continue
             value = state.facts.get(subject)
+            if not (value is not None if among is None else state.facts.get(among)):
+                continue
             by_value.setdefault(None if value is None else str(value), []).append(state.rank)
         if len(by_value) < 2:
             continue
@@ -723,8 +720,6 @@ def _judged(
     warnings: list[str],
 ) -> Replay:
     """The run of its folded ``ranks`` (ascending), judged together."""
-    for folded in ranks:
-        warnings.extend(folded.warnings)
     run_ids = {folded.run_id for folded in ranks}
     if len(run_ids) > 1:
         raise LogError(f"logs of different runs cannot be replayed together: {sorted(run_ids)}")
@@ -749,6 +744,7 @@ def _judged(
         default=0,
     )
     for folded in ranks:
+        warnings.extend(folded.warnings)
         state = folded.state
         claimed = max(state.rank + 1, 0 if state.identity is None else state.identity.world_size)
         why = implausible_world(claimed, folded.owner or "a log", len(states))
@@ -841,18 +837,16 @@ def _watched(events: Sequence[Event]) -> tuple[tuple[int, int, int, int | None, 
     """:attr:`FoldedRank.watched` of a rank's ``events``."""
     if not isinstance(events[0], RunStarted):
         return ()
-    watching: dict[str, StepStarted] = {}
+    watching: dict[str, tuple[int, int]] = {}
     found: list[tuple[int, int, int, int | None, str | None]] = []
     for event in events:
         if isinstance(event, StepStarted):
-            if isinstance(event.attributes.get("pid"), int):
-                watching[event.span_id] = event
+            if isinstance(pid := event.attributes.get("pid"), int):
+                watching[event.span_id] = (pid, event.wall_ns)
         elif isinstance(event, StepCrashed) and event.span_id in watching:
-            start = watching[event.span_id]
+            pid, started_ns = watching[event.span_id]
             killed_by = None if event.signal is None else signal_name(event.signal)
-            pid = start.attributes["pid"]
-            assert isinstance(pid, int)
-            found.append((pid, start.wall_ns, event.wall_ns, event.exit_code, killed_by))
+            found.append((pid, started_ns, event.wall_ns, event.exit_code, killed_by))
     return tuple(found)
 
 
