@@ -77,9 +77,7 @@ def _outcomes(value: Any) -> frozenset[Outcome]:
 
 
 def _strings(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    return tuple(str(item) for item in value)
+    return (value,) if isinstance(value, str) else tuple(map(str, value))
 
 
 def _severity(value: Any) -> Severity:  # a named converter, as type checkers need
