@@ -94,9 +94,6 @@ DEFAULT_RUNS_ROOT = Path("startup-runs")
 #: Tags the ranks' last exchange (see :meth:`Startup.arun`).
 _END_OF_RUN = "run.finished"
 
-#: Where, in the process group's store, the ranks leave what rank 0 collects.
-_MAILBOX_PREFIX = "startup-orchestrator"
-
 #: How long rank 0 of an interrupted run waits for the other ranks' logs (at
 #: most the group timeout): a launcher that stops its ranks gives them a few
 #: seconds before it kills them, and the ranks stopped together post at once.
@@ -427,7 +424,7 @@ class Startup:
                 # caught, so a launcher that is already gone is recorded.
                 follow_launcher(followed)
         try:
-            self._prepare(identity, faults)
+            self._prepare(log, identity, faults)
         except BaseException:
             self.close()
             if log.next_seq == 0:
@@ -475,12 +472,10 @@ class Startup:
             raise
         return log
 
-    def _prepare(self, identity: RankIdentity, faults: FaultPlan) -> None:
+    def _prepare(self, log: JsonlLog, identity: RankIdentity, faults: FaultPlan) -> None:
         from ._group import follows_a_peer, process_group_step
         from ._run_directory import RunDirectoryError
 
-        assert self._log is not None
-        log = self._log
         setup = None
         if self._group.group is not None:  # the caller's, or formed to agree on the run id
             self._announce(self._group.group)
@@ -488,7 +483,7 @@ class Startup:
             setup = process_group_step(
                 identity, self._group, timeout_s=self._group_timeout_s, on_formed=self._announce
             )
-        runner, graph = self._runner_and_graph(identity, faults)
+        runner, graph = self._runner_and_graph(log, identity, faults)
         if setup is not None:
             graph = graph.after(setup)
         # Recorded before any slow set-up: a rank killed from here on leaves
@@ -531,13 +526,14 @@ class Startup:
             runner.abandon(exc)
             raise
 
-    def _runner_and_graph(self, identity: RankIdentity, faults: FaultPlan) -> tuple[Runner, Graph]:
+    def _runner_and_graph(
+        self, log: JsonlLog, identity: RankIdentity, faults: FaultPlan
+    ) -> tuple[Runner, Graph]:
         from ._runner import Runner, derive_trace_id
 
-        assert self._log is not None
         parent = self._caller_span
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
-        trace_id = parent[0] if parent is not None else derive_trace_id(self._log.run_id)
+        trace_id = parent[0] if parent is not None else derive_trace_id(log.run_id)
         launch_span = self._launch_span
         if launch_span is None:
             launch_span = self._wait_for_peers or self._stops.launcher_pid is not None
@@ -546,13 +542,13 @@ class Startup:
             # own span, which the launcher (or rank 0) sends once the run
             # has ended, under the caller's span if there is one.
             options.update(
-                trace_id=trace_id, parent_span_id=events.launch_span_id(trace_id, self._log.run_id)
+                trace_id=trace_id, parent_span_id=events.launch_span_id(trace_id, log.run_id)
             )
         elif parent is not None:
             options.update(trace_id=parent[0], parent_span_id=parent[1])
         if self._graph is not None:
             runner = Runner(
-                self._log,
+                log,
                 identity=identity,
                 faults=faults,
                 services={"group": self._group},
@@ -571,7 +567,7 @@ class Startup:
         config = self._config or EngineConfig(tp=identity.world_size)
         return prepare_engine(
             config,
-            self._log,
+            log,
             identity=identity,
             profile=profile,  # type: ignore[arg-type]
             faults=faults,
@@ -593,8 +589,18 @@ class Startup:
             torchrun_restart_count,
         )
 
-        restarts = torchrun_restart_count(self._env)
-        if self._restarts_counted_apart(identity):
+        env = self._env
+        restarts = torchrun_restart_count(env)
+        if (
+            # A worker group that spans several torchrun agents that may
+            # restart it, named after torchrun's id or the one passed in.
+            not env.get(RUN_ID_VARIABLE, "").strip()
+            and (
+                self._run_id is not None or env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
+            )
+            and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
+            and identity.world_size > identity.local_world_size
+        ):
             # Each node's agent counts only its own failures: a healthy node
             # restarted for a failed one sees the count of the attempt
             # before, so no one node's count (nor their maximum) tells the
@@ -608,7 +614,7 @@ class Startup:
         if self._run_id is not None:
             # A run id passed in names every attempt of a restarted group.
             return checked_run_id(restarted(self._run_id, restarts)), restarts
-        found = run_id_from_environment(self._env, restarts=restarts)
+        found = run_id_from_environment(env, restarts=restarts)
         if found is not None:
             return found, restarts
         if identity.world_size == 1:
@@ -623,22 +629,6 @@ class Startup:
             )
         # Rank 0's choice, shared through the group.
         return str(group.all_gather(new_run_id())[0]), 0
-
-    def _restarts_counted_apart(self, identity: RankIdentity) -> bool:
-        """Whether this rank's worker group spans several torchrun agents
-        that may restart it, each counting its restarts apart, and names its
-        run after torchrun's id or the one passed in."""
-        from ._identity import RUN_ID_VARIABLE
-
-        env = self._env
-        return (
-            not env.get(RUN_ID_VARIABLE, "").strip()
-            and (
-                self._run_id is not None or env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
-            )
-            and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
-            and identity.world_size > identity.local_world_size
-        )
 
     def _early_group(self, identity: RankIdentity) -> Group | None:
         """The process group, formed now when none is (``None``: none can be)."""
@@ -849,9 +839,7 @@ class Startup:
     async def _exchange_with_peers(self) -> None:
         """The ranks' last exchange: who finished, and which WARNINGs each
         derived; then print the held WARNINGs no lower rank printed."""
-        bridge = self._bridge
-        identity = self.identity
-        group = self._group.group
+        bridge, identity, group = self._bridge, self.identity, self._group.group
         if bridge is None or identity is None or not self._wait_for_peers:
             return
         if group is None or identity.world_size == 1:
@@ -889,7 +877,8 @@ class Startup:
     # --- the whole run in one place ------------------------------------------------------
 
     def _mailbox_key(self, kind: str, rank: int) -> str:
-        return f"{_MAILBOX_PREFIX}/{self.run_id}/{kind}/{rank}"
+        """Where, in the process group's store, ranks leave what rank 0 collects."""
+        return f"startup-orchestrator/{self.run_id}/{kind}/{rank}"
 
     def _announce(self, group: Group) -> None:
         """Tell rank 0, as soon as the group is formed, where this rank runs,
@@ -1179,10 +1168,6 @@ def _elastic_agent(env: Mapping[str, str]) -> int | None:
     return parent if parent > 1 else None
 
 
-#: Where torchrun's agent reads how its worker failed (set per worker).
-ELASTIC_ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
-
-
 def _write_elastic_error(
     env: Mapping[str, str], finished: RunFinished | None, *, consequence: bool
 ) -> None:
@@ -1199,7 +1184,7 @@ def _write_elastic_error(
 
     from events._files import write_file
 
-    path = env.get(ELASTIC_ERROR_FILE_VARIABLE)
+    path = env.get("TORCHELASTIC_ERROR_FILE")  # set per worker
     if not path or finished is None or finished.outcome is events.RunOutcome.READY:
         return
     seconds = finished.wall_ns // 1_000_000_000
