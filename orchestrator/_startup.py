@@ -400,11 +400,10 @@ class Startup:
         try:
             log = self._create_log(run_dir, run_id, identity)
         except BaseException:
-            if self._handle_signals:
-                self._stops.restore()
-                for signum in self._stops.received:
-                    # A stop that came meanwhile acts as it would have.
-                    signal.raise_signal(signum)
+            self._stops.restore()
+            for signum in self._stops.received:
+                # A stop that came meanwhile acts as it would have.
+                signal.raise_signal(signum)
             raise
         self._log = log
         self._launch = Manifest.begin(
@@ -980,7 +979,6 @@ class Startup:
         with self._wait_after_run() as scope:
             for rank in range(1, identity.world_size):
                 path = rank_log_path(run_dir, rank)
-                entry = RankProcess(rank=rank)
                 content: bytes | None = None
                 reason: str | None = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
@@ -996,7 +994,6 @@ class Startup:
                     )
                     if announced.get(rank) is None:  # a late announcement
                         announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
-                    entry = _whereabouts(entry, announced.get(rank))
                     wait = max(0.0, deadline - anyio.current_time())
                     content = await self._take(mailbox, "log", rank, wait)
                 if content is not None:
@@ -1013,7 +1010,8 @@ class Startup:
                         )
                 elif path.exists():
                     reason = None
-                entries.append(attrs.evolve(entry, not_delivered=reason, collected=path.exists()))
+                entry = RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
+                entries.append(_whereabouts(entry, announced.get(rank)))
         if scope.cancelled_caught:
             for rank in range(len(entries), identity.world_size):
                 here = rank_log_path(run_dir, rank).exists()
