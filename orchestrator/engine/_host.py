@@ -15,6 +15,7 @@ process from ``isolation_spec()``.
 
 from __future__ import annotations
 
+import abc
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -289,7 +290,7 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-class HostBase:
+class HostBase(abc.ABC):
     """What a real and a simulated host answer alike, asking the driver
     libraries only through the importer; where a real host falls back to
     the driver's files, a simulated one answers from its profile."""
@@ -319,12 +320,13 @@ class HostBase:
         devices = amd_devices_from_amdsmi(importer)
         return self._amd_devices_without_smi() if devices is None else devices
 
+    @abc.abstractmethod
     def _nvidia_evidence(self) -> str:
         """What shows NVIDIA GPUs here without NVML (empty: nothing)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _amd_devices_without_smi(self) -> Devices:
-        raise NotImplementedError
+        """What the host shows of AMD GPUs when AMD SMI cannot be imported."""
 
     def tpu_devices(self, importer: Importer) -> Devices:
         """A TPU when ``libtpu`` imports through ``importer`` (as vLLM's TPU
