@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from ._builders import builder
 from ._exception_info import ExceptionInfo
 from ._failures import _Failure, _top_level, _track
 from ._model import (
@@ -126,6 +127,11 @@ class Message:
         when asked: a replay keeps the exception, which its events hold
         anyway, not a text of kilobytes per message)."""
         return None if self.exception is None else self.exception.format()
+
+
+#: Builds a :class:`Message` from its fields in order, as the fold makes
+#: one for each message of each rank (see events._builders).
+_message = builder(Message)
 
 
 @attrs.frozen(kw_only=True)
@@ -411,7 +417,10 @@ class _Fold:
             memories = self.memories = [hook.initial() for hook in setup._hooks]
             self.changed = True
         if memories is not None:
-            self._call(setup._befores, memories)
+            for index, before in enumerate(setup._befores):
+                old = memories[index]
+                if (new := before(self, old)) is not old:
+                    memories[index], self.changed = new, True
         if kind == STARTED:
             self.step_started(event)  # type: ignore[arg-type]
         elif ends:
@@ -423,15 +432,10 @@ class _Fold:
         elif kind == RUN_FINISHED:
             self.run_finished(event)  # type: ignore[arg-type]
         if memories is not None:
-            self._call(setup._afters, memories)
-
-    def _call(self, phases: tuple[Callable[[Any, Any], Any], ...], memories: list[Any]) -> None:
-        for index, phase in enumerate(phases):
-            old = memories[index]
-            new = phase(self, old)
-            if new is not old:
-                memories[index] = new
-                self.changed = True
+            for index, after in enumerate(setup._afters):
+                old = memories[index]
+                if (new := after(self, old)) is not old:
+                    memories[index], self.changed = new, True
 
     def raise_severity(self, step: str, severity: Severity) -> None:
         current = self.severities.get(step)
@@ -455,19 +459,19 @@ class _Fold:
         severity, scope = self.setup.rule(code)
         event = self.event
         self.messages.append(
-            Message(
-                code=code,
-                severity=severity,
-                scope=scope,
-                rank=self.base.rank,
+            _message(
+                code,
+                severity,
+                scope,
+                self.base.rank,
                 # Ranks derive the same texts: each is kept once.
-                text=sys.intern(text),
-                step=step,
-                seqs=tuple(sorted({*seqs, event.seq})),
-                args=key[1],
-                exception=exception,
-                printed=_printed(severity, scope, self.identity),
-                wall_ns=event.wall_ns,
+                sys.intern(text),
+                step,
+                tuple(sorted({*seqs, event.seq})),
+                key[1],
+                exception,
+                _printed(severity, scope, self.identity),
+                event.wall_ns,
             )
         )
         self.seen.add(key)

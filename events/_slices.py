@@ -170,16 +170,63 @@ def reason_of(event: Event) -> str:
             return outcome_of(event) or "unknown"
 
 
-class _Fields(dict[str, Any]):
-    """Template fields: a missing key reads as ``-`` rather than failing a
-    replay over a log written by another release."""
+class _Keyed(dict[str, Any]):
+    """A keyed template field (``{result[backend]}``): a missing key reads
+    as ``-`` rather than failing a replay over a log written by another
+    release."""
 
     def __missing__(self, key: str) -> str:
         return "-"
 
 
-def _mapping(value: object) -> _Fields:
-    return _Fields(value) if isinstance(value, Mapping) else _Fields()
+def _mapping(value: object) -> _Keyed:
+    return _Keyed(value) if isinstance(value, Mapping) else _Keyed()
+
+
+class _Fields(dict[str, Any]):
+    """The template fields of one event, each worked out when a template
+    first names it (a rule names a few); an unknown one reads as ``-``."""
+
+    __slots__ = ("event", "next_step", "started")
+
+    def __init__(self, event: Event, started: StepStarted | None, next_step: str) -> None:
+        super().__init__()
+        self.event = event
+        self.started = started
+        self.next_step = next_step
+
+    def __missing__(self, key: str) -> Any:
+        make = _FIELD_MAKERS.get(key)
+        value = "-" if make is None else make(self.event, self.started, self.next_step)
+        self[key] = value
+        return value
+
+
+def _verb(event: Event) -> str:
+    outcome = outcome_of(event)
+    return "" if outcome is None else _VERBS.get(outcome, str(outcome))
+
+
+#: How each template field is worked out from the event, the step's start
+#: and the next attempt (a fallback rule's).
+_FIELD_MAKERS: Mapping[str, Callable[[Event, StepStarted | None, str], Any]] = {
+    "step": lambda event, started, next_step: event.step,
+    "name": lambda event, started, next_step: event.step.rpartition("/")[2],
+    "parent": lambda event, started, next_step: event.step.rpartition("/")[0],
+    "outcome": lambda event, started, next_step: outcome_of(event) or "",
+    "verb": lambda event, started, next_step: _verb(event),
+    "next": lambda event, started, next_step: next_step,
+    "next_name": lambda event, started, next_step: next_step.rpartition("/")[2],
+    "reason": lambda event, started, next_step: reason_of(event),
+    "error": lambda event, started, next_step: getattr(cause_of(event), "reason", ""),
+    "message": lambda event, started, next_step: getattr(cause_of(event), "message", ""),
+    "result": lambda event, started, next_step: _mapping(
+        event.result if isinstance(event, StepSucceeded) else None
+    ),
+    "attributes": lambda event, started, next_step: _mapping(
+        None if started is None else started.attributes
+    ),
+}
 
 
 #: The fields a rule's templates name by one key (``{result[backend]}``).
@@ -454,23 +501,7 @@ class MessageRule:
     ) -> tuple[str, tuple[str, ...]]:
         """The message text and args for ``event`` (a fallback rule's:
         ``next_step``, the attempt that started next)."""
-        cause = cause_of(event)
-        parent, _, name = event.step.rpartition("/")
-        outcome = outcome_of(event)
-        fields = _Fields(
-            step=event.step,
-            name=name,
-            parent=parent,
-            outcome=(outcome or ""),
-            verb="" if outcome is None else _VERBS.get(outcome, str(outcome)),
-            next=next_step,
-            next_name=next_step.rpartition("/")[2],
-            reason=reason_of(event),
-            error="" if cause is None else cause.reason,
-            message="" if cause is None else cause.message,
-            result=_mapping(event.result if isinstance(event, StepSucceeded) else None),
-            attributes=_mapping(started.attributes if started is not None else None),
-        )
+        fields = _Fields(event, started, next_step)
         for key, template in self.defaults.items():
             where, _, name = key.partition(".")
             value = fields[where].get(name)
