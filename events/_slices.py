@@ -231,12 +231,10 @@ _FIELD_MAKERS: Mapping[str, Callable[[Event, StepStarted | None, str], Any]] = {
 
 #: The fields a rule's templates name by one key (``{result[backend]}``).
 _KEYED_FIELDS = ("result", "attributes")
-#: The fields a rule's templates may name.
-_TEMPLATE_FIELDS = frozenset(
-    {"step", "name", "parent", "outcome", "verb", "reason", "error", "message", *_KEYED_FIELDS}
-)
 #: The fields only a fallback rule's templates have: the next attempt.
 _NEXT_FIELDS = frozenset({"next", "next_name"})
+#: The fields any rule's templates may name.
+_TEMPLATE_FIELDS = frozenset(_FIELD_MAKERS) - _NEXT_FIELDS
 
 #: The outcomes of an attempt that a fallback can follow.
 _ATTEMPT_FAILURES = frozenset(Outcome) - {Outcome.OK, Outcome.CANCELLED}
