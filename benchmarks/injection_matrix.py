@@ -586,6 +586,12 @@ def expect(
         result.outcome = "failed"
         return result
     if exception == "hang":
+        # A step no slice speaks for when it stops says so itself: its
+        # timeout is the kernel's ``step.timed_out``.
+        unspoken = ("build", "candidate", "flashinfer_comm", "zentorch")
+        for step in steps:
+            if step_kind(step, reach.config) in unspoken:
+                result.messages.append(["step.timed_out"])
         return _expect_recovered(result, reach, steps)
     for step in steps:
         kind = step_kind(step, reach.config)
@@ -607,12 +613,7 @@ def expect(
 
 def _expect_recovered(result: Expectation, reach: Reach, steps: Sequence[str]) -> Expectation:
     """A fault every reached step recorded: the run is ready unless nothing
-    is left to choose from (no valid attention backend, no platform). A
-    step no slice speaks for when it stops says so itself: its timeout is
-    the kernel's ``step.timed_out``."""
-    for step in steps:
-        if step_kind(step, reach.config) in ("build", "candidate", "flashinfer_comm", "zentorch"):
-            result.messages.append(["step.timed_out"])
+    is left to choose from (no valid attention backend, no platform)."""
     lost = {s.removeprefix("attention/") for s in steps if s.startswith("attention/")}
     candidates = {c.removeprefix("attention/") for c in reach.healthy_candidates}
     if candidates and not candidates - lost:
