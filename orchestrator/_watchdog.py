@@ -22,11 +22,11 @@ earlier for a step that is due, and looks at a dictionary.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future, wait
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,6 +35,8 @@ import attrs
 from events import Redactor, StallReason, ThreadStack
 
 if TYPE_CHECKING:
+    from anyio.lowlevel import EventLoopToken
+
     from ._threads import StepThreads
 
 __all__ = ["DEFAULT_STALL_S", "AskChild", "InFlight", "Watchdog"]
@@ -48,7 +50,8 @@ DEFAULT_STALL_S = 10.0
 _LOOP_ANSWER_S = 0.5
 #: How long the loop and an isolated step's child have to send the child's
 #: stacks (the child has :data:`~orchestrator._isolation.STACKS_WAIT_S`).
-_CHILD_ANSWER_S = 2.0
+_CHILD_ANSWER_NS = 2_000_000_000
+_NO_STACKS: tuple[ThreadStack, ...] = ()
 
 #: Asks an isolated step's child for its threads' stacks (a coroutine
 #: function, run on the run's loop; ``()`` when the child does not answer).
@@ -68,6 +71,17 @@ class InFlight:
     due_ns: int
     #: Asks its child process for its stacks, while an isolated step's runs.
     child: AskChild | None = None
+
+
+@attrs.frozen
+class _Asked:
+    """A step's child asked for its stacks, recorded once it answers."""
+
+    answer: Future[tuple[ThreadStack, ...]]
+    flight: InFlight
+    elapsed: int
+    stacks: tuple[ThreadStack, ...]
+    deadline_ns: int
 
 
 #: Records one stall: (step in flight, why, elapsed ns, the stacks).
@@ -101,7 +115,9 @@ class Watchdog:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
-        self._loop_token: object | None = None
+        self._loop_token: EventLoopToken | None = None
+        #: The children asked for their stacks (the watchdog's thread's own).
+        self._asked: list[_Asked] = []
 
     # --- the run's side (its event loop's thread) ------------------------------------------
 
@@ -156,16 +172,21 @@ class Watchdog:
     def _watch(self) -> None:
         assert self._threshold_ns is not None
         while not self._stopped.is_set():
+            self._wake.clear()
             now = time.monotonic_ns()
+            self._settle_answers(now)
             with self._lock:
                 due = [f for f in self._in_flight.values() if f.due_ns <= now]
-                soonest = min((f.due_ns for f in self._in_flight.values()), default=None)
+                soonest = min(
+                    [f.due_ns for f in self._in_flight.values()]
+                    + [asked.deadline_ns for asked in self._asked],
+                    default=None,
+                )
             if due:
                 self._look_at(due, now)
                 continue
             wait_ns = self._threshold_ns if soonest is None else max(soonest - now, 1_000_000)
             self._wake.wait(wait_ns / 1e9)
-            self._wake.clear()
 
     def _look_at(self, due: Sequence[InFlight], now: int) -> None:
         loop_stack: ThreadStack | None = None
@@ -180,52 +201,76 @@ class Watchdog:
                 child = flight.child
             stacks = self.stacks_of(flight)
             if child is not None:
-                # Its work is in its child process: a stall without stacks
-                # when the child (holding its GIL) or the loop does not answer.
-                stacks += self._on_loop(child, _CHILD_ANSWER_S)[1] or ()
-            elif not stacks:
+                # Its work is in its child process, which is asked for its
+                # stacks without waiting here: a child that does not answer
+                # (holding its GIL) holds back no other step's record.
+                if not any(asked.flight is flight for asked in self._asked):
+                    answer = self._on_loop(child, ended=_NO_STACKS)
+                    answer.add_done_callback(lambda _: self._wake.set())
+                    deadline_ns = time.monotonic_ns() + _CHILD_ANSWER_NS
+                    self._asked.append(_Asked(answer, flight, elapsed, stacks, deadline_ns))
+                continue
+            if not stacks:
                 if not loop_checked:
                     loop_stack, loop_checked = self._blocked_loop(), True
                 if loop_stack is None or not _runs(loop_stack, flight.code):
                     continue  # waiting on its children, which are looked at themselves
                 stacks = (loop_stack,)
-            if self._stopped.is_set():
+            self._settle(flight, elapsed, stacks)
+
+    def _settle_answers(self, now: int) -> None:
+        """Records the stalls whose child has answered, and those whose
+        child (or the loop) has not answered in time, without its stacks."""
+        waiting = []
+        for asked in self._asked:
+            if asked.answer.done():
+                self._settle(asked.flight, asked.elapsed, asked.stacks + asked.answer.result())
+            elif now >= asked.deadline_ns:
+                self._settle(asked.flight, asked.elapsed, asked.stacks)
+            else:
+                waiting.append(asked)
+        self._asked = waiting
+
+    def _settle(self, flight: InFlight, elapsed: int, stacks: tuple[ThreadStack, ...]) -> None:
+        with self._lock:
+            # An answer takes a while: the step may have ended meanwhile.
+            if self._stopped.is_set() or self._in_flight.get(flight.step) is not flight:
                 return
-            with self._lock:
-                # An answer takes a while: the step may have ended meanwhile.
-                if self._in_flight.get(flight.step) is not flight:
-                    continue
-            self._record(flight, StallReason.STALLED, elapsed, stacks)
+        self._record(flight, StallReason.STALLED, elapsed, stacks)
 
     def _blocked_loop(self) -> ThreadStack | None:
         """The event loop thread's stack, when the loop does not answer
         within half a second (a blocking call on it), else ``None``."""
-        if self._loop_ident is None or self._on_loop(_nothing, _LOOP_ANSWER_S)[0]:
+        if (
+            self._loop_ident is None
+            or wait([self._on_loop(_nothing, ended=None)], _LOOP_ANSWER_S).done
+        ):
             return None
         frame: FrameType | None = sys._current_frames().get(self._loop_ident)
         return ThreadStack.capture("event loop", frame, redactor=self._redactor)
 
-    def _on_loop(self, ask: Callable[[], Awaitable[T]], within_s: float) -> tuple[bool, T | None]:
-        """Whether the run's loop ran ``ask`` within ``within_s`` (or has
-        ended), and what ``ask`` returned then."""
+    def _on_loop(self, ask: Callable[[], Awaitable[T]], *, ended: T) -> Future[T]:
+        """``ask`` run on the run's loop: done when it returns, or with
+        ``ended`` once the loop has ended."""
         import anyio.from_thread
 
+        answer: Future[T] = Future()
         token = self._loop_token
         if token is None:
-            return True, None
-        answered = threading.Event()
-        value: list[T] = []
+            answer.set_result(ended)
+            return answer
 
         def call() -> None:
             # Blocks while the loop does: a daemon of its own.
-            with contextlib.suppress(Exception):  # the loop has ended
-                value.append(anyio.from_thread.run(ask, token=token))  # type: ignore[arg-type]
-            answered.set()
+            try:
+                # An awaitable-returning function is what anyio runs; it is typed as
+                # wanting a coroutine function.
+                answer.set_result(anyio.from_thread.run(ask, token=token))  # type: ignore[arg-type]
+            except Exception:  # the loop has ended
+                answer.set_result(ended)
 
         threading.Thread(target=call, name="startup watchdog: loop call", daemon=True).start()
-        if not answered.wait(within_s):
-            return False, None
-        return True, value[0] if value else None
+        return answer
 
 
 async def _nothing() -> None:

@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -26,14 +28,18 @@ import orchestrator
 from events import (
     Event,
     JsonValue,
+    Redactor,
     RunFinished,
     RunOutcome,
     StallReason,
     StepCancelled,
     StepStalled,
     StepTimedOut,
+    ThreadStack,
 )
 from orchestrator import Graph, Step, StepContext
+from orchestrator._threads import StepThreads
+from orchestrator._watchdog import InFlight, Watchdog
 
 from .harness import DEADLINE_S, assert_log_contract, new_log, of_type, only
 
@@ -218,6 +224,47 @@ async def test_a_cancelled_step_records_where_its_thread_was_left() -> None:
     assert waits_in(stall) == "wait_for_the_driver"
     assert stall.seq == only(log, StepCancelled, "driver").seq - 1
     assert_log_contract(log)
+
+
+async def test_a_child_that_does_not_answer_holds_back_no_other_stall() -> None:
+    """Isolated steps' children are asked for their stacks without waiting
+    on one another: a child that never answers (its GIL held) does not hold
+    back the stall of a step whose child answers, though it is due first,
+    and its own stall is recorded without stacks once it has had its time."""
+    token = anyio.lowlevel.current_token()
+    answered = anyio.Event()
+    given_up = anyio.Event()
+    release = anyio.Event()
+    recorded: list[tuple[str, int]] = []
+
+    def record(
+        flight: InFlight, why: StallReason, elapsed: int, stacks: tuple[ThreadStack, ...]
+    ) -> None:
+        recorded.append((flight.step, len(stacks)))
+        done = answered if flight.step == "answers" else given_up
+        anyio.from_thread.run_sync(done.set, token=token)
+
+    async def never_answers() -> tuple[ThreadStack, ...]:
+        await release.wait()
+        return ()
+
+    async def answers() -> tuple[ThreadStack, ...]:
+        return (ThreadStack(thread="child main"),)
+
+    watchdog = Watchdog(StepThreads(), STALL_S, record, Redactor())
+    for step, ask in (("silent", never_answers), ("answers", answers)):
+        watchdog.started(step, "span of " + step, "", None)
+        watchdog.in_child(step, ask)
+    watchdog.start()
+    try:
+        with anyio.fail_after(DEADLINE_S):
+            await answered.wait()
+            assert recorded[0] == ("answers", 1)
+            await given_up.wait()
+        assert ("silent", 0) in recorded
+    finally:
+        release.set()
+        await anyio.to_thread.run_sync(watchdog.stop)
 
 
 @pytest.mark.parametrize("stall_s", [0.0, -1.0, float("inf"), float("nan")])
