@@ -428,6 +428,7 @@ class _Run:
     def __init__(self, runner: Runner, graph: Graph, root_span_id: str) -> None:
         self.runner = runner
         self.emit = runner._append
+        self.finish = runner._finish
         self.graph = graph
         self.log = runner.log
         self.run_id = runner.log.run_id
@@ -504,6 +505,8 @@ class _Run:
                 failure = _find_propagating(group_error)
                 if failure is None:
                     raise
+            finally:
+                self.watchdog.stop()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 self.finish(
@@ -512,7 +515,7 @@ class _Run:
             raise
         except BaseException as unexpected:
             # A bug of ours or a subscriber's; still leave a complete log.
-            self.finish(RunOutcome.FAILED, self.capture(unexpected), None)
+            self.finish(RunOutcome.FAILED, self.capture(unexpected), None, None)
             raise
         if failure is not None:
             original = failure.original
@@ -523,10 +526,11 @@ class _Run:
                 RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
                 failure.info,
                 failure.step,
+                None,
             )
             # Raised outside the except block, so its __context__ stays what it was.
             raise original
-        self.finish(RunOutcome.READY, None, None)
+        self.finish(RunOutcome.READY, None, None, None)
         return RunResult(
             run_id=self.run_id,
             rank=self.identity.rank,
@@ -534,16 +538,6 @@ class _Run:
             results=dict(self.results),
             trace_id=self.trace_id,
         )
-
-    def finish(
-        self,
-        outcome: RunOutcome,
-        cause: ExceptionInfo | None,
-        step: str | None,
-        stop: Stop | None = None,
-    ) -> None:
-        self.watchdog.stop()
-        self.runner._finish(outcome, cause, step, stop)
 
     async def run_graph_step(self, step: Step) -> None:
         for dependency in step.depends_on:
