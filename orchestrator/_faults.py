@@ -311,6 +311,7 @@ class FaultPlan:
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1; got {world_size}")
         known = frozenset(targets)
+        world = "1 rank (0)" if world_size == 1 else f"{world_size} ranks (0-{world_size - 1})"
         for fault in self.faults:
             if fault.ranks is not None:
                 outside = fault.ranks.first_outside(world_size)
@@ -318,7 +319,7 @@ class FaultPlan:
                     raise FaultSpecError(
                         fault.describe(),
                         str(fault.ranks),
-                        f"rank {outside} is outside the world of {_world_text(world_size)}",
+                        f"rank {outside} is outside the world of {world}",
                     )
             if not _is_target(fault.target, known):
                 raise FaultSpecError(
@@ -371,12 +372,6 @@ class FaultPlan:
     def to_json(self) -> list[dict[str, Any]]:
         """The JSON form (for handing a plan to a child process)."""
         return [fault.to_json() for fault in self.faults]
-
-
-def _world_text(world_size: int) -> str:
-    if world_size == 1:
-        return "1 rank (0)"
-    return f"{world_size} ranks (0-{world_size - 1})"
 
 
 def _is_target(target: str, known: frozenset[str]) -> bool:
