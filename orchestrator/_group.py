@@ -160,8 +160,7 @@ class LocalGroup:
 
     def all_gather(self, value: JsonValue) -> list[JsonValue]:
         """``[value]``, copied through JSON like every other group would."""
-        copied: JsonValue = orjson.loads(_to_json_text(value))
-        return [copied]
+        return [orjson.loads(_to_json_text(value))]
 
 
 def _distributed() -> Any:
