@@ -270,7 +270,6 @@ class _Child:
         self._asking = anyio.Lock()
 
     async def read(self) -> None:
-        """Read the result descriptor until it closes (or this is cancelled)."""
         assert self.process.stdout is not None
         async for chunk in self.process.stdout:
             self.stdout.extend(chunk)

@@ -45,9 +45,6 @@ _Job = Callable[[], None]
 
 
 class _Pool:
-    """The process's daemon worker threads: a call goes to an idle one, or
-    to a new one; an idle one ends after :data:`IDLE_S`."""
-
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
