@@ -143,8 +143,7 @@ def _wrap(candidate: Candidate) -> Callable[[StepContext], Any]:
 
     def verdict(reasons: Sequence[str] | None) -> JsonValue | Unavailable:
         if reasons:
-            texts: tuple[str, ...] = tuple(str(reason) for reason in reasons)
-            return Unavailable(outcome=Outcome.INVALID, reasons=texts)
+            return Unavailable(outcome=Outcome.INVALID, reasons=tuple(map(str, reasons)))
         return {"candidate": candidate.name, "priority": candidate.priority}
 
     probe = candidate.probe
