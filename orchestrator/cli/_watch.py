@@ -566,19 +566,18 @@ def follow(
 class LaunchView(Follower):
     """The live view ``run --nproc`` shows on a terminal: the launcher calls
     :meth:`tick` while it waits for its ranks (at most one look at the logs
-    per ``interval_s``), sends its own lines and the ranks' stderr to its
+    every 0.25 s), sends its own lines and the ranks' stderr to its
     :attr:`screen`, and :meth:`close` s it when the ranks have ended."""
 
-    def __init__(self, run_dir: Path, stream: TextIO, *, interval_s: float = 0.25) -> None:
+    def __init__(self, run_dir: Path, stream: TextIO) -> None:
         super().__init__(RunWatcher(run_dir), Screen(stream, live=True), stall_s=10.0, header=False)
-        self._interval_s = interval_s
         self._next = 0.0  # when to look next; inf once every rank finished
 
     def tick(self) -> None:
         """Look at the logs, if it is time to."""
         now = time.monotonic()
         if now >= self._next:
-            self._next = float("inf") if self.step() else now + self._interval_s
+            self._next = float("inf") if self.step() else now + 0.25
 
     def close(self) -> None:
         """A last look (the outcomes that landed since), then the block goes."""
