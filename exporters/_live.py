@@ -161,7 +161,9 @@ class LiveSpans:
                 return
             self._closed = True
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        self._exporter.finishing()
+        # From now on an export that fails is not retried: the run is ending,
+        # and the spans stay in the log for replay export.
+        self._exporter.final = True
         _call_with_timeout(self._processor.force_flush, timeout_s)
         # Abort an export still in flight (gRPC retries, a slow collector);
         # from now on exports fail fast, so the processor's own shutdown,
@@ -202,7 +204,7 @@ class _GuardedExporter(SpanExporter):
         self._inner = inner
         self._lock = threading.Lock()
         self._closed = False
-        self._final = False
+        self.final = False  # set as the run ends: a failed export is then not retried
         self.failures = 0
         self.peer_reports_unreachable = False
         quiet_opentelemetry_loggers(inner)
@@ -210,7 +212,7 @@ class _GuardedExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
-        with captured_messages(self._give_up if self._final else None) as messages:
+        with captured_messages(self._give_up if self.final else None) as messages:
             try:
                 result = self._inner.export(spans)
                 problem = None if result is SpanExportResult.SUCCESS else "export failed"
@@ -220,11 +222,6 @@ class _GuardedExporter(SpanExporter):
         if problem is not None:
             self._report(_summary(messages, problem), len(spans))
         return result
-
-    def finishing(self) -> None:
-        """From now on an export that fails is not retried: the run is
-        ending, and the spans stay in the log for replay export."""
-        self._final = True
 
     def _give_up(self, _said: Sequence[str]) -> None:
         # Called on the export thread as the OTLP exporter announces a retry,
