@@ -86,7 +86,6 @@ TRACES_SAMPLERS: tuple[str, ...] = tuple(
     for kind in ("always_on", "always_off", "traceidratio")
 )
 _DEFAULT_SAMPLER = "parentbased_always_on"
-_HTTP_TRACES_PATH = "v1/traces"
 
 
 def otlp_grpc_exporter(
@@ -243,7 +242,7 @@ def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> S
         return None
     generic = endpoint_variable == "OTEL_EXPORTER_OTLP_ENDPOINT"
     if endpoint is not None and generic and protocol == "http/protobuf":
-        endpoint = f"{endpoint.removesuffix('/')}/{_HTTP_TRACES_PATH}"
+        endpoint = f"{endpoint.removesuffix('/')}/v1/traces"
 
     headers_variable, headers_text = _otlp_variable(env, "HEADERS")
     if timeout_s is None:
