@@ -90,7 +90,6 @@ _VIEWS_EPILOG = (
 
 
 def _epilog(status: str, *examples: str) -> str:
-    """A command's epilog: what its exit status says, then examples."""
     return f"{status}\n\nexamples:\n" + "\n".join(f"  {PROG} {line}" for line in examples)
 
 
@@ -163,7 +162,6 @@ _SHARED: dict[str, dict[str, Any]] = {
 
 
 def _add(command: argparse.ArgumentParser, *names: str) -> None:
-    """The shared arguments ``names`` (:data:`_SHARED`), in that order."""
     for name in names:
         command.add_argument(name, **_SHARED[name])
 
@@ -186,7 +184,6 @@ def _endpoint(text: str) -> str:
 def _seconds_option(
     command: argparse.ArgumentParser, name: str, *, help: str, default: float | None = None
 ) -> None:
-    """An option of seconds (:func:`parse_seconds`)."""
     command.add_argument(name, type=parse_seconds, default=default, metavar="S", help=help)
 
 
