@@ -174,24 +174,20 @@ def print_report(
             )
         return decisions
     document = report_json(result)
-    if decisions:
-        document["divergences"] = [
-            *document.get("divergences", []),
-            *(
-                {
-                    "code": divergence.code,
-                    "severity": divergence.severity.name.lower(),
-                    "subject": divergence.subject,
-                    "rank": divergence.ranks[0],
-                    "seq": divergence.seq,
-                    "step": divergence.step,
-                    "recorded": divergence.recorded,
-                    "recomputed": divergence.recomputed,
-                    "text": divergence.text,
-                }
-                for divergence in decisions
-            ),
-        ]
+    document["divergences"] += [
+        {
+            "code": divergence.code,
+            "severity": divergence.severity.name.lower(),
+            "subject": divergence.subject,
+            "rank": divergence.ranks[0],
+            "seq": divergence.seq,
+            "step": divergence.step,
+            "recorded": divergence.recorded,
+            "recomputed": divergence.recomputed,
+            "text": divergence.text,
+        }
+        for divergence in decisions
+    ]
     if rank is not None:
         document["ranks"] = [r for r in document["ranks"] if r["rank"] == rank]
         document["messages"] = [
