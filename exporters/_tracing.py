@@ -145,9 +145,7 @@ class Tracing:
     def wanted(self) -> bool:
         """Whether anything asks for spans (an option, or the variables);
         ``OTEL_SDK_DISABLED=true`` turns every exporter off."""
-        if self._disabled:
-            return False
-        return bool(
+        return not self._disabled and bool(
             self._trace_file is not None
             or self._console is not None
             or self._otlp_endpoint
