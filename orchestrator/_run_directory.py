@@ -71,6 +71,7 @@ __all__ = [
     "read_manifest",
     "read_run_directory",
     "refuse_foreign_rank",
+    "refused_by_system",
     "run_id_of",
     "store_collected_log",
 ]
@@ -121,7 +122,7 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
             run_dir, "is not a directory; name a directory (made if missing) with --run-dir"
         )
     then = "; name one that can be made with --run-dir"
-    with _refused_by_system(run_dir, "cannot create the run directory", then):
+    with refused_by_system(run_dir, "cannot create the run directory", then):
         run_dir.mkdir(parents=True, exist_ok=True)
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)
@@ -133,7 +134,7 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
                 f"already holds the logs of another run ({stored[0].name}); "
                 "use a new --run-id or --run-dir",
             )
-        with _refused_by_system(run_dir, "cannot write the run directory"):
+        with refused_by_system(run_dir, "cannot write the run directory"):
             created = write_file(claim, f"{run_id}\n".encode(), exclusive=True)
         if created:
             return
@@ -176,7 +177,7 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
 
 
 @contextlib.contextmanager
-def _refused_by_system(path: Path, what: str, then: str = "") -> Iterator[None]:
+def refused_by_system(path: Path, what: str, then: str = "") -> Iterator[None]:
     """An :class:`OSError` inside, as a :class:`RunDirectoryError` saying ``what`` failed."""
     try:
         yield
@@ -187,7 +188,7 @@ def _refused_by_system(path: Path, what: str, then: str = "") -> Iterator[None]:
 def _read_regular(path: Path) -> str | None:
     """``path``'s text, ``None`` when it does not exist; a file that is not
     regular or cannot be read raises :class:`RunDirectoryError`."""
-    with _refused_by_system(path, "cannot read"):
+    with refused_by_system(path, "cannot read"):
         try:
             if not stat.S_ISREG(path.stat().st_mode):
                 raise RunDirectoryError(path, _NOT_REGULAR)
@@ -360,7 +361,7 @@ class Manifest:
         """
         path = run_dir / MANIFEST_FILE
         content = (json.dumps(self.to_json(), indent=2) + "\n").encode()
-        with _refused_by_system(run_dir, "cannot write the manifest"):
+        with refused_by_system(run_dir, "cannot write the manifest"):
             written = write_file(path, content, exclusive=exclusive)
         if not written:
             raise RunDirectoryError(
@@ -795,7 +796,7 @@ def store_collected_log(run_dir: Path, rank: int, content: bytes) -> Collected:
         RunDirectoryError: the directory cannot be written or read.
     """
     path = rank_log_path(run_dir, rank)
-    with _refused_by_system(run_dir, f"cannot store the log of rank {rank}"):
+    with refused_by_system(run_dir, f"cannot store the log of rank {rank}"):
         if write_file(path, content, exclusive=True):
             return Collected.WRITTEN
         present = path.read_bytes()

@@ -439,30 +439,29 @@ class Startup:
             claim_run_directory,
             rank_log_path,
             refuse_foreign_rank,
+            refused_by_system,
         )
 
         claim_run_directory(run_dir, run_id)
         path = rank_log_path(run_dir, identity.rank)
-        try:
-            # Created exclusively: a stored log is never resumed or changed,
-            # and of two runs started into one directory only one writes.
-            log = events.JsonlLog(
-                path,
-                run_id=run_id,
-                rank=identity.rank,
-                durability=self._durability,
-                exclusive=True,
-            )
-        except FileExistsError:
-            raise RunDirectoryError(
-                path,
-                f"already exists: run {run_id} already has a rank {identity.rank}; "
-                "use a new run id or run directory",
-            ) from None
-        except OSError as exc:
-            raise RunDirectoryError(
-                run_dir, f"cannot write the run directory: {exc.strerror or exc}"
-            ) from None
+        with refused_by_system(run_dir, "cannot write the run directory"):
+            try:
+                # Created exclusively: a stored log is never resumed or
+                # changed, and of two runs started into one directory only
+                # one writes.
+                log = events.JsonlLog(
+                    path,
+                    run_id=run_id,
+                    rank=identity.rank,
+                    durability=self._durability,
+                    exclusive=True,
+                )
+            except FileExistsError:
+                raise RunDirectoryError(
+                    path,
+                    f"already exists: run {run_id} already has a rank {identity.rank}; "
+                    "use a new run id or run directory",
+                ) from None
         try:
             refuse_foreign_rank(run_dir, self._stops.launcher_pid)
         except RunDirectoryError:
@@ -473,7 +472,7 @@ class Startup:
 
     def _prepare(self, log: JsonlLog, identity: RankIdentity, faults: FaultPlan) -> None:
         from ._group import follows_a_peer, process_group_step
-        from ._run_directory import RunDirectoryError
+        from ._run_directory import refused_by_system
 
         setup = None
         if self._group.group is not None:  # the caller's, or formed to agree on the run id
@@ -486,13 +485,10 @@ class Startup:
         if setup is not None:
             graph = graph.after(setup)
         # Recorded before any slow set-up: a rank killed from here on leaves
-        # a log that says who it was and what it was doing.
-        try:
+        # a log that says who it was and what it was doing (on a full disk,
+        # nothing is recorded).
+        with refused_by_system(log.path, "cannot write the run directory"):
             runner.begin(graph)
-        except OSError as exc:  # a full disk: nothing is recorded
-            raise RunDirectoryError(
-                log.path, f"cannot write the run directory: {exc.strerror or exc}"
-            ) from None
         # Only a run that began is the startup's to end (see close()).
         self._runner, self._graph_to_run = runner, graph
         if self._stop_asked is not None:
