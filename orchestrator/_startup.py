@@ -956,8 +956,6 @@ class Startup:
         deadline: float,
     ) -> list[RankProcess]:
         """Rank 0's side of :meth:`_collect_logs`: one manifest entry per rank."""
-        from events import RankProcess
-
         from ._run_directory import Collected, RunDirectoryError, rank_log_path, store_collected_log
 
         entries = [attrs.evolve(_own_process(identity), collected=True)]
@@ -1006,13 +1004,13 @@ class Startup:
                         )
                 elif path.exists():
                     reason = None
-                entry = RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
+                entry = events.RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
                 entries.append(_whereabouts(entry, announced.get(rank)))
         if scope.cancelled_caught:
             for rank in range(len(entries), identity.world_size):
                 here = rank_log_path(run_dir, rank).exists()
                 reason = None if here else self._not_collected()
-                entry = RankProcess(rank=rank, not_delivered=reason, collected=here)
+                entry = events.RankProcess(rank=rank, not_delivered=reason, collected=here)
                 entries.append(_whereabouts(entry, announced.get(rank)))
         return entries
 
