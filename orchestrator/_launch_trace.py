@@ -82,9 +82,8 @@ def send_launch_span(
 
     def wanted(span: ReadableSpan) -> bool:
         attributes = span.attributes or {}
-        if attributes.get("startup.kind") == "launch":
-            return True
-        return ranks_ended and attributes.get("startup.outcome") == "incomplete"
+        incomplete = attributes.get("startup.outcome") == "incomplete"
+        return attributes.get("startup.kind") == "launch" or (ranks_ended and incomplete)
 
     return tracing.send([span for span in spans if wanted(span)])
 
