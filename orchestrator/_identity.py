@@ -70,30 +70,30 @@ def _int(env: Mapping[str, str], name: str, default: int, override: int | None) 
 #: The variables of each launcher convention, in the order of
 #: :class:`RankIdentity`'s fields: rank, local rank, world size, local world
 #: size, node rank (``None``: the launcher names none; derived).
-_CONVENTIONS: tuple[tuple[str, tuple[str, str, str, str, str | None]], ...] = (
-    ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")),
-    (
-        "SLURM",
-        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"),
+_CONVENTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
+    "torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
+    "SLURM": (
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_NODEID",
     ),
-    (
-        "Open MPI",
-        (
-            "OMPI_COMM_WORLD_RANK",
-            "OMPI_COMM_WORLD_LOCAL_RANK",
-            "OMPI_COMM_WORLD_SIZE",
-            "OMPI_COMM_WORLD_LOCAL_SIZE",
-            None,
-        ),
+    "Open MPI": (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        None,
     ),
-)
+}
 
 
 def launcher_convention(environ: Mapping[str, str] | None = None) -> str | None:
     """Which launcher's variables describe this process: ``"torchrun"``,
     ``"SLURM"``, ``"Open MPI"``, or ``None`` when none is set."""
     env = os.environ if environ is None else environ
-    for name, variables in _CONVENTIONS:
+    for name, variables in _CONVENTIONS.items():
         if any(env.get(variable, "").strip() for variable in (variables[0], variables[2])):
             return name
     return None
@@ -138,7 +138,7 @@ def identity_from_environment(
     """
     env = os.environ if environ is None else environ
     convention = launcher_convention(env)
-    names = dict(_CONVENTIONS)[convention or "torchrun"]
+    names = _CONVENTIONS[convention or "torchrun"]
     listed_nodes = 0
     if convention == "SLURM":
         tasks, listed_nodes = _slurm_tasks_per_node(env)
