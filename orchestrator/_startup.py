@@ -281,6 +281,7 @@ class Startup:
             if not isinstance(tracing, Tracing):
                 raise TypeError(f"tracing is {tracing!r}, not an exporters.Tracing, 'auto' or None")
         self._graph = graph
+        #: what the run's events mean: the caller's slices, or the engine's once open
         self._slices = checked_slices(slices)
         self._identity = identity
         self._run_id = run_id
@@ -406,6 +407,10 @@ class Startup:
                 signal.raise_signal(signum)
             raise
         self._log = log
+        if self._graph is None:
+            from .engine import ENGINE
+
+            self._slices = (ENGINE,)
         self._launch = Manifest.begin(
             run_id=run_id,
             world_size=identity.world_size,
@@ -501,7 +506,7 @@ class Startup:
             # held back once for them all, a failure that follows a peer's
             # is held too: one line for every rank that saw it, not one each.
             held = follows_a_peer if self._launcher_prints() else None
-            self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._meaning())
+            self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._slices)
             configure = self._configure_logging
             if configure is None:
                 logger = logging.getLogger(MESSAGE_LOGGER_PREFIX)
@@ -718,13 +723,6 @@ class Startup:
         else:
             await self._exchange_with_peers()
         await self._collect_logs(end_started)
-
-    def _meaning(self) -> tuple[Slice, ...]:
-        if self._graph is not None:
-            return self._slices
-        from .engine import ENGINE
-
-        return (ENGINE,)
 
     def _launcher_prints(self) -> bool:
         """Whether the command line's launcher started this rank and will
@@ -945,7 +943,7 @@ class Startup:
 
             # Rank 0 holds the whole record: the launch's own span, the root
             # of every rank's, goes where this rank's spans went.
-            send_launch_span_of(self._tracing, run_dir, slices=self._meaning())
+            send_launch_span_of(self._tracing, run_dir, slices=self._slices)
 
     async def _take_logs(
         self,
@@ -1060,7 +1058,7 @@ class Startup:
             rank=rank,
             world_size=self.identity.world_size,
             outcome=self._outcome(),
-            state=events.replay(logged, slices=self._meaning()).states[rank],
+            state=events.replay(logged, slices=self._slices).states[rank],
             steps=_step_results(logged),
             messages=messages,
             log_path=self._log.path,
