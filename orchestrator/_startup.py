@@ -845,9 +845,7 @@ class Startup:
         ]
         payload: JsonValue = {
             "exchange": _END_OF_RUN,
-            "outcome": self._outcome().value,
             "node_rank": identity.node_rank,
-            "local_rank": identity.local_rank,
             "warnings": derived,
         }
         gathered: list[JsonValue] = []
