@@ -322,8 +322,8 @@ class Manifest:
         Raises:
             RunDirectoryError: not a manifest of a version this release reads.
         """
-        document = dict(data) if isinstance(data, dict) else data
-        version = document.pop("manifest_version", None) if isinstance(document, dict) else None
+        document = dict(data) if isinstance(data, dict) else {}
+        version = document.pop("manifest_version", None)
         try:
             if version != MANIFEST_VERSION:
                 raise ValueError(
