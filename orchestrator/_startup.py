@@ -1227,7 +1227,7 @@ def checked_fault_plan(
 
     plan = faults if isinstance(faults, FaultPlan) else FaultPlan.parse(faults or ())
     if plan:
-        targets: Collection[str] = ()
+        targets: Collection[str]
         if graph is None:
             from ._errors import FaultSpecError
             from ._group import PROCESS_GROUP_STEP
