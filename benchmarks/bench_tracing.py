@@ -56,9 +56,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from events import JsonValue, MemoryLog, RankIdentity, RunStarted, StepStarted, StepSucceeded
+from events._launch import derive_trace_id
 from exporters import LiveSpans, LoggingBridge, SpanProjection, context_with_span
 from orchestrator import Graph, Runner, Step, StepContext
-from orchestrator._runner import derive_trace_id
 
 BACKENDS = ("asyncio", "trio")
 #: CPU time of the whole process, every thread included.

@@ -69,7 +69,7 @@ from ._policy import Action, ErrorPolicy
 from ._threads import StepThreads
 from ._watchdog import DEFAULT_STALL_S, AskChild, InFlight, Watchdog
 
-__all__ = ["RunResult", "Runner", "SpanActivator", "derive_trace_id", "run"]
+__all__ = ["RunResult", "Runner", "SpanActivator", "run"]
 
 T = TypeVar("T")
 

@@ -529,7 +529,9 @@ class Startup:
     def _runner_and_graph(
         self, log: JsonlLog, identity: RankIdentity, faults: FaultPlan
     ) -> tuple[Runner, Graph]:
-        from ._runner import Runner, derive_trace_id
+        from events._launch import derive_trace_id
+
+        from ._runner import Runner
 
         parent = self._caller_span
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
