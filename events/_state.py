@@ -3,6 +3,7 @@ divergences; :func:`replay` folds a whole run in one pass."""
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
@@ -677,20 +678,15 @@ def replay(
                 f"two logs for rank {rank} ({previous[1]} and {owner}); pass one log per rank"
             )
 
-    def take(events: Sequence[Event], owner: str | None) -> None:
-        if owner is not None and events and len(set(map(_rank_of, events))) == 1:
-            # A log's events, in the usual case all of one rank: taken at once.
-            own(events[0].rank, owner)
-            by_rank.setdefault(events[0].rank, []).extend(events)
-            return
-        for event in events:
-            if owner is not None:
-                own(event.rank, owner)
-            by_rank.setdefault(event.rank, []).append(event)
+    def take(events: Iterable[Event], owner: str) -> None:
+        # A log's events are, in the usual case, all of one rank: one run.
+        for rank, run in itertools.groupby(events, _rank_of):
+            own(rank, owner)
+            by_rank.setdefault(rank, []).extend(run)
 
     for index, item in enumerate(source):
         if isinstance(item, Event):
-            take((item,), None)
+            by_rank.setdefault(item.rank, []).append(item)
         elif isinstance(item, FoldedRank):
             if (item.slices, item.until) != (folder._names, until):
                 raise ValueError(
@@ -704,7 +700,7 @@ def replay(
             warnings.extend(item.warnings)
             take(item.events, str(item.path))
         else:
-            take(item if isinstance(item, Sequence) else list(item), f"event stream {index}")
+            take(item, f"event stream {index}")
     for rank, events in by_rank.items():
         if until is None or any(event.seq <= until for event in events):
             ranks[rank] = folder._fold(events, owners[rank][1] if rank in owners else None, ())
