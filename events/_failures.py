@@ -59,8 +59,6 @@ _Tracked = tuple[tuple[_Failure, ...], _Failure | None, bool]
 
 #: The events that fail their step.
 _FAILING = (StepFailed, StepTimedOut, StepCrashed)
-#: The answer for an event that neither fails nor ends a failure's way up.
-_NOTHING: _Tracked = ((), None, False)
 
 
 def _track(
@@ -76,7 +74,7 @@ def _track(
         return (), settled, False
     failing = isinstance(event, _FAILING)
     if not pending and not failing:
-        return _NOTHING  # nothing on its way up, nor a failure here
+        return (), None, False  # nothing on its way up, nor a failure here
     step = event.step
     prefix = step + "/"
     below = [f for f in pending if f.step.startswith(prefix)]
