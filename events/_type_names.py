@@ -40,8 +40,6 @@ def public_type_name(name: str) -> str:
         return name
     *modules, qualname = parts
     public = [part for part in modules if not part.startswith("_")]
-    if len(public) == len(modules):
-        return name
     return ".".join([*public, qualname])
 
 
