@@ -252,10 +252,8 @@ class Messages(Projection[MessagesState]):
         return MessagesState()
 
     def apply_many(self, state: MessagesState, events: Iterable[Event]) -> MessagesState:
-        """The state after every event of ``events`` in turn: each run of one
-        rank's events is folded on plain state and frozen once; unchanged
-        ranks are shared, and ``state`` itself is returned when no rank
-        changed."""
+        """The state after every event of ``events`` in turn; unchanged ranks
+        are shared, and ``state`` itself is returned when no rank changed."""
         ranks = dict(state.ranks)
         changed = False
         fold: _Fold | None = None

@@ -69,7 +69,6 @@ __all__ = [
     "root_cause",
 ]
 
-_rank_of = operator.attrgetter("rank")
 #: Which of several root causes came first: the earliest, then the lowest rank.
 _first = operator.attrgetter("wall_ns", "rank")
 
@@ -117,10 +116,8 @@ class RankStates(Projection[Mapping[int, RankState]]):
     def apply_many(
         self, state: Mapping[int, RankState], events: Iterable[Event]
     ) -> Mapping[int, RankState]:
-        """The state after every event of ``events`` in turn: each run of one
-        rank's events is folded on plain state and frozen once; unchanged
-        ranks are shared, and ``state`` itself is returned when no rank
-        changed."""
+        """The state after every event of ``events`` in turn; unchanged ranks
+        are shared, and ``state`` itself is returned when no rank changed."""
         ranks = dict(state)
         fold: _StateFold | None = None
         for event in events:
@@ -236,16 +233,13 @@ class _StateFold:
             facts = self.facts
             if isinstance(event, StepSucceeded):
                 result = event.result
+                keyed = result if isinstance(result, dict) else {}
                 for fact, key in self.results.get(event.step, ()):
-                    facts[fact] = result if key is None else _field(result, key)
+                    facts[fact] = result if key is None else keyed.get(key)
             for hook in self.hooks:
                 changed = hook(facts, event)
                 if changed:
                     facts.update(changed)
-
-
-def _field(value: JsonValue, key: str) -> JsonValue:
-    return value.get(key) if isinstance(value, dict) else None
 
 
 def root_cause(states: Mapping[int, RankState] | Iterable[RankState]) -> RootCause | None:
@@ -680,7 +674,7 @@ def replay(
 
     def take(events: Iterable[Event], owner: str) -> None:
         # A log's events are, in the usual case, all of one rank: one run.
-        for rank, run in itertools.groupby(events, _rank_of):
+        for rank, run in itertools.groupby(events, operator.attrgetter("rank")):
             own(rank, owner)
             by_rank.setdefault(rank, []).extend(run)
 
