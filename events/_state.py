@@ -83,10 +83,11 @@ class RankStates(Projection[Mapping[int, RankState]]):
     """
 
     def __init__(self, slices: Sequence[Slice] = ()) -> None:
-        self._slices = tuple(slices)
+        #: The slices the states are derived with.
+        self.slices = tuple(slices)
         facts: dict[str, JsonValue] = {}
         results: dict[str, list[tuple[str, str | None]]] = {}
-        for part in self._slices:
+        for part in self.slices:
             facts.update(part.facts)
             for column in part.columns:
                 if column.step is not None:
@@ -94,16 +95,11 @@ class RankStates(Projection[Mapping[int, RankState]]):
                     results.setdefault(column.step, []).append((column.fact, column.key))
         self._facts, self._results = facts, results
         self._hooks = tuple(
-            part.derive_facts for part in self._slices if part.derive_facts is not None
+            part.derive_facts for part in self.slices if part.derive_facts is not None
         )
         self._type: type[RankState] = next(
-            (part.state_type for part in self._slices if part.state_type is not None), RankState
+            (part.state_type for part in self.slices if part.state_type is not None), RankState
         )
-
-    @property
-    def slices(self) -> tuple[Slice, ...]:
-        """The slices the states are derived with."""
-        return self._slices
 
     def new(self, rank: int, run_id: str | None) -> RankState:
         """A rank's state before its first event."""
