@@ -399,7 +399,8 @@ class _Fold:
     def severity(self, code: str) -> Severity:
         return self.setup.rule(code)[0]
 
-    def derive(self, event: Event) -> None:
+    # Any: the kind table stands for isinstance tests the type checker cannot follow.
+    def derive(self, event: Any) -> None:
         self.event = event
         self.originated = False
         kind = KINDS[type(event)]
@@ -420,15 +421,15 @@ class _Fold:
                 if (new := before(self, old)) is not old:
                     memories[index], self.changed = new, True
         if kind == STARTED:
-            self.step_started(event)  # type: ignore[arg-type]
+            self.step_started(event)
         elif ends:
             self.ended(event)
         elif kind == STALLED:
-            self.step_stalled(event)  # type: ignore[arg-type]
+            self.step_stalled(event)
         elif kind == RUN_STARTED:
-            self.run_started(event)  # type: ignore[arg-type]
+            self.run_started(event)
         elif kind == RUN_FINISHED:
-            self.run_finished(event)  # type: ignore[arg-type]
+            self.run_finished(event)
         if memories is not None:
             for index, after in enumerate(setup._afters):
                 old = memories[index]

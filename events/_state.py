@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import orjson
@@ -34,7 +34,6 @@ from ._model import (
     RunStarted,
     StepCancelled,
     StepCrashed,
-    StepStalled,
     StepStarted,
     StepSucceeded,
 )
@@ -181,7 +180,8 @@ class _StateFold:
             },
         )
 
-    def derive(self, event: Event) -> None:
+    # Any: the kind table stands for isinstance tests the type checker cannot follow.
+    def derive(self, event: Any) -> None:
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
         kind = KINDS[type(event)]
@@ -205,15 +205,12 @@ class _StateFold:
         elif kind == DECISION:
             settles = True
         elif kind == STALLED:
-            assert isinstance(event, StepStalled)
             self.stalls[event.step] = event
         elif kind == RUN_STARTED:
-            assert isinstance(event, RunStarted)
             self.identity = event.identity
             self.run_id = event.run_id
             self.root_span_id = event.span_id
         elif kind == RUN_FINISHED:
-            assert isinstance(event, RunFinished)
             self.failures, settled, _ = _track(self.failures, event, top_level=True)
             self.finished = event
             self.outcome = event.outcome

@@ -220,8 +220,7 @@ class Timeline(Projection[TimelineState]):
         number: int | None = None
         rank: list[Any] = []
         steps: dict[str, Any] = {}
-        # The kind table stands for isinstance tests; with it, the type
-        # checker cannot tell an event's class, hence Any.
+        # Any: the kind table stands for isinstance tests the type checker cannot follow.
         stream: Iterable[Any] = events
         for event in stream:
             kind = kinds[type(event)]
