@@ -326,8 +326,6 @@ def find_divergences(
     and scopes the slices give their codes."""
     values = list(states.values() if isinstance(states, Mapping) else states)
     agreements = [agreement for part in slices for agreement in part.agreements]
-    if not agreements:
-        return ()
     rule = Messages(slices=slices).rule
     found: list[Divergence] = []
     for agreement in agreements:
