@@ -548,11 +548,10 @@ class _Fold:
         step = event.step
         self.open.pop(step, None)
         self.changed = True
-        setup = self.setup
         stopped = isinstance(event, StepTimedOut | StepCrashed)
         # A timeout or crash a slice reports itself (an attempt its fallback
         # recovers, say) is not also a step.timed_out or step.crashed.
-        covered = stopped and any(hook.covers_stop(step, started) for hook in setup._hooks)
+        covered = stopped and any(hook.covers_stop(step, started) for hook in self.setup._hooks)
         reported = stopped and not covered
         self.failures, settled, self.originated = _track(
             self.failures,
