@@ -257,17 +257,14 @@ class Messages(Projection[MessagesState]):
         ranks = dict(state.ranks)
         changed = False
         fold: _Fold | None = None
-        number = -1
         for event in events:
-            if event.rank != number:
+            if fold is None or event.rank != fold.rank:
                 if fold is not None and fold.changed:
-                    ranks[number], changed = fold.freeze(), True
-                number = event.rank
-                fold = _Fold(self, ranks.get(number) or RankMessages(rank=number))
-            assert fold is not None
+                    ranks[fold.rank], changed = fold.freeze(), True
+                fold = _Fold(self, ranks.get(event.rank) or RankMessages(rank=event.rank))
             fold.derive(event)
         if fold is not None and fold.changed:
-            ranks[number], changed = fold.freeze(), True
+            ranks[fold.rank], changed = fold.freeze(), True
         return MessagesState(ranks=ranks) if changed else state
 
 
@@ -362,7 +359,7 @@ class _Fold:
     def __init__(self, setup: Messages, state: RankMessages) -> None:
         tracking = state.tracking
         self.setup = setup
-        self.base = state
+        self.rank = state.rank
         self.changed = False
         self.identity = state.identity
         self.messages = list(state.messages)
@@ -381,7 +378,7 @@ class _Fold:
 
     def freeze(self) -> RankMessages:
         return RankMessages(
-            rank=self.base.rank,
+            rank=self.rank,
             identity=self.identity,
             messages=tuple(self.messages),
             seen=frozenset(self.seen),
@@ -462,7 +459,7 @@ class _Fold:
                 code,
                 severity,
                 scope,
-                self.base.rank,
+                self.rank,
                 # Ranks derive the same texts: each is kept once.
                 sys.intern(text),
                 step,
