@@ -233,8 +233,6 @@ _FIELD_MAKERS: Mapping[str, Callable[[Event, StepStarted | None, str], Any]] = {
 _KEYED_FIELDS = ("result", "attributes")
 #: The fields only a fallback rule's templates have: the next attempt.
 _NEXT_FIELDS = frozenset({"next", "next_name"})
-#: The fields any rule's templates may name.
-_TEMPLATE_FIELDS = frozenset(_FIELD_MAKERS) - _NEXT_FIELDS
 
 #: The outcomes of an attempt that a fallback can follow.
 _ATTEMPT_FAILURES = frozenset(Outcome) - {Outcome.OK, Outcome.CANCELLED}
@@ -255,7 +253,7 @@ def _template_fault(template: str, *, fallback: bool) -> str | None:
         root, bracket, key = field.partition("[")
         if root in _NEXT_FIELDS and not fallback:
             return f"{{{field}}} is the next attempt's: only a fallback rule has one"
-        if root not in _TEMPLATE_FIELDS | _NEXT_FIELDS:
+        if root not in _FIELD_MAKERS:
             return f"{{{field}}} names no field"
         keyed = root in _KEYED_FIELDS and key.endswith("]")
         if (bracket and not keyed) or any(mark in key[:-1] for mark in "[]."):
