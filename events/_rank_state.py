@@ -118,9 +118,7 @@ def _innermost(steps: Iterable[str]) -> tuple[str, ...]:
     (``kernels`` and ``kernels/triton`` give ``kernels/triton``)."""
     ordered = list(dict.fromkeys(steps))
     return tuple(
-        step
-        for step in ordered
-        if not any(other.startswith(step + "/") for other in ordered if other != step)
+        step for step in ordered if not any(other.startswith(step + "/") for other in ordered)
     )
 
 
