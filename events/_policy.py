@@ -84,8 +84,7 @@ class SeverityPolicy:
         old_severity, old_scope = self.rules.get(code) or _GENERIC.get(
             code, (Severity.ERROR, Scope.PROCESS)
         )
-        rules = dict(self.rules)
-        rules[code] = (severity or old_severity, scope or old_scope)
+        rules = {**self.rules, code: (severity or old_severity, scope or old_scope)}
         return SeverityPolicy(version=self.version + 1 if version is None else version, rules=rules)
 
     def to_json(self) -> str:
