@@ -730,11 +730,9 @@ def group_messages(messages: Iterable[Message]) -> list[GroupedMessage]:
     groups: dict[tuple[str, Severity, str], tuple[Scope, set[int]]] = {}
     for message in messages:
         key = (message.code, message.severity, message.text)
-        found = groups.get(key)
-        if found is None:
-            groups[key] = (message.scope, {message.rank})
-        else:
-            found[1].add(message.rank)
+        if key not in groups:
+            groups[key] = (message.scope, set())
+        groups[key][1].add(message.rank)
     grouped = [
         GroupedMessage(code=code, severity=severity, scope=scope, text=text, ranks=tuple(sorted(r)))
         for (code, severity, text), (scope, r) in groups.items()
