@@ -382,17 +382,13 @@ def _announce_processes(recording: Recording, args: tuple[Any, ...], result: Any
 def _record_inspection(recording: Recording) -> None:
     """The model-inspection subprocess runs one function and exits: its one
     phase lasts until then, and an uncaught exception is its failure."""
-    token = recording.begin_phase("inspect_model")
+    # The start's end ends the phase with it (Recording.finish).
+    recording.begin_phase("inspect_model")
     previous = sys.excepthook
 
     def excepthook(kind: type[BaseException], error: BaseException, traceback: Any) -> None:
-        recording.end_phase(token, error)
         recording.finish(error)
         previous(kind, error, traceback)
 
-    def at_exit() -> None:
-        recording.end_phase(token)
-        recording.finish()
-
     sys.excepthook = excepthook
-    atexit.register(at_exit)
+    atexit.register(recording.finish)
