@@ -173,25 +173,23 @@ class Recording:
         with contextlib.suppress(BaseException):
             await self._runner.run(self._graph)
 
-    def _usable(self) -> bool:
+    def _live_portal(self) -> anyio.from_thread.BlockingPortal | None:
         # Nothing after the end, and nothing in a forked child, whose loop
         # thread was left behind in its parent.
-        return self._portal is not None and not self.finished and os.getpid() == self.pid
+        return None if self.finished or os.getpid() != self.pid else self._portal
 
     def finish(self, error: BaseException | None = None) -> None:
         """End the start: ``ready``, or failed with ``error``; then wait for
         the run's last event to be written. Later calls do nothing."""
         with self._lock:
-            if not self._usable():
+            portal = self._live_portal()
+            if portal is None:
                 return
             self.finished = True
-            assert self._portal is not None
-            end = _End(error=None if error is None else self._as_data(error))
             # Phases still open end with the start (outermost last).
-            while self._open:
-                self._send(self._open.pop()[1], end)
+            self._end_open(portal, _End(error=None if error is None else self._as_data(error)))
             if self._children is not None:
-                self._portal.call(self._children.close)
+                portal.call(self._children.close)
         with contextlib.suppress(BaseException):
             self._done.result(timeout=30)
         self.close()
@@ -232,13 +230,13 @@ class Recording:
         """Open a phase (as :meth:`phase` does on entering its block); the
         token is for :meth:`end_phase`."""
         with self._lock:
-            if not self._usable():
+            portal = self._live_portal()
+            if portal is None:
                 return None
-            assert self._portal is not None
             send, receive = anyio.create_memory_object_stream[Any](math.inf)
             parent = self._open[-1][1]
             begin = _Begin(name, dict(attributes or {}), receive)
-            self._portal.call(parent.send_nowait, begin)
+            portal.call(parent.send_nowait, begin)
             self._open.append((name, send))
         # The phase's start is in the log before the engine's code goes on:
         # a process killed in the very next line still says where it was.
@@ -253,14 +251,11 @@ class Recording:
             return
         end = _End(error=None if error is None else self._as_data(error))
         with self._lock:
-            if not self._usable() or token not in [inbox for _name, inbox in self._open[1:]]:
+            portal = self._live_portal()
+            if portal is None or token not in [inbox for _name, inbox in self._open[1:]]:
                 return
             # Phases opened inside this one and never closed end with it.
-            while True:
-                inbox = self._open.pop()[1]
-                self._send(inbox, end)
-                if inbox is token:
-                    break
+            self._end_open(portal, end, down_to=token)
 
     def _as_data(self, error: BaseException) -> IsolatedError:
         """``error`` captured here, in the thread that raised it, once: the
@@ -273,21 +268,26 @@ class Recording:
         self._captured[id(error)] = (error, data)
         return data
 
-    def _send(self, inbox: MemoryObjectSendStream[Any], end: _End) -> None:
-        """A step's end: its last message."""
-        assert self._portal is not None
-        self._portal.call(inbox.send_nowait, end)
-        self._portal.call(inbox.close)
+    def _end_open(
+        self, portal: anyio.from_thread.BlockingPortal, end: _End, down_to: Any = None
+    ) -> None:
+        # Innermost first, down to the inbox ``down_to`` (every one without it).
+        while self._open:
+            inbox = self._open.pop()[1]
+            portal.call(inbox.send_nowait, end)
+            portal.call(inbox.close)
+            if inbox is down_to:
+                break
 
     def spawned(self, name: str, process: Any) -> None:
         """Announce a child process (a :class:`multiprocessing.Process` that
         has started)."""
         with self._lock:
-            if not self._usable() or self._children is None:
+            portal = self._live_portal()
+            if portal is None or self._children is None:
                 return
-            assert self._portal is not None
             spawned = (name, int(process.pid), int(process.sentinel), process)
-            self._portal.call(self._children.send_nowait, spawned)
+            portal.call(self._children.send_nowait, spawned)
 
     # --- the graph's bodies ------------------------------------------------------
 
