@@ -310,7 +310,7 @@ def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankI
     return [identity for identity in identities if identity is not None]
 
 
-@attrs.define
+@attrs.define(eq=False)  # each actor is itself, the key of its answers
 class _Actor:
     """One actor of the launch and what the driver knows of it."""
 
@@ -345,10 +345,10 @@ class _Launch:
         for _ in range(self.book.manifest.world_size):
             handle = remote.remote()
             self.actors.append(_Actor(handle=handle, actor_id=_actor_id(handle)))
-        where = {id(actor): actor.handle.where.remote() for actor in self.actors}
+        where = {actor: actor.handle.where.remote() for actor in self.actors}
         answers = self._wait(where, timeout_s)
         for actor in self.actors:
-            answer = answers.get(id(actor))
+            answer = answers.get(actor)
             if isinstance(answer, ActorPlace):
                 actor.node_id, actor.workspace = answer.node_id, answer.workspace
                 actor.pid = answer.pid
@@ -382,18 +382,17 @@ class _Launch:
     def gather(self, *, timeout_s: float) -> None:
         """Wait for every running actor's report (at most ``timeout_s``);
         write each log that came back and record how each rank ended."""
-        running = {id(actor): actor.pending for actor in self.actors if actor.pending is not None}
+        running = {actor: actor.pending for actor in self.actors if actor.pending is not None}
         self._wait(running, timeout_s, on_answer=self._record)
         for actor in self.actors:
             if actor.pending is not None:  # _record clears it for each answer
                 # Killed before its workspace is read: nothing writes to it.
                 with contextlib.suppress(Exception):
                     self.ray.kill(actor.handle)
-                self._record(id(actor), None)
+                self._record(actor, None)
         self.book.finish()
 
-    def _record(self, key: int, answer: object) -> None:
-        actor = next(actor for actor in self.actors if id(actor) == key)
+    def _record(self, actor: _Actor, answer: object) -> None:
         actor.pending = None
         if isinstance(answer, RankReport):
             actor.report = answer
@@ -433,17 +432,17 @@ class _Launch:
 
     def _wait(
         self,
-        refs: Mapping[int, Any],
+        refs: Mapping[_Actor, Any],
         timeout_s: float,
-        on_answer: Callable[[int, object], None] | None = None,
-    ) -> dict[int, object]:
+        on_answer: Callable[[_Actor, object], None] | None = None,
+    ) -> dict[_Actor, object]:
         """Each ref's value, or the exception getting it raised, as they
-        come, for at most ``timeout_s``: the keys not in the result did not
-        answer in time."""
+        come, for at most ``timeout_s``: the actors not in the result did
+        not answer in time."""
         ray = self.ray
         key_of = {ref: key for key, ref in refs.items()}
         left = list(refs.values())
-        answers: dict[int, object] = {}
+        answers: dict[_Actor, object] = {}
         deadline = time.monotonic() + timeout_s
         while left:
             remaining = deadline - time.monotonic()
