@@ -617,9 +617,6 @@ def _judge(gathered: Sequence[JsonValue], chain: Sequence[str]) -> tuple[str, st
     return "none", None
 
 
-_STATUS_TEXT = {_UNAVAILABLE: "unavailable (no flashinfer.comm)"}
-
-
 def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:
     parts: list[str] = []
     for backend in _order(gathered, chain):
@@ -629,8 +626,8 @@ def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:
             if state not in _USABLE:
                 by_status.setdefault(state, []).append(rank)
         for state, ranks in by_status.items():
-            on = format_ranks(ranks, separator=", ")
-            parts.append(f"{backend} {_STATUS_TEXT.get(state, state)} on {on}")
+            why = " (no flashinfer.comm)" if state == _UNAVAILABLE else ""
+            parts.append(f"{backend} {state}{why} on {format_ranks(ranks, separator=', ')}")
     return "no all-reduce workspace backend worked on every rank: " + "; ".join(parts)
 
 
