@@ -28,7 +28,7 @@ from .._candidates import Candidate, select_candidate
 from .._context import StepContext, Unavailable
 from .._graph import Step
 from .._policy import PROBE_POLICY, Action, ErrorPolicy
-from ._config import EngineConfig
+from ._config import _KV_CACHE_DTYPES, EngineConfig
 from ._conventions import ATTENTION_STEP, PLATFORM_STEP
 from ._platform import _device_capability
 
@@ -46,8 +46,8 @@ __all__ = [
 ATTENTION_POLICY = ErrorPolicy(name="attention", on_timeout=Action.PROPAGATE)
 
 _HALF = ("float16", "bfloat16")
-_ALL_KV = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-_HALF_KV = ("auto", "float16", "bfloat16")
+_HALF_KV = ("auto", *_HALF)
+_FP8_KV = (*_HALF_KV, "fp8", "fp8_e4m3")
 
 
 @attrs.frozen(kw_only=True)
@@ -124,7 +124,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             name="FLASH_ATTN",
             module="flash_attn",
             devices=_CUDA,
-            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            kv_cache_dtypes=_FP8_KV,
             min_capability=(8, 0),
         ),
         AttentionBackend(
@@ -132,7 +132,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             module="flashinfer",
             devices=_CUDA,
             head_sizes=(64, 128, 256),
-            kv_cache_dtypes=_ALL_KV,
+            kv_cache_dtypes=_KV_CACHE_DTYPES,
             min_capability=(7, 5),
             max_capability=(12, 1),
         ),
@@ -141,7 +141,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             module="triton",
             devices=frozenset({"cuda", "rocm", "xpu"}),
             dtypes=(*_HALF, "float32"),
-            kv_cache_dtypes=_ALL_KV,
+            kv_cache_dtypes=_KV_CACHE_DTYPES,
         ),
         AttentionBackend(
             name="FLEX_ATTENTION",
@@ -154,7 +154,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             module="cutlass",
             devices=_CUDA,
             head_sizes=_MLA_HEAD,
-            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            kv_cache_dtypes=_FP8_KV,
             min_capability=(10, 0),
             max_capability=(10, 9),
             block_sizes=(128,),
@@ -165,7 +165,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             module="flashinfer",
             devices=_CUDA,
             head_sizes=_MLA_HEAD,
-            kv_cache_dtypes=_ALL_KV,
+            kv_cache_dtypes=_KV_CACHE_DTYPES,
             min_capability=(10, 0),
             max_capability=(10, 9),
             block_sizes=(32, 64),
@@ -185,7 +185,7 @@ ATTENTION_BACKENDS: Mapping[str, AttentionBackend] = {
             module="flash_mla",
             devices=_CUDA,
             head_sizes=_MLA_HEAD,
-            kv_cache_dtypes=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+            kv_cache_dtypes=_FP8_KV,
             min_capability=(9, 0),
             max_capability=(10, 9),
             block_sizes=(64,),
