@@ -159,18 +159,10 @@ def is_amd_zen(cpuinfo: str | None) -> bool:
     """Whether ``/proc/cpuinfo`` describes an AMD Zen CPU with AVX-512 (the
     hosts zentorch targets): vendor ``AuthenticAMD`` and an ``avx512*`` flag.
     No cpuinfo (``None``) means not Zen."""
-    if not cpuinfo:
-        return False
-    vendor = False
-    avx512 = False
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id":
-            vendor = vendor or value.strip() == "AuthenticAMD"
-        elif key == "flags":
-            avx512 = avx512 or any(flag.startswith("avx512") for flag in value.split())
-    return vendor and avx512
+    fields = [line.partition(":") for line in (cpuinfo or "").splitlines()]
+    vendors = {value.strip() for key, _, value in fields if key.strip() == "vendor_id"}
+    flags = [flag for key, _, value in fields if key.strip() == "flags" for flag in value.split()]
+    return "AuthenticAMD" in vendors and any(flag.startswith("avx512") for flag in flags)
 
 
 def build_target_of_torch(importer: Importer) -> BuildTarget:
