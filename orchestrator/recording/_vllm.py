@@ -217,7 +217,6 @@ def _start(directory: Path) -> Recording:
         # Every process this one starts inherits it: one run per launch.
         os.environ[RUN_ID_VARIABLE] = run_id
     run_dir = directory / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
     claim_run_directory(run_dir, run_id)
     log = _claim_log(run_dir, run_id, first=first)
     identity = RankIdentity(
