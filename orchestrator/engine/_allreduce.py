@@ -493,11 +493,10 @@ class _Setup:
                 }
                 gathered = await child.to_thread(group.all_gather, mine)
                 _check_exchange(gathered, group)
-                verdict, backend = _judge(gathered, self.chain)
-                if verdict != "try":
+                backend, everywhere = _judge(gathered, self.chain)
+                if backend is None or everywhere:
                     agreed = backend
                     break
-                assert backend is not None
                 if statuses[backend] == _UNTRIED:
                     statuses[backend] = await self.catch_up(backend)
             released: list[JsonValue] = []
@@ -605,16 +604,15 @@ def _order(gathered: Sequence[JsonValue], fallback: Sequence[str]) -> list[str]:
     return list(fallback)
 
 
-def _judge(gathered: Sequence[JsonValue], chain: Sequence[str]) -> tuple[str, str | None]:
-    """``("agreed", b)``, ``("try", b)`` or ``("none", None)`` — a pure function
-    of the gathered statuses, so every rank reaches the same verdict."""
+def _judge(gathered: Sequence[JsonValue], chain: Sequence[str]) -> tuple[str | None, bool]:
+    """The first backend no rank reports unusable (``None``: none) and whether
+    every rank holds it — a pure function of the gathered statuses, so every
+    rank reaches the same verdict."""
     for backend in _order(gathered, chain):
         states = [_status(entry, backend) for entry in gathered]
         if all(state in _USABLE for state in states):
-            if all(state == _OK for state in states):
-                return "agreed", backend
-            return "try", backend
-    return "none", None
+            return backend, all(state == _OK for state in states)
+    return None, False
 
 
 def _group_reason(gathered: Sequence[JsonValue], chain: Sequence[str]) -> str:
