@@ -395,6 +395,12 @@ class _Launch:
     def _record(self, actor: _Actor, answer: object) -> None:
         actor.pending = None
         if isinstance(answer, RankReport):
+            # Done with this launch: its process ends now, as a torchrun
+            # worker's does, so peers still waiting on it in a collective
+            # (its own was cut short by its failure) fail at once instead of
+            # at the group timeout.
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor.handle)
             actor.report = answer
             if answer.outcome is not None:
                 store_collected_log(self.book.run_dir, actor.rank, answer.log)
@@ -404,13 +410,6 @@ class _Launch:
             actor.lost = _lost(actor, answer, "did not answer in time; the launcher killed it")
             actor.lost += self._recover(actor)
         self.book.ended(actor.rank, lost=actor.lost)
-        if isinstance(answer, RankReport):
-            # Done with this launch: its process ends now, as a torchrun
-            # worker's does, so peers still waiting on it in a collective
-            # (its own was cut short by its failure) fail at once instead of
-            # at the group timeout.
-            with contextlib.suppress(Exception):
-                self.ray.kill(actor.handle)
 
     def _recover(self, actor: _Actor) -> str:
         """Read what a lost actor had logged when it ran on this node (its
