@@ -336,7 +336,7 @@ class Recording:
     async def _processes(self, ctx: StepContext) -> JsonValue:
         assert self._started_up is not None
         started_up = self._started_up
-        count = 0
+        seen: dict[str, int] = {}
         async with anyio.create_task_group() as watchers:
             # Processes announced until the start ends are watched; each
             # watch ends by itself then, with the process running or dead.
@@ -347,12 +347,10 @@ class Recording:
                     receiving.cancel()
 
                 watchers.start_soon(stop_receiving)
-                seen: dict[str, int] = {}
                 with self._children_inbox:
                     async for name, *spawned in self._children_inbox:
-                        count += 1
                         watchers.start_soon(self._watch, ctx, _numbered(seen, name), *spawned)
-        return {"spawned": count}
+        return {"spawned": sum(seen.values())}
 
     async def _watch(
         self, ctx: StepContext, name: str, pid: int, sentinel: int, process: Any
