@@ -467,10 +467,7 @@ class _Setup:
         return create
 
     async def agree(
-        self,
-        local: str | None,
-        statuses: dict[str, str],
-        attempts: Sequence[StepResult],
+        self, local: str | None, statuses: dict[str, str], attempts: Sequence[StepResult]
     ) -> tuple[str | None, str | None]:
         """Run the agreement child; the agreed backend and, if none, why."""
         agreed: str | None = local

@@ -40,9 +40,7 @@ def probe_flashinfer_comm(ctx: StepContext) -> JsonValue | Unavailable:
     comm = ctx.import_module("flashinfer.comm")
     missing = [name for name in FLASHINFER_COMM_SYMBOLS if not callable(getattr(comm, name, None))]
     if missing:
-        return Unavailable(
-            reasons=tuple(f"flashinfer.comm has no {name}" for name in missing),
-        )
+        return Unavailable(reasons=tuple(f"flashinfer.comm has no {name}" for name in missing))
     return {"available": True}
 
 

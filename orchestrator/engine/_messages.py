@@ -447,12 +447,7 @@ def _real_engine_code(context: MessageContext, event: StepStarted) -> None:
         listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
         verb = "are" if len(names) > 1 else "is"
         text += f"; {listed} {verb} the reference engine's model of the platform it selects"
-    context.emit(
-        "platform.vllm_code",
-        text + ".",
-        step=event.step,
-        args=(version, *names),
-    )
+    context.emit("platform.vllm_code", text + ".", step=event.step, args=(version, *names))
     tested = _text(attributes.get("vllm_tested"))
     if attributes.get("vllm_supported") is False:
         context.emit(

@@ -54,11 +54,7 @@ from typing import Protocol
 import anyio
 import attrs
 
-from events import (
-    JsonValue,
-    Outcome,
-    StepKind,
-)
+from events import JsonValue, Outcome, StepKind
 
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._graph import Step

@@ -60,12 +60,7 @@ from .._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan, not_an_exception
 from .._importer import TableImporter, dotted_prefixes
 from .._json_text import load_json, read_input
 from ._config import BUILD_TARGETS, ProfileError
-from ._host import (
-    BuildTarget,
-    Devices,
-    GpuDevice,
-    HostBase,
-)
+from ._host import BuildTarget, Devices, GpuDevice, HostBase
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -541,10 +536,7 @@ class SimulatedImporter(TableImporter):
 
     def isolation_spec(self) -> dict[str, Any]:
         """Rebuilt in a child process by :func:`rebuild_simulated_importer`."""
-        return {
-            "factory": f"{__name__}:rebuild_simulated_importer",
-            "args": self.profile.to_json(),
-        }
+        return {"factory": f"{__name__}:rebuild_simulated_importer", "args": self.profile.to_json()}
 
 
 def rebuild_simulated_importer(args: Any) -> SimulatedImporter:

@@ -57,10 +57,7 @@ def resolve_platform(
 
 
 def _outcome(
-    attributes: Mapping[str, JsonValue],
-    outcome: Outcome | None,
-    value: JsonValue,
-    step: str,
+    attributes: Mapping[str, JsonValue], outcome: Outcome | None, value: JsonValue, step: str
 ) -> PluginOutcome:
     result: Mapping[str, JsonValue] = value if isinstance(value, dict) else {}
     platform_class = result.get("platform_class")

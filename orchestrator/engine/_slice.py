@@ -59,10 +59,7 @@ from ._conventions import (
 )
 from ._messages import ENGINE_RULES, SEVERITIES, EngineMessageHook, _field
 
-__all__ = [
-    "ENGINE",
-    "EngineState",
-]
+__all__ = ["ENGINE", "EngineState"]
 
 
 def _text(value: JsonValue) -> str | None:

@@ -57,12 +57,7 @@ from ._platform import (
 )
 from ._resolution import PluginOutcome
 
-__all__ = [
-    "INSTALL_COMMAND",
-    "VLLM_PLUGIN_GROUP",
-    "VllmPlugins",
-    "vllm_version",
-]
+__all__ = ["INSTALL_COMMAND", "VLLM_PLUGIN_GROUP", "VllmPlugins", "vllm_version"]
 
 #: How to install vLLM's platform code without its CUDA dependencies.
 INSTALL_COMMAND = "pip install --no-deps vllm==0.33.0 && pip install packaging regex psutil"

@@ -541,11 +541,7 @@ def _rendezvous_store(ray: Any) -> tuple[Any, Mapping[str, str]]:
             f"install it ({INSTALL_HINT}), or pass process_group=False",
         ) from None
     store = distributed.TCPStore(
-        "0.0.0.0",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=60),
+        "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60)
     )
     address = str(ray.util.get_node_ip_address())
     return store, {
