@@ -271,8 +271,7 @@ class VllmPlugins:
                     f"platform plugin {name!r} returned {type(value).__name__}; vLLM's plugins "
                     "return the qualified name of a platform class or None"
                 )
-            records: list[JsonValue] = list(self._records(name))
-            return {"returned": value, "records": records}
+            return {"returned": value, "records": list(self._records(name))}
 
         return register
 
