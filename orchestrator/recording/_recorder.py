@@ -98,7 +98,6 @@ class _Begin:
 
 @attrs.frozen
 class _End:
-    value: JsonValue = None
     error: IsolatedError | None = None
 
 
@@ -307,7 +306,7 @@ class Recording:
                 if isinstance(message, _End):
                     if message.error is not None:
                         raise message.error
-                    return message.value
+                    break
                 try:
                     await ctx.run_child(
                         _numbered(seen, message.name),
