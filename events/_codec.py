@@ -662,47 +662,49 @@ class _Generated:
 _A = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-class _Table(dict[Any, Any]):
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Table(dict[K, V]):
     """Generated functions by type tag (or class), filled with every other
     table the first time one is looked up: importing the package compiles
     nothing. Lookups are a dict's after that."""
 
-    def __missing__(self, key: Any) -> Any:
+    def __missing__(self, key: K) -> V:
         _compile()  # or wait for the thread compiling them
         if dict.__contains__(self, key):
             return dict.__getitem__(self, key)
         raise KeyError(key)
 
 
-_EVENT_DECODERS = _Table()
 #: The decoders of records of :data:`SCHEMA_VERSION`, by type tag, for a
 #: reader that skips :func:`decode_record`'s checks of version and type:
 #: they raise a ``ValueError`` for anything but a valid record.
-CURRENT_DECODERS: Mapping[str, Callable[[dict[str, Any]], Event]] = _EVENT_DECODERS
-_EVENT_ENCODERS = _Table()
+CURRENT_DECODERS: _Table[str, Callable[[dict[str, Any]], Event]] = _Table()
 #: The encoders, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: the record is fit only for orjson.
-LINE_ENCODERS: Mapping[str, Callable[[Event], dict[str, Any]]] = _EVENT_ENCODERS
+LINE_ENCODERS: _Table[str, Callable[[Event], dict[str, Any]]] = _Table()
 #: By event class, ``(event, seq) -> (copy, record)``: the event with
 #: ``seq`` and its line record, in one pass over the fields.
-_SEQUENCED_LINE_ENCODERS = _Table()
-SEQUENCED_LINE_ENCODERS: Mapping[type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]]
-SEQUENCED_LINE_ENCODERS = _SEQUENCED_LINE_ENCODERS
+SEQUENCED_LINE_ENCODERS: _Table[
+    type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]
+] = _Table()
 _COMPILING = threading.Lock()
 
 
 def _compile() -> None:
     with _COMPILING:
-        if _EVENT_DECODERS:
+        if CURRENT_DECODERS:
             return
         generated = _Generated()
         for tag, event_cls in EVENT_TYPES.items():
             generated.add(event_cls, tag=tag)
         generated.compile()
         for tag, event_cls in EVENT_TYPES.items():
-            _EVENT_ENCODERS[tag] = generated.function("encode_{}", event_cls)
-            _EVENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
-            _SEQUENCED_LINE_ENCODERS[event_cls] = generated.function("encode_{}_seq", event_cls)
+            LINE_ENCODERS[tag] = generated.function("encode_{}", event_cls)
+            CURRENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
+            SEQUENCED_LINE_ENCODERS[event_cls] = generated.function("encode_{}_seq", event_cls)
 
 
 # --- public functions ---------------------------------------------------------------
@@ -716,7 +718,7 @@ def encode_record(event: Event) -> dict[str, Any]:
 
 def encode(event: Event) -> bytes:
     """``event`` as one line of UTF-8 JSON, without the trailing newline."""
-    return orjson.dumps(_EVENT_ENCODERS[event.TYPE](event))
+    return orjson.dumps(LINE_ENCODERS[event.TYPE](event))
 
 
 def decode_record(record: object) -> Event:
@@ -738,8 +740,7 @@ def decode_record(record: object) -> Event:
     if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
     try:
-        event: Event = _EVENT_DECODERS[type_tag](record)
-        return event
+        return CURRENT_DECODERS[type_tag](record)
     except _Bad as bad:
         error = bad.error()
     # Outside the except block, so the error raised carries no context.
