@@ -161,8 +161,10 @@ class _Bad(ValueError):
 
 
 def _wrong(path: str, expected: str, value: Any) -> _Bad:
-    preview = f"{_json_type(value)} {_preview(value):.60}"
-    return _Bad("field ", (path,), f": expected {expected}, got {preview}")
+    # repr() of a container recurses through it, and a record may nest
+    # arbitrarily deep: show containers a few levels down only.
+    shown = _PREVIEW.repr(value) if type(value) in (dict, list) else repr(value)
+    return _Bad("field ", (path,), f": expected {expected}, got {_json_type(value)} {shown:.60}")
 
 
 def _at(container: Any, item: Any) -> str:
@@ -186,12 +188,6 @@ def _missing(record: dict[Any, Any], required: frozenset[str], cls_name: str) ->
 _PREVIEW = reprlib.Repr()
 _PREVIEW.maxlevel = 2
 _PREVIEW.maxstring = _PREVIEW.maxother = 60
-
-
-def _preview(value: Any) -> str:
-    # repr() of a container recurses through it, and a record may nest
-    # arbitrarily deep: show containers a few levels down only.
-    return _PREVIEW.repr(value) if type(value) in (dict, list) else repr(value)
 
 
 def _json_type(value: Any) -> str:
