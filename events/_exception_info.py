@@ -314,9 +314,7 @@ class ExceptionInfo:
         ``max_group_depth``) are summarised in one line, so the text grows
         linearly with the record whatever its shape.
         """
-        if not chain:
-            return self._format_one(max_links, 0)
-        return self._format(max_links, 0)
+        return self._format(max_links, 0) if chain else self._format_one(max_links, 0)
 
     def _format(self, max_links: int | None, depth: int) -> str:
         links = self.chain()
@@ -440,7 +438,10 @@ class _Capture:
         if isinstance(tb, TracebackType):
             fields["frames"] = self.frames(traceback.extract_tb, tb)
         if isinstance(exc, OSError):
-            fields["errno"] = _errno(_safe_getattr(exc, "errno"))
+            errno = _safe_getattr(exc, "errno")
+            # As a log can hold it: an integer (not a bool) of 64 bits.
+            if isinstance(errno, int) and not isinstance(errno, bool) and -(2**63) <= errno < 2**63:
+                fields["errno"] = int(errno)
             fields["strerror"] = self._optional_text(exc, "strerror")
             fields["filename"] = self._optional_text(exc, "filename")
         if isinstance(exc, ImportError):
@@ -470,7 +471,7 @@ class _Capture:
             summary = extract(origin)
         except Exception:
             return ()
-        frames = [
+        return tuple(
             FrameInfo(
                 filename=self._text(frame.filename),
                 lineno=frame.lineno,
@@ -478,15 +479,7 @@ class _Capture:
                 line=self._text(frame.line) if frame.line else None,
             )
             for frame in summary[-MAX_FRAMES:]
-        ]
-        return tuple(frames)
-
-
-def _errno(value: object) -> int | None:
-    """An ``errno`` as a log can hold it: an integer (not a bool) of 64 bits."""
-    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
-        return int(value)
-    return None
+        )
 
 
 def _safe_getattr(obj: object, name: str) -> Any:

@@ -284,11 +284,9 @@ class JsonlLog(_LogBase):
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         if exclusive:
             flags |= os.O_EXCL
-            created = True
-        else:
-            if self._file.exists() and self._file.stat().st_size > 0:
-                self._resume()
-            created = not self._file.exists()
+        elif self._file.exists() and self._file.stat().st_size > 0:
+            self._resume()
+        created = exclusive or not self._file.exists()
         self._fd = os.open(self._file, flags, 0o644)
         if created:
             _fsync_directory(self._file.parent)
