@@ -293,6 +293,7 @@ class _Generated:
         self.namespace: dict[str, Any] = {
             "_Bad": _Bad,
             "_MISSING": _MISSING,
+            "_VERSION": SCHEMA_VERSION,
             "_new": object.__new__,
             "_set": object.__setattr__,
             "_at": _at,
@@ -324,14 +325,14 @@ class _Generated:
             if tag is not None:
                 raise
         hints = typing.get_type_hints(cls)
-        fields = attrs.fields(cls)
-        skipped = {"schema_version"} if tag is not None else set()
-        encoded = [field for field in fields if field.name not in skipped]
+        fields = [
+            field for field in attrs.fields(cls) if tag is None or field.name != "schema_version"
+        ]
         self._own = cls
-        self.source += self._encoder(ident, tag, encoded, hints)
+        self.source += self._encoder(ident, tag, fields, hints)
         if tag is not None:
-            self.source += self._encoder(ident, tag, encoded, hints, seq=True)
-        self.source += self._decoder(ident, tag, fields, skipped, hints)
+            self.source += self._encoder(ident, tag, fields, hints, seq=True)
+        self.source += self._decoder(ident, tag, fields, hints)
 
     def compile(self) -> None:
         """Compile everything added so far, with the functions of every class
@@ -456,28 +457,21 @@ class _Generated:
         self,
         ident: int,
         tag: str | None,
-        fields: tuple[Any, ...],
-        skipped: set[str],
+        fields: list[Any],
         hints: dict[str, Any],
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
-        read = [field for field in fields if field.name not in skipped]
         # ``unread`` counts the record's keys not read yet (an event's ``v``
         # and ``type`` are read by its caller) and must end at 0: counting
         # costs less than a set comparison of the keys.
-        required = frozenset(field.name for field in read if field.default is attrs.NOTHING)
-        names = frozenset(field.name for field in read) | ({"v", "type"} if tag else set())
+        required = frozenset(field.name for field in fields if field.default is attrs.NOTHING)
+        names = frozenset(field.name for field in fields) | ({"v", "type"} if tag else set())
         unread = f"len(record) - {len(required) + (2 if tag is not None else 0)}"
         lines: list[str] = []
-        fixed: list[str] = []
         validated: list[str] = []
         plain = f"twin_{ident}" in self.namespace
         for field in fields:
             name = field.name
-            if name in skipped:
-                constant = self._constant(f"default_{ident}_{name}", field.default)
-                fixed.append(f"obj.{name} = {constant}")
-                continue
             check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}", repr(name))
             if field.converter is not None:
                 convert = self._constant(f"convert_{ident}_{name}", field.converter)
@@ -533,7 +527,8 @@ class _Generated:
             f"        raise _missing(record, {about[0]}, {about[2]}) from None",
             "    if unread:",
             f"        raise _unknown(record, {about[1]}, {about[2]})",
-            *(f"    {line}" for line in fixed),
+            # An event's version is not a record field: its caller read "v".
+            *(["    obj.schema_version = _VERSION"] if tag is not None else []),
             *([f"    obj.__class__ = cls_{ident}"] if plain else []),
             *(f"    {line}" for line in validated),
             *post_init,
