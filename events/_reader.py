@@ -267,11 +267,11 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             found(number, _KINDS.get(type(exc), ProblemKind.BAD_RECORD), exc.reason)
             expected += 1  # assume the bad line held the next event
             continue
-        foreign = stream is not None and (event.run_id, event.rank) != stream
-        if stream is None:
-            stream = (event.run_id, event.rank)
-        elif foreign:
-            error = ForeignEventError(file, number, stream, (event.run_id, event.rank))
+        identity = (event.run_id, event.rank)
+        stream = stream or identity
+        foreign = identity != stream
+        if foreign:
+            error = ForeignEventError(file, number, stream, identity)
             found(number, ProblemKind.FOREIGN_EVENT, error.reason)
         if event.seq != expected:
             gap = SequenceGapError(file, number, expected, event.seq)
