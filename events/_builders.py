@@ -77,10 +77,7 @@ def _evolver(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
         fields = field_names(cls)
     except TypeError:
         return lambda instance, changes: attrs.evolve(instance, **changes)
-    body = [
-        "def evolve(source, changes):",
-        "    obj = mutable()",
-    ]
+    body = ["def evolve(source, changes):", "    obj = mutable()"]
     # Every field copied, then the few changed set again: cheaper than
     # asking ``changes`` about every field (an event gains only its seq).
     body += [f"    obj.{field} = source.{field}" for field in fields]

@@ -142,14 +142,13 @@ class UnsupportedVersionError(DecodeError):
             if isinstance(version, int) and version > supported
             else f"versions 0..{supported} are readable"
         )
-        if version is None:
-            # No "v" at all: most likely a JSON Lines file of something else.
-            super().__init__(
-                f'not a startup event: the record has no schema version ("v"); '
-                f"{hint}: is this a startup-orchestrator log?"
-            )
-            return
-        super().__init__(f"unsupported schema version {version!r}; {hint}")
+        # A record without a "v" is most likely a line of some other JSON Lines file.
+        super().__init__(
+            f'not a startup event: the record has no schema version ("v"); '
+            f"{hint}: is this a startup-orchestrator log?"
+            if version is None
+            else f"unsupported schema version {version!r}; {hint}"
+        )
 
 
 class LogError(EventsError):
