@@ -15,11 +15,13 @@ instance's ``__class__`` is set to the frozen class and only then is
 ``__attrs_post_init__`` run. What comes out equals what ``__init__`` builds;
 a twin instance never leaves the function that builds it.
 
-Only classes the plain ``__init__`` would build the same way qualify: every
-field an ``__init__`` argument under its own name, no validator, converter,
-``__attrs_pre_init__``, ``__new__`` of its own or slot besides the fields.
-For any other class the functions here raise :class:`TypeError`, and the
-caller uses attrs.
+Only classes the plain ``__init__`` would build the same way qualify for
+:func:`builder` and :func:`evolve`: every field an ``__init__`` argument
+under its own name, no validator, converter, ``__attrs_pre_init__``,
+``__new__`` of its own or slot besides the fields. For any other class
+:func:`builder` raises :class:`TypeError` and :func:`evolve` uses attrs. A
+twin asks only for no ``__new__`` of its own: the codec, which runs
+validators and converters itself, builds every class it reads as its twin.
 """
 
 from __future__ import annotations
@@ -101,12 +103,14 @@ def twin(cls: type[Any]) -> type[Any]:
     before anyone else sees it.
 
     Raises:
-        TypeError: ``cls`` does not qualify.
+        TypeError: ``cls`` is not an attrs class, or has a ``__new__`` of
+            its own (calling the twin would run it).
     """
     made = _TWINS.get(cls)
     if made is not None:
         return made
-    field_names(cls)
+    if not attrs.has(cls) or cls.__new__ is not object.__new__:
+        raise TypeError(f"{cls.__qualname__} cannot be built without its __init__")
     namespace = {
         "__slots__": (),
         "__setattr__": object.__setattr__,

@@ -294,8 +294,6 @@ class _Generated:
             "_Bad": _Bad,
             "_MISSING": _MISSING,
             "_VERSION": SCHEMA_VERSION,
-            "_new": object.__new__,
-            "_set": object.__setattr__,
             "_at": _at,
             "_cut_chain": cut_chain,
             "_intern": sys.intern,
@@ -316,14 +314,10 @@ class _Generated:
         and ``type`` and its ``schema_version`` field is not a record field."""
         ident = self.ids.setdefault(cls, len(self.ids))
         self.namespace[f"cls_{ident}"] = cls
-        # Decoders build the instance as its twin (see events._builders); a
-        # class with validators or converters (an input file's) as
-        # ``__init__`` would, field by field, naming the field at fault.
-        try:
-            self.namespace[f"twin_{ident}"] = twin(cls)
-        except TypeError:
-            if tag is not None:
-                raise
+        # Decoders build the instance as its twin (see events._builders),
+        # running a class's converters and validators (an input file's) as
+        # ``__init__`` would, naming the field at fault.
+        self.namespace[f"twin_{ident}"] = twin(cls)
         hints = typing.get_type_hints(cls)
         fields = [
             field for field in attrs.fields(cls) if tag is None or field.name != "schema_version"
@@ -469,7 +463,6 @@ class _Generated:
         unread = f"len(record) - {len(required) + (2 if tag is not None else 0)}"
         lines: list[str] = []
         validated: list[str] = []
-        plain = f"twin_{ident}" in self.namespace
         for field in fields:
             name = field.name
             check, _ = self._check(hints[name], "value", 0, f"{ident}_{name}", repr(name))
@@ -503,7 +496,7 @@ class _Generated:
                     "    unread -= 1",
                     *(f"    {line}" for line in check),
                 ]
-            lines.append(f"obj.{name} = value" if plain else f"_set(obj, {name!r}, value)")
+            lines.append(f"obj.{name} = value")
         about = [
             self._constant(f"required_{ident}", required),
             self._constant(f"names_{ident}", names),
@@ -520,7 +513,7 @@ class _Generated:
         return [
             f"def decode_{ident}(record):",
             f"    unread = {unread}",
-            f"    obj = twin_{ident}()" if plain else f"    obj = _new(cls_{ident})",
+            f"    obj = twin_{ident}()",
             "    try:",
             *(f"        {line}" for line in lines),
             "    except KeyError:",
@@ -529,7 +522,7 @@ class _Generated:
             f"        raise _unknown(record, {about[1]}, {about[2]})",
             # An event's version is not a record field: its caller read "v".
             *(["    obj.schema_version = _VERSION"] if tag is not None else []),
-            *([f"    obj.__class__ = cls_{ident}"] if plain else []),
+            f"    obj.__class__ = cls_{ident}",
             *(f"    {line}" for line in validated),
             *post_init,
             "    return obj",
