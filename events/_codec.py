@@ -336,7 +336,6 @@ class _Generated:
                 self.add(cls)
         code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
         exec(code, self.namespace)
-        self.source = []
 
     def function(self, name: str, cls: type[Any]) -> Any:
         """``cls``'s compiled ``"encode_{}"``, ``"encode_{}_seq"`` or
@@ -364,8 +363,6 @@ class _Generated:
         ``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
         (as :func:`events._builders.evolve` makes it) and its line record,
         reading each field once."""
-        # The record is for orjson alone and dropped once written: enum
-        # members and tuples are left for orjson, and a dict is not copied.
         # The leading required fields go in the dict literal.
         key = f"{ident}_seq" if seq else f"{ident}"
         lines = []
