@@ -154,16 +154,16 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
         ):
             raise refusal
     slots: set[str] = set()
-    for klass in cls.__mro__:
-        declared = vars(klass).get("__slots__", ())
+    for klass in cls.__mro__[:-1]:
+        if "__slots__" not in vars(klass):
+            raise refusal  # a base without __slots__ gives instances a dict
+        declared = vars(klass)["__slots__"]
         slots.update((declared,) if isinstance(declared, str) else declared)
     names = tuple(field.name for field in fields)
     if "__dict__" in slots or slots - {"__weakref__"} != set(names):
         # An instance dict, or an extra slot (attrs' cached hash, a
         # hand-written one) that would be left unset.
         raise refusal
-    if any("__slots__" not in vars(klass) for klass in cls.__mro__[:-1]):
-        raise refusal  # a base without __slots__ gives instances a dict
     return names
 
 

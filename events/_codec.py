@@ -620,10 +620,7 @@ class _Generated:
                     f"        {wrong('a string', item, f'{path} + _at({var}, {item})')}",
                 ], False
             case ("json_mapping",):
-                return [
-                    *an_object,
-                    f"_share({var})",
-                ], False
+                return [*an_object, f"_share({var})"], False
             case ("record", record_cls):
                 ident = self.ids.setdefault(record_cls, len(self.ids))
                 # An exception record entered from outside is cut first.
