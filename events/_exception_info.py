@@ -56,12 +56,14 @@ class Redactor:
     secrets: tuple[str, ...] = ()
     #: Each secret as written and as ``repr``, ``ascii`` and JSON escape it
     #: (a message often quotes a value), longest first.
-    _forms: tuple[str, ...] = attrs.field(
-        init=False,
-        eq=False,
-        repr=False,
-        default=attrs.Factory(lambda self: _written_forms(self.secrets), takes_self=True),
-    )
+    _forms: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    @_forms.default
+    def _written_forms(self) -> tuple[str, ...]:
+        forms = {*self.secrets}
+        for secret in self.secrets:
+            forms.update((repr(secret)[1:-1], ascii(secret)[1:-1], json.dumps(secret)[1:-1]))
+        return tuple(sorted(forms, key=len, reverse=True))
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -84,13 +86,6 @@ class Redactor:
         if "@" in text and "://" in text:
             text = _hide_url_credentials(text)
         return text
-
-
-def _written_forms(secrets: tuple[str, ...]) -> tuple[str, ...]:
-    forms = {*secrets}
-    for secret in secrets:
-        forms.update((repr(secret)[1:-1], ascii(secret)[1:-1], json.dumps(secret)[1:-1]))
-    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def _hide_url_credentials(text: str) -> str:
