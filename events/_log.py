@@ -28,6 +28,7 @@ from ._builders import evolve
 from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS
 from ._errors import InvalidValueError, LogClosedError, StreamMismatchError
 from ._model import Event
+from ._reader import read_log
 
 __all__ = ["Durability", "EventLog", "JsonlLog", "MemoryLog", "Subscription"]
 
@@ -308,9 +309,6 @@ class JsonlLog(_LogBase):
         return self._failed_write
 
     def _resume(self) -> None:
-        # Imported here: the reader imports this module's siblings only.
-        from ._reader import read_log
-
         contents = read_log(self._file)
         if contents.events:
             first = contents.events[0]
