@@ -297,7 +297,7 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             fatal=False,
         )
     problems.extend(_step_tree_problems(file, steps))
-    if first is None or not isinstance(first, RunStarted):
+    if not isinstance(first, RunStarted):
         # read_log accepts such a file: like a missing run.finished, this is
         # reported, not fatal.
         found(
@@ -328,11 +328,8 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
     found: list[LogProblem] = []
 
     def problem(line: int, message: str) -> None:
-        found.append(
-            LogProblem(
-                path=file, line=line, kind=ProblemKind.STEP_TREE, message=message, fatal=False
-            )
-        )
+        kind = ProblemKind.STEP_TREE
+        found.append(LogProblem(path=file, line=line, kind=kind, message=message, fatal=False))
 
     #: span id -> (step, parent span id, start on the monotonic clock, line)
     spans: dict[str, tuple[str, str | None, int, int]] = {}
