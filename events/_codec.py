@@ -278,11 +278,7 @@ _FRAMES: weakref.WeakValueDictionary[tuple[Any, ...], FrameInfo] = weakref.WeakV
 
 
 def _same_frame(frame: FrameInfo) -> FrameInfo:
-    key = (frame.filename, frame.lineno, frame.name, frame.line)
-    found = _FRAMES.get(key)
-    if found is None:
-        _FRAMES[key] = found = frame
-    return found
+    return _FRAMES.setdefault((frame.filename, frame.lineno, frame.name, frame.line), frame)
 
 
 class _Generated:
