@@ -124,12 +124,9 @@ class RankProcess:
     def describe(self, *, since_ns: int | None = None) -> str:
         """``"rank 0 (pid 1373) was killed by SIGKILL at +4.1 s"`` and the
         like; times are relative to ``since_ns`` (the launch) when given."""
-        where = [
-            *([f"pid {self.pid}"] if self.pid is not None else []),
-            *([f"node {self.node_rank}"] if self.node_rank is not None else []),
-            *([f"host {self.host}"] if self.host else []),
-        ]
-        who = f"rank {self.rank}" + (f" ({', '.join(where)})" if where else "")
+        known = {"pid": self.pid, "node": self.node_rank, "host": self.host or None}
+        where = ", ".join(f"{name} {value}" for name, value in known.items() if value is not None)
+        who = f"rank {self.rank}" + (f" ({where})" if where else "")
         if self.not_delivered is not None:
             return f"{who} {self.not_delivered}"
         if self.collected is not None:
