@@ -61,24 +61,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _upcast(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (not changed) upgraded to :data:`SCHEMA_VERSION` by the
-    upgrades of :data:`_UPGRADES` from its version on.
-
-    Raises:
-        UnsupportedVersionError: the version is missing or newer than this
-            release.
-    """
-    version = record.get("v")
-    if type(version) is not int or version < 0 or version > SCHEMA_VERSION:
-        raise UnsupportedVersionError(version, SCHEMA_VERSION)
-    record = dict(record)
-    for upgrade in _UPGRADES[version:]:
-        record = upgrade(record)
-    record["v"] = SCHEMA_VERSION
-    return record
-
-
 def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (pre-release logs) stored the time as float seconds in
     ``time`` with no monotonic clock, a single ``reason`` string on
@@ -709,7 +691,12 @@ def decode_record(record: object) -> Event:
         raise DecodeError(f"a record must be a JSON object, not {_json_type(record)}")
     version = record.get("v")
     if version != SCHEMA_VERSION or type(version) is not int:
-        record = _upcast(record)
+        if type(version) is not int or version < 0 or version > SCHEMA_VERSION:
+            raise UnsupportedVersionError(version, SCHEMA_VERSION)
+        # Upgraded one version at a time, on a copy (see _UPGRADES).
+        record = dict(record)
+        for upgrade in _UPGRADES[version:]:
+            record = upgrade(record)
     type_tag: Any = record.get("type")
     if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
