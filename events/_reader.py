@@ -9,7 +9,9 @@ a record of another run or rank, an unknown type or schema version.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import graphlib
 import heapq
 import os
 import stat
@@ -377,22 +379,15 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
             path[current] = None
             current = spans[current][1]
         settled.update(path)
-    # Dependencies: what is left once every step whose dependencies are
-    # met is taken away is in a cycle (Kahn's algorithm).
-    waiting = {step: {d for d in needs if d in depends_on} for step, needs in depends_on.items()}
-    dependents: dict[str, list[str]] = {}
-    for step, needs in waiting.items():
-        for need in needs:
-            dependents.setdefault(need, []).append(step)
-    ready = [step for step, needs in waiting.items() if not needs]
-    while ready:
-        done = ready.pop()
-        del waiting[done]
-        for step in dependents.get(done, ()):
-            needs = waiting[step]
-            needs.discard(done)
-            if not needs:
-                ready.append(step)
+    # Dependencies: the steps still waiting once every step whose
+    # dependencies are met is done are in a cycle, or wait on one.
+    sorter = graphlib.TopologicalSorter(depends_on)
+    with contextlib.suppress(graphlib.CycleError):
+        sorter.prepare()  # the sorter still gives every step a cycle does not hold up
+    waiting = set(depends_on)
+    while ready := sorter.get_ready():
+        sorter.done(*ready)
+        waiting.difference_update(ready)
     if len(waiting) == 1:
         problem(0, f"step {next(iter(waiting))} depends on itself")
     elif waiting:
