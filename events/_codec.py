@@ -302,8 +302,6 @@ class _Generated:
         ]
         self._own = cls
         self.source += self._encoder(ident, tag, fields, hints)
-        if tag is not None:
-            self.source += self._encoder(ident, tag, fields, hints, seq=True)
         self.source += self._decoder(ident, tag, fields, hints)
 
     def compile(self) -> None:
@@ -316,8 +314,7 @@ class _Generated:
         exec(code, self.namespace)
 
     def function(self, name: str, cls: type[Any]) -> Any:
-        """``cls``'s compiled ``"encode_{}"``, ``"encode_{}_seq"`` or
-        ``"decode_{}"``."""
+        """``cls``'s compiled ``"encode_{}"`` or ``"decode_{}"``."""
         return self.namespace[name.format(self.ids[cls])]
 
     def _constant(self, name: str, value: Any) -> str:
@@ -329,50 +326,23 @@ class _Generated:
     # Encoding ---------------------------------------------------------------------------
 
     def _encoder(
-        self,
-        ident: int,
-        tag: str | None,
-        fields: list[Any],
-        hints: dict[str, Any],
-        *,
-        seq: bool = False,
+        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
     ) -> list[str]:
-        """``encode_N(obj)``: the line record of ``obj``. With ``seq``,
-        ``encode_N_seq(obj, seq)``: the copy of event ``obj`` with ``seq``
-        (as :func:`events._builders.evolve` makes it) and its line record,
-        reading each field once."""
+        """``encode_N(obj)``: the line record of ``obj``."""
         # The leading required fields go in the dict literal.
-        key = f"{ident}_seq" if seq else f"{ident}"
-        lines = []
-        if seq:  # the version is read once, as every field is
-            lines += [
-                f"copy = twin_{ident}()",
-                "value = obj.schema_version",
-                "copy.schema_version = value",
-            ]
         literal = []
         if tag is not None:
-            version = "value" if seq else "obj.schema_version"
-            literal += [f'"v": {version}', f'"type": {self._constant(f"tag_{key}", tag)}']
+            literal += ['"v": obj.schema_version', f'"type": {self._constant(f"tag_{ident}", tag)}']
         stores: list[str] = []
         for field in fields:
             name = field.name
-            dump, store = self._store(field, hints, f"{key}_{name}")
-            if seq:
-                read = "value = seq" if name == "seq" else f"value = obj.{name}"
-                stores += [read, f"copy.{name} = value", *store]
-            elif field.default is attrs.NOTHING and not stores and dump == "value":
+            dump, store = self._store(field, hints, f"{ident}_{name}")
+            if field.default is attrs.NOTHING and not stores and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
             else:
                 stores += [f"value = obj.{name}", *store]
-        lines += [f"record = {{{', '.join(literal)}}}", *stores]
-        if seq:
-            lines.append(f"copy.__class__ = cls_{ident}")
-            if getattr(self.namespace[f"cls_{ident}"], "__attrs_post_init__", None) is not None:
-                lines.append("copy.__attrs_post_init__()")
-        lines.append("return copy, record" if seq else "return record")
-        head = f"def encode_{key}(obj, seq):" if seq else f"def encode_{key}(obj):"
-        return [head, *(f"    {line}" for line in lines), ""]
+        lines = [f"record = {{{', '.join(literal)}}}", *stores, "return record"]
+        return [f"def encode_{ident}(obj):", *(f"    {line}" for line in lines), ""]
 
     def _store(self, field: Any, hints: dict[str, Any], key: str) -> tuple[str, list[str]]:
         """The expression turning ``field``'s value, in variable ``value``,
@@ -641,11 +611,6 @@ CURRENT_DECODERS: _Table[str, Callable[[dict[str, Any]], Event]] = _Table()
 #: The encoders, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: the record is fit only for orjson.
 LINE_ENCODERS: _Table[str, Callable[[Event], dict[str, Any]]] = _Table()
-#: By event class, ``(event, seq) -> (copy, record)``: the event with
-#: ``seq`` and its line record, in one pass over the fields.
-SEQUENCED_LINE_ENCODERS: _Table[
-    type[Event], Callable[[Event, int], tuple[Event, dict[str, Any]]]
-] = _Table()
 _COMPILING = threading.Lock()
 
 
@@ -660,7 +625,6 @@ def _compile() -> None:
         for tag, event_cls in EVENT_TYPES.items():
             LINE_ENCODERS[tag] = generated.function("encode_{}", event_cls)
             CURRENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
-            SEQUENCED_LINE_ENCODERS[event_cls] = generated.function("encode_{}_seq", event_cls)
 
 
 # --- public functions ---------------------------------------------------------------

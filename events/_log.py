@@ -25,7 +25,7 @@ from typing import Protocol, Self, runtime_checkable
 import orjson
 
 from ._builders import evolve
-from ._codec import LINE_ENCODERS, SEQUENCED_LINE_ENCODERS
+from ._codec import LINE_ENCODERS
 from ._errors import InvalidValueError, LogClosedError, StreamMismatchError
 from ._model import Event
 from ._reader import read_log
@@ -319,16 +319,9 @@ class JsonlLog(_LogBase):
         self._events.extend(contents.events)
 
     def _store(self, event: Event, seq: int) -> Event:
-        # An event without its seq is copied and encoded in one pass over its
-        # fields.
-        try:
-            if event.seq == seq:
-                record = LINE_ENCODERS[event.TYPE](event)
-            else:
-                event, record = SEQUENCED_LINE_ENCODERS[type(event)](event, seq)
-        except KeyError:  # a class of the user's own making
+        if event.seq != seq:
             event = evolve(event, {"seq": seq})
-            record = LINE_ENCODERS[event.TYPE](event)
+        record = LINE_ENCODERS[event.TYPE](event)
         line = orjson.dumps(record, None, _NEWLINE)
         written = 0
         try:
