@@ -329,7 +329,7 @@ def make_attention_step(config: EngineConfig) -> Step:
             f"{config.head_size}, dtype=torch.{config.resolved_dtype}, kv_cache_dtype="
             f"{config.kv_cache_dtype}, block_size={config.block_size}, use_mla={config.use_mla})",
             policy=PROBE_POLICY,
-            timeout=config.bound(1),
+            timeout=config.step_timeout,
         )
         return {
             "backend": selection.selected,

@@ -210,7 +210,7 @@ def _cpu(config: EngineConfig, build: BuildTarget | None, unknown: str) -> StepB
                 "zentorch",
                 _import_zentorch,
                 policy=optional_module_policy("zentorch"),
-                timeout=config.bound(1),
+                timeout=config.step_timeout,
             )
             if zentorch.ok:
                 platform_class = "ZenCpuPlatform"
@@ -329,7 +329,7 @@ class _ReferencePlugins:
             PLATFORM_BUILD_STEP.rpartition("/")[2],
             find,
             policy=ANY_EXCEPTION_POLICY,
-            timeout=self.config.bound(1),
+            timeout=self.config.step_timeout,
         )
         if not result.ok:
             return None, _why(result)
