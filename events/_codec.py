@@ -329,6 +329,8 @@ class _Generated:
         self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
     ) -> list[str]:
         """``encode_N(obj)``: the line record of ``obj``."""
+        # The record is for orjson alone and dropped once written: enum
+        # members and tuples are left for orjson, and a dict is not copied.
         # The leading required fields go in the dict literal.
         literal = []
         if tag is not None:
