@@ -22,13 +22,14 @@ earlier for a step that is due, and looks at a dictionary.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -47,11 +48,10 @@ T = TypeVar("T")
 DEFAULT_STALL_S = 10.0
 
 #: How long the loop has to answer before it counts as blocked.
-_LOOP_ANSWER_S = 0.5
+_LOOP_ANSWER_NS = 500_000_000
 #: How long the loop and an isolated step's child have to send the child's
 #: stacks (the child has :data:`~orchestrator._isolation.STACKS_WAIT_S`).
 _CHILD_ANSWER_NS = 2_000_000_000
-_NO_STACKS: tuple[ThreadStack, ...] = ()
 
 #: Asks an isolated step's child for its threads' stacks (a coroutine
 #: function, run on the run's loop; ``()`` when the child does not answer).
@@ -74,14 +74,17 @@ class InFlight:
 
 
 @attrs.frozen
-class _Asked:
-    """A step's child asked for its stacks, recorded once it answers."""
+class _Question:
+    """A question put to the run's loop (through it, to a step's child),
+    settled on the watchdog's thread when answered or at its deadline; the
+    watchdog never waits for an answer."""
 
-    answer: Future[tuple[ThreadStack, ...]]
-    flight: InFlight
-    elapsed: int
-    stacks: tuple[ThreadStack, ...]
+    answer: Future[Any]
     deadline_ns: int
+    #: The steps it is about, not looked at again while it is open.
+    flights: tuple[InFlight, ...]
+    answered: Callable[[Any], None]
+    unanswered: Callable[[], None]
 
 
 #: Records one stall: (step in flight, why, elapsed ns, the stacks).
@@ -116,8 +119,8 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
         self._loop_token: EventLoopToken | None = None
-        #: The children asked for their stacks (the watchdog's thread's own).
-        self._asked: list[_Asked] = []
+        #: The open questions (the watchdog's thread's own).
+        self._asked: list[_Question] = []
 
     # --- the run's side (its event loop's thread) ------------------------------------------
 
@@ -189,8 +192,7 @@ class Watchdog:
             self._wake.wait(wait_ns / 1e9)
 
     def _look_at(self, due: Sequence[InFlight], now: int) -> None:
-        loop_stack: ThreadStack | None = None
-        loop_checked = False
+        on_loop: list[tuple[InFlight, int]] = []
         for flight in due:
             with self._lock:
                 if self._in_flight.get(flight.step) is not flight:
@@ -199,66 +201,76 @@ class Watchdog:
                 # Backoff: looked at again at twice the time it has run.
                 flight.due_ns = flight.started_ns + 2 * elapsed
                 child = flight.child
+            if any(flight in asked.flights for asked in self._asked):
+                continue
             stacks = self.stacks_of(flight)
             if child is not None:
-                # Its work is in its child process, which is asked for its
-                # stacks without waiting here: a child that does not answer
-                # (holding its GIL) holds back no other step's record.
-                if not any(asked.flight is flight for asked in self._asked):
-                    answer = self._on_loop(child, ended=_NO_STACKS)
-                    answer.add_done_callback(lambda _: self._wake.set())
-                    deadline_ns = time.monotonic_ns() + _CHILD_ANSWER_NS
-                    self._asked.append(_Asked(answer, flight, elapsed, stacks, deadline_ns))
-                continue
-            if not stacks:
-                if not loop_checked:
-                    loop_stack, loop_checked = self._blocked_loop(), True
-                if loop_stack is None or not _runs(loop_stack, flight.code):
-                    continue  # waiting on its children, which are looked at themselves
-                stacks = (loop_stack,)
-            self._settle(flight, elapsed, stacks)
+                # Its work is in its child process, asked for its stacks: a
+                # child that does not answer (holding its GIL) leaves the
+                # stall without them, and holds back no other step's.
+                record = functools.partial(self._settle, flight, elapsed, stacks)
+                self._ask(child, _CHILD_ANSWER_NS, (flight,), record, record)
+            elif stacks:
+                self._settle(flight, elapsed, stacks)
+            else:
+                on_loop.append((flight, elapsed))
+        if on_loop:
+            # No thread works for these steps: they wait on their children
+            # (the loop answers), or something blocks the loop, its stack
+            # saying which of them.
+            blocked = functools.partial(self._blocked_loop, on_loop)
+            flights = tuple(flight for flight, _ in on_loop)
+            self._ask(_nothing, _LOOP_ANSWER_NS, flights, lambda _: None, blocked)
 
     def _settle_answers(self, now: int) -> None:
-        """Records the stalls whose child has answered, and those whose
-        child (or the loop) has not answered in time, without its stacks."""
-        waiting = []
+        open_questions = []
         for asked in self._asked:
             if asked.answer.done():
-                self._settle(asked.flight, asked.elapsed, asked.stacks + asked.answer.result())
+                asked.answered(asked.answer.result())
             elif now >= asked.deadline_ns:
-                self._settle(asked.flight, asked.elapsed, asked.stacks)
+                asked.unanswered()
             else:
-                waiting.append(asked)
-        self._asked = waiting
+                open_questions.append(asked)
+        self._asked = open_questions
 
-    def _settle(self, flight: InFlight, elapsed: int, stacks: tuple[ThreadStack, ...]) -> None:
+    def _settle(
+        self,
+        flight: InFlight,
+        elapsed: int,
+        stacks: tuple[ThreadStack, ...],
+        more: tuple[ThreadStack, ...] | None = None,
+    ) -> None:
         with self._lock:
             # An answer takes a while: the step may have ended meanwhile.
             if self._stopped.is_set() or self._in_flight.get(flight.step) is not flight:
                 return
-        self._record(flight, StallReason.STALLED, elapsed, stacks)
+        self._record(flight, StallReason.STALLED, elapsed, stacks + (more or ()))
 
-    def _blocked_loop(self) -> ThreadStack | None:
-        """The event loop thread's stack, when the loop does not answer
-        within half a second (a blocking call on it), else ``None``."""
-        if (
-            self._loop_ident is None
-            or wait([self._on_loop(_nothing, ended=None)], _LOOP_ANSWER_S).done
-        ):
-            return None
+    def _blocked_loop(self, on_loop: Sequence[tuple[InFlight, int]]) -> None:
+        """The loop has not answered in time (a blocking call on it): the
+        steps whose code is on its stack stall there."""
+        assert self._loop_ident is not None
         frame: FrameType | None = sys._current_frames().get(self._loop_ident)
-        return ThreadStack.capture("event loop", frame, redactor=self._redactor)
+        stack = ThreadStack.capture("event loop", frame, redactor=self._redactor)
+        for flight, elapsed in on_loop:
+            if _runs(stack, flight.code):
+                self._settle(flight, elapsed, (stack,))
 
-    def _on_loop(self, ask: Callable[[], Awaitable[T]], *, ended: T) -> Future[T]:
-        """``ask`` run on the run's loop: done when it returns, or with
-        ``ended`` once the loop has ended."""
+    def _ask(
+        self,
+        ask: Callable[[], Awaitable[T]],
+        within_ns: int,
+        flights: tuple[InFlight, ...],
+        answered: Callable[[T | None], None],
+        unanswered: Callable[[], None],
+    ) -> None:
+        """Puts ``ask`` to the run's loop: ``answered`` is given what it
+        returns (``None`` once the loop has ended), or ``unanswered`` is
+        called when ``within_ns`` have passed first."""
         import anyio.from_thread
 
-        answer: Future[T] = Future()
+        answer: Future[T | None] = Future()
         token = self._loop_token
-        if token is None:
-            answer.set_result(ended)
-            return answer
 
         def call() -> None:
             # Blocks while the loop does: a daemon of its own.
@@ -267,10 +279,12 @@ class Watchdog:
                 # wanting a coroutine function.
                 answer.set_result(anyio.from_thread.run(ask, token=token))  # type: ignore[arg-type]
             except Exception:  # the loop has ended
-                answer.set_result(ended)
+                answer.set_result(None)
+            self._wake.set()
 
         threading.Thread(target=call, name="startup watchdog: loop call", daemon=True).start()
-        return answer
+        deadline_ns = time.monotonic_ns() + within_ns
+        self._asked.append(_Question(answer, deadline_ns, flights, answered, unanswered))
 
 
 async def _nothing() -> None:
