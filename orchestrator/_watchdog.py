@@ -201,7 +201,7 @@ class Watchdog:
                 # Backoff: looked at again at twice the time it has run.
                 flight.due_ns = flight.started_ns + 2 * elapsed
                 child = flight.child
-            if any(flight in asked.flights for asked in self._asked):
+            if any(flight is other for asked in self._asked for other in asked.flights):
                 continue
             stacks = self.stacks_of(flight)
             if child is not None:
