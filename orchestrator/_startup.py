@@ -535,6 +535,8 @@ class Startup:
 
         parent = self._caller_span
         options: dict[str, Any] = {"stall_s": self._stall_s, **self._engine_options}
+        if self._simulated is not None:
+            options["simulated"] = self._simulated
         trace_id = parent[0] if parent is not None else derive_trace_id(log.run_id)
         launch_span = self._launch_span
         if launch_span is None:
@@ -554,7 +556,6 @@ class Startup:
                 identity=identity,
                 faults=faults,
                 services={"group": self._group},
-                simulated=self._simulated,
                 slices=tuple(part.import_path() for part in self._slices),
                 **options,
             )
@@ -564,8 +565,6 @@ class Startup:
         profile = self._profile
         if profile is not None and not hasattr(profile, "modules"):
             profile = load_profile(os.fspath(profile))
-        if self._simulated is not None:
-            options["simulated"] = self._simulated
         config = self._config or EngineConfig(tp=identity.world_size)
         return prepare_engine(
             config,
