@@ -127,11 +127,11 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)
     if holder is None:
-        stored = _stored_logs(run_dir)
-        if stored:
+        stored = _first_stored_log(run_dir)
+        if stored is not None:
             raise RunDirectoryError(
                 run_dir,
-                f"already holds the logs of another run ({stored[0].name}); "
+                f"already holds the logs of another run ({stored.name}); "
                 "use a new --run-id or --run-dir",
             )
         with refused_by_system(run_dir, "cannot write the run directory"):
@@ -201,13 +201,12 @@ def _read_claim(claim: Path) -> str | None:
     return (_read_regular(claim) or "").strip() or None
 
 
-def _stored_logs(run_dir: Path) -> list[Path]:
-    found = []
+def _first_stored_log(run_dir: Path) -> Path | None:
     for path in sorted(run_dir.glob("rank-*.jsonl")):
         with contextlib.suppress(OSError):
             if path.stat().st_size > 0:
-                found.append(path)
-    return found
+                return path
+    return None
 
 
 # --- the manifest ---------------------------------------------------------------------
