@@ -54,14 +54,9 @@ def replay_run_directory(
     from events import read_log, replay
 
     found = read_run_directory(run_dir)
-    contents: list[LogContents] = []
-    empty: list[int] = []
-    for rank, path in found.logs.items():
-        read = read_log(path)
-        if read.events:
-            contents.append(read)
-        else:
-            empty.append(rank)
+    logs = {rank: read_log(path) for rank, path in found.logs.items()}
+    contents = [log for log in logs.values() if log.events]
+    empty = [rank for rank, log in logs.items() if not log.events]
     return contents, replay(contents, slices=slices, launch=found.launch_record(empty))
 
 
