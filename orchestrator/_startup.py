@@ -839,15 +839,14 @@ class Startup:
         if group is None or identity.world_size == 1:
             bridge.release()
             return
-        derived: list[JsonValue] = [
-            [message.code, message.text]
-            for message in bridge.state.messages(identity.rank)
-            if message.severity is Severity.WARNING
-        ]
         payload: JsonValue = {
             "exchange": _END_OF_RUN,
             "node_rank": identity.node_rank,
-            "warnings": derived,
+            "warnings": [
+                [message.code, message.text]
+                for message in bridge.state.messages(identity.rank)
+                if message.severity is Severity.WARNING
+            ],
         }
         gathered: list[JsonValue] = []
         with contextlib.suppress(Exception), self._wait_after_run():
