@@ -105,10 +105,10 @@ SCOPE_NAME = "startup-orchestrator"
 #: ``OTEL_RESOURCE_ATTRIBUTES`` names one.
 DEFAULT_SERVICE_NAME = "startup-orchestrator"
 
-_PREFIX = "startup."
 _INCOMPLETE = RunOutcome.INCOMPLETE.value
 _ROOT_KIND = "run"
 _INT64 = range(-(2**63), 2**63)
+_NAME_SEPARATORS = re.compile(r"[^a-z0-9_.]")
 #: Links of a chain rendered in one exception event's stacktrace: a chain
 #: as captured (at most 64 links) is rendered whole.
 _STACKTRACE_LINKS = 64
@@ -438,8 +438,10 @@ class SpanProjection:
                 attributes["startup.depends_on"] = tuple(started.depends_on)
             # Recorded facts (rank, step, outcome...) win over a step attribute
             # of the same name.
-            for key, value in _prefixed(started.attributes).items():
-                attributes.setdefault(key, value)
+            for key, value in started.attributes.items():
+                converted = _attribute_value(value)
+                if converted is not None:
+                    attributes.setdefault(f"startup.{key}", converted)
         events = state.pending_events.pop(last.span_id, [])
         _add_outcome(end, attributes, events)
         return readable_span(
@@ -481,7 +483,9 @@ class SpanProjection:
                 attributes["startup.injected"] = tuple(started.injected)
             for name, version in started.versions.items():
                 if version:
-                    attributes[f"startup.versions.{_attribute_name(name)}"] = version
+                    # As the semantic conventions spell names: startup_orchestrator.
+                    key = _NAME_SEPARATORS.sub("_", name.lower())
+                    attributes[f"startup.versions.{key}"] = version
         # A root has no step: no startup.step attribute (never an empty one).
         attributes["startup.kind"] = _ROOT_KIND
         attributes["startup.outcome"] = outcome.value
@@ -584,15 +588,6 @@ def readable_span(
         end_time=end_ns,
         instrumentation_scope=instrumentation_scope(),
     )
-
-
-_NAME_SEPARATORS = re.compile(r"[^a-z0-9_.]")
-
-
-def _attribute_name(name: str) -> str:
-    """As the semantic conventions spell names: ``startup-orchestrator`` →
-    ``startup_orchestrator``."""
-    return _NAME_SEPARATORS.sub("_", name.lower())
 
 
 #: Status objects are immutable: every span that is not red shares this one.
@@ -710,14 +705,6 @@ def _crash_message(end: StepCrashed) -> str:
     if end.exit_code is not None:
         return f"step {end.step} process exited with code {end.exit_code}"
     return f"step {end.step} process died"
-
-
-def _prefixed(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
-    return {
-        f"{_PREFIX}{key}": converted
-        for key, value in attributes.items()
-        if (converted := _attribute_value(value)) is not None
-    }
 
 
 def _attribute_value(value: object) -> AttributeValue | None:
