@@ -416,16 +416,15 @@ class SpanProjection:
             assert found is not None
             outcome, severity = found.value, self._severity_of(end.rank, end.step, end)
             end_ns = end.wall_ns
-            status = _status(severity, functools.partial(_short_reason, end))
+            stopped = ""
         else:
             stall = state.waiting.pop(last.span_id, None)
             waiting = "" if stall is None else stall.summary()
             outcome, severity = _INCOMPLETE, Severity.ERROR
             end_ns = max(state.last_wall_ns, head.wall_ns)
-            status = Status(
-                StatusCode.ERROR,
+            stopped = (
                 f"rank {state.rank} stopped before step {head.step} finished "
-                f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else ""),
+                f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else "")
             )
         attributes = dict(state.common)
         attributes["startup.step"] = last.step
@@ -443,7 +442,7 @@ class SpanProjection:
                 if converted is not None:
                     attributes.setdefault(f"startup.{key}", converted)
         events = state.pending_events.pop(last.span_id, [])
-        _add_outcome(end, attributes, events)
+        reason = _add_outcome(end, attributes, events) or stopped
         return readable_span(
             name=head.step,
             trace_id=last.trace_id,
@@ -454,7 +453,7 @@ class SpanProjection:
             end_ns=end_ns,
             attributes=attributes,
             events=events,
-            status=status,
+            status=_status(severity, reason),
             resource=self._resource_of(state),
         )
 
@@ -515,7 +514,7 @@ class SpanProjection:
             end_ns=max(end_ns, start_ns),
             attributes=attributes,
             events=events,
-            status=_status(severity, lambda: reason),
+            status=_status(severity, reason),
             resource=self._resource_of(state),
         )
 
@@ -594,26 +593,10 @@ def readable_span(
 _UNSET = Status(StatusCode.UNSET)
 
 
-def _status(severity: Severity | None, reason: Callable[[], str]) -> Status:
-    # The reason is worked out only for the (few) red spans: this runs for
-    # every step of a traced run.
+def _status(severity: Severity | None, reason: str) -> Status:
     if severity is not None and severity >= Severity.ERROR:
-        return Status(StatusCode.ERROR, reason() or None)
+        return Status(StatusCode.ERROR, reason or None)
     return _UNSET
-
-
-def _short_reason(end: Event) -> str:
-    match end:
-        case StepUnavailable() | StepFailed():
-            return reason_of(end)
-        case StepTimedOut():
-            return f"TimeoutError: {_timeout_message(end)}"
-        case StepCrashed():
-            return f"ProcessCrashed: {_crash_message(end)}"
-        case StepCancelled(reason=reason):
-            return reason or Outcome.CANCELLED.value
-        case _:
-            return ""
 
 
 def _run_reason(end: RunFinished) -> str:
@@ -626,20 +609,32 @@ def _run_reason(end: RunFinished) -> str:
 
 def _add_outcome(
     end: Event | None, attributes: dict[str, AttributeValue], events: list[SpanEvent]
-) -> None:
+) -> str:
+    """Add what ``end`` recorded to its span; return the description the
+    span's status gives when the span is red."""
     if isinstance(end, StepUnavailable | StepFailed) and end.cause is not None:
         events.extend(_exception_events(end.cause, end.wall_ns))
     match end:
-        case StepUnavailable(reasons=reasons) if reasons:
-            attributes["startup.reasons"] = tuple(reasons)
-        case StepFailed(origin=origin) if origin is not None:
-            attributes["startup.origin"] = origin
+        case StepUnavailable(reasons=reasons):
+            if reasons:
+                attributes["startup.reasons"] = tuple(reasons)
+            return reason_of(end)
+        case StepFailed(origin=origin):
+            if origin is not None:
+                attributes["startup.origin"] = origin
+            return reason_of(end)
         case StepTimedOut(timeout_s=timeout_s, elapsed_ns=elapsed_ns):
             attributes["startup.timeout_s"] = float(timeout_s)
             attributes["startup.elapsed_ns"] = elapsed_ns
-            events.append(_exception_event("TimeoutError", _timeout_message(end), end.wall_ns))
-        case StepCancelled(reason=reason) if reason:
-            attributes["startup.cancel_reason"] = reason
+            message = (
+                f"step {end.step} timed out after {timeout_s:g} s (ran {elapsed_ns / 1e9:.3f} s)"
+            )
+            events.append(_exception_event("TimeoutError", message, end.wall_ns))
+            return f"TimeoutError: {message}"
+        case StepCancelled(reason=reason):
+            if reason:
+                attributes["startup.cancel_reason"] = reason
+            return reason or Outcome.CANCELLED.value
         case StepCrashed(exit_code=exit_code, signal=signal_number, stderr_tail=stderr_tail):
             if exit_code is not None:
                 attributes["startup.exit_code"] = exit_code
@@ -649,6 +644,8 @@ def _add_outcome(
             events.append(
                 _exception_event("ProcessCrashed", message, end.wall_ns, "\n".join(stderr_tail))
             )
+            return f"ProcessCrashed: {message}"
+    return ""
 
 
 def _exception_events(info: ExceptionInfo, timestamp: int) -> list[SpanEvent]:
@@ -691,10 +688,6 @@ def _members(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
         if below is not None:
             pending.append(below)
         pending += reversed(node.exceptions)
-
-
-def _timeout_message(end: StepTimedOut) -> str:
-    return f"step {end.step} timed out after {end.timeout_s:g} s (ran {end.elapsed_ns / 1e9:.3f} s)"
 
 
 def _crash_message(end: StepCrashed) -> str:
