@@ -19,6 +19,7 @@ loads it only when tracing is asked for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -77,7 +78,6 @@ class Tracing:
         self._trace_file = None if trace_file is None else Path(trace_file)
         self._console = console
         self._live: Any = None
-        self._timeout_s: float | None = None
         self._uses_network = False
         self._sampler: Any = None
 
@@ -95,15 +95,14 @@ class Tracing:
             # without a path gets /v1/traces, as OTEL_EXPORTER_OTLP_ENDPOINT does.
             if protocol == "http/protobuf" and urlsplit(endpoint).path in ("", "/"):
                 endpoint = f"{endpoint.rstrip('/')}/v1/traces"
-            return otlp_exporter(protocol, endpoint=endpoint, timeout_s=self._export_timeout_s())
-        return exporter_from_environment(self._env, timeout_s=self._export_timeout_s())
+            return otlp_exporter(protocol, endpoint=endpoint, timeout_s=self._export_timeout_s)
+        return exporter_from_environment(self._env, timeout_s=self._export_timeout_s)
 
+    @functools.cached_property
     def _export_timeout_s(self) -> float:
-        if self._timeout_s is None:
-            from ._environment import export_timeout_from_environment
+        from ._environment import export_timeout_from_environment
 
-            self._timeout_s = export_timeout_from_environment(self._env)
-        return self._timeout_s
+        return export_timeout_from_environment(self._env)
 
     def _sampled(self, trace_id: str, parent_span_id: str | None) -> bool:
         """The SDK sampler's decision (``OTEL_TRACES_SAMPLER``) for a root
@@ -272,6 +271,6 @@ class Tracing:
         """
         if self._live is not None:
             if timeout_s is None:
-                timeout_s = self._export_timeout_s() if self._uses_network else 5.0
+                timeout_s = self._export_timeout_s if self._uses_network else 5.0
             self._live.shutdown(timeout_s=timeout_s)
             self._live = None
