@@ -491,12 +491,14 @@ class SpanProjection:
         attributes["startup.severity"] = severity.name
         events = state.pending_events.pop(head.span_id, [])
         if end is not None:
+            reason = end.outcome.value
             if end.failed_step is not None:
                 attributes["startup.failed_step"] = end.failed_step
+                reason = f"step {end.failed_step} failed"
             if end.cause is not None:
                 events.extend(_exception_events(end.cause, end.wall_ns))
+                reason = end.cause.reason
             end_ns = end.wall_ns
-            reason = _run_reason(end)
         else:
             end_ns = state.last_wall_ns
             reason = f"rank {state.rank} stopped before the run finished (outcome {_INCOMPLETE})"
@@ -599,14 +601,6 @@ def _status(severity: Severity | None, reason: str) -> Status:
     return _UNSET
 
 
-def _run_reason(end: RunFinished) -> str:
-    if end.cause is not None:
-        return end.cause.reason
-    if end.failed_step is not None:
-        return f"step {end.failed_step} failed"
-    return end.outcome.value
-
-
 def _add_outcome(
     end: Event | None, attributes: dict[str, AttributeValue], events: list[SpanEvent]
 ) -> str:
@@ -636,11 +630,15 @@ def _add_outcome(
                 attributes["startup.cancel_reason"] = reason
             return reason or Outcome.CANCELLED.value
         case StepCrashed(exit_code=exit_code, signal=signal_number, stderr_tail=stderr_tail):
+            message = f"step {end.step} process died"
             if exit_code is not None:
                 attributes["startup.exit_code"] = exit_code
+                message = f"step {end.step} process exited with code {exit_code}"
             if signal_number is not None:
                 attributes["startup.signal"] = signal_number
-            message = _crash_message(end)
+                name = signal_name(signal_number)
+                named = "" if name == f"signal {signal_number}" else f" ({name})"
+                message = f"step {end.step} process killed by signal {signal_number}{named}"
             events.append(
                 _exception_event("ProcessCrashed", message, end.wall_ns, "\n".join(stderr_tail))
             )
@@ -688,16 +686,6 @@ def _members(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
         if below is not None:
             pending.append(below)
         pending += reversed(node.exceptions)
-
-
-def _crash_message(end: StepCrashed) -> str:
-    if end.signal is not None:
-        name = signal_name(end.signal)
-        named = "" if name == f"signal {end.signal}" else f" ({name})"
-        return f"step {end.step} process killed by signal {end.signal}{named}"
-    if end.exit_code is not None:
-        return f"step {end.step} process exited with code {end.exit_code}"
-    return f"step {end.step} process died"
 
 
 def _attribute_value(value: object) -> AttributeValue | None:
