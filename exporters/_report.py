@@ -660,10 +660,8 @@ def report_text(
     else:
         ranks = [rank] if rank in replay.states or rank in replay.no_events else []
         groups = group_messages(m for m in replay.messages if m.rank == rank)
-    lines.append("")
-    lines.append("Ranks:" if rank is None else f"Rank {rank}:")
+    lines += ["", "Ranks:" if rank is None else f"Rank {rank}:"]
     lines.extend(_table(replay, ranks) if ranks else ["  (no log for this rank)"])
-    level = min_severity.name.lower()
     messages = capped(
         (
             (group.code, group.ranks, terminal_text(f"  {group.describe()}", indent="      "))
@@ -672,20 +670,15 @@ def report_text(
         ),
         lambda code, _count, ranks: f"  ... and more {code} messages on {format_ranks(ranks)}",
     )
-    lines.append("")
+    heading = f"Messages ({min_severity.name.lower()} and above):"
     if printed_above is not None and messages:
-        lines.append(
-            f"Messages ({level} and above): {len(messages)}, printed above; {printed_above}"
-        )
+        lines += ["", f"{heading} {len(messages)}, printed above; {printed_above}"]
     else:
-        lines.append(f"Messages ({level} and above):")
-        lines.extend(messages or ["  (none)"])
+        lines += ["", heading, *(messages or ["  (none)"])]
     if replay.divergences:
-        lines.append("")
-        lines.append("Divergences:")
+        lines += ["", "Divergences:"]
         lines.extend(terminal_text(f"  {d.grouped().describe()}") for d in replay.divergences)
     if replay.warnings:
-        lines.append("")
-        lines.append("Log warnings:")
+        lines += ["", "Log warnings:"]
         lines.extend(terminal_text(f"  {warning}") for warning in replay.warnings)
     return "\n".join(lines) + "\n"
