@@ -220,16 +220,14 @@ def explain_text(replay: Replay, *, rank: int | None = None) -> str:
     timelines = _timelines(replay, rank)
     groups: dict[tuple[str, ...], list[int]] = {}
     for r, timeline in timelines.items():
-        key = tuple(_tree_lines(timeline, with_times=False))
-        groups.setdefault(key, []).append(r)
+        groups.setdefault(tuple(_tree_lines(timeline, with_times=False)), []).append(r)
     first = None if replay.root_cause is None else replay.root_cause.rank
     out: list[str] = []
     for ranks in sorted(groups.values(), key=lambda ranks: first not in ranks):
         role = _role(replay.states.get(ranks[0]))
         label = f" ({terminal_text(role)})" if role and len(ranks) == 1 else ""
-        out.append(f"== {format_ranks(ranks)}{label} ==")
-        out.extend(_tree_lines(timelines[ranks[0]], with_times=True, launch=replay.launch))
-        out.append("")
+        tree = _tree_lines(timelines[ranks[0]], with_times=True, launch=replay.launch)
+        out += [f"== {format_ranks(ranks)}{label} ==", *tree, ""]
     # The tree lines are escaped already.
     return "\n".join(out).rstrip() + "\n"
 
