@@ -180,20 +180,17 @@ def _call_with_timeout(function: Callable[[], object], timeout_s: float) -> obje
     this is what bounds them.
     """
     results: list[object] = []
-    done = threading.Event()
 
     def call() -> None:
         try:
             results.append(function())
         except Exception:
             _logger.debug("span flush failed", exc_info=True)
-        finally:
-            done.set()
 
-    threading.Thread(target=call, name="exporters-span-flush", daemon=True).start()
-    if done.wait(max(timeout_s, 0.0)) and results:
-        return results[0]
-    return None
+    thread = threading.Thread(target=call, name="exporters-span-flush", daemon=True)
+    thread.start()
+    thread.join(max(timeout_s, 0.0))
+    return None if thread.is_alive() or not results else results[0]
 
 
 class _GuardedExporter(SpanExporter):
