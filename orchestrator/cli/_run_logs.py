@@ -4,6 +4,7 @@ manifest) and log files, read strictly."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import os
 import pickle
@@ -534,10 +535,8 @@ class _FieldsPickler(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def reducer_override(self, obj: Any) -> Any:
-        cls = type(obj)
-        fields = _FIELDS.get(cls, _UNSEEN)
-        if fields is _UNSEEN:
-            fields = _FIELDS[cls] = _fields_of(cls)
+        cls: type = type(obj)
+        fields = _fields_of(cls)
         if fields is not None:
             return _builder(cls), fields(obj)
         if cls is FunctionType and obj in _BUILT:
@@ -546,27 +545,22 @@ class _FieldsPickler(pickle.Pickler):
         return NotImplemented
 
 
-#: The builder of each class, made once per process (:func:`_builder`).
-_BUILDERS: dict[type[Any], Callable[..., Any]] = {}
-#: Each builder made, with the class it builds.
+#: Each builder made (:func:`_builder`), with the class it builds.
 _BUILT: dict[Callable[..., Any], type[Any]] = {}
-#: The field getter of each class pickled (:func:`_fields_of`).
-_FIELDS: dict[type[Any], Callable[[Any], tuple[Any, ...]] | None] = {}
-_UNSEEN: Any = object()
 
 
+@functools.cache
 def _builder(cls: type[Any]) -> Callable[..., Any]:
     """The function building a ``cls`` from its field values, in attrs
-    order."""
-    made = _BUILDERS.get(cls)
-    if made is None:
-        from events._builders import builder
+    order, made once per process."""
+    from events._builders import builder
 
-        made = _BUILDERS[cls] = builder(cls)
-        _BUILT[made] = cls
+    made = builder(cls)
+    _BUILT[made] = cls
     return made
 
 
+@functools.cache
 def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
     """The tuple of an instance's field values, in attrs order, for a class
     its builder builds as its ``__init__`` would; ``None`` for any other."""
