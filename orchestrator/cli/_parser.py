@@ -101,19 +101,11 @@ def _inject_targets() -> str:
     from ..engine import injection_targets
 
     targets = injection_targets()
-    width = 78
-
-    def block(names: tuple[str, ...]) -> str:
-        return textwrap.fill(", ".join(names), width, initial_indent="  ", subsequent_indent="  ")
-
-    return "\n".join(
-        (
-            "--inject targets, modules the probes import:",
-            block(targets.modules),
-            "and step paths:",
-            block(targets.steps),
-        )
+    modules, steps = (
+        textwrap.fill(", ".join(names), 78, initial_indent="  ", subsequent_indent="  ")
+        for names in (targets.modules, targets.steps)
     )
+    return f"--inject targets, modules the probes import:\n{modules}\nand step paths:\n{steps}"
 
 
 #: Ranks, tensor-parallel sizes: no run has more ranks than a world may.
