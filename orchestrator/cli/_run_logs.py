@@ -607,21 +607,16 @@ def process_alive(host: str, pid: int, since_ns: int) -> bool | None:
 
     if host != platform.node() or not os.path.exists("/proc/self/stat"):
         return None
-    started_ns = _process_started_ns(pid)
-    return started_ns is not None and started_ns <= since_ns + 1_000_000_000
-
-
-def _process_started_ns(pid: int) -> int | None:
-    """When process ``pid`` started (wall clock, to the kernel's clock tick),
-    ``None`` if it does not run (or this system does not say)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()
         with open("/proc/stat", "rb") as system:
             boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime"))
         if fields[0] == b"Z":
-            return None  # a zombie: it ended, its parent has not reaped it
+            return False  # a zombie: it ended, its parent has not reaped it
+        # When it started, to the kernel's clock tick.
         ticks = int(fields[19])
-        return boot * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        started_ns = boot * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
-        return None
+        return False  # it does not run (or this system does not say when it started)
+    return started_ns <= since_ns + 1_000_000_000
