@@ -262,7 +262,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
         ranks = ", ".join(str(exit.rank) for exit in refused)
         diagnose(f"error: rank {ranks} refused to start; no report")
         return 2
-    return _report(args, [run_dir], for_ranks=True)
+    return _report(args, run_dir, for_ranks=True)
 
 
 def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
@@ -384,7 +384,7 @@ def _print_for_ranks(args: argparse.Namespace, result: Any) -> None:
 
 def _report(
     args: argparse.Namespace,
-    paths: list[Path],
+    run_dir: Path,
     *,
     own_rank: int | None = None,
     for_ranks: bool = False,
@@ -399,24 +399,24 @@ def _report(
     from ..engine import ENGINE
     from ._views import print_report
 
-    run = read_run(paths, slices=[ENGINE])
+    run = read_run([run_dir], slices=[ENGINE])
     result = run.replay()
     if for_ranks:
         _print_for_ranks(args, result)
         # The same line a single-rank run prints: where the record is, what next.
-        _print_where_the_logs_are(paths[0])
+        _print_where_the_logs_are(run_dir)
     if own_rank is not None:
         diagnose(
             f"rank {own_rank} reports only itself (its peers may still be running); "
-            f"replay {paths[0]} once every rank has stopped for the whole run"
+            f"replay {run_dir} once every rank has stopped for the whole run"
         )
     # The live messages are on the same screen, just above.
-    above = f"replay {paths[0]} lists them" if sys.stdout.isatty() and sys.stderr.isatty() else None
+    above = f"replay {run_dir} lists them" if sys.stdout.isatty() and sys.stderr.isatty() else None
     print_report(args, run, result, rank=own_rank, printed_above=above)
     if verdict:
         cause = result.root_cause
         why = "" if cause is None else f": {cause.describe()}"
-        diagnose(f"startup {result.outcome.value}{why}; replay {paths[0]}")
+        diagnose(f"startup {result.outcome.value}{why}; replay {run_dir}")
     outcome = result.outcome if own_rank is None else result.outcome_of(own_rank)
     return 0 if outcome.value == "ready" else 1
 
@@ -486,11 +486,11 @@ def _run_rank(
     if identity.rank == 0:
         _print_where_the_logs_are(result.run_dir)
     if identity.world_size == 1:
-        return _report(args, [result.run_dir])
+        return _report(args, result.run_dir)
     if result.peers_finished is None:
         # No last exchange (no process group, or this rank was interrupted
         # and its peers may be gone): report this rank only.
-        return _report(args, [result.run_dir], own_rank=identity.rank)
+        return _report(args, result.run_dir, own_rank=identity.rank)
     if identity.rank != 0:
         return own_code
     if not result.peers_finished:
@@ -505,7 +505,7 @@ def _run_rank(
     # and a launcher that stops every rank once one has exited (torchrun,
     # mpirun) would cut the report short: a stop waits until it is printed.
     hold_stops()
-    return _report(args, [result.run_dir], verdict=True)
+    return _report(args, result.run_dir, verdict=True)
 
 
 def _print_where_the_logs_are(run_dir: Path) -> None:
