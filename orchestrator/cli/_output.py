@@ -8,15 +8,7 @@ import os
 import sys
 from typing import NoReturn, TextIO
 
-__all__ = [
-    "PROG",
-    "diagnose",
-    "discard",
-    "emit",
-    "exit_program",
-    "hold_stops",
-    "write",
-]
+__all__ = ["PROG", "diagnose", "discard", "emit", "exit_program", "hold_stops", "write"]
 
 #: The program's name, at the head of every diagnostic line.
 PROG = "startup-orchestrator"

@@ -21,15 +21,7 @@ from typing import Any
 import attrs
 import orjson
 
-from events import (
-    Event,
-    LogProblem,
-    Replay,
-    RunOutcome,
-    Slice,
-    format_ranks,
-    validate,
-)
+from events import Event, LogProblem, Replay, RunOutcome, Slice, format_ranks, validate
 from events._files import check_writable, write_file
 from events._slices import SLICE_FILE_MODULE
 from exporters import terminal_text

@@ -601,11 +601,7 @@ def command_watch(args: argparse.Namespace) -> int:
     watcher = RunWatcher(run_dir)
     try:
         done = follow(
-            watcher,
-            screen,
-            stall_s=args.stall,
-            interval_s=args.interval,
-            timeout_s=args.timeout,
+            watcher, screen, stall_s=args.stall, interval_s=args.interval, timeout_s=args.timeout
         )
     finally:
         screen.close()
