@@ -99,7 +99,7 @@ def _wait_without_threads() -> None:
     that started it dies, and with other threads alive when the launcher is
     killed the rank would get it from a launcher that is still there, and
     could not tell that it had died."""
-    if sys.version_info >= (3, 12) or not hasattr(asyncio, "PidfdChildWatcher"):
+    if sys.version_info >= (3, 12):
         return
     try:
         os.close(os.pidfd_open(os.getpid()))
@@ -256,6 +256,18 @@ class LocalLaunch:
     async def start_all(self, ranks: TaskGroup) -> None:
         run_dir, manifest = self.book.run_dir, self.book.manifest
         command = [sys.executable, "-m", "orchestrator", "run", "--run-dir", str(run_dir)]
+        world = str(manifest.world_size)
+        environ = {
+            **self.environ,
+            "WORLD_SIZE": world,
+            "LOCAL_WORLD_SIZE": world,
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self.port),
+            RUN_ID_VARIABLE: manifest.run_id,
+            CHILD_VARIABLE: "1",
+            LAUNCHER_PID_VARIABLE: str(os.getpid()),
+        }
         for rank in range(manifest.world_size):
             # A SIGINT or SIGTERM forwarded while the rank's interpreter is
             # still starting would end it with a traceback from deep in an
@@ -272,9 +284,7 @@ class LocalLaunch:
             try:
                 process = await anyio.open_process(
                     [*command, *self.rank_arguments],
-                    env=_rank_environment(
-                        self.environ, rank, manifest.world_size, self.port, manifest.run_id
-                    ),
+                    env={**environ, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                     # Each rank in its own session: a terminal's Ctrl-C
                     # reaches the launcher once, and the launcher decides
                     # what ranks get.
@@ -358,21 +368,3 @@ class LocalLaunch:
         if self.starting or len(self.exits) < len(self.processes):
             return
         self.book.finish(not_started="never started: the launch was stopped")
-
-
-def _rank_environment(
-    base: Mapping[str, str], rank: int, nproc: int, port: int, run_id: str
-) -> dict[str, str]:
-    return {
-        **base,
-        "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
-        "WORLD_SIZE": str(nproc),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "GROUP_RANK": "0",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        RUN_ID_VARIABLE: run_id,
-        CHILD_VARIABLE: "1",
-        LAUNCHER_PID_VARIABLE: str(os.getpid()),
-    }
