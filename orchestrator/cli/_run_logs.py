@@ -128,8 +128,8 @@ def _different_runs(run_of: dict[Path, str]) -> str:
 
 
 def _rank_key(path: Path) -> tuple[int, str]:
-    stem = path.stem.removeprefix("rank-")
-    return (int(stem), "") if stem.isdecimal() else (1 << 30, stem)
+    rank = rank_of_file(path)
+    return (1 << 30, path.stem) if rank is None else (rank, "")
 
 
 def rank_of_file(path: Path) -> int | None:
