@@ -248,10 +248,9 @@ class RunWatcher:
     def waiting_in(self, rank: int) -> StepStalled | None:
         """Where the rank's innermost step in flight was last seen waiting
         (the timeline keeps each step's latest ``step.stalled``)."""
-        timeline = self.state.ranks.get(rank)
         steps, _ = self.in_progress(rank)
-        timings = [] if timeline is None else [timeline.steps.get(step) for step in steps]
-        return next((t.stall for t in timings if t is not None and t.stall is not None), None)
+        stalls = (self.state.ranks[rank].steps[step].stall for step in steps)
+        return next((stall for stall in stalls if stall is not None), None)
 
     @property
     def ranks(self) -> list[int]:
