@@ -204,24 +204,19 @@ def grouped_decision_divergences(found: list[Any]) -> list[Any]:
             divergence.subject,
             divergence.values[0][0],
             repr(divergence.recomputed),
+            # A decision's text is "rank N ..." (Divergence.of_decision).
             divergence.text.removeprefix(f"rank {divergence.ranks[0]} "),
         )
         groups.setdefault(key, []).append(divergence)
     grouped = []
-    for members in groups.values():
+    for (*_key, text), members in groups.items():
         first = members[0]
-        prefix = f"rank {first.ranks[0]} "
-        if len(members) == 1 or not all(m.text.startswith(f"rank {m.ranks[0]} ") for m in members):
-            grouped.extend(members)
+        if len(members) == 1:
+            grouped.append(first)
             continue
         ranks = tuple(sorted(rank for member in members for rank in member.ranks))
-        grouped.append(
-            attrs.evolve(
-                first,
-                values=((first.values[0][0], ranks),),
-                text=f"{format_ranks(ranks)} {first.text.removeprefix(prefix)}",
-            )
-        )
+        values = ((first.values[0][0], ranks),)
+        grouped.append(attrs.evolve(first, values=values, text=f"{format_ranks(ranks)} {text}"))
     return grouped
 
 
