@@ -217,7 +217,6 @@ class LocalLaunch:
             self.trouble_from("after the launcher was asked to stop")
 
     def pass_on(self, signum: signal.Signals, rank: int) -> None:
-        """Send ``rank`` a stop the launcher was asked for."""
         with contextlib.suppress(ProcessLookupError):
             self.processes[rank].send_signal(signum)
         self.sent.setdefault(rank, f"{signal_name(signum)}: the launcher was asked to stop")
@@ -312,7 +311,6 @@ class LocalLaunch:
                 break
 
     async def watch(self, rank: int, process: Process, stderr: int | None) -> None:
-        """Wait for one rank (relaying its stderr) and record its end."""
         async with anyio.create_task_group() as reading:
             if stderr is not None:
                 reading.start_soon(self.read, stderr, False)

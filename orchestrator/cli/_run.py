@@ -138,8 +138,6 @@ def _config(args: argparse.Namespace, world_size: int) -> Any:
 
 
 def _check_engine(args: argparse.Namespace) -> None:
-    """The engine whose platform code runs, checked before anything is
-    written."""
     if args.engine != "vllm":
         return
     from ..engine import EngineConfigError
@@ -296,7 +294,6 @@ def _send_launch_trace(args: argparse.Namespace, run_dir: Path) -> None:
 
 
 def _grace(args: argparse.Namespace) -> float:
-    """``--grace``, else ``STARTUP_ORCHESTRATOR_GRACE_S``, else 10 s."""
     if args.grace is not None:
         return float(args.grace)
     text = os.environ.get(GRACE_VARIABLE, "").strip()
@@ -432,8 +429,6 @@ def _run_rank(
     faults: FaultPlan,
     launched: bool,
 ) -> int:
-    """One rank: the embedding API does the work; the command line maps its
-    errors to exit codes and prints the report."""
     from exporters import Tracing
 
     startup = Startup(
