@@ -83,16 +83,11 @@ def run_directories_in(path: Path) -> list[Path]:
     """The run directories directly under ``path`` (those holding rank logs
     or a manifest), newest first."""
     runs: list[tuple[float, str, Path]] = []
-    try:
-        children = list(path.iterdir())
-    except OSError:
-        return []
-    for child in children:
-        try:
-            if child.is_dir() and holds_logs(child):
-                runs.append((child.stat().st_mtime, child.name, child))
-        except OSError:
-            continue
+    with contextlib.suppress(OSError):  # an unreadable directory holds none
+        for child in path.iterdir():
+            with contextlib.suppress(OSError):
+                if child.is_dir() and holds_logs(child):
+                    runs.append((child.stat().st_mtime, child.name, child))
     return [run for _mtime, _name, run in sorted(runs, reverse=True)]
 
 
