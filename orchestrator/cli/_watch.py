@@ -164,11 +164,10 @@ class RunWatcher:
         manifest = self._read_manifest()
         if manifest is not None:
             self.run_id = self.run_id or manifest.run_id
-        if self.run_dir.is_dir():
-            for path in self.run_dir.glob("rank-*.jsonl"):
-                rank = rank_of_file(path)
-                if rank is not None and rank not in self._tails:
-                    self._tails[rank] = _Tail(path)
+        for path in self.run_dir.glob("rank-*.jsonl"):  # none while the directory is missing
+            rank = rank_of_file(path)
+            if rank is not None and rank not in self._tails:
+                self._tails[rank] = _Tail(path)
         now, now_wall = time.monotonic(), time.time_ns()
         new = [event for rank in sorted(self._tails) for event in self._read(rank, now, now_wall)]
         # Each poll's events are folded at once: the ranks' logs are separate
