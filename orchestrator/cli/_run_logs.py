@@ -530,7 +530,7 @@ class _FieldsPickler(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def reducer_override(self, obj: Any) -> Any:
-        cls: type = type(obj)
+        cls: type = type(obj)  # type, not type[Any]: functools.cache takes a Hashable
         fields = _fields_of(cls)
         if fields is not None:
             return _builder(cls), fields(obj)
