@@ -15,8 +15,7 @@ its attrs field definitions (a field's type must be one :func:`_shape`
 knows). The decoder checks each field as it builds the instance and names
 the first one that is wrong by its path (``cause.frames[0].filename``). The
 encoder makes a record only orjson sees (it may hold enum members and
-tuples, and share the instance's dicts); logs also use a generated encoder
-that copies the event with its ``seq`` in the same pass.
+tuples, and share the instance's dicts).
 
 An exception record read from a log is cut to ``MAX_CHAIN`` linked records
 before it is decoded (:func:`~events._exception_info.cut_chain`), as capture
@@ -510,8 +509,6 @@ class _Generated:
                 ], False
             case ("optional", inner):
                 check, converts = self._check(inner, var, depth, key, path)
-                if not check:
-                    return [], False
                 return [f"if {var} is not None:", *(f"    {line}" for line in check)], converts
             case ("enum", enum_cls):
                 members = {member.value: member for member in enum_cls}
@@ -531,7 +528,7 @@ class _Generated:
                 loop = [f"for {item} in {var}:", *(f"    {line}" for line in check)]
                 if converts:
                     lines += [f"{items} = []", *loop, f"    {items}.append({item})"]
-                elif check:
+                else:
                     lines += loop
                 return [*lines, f"{var} = tuple({items if converts else var})"], True
             case ("scalars", members):
