@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import math
 import os
 import threading
@@ -146,10 +147,7 @@ class _LogBase:
     def read(self, from_seq: int = 0) -> Iterator[Event]:
         """Yield stored events with ``seq >= from_seq``, in order. Events
         appended while iterating are included."""
-        index = max(from_seq, 0)
-        while index < len(self._events):
-            yield self._events[index]
-            index += 1
+        return itertools.islice(self._events, max(from_seq, 0), None)
 
     def subscribe(self, callback: Subscriber, *, from_seq: int | None = None) -> Subscription:
         """Deliver every event appended from now on to ``callback``, on the
@@ -324,8 +322,7 @@ class JsonlLog(_LogBase):
     def _store(self, event: Event, seq: int) -> Event:
         if event.seq != seq:
             event = evolve(event, {"seq": seq})
-        record = LINE_ENCODERS[event.TYPE](event)
-        line = orjson.dumps(record, None, _NEWLINE)
+        line = orjson.dumps(LINE_ENCODERS[event.TYPE](event), None, orjson.OPT_APPEND_NEWLINE)
         written = 0
         try:
             written = os.write(self._fd, line)
@@ -375,9 +372,6 @@ def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
             first_error = first_error or exc
     if first_error is not None:
         raise first_error
-
-
-_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 
 def _fsync_directory(directory: Path) -> None:
