@@ -298,7 +298,8 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             f"torn last line ({len(tail)} bytes without a newline)",
             fatal=False,
         )
-    problems.extend(_step_tree_problems(file, steps))
+    for line, message in _step_tree_problems(steps):
+        found(line, ProblemKind.STEP_TREE, message, fatal=False)
     if not isinstance(first, RunStarted):
         # read_log accepts such a file: like a missing run.finished, this is
         # reported, not fatal.
@@ -321,18 +322,12 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     return problems
 
 
-def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogProblem]:
+def _step_tree_problems(steps: list[tuple[Event, int]]) -> Iterator[tuple[int, str]]:
     """What :func:`validate` checks of one rank's steps (each with its
-    line): that no two share a span or a path, none ends before it starts,
-    and neither their spans' parents nor their dependencies go round in a
-    cycle (which no run writes; a crafted log may). Readable all the same:
-    the views show such steps."""
-    found: list[LogProblem] = []
-
-    def problem(line: int, message: str) -> None:
-        kind = ProblemKind.STEP_TREE
-        found.append(LogProblem(path=file, line=line, kind=kind, message=message, fatal=False))
-
+    line), each problem as its line and message: that no two share a span
+    or a path, none ends before it starts, and neither their spans' parents
+    nor their dependencies go round in a cycle (which no run writes; a
+    crafted log may). Readable all the same: the views show such steps."""
     #: span id -> (step, parent span id, start on the monotonic clock, line)
     spans: dict[str, tuple[str, str | None, int, int]] = {}
     depends_on: dict[str, tuple[str, ...]] = {}
@@ -342,22 +337,22 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
         if isinstance(event, StepStarted):
             other = spans.get(event.span_id)
             if other is not None:
-                problem(line, f"step {event.step} reuses span {event.span_id} of step {other[0]}")
+                yield line, f"step {event.step} reuses span {event.span_id} of step {other[0]}"
                 continue
             first = started.setdefault(event.step, line)
             if first != line:
-                problem(
-                    line,
+                message = (
                     f"step {event.step} starts again (it started on line {first}); a path "
-                    "names one step of a run",
+                    "names one step of a run"
                 )
+                yield line, message
             spans[event.span_id] = (event.step, event.parent_span_id, event.mono_ns, line)
             depends_on.setdefault(event.step, event.depends_on)
         else:
             start = spans.get(event.span_id)
             if start is not None and event.mono_ns < start[2]:
                 early = (start[2] - event.mono_ns) / 1e9
-                problem(line, f"step {event.step} ends {early:g} s before it starts")
+                yield line, f"step {event.step} ends {early:g} s before it starts"
     # Parents: a walk from each span stops at a span already settled, so the
     # whole check is linear in the spans.
     settled: set[str] = set()
@@ -369,12 +364,12 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
                 walked = list(path)
                 cycle = walked[walked.index(current) :]
                 names = ", ".join(spans[span][0] for span in cycle)
-                problem(
-                    spans[current][3],
+                message = (
                     f"the spans of steps {names} are each other's parents"
                     if len(cycle) > 1
-                    else f"the span of step {names} is its own parent",
+                    else f"the span of step {names} is its own parent"
                 )
+                yield spans[current][3], message
                 break
             path[current] = None
             current = spans[current][1]
@@ -389,11 +384,10 @@ def _step_tree_problems(file: Path, steps: list[tuple[Event, int]]) -> list[LogP
         sorter.done(*ready)
         waiting.difference_update(ready)
     if len(waiting) == 1:
-        problem(0, f"step {next(iter(waiting))} depends on itself")
+        yield 0, f"step {next(iter(waiting))} depends on itself"
     elif waiting:
         names = ", ".join(sorted(waiting))
-        problem(0, f"steps {names} wait on each other: their dependencies go round in a cycle")
-    return found
+        yield 0, f"steps {names} wait on each other: their dependencies go round in a cycle"
 
 
 #: The problem kind of a decode error of each kind, else BAD_RECORD.
