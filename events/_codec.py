@@ -394,11 +394,7 @@ class _Generated:
     # Decoding ---------------------------------------------------------------------------
 
     def _decoder(
-        self,
-        ident: int,
-        tag: str | None,
-        fields: list[Any],
-        hints: dict[str, Any],
+        self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
     ) -> list[str]:
         cls = self.namespace[f"cls_{ident}"]
         # ``unread`` counts the record's keys not read yet (an event's ``v``
@@ -443,18 +439,16 @@ class _Generated:
                     *(f"    {line}" for line in check),
                 ]
             lines.append(f"obj.{name} = value")
-        about = [
-            self._constant(f"required_{ident}", required),
-            self._constant(f"names_{ident}", names),
-            self._constant(f"name_{ident}", cls.__name__),
-        ]
+        required_const = self._constant(f"required_{ident}", required)
+        names_const = self._constant(f"names_{ident}", names)
+        name_const = self._constant(f"name_{ident}", cls.__name__)
         post_init = []
         if getattr(cls, "__attrs_post_init__", None) is not None:
             post_init = [
                 "    try:",
                 "        obj.__attrs_post_init__()",
                 "    except (TypeError, ValueError) as exc:",
-                f"        raise _Bad({about[2]} + ': ' + str(exc)) from None",
+                f"        raise _Bad({name_const} + ': ' + str(exc)) from None",
             ]
         return [
             f"def decode_{ident}(record):",
@@ -463,9 +457,9 @@ class _Generated:
             "    try:",
             *(f"        {line}" for line in lines),
             "    except KeyError:",
-            f"        raise _missing(record, {about[0]}, {about[2]}) from None",
+            f"        raise _missing(record, {required_const}, {name_const}) from None",
             "    if unread:",
-            f"        raise _unknown(record, {about[1]}, {about[2]})",
+            f"        raise _unknown(record, {names_const}, {name_const})",
             # An event's version is not a record field: its caller read "v".
             *(["    obj.schema_version = _VERSION"] if tag is not None else []),
             f"    obj.__class__ = cls_{ident}",
