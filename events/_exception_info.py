@@ -260,11 +260,7 @@ class ExceptionInfo:
 
     @classmethod
     def capture(
-        cls,
-        exc: BaseException,
-        *,
-        redactor: Redactor | None = None,
-        max_chain: int = MAX_CHAIN,
+        cls, exc: BaseException, *, redactor: Redactor | None = None, max_chain: int = MAX_CHAIN
     ) -> ExceptionInfo:
         """Capture ``exc`` and everything linked to it.
 
@@ -447,14 +443,12 @@ class _Capture:
             fields["notes"] = tuple(self._text(note) for note in notes[:MAX_FRAMES])
         if isinstance(exc, BaseExceptionGroup):
             members: list[ExceptionInfo] = []
-            truncated = False
             for member in exc.exceptions:
                 if self._budget <= 0 or id(member) in self._seen:
-                    truncated = True
+                    fields["truncated"] = True
                     break
                 members.append(self.run(member))
             fields["exceptions"] = tuple(members)
-            fields["truncated"] = truncated
         return fields
 
     def frames(
