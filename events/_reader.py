@@ -41,15 +41,7 @@ from ._model import (
     StepStarted,
 )
 
-__all__ = [
-    "LogContents",
-    "LogProblem",
-    "ProblemKind",
-    "TornTail",
-    "merge",
-    "read_log",
-    "validate",
-]
+__all__ = ["LogContents", "LogProblem", "ProblemKind", "TornTail", "merge", "read_log", "validate"]
 
 
 @attrs.frozen(kw_only=True)
