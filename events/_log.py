@@ -140,8 +140,14 @@ class _LogBase:
             seq = len(self._events)
             event = self._store(event, seq)
             self._events.append(event)
-            if self._subscribers:
-                _deliver(self._subscribers, event)
+            first_error: Exception | None = None
+            for callback in self._subscribers:
+                try:
+                    callback(event)
+                except Exception as exc:  # one broken consumer must not starve the others
+                    first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
             return seq
 
     def read(self, from_seq: int = 0) -> Iterator[Event]:
@@ -361,17 +367,6 @@ class JsonlLog(_LogBase):
                 self._sync()
         finally:
             os.close(self._fd)
-
-
-def _deliver(subscribers: tuple[Subscriber, ...], event: Event) -> None:
-    first_error: BaseException | None = None
-    for callback in subscribers:
-        try:
-            callback(event)
-        except Exception as exc:  # one broken consumer must not starve the others
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
 
 
 def _fsync_directory(directory: Path) -> None:
