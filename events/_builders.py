@@ -50,8 +50,7 @@ def builder(cls: type[T]) -> Callable[..., T]:
     arguments = [f"value{index}" for index in range(len(fields))]
     body = [f"def build({', '.join(arguments)}):", "    obj = mutable()"]
     body += [f"    obj.{name} = {value}" for name, value in zip(fields, arguments, strict=True)]
-    built: Callable[..., T] = _compile(cls, "build", body)
-    return built
+    return _compile(cls, "build", body)
 
 
 def evolve(instance: T, changes: Mapping[str, Any]) -> T:
@@ -90,10 +89,7 @@ def _evolver(cls: type[Any]) -> Callable[[Any, Mapping[str, Any]], Any]:
         "            raise TypeError(f'{cls.__qualname__} has no fields {unknown}')",
         "        setattr(obj, name, value)",
     ]
-    made: Callable[[Any, Mapping[str, Any]], Any] = _compile(
-        cls, "evolve", body, names=frozenset(fields)
-    )
-    return made
+    return _compile(cls, "evolve", body, names=frozenset(fields))
 
 
 def twin(cls: type[Any]) -> type[Any]:
@@ -167,7 +163,7 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
     return names
 
 
-def _compile(cls: type[T], function: str, body: list[str], **constants: Any) -> Any:
+def _compile(cls: type[Any], name: str, body: list[str], **constants: Any) -> Callable[..., Any]:
     # As attrs does for __init__: the source is built from the class
     # definition alone (field names, which field_names() checked are
     # identifiers) and compiled into a private namespace holding only the
@@ -177,8 +173,8 @@ def _compile(cls: type[T], function: str, body: list[str], **constants: Any) -> 
         body.append("    obj.__attrs_post_init__()")
     body.append("    return obj")
     namespace: dict[str, Any] = {"cls": cls, "mutable": twin(cls), **constants}
-    filename = f"<events generated {function} {cls.__module__}.{cls.__qualname__}>"
+    filename = f"<events generated {name} {cls.__module__}.{cls.__qualname__}>"
     exec(compile("\n".join(body) + "\n", filename, "exec"), namespace)
-    made: Any = namespace[function]
-    made.__qualname__ = f"{cls.__qualname__}.<{function}>"
+    made: Callable[..., Any] = namespace[name]
+    made.__qualname__ = f"{cls.__qualname__}.<{name}>"
     return made
