@@ -272,45 +272,36 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
             found(number, ProblemKind.SEQUENCE_GAP, gap.reason)
         if not foreign and (after_finished or isinstance(last, RunFinished)):
             after_finished = True
-            found(
-                number,
-                ProblemKind.AFTER_FINISHED,
+            message = (
                 f"{event.TYPE} (seq {event.seq}) after run.finished: a finished rank writes "
-                "nothing more",
+                "nothing more"
             )
+            found(number, ProblemKind.AFTER_FINISHED, message)
         expected = event.seq + 1
         first = first or event
         last = event
         if not foreign and isinstance(event, (StepStarted, *TERMINAL_STEP_EVENTS)):
             steps.append((event, number))
     if tail:
-        found(
-            len(lines) + 1,
-            ProblemKind.TORN_TAIL,
-            f"torn last line ({len(tail)} bytes without a newline)",
-            fatal=False,
-        )
+        message = f"torn last line ({len(tail)} bytes without a newline)"
+        found(len(lines) + 1, ProblemKind.TORN_TAIL, message, fatal=False)
     for line, message in _step_tree_problems(steps):
         found(line, ProblemKind.STEP_TREE, message, fatal=False)
     if not isinstance(first, RunStarted):
         # read_log accepts such a file: like a missing run.finished, this is
         # reported, not fatal.
-        found(
-            1,
-            ProblemKind.NOT_STARTED,
+        message = (
             "the log holds no complete event"
             if first is None
-            else f"first event is {first.TYPE}, not run.started",
-            fatal=False,
+            else f"first event is {first.TYPE}, not run.started"
         )
+        found(1, ProblemKind.NOT_STARTED, message, fatal=False)
     if last is not None and not isinstance(last, RunFinished) and not after_finished:
-        found(
-            0,
-            ProblemKind.NOT_FINISHED,
+        message = (
             f"no run.finished event: the rank stopped after seq {last.seq} "
-            f"({last.TYPE} {last.step or ''})".rstrip(),
-            fatal=False,
+            f"({last.TYPE} {last.step or ''})"
         )
+        found(0, ProblemKind.NOT_FINISHED, message.rstrip(), fatal=False)
     return problems
 
 
