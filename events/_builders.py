@@ -55,9 +55,8 @@ def builder(cls: type[T]) -> Callable[..., T]:
 
 def evolve(instance: T, changes: Mapping[str, Any]) -> T:
     """A copy of ``instance`` with the fields ``changes`` names set to their
-    values: what ``attrs.evolve(instance, **changes)`` returns, built as the
-    other functions here build (once per class, a function that copies every
-    field). A class that does not qualify is evolved by attrs.
+    values: what ``attrs.evolve(instance, **changes)`` returns. A class that
+    does not qualify is evolved by attrs.
 
     Raises:
         TypeError: ``changes`` names a field the class does not have.
