@@ -203,15 +203,14 @@ class RankState:
             return None
         if self.failure is not None:
             return self.failure
-        tracking = self.tracking
         # Died mid-propagation: the failure was on its way up (a finished
         # rank has none pending).
-        going_up = [f for f in tracking.failures if f.cause is not None]
+        going_up = [f for f in self.tracking.failures if f.cause is not None]
         if going_up:
             return _root_cause(going_up[0], None, self.rank, self.outcome, self.stalls)
         in_flight = self.in_flight
         # An unfinished rank has no run.finished: its last event speaks.
-        finished = tracking.finished
+        finished = self.tracking.finished
         step = None if finished is None else finished.failed_step
         if not step:
             # The one step a stopped rank was in: none when several were.
