@@ -338,8 +338,7 @@ class ExceptionInfo:
             )
         else:
             for index, member in enumerate(self.exceptions, 1):
-                rendered = member._format(max_links, depth + 1)
-                body = rendered.rstrip("\n").replace("\n", "\n  | ")
+                body = member._format(max_links, depth + 1).rstrip("\n").replace("\n", "\n  | ")
                 lines.append(f"  +---------------- {index} ----------------\n  | {body}\n")
         if self.truncated:
             lines.append("  ... (exception chain truncated)\n")
