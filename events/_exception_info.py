@@ -117,8 +117,6 @@ def _hide_url_credentials(text: str) -> str:
             found = text.find("://", at)
         else:
             found = text.find("://", found + 1)
-    if not parts:
-        return text
     parts.append(text[done:])
     return "".join(parts)
 
