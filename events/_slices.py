@@ -304,16 +304,6 @@ def _defaults(value: Mapping[str, Any]) -> dict[str, str]:
     return {_recorded_key(key, "defaults"): str(text) for key, text in value.items()}
 
 
-def _recorded(key: str, event: Event, started: StepStarted | None) -> JsonValue:
-    where, _, name = key.partition(".")
-    recorded: object = None
-    if where == "result" and isinstance(event, StepSucceeded):
-        recorded = event.result
-    elif where == "attributes" and started is not None:
-        recorded = started.attributes
-    return recorded.get(name) if isinstance(recorded, Mapping) else None
-
-
 @attrs.frozen(kw_only=True)
 class MessageRule:
     """One message, declared as data: which events produce it and its text.
@@ -479,7 +469,9 @@ class MessageRule:
             elif key == "message":
                 held = cause is not None and fnmatch.fnmatchcase(cause.message, str(wanted))
             else:
-                value = _recorded(key, event, started)
+                # ``result.KEY`` or ``attributes.KEY``: the field a template reads.
+                where, _, name = key.partition(".")
+                value = _FIELD_MAKERS[where](event, started, "").get(name)
                 # JSON's true is not its 1: a bool matches only a bool.
                 held = value == wanted and isinstance(value, bool) is isinstance(wanted, bool)
             if not held:
