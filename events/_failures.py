@@ -5,15 +5,7 @@ from __future__ import annotations
 import attrs
 
 from ._exception_info import ExceptionInfo
-from ._model import (
-    Event,
-    Outcome,
-    RunFinished,
-    StepCrashed,
-    StepFailed,
-    StepTimedOut,
-    outcome_of,
-)
+from ._model import Event, Outcome, RunFinished, StepCrashed, StepFailed, StepTimedOut, outcome_of
 
 __all__: list[str] = []
 

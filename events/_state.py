@@ -317,9 +317,7 @@ class Divergence:
 
 
 def find_divergences(
-    states: Mapping[int, RankState] | Iterable[RankState],
-    *,
-    slices: Sequence[Slice] = (),
+    states: Mapping[int, RankState] | Iterable[RankState], *, slices: Sequence[Slice] = ()
 ) -> tuple[Divergence, ...]:
     """Compare the ranks' facts that ``slices`` say must agree
     (:class:`~events.Agreement`), in the slices' order, with the severities
