@@ -664,9 +664,6 @@ def format_ranks(
     """Ranks as short text: runs of consecutive ranks as ``first-last``, in
     ascending order, joined by ``separator``.
 
-    The one rank-range formatter: messages, the report, the command line's
-    views and fault specs all print ranks with it.
-
     Args:
         ranks: ranks, or inclusive ``(first, last)`` ranges of ranks (so a
             range is never expanded), in any order; duplicates, overlaps and

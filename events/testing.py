@@ -177,7 +177,6 @@ class EventStream:
         )
         self.trace_id = trace_id or derive_trace_id(run_id)
         self.launcher_span_id = launcher_span_id
-        #: The clock the next event takes.
         self.wall_ns = wall_ns
         self.mono_ns = mono_ns
         self.tick_ns = tick_ns
@@ -186,10 +185,7 @@ class EventStream:
         #: Open steps: path -> (span id, parent span id).
         self._open: dict[str, tuple[str, str | None]] = {}
         self._span_ids: dict[str, str] = {}
-        #: The rank's root span: ``run.started`` and ``run.finished`` carry it.
         self.root_span_id = self._new_span_id()
-
-    # -- what was built -------------------------------------------------------
 
     @property
     def events(self) -> list[Event]:
@@ -215,8 +211,6 @@ class EventStream:
         self.wall_ns += ns
         self.mono_ns += ns
         return self
-
-    # -- run events -----------------------------------------------------------
 
     def run_started(
         self,
@@ -271,8 +265,6 @@ class EventStream:
             stop=stop,
         )
         return self.events
-
-    # -- steps ----------------------------------------------------------------
 
     def started(
         self,
@@ -441,8 +433,6 @@ class EventStream:
             inputs=dict(inputs or {}),
         )
         return self
-
-    # -- internals ------------------------------------------------------------
 
     def _new_span_id(self) -> str:
         # Rank and counter in the id, so ids never repeat across the ranks of
