@@ -545,16 +545,11 @@ class _Fold:
         step = event.step
         self.open.pop(step, None)
         self.changed = True
+        # A timeout or crash is said where it happens (below), never again as
+        # the step.failed of the graph step it reaches.
         stopped = isinstance(event, StepTimedOut | StepCrashed)
-        # A timeout or crash a slice reports itself (an attempt its fallback
-        # recovers, say) is not also a step.timed_out or step.crashed.
-        covered = stopped and any(hook.covers_stop(step, started) for hook in self.setup._hooks)
-        reported = stopped and not covered
         self.failures, settled, self.originated = _track(
-            self.failures,
-            event,
-            top_level=_top_level(event, self.root_span_id),
-            reported=reported or covered,
+            self.failures, event, top_level=_top_level(event, self.root_span_id), reported=stopped
         )
         rule = self.rule_for(event)
         if isinstance(event, StepFailed) and self.originated:
@@ -567,7 +562,9 @@ class _Fold:
                     self.failures = (*rest, attrs.evolve(failure, reported=True))
             # Counted as soon as it fails, so the span that ends now gets it.
             self.raise_severity(step, self.severity("step.failed"))
-        if reported:
+        # A timeout or crash a slice reports itself (an attempt its fallback
+        # recovers, say) is not also a step.timed_out or step.crashed.
+        if stopped and not any(hook.covers_stop(step, started) for hook in self.setup._hooks):
             self.step_stopped(event)
         if settled is not None:
             self.settle(settled)
