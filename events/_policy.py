@@ -121,13 +121,12 @@ class SeverityPolicy:
         """
         from ._codec import structure
 
+        parsed: Any = data
         if isinstance(data, str | bytes):
             try:
                 parsed = json.loads(data)
             except ValueError as exc:
                 raise PolicyError(f"not JSON ({exc})") from None
-        else:
-            parsed = data
         try:
             document = structure(
                 PolicyFile, dict(parsed) if isinstance(parsed, Mapping) else parsed

@@ -719,8 +719,7 @@ def _judged(
             else attrs.evolve(launch, processes={**known, **seen})
         )
     logged_world = max(
-        (s.identity.world_size for s in states.values() if s.identity is not None),
-        default=0,
+        (s.identity.world_size for s in states.values() if s.identity is not None), default=0
     )
     for folded in ranks:
         warnings.extend(folded.warnings)
