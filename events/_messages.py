@@ -326,11 +326,6 @@ def _chain_reason(cause: ExceptionInfo) -> str:
     return f"{reason_text(cause)}, caused by {root.name}"
 
 
-#: Exceptions that mean "stopped by someone", reported as run.interrupted
-#: (a SystemExit from a probe is a failure like any other, SPEC §2).
-_INTERRUPTS = frozenset({"KeyboardInterrupt"})
-
-
 #: The kernel's rules, tried last, for the steps no slice claims.
 _KERNEL_RULES = (
     MessageRule(
@@ -453,7 +448,15 @@ class _Fold:
         if key in self.seen:
             return
         severity, scope = self.setup.rule(code)
-        event = self.event
+        event, identity = self.event, self.identity
+        # Before a rank knows who it is, it prints (as an engine does until
+        # its process group is up); an ERROR is printed where it happened.
+        printed = (
+            severity >= Severity.ERROR
+            or scope is Scope.PROCESS
+            or identity is None
+            or (identity.local_rank if scope is Scope.LOCAL else identity.rank) == 0
+        )
         self.messages.append(
             _message(
                 code,
@@ -466,7 +469,7 @@ class _Fold:
                 tuple(sorted({*seqs, event.seq})),
                 key[1],
                 exception,
-                _printed(severity, scope, self.identity),
+                printed,
                 event.wall_ns,
             )
         )
@@ -632,7 +635,9 @@ class _Fold:
         a timeout/crash message or a slice's more specific message said it
         there (on the step it started in, whichever step it reached)."""
         cause = failure.cause
-        if failure.reported or cause is None or cause.name in _INTERRUPTS:
+        # A KeyboardInterrupt means stopped by someone, said as run.interrupted
+        # (a SystemExit from a probe is a failure like any other, SPEC §2).
+        if failure.reported or cause is None or cause.name == "KeyboardInterrupt":
             return
         self.emit(
             "step.failed",
@@ -643,16 +648,6 @@ class _Fold:
             seqs=failure.seqs,
             exception=cause,
         )
-
-
-def _printed(severity: Severity, scope: Scope, identity: RankIdentity | None) -> bool:
-    if severity >= Severity.ERROR or scope is Scope.PROCESS or identity is None:
-        # Before a rank knows who it is, it prints (as an engine does until
-        # its process group is up); an ERROR is printed where it happened.
-        return True
-    if scope is Scope.LOCAL:
-        return identity.local_rank == 0
-    return identity.rank == 0
 
 
 def format_ranks(
