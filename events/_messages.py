@@ -614,21 +614,15 @@ class _Fold:
             stall = self.waiting.get(event.step)
             frame = stall.waiting_in if stall is not None else None
             where = "find what it waits for" if frame is None else "fix what it waits for"
-            self.emit(
-                "step.timed_out",
+            code = "step.timed_out"
+            text = (
                 f"Step {event.step} timed out after {event.timeout_s:g} s"
                 + ("" if frame is None else f", waiting in {frame.where()}")
-                + f"; raise its timeout if the probe is only slow, or {where}.",
-                step=event.step,
-                args=(event.step,),
+                + f"; raise its timeout if the probe is only slow, or {where}."
             )
-        elif isinstance(event, StepCrashed):
-            self.emit(
-                "step.crashed",
-                f"Step {event.step} crashed: {reason_of(event)}.",
-                step=event.step,
-                args=(event.step,),
-            )
+        else:  # crashed: only a timed-out or crashed step's end comes here
+            code, text = "step.crashed", f"Step {event.step} crashed: {reason_of(event)}."
+        self.emit(code, text, step=event.step, args=(event.step,))
 
     def settle(self, failure: _Failure) -> None:
         """A failure reached the graph: report it on its deepest step, unless
