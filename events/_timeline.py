@@ -185,7 +185,6 @@ _START_MONO, _END_WALL, _DURATION, _OUTCOME, _RESULT, _END, _STALL = map(
 )
 _timing = builder(StepTiming)
 _rank = builder(RankTimeline)
-_state = builder(TimelineState)
 
 
 class Timeline(Projection[TimelineState]):
@@ -282,7 +281,7 @@ class Timeline(Projection[TimelineState]):
                 for step, timing in steps.items()
             }
             merged[number] = _rank(number, started, finished, last, timings, tuple(decisions))
-        return _state(merged)
+        return TimelineState(ranks=merged)
 
     def _once(self, result: JsonValue) -> JsonValue:
         # The equal result (its keys in the same order) seen first.
