@@ -450,10 +450,8 @@ class Replay:
         cause = self.root_cause
         if cause is not None and cause.outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED):
             return cause.outcome
-        for outcome in (RunOutcome.FAILED, RunOutcome.INTERRUPTED, RunOutcome.RUNNING):
-            if outcome in outcomes:
-                return outcome
-        return RunOutcome.READY
+        worst = (RunOutcome.FAILED, RunOutcome.INTERRUPTED, RunOutcome.RUNNING)
+        return next((outcome for outcome in worst if outcome in outcomes), RunOutcome.READY)
 
 
 @attrs.frozen(kw_only=True)
