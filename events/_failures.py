@@ -43,22 +43,20 @@ def _top_level(event: Event, root_span_id: str | None) -> bool:
     return "/" not in event.step
 
 
-#: The failure bookkeeping's answer for one event: the failures still on
-#: their way up; a failure that reached a graph step (or the end of the run);
-#: whether the step's own failure started here (not a child's going up).
-_Tracked = tuple[tuple[_Failure, ...], _Failure | None, bool]
-
-
 #: The events that fail their step.
 _FAILING = (StepFailed, StepTimedOut, StepCrashed)
 
 
 def _track(
     pending: tuple[_Failure, ...], event: Event, *, top_level: bool, reported: bool = False
-) -> _Tracked:
+) -> tuple[tuple[_Failure, ...], _Failure | None, bool]:
     """Follow failures up the step tree: a child's failure goes up when its
     parent fails with the same cause, is absorbed when the parent ends any
-    other way, and is settled when it fails a graph step or the run."""
+    other way, and is settled when it fails a graph step or the run.
+
+    The answer for ``event``: the failures still on their way up; a failure
+    that reached a graph step (or the end of the run); whether the step's
+    own failure started here (not a child's going up)."""
     if isinstance(event, RunFinished):
         settled = next((f for f in pending if f.step == event.failed_step), None)
         if settled is not None:
