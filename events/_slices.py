@@ -185,7 +185,8 @@ def _mapping(value: object) -> _Keyed:
 
 class _Fields(dict[str, Any]):
     """The template fields of one event, each worked out when a template
-    first names it (a rule names a few); an unknown one reads as ``-``."""
+    first names it (a rule names a few, all known: a rule is checked when
+    it is made)."""
 
     __slots__ = ("event", "next_step", "started")
 
@@ -196,9 +197,7 @@ class _Fields(dict[str, Any]):
         self.next_step = next_step
 
     def __missing__(self, key: str) -> Any:
-        make = _FIELD_MAKERS.get(key)
-        value = "-" if make is None else make(self.event, self.started, self.next_step)
-        self[key] = value
+        value = self[key] = _FIELD_MAKERS[key](self.event, self.started, self.next_step)
         return value
 
 
@@ -229,7 +228,8 @@ _FIELD_MAKERS: Mapping[str, Callable[[Event, StepStarted | None, str], Any]] = {
 }
 
 
-#: The fields a rule's templates name by one key (``{result[backend]}``).
+#: The fields a rule's templates name by one key (``{result[backend]}``),
+#: and its ``when`` and ``defaults`` by ``result.backend``.
 _KEYED_FIELDS = ("result", "attributes")
 #: The fields only a fallback rule's templates have: the next attempt.
 _NEXT_FIELDS = frozenset({"next", "next_name"})
@@ -263,12 +263,8 @@ def _template_fault(template: str, *, fallback: bool) -> str | None:
     return None
 
 
-#: Where a rule's ``when`` and ``defaults`` keys read from.
-_RECORDED = ("result.", "attributes.")
-
-
 def _recorded_key(key: object, where: str) -> str:
-    if not isinstance(key, str) or not key.startswith(_RECORDED) or "." in key.split(".", 1)[1]:
+    if not isinstance(key, str) or key.count(".") != 1 or key.split(".")[0] not in _KEYED_FIELDS:
         raise ValueError(
             f"MessageRule {where} key {key!r} is not 'result.KEY' or 'attributes.KEY' "
             "(a key of the step's result or of its start attributes)"
