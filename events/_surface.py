@@ -33,8 +33,7 @@ from collections.abc import MutableMapping
 __all__ = ["Surface"]
 
 _DECLARATION = re.compile(
-    r"^[ \t]+from[ \t]+(\.[\w.]*)[ \t]+import[ \t]+\(?\s*(\w+)[ \t]+as[ \t]+(\w+)",
-    re.MULTILINE,
+    r"^[ \t]+from[ \t]+(\.[\w.]*)[ \t]+import[ \t]+\(?\s*(\w+)[ \t]+as[ \t]+(\w+)", re.MULTILINE
 )
 
 
