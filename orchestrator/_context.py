@@ -19,15 +19,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import orjson
 
-from events import (
-    ExceptionInfo,
-    JsonValue,
-    Outcome,
-    RankIdentity,
-    Redactor,
-    StepKind,
-    ThreadStack,
-)
+from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
 
 from ._importer import Importer
 from ._policy import RECORDED_OUTCOMES, ErrorPolicy
@@ -104,8 +96,6 @@ class StepRun(Protocol):
     services: Mapping[str, Any]
     trace_id: str
     importer: Importer
-    #: Hides secrets in what the step's own code captures.
-    redactor: Redactor
 
     async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a daemon worker thread at work for ``step``."""
@@ -133,17 +123,6 @@ class StepRun(Protocol):
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         """See :meth:`StepContext.child_results`."""
-
-    def in_child(
-        self, step: str, stacks: Callable[[], Awaitable[tuple[ThreadStack, ...]]] | None
-    ) -> None:
-        """Isolated ``step`` runs in a child process, which ``stacks`` asks
-        for its threads' stacks when the step stalls (``None``: the child is
-        gone)."""
-
-    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
-        """Where the child process of isolated ``step`` was when the step was
-        given up (its timeout, a stop); recorded as the step ends."""
 
 
 class StepContext:

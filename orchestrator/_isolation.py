@@ -34,9 +34,9 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -61,6 +61,7 @@ from ._importer import Importer, InjectingImporter, RealImporter
 from ._policy import exception_names
 from ._signals import follow_launcher
 from ._threads import StepThreads
+from ._watchdog import AskChild
 
 __all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
 
@@ -98,6 +99,23 @@ def _import_path(body: Any) -> str:
 def _portable(obj: Any) -> dict[str, Any] | None:
     spec = getattr(obj, "isolation_spec", None)
     return spec() if callable(spec) else None
+
+
+class _Parent(StepRun, Protocol):
+    """The run an isolated step belongs to, in the parent process: what
+    :func:`run_isolated` needs of it beyond what the step's context does."""
+
+    #: Its secrets are the child's: hidden in what the child captures.
+    redactor: Redactor
+
+    def in_child(self, step: str, stacks: AskChild | None) -> None:
+        """Isolated ``step`` runs in a child process, which ``stacks`` asks
+        for its threads' stacks when the step stalls (``None``: the child is
+        gone)."""
+
+    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
+        """Where the child process of isolated ``step`` was when the step was
+        given up (its timeout, a stop); recorded as the step ends."""
 
 
 @attrs.frozen(kw_only=True)
@@ -154,7 +172,7 @@ class Answer:
 
 
 async def run_isolated(
-    run: StepRun,
+    run: _Parent,
     body: StepBody,
     context: StepContext,
     fault: Fault | None,
@@ -364,12 +382,11 @@ class _ChildRun:
     """The :class:`StepRun` of an isolated step's child process (the
     parent writes every event)."""
 
-    def __init__(self, job: IsolationJob, redactor: Redactor) -> None:
+    def __init__(self, job: IsolationJob) -> None:
         self.run_id = job.run_id
         self.identity = job.identity
         self.config: Mapping[str, JsonValue] = job.config
         self.trace_id = job.trace_id
-        self.redactor = redactor
         self.services: Mapping[str, Any] = {}
         self._threads = StepThreads()
         base = _rebuild(job.importer) if job.importer else RealImporter()
@@ -395,14 +412,6 @@ class _ChildRun:
 
     def children_of(self, step: str) -> Sequence[StepResult]:
         raise _refused("read its children's results")
-
-    def in_child(
-        self, step: str, stacks: Callable[[], Awaitable[tuple[ThreadStack, ...]]] | None
-    ) -> None:
-        raise _refused("isolate a step of its own")
-
-    def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
-        raise _refused("isolate a step of its own")
 
 
 def _refused(what: str) -> RuntimeError:
@@ -462,7 +471,7 @@ def _child_main() -> int:
             daemon=True,
         ).start()
         sys.path[:] = job.sys_path
-        run = _ChildRun(job, redactor)
+        run = _ChildRun(job)
         body = _load_body(job.body)
         dependencies = {
             name: StepResult(step=name, outcome=d.outcome, value=d.value, reasons=d.reasons)
