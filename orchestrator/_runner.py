@@ -631,16 +631,11 @@ class _Run:
         started_ns = time.monotonic_ns()
         self.watchdog.started(name, span_id, parent_span, getattr(body, "__code__", None))
         value: Any = None
-        timed_out = False
         activator = self.runner.span_activator
         try:
             with _NO_SPAN if activator is None else activator(self.trace_id, span_id):
-                if timeout is None:
+                with anyio.move_on_after(timeout) as scope:  # None: no deadline
                     value = await self.call(body, context, isolation)
-                else:
-                    with anyio.move_on_after(timeout) as scope:
-                        value = await self.call(body, context, isolation)
-                    timed_out = scope.cancelled_caught
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 self.left_behind(name, StallReason.ABANDONED)
@@ -649,7 +644,7 @@ class _Run:
         except BaseException as exc:
             self.watchdog.ended(name)
             return self.handle_error(exc, name=name, policy=policy, end=end)
-        if timed_out:
+        if scope.cancelled_caught:
             assert timeout is not None
             self.left_behind(name, StallReason.TIMED_OUT)
             elapsed = time.monotonic_ns() - started_ns
