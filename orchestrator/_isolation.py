@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -64,8 +64,6 @@ from ._threads import StepThreads
 from ._watchdog import AskChild
 
 __all__ = ["IsolatedCrash", "IsolatedError", "run_isolated"]
-
-T = TypeVar("T")
 
 #: Lines of the child's stderr kept for the crash record.
 STDERR_TAIL_LINES = 20
@@ -388,7 +386,7 @@ class _ChildRun:
         self.config: Mapping[str, JsonValue] = job.config
         self.trace_id = job.trace_id
         self.services: Mapping[str, Any] = {}
-        self._threads = StepThreads()
+        self.in_thread = StepThreads().run
         base = _rebuild(job.importer) if job.importer else RealImporter()
         plan = FaultPlan.from_json(list(job.faults), source="parent")
         self.importer: Importer = (
@@ -398,9 +396,6 @@ class _ChildRun:
 
     async def run_child(self, *, name: str, **_: Any) -> StepResult:
         raise _refused(f"run child step {name!r}")
-
-    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
-        return await self._threads.run(step, fn, *args)
 
     def decide(self, context: StepContext, name: str, inputs: dict[str, JsonValue]) -> JsonValue:
         raise _refused(f"decide {name!r}")

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import anyio
 import attrs
@@ -67,11 +67,9 @@ from ._importer import Importer, InjectingImporter, RealImporter
 from ._isolation import IsolatedCrash, IsolatedError, run_isolated
 from ._policy import Action, ErrorPolicy
 from ._threads import StepThreads
-from ._watchdog import DEFAULT_STALL_S, AskChild, InFlight, Watchdog
+from ._watchdog import DEFAULT_STALL_S, InFlight, Watchdog
 
 __all__ = ["RunResult", "Runner", "SpanActivator", "run"]
-
-T = TypeVar("T")
 
 #: Makes ``(trace_id, span_id)`` the current span while a step body runs, so
 #: spans user code creates nest under the step (see ``exporters``).
@@ -441,6 +439,8 @@ class _Run:
         self.redactor = runner.redactor
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
+        self.in_thread = self.threads.run
+        self.in_child = self.watchdog.in_child
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}
         self.children: dict[str, list[StepResult]] = {}
@@ -590,9 +590,6 @@ class _Run:
             step = step.rpartition("/")[0]
         return self.graph[step].policy
 
-    def in_child(self, step: str, stacks: AskChild | None) -> None:
-        self.watchdog.in_child(step, stacks)
-
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         self.child_stacks[step] = stacks
 
@@ -739,9 +736,6 @@ class _Run:
         if inspect.iscoroutinefunction(body):
             return await body(context)
         return await self.threads.run(context.step, body, context)
-
-    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
-        return await self.threads.run(step, fn, *args)
 
     # Decisions -------------------------------------------------------------------------
 
