@@ -216,14 +216,12 @@ async def run_isolated(
         parent_pid=os.getpid(),
         secrets=run.redactor.secrets,
     )
-    environment = dict(os.environ)
-    environment["TRACEPARENT"] = context.traceparent
     process = await anyio.open_process(
         [sys.executable, "-m", "orchestrator._isolation"],
         stdin=-1,
         stdout=-1,
         stderr=-1,
-        env=environment,
+        env={**os.environ, "TRACEPARENT": context.traceparent},
     )
     child = _Child(process)
     stderr = bytearray()
