@@ -41,13 +41,7 @@ def _step_names(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def _check_name(_instance: object, _attribute: object, value: str) -> None:
-    if (
-        not value
-        or value.startswith("/")
-        or value.endswith("/")
-        or "//" in value
-        or not value.isprintable()
-    ):
+    if not (value and all(value.split("/")) and value.isprintable()):
         raise ValueError(
             f"step name {value!r} is not a path like 'platform' or 'platform/cpu/zentorch' "
             "(printable characters, segments joined by '/')"
