@@ -28,6 +28,8 @@ import attrs
 
 from events import Outcome
 
+from ._importer import dotted_prefixes
+
 __all__ = [
     "ANY_EXCEPTION_POLICY",
     "PROBE_POLICY",
@@ -136,8 +138,8 @@ class ErrorPolicy:
         for rule in self.rules:
             if rule.exception not in mro:
                 continue
-            if rule.when is When.NAMES_PROBED_MODULE and not _names_module(
-                module_name, self.module
+            if rule.when is When.NAMES_PROBED_MODULE and not (
+                self.module and module_name in dotted_prefixes(self.module)
             ):
                 continue
             outcome = rule.outcome if rule.action is Action.RECORD else Outcome.FAILED
@@ -168,12 +170,6 @@ def exception_names(exc: BaseException) -> tuple[tuple[str, ...], str | None]:
     module = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
     names = tuple(qualified_name(cls) for cls in type(exc).__mro__)
     return names, module if isinstance(module, str) else None
-
-
-def _names_module(name: str | None, module: str | None) -> bool:
-    if not name or not module:
-        return False
-    return module == name or module.startswith(name + ".")
 
 
 #: SPEC §3.1: environment failures are recorded, programming errors propagate.
