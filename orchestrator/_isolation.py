@@ -243,17 +243,14 @@ async def run_isolated(
             group.cancel_scope.deadline = anyio.current_time() + PIPES_AFTER_EXIT_S
     finally:
         run.in_child(context.step, None)
-        if process.returncode is None:
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
                 async with anyio.create_task_group() as reading:
                     reading.start_soon(child.read)
-                    stacks = await child.stacks()
+                    run.left_in_child(context.step, await child.stacks())
                     reading.cancel_scope.cancel()
-                if stacks:
-                    run.left_in_child(context.step, stacks)
                 process.kill()
                 await process.wait()
-        with anyio.CancelScope(shield=True):
             await process.aclose()
     tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
     # The last answer that is not stacks: the child may answer a question
@@ -364,10 +361,8 @@ class IsolatedError(Exception):
         """The same exception type when it is a builtin, else a typed wrapper."""
         cls = BUILTIN_EXCEPTIONS.get(self.info.type)
         if cls is not None:
-            try:
+            with contextlib.suppress(Exception):  # UnicodeDecodeError takes five arguments
                 return cls(self.info.message)
-            except Exception:  # pragma: no cover - builtins take a message
-                pass
         return IsolatedStepError(step, self.info)
 
 
@@ -476,8 +471,7 @@ def _child_main() -> int:
         return _SETUP_FAILED
     try:
         if job.step_fault is not None:
-            fault = FaultPlan.from_json([job.step_fault], source="parent").faults[0]
-            fault.fire()
+            FaultPlan.from_json([job.step_fault], source="parent").faults[0].fire()
         activator = _load_body(job.span_activator) if job.span_activator else None
         with activator(job.trace_id, job.span_id) if activator else contextlib.nullcontext():
             if inspect.iscoroutinefunction(body):
