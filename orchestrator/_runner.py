@@ -25,7 +25,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn
 
 import anyio
@@ -74,10 +74,6 @@ __all__ = ["RunResult", "Runner", "SpanActivator", "run"]
 #: Makes ``(trace_id, span_id)`` the current span while a step body runs, so
 #: spans user code creates nest under the step (see ``exporters``).
 SpanActivator = Callable[[str, str], AbstractContextManager[object]]
-
-
-#: Reusable do-nothing context for steps run without a span activator.
-_NO_SPAN: AbstractContextManager[object] = contextlib.nullcontext()
 
 
 def _new_span_id() -> str:
@@ -630,7 +626,7 @@ class _Run:
         value: Any = None
         activator = self.runner.span_activator
         try:
-            with _NO_SPAN if activator is None else activator(self.trace_id, span_id):
+            with nullcontext() if activator is None else activator(self.trace_id, span_id):
                 with anyio.move_on_after(timeout) as scope:  # None: no deadline
                     value = await self.call(body, context, isolation)
         except anyio.get_cancelled_exc_class():
@@ -644,8 +640,7 @@ class _Run:
         if scope.cancelled_caught:
             assert timeout is not None
             self.left_behind(name, StallReason.TIMED_OUT)
-            elapsed = time.monotonic_ns() - started_ns
-            end(StepTimedOut, timeout_s=timeout, elapsed_ns=elapsed)
+            end(StepTimedOut, timeout_s=timeout, elapsed_ns=time.monotonic_ns() - started_ns)
             if policy.on_timeout is Action.PROPAGATE:
                 error = StepTimeoutError(name, timeout)
                 self.propagate(name, error, self.capture(error), name, error)
