@@ -516,15 +516,10 @@ def _answer_stacks(
             continue
         names = {thread.ident: thread.name for thread in threading.enumerate()}
         main = threading.main_thread().ident
+        names[main] = f"isolated step {step} (pid {os.getpid()})"
         frames = sorted(sys._current_frames().items(), key=lambda item: item[0] != main)
         stacks = tuple(
-            ThreadStack.capture(
-                f"isolated step {step} (pid {os.getpid()})"
-                if ident == main
-                else names.get(ident, f"thread {ident}"),
-                frame,
-                redactor=redactor,
-            )
+            ThreadStack.capture(names.get(ident, f"thread {ident}"), frame, redactor=redactor)
             for ident, frame in frames
             if ident != me
         )
