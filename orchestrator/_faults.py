@@ -218,22 +218,19 @@ class Fault:
         A single printable message keeps the ``--inject`` form (which parses
         back to the same fault); other arguments are written as a call.
         """
-        prefix = "" if self.ranks is None else f"{self.ranks}:"
+        prefix = f"{self.target}=" if self.ranks is None else f"{self.ranks}:{self.target}="
+        name = self.exception or "<no exception>"
+        message = self.args[0] if len(self.args) == 1 else None
         if self.action is not FaultAction.RAISE:
-            return f"{prefix}{self.target}={self.action}"
-        return f"{prefix}{self.target}={self._exception_text()}"
+            return f"{prefix}{self.action}"
+        if not self.args and not self.kwargs:
+            return prefix + name
+        if isinstance(message, str) and not self.kwargs and message.isprintable():
+            return f"{prefix}{name}:{message}"
+        return prefix + self._call_text()
 
     def __str__(self) -> str:
         return self.describe()
-
-    def _exception_text(self) -> str:
-        name = self.exception or "<no exception>"
-        if not self.args and not self.kwargs:
-            return name
-        message = self.args[0] if len(self.args) == 1 else None
-        if isinstance(message, str) and not self.kwargs and message.isprintable():
-            return f"{name}:{message}"
-        return self._call_text()
 
     def _call_text(self) -> str:
         """``Name(arg, ..., key='value')``: how the exception is built."""
