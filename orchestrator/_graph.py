@@ -149,27 +149,20 @@ class Graph:
 
 
 def _topological_order(steps: Mapping[str, Step]) -> tuple[str, ...]:
-    # Depth-first; the stack is the current path, so a cycle can be named.
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-    order: list[str] = []
+    # Depth-first without recursion. The path is a dict in walking order, so
+    # that a cycle can be named; its last step is the one being walked.
+    done: dict[str, None] = {}  # each step after its dependencies
     for root in steps:
-        if root in state:
-            continue
-        stack: list[tuple[str, Iterable[str]]] = [(root, iter(steps[root].depends_on))]
-        state[root] = 1
-        while stack:
-            name, remaining = stack[-1]
-            for dependency in remaining:
-                mark = state.get(dependency)
-                if mark == 1:
-                    path = [step for step, _ in stack]
-                    raise CycleError([*path[path.index(dependency) :], dependency])
-                if mark is None:
-                    state[dependency] = 1
-                    stack.append((dependency, iter(steps[dependency].depends_on)))
-                    break
+        path = {root: iter(steps[root].depends_on)}
+        while path:
+            name = next(reversed(path))
+            dependency = next((d for d in path[name] if d not in done), None)
+            if dependency is None:
+                path.popitem()
+                done[name] = None
+            elif dependency in path:
+                cycle = list(path)
+                raise CycleError([*cycle[cycle.index(dependency) :], dependency])
             else:
-                stack.pop()
-                state[name] = 2
-                order.append(name)
-    return tuple(order)
+                path[dependency] = iter(steps[dependency].depends_on)
+    return tuple(done)
