@@ -274,10 +274,7 @@ class FaultPlan:
 
     def for_target(self, target: str, rank: int) -> Fault | None:
         """The fault for ``target`` on ``rank``, if any."""
-        for fault in self.faults:
-            if fault.target == target and fault.applies_to(rank):
-                return fault
-        return None
+        return next((f for f in self.faults if f.target == target and f.applies_to(rank)), None)
 
     def targets(self, rank: int) -> frozenset[str]:
         """Every target with a fault on ``rank``."""

@@ -116,14 +116,9 @@ class _Propagating(Exception):
 
 
 def _find_propagating(exc: BaseException) -> _Propagating | None:
-    if isinstance(exc, _Propagating):
-        return exc
     if isinstance(exc, BaseExceptionGroup):
-        for member in exc.exceptions:
-            found = _find_propagating(member)
-            if found is not None:
-                return found
-    return None
+        return next(filter(None, map(_find_propagating, exc.exceptions)), None)
+    return exc if isinstance(exc, _Propagating) else None
 
 
 @functools.cache

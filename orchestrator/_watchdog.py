@@ -293,9 +293,7 @@ async def _nothing() -> None:
 
 def _runs(stack: ThreadStack, code: CodeType | None) -> bool:
     """Whether ``code`` (a step body's) is on ``stack``."""
-    if code is None:
-        return False
-    return any(
+    return code is not None and any(
         frame.name == code.co_name
         and frame.lineno is not None
         and frame.filename == code.co_filename
