@@ -428,6 +428,7 @@ class _Run:
         self.services: Mapping[str, Any] = runner.services
         self.trace_id = runner.trace_id
         self.redactor = runner.redactor
+        self.capture = functools.partial(ExceptionInfo.capture, redactor=runner.redactor)
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
         self.in_thread = self.threads.run
@@ -447,9 +448,6 @@ class _Run:
         self.child_stacks: dict[str, tuple[ThreadStack, ...]] = {}
 
     # Events ----------------------------------------------------------------------------
-
-    def capture(self, exc: BaseException) -> ExceptionInfo:
-        return ExceptionInfo.capture(exc, redactor=self.runner.redactor)
 
     def record_stall(
         self, flight: InFlight, why: StallReason, elapsed_ns: int, threads: tuple[ThreadStack, ...]
@@ -645,7 +643,7 @@ class _Run:
         self.watchdog.ended(name)
         if isinstance(value, IsolatedCrash):
             # What the child printed may hold a secret, as an exception may.
-            tail = tuple(map(self.runner.redactor, value.stderr_tail))
+            tail = tuple(map(self.redactor, value.stderr_tail))
             end(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
             if policy.on_crash is Action.PROPAGATE:
                 crash = StepCrashedError(name, value.exit_code, value.signal, tail)
