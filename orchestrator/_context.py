@@ -136,12 +136,7 @@ class StepContext:
     """
 
     def __init__(
-        self,
-        run: StepRun,
-        *,
-        step: str,
-        span_id: str,
-        dependencies: Mapping[str, StepResult],
+        self, run: StepRun, *, step: str, span_id: str, dependencies: Mapping[str, StepResult]
     ) -> None:
         self._run = run
         self._step = step

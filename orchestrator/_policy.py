@@ -174,8 +174,7 @@ def exception_names(exc: BaseException) -> tuple[tuple[str, ...], str | None]:
 
 #: SPEC §3.1: environment failures are recorded, programming errors propagate.
 PROBE_POLICY = ErrorPolicy(
-    name="probe",
-    rules=(Rule(exception="ImportError"), Rule(exception="OSError")),
+    name="probe", rules=(Rule(exception="ImportError"), Rule(exception="OSError"))
 )
 
 #: SPEC §3.3: any Exception is recorded (BaseExceptions still propagate).

@@ -292,13 +292,7 @@ class Runner:
         self._began = (graph, root_span_id)
 
     def _append(
-        self,
-        cls: type[Event],
-        *,
-        step: str = "",
-        span_id: str,
-        parent: str | None,
-        **payload: Any,
+        self, cls: type[Event], *, step: str = "", span_id: str, parent: str | None, **payload: Any
     ) -> Event:
         """Append an event of ``cls``, its envelope stamped here (the one
         place that does): this rank's run, rank, clock, trace and the log's
@@ -660,12 +654,7 @@ class _Run:
         return StepResult(step=name, outcome=Outcome.OK, value=value)
 
     def handle_error(
-        self,
-        exc: BaseException,
-        *,
-        name: str,
-        policy: ErrorPolicy,
-        end: Callable[..., Event],
+        self, exc: BaseException, *, name: str, policy: ErrorPolicy, end: Callable[..., Event]
     ) -> StepResult:
         carried = _find_propagating(exc)
         original: BaseException

@@ -102,11 +102,7 @@ class Watchdog:
     """
 
     def __init__(
-        self,
-        threads: StepThreads,
-        threshold_s: float | None,
-        record: Record,
-        redactor: Redactor,
+        self, threads: StepThreads, threshold_s: float | None, record: Record, redactor: Redactor
     ) -> None:
         self._threads = threads
         self._threshold_ns = None if threshold_s is None else int(threshold_s * 1e9)
