@@ -86,14 +86,7 @@ def raise_(
             f"{name} is not a builtin exception class; faults name builtins "
             "(raise_(target, OSError, *args))"
         )
-    return Fault(
-        target=target,
-        action=FaultAction.RAISE,
-        exception=exception.__name__,
-        args=tuple(args),
-        kwargs=dict(kwargs),
-        ranks=ranks,
-    )
+    return Fault(target=target, exception=name, args=args, kwargs=kwargs, ranks=ranks)
 
 
 def hang(target: str, *, ranks: str | Iterable[int] | None = None) -> Fault:
