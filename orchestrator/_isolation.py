@@ -86,8 +86,7 @@ def _import_path(body: Any) -> str:
             "the child process imports it by name"
         )
     if module == "__main__":
-        main = sys.modules.get("__main__")
-        path = getattr(main, "__file__", None)
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
         if not path:
             raise TypeError("an isolated step's body cannot live in an interactive __main__")
         return f"file:{os.path.abspath(path)}:{qualname}"
