@@ -81,8 +81,7 @@ class InjectingImporter:
 
     def find_spec(self, name: str) -> importlib.machinery.ModuleSpec | None:
         """A spec for a faulted module (or a parent of one), else the base's."""
-        targets = self.plan.targets(self._rank)
-        if any(t == name or t.startswith(name + ".") for t in targets):
+        if any(name in dotted_prefixes(target) for target in self.plan.targets(self._rank)):
             return importlib.machinery.ModuleSpec(name, loader=None)
         return self.base.find_spec(name)
 
