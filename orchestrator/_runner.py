@@ -332,12 +332,9 @@ class Runner:
             raise RuntimeError("abandon() ends a run that began and never ran its graph")
         self._used = True
         interrupted = isinstance(cause, KeyboardInterrupt) or self._stop_cause is not None
-        self._finish(
-            RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
-            self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor),
-            None,
-            self._stop,
-        )
+        outcome = RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED
+        info = self._stop_cause or ExceptionInfo.capture(cause, redactor=self.redactor)
+        self._finish(outcome, info, None, self._stop)
 
     def _finish(
         self, outcome: RunOutcome, cause: ExceptionInfo | None, step: str | None, stop: Stop | None
@@ -498,18 +495,13 @@ class _Run:
             self.finish(RunOutcome.FAILED, self.capture(unexpected), None, None)
             raise
         if failure is not None:
-            original = failure.original
             # A KeyboardInterrupt is someone asking to stop; any other error,
             # SystemExit from a probe included, failed the startup (SPEC §2).
-            interrupted = isinstance(original, KeyboardInterrupt)
-            self.finish(
-                RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED,
-                failure.info,
-                failure.step,
-                None,
-            )
+            interrupted = isinstance(failure.original, KeyboardInterrupt)
+            outcome = RunOutcome.INTERRUPTED if interrupted else RunOutcome.FAILED
+            self.finish(outcome, failure.info, failure.step, None)
             # Raised outside the except block, so its __context__ stays what it was.
-            raise original
+            raise failure.original
         self.finish(RunOutcome.READY, None, None, None)
         return RunResult(
             run_id=self.run_id,
