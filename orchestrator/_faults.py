@@ -307,14 +307,10 @@ class FaultPlan:
         known = frozenset(targets)
         world = "1 rank (0)" if world_size == 1 else f"{world_size} ranks (0-{world_size - 1})"
         for fault in self.faults:
-            if fault.ranks is not None:
-                outside = fault.ranks.first_outside(world_size)
-                if outside is not None:
-                    raise FaultSpecError(
-                        fault.describe(),
-                        str(fault.ranks),
-                        f"rank {outside} is outside the world of {world}",
-                    )
+            outside = None if fault.ranks is None else fault.ranks.first_outside(world_size)
+            if outside is not None:
+                reason = f"rank {outside} is outside the world of {world}"
+                raise FaultSpecError(fault.describe(), str(fault.ranks), reason)
             if not _is_target(fault.target, known):
                 raise FaultSpecError(
                     fault.describe(), fault.target, _unknown_target(fault.target, known)
