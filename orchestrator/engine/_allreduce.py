@@ -189,14 +189,14 @@ class SimulatedWorkspace:
     world_size: int
 
 
+@attrs.frozen
 class SimulatedWorkspaceFactory:
     """Answers from host facts instead of GPUs: mnnvl works only with NVSwitch
     multicast, trtllm only within one node. Failures raise RuntimeError, as
     the real library does. Per-rank failures come from the run's fault plan
     (a fault on ``allreduce_workspace/<backend>``), not from here."""
 
-    def __init__(self, host: WorkspaceHost) -> None:
-        self._host = host
+    _host: WorkspaceHost
 
     def create(
         self,
@@ -230,10 +230,11 @@ class SimulatedWorkspaceFactory:
         """Nothing to free."""
 
 
+@attrs.frozen(kw_only=True)
 class RealWorkspaceFactory:
     """Creates workspaces with ``flashinfer.comm.create_allreduce_fusion_workspace``.
 
-    Args:
+    Attributes:
         max_token_num: the most tokens one all-reduce carries.
         hidden_dim: the model's hidden size.
         dtype: name of a ``torch`` dtype (``bfloat16``).
@@ -242,18 +243,10 @@ class RealWorkspaceFactory:
             for flashinfer's default.
     """
 
-    def __init__(
-        self,
-        *,
-        max_token_num: int = 2048,
-        hidden_dim: int = 4096,
-        dtype: str = "bfloat16",
-        comm_backend: object | None = None,
-    ) -> None:
-        self.max_token_num = max_token_num
-        self.hidden_dim = hidden_dim
-        self.dtype = dtype
-        self.comm_backend = comm_backend
+    max_token_num: int = 2048
+    hidden_dim: int = 4096
+    dtype: str = "bfloat16"
+    comm_backend: object | None = None
 
     def create(
         self,
