@@ -309,7 +309,7 @@ def _field(value: JsonValue, key: str) -> JsonValue:
 
 
 def _text(value: JsonValue) -> str | None:
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _attribute(started: StepStarted | None, key: str, fallback: str) -> str:

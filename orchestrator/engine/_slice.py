@@ -57,13 +57,9 @@ from ._conventions import (
     PLATFORM_STEP,
     PROCESS_GROUP_STEP,
 )
-from ._messages import ENGINE_RULES, SEVERITIES, EngineMessageHook, _field
+from ._messages import ENGINE_RULES, SEVERITIES, EngineMessageHook, _field, _text
 
 __all__ = ["ENGINE", "EngineState"]
-
-
-def _text(value: JsonValue) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 @attrs.frozen(kw_only=True)
