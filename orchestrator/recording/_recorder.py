@@ -146,7 +146,8 @@ class Recording:
         self._lock = threading.Lock()
         self._open: list[tuple[str, MemoryObjectSendStream[Any]]] = []
         self._children: MemoryObjectSendStream[Any] | None = None
-        self._started_up: anyio.Event | None = None
+        # Set when the start ends; an event of the loop, made by start().
+        self._started_up: anyio.Event
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._portal_cm: contextlib.AbstractContextManager[Any] | None = None
         self._done: Any = None
@@ -294,7 +295,6 @@ class Recording:
         try:
             return await self._follow(ctx, self._startup_inbox)
         finally:
-            assert self._started_up is not None
             self._started_up.set()
 
     async def _follow(self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any]) -> JsonValue:
@@ -333,8 +333,6 @@ class Recording:
         return phase
 
     async def _processes(self, ctx: StepContext) -> JsonValue:
-        assert self._started_up is not None
-        started_up = self._started_up
         seen: dict[str, int] = {}
         async with anyio.create_task_group() as watchers:
             # Processes announced until the start ends are watched; each
@@ -342,7 +340,7 @@ class Recording:
             with anyio.CancelScope() as receiving:
 
                 async def stop_receiving() -> None:
-                    await started_up.wait()
+                    await self._started_up.wait()
                     receiving.cancel()
 
                 watchers.start_soon(stop_receiving)
@@ -354,8 +352,6 @@ class Recording:
     async def _watch(
         self, ctx: StepContext, name: str, pid: int, sentinel: int, process: Any
     ) -> None:
-        assert self._started_up is not None
-        started_up = self._started_up
         exited = anyio.Event()
         status: list[int | None] = []
         portal = self._portal
@@ -379,7 +375,7 @@ class Recording:
                     group.cancel_scope.cancel()
 
                 group.start_soon(on_exit)
-                await started_up.wait()
+                await self._started_up.wait()
                 group.cancel_scope.cancel()
             if not status:
                 return {"pid": pid, "running": True}
@@ -419,14 +415,12 @@ def _exit_status(process: Any) -> int | None:
     its owner (``waitid`` with ``WNOWAIT``), else, when the owner reaped it
     first, what the owner's own process object recorded; ``None`` when
     neither knows."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         result = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
-    except ChildProcessError:
-        result = None
-    if result is not None:
-        if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-            return -result.si_status
-        return int(result.si_status)
+        if result is not None:
+            if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+                return -result.si_status
+            return int(result.si_status)
     # Its owner is reaping it this very moment (it saw the same sentinel):
     # its process object has the status a moment later.
     deadline = time.monotonic() + 1.0
