@@ -124,32 +124,23 @@ def injection_targets(
     # A fault on a package breaks the import of its submodules.
     modules = {prefix for module in imported for prefix in dotted_prefixes(module)}
 
-    third_party = set(plugins)
-    if discover_plugins:
-        third_party.update(ep.name for ep in _entry_points(PLATFORM_PLUGIN_GROUP))
-    # Names the platform step would refuse (empty, nested, or shadowing a
-    # built-in) never become steps.
-    third_party = {
-        name
-        for name in third_party
-        if name and "/" not in name and name not in BUILTIN_PLATFORM_PLUGINS
-    }
-
     steps = {PLATFORM_STEP, ATTENTION_STEP, FLASHINFER_COMM_STEP, ALLREDUCE_STEP}
     if engine == "vllm":
-        vllm_plugins = {
-            *BUILTIN_PLATFORM_PLUGINS,
-            *(ep.name for ep in _entry_points(VLLM_PLUGIN_GROUP)),
-        }
-        for name in vllm_plugins:
-            steps.update(
-                f"{PLATFORM_STEP}/{name}{child}" for child in ("", "/register", "/load_class")
-            )
-    else:
-        steps.update((PLATFORM_BUILD_STEP, ZENTORCH_STEP))
+        entry_points = _entry_points(VLLM_PLUGIN_GROUP)
         steps.update(
-            f"{PLATFORM_STEP}/{name}" for name in (*BUILTIN_PLATFORM_PLUGINS, *third_party)
+            f"{PLATFORM_STEP}/{name}{child}"
+            for name in (*BUILTIN_PLATFORM_PLUGINS, *(ep.name for ep in entry_points))
+            for child in ("", "/register", "/load_class")
         )
+    else:
+        third_party = set(plugins)
+        if discover_plugins:
+            third_party.update(ep.name for ep in _entry_points(PLATFORM_PLUGIN_GROUP))
+        # Names the platform step would refuse (empty or nested) never become
+        # steps; one that shadows a built-in names the built-in's step.
+        plugin_names = (*BUILTIN_PLATFORM_PLUGINS, *third_party)
+        steps.update(f"{PLATFORM_STEP}/{name}" for name in plugin_names if name and "/" not in name)
+        steps.update((PLATFORM_BUILD_STEP, ZENTORCH_STEP))
     steps.update(f"{ATTENTION_STEP}/{name}" for name in ATTENTION_BACKENDS)
     # Every backend a chain may attempt: each but auto, which picks among them.
     backends = [backend for backend in AllreduceBackend if backend is not AllreduceBackend.AUTO]
