@@ -429,14 +429,8 @@ class RealHost(HostBase):
         return None
 
     def isolation_spec(self) -> dict[str, Any]:
-        """Rebuilt in a child process by :func:`rebuild_real_host`."""
-        return {"factory": f"{__name__}:rebuild_real_host", "args": {"root": str(self._root)}}
-
-
-def rebuild_real_host(args: Any) -> RealHost:
-    """The factory named by :meth:`RealHost.isolation_spec`."""
-    root = args.get("root", "/") if isinstance(args, dict) else "/"
-    return RealHost(root)
+        """Rebuilt in a child process as ``RealHost(root)``."""
+        return {"factory": f"{__name__}:RealHost", "args": str(self._root)}
 
 
 def _sorted_entries(directory: Path) -> Sequence[Path]:

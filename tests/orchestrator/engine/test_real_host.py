@@ -211,12 +211,10 @@ def test_gfx_versions(target: str, capability: tuple[int, int] | None) -> None:
 
 
 def test_the_real_host_rebuilds_from_its_isolation_spec(tmp_path: Path) -> None:
-    from orchestrator.engine._host import rebuild_real_host
-
     spec = RealHost(tmp_path).isolation_spec()
 
-    assert spec["factory"] == "orchestrator.engine._host:rebuild_real_host"
-    assert repr(rebuild_real_host(spec["args"])) == repr(RealHost(tmp_path))
+    assert spec["factory"] == "orchestrator.engine._host:RealHost"
+    assert repr(RealHost(spec["args"])) == repr(RealHost(tmp_path))
 
 
 # --- this machine ---------------------------------------------------------------------------
