@@ -59,7 +59,6 @@ import atexit
 import functools
 import importlib
 import inspect
-import itertools
 import logging
 import multiprocessing
 import os
@@ -274,12 +273,12 @@ def _start(directory: Path) -> Recording:
 def _claim_log(run_dir: Path, run_id: str, *, first: int) -> JsonlLog:
     """This process's log: the lowest free rank from ``first`` on, each
     created exclusively, so two processes never share one."""
-    for rank in itertools.count(first):
+    rank = first
+    while True:
         try:
             return JsonlLog(rank_log_path(run_dir, rank), run_id=run_id, rank=rank, exclusive=True)
         except FileExistsError:
-            continue
-    raise AssertionError("unreachable")  # pragma: no cover
+            rank += 1
 
 
 def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
