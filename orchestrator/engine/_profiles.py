@@ -507,7 +507,7 @@ class SimulatedImporter(TableImporter):
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         origin = f"simulated:{profile.name}"
-        self._rules = rules = profile.effective_modules()
+        rules = profile.effective_modules()
         # Listed modules and their parent packages, built parents first.
         names = {prefix for listed in rules for prefix in dotted_prefixes(listed)}
         modules: dict[str, ModuleType | BaseException | None] = {}
@@ -530,9 +530,6 @@ class SimulatedImporter(TableImporter):
 
     def __repr__(self) -> str:
         return f"SimulatedImporter({self.profile.name!r})"
-
-    def _fresh(self, name: str, exception: BaseException) -> BaseException:
-        return self._rules[name].make_exception(name)
 
     def isolation_spec(self) -> dict[str, Any]:
         """Rebuilt in a child process by :func:`rebuild_simulated_importer`."""
