@@ -238,13 +238,23 @@ class VllmPlugins:
             qualname = answer.get("returned") if isinstance(answer, dict) else None
             if not isinstance(qualname, str):
                 return decline(self._decline_reason(name, answer))
-            loaded = await ctx.run_child(
-                "load_class", self._load_class(name, qualname), policy=ANY_EXCEPTION_POLICY
-            )
+            module, _, attribute = qualname.rpartition(".")
+
+            def load_class(child: StepContext) -> JsonValue:
+                try:
+                    cls = getattr(child.import_module(module), attribute)
+                except Exception as exc:
+                    self._loaded[name] = exc
+                    raise
+                self._loaded[name] = cls
+                device = getattr(cls, "device_type", None)
+                return {"qualname": qualname, "device": device if isinstance(device, str) else None}
+
+            loaded = await ctx.run_child("load_class", load_class, policy=ANY_EXCEPTION_POLICY)
             device = loaded.value.get("device") if isinstance(loaded.value, dict) else None
             return {
                 "activated": True,
-                "platform_class": qualname.rpartition(".")[2],
+                "platform_class": attribute,
                 "qualname": qualname,
                 "device": device if isinstance(device, str) else None,
                 "loaded": loaded.ok,
@@ -277,20 +287,6 @@ class VllmPlugins:
 
     def _records(self, name: str) -> list[dict[str, JsonValue]]:
         return [] if self._capture is None else self._capture.records.pop(name, [])
-
-    def _load_class(self, name: str, qualname: str) -> StepBody:
-        def load_class(ctx: StepContext) -> JsonValue:
-            module, _, attribute = qualname.rpartition(".")
-            try:
-                cls = getattr(ctx.import_module(module), attribute)
-            except Exception as exc:
-                self._loaded[name] = exc
-                raise
-            self._loaded[name] = cls
-            device = getattr(cls, "device_type", None)
-            return {"qualname": qualname, "device": device if isinstance(device, str) else None}
-
-        return load_class
 
     def _decline_reason(self, name: str, answer: JsonValue) -> str:
         records = answer.get("records") if isinstance(answer, dict) else None
