@@ -335,18 +335,12 @@ class Recording:
     async def _processes(self, ctx: StepContext) -> JsonValue:
         seen: dict[str, int] = {}
         async with anyio.create_task_group() as watchers:
-            # Processes announced until the start ends are watched; each
-            # watch ends by itself then, with the process running or dead.
-            with anyio.CancelScope() as receiving:
-
-                async def stop_receiving() -> None:
-                    await self._started_up.wait()
-                    receiving.cancel()
-
-                watchers.start_soon(stop_receiving)
-                with self._children_inbox:
-                    async for name, *spawned in self._children_inbox:
-                        watchers.start_soon(self._watch, ctx, _numbered(seen, name), *spawned)
+            # Processes are announced until the start ends (finish closes the
+            # stream); each watch ends by itself then, with the process
+            # running or dead.
+            with self._children_inbox:
+                async for name, *spawned in self._children_inbox:
+                    watchers.start_soon(self._watch, ctx, _numbered(seen, name), *spawned)
         return {"spawned": sum(seen.values())}
 
     async def _watch(
