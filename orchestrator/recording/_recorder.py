@@ -346,8 +346,9 @@ class Recording:
     async def _watch(
         self, ctx: StepContext, name: str, pid: int, sentinel: int, process: Any
     ) -> None:
-        exited = anyio.Event()
         status: list[int | None] = []
+        # The watch lasts until the start ends, or the process exits first.
+        waiting = anyio.CancelScope()
         portal = self._portal
         assert portal is not None
 
@@ -357,20 +358,13 @@ class Recording:
             multiprocessing.connection.wait([sentinel])
             status.append(_exit_status(process))
             with contextlib.suppress(BaseException):
-                portal.call(exited.set)
+                portal.call(waiting.cancel)
 
         threading.Thread(target=wait_for_exit, name=f"watch {name}", daemon=True).start()
 
         async def watch(child: StepContext) -> JsonValue | IsolatedCrash:
-            async with anyio.create_task_group() as group:
-
-                async def on_exit() -> None:
-                    await exited.wait()
-                    group.cancel_scope.cancel()
-
-                group.start_soon(on_exit)
+            with waiting:
                 await self._started_up.wait()
-                group.cancel_scope.cancel()
             if not status:
                 return {"pid": pid, "running": True}
             return IsolatedCrash.of(status[0])
