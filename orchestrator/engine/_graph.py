@@ -25,8 +25,8 @@ def build_engine_graph(
 ) -> Graph:
     """The engine's steps: ``platform``; then ``attention`` and
     ``flashinfer_comm`` (both after the platform); then
-    ``allreduce_workspace`` (after the platform and flashinfer_comm). Each
-    step may take ``config.step_timeout`` seconds.
+    ``allreduce_workspace`` (after the platform and flashinfer_comm), each
+    bounded as :attr:`EngineConfig.step_timeout` says.
 
     Args:
         config: what the engine is asked to start.
