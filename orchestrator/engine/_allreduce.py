@@ -489,18 +489,15 @@ class _Setup:
                     break
                 if statuses[backend] == _UNTRIED:
                     statuses[backend] = await self.catch_up(backend)
-            released: list[JsonValue] = []
-            for backend, workspace in list(self.held.items()):
-                if backend != agreed:
-                    await child.to_thread(self.factory.release, workspace)
-                    del self.held[backend]
-                    released.append(backend)
+            released = [backend for backend in self.held if backend != agreed]
+            for backend in released:
+                await child.to_thread(self.factory.release, self.held.pop(backend))
             return {
                 "backend": agreed,
                 "local": local,
                 "group": gathered,
                 "rounds": rounds,
-                "released": released,
+                "released": list(released),
             }
 
         await self.ctx.run_child(_AGREE, agree, policy=_STEP_POLICY, timeout=self.config.bound(3))
