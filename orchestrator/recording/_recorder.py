@@ -261,12 +261,10 @@ class Recording:
         """``error`` captured here, in the thread that raised it, once: the
         phase it leaves and the start it ends record the same capture, so
         the record says it went up from where it was raised."""
-        captured = self._captured.get(id(error))
-        if captured is not None and captured[0] is error:
-            return captured[1]
-        data = IsolatedError.capture(error, self._redactor)
-        self._captured[id(error)] = (error, data)
-        return data
+        if id(error) not in self._captured:
+            # Kept with its capture, so no other error can take its id.
+            self._captured[id(error)] = (error, IsolatedError.capture(error, self._redactor))
+        return self._captured[id(error)][1]
 
     def _end_open(
         self, portal: anyio.from_thread.BlockingPortal, end: _End, down_to: Any = None
