@@ -149,7 +149,7 @@ class Recording:
         # Set when the start ends; an event of the loop, made by start().
         self._started_up: anyio.Event
         self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._portal_cm: contextlib.AbstractContextManager[Any] | None = None
+        self._loop_thread = contextlib.ExitStack()
         self._done: Any = None
         self._redactor = Redactor.from_environment()
         self._captured: dict[int, tuple[BaseException, IsolatedError]] = {}
@@ -160,8 +160,7 @@ class Recording:
     def start(self) -> None:
         """Write ``run.started`` and start the graph on its own loop."""
         self._runner.begin(self._graph)
-        self._portal_cm = anyio.from_thread.start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
+        self._portal = self._loop_thread.enter_context(anyio.from_thread.start_blocking_portal())
         startup, self._startup_inbox = anyio.create_memory_object_stream[Any](math.inf)
         self._open = [(STARTUP_STEP, startup)]
         if self._spawns:
@@ -196,10 +195,9 @@ class Recording:
 
     def close(self) -> None:
         """Stop the loop thread (the run's end is in the log by then)."""
-        portal_cm, self._portal_cm = self._portal_cm, None
-        if portal_cm is not None and os.getpid() == self.pid:
+        if os.getpid() == self.pid:
             with contextlib.suppress(BaseException):
-                portal_cm.__exit__(None, None, None)
+                self._loop_thread.close()
 
     def at_exit(self) -> None:
         """At interpreter exit: a start still open failed, in the phase it
