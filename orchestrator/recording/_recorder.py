@@ -303,18 +303,14 @@ class Recording:
                     if message.error is not None:
                         raise message.error
                     break
-                try:
+                # A phase's error is recorded on it; whether it ends this one
+                # too is for the engine's code to say, with this phase's end.
+                with contextlib.suppress(Exception), message.inbox:
                     await ctx.run_child(
                         _numbered(seen, message.name),
                         self._phase_body(message.inbox, message.started),
                         attributes=message.attributes,
                     )
-                except Exception:
-                    # Recorded on the phase; whether it ends this one too is
-                    # for the engine's code to say, with this phase's end.
-                    continue
-                finally:
-                    message.inbox.close()
             return None
         finally:
             _close(inbox)
