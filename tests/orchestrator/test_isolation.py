@@ -196,8 +196,10 @@ def test_a_killed_runs_isolated_child_dies_with_it(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with subprocess.Popen([sys.executable, "-c", HUNG_RUN, str(fifo)]) as parent:
         child = int(fifo.read_text())  # once the child is in its body
+        # Held before the kill: a child that dies and is reaped at once
+        # would leave no pid to open afterwards.
+        waiting = os.pidfd_open(child)
         parent.kill()
-    waiting = os.pidfd_open(child)
     try:
         assert select.select([waiting], [], [], DEADLINE_S)[0], "the child outlived its run"
     finally:
