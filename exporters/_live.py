@@ -253,11 +253,6 @@ class _GuardedExporter(SpanExporter):
             except Exception:
                 _logger.debug("span exporter shutdown failed", exc_info=True)
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        if self._closed:
-            return False
-        return self._inner.force_flush(timeout_millis)
-
 
 _REASONS = (
     (re.compile(r"connection refused", re.IGNORECASE), "connection refused"),
