@@ -18,7 +18,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -361,7 +360,7 @@ def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
                 logger.addFilter(_capture_filter)
 
 
-@contextmanager
+@contextlib.contextmanager
 def captured_messages(
     on_retry: Callable[[Sequence[str]], None] | None = None,
 ) -> Iterator[list[str]]:
