@@ -536,9 +536,7 @@ def spans_from_events(
         ValueError: an event's trace or span id is malformed.
     """
     projection = SpanProjection(severity_of=severity_of)
-    spans: list[ReadableSpan] = []
-    for event in events:
-        spans.extend(projection.feed(event))
+    spans = [span for event in events for span in projection.feed(event)]
     spans.extend(projection.finish(launch=launch))
     return spans
 
