@@ -249,8 +249,7 @@ async def run_isolated(
                     run.left_in_child(context.step, await child.stacks())
                     reading.cancel_scope.cancel()
                 process.kill()
-                await process.wait()
-            await process.aclose()
+            await process.aclose()  # waits for the process to end
     tail = tuple(stderr.decode("utf-8", "replace").splitlines()[-STDERR_TAIL_LINES:])
     # The last answer that is not stacks: the child may answer a question
     # asked as its body ended after its result.
