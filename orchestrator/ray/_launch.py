@@ -386,21 +386,19 @@ class _Launch:
         self._wait(running, timeout_s, on_answer=self._record)
         for actor in self.actors:
             if actor.pending is not None:  # _record clears it for each answer
-                # Killed before its workspace is read: nothing writes to it.
-                with contextlib.suppress(Exception):
-                    self.ray.kill(actor.handle)
                 self._record(actor, None)
         self.book.finish()
 
     def _record(self, actor: _Actor, answer: object) -> None:
         actor.pending = None
+        # Done with this launch: its process ends now, as a torchrun worker's
+        # does, so peers still waiting on it in a collective (its own was cut
+        # short by its failure) fail at once instead of at the group timeout;
+        # one given up on is killed before its workspace is read, so nothing
+        # writes to it.
+        with contextlib.suppress(Exception):
+            self.ray.kill(actor.handle)
         if isinstance(answer, RankReport):
-            # Done with this launch: its process ends now, as a torchrun
-            # worker's does, so peers still waiting on it in a collective
-            # (its own was cut short by its failure) fail at once instead of
-            # at the group timeout.
-            with contextlib.suppress(Exception):
-                self.ray.kill(actor.handle)
             actor.report = answer
             if answer.outcome is not None:
                 store_collected_log(self.book.run_dir, actor.rank, answer.log)
