@@ -167,7 +167,6 @@ async def _run_bounded(startup: Startup, timeout_s: float) -> Exception | None:
     not ended within ``timeout_s``, stop it (from a task of its own event
     loop, as :meth:`Startup.stop` asks), so that it records ``interrupted``
     and its log still comes back."""
-    failure: Exception | None = None
     async with anyio.create_task_group() as tasks:
 
         async def stop_when_late() -> None:
@@ -180,10 +179,10 @@ async def _run_bounded(startup: Startup, timeout_s: float) -> Exception | None:
         try:
             await startup.arun()
         except Exception as exc:
-            failure = exc
+            return exc
         finally:
             tasks.cancel_scope.cancel()
-    return failure
+    return None
 
 
 def new_workspace() -> Path:
