@@ -284,6 +284,8 @@ class Watchdog:
 
 
 async def _nothing() -> None:
+    # Never yields: a trio loop shutting down would cancel a checkpoint,
+    # raising Cancelled in the thread that asked.
     pass
 
 
