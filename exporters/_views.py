@@ -44,9 +44,7 @@ __all__ = [
 ]
 
 
-def _seconds(ns: int | None) -> str:
-    if ns is None:
-        return "?"
+def _seconds(ns: int) -> str:
     if ns < 1_000_000:
         return f"{ns / 1_000:.0f}us"
     if ns < 1_000_000_000:
