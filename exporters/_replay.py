@@ -299,6 +299,4 @@ def _cause_text(cause: RootCause) -> str:
         return f"{where}{why}{cause.left_out_text()}"
     if cause.exception is not None:
         return f"{where}{cause.exception.reason}"
-    if cause.no_events is not None:
-        return f"rank {cause.rank} wrote no events ({cause.no_events})"
     return f"{where}{cause.outcome.value}"
