@@ -102,6 +102,7 @@ logs name the ranks' roles), OUTCOME, the columns the replay's slices declare
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -357,11 +358,9 @@ _OUTCOME_ORDER = tuple(map(RunOutcome, ["failed", "incomplete", "interrupted", "
 
 
 def _headline(replay: Replay) -> str:
-    counts = dict.fromkeys(_OUTCOME_ORDER, 0)
-    for rank in replay.states:
-        counts[replay.outcome_of(rank)] += 1
+    counts = Counter(replay.outcome_of(rank) for rank in replay.states)
     total = len(replay.states)
-    parts = [f"{count} {outcome.value}" for outcome, count in counts.items() if count]
+    parts = [f"{counts[outcome]} {outcome.value}" for outcome in _OUTCOME_ORDER if counts[outcome]]
     if replay.no_events:
         parts.append(f"{len(replay.no_events)} without events")
     run = f"run {replay.run_id}, " if replay.run_id else ""
