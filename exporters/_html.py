@@ -406,15 +406,14 @@ def report_html(
     )
     ticks = _ticks(0, span, "full")
     toggles = ['<label for="expand-all">expand every step</label>']
+    # CSS toggles, no script: each checkbox comes before the lanes it changes.
+    out.append('<input type="checkbox" id="expand-all" hidden>')
     if zoom is not None and first_waiting is not None:
         ticks += _ticks(zoom[0] - origin, zoom[1], "zoomed")
         toggles.append(
             f'<label for="zoom">zoom: from the first step that waited for '
             f"{_e(', '.join(first_waiting.depends_on))} (+{_ms(zoom[0] - origin)})</label>"
         )
-    # CSS toggles, no script: each checkbox comes before the lanes it changes.
-    out.append('<input type="checkbox" id="expand-all" hidden>')
-    if zoom is not None:
         out.append('<input type="checkbox" id="zoom" hidden>')
     out.append(
         f'<section id="lanes"><h2>Ranks ({len(ordered)} lane{"s" if len(ordered) != 1 else ""}'
