@@ -8,9 +8,7 @@ Ranks whose views are identical are shown once, with their rank range.
 Views are text for a terminal, and step names, reasons, messages and values
 come from logs and probes: every line goes through :func:`terminal_text`,
 so control characters are escaped and the continuation lines of a
-multi-line text are indented (in the fallback tree, under their step). A
-record's cause chain may be thousands of links deep (a log from elsewhere):
-the views read only as much of it as they show.
+multi-line text are indented (in the fallback tree, under their step).
 """
 
 from __future__ import annotations
