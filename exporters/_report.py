@@ -133,7 +133,6 @@ REPORT_VERSION = 1
 #: per-rank text such as a duration would otherwise print once per rank).
 _GROUPS_PER_CODE = 8
 
-
 #: At most this many ranks without events are described one by one (with
 #: what their launcher saw); the rest are listed as rank ranges.
 _RANKS_DESCRIBED = 8
@@ -637,10 +636,9 @@ def report_text(
     rank: int | None = None,
     printed_above: str | None = None,
 ) -> str:
-    """The human report: outcome and root cause first (rank, step, exception
-    chain outermost first, each cause below it), then the ranks' state with
-    identical rows collapsed into rank ranges, the grouped messages at
-    ``min_severity`` or above, the divergences and the log warnings.
+    """The human report of ``replay``, its sections in the order the module
+    docstring gives: the root cause's exception chain outermost first, the
+    grouped messages at ``min_severity`` or above.
 
     With ``rank``, the table and the messages are that rank's only (the
     outcome, root cause and divergences stay the run's). With
