@@ -422,9 +422,8 @@ def report_html(
         f'<div class="axis"><span class="name">time since {since}</span>'
         f'<span class="track">{ticks}</span></div>'
     )
-    missing = {rank: why for rank, why in result.no_events.items() if rank not in ranks}
-    for why in sorted(set(missing.values())):
-        who = format_ranks(r for r, w in missing.items() if w == why)
+    for why in sorted(set(result.no_events.values())):
+        who = format_ranks(r for r, w in result.no_events.items() if w == why)
         out.append(
             f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
             f" wrote no events ({_e(why)})</h3></div>"
