@@ -76,10 +76,9 @@ def export_events(
     if replayed is not None:
         spans = run_trace(events, replayed, severity_of=severity_of)
     else:
-        if severity_of is None:
-            events = list(events)
-            severity_of = step_severity_hook(events, slices=slices)
-        spans = spans_from_events(events, severity_of=severity_of)
+        events = list(events)
+        severity = severity_of or step_severity_hook(events, slices=slices)
+        spans = spans_from_events(events, severity_of=severity)
     send_spans(spans, exporter, batch_size=batch_size)
     return len(spans)
 
@@ -147,9 +146,8 @@ def run_trace(
     spans of a single rank get no launch span.
     """
     events = list(events)
-    if severity_of is None:
-        severity_of = step_severity_hook(events, slices=replayed.slices)
-    spans = spans_from_events(events, severity_of=severity_of, launch=replayed.launch)
+    severity = severity_of or step_severity_hook(events, slices=replayed.slices)
+    spans = spans_from_events(events, severity_of=severity, launch=replayed.launch)
     cause = replayed.root_cause
     target = None if cause is None else _root_cause_span(spans, cause)
     link = None if target is None else Link(target.context, {"startup.link": "root cause"})
