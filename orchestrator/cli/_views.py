@@ -210,10 +210,8 @@ def grouped_decision_divergences(found: list[Any]) -> list[Any]:
         groups.setdefault(key, []).append(divergence)
     grouped = []
     for (*_key, text), members in groups.items():
+        # One member is rebuilt as it was: its text is "rank N " and the rest.
         first = members[0]
-        if len(members) == 1:
-            grouped.append(first)
-            continue
         ranks = tuple(sorted(rank for member in members for rank in member.ranks))
         values = ((first.values[0][0], ranks),)
         grouped.append(attrs.evolve(first, values=values, text=f"{format_ranks(ranks)} {text}"))
