@@ -82,9 +82,8 @@ def _describe_end(timing: StepTiming) -> str:
             )
             if summary:
                 text += f" ({_clip(summary, 120)})"
-        case StepUnavailable(reasons=reasons):
-            if reasons:
-                text += f": {_clip('; '.join(reasons), 200)}"
+        case StepUnavailable(reasons=reasons) if reasons:
+            text += f": {_clip('; '.join(reasons), 200)}"
         case StepFailed(cause=cause):
             text += f": {_chain_summary(cause, 300)}"
         case StepTimedOut(timeout_s=timeout):
