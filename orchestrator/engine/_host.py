@@ -36,7 +36,6 @@ __all__ = [
     "amd_devices_from_amdsmi",
     "build_target_of_torch",
     "is_amd_zen",
-    "nvidia_devices_from_nvml",
 ]
 
 #: The variable that names the build target, as in vLLM.
@@ -212,16 +211,6 @@ def _ask_library(
     return Devices(found=found, reason="" if found else f"{what} reports no devices")
 
 
-def nvidia_devices_from_nvml(importer: Importer) -> Devices:
-    """Ask NVML through ``pynvml``. Not installed, an NVML that cannot load
-    (``NVML Shared Library Not Found``: no driver, or a container started
-    without the NVIDIA runtime) or no devices is an empty answer with its
-    reason; anything else pynvml raises propagates."""
-    if importer.find_spec("pynvml") is None:
-        return Devices(reason="pynvml is not installed")
-    return _ask_library(importer, "pynvml", ("nvmlInit", "nvmlShutdown"), _nvml_devices, "NVML")
-
-
 def _nvml_devices(nvml: Any) -> Iterator[GpuDevice]:
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -288,19 +277,23 @@ class HostBase(abc.ABC):
     the driver's files, a simulated one answers from its profile."""
 
     def nvidia_devices(self, importer: Importer) -> Devices:
-        """NVML (vLLM asks nothing else). When it finds nothing while the
-        host shows NVIDIA GPUs (device nodes or driver files, a profile's
-        GPUs), the answer says they are ``present``, why NVML cannot use
-        them, and what to do."""
-        devices = nvidia_devices_from_nvml(importer)
+        """NVML through ``pynvml`` (vLLM asks nothing else). Not installed,
+        an NVML that cannot load (``NVML Shared Library Not Found``: no
+        driver, or a container started without the NVIDIA runtime) or no
+        devices is an empty answer with its reason; anything else pynvml
+        raises propagates. When it finds nothing while the host shows NVIDIA
+        GPUs (device nodes or driver files, a profile's GPUs), the answer
+        says they are ``present``, why NVML cannot use them, and what to do."""
+        installed = importer.find_spec("pynvml") is not None
+        devices = (
+            _ask_library(importer, "pynvml", ("nvmlInit", "nvmlShutdown"), _nvml_devices, "NVML")
+            if installed
+            else Devices(reason="pynvml is not installed")
+        )
         evidence = "" if devices.found else self._nvidia_evidence()
         if not evidence:
             return devices
-        hint = (
-            "install nvidia-ml-py"
-            if devices.reason == "pynvml is not installed"
-            else _NVIDIA_RUNTIME_HINT
-        )
+        hint = _NVIDIA_RUNTIME_HINT if installed else "install nvidia-ml-py"
         return Devices(
             reason=f"NVIDIA GPUs are present ({evidence}) but {devices.reason}: {hint}",
             present=True,
