@@ -404,9 +404,7 @@ def _exit_status(process: Any) -> int | None:
     # Its owner is reaping it this very moment (it saw the same sentinel):
     # its process object has the status a moment later.
     deadline = time.monotonic() + 1.0
-    pause = threading.Event()
-    while True:
-        code = process.exitcode
-        if isinstance(code, int) or time.monotonic() >= deadline:
-            return code if isinstance(code, int) else None
-        pause.wait(0.01)
+    while not isinstance(process.exitcode, int) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    code = process.exitcode
+    return code if isinstance(code, int) else None
