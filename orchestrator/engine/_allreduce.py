@@ -280,15 +280,6 @@ class RealWorkspaceFactory:
             destroy()
 
 
-def _choose_factory(ctx: StepContext) -> WorkspaceFactory:
-    given: WorkspaceFactory | None = ctx.services.get("workspace_factory")
-    if given is not None:
-        return given
-    if getattr(ctx.host, "name", "real") != "real":
-        return SimulatedWorkspaceFactory(ctx.host)
-    return RealWorkspaceFactory()
-
-
 # The chain ------------------------------------------------------------------------------
 
 
@@ -364,7 +355,11 @@ class _Setup:
         group: Group | None = ctx.services.get("group")
         self.group = group if group is not None and group.world_size > 1 else None
         self.held: dict[str, object] = {}
-        self.factory = _choose_factory(ctx)
+        factory: WorkspaceFactory | None = ctx.services.get("workspace_factory")
+        if factory is None:
+            simulated = getattr(ctx.host, "name", "real") != "real"
+            factory = SimulatedWorkspaceFactory(ctx.host) if simulated else RealWorkspaceFactory()
+        self.factory = factory
         self.chain: tuple[str, ...] = ()
 
     def finish(
