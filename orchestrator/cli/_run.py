@@ -41,7 +41,7 @@ from .._identity import (
 )
 from .._json_text import read_input
 from .._run_directory import LaunchBook, Manifest, RunDirectoryError
-from .._startup import Startup, checked_fault_plan, print_messages, trace_parent
+from .._startup import DEFAULT_RUNS_ROOT, Startup, checked_fault_plan, print_messages, trace_parent
 from ._errors import InputError, UsageError, raised_as
 from ._launcher import (
     CHILD_VARIABLE,
@@ -52,7 +52,7 @@ from ._launcher import (
 )
 from ._output import PROG, diagnose, hold_stops
 from ._parser import parse_seconds
-from ._run_logs import DEFAULT_RUNS, read_run
+from ._run_logs import read_run
 
 __all__ = ["command_run"]
 
@@ -170,7 +170,7 @@ def command_run(args: argparse.Namespace) -> int:
         # written, or would be written over the run's own record.
         from ._views import check_output
 
-        run_dir = args.run_dir or (None if run_id is None else DEFAULT_RUNS / run_id)
+        run_dir = args.run_dir or (None if run_id is None else DEFAULT_RUNS_ROOT / run_id)
         check_output(
             f"--trace-file {args.trace_file}",
             args.trace_file,
@@ -203,7 +203,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
 
     with raised_as(UsageError, RankEnvironmentError):  # a rank would refuse it alike
         run_id = run_id or run_id_from_environment() or new_run_id()
-    run_dir = args.run_dir or DEFAULT_RUNS / run_id
+    run_dir = args.run_dir or DEFAULT_RUNS_ROOT / run_id
     grace_s = _grace(args)
     # The launch's span is a child of the launcher's own TRACEPARENT.
     with raised_as(UsageError, ValueError):
@@ -436,7 +436,7 @@ def _run_rank(
         identity=identity,
         run_id=args.run_id,
         run_dir=args.run_dir,
-        runs_root=DEFAULT_RUNS,
+        runs_root=DEFAULT_RUNS_ROOT,
         durability=args.durability,
         profile=host.profile,
         simulated=host.label,

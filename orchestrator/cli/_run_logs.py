@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "DEFAULT_RUNS",
     "RankLog",
     "RunLogs",
     "log_files",
@@ -42,9 +41,6 @@ __all__ = [
     "rank_of_file",
     "read_run",
 ]
-
-#: Where ``run`` puts its run directories unless told otherwise.
-DEFAULT_RUNS = Path("startup-runs")
 
 
 def log_files(paths: Sequence[Path]) -> list[Path]:
