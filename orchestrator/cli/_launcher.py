@@ -75,14 +75,11 @@ class RankExit:
     returncode: int
 
     def describe(self) -> str:
-        """``"rank 3 (pid 123): killed by SIGKILL"`` and the like."""
+        """``"rank 3 (pid 123): killed by SIGKILL"`` or ``"...: exited with
+        code 1"``: how a rank that did not reach ready ended."""
         if self.returncode < 0:
-            how = f"killed by {signal_name(-self.returncode)}"
-        elif self.returncode == 0:
-            how = "ready"
-        else:
-            how = f"exited with code {self.returncode}"
-        return f"rank {self.rank} (pid {self.pid}): {how}"
+            return f"rank {self.rank} (pid {self.pid}): killed by {signal_name(-self.returncode)}"
+        return f"rank {self.rank} (pid {self.pid}): exited with code {self.returncode}"
 
 
 def _free_port() -> int:
