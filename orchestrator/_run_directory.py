@@ -234,16 +234,6 @@ class LauncherProcess:
     finished_wall_ns: int | None = None
     trace_parent: str | None = attrs.field(default=None, validator=_span_id)
 
-    @classmethod
-    def this(cls, *, trace_parent: str | None = None) -> LauncherProcess:
-        """This process, starting a launch now."""
-        return cls(
-            pid=os.getpid(),
-            host=platform.node(),
-            started_wall_ns=time.time_ns(),
-            trace_parent=trace_parent,
-        )
-
 
 @attrs.frozen(kw_only=True)
 class Manifest:
@@ -291,8 +281,11 @@ class Manifest:
             world_size=world_size,
             simulated=simulated,
             injected=tuple(fault.describe() for fault in faults.faults),
-            launcher=LauncherProcess.this(
-                trace_parent=None if caller_span is None else caller_span[1]
+            launcher=LauncherProcess(
+                pid=os.getpid(),
+                host=platform.node(),
+                started_wall_ns=time.time_ns(),
+                trace_parent=None if caller_span is None else caller_span[1],
             ),
             collected_by=collected_by,
         )

@@ -22,7 +22,7 @@ from orchestrator._run_directory import (
 
 
 def _manifest(world_size: int = 3) -> Manifest:
-    return Manifest(run_id="run-1", world_size=world_size, launcher=LauncherProcess.this())
+    return Manifest(run_id="run-1", world_size=world_size, launcher=LauncherProcess())
 
 
 def test_a_claim_creates_the_manifest_before_any_rank_starts(tmp_path: Path) -> None:
