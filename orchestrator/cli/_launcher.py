@@ -5,14 +5,14 @@ torchrun environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` for a
 gloo group), a shared run id and run directory, and the launcher's own
 ``TRACEPARENT`` when it has one. It forwards SIGINT, SIGTERM and SIGHUP to
-the ranks, waits for all of them, and reports how each ended — including a
-rank that died. When a rank ends other than ready (it failed, was
-interrupted, or died), or the launcher is asked to stop, the ranks still running get a
-grace period, then SIGTERM (they record ``interrupted``), then, after
-another grace period, SIGKILL: a rank stuck in a collective or a rendezvous
-with a peer that is gone never keeps the launch waiting forever. The grace
-period is 10 s unless the caller says otherwise (the command line reads
-``--grace`` or ``STARTUP_ORCHESTRATOR_GRACE_S``).
+the ranks, waits for all of them (a task each: nothing polls), and reports
+how each ended — including a rank that died. When a rank ends other than
+ready (it failed, was interrupted, or died), or the launcher is asked to
+stop, the ranks still running get a grace period, then SIGTERM (they record
+``interrupted``), then, after another grace period, SIGKILL: a rank stuck in
+a collective or a rendezvous with a peer that is gone never keeps the launch
+waiting forever. The grace period is 10 s unless the caller says otherwise
+(the command line reads ``--grace`` or ``STARTUP_ORCHESTRATOR_GRACE_S``).
 
 The launcher writes what it sees in the launch's record
 (:class:`~orchestrator._run_directory.LaunchBook`, the manifest in the run
@@ -115,10 +115,6 @@ class LocalLaunch:
     """The ranks of ``book``'s launch, each running ``python -m orchestrator
     run <rank_arguments>`` with its run id and run directory, started and
     waited for by :meth:`run`, and what was done to them.
-
-    One task per rank waits for its process and records its end; a task
-    forwards the stop signals the launcher receives; a task escalates once a
-    rank ended other than ready or a stop was asked. Nothing polls.
 
     Args:
         rank_arguments: the ``run`` arguments every rank gets.
