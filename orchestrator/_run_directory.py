@@ -160,9 +160,7 @@ def refuse_foreign_rank(run_dir: Path, launcher_pid: int | None) -> None:
             a manifest that cannot be read.
     """
     manifest = read_manifest(run_dir)
-    if manifest is None:
-        return
-    if (
+    if manifest is None or (
         manifest.collected_by is None
         and manifest.launcher.pid == launcher_pid
         and manifest.launcher.host == platform.node()
