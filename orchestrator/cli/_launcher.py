@@ -105,8 +105,8 @@ def _wait_without_threads() -> None:
     asyncio.get_event_loop_policy().set_child_watcher(asyncio.PidfdChildWatcher())
 
 
-#: How long the ranks' stderr is read after the last rank ended: a process a
-#: rank left behind may hold the pipe open, and nothing waits for it.
+#: How long a rank's stderr is still read once the rank ended: a process it
+#: left behind may hold the pipe open, and nothing waits for it.
 _DRAIN_S = 0.5
 
 
@@ -306,7 +306,7 @@ class LocalLaunch:
     async def watch(self, rank: int, process: Process, stderr: int | None) -> None:
         async with anyio.create_task_group() as reading:
             if stderr is not None:
-                reading.start_soon(self.read, stderr, False)
+                reading.start_soon(self.read, stderr)
             code = await process.wait()
             self.exits[rank] = exit = RankExit(rank=rank, pid=process.pid, returncode=code)
             self.book.ended(
@@ -324,16 +324,13 @@ class LocalLaunch:
                 # stopped (as torchrun stops a worker group when one fails).
                 self.trouble_from(f"after {exit.describe()}")
             self.finish_if_done()
-            if stderr is not None:
-                with anyio.move_on_after(_DRAIN_S):
-                    await self.read(stderr, True)
-                reading.cancel_scope.cancel()
+            reading.cancel_scope.deadline = anyio.current_time() + _DRAIN_S
         if stderr is not None:
             os.close(stderr)
 
-    async def read(self, fd: int, final: bool) -> None:
-        """Hand ``fd``'s whole lines to ``relay`` until its end (with
-        ``final``, once the rank ended, what is left too)."""
+    async def read(self, fd: int) -> None:
+        """Hand ``fd``'s lines to ``relay`` until its end, or until the read
+        is cancelled (what is left of a line too)."""
         assert self.relay is not None
         os.set_blocking(fd, False)
         partial = b""
@@ -350,7 +347,7 @@ class LocalLaunch:
                 for line in lines:
                     self.relay(line.decode("utf-8", "replace"))
         finally:
-            if partial and final:
+            if partial:
                 self.relay(partial.decode("utf-8", "replace"))
 
     def finish_if_done(self) -> None:
