@@ -47,7 +47,7 @@ Steps (``kind`` in brackets, payloads as JSON)::
       | unavailable (cause: the import error, or reason naming a missing symbol)
     allreduce_workspace               [step]       attributes {"requested", "tp"}
       result   {"enabled": bool, "backend": str | null, "quant_backend": str | null,
-                "reason": str | null, "nodes": int}
+                "reason": str | null, "quant_reason": str | null, "nodes": int}
       failure  ValueError (configuration error, e.g. trtllm on several nodes)
       decision "fallback.result" -> backend | null (this rank's chain)
       decision "allreduce.agreed" -> backend | null (what every rank uses)
