@@ -211,7 +211,11 @@ class Startup:
             manifest. A launcher that reads every rank's log afterwards and
             writes its own manifest passes ``False``; the command line's
             launcher then prints once for all ranks the WARNINGs they held
-            and the ERRORs of failures that follow a peer's.
+            and the ERRORs of failures that follow a peer's. Under any
+            other launcher (the Ray driver, your own) a rank prints only the
+            WARNINGs its scope gives it (rank 0's, or local rank 0's), not
+            one that only it saw, lest every rank repeat rank 0's: ``replay``
+            of the logs shows them all.
         launch_span: whether, in a run of several ranks, this rank's root
             span is a child of the launch's own span
             (:func:`events.launch_span_id`), sent at the end by whoever
