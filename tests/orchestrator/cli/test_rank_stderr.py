@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 #: without a newline and ends; the leftover's pid goes to stdout.
 _LEAVES_A_PROCESS = """
 import subprocess, sys
-left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+left = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
 print(left.pid, flush=True)
 sys.stderr.write("first line\\nlast words")
 """
