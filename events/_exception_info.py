@@ -475,18 +475,21 @@ def _safe_getattr(obj: object, name: str) -> Any:
         return None
 
 
-def cut_chain(record: Any) -> Any:
+def cut_chain(record: Any, rename: Callable[[str], str] | None = None) -> Any:
     """``record`` (an exception record's JSON) with at most
     :data:`MAX_CHAIN` linked records, links past the bound dropped and the
-    record they were dropped from marked ``truncated``; ``record`` itself when
-    it is within the bound. Anything that is not a record is left for the
-    checks to refuse."""
+    record they were dropped from marked ``truncated``, and each kept
+    record's ``type`` passed through ``rename`` when given; ``record`` itself
+    when nothing changed. The records changed are copies. Anything that is
+    not a record is left for the checks to refuse."""
     budget = MAX_CHAIN
 
     def cut(node: dict[str, Any]) -> dict[str, Any]:
         nonlocal budget
         budget -= 1
         copy: dict[str, Any] | None = None
+        if rename is not None and type(node.get("type")) is str:
+            copy = {**node, "type": rename(node["type"])}
         for name in ("cause", "context", "exceptions"):
             value: Any = node.get(name)
             many = type(value) is list

@@ -46,28 +46,12 @@ def public_type_name(name: str) -> str:
 def public_type_names(record: dict[str, Any]) -> dict[str, Any]:
     """The upgrade from schema version 1 to 2: rename the exception types of
     ``record``'s ``cause`` (and the causes, contexts and group members nested
-    in it, cut first to :data:`~events._exception_info.MAX_CHAIN` records as
-    decoding cuts them) to their public paths. Anything that is not a JSON
-    object where an exception record belongs is left for the codec's checks
-    to reject.
+    in it, cut to :data:`~events._exception_info.MAX_CHAIN` records as
+    decoding cuts them) to their public paths, in copies of the records
+    renamed. Anything that is not a JSON object where an exception record
+    belongs is left for the codec's checks to reject.
     """
     cause = record.get("cause")
     if isinstance(cause, dict):
-        record["cause"] = _renamed(cut_chain(cause))
+        record["cause"] = cut_chain(cause, rename=public_type_name)
     return record
-
-
-def _renamed(info: dict[str, Any]) -> dict[str, Any]:
-    # A copy: nested objects are shared with the caller's parsed JSON.
-    info = dict(info)
-    if isinstance(info.get("type"), str):
-        info["type"] = public_type_name(info["type"])
-    for field in ("cause", "context"):
-        if isinstance(info.get(field), dict):
-            info[field] = _renamed(info[field])
-    if isinstance(info.get("exceptions"), list):
-        info["exceptions"] = [
-            _renamed(member) if isinstance(member, dict) else member
-            for member in info["exceptions"]
-        ]
-    return info
