@@ -657,8 +657,14 @@ def decode_record(record: object) -> Event:
     type_tag: Any = record.get("type")
     if type(type_tag) is not str or type_tag not in EVENT_TYPES:
         raise UnknownEventTypeError(type_tag, tuple(EVENT_TYPES))
+    return _decoded(CURRENT_DECODERS[type_tag], record)
+
+
+def _decoded(decoder: Callable[[dict[str, Any]], T], record: dict[str, Any]) -> T:
+    """What ``decoder`` builds of ``record``, its :class:`_Bad` raised as the
+    :class:`DecodeError` it describes."""
     try:
-        return CURRENT_DECODERS[type_tag](record)
+        return decoder(record)
     except _Bad as bad:
         error = bad.error()
     # Outside the except block, so the error raised carries no context.
@@ -715,12 +721,8 @@ def structure(cls: type[T], record: object) -> T:
         _structurer(cls)
     if type(record) is not dict:
         raise DecodeError(f"expected a JSON object, got {_json_type(record)}")
-    try:
-        built: T = _STRUCTURERS[cls](record)
-        return built
-    except _Bad as bad:
-        error = bad.error()
-    raise error
+    built: T = _decoded(_STRUCTURERS[cls], record)
+    return built
 
 
 def unstructure(instance: Any) -> dict[str, Any]:
