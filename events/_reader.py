@@ -132,25 +132,23 @@ def _read_bytes(path: Path) -> bytes:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            status = os.fstat(fd)
+            mode = status.st_mode
+            if stat.S_ISDIR(mode):
+                raise LogCorruptError(path, 0, "is a directory, not a log file")
+            if not stat.S_ISREG(mode):
+                kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
+                raise LogCorruptError(path, 0, f"is a {kind}, not a regular file; it was not read")
+            # Read to the end, whatever the size said: a live log grows.
+            parts = [os.read(fd, status.st_size + 1)]
+            while parts[-1]:
+                parts.append(os.read(fd, 1 << 20))
+            return b"".join(parts)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
-    try:
-        status = os.fstat(fd)
-        mode = status.st_mode
-        if stat.S_ISDIR(mode):
-            raise LogCorruptError(path, 0, "is a directory, not a log file")
-        if not stat.S_ISREG(mode):
-            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
-            raise LogCorruptError(path, 0, f"is a {kind}, not a regular file; it was not read")
-        # Read to the end, whatever the size said: a live log grows.
-        parts = [os.read(fd, status.st_size + 1)]
-        while parts[-1]:
-            parts.append(os.read(fd, 1 << 20))
-        return b"".join(parts)
-    except OSError as exc:
-        raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
 
 
 _FILE_KINDS = {
