@@ -19,10 +19,7 @@ import typing
 
 from ._surface import Surface as _Surface
 
-# Every public name is declared once, here: the type checkers' re-exports,
-# and at run time (events/_surface.py) the table of what loads on first
-# use (PEP 562), with __all__ and dir(), so importing the package for one
-# thing (the command line's --help) does not import everything.
+# Every public name is declared once, here (see events/_surface.py).
 if typing.TYPE_CHECKING:
     from ._codec import decode as decode
     from ._codec import decode_exception as decode_exception
