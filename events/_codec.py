@@ -647,9 +647,9 @@ def decode_record(record: object) -> Event:
     if type(record) is not dict:
         raise DecodeError(f"a record must be a JSON object, not {_json_type(record)}")
     version = record.get("v")
-    if version != SCHEMA_VERSION or type(version) is not int:
-        if type(version) is not int or version < 0 or version > SCHEMA_VERSION:
-            raise UnsupportedVersionError(version, SCHEMA_VERSION)
+    if type(version) is not int or not 0 <= version <= SCHEMA_VERSION:
+        raise UnsupportedVersionError(version, SCHEMA_VERSION)
+    if version < SCHEMA_VERSION:
         # Upgraded one version at a time, on a copy (see _UPGRADES).
         record = dict(record)
         for upgrade in _UPGRADES[version:]:
