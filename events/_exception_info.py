@@ -68,8 +68,7 @@ class Redactor:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Redactor:
         """Build a redactor hiding the secret-looking variables of ``environ``
-        (``os.environ`` by default). Longest values go first so a secret that
-        contains another is hidden whole."""
+        (``os.environ`` by default)."""
         env = os.environ if environ is None else environ
         values = {
             value
@@ -81,8 +80,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         """Return ``text`` with every known secret and URL credential replaced."""
         for secret in self._forms:
-            if secret in text:
-                text = text.replace(secret, _REDACTED)
+            text = text.replace(secret, _REDACTED)
         if "@" in text and "://" in text:
             text = _hide_url_credentials(text)
         return text
