@@ -37,22 +37,22 @@ def _continues(failure: _Failure, cause: ExceptionInfo) -> bool:
     return failure.cause is cause or failure.cause == cause
 
 
-def _top_level(event: Event, root_span_id: str | None) -> bool:
-    if root_span_id is not None and event.parent_span_id is not None:
-        return event.parent_span_id == root_span_id
-    return "/" not in event.step
-
-
 #: The events that fail their step.
 _FAILING = (StepFailed, StepTimedOut, StepCrashed)
 
 
 def _track(
-    pending: tuple[_Failure, ...], event: Event, *, top_level: bool, reported: bool = False
+    pending: tuple[_Failure, ...],
+    event: Event,
+    root_span_id: str | None,
+    *,
+    reported: bool = False,
 ) -> tuple[tuple[_Failure, ...], _Failure | None, bool]:
     """Follow failures up the step tree: a child's failure goes up when its
     parent fails with the same cause, is absorbed when the parent ends any
-    other way, and is settled when it fails a graph step or the run.
+    other way, and is settled when it fails a graph step (one whose span is
+    the run's root span's child, or without spans a top-level path) or the
+    run.
 
     The answer for ``event``: the failures still on their way up; a failure
     that reached a graph step (or the end of the run); whether the step's
@@ -92,6 +92,10 @@ def _track(
         failure = attrs.evolve(
             going_up, cause=going_up.cause or cause, seqs=(*going_up.seqs, event.seq)
         )
+    if root_span_id is not None and event.parent_span_id is not None:
+        top_level = event.parent_span_id == root_span_id
+    else:
+        top_level = "/" not in step
     if top_level and cause is not None:
         return rest, failure, going_up is None
     return (*rest, failure), None, going_up is None

@@ -44,7 +44,7 @@ import attrs
 
 from ._builders import builder
 from ._exception_info import ExceptionInfo
-from ._failures import _Failure, _top_level, _track
+from ._failures import _Failure, _track
 from ._model import (
     _UNAVAILABLE_OUTCOMES,
     Event,
@@ -483,7 +483,7 @@ class _Fold:
         self.changed = True
 
     def run_finished(self, event: RunFinished) -> None:
-        self.failures, settled, _ = _track(self.failures, event, top_level=True)
+        self.failures, settled, _ = _track(self.failures, event, self.root_span_id)
         self.open.clear()
         self.fallbacks.clear()
         self.changed = True
@@ -552,7 +552,7 @@ class _Fold:
         # the step.failed of the graph step it reaches.
         stopped = isinstance(event, StepTimedOut | StepCrashed)
         self.failures, settled, self.originated = _track(
-            self.failures, event, top_level=_top_level(event, self.root_span_id), reported=stopped
+            self.failures, event, self.root_span_id, reported=stopped
         )
         rule = self.rule_for(event)
         if isinstance(event, StepFailed) and self.originated:

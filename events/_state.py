@@ -13,7 +13,7 @@ import orjson
 
 from ._builders import evolve
 from ._errors import LogError
-from ._failures import _top_level, _track
+from ._failures import _track
 from ._launch import LaunchRecord, RankProcess, implausible_world, signal_name
 from ._messages import (
     GroupedMessage,
@@ -194,9 +194,7 @@ class _StateFold:
             self.last_event_step = step
             if isinstance(event, StepCancelled):
                 self.cancelled.append(step)
-            self.failures, settled, _ = _track(
-                self.failures, event, top_level=_top_level(event, self.root_span_id)
-            )
+            self.failures, settled, _ = _track(self.failures, event, self.root_span_id)
             if settled is not None and self.failure is None:
                 self.failure = _root_cause(settled, None, self.rank, self.outcome, self.stalls)
             settles = True
@@ -209,7 +207,7 @@ class _StateFold:
             self.run_id = event.run_id
             self.root_span_id = event.span_id
         elif kind == RUN_FINISHED:
-            self.failures, settled, _ = _track(self.failures, event, top_level=True)
+            self.failures, settled, _ = _track(self.failures, event, self.root_span_id)
             self.finished = event
             self.outcome = event.outcome
             if settled is not None and self.failure is None:
