@@ -226,7 +226,7 @@ class EventStream:
     ) -> Self:
         """Append ``run.started`` with the stream's identity. ``host``
         defaults to ``node-<node rank>`` and ``pid`` to ``4000 + rank``."""
-        self._append(
+        return self._append(
             RunStarted,
             "",
             self.root_span_id,
@@ -241,7 +241,6 @@ class EventStream:
             simulated=simulated,
             injected=tuple(injected),
         )
-        return self
 
     def run_finished(
         self,
@@ -297,7 +296,7 @@ class EventStream:
         span_id = self._new_span_id()
         self._open[step] = (span_id, parent_span)
         self._span_ids[step] = span_id
-        self._append(
+        return self._append(
             StepStarted,
             step,
             span_id,
@@ -306,7 +305,6 @@ class EventStream:
             depends_on=tuple(depends_on),
             attributes=dict(attributes or {}),
         )
-        return self
 
     def end(self, event_type: type[Event], step: str, **payload: Any) -> Self:
         """Close ``step`` with a terminal event of ``event_type`` built from
@@ -319,8 +317,7 @@ class EventStream:
             span_id, parent_span = self._open.pop(step)
         except KeyError:
             raise ValueError(f"step {step!r} is not open") from None
-        self._append(event_type, step, span_id, parent_span, **payload)
-        return self
+        return self._append(event_type, step, span_id, parent_span, **payload)
 
     def succeeded(self, step: str, result: JsonValue = None) -> Self:
         """Close ``step`` with ``step.succeeded`` and its JSON ``result``."""
@@ -392,7 +389,7 @@ class EventStream:
             raise ValueError(f"a stall needs its step open; {step!r} is not")
         span_id, parent_span = self._open[step]
         frame = waiting_in or FrameInfo(filename="fabric.py", lineno=42, name="wait_for_fabric")
-        self._append(
+        return self._append(
             StepStalled,
             step,
             span_id,
@@ -401,7 +398,6 @@ class EventStream:
             why=why,
             threads=(ThreadStack(thread=f"step {step}", frames=(frame,)),),
         )
-        return self
 
     def decision(
         self,
@@ -423,7 +419,7 @@ class EventStream:
             span_id, parent_span = self._open[step][0], None
         else:
             raise ValueError(f"a decision needs its step open; {step!r} is not")
-        self._append(
+        return self._append(
             DecisionMade,
             step,
             span_id,
@@ -432,7 +428,6 @@ class EventStream:
             value=value,
             inputs=dict(inputs or {}),
         )
-        return self
 
     def _new_span_id(self) -> str:
         # Rank and counter in the id, so ids never repeat across the ranks of
@@ -455,7 +450,7 @@ class EventStream:
         span_id: str,
         parent_span_id: str | None,
         **payload: Any,
-    ) -> None:
+    ) -> Self:
         self._events.append(
             event_type(
                 run_id=self.run_id,
@@ -470,4 +465,4 @@ class EventStream:
                 **payload,
             )
         )
-        self.advance(self.tick_ns)
+        return self.advance(self.tick_ns)
