@@ -52,7 +52,6 @@ from ._model import (
     RankIdentity,
     RunFinished,
     RunOutcome,
-    RunStarted,
     StallReason,
     StepCrashed,
     StepFailed,
@@ -64,8 +63,10 @@ from ._model import (
 )
 from ._policy import _GENERIC
 from ._reducers import (
+    DECISION,
     ENDED,
     KINDS,
+    OTHER,
     RUN_FINISHED,
     RUN_STARTED,
     STALLED,
@@ -412,14 +413,30 @@ class _Fold:
                 old = memories[index]
                 if (new := before(self, old)) is not old:
                     memories[index], self.changed = new, True
+        if kind != DECISION and kind != OTHER:
+            self.changed = True  # what the rank tracks: its steps, failures or identity
         if kind == STARTED:
-            self.step_started(event)
+            self.open[event.step] = event
+            if event.kind is StepKind.ATTEMPT and self.fallbacks:
+                pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
+                if pending is not None:
+                    self.say(*pending, event.step)
         elif ends:
             self.ended(event)
         elif kind == STALLED:
-            self.step_stalled(event)
+            self.waiting[event.step] = event
+            frame = event.waiting_in
+            if event.why is StallReason.STALLED and frame is not None:
+                self.emit(
+                    "step.stalled",
+                    f"Step {event.step} is still running after {event.elapsed_ns / 1e9:.1f} s, "
+                    f"waiting in {frame.where()}.",
+                    step=event.step,
+                    args=(event.step,),
+                )
         elif kind == RUN_STARTED:
-            self.run_started(event)
+            self.identity = event.identity
+            self.root_span_id = event.span_id
         elif kind == RUN_FINISHED:
             self.run_finished(event)
         if memories is not None:
@@ -477,16 +494,10 @@ class _Fold:
         self.changed = True
         self.raise_severity(step, severity)
 
-    def run_started(self, event: RunStarted) -> None:
-        self.identity = event.identity
-        self.root_span_id = event.span_id
-        self.changed = True
-
     def run_finished(self, event: RunFinished) -> None:
         self.failures, settled, _ = _track(self.failures, event, self.root_span_id)
         self.open.clear()
         self.fallbacks.clear()
-        self.changed = True
         if settled is not None:
             self.settle(settled)
         outcome = event.outcome
@@ -522,32 +533,10 @@ class _Fold:
                 args=(step or "", by),
             )
 
-    def step_started(self, event: StepStarted) -> None:
-        self.open[event.step] = event
-        self.changed = True
-        if event.kind is StepKind.ATTEMPT and self.fallbacks:
-            pending = self.fallbacks.pop(event.step.rpartition("/")[0], None)
-            if pending is not None:
-                self.say(*pending, event.step)
-
-    def step_stalled(self, event: StepStalled) -> None:
-        self.waiting[event.step] = event
-        self.changed = True
-        frame = event.waiting_in
-        if event.why is StallReason.STALLED and frame is not None:
-            self.emit(
-                "step.stalled",
-                f"Step {event.step} is still running after {event.elapsed_ns / 1e9:.1f} s, "
-                f"waiting in {frame.where()}.",
-                step=event.step,
-                args=(event.step,),
-            )
-
     def ended(self, event: Event) -> None:
         started = self.started
         step = event.step
         self.open.pop(step, None)
-        self.changed = True
         # A timeout or crash is said where it happens (below), never again as
         # the step.failed of the graph step it reaches.
         stopped = isinstance(event, StepTimedOut | StepCrashed)
