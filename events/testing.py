@@ -286,8 +286,10 @@ class EventStream:
         if step in self._open:
             raise ValueError(f"step {step!r} is already open")
         if parent is None:
-            parent_span = self._ancestor_span(step)
-        elif parent == "":
+            parent = step.rpartition("/")[0]
+            while parent and parent not in self._open:
+                parent = parent.rpartition("/")[0]
+        if parent == "":
             parent_span = self.root_span_id
         elif parent in self._open:
             parent_span = self._open[parent][0]
@@ -434,14 +436,6 @@ class EventStream:
         # a merged stream and a failing test names a span one can find.
         self._spans += 1
         return f"{(self.rank + 1) % 0x10000:04x}{self._spans:012x}"
-
-    def _ancestor_span(self, step: str) -> str:
-        path = step
-        while "/" in path:
-            path = path.rpartition("/")[0]
-            if path in self._open:
-                return self._open[path][0]
-        return self.root_span_id
 
     def _append(
         self,
