@@ -35,6 +35,7 @@ message (:attr:`Message.printed`, :class:`~events.Scope`).
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -257,15 +258,12 @@ class Messages(Projection[MessagesState]):
         are shared, and ``state`` itself is returned when no rank changed."""
         ranks = dict(state.ranks)
         changed = False
-        fold: _Fold | None = None
-        for event in events:
-            if fold is None or event.rank != fold.rank:
-                if fold is not None and fold.changed:
-                    ranks[fold.rank], changed = fold.freeze(), True
-                fold = _Fold(self, ranks.get(event.rank) or RankMessages(rank=event.rank))
-            fold.derive(event)
-        if fold is not None and fold.changed:
-            ranks[fold.rank], changed = fold.freeze(), True
+        for rank, run in itertools.groupby(events, operator.attrgetter("rank")):
+            fold = _Fold(self, ranks.get(rank) or RankMessages(rank=rank))
+            for event in run:
+                fold.derive(event)
+            if fold.changed:
+                ranks[rank], changed = fold.freeze(), True
         return MessagesState(ranks=ranks) if changed else state
 
 
