@@ -222,14 +222,10 @@ def protocol_from_environment(env: Mapping[str, str]) -> str:
     once and falls back, see the module documentation)."""
     protocol_variable, protocol = _otlp_variable(env, "PROTOCOL")
     protocol = (protocol or _DEFAULT_PROTOCOL).strip()
-    if protocol not in OTLP_PROTOCOLS:
-        fallback = "http/protobuf" if protocol.lower().startswith("http") else _DEFAULT_PROTOCOL
-        _warn(
-            f"{protocol_variable}={protocol!r} not supported "
-            f"(valid: {', '.join(OTLP_PROTOCOLS)}); using {fallback}"
-        )
-        protocol = fallback
-    return protocol
+    if protocol in OTLP_PROTOCOLS:
+        return protocol
+    fallback = "http/protobuf" if protocol.lower().startswith("http") else _DEFAULT_PROTOCOL
+    return _unsupported(protocol_variable, protocol, OTLP_PROTOCOLS, fallback)
 
 
 def _otlp_from_environment(env: Mapping[str, str], timeout_s: float | None) -> SpanExporter | None:
@@ -310,17 +306,9 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
     env = os.environ if environ is None else environ
     name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or _DEFAULT_SAMPLER
     if name not in TRACES_SAMPLERS:
-        _warn(
-            f"OTEL_TRACES_SAMPLER={name!r} not supported "
-            f"(valid: {', '.join(TRACES_SAMPLERS)}); using {_DEFAULT_SAMPLER}"
-        )
-        name = _DEFAULT_SAMPLER
+        name = _unsupported("OTEL_TRACES_SAMPLER", name, TRACES_SAMPLERS, _DEFAULT_SAMPLER)
     kind = name.removeprefix("parentbased_")
-    if kind == "always_on":
-        sampler: Sampler = sampling.ALWAYS_ON
-    elif kind == "always_off":
-        sampler = sampling.ALWAYS_OFF
-    else:
+    if kind == "traceidratio":
         ratio = 1.0
         text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
         if text:
@@ -331,7 +319,9 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
             if not 0.0 <= ratio <= 1.0:
                 _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
                 ratio = 1.0
-        sampler = sampling.TraceIdRatioBased(ratio)
+        sampler: Sampler = sampling.TraceIdRatioBased(ratio)
+    else:
+        sampler = sampling.ALWAYS_ON if kind == "always_on" else sampling.ALWAYS_OFF
     return sampler if kind == name else sampling.ParentBased(sampler)
 
 
@@ -354,6 +344,11 @@ def settings_reported(reported: bool) -> Iterator[None]:
 def _warn(message: str) -> None:
     level = logging.WARNING if _REPORTS.get() else logging.DEBUG
     _logger.log(level, "tracing: %s", message)
+
+
+def _unsupported(variable: str, value: str, valid: Sequence[str], fallback: str) -> str:
+    _warn(f"{variable}={value!r} not supported (valid: {', '.join(valid)}); using {fallback}")
+    return fallback
 
 
 def _otlp_variable(env: Mapping[str, str], setting: str) -> tuple[str, str | None]:
