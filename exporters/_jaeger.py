@@ -202,12 +202,9 @@ def _tag(key: str, value: object) -> JsonObject:
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, int):
         return {"key": key, "type": "int64", "value": value}
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return {"key": key, "type": "float64", "value": value}
-        return {"key": key, "type": "string", "value": repr(value)}
-    if isinstance(value, str):
-        return {"key": key, "type": "string", "value": value}
-    if isinstance(value, Sequence):
-        return {"key": key, "type": "string", "value": json.dumps(list(value), default=str)}
+    if isinstance(value, float) and math.isfinite(value):
+        return {"key": key, "type": "float64", "value": value}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        value = json.dumps(list(value), default=str)
+    # The rest as text: nan and inf as Python writes them.
     return {"key": key, "type": "string", "value": str(value)}
