@@ -151,7 +151,7 @@ def run_trace(
     cause = replayed.root_cause
     target = None if cause is None else _root_cause_span(spans, cause)
     link = None if target is None else Link(target.context, {"startup.link": "root cause"})
-    marked = spans if cause is None else _marked(spans, cause, link)
+    marked = spans if cause is None else [_marked(span, cause, link) for span in spans]
     if cause is not None:
         # The root cause's rank first, where an order is kept (a Jaeger
         # file, a console).
@@ -170,46 +170,39 @@ def _root_cause_span(spans: Sequence[ReadableSpan], cause: RootCause) -> Readabl
     return None
 
 
-def _marked(
-    spans: Sequence[ReadableSpan], cause: RootCause, link: Link | None
-) -> list[ReadableSpan]:
-    marked: list[ReadableSpan] = []
-    for span in spans:
-        attributes: dict[str, AttributeValue] = dict(span.attributes or {})
-        own, links = attributes.get("startup.rank") == cause.rank, span.links
-        if attributes.get("startup.kind") != _ROOT_KIND or (
-            not own and attributes.get("startup.outcome") == "ready"
-        ):
-            marked.append(span)
-            continue
-        if own:
-            attributes["startup.root_cause"] = True
-            description = f"root cause: {_cause_text(cause)}"
-        else:
-            attributes["startup.root_cause"] = False
-            attributes["startup.root_cause_rank"] = cause.rank
-            said = span.status.description
-            description = f"consequence of rank {cause.rank}" + (f": {said}" if said else "")
-            links = links if link is None else (*links, link)
-        # A finished span is immutable: the marked one is a copy with the same
-        # ids, times, events and resource (built as the projection builds it).
-        marked.append(
-            ReadableSpan(
-                name=span.name,
-                context=span.context,
-                parent=span.parent,
-                resource=span.resource,
-                attributes=attributes,
-                events=span.events,
-                links=links,
-                kind=span.kind,
-                status=Status(StatusCode.ERROR, description),
-                start_time=span.start_time,
-                end_time=span.end_time,
-                instrumentation_scope=span.instrumentation_scope,
-            )
-        )
-    return marked
+def _marked(span: ReadableSpan, cause: RootCause, link: Link | None) -> ReadableSpan:
+    """``span``, marked if it is the root span of a rank that did not end ready."""
+    attributes: dict[str, AttributeValue] = dict(span.attributes or {})
+    own, links = attributes.get("startup.rank") == cause.rank, span.links
+    if attributes.get("startup.kind") != _ROOT_KIND or (
+        not own and attributes.get("startup.outcome") == "ready"
+    ):
+        return span
+    if own:
+        attributes["startup.root_cause"] = True
+        description = f"root cause: {_cause_text(cause)}"
+    else:
+        attributes["startup.root_cause"] = False
+        attributes["startup.root_cause_rank"] = cause.rank
+        said = span.status.description
+        description = f"consequence of rank {cause.rank}" + (f": {said}" if said else "")
+        links = links if link is None else (*links, link)
+    # A finished span is immutable: the marked one is a copy with the same
+    # ids, times, events and resource (built as the projection builds it).
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=span.events,
+        links=links,
+        kind=span.kind,
+        status=Status(StatusCode.ERROR, description),
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 def _launch_span(
