@@ -24,16 +24,15 @@ _UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e"
     "\u2060-\u2064\u2066-\u2069\ufeff]"
 )
-#: The usual short forms; everything else is ``\xNN`` or ``\uNNNN``.
-_SHORT = {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}
+#: The short forms Python's ``repr`` does not use for these two.
+_SHORT = {"\x0b": "\\v", "\x0c": "\\f"}
 #: A newline followed by something (an empty line stays empty).
 _CONTINUATION = re.compile("\n(?=[^\n])")
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    code = ord(char)
-    return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return _SHORT.get(char) or repr(char)[1:-1]
 
 
 def terminal_text(text: str, *, indent: str = "  ") -> str:
