@@ -138,8 +138,7 @@ _GROUPS_PER_CODE = 8
 _RANKS_DESCRIBED = 8
 
 #: Links of a root cause's chain nested in the JSON document: the outermost
-#: ones and the innermost (the root). A log may hold any depth; a document
-#: nested thousands deep is one no JSON reader should have to walk.
+#: ones and the innermost (the root).
 _JSON_CHAIN_LINKS = 32
 
 
