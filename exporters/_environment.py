@@ -259,9 +259,7 @@ def _malformed_headers_named(variable: str | None = None) -> Iterator[None]:
     if getattr(_capture, "captured", None) is not None:
         yield  # within the outer one, which speaks
         return
-    logger = logging.getLogger(parse_env_headers.__module__)
-    if _capture_filter not in logger.filters:
-        logger.addFilter(_capture_filter)
+    logging.getLogger(parse_env_headers.__module__).addFilter(_capture_filter)
     with captured_messages() as said:
         yield
     if said:

@@ -353,11 +353,8 @@ def quiet_opentelemetry_loggers(exporter: SpanExporter) -> None:
     for member in getattr(exporter, "members", ()):
         quiet_opentelemetry_loggers(member)
     for cls in type(exporter).__mro__:
-        module = cls.__module__
-        if module.startswith("opentelemetry."):
-            logger = logging.getLogger(module)
-            if _capture_filter not in logger.filters:
-                logger.addFilter(_capture_filter)
+        if cls.__module__.startswith("opentelemetry."):
+            logging.getLogger(cls.__module__).addFilter(_capture_filter)  # added once
 
 
 @contextlib.contextmanager
