@@ -39,9 +39,6 @@ from ._spans import _ROOT_KIND, SeverityOf, readable_span, spans_from_events
 
 __all__ = ["export_events", "run_trace"]
 
-#: The ``startup.kind`` of a launch's own span.
-_LAUNCH_KIND = "launch"
-
 
 def export_events(
     events: Iterable[Event],
@@ -228,7 +225,7 @@ def _launch_span(
     outcome, cause = replayed.outcome, replayed.root_cause
     name = f"launch {replayed.world_size} ranks: {outcome.value}"
     attributes: dict[str, AttributeValue] = {
-        "startup.kind": _LAUNCH_KIND,
+        "startup.kind": "launch",
         "startup.run_id": replayed.run_id,
         "startup.world_size": replayed.world_size,
         "startup.outcome": outcome.value,
