@@ -10,6 +10,7 @@ reported divergence, never as a silent change).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -74,15 +75,10 @@ def check_decisions(
     from events import Divergence  # the replay side of events: when checked
 
     table = {**DEFAULT_DECIDERS, **(deciders or {})}
-    by_rank: dict[int, list[Event]] = {}
+    by_rank: defaultdict[int, list[Event]] = defaultdict(list)
     divergences: list[Divergence] = []
-    # A run of one rank's events (a whole log) looks its history up once.
-    rank: int | None = None
-    history: list[Event] = []
     for event in events:
-        if event.rank != rank:
-            rank = event.rank
-            history = by_rank.setdefault(rank, [])
+        history = by_rank[event.rank]
         if isinstance(event, DecisionMade):
             decider = table.get(event.name)
             if decider is not None:
