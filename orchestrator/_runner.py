@@ -485,10 +485,7 @@ class _Run:
             finally:
                 self.watchdog.stop()
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                self.finish(
-                    RunOutcome.INTERRUPTED, self.runner._stop_cause, None, self.runner._stop
-                )
+            self.finish(RunOutcome.INTERRUPTED, self.runner._stop_cause, None, self.runner._stop)
             raise
         except BaseException as unexpected:
             # A bug of ours or a subscriber's; still leave a complete log.
@@ -606,9 +603,8 @@ class _Run:
                 with anyio.move_on_after(timeout) as scope:  # None: no deadline
                     value = await self.call(body, context, isolation)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                self.left_behind(name, StallReason.ABANDONED)
-                end(StepCancelled, reason=self.cancel_reason or self.stop_reason())
+            self.left_behind(name, StallReason.ABANDONED)
+            end(StepCancelled, reason=self.cancel_reason or self.stop_reason())
             raise
         except BaseException as exc:
             self.watchdog.ended(name)
