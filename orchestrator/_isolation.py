@@ -56,7 +56,7 @@ from events._codec import structure, unstructure
 
 from ._context import StepBody, StepContext, StepResult, StepRun, Unavailable, check_json
 from ._errors import IsolatedStepError
-from ._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan
+from ._faults import BUILTIN_EXCEPTIONS, FaultPlan
 from ._importer import Importer, InjectingImporter, RealImporter
 from ._policy import exception_names
 from ._signals import follow_launcher
@@ -139,7 +139,6 @@ class IsolationJob:
     span_activator: str | None = None
     dependencies: Mapping[str, Dependency] = attrs.field(factory=dict)
     faults: tuple[Mapping[str, Any], ...] = ()
-    step_fault: Mapping[str, Any] | None = None
     importer: Mapping[str, Any] | None = None
     host: Mapping[str, Any] | None = None
     sys_path: tuple[str, ...] = ()
@@ -172,7 +171,6 @@ async def run_isolated(
     run: _Parent,
     body: StepBody,
     context: StepContext,
-    fault: Fault | None,
     *,
     span_activator: Callable[[str, str], AbstractContextManager[object]] | None,
 ) -> Any:
@@ -208,7 +206,6 @@ async def run_isolated(
             for name, r in context._dependencies.items()
         },
         faults=tuple(plan.to_json()),
-        step_fault=None if fault is None else fault.to_json(),
         importer=_portable(importer),
         host=_portable(run.host),
         sys_path=tuple(sys.path),
@@ -379,9 +376,10 @@ class _ChildRun:
         self.services: Mapping[str, Any] = {}
         self.in_thread = StepThreads().run
         base = _rebuild(job.importer) if job.importer else RealImporter()
-        plan = FaultPlan.from_json(list(job.faults), source="parent")
+        #: The run's fault plan: the step's own fault, if any, fires here too.
+        self.faults = FaultPlan.from_json(list(job.faults), source="parent")
         self.importer: Importer = (
-            InjectingImporter(base, plan, self.identity.rank) if plan else base
+            InjectingImporter(base, self.faults, self.identity.rank) if self.faults else base
         )
         self.host: Any = _rebuild(job.host) if job.host else None
 
@@ -468,8 +466,9 @@ def _child_main() -> int:
         print(f"isolated step could not start: {exc!r}", file=sys.stderr)
         return _SETUP_FAILED
     try:
-        if job.step_fault is not None:
-            FaultPlan.from_json([job.step_fault], source="parent").faults[0].fire()
+        fault = run.faults.for_target(job.step, run.identity.rank)
+        if fault is not None:
+            fault.fire()
         activator = _load_body(job.span_activator) if job.span_activator else None
         with activator(job.trace_id, job.span_id) if activator else contextlib.nullcontext():
             if inspect.iscoroutinefunction(body):

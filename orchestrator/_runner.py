@@ -691,7 +691,7 @@ class _Run:
         fault = self.runner.faults.for_target(context.step, self.identity.rank)
         if isolation is Isolation.PROCESS:
             return await run_isolated(
-                self, body, context, fault, span_activator=self.runner.span_activator
+                self, body, context, span_activator=self.runner.span_activator
             )
         if fault is not None:
             return await self.threads.run(context.step, fault.fire)
