@@ -26,7 +26,7 @@ import functools
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,7 +55,7 @@ _CHILD_ANSWER_NS = 2_000_000_000
 
 #: Asks an isolated step's child for its threads' stacks (a coroutine
 #: function, run on the run's loop; ``()`` when the child does not answer).
-AskChild = Callable[[], Awaitable[tuple[ThreadStack, ...]]]
+AskChild = Callable[[], Coroutine[Any, Any, tuple[ThreadStack, ...]]]
 
 
 @attrs.define
@@ -254,7 +254,7 @@ class Watchdog:
 
     def _ask(
         self,
-        ask: Callable[[], Awaitable[T]],
+        ask: Callable[[], Coroutine[Any, Any, T]],
         within_ns: int,
         flights: tuple[InFlight, ...],
         answered: Callable[[T | None], None],
@@ -271,9 +271,7 @@ class Watchdog:
         def call() -> None:
             # Blocks while the loop does: a daemon of its own.
             try:
-                # An awaitable-returning function is what anyio runs; it is typed as
-                # wanting a coroutine function.
-                answer.set_result(anyio.from_thread.run(ask, token=token))  # type: ignore[arg-type]
+                answer.set_result(anyio.from_thread.run(ask, token=token))
             except Exception:  # the loop has ended
                 answer.set_result(None)
             self._wake.set()
