@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn
+from urllib.parse import unquote
 
 import anyio
 import attrs
@@ -161,8 +162,6 @@ def _resource_attributes(environ: Mapping[str, str]) -> dict[str, str]:
     """The resource attributes OpenTelemetry would take from the environment
     (``OTEL_RESOURCE_ATTRIBUTES``, then ``OTEL_SERVICE_NAME``), recorded so
     replay does not depend on the replaying machine's environment."""
-    from urllib.parse import unquote
-
     attributes: dict[str, str] = {}
     for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
         key, equals, value = item.partition("=")
