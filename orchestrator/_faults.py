@@ -229,8 +229,7 @@ class Fault:
             return f"{prefix}{name}:{message}"
         return prefix + self._call_text()
 
-    def __str__(self) -> str:
-        return self.describe()
+    __str__ = describe
 
     def _call_text(self) -> str:
         """``Name(arg, ..., key='value')``: how the exception is built."""
