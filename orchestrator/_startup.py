@@ -1081,8 +1081,6 @@ class Startup:
         stop = self._finished.stop if self._finished is not None else None
         if stop is not None:
             raise StartupInterrupted(stop.signal, stop.reason)
-        if result.outcome is events.RunOutcome.INTERRUPTED:
-            raise StartupInterrupted(None, "the run was cancelled")
         raise OrchestratorError(f"rank {result.rank} did not reach ready ({result.outcome})")
 
 
