@@ -959,22 +959,40 @@ class Startup:
         from ._run_directory import Collected, RunDirectoryError, rank_log_path, store_collected_log
 
         entries = [attrs.evolve(_own_process(identity), collected=True)]
-        group_state = (
-            "no store to deliver it through"
-            if self._group.group is not None
-            else "no process group was formed"
-        )
         # Where each rank ran, as it announced once the group formed: one
         # quick look each, first, so a stop while waiting loses none of it.
         announced: dict[int, bytes | None] = {}
         if mailbox is not None:
             for rank in range(1, identity.world_size):
                 announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
-        with self._wait_after_run() as scope:
+
+        def entry(rank: int, reason: str | None, content: bytes | None = None) -> RankProcess:
+            path = rank_log_path(run_dir, rank)
+            if content is not None:
+                try:
+                    stored = store_collected_log(run_dir, rank, content)
+                except RunDirectoryError as exc:
+                    reason = f"delivered, not stored: {exc}"
+                else:
+                    reason = (
+                        f"delivered a log that differs from the one already in {path.name} (kept)"
+                        if stored is Collected.CONFLICT
+                        else None
+                    )
+            elif path.exists():
+                reason = None
+            found = events.RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
+            return _whereabouts(found, announced.get(rank))
+
+        group_state = (
+            "no store to deliver it through"
+            if self._group.group is not None
+            else "no process group was formed"
+        )
+        with self._wait_after_run():
             for rank in range(1, identity.world_size):
-                path = rank_log_path(run_dir, rank)
                 content: bytes | None = None
-                reason: str | None = f"did not deliver its log to rank 0 ({group_state})"
+                reason = f"did not deliver its log to rank 0 ({group_state})"
                 if mailbox is not None:
                     reason = (
                         # Rank 0 was stopped after its run ended, cutting the
@@ -990,29 +1008,10 @@ class Startup:
                         announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
                     wait = max(0.0, deadline - anyio.current_time())
                     content = await self._take(mailbox, "log", rank, wait)
-                if content is not None:
-                    try:
-                        stored = store_collected_log(run_dir, rank, content)
-                    except RunDirectoryError as exc:
-                        reason = f"delivered, not stored: {exc}"
-                    else:
-                        reason = (
-                            "delivered a log that differs from the one already in "
-                            f"{path.name} (kept)"
-                            if stored is Collected.CONFLICT
-                            else None
-                        )
-                elif path.exists():
-                    reason = None
-                entry = events.RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
-                entries.append(_whereabouts(entry, announced.get(rank)))
-        if scope.cancelled_caught:
-            for rank in range(len(entries), identity.world_size):
-                here = rank_log_path(run_dir, rank).exists()
-                reason = None if here else self._not_collected()
-                entry = events.RankProcess(rank=rank, not_delivered=reason, collected=here)
-                entries.append(_whereabouts(entry, announced.get(rank)))
-        return entries
+                entries.append(entry(rank, reason, content))
+        # The ranks a stop left unreached.
+        unreached = range(len(entries), identity.world_size)
+        return [*entries, *(entry(rank, self._not_collected()) for rank in unreached)]
 
     def _not_collected(self) -> str:
         """Why a rank's log is not here when rank 0 was stopped first."""
