@@ -45,10 +45,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import anyio
 import attrs
@@ -87,6 +87,8 @@ if TYPE_CHECKING:
     from .engine import EngineConfig, Profile
 
 __all__ = ["DEFAULT_RUNS_ROOT", "Startup", "StartupResult"]
+
+_T = TypeVar("_T")
 
 #: Where run directories go unless one is given: ``./startup-runs``.
 DEFAULT_RUNS_ROOT = Path("startup-runs")
@@ -853,9 +855,9 @@ class Startup:
             ],
         }
         gathered: list[JsonValue] = []
-        with contextlib.suppress(Exception), self._wait_after_run():
-            gathered = await self._threads.run(
-                "", group.all_gather, payload, name="startup: end-of-run exchange"
+        with self._wait_after_run():
+            gathered = (
+                await self._with_peers("end-of-run exchange", group.all_gather, payload) or []
             )
         # The exchange is tagged: a rank that left early may meet its peers
         # still inside the startup's own exchanges, and both sides must see
@@ -921,15 +923,9 @@ class Startup:
         if identity.rank != 0:
             if mailbox is None:
                 return
-            content = log.path.read_bytes()
-            with anyio.move_on_after(bound), contextlib.suppress(Exception):
-                await self._threads.run(
-                    "",
-                    mailbox.post,
-                    self._mailbox_key("log", identity.rank),
-                    content,
-                    name="startup: log hand-in",
-                )
+            key, content = self._mailbox_key("log", identity.rank), log.path.read_bytes()
+            with anyio.move_on_after(bound):
+                await self._with_peers("log hand-in", mailbox.post, key, content)
             return
         deadline = max(end_started + bound, anyio.current_time() + min(bound, _LAST_POSTS_S))
         entries = await self._take_logs(identity, run_dir, mailbox, bound, deadline)
@@ -1026,16 +1022,17 @@ class Startup:
 
     async def _take(self, mailbox: Mailbox, kind: str, rank: int, wait: float) -> bytes | None:
         """What ``rank`` posted under ``kind``; ``None`` when nothing came or
-        the store cannot be reached (the rank is then named missing). A stop
-        asked meanwhile cancels the wait (see :meth:`stop`)."""
+        the store cannot be reached (the rank is then named missing)."""
+        key = self._mailbox_key(kind, rank)
+        return await self._with_peers("log collection", mailbox.take, key, wait)
+
+    async def _with_peers(self, what: str, call: Callable[..., _T], *args: Any) -> _T | None:
+        """``call(*args)``, which may wait on peers that never come, in a
+        daemon thread; ``None`` when it raised: a peer, or a group of the
+        caller's own that breaks its contract, never fails this rank's end.
+        A stop asked meanwhile cancels the wait (see :meth:`stop`)."""
         try:
-            return await self._threads.run(
-                "",
-                mailbox.take,
-                self._mailbox_key(kind, rank),
-                wait,
-                name="startup: log collection",
-            )
+            return await self._threads.run("", call, *args, name=f"startup: {what}")
         except Exception:
             return None
 
