@@ -865,11 +865,9 @@ class Startup:
         self._peers_finished = bool(gathered) and all(
             isinstance(entry, dict) and entry.get("exchange") == _END_OF_RUN for entry in gathered
         )
-        if self._peers_finished:
-            printed = _printed_below(gathered, identity)
-            bridge.release(lambda m: (m.code, m.text) in printed.get(m.scope, set()))
-        else:
-            bridge.release()
+        # Unless every peer answered, none is known to have printed a WARNING.
+        printed = _printed_below(gathered, identity) if self._peers_finished else {}
+        bridge.release(lambda m: (m.code, m.text) in printed.get(m.scope, ()))
 
     # --- the whole run in one place ------------------------------------------------------
 
@@ -1141,7 +1139,7 @@ def _printed_below(
         world |= keys
         if entry.get("node_rank") == identity.node_rank:
             local |= keys
-    return {Scope.LOCAL: local, Scope.GLOBAL: world, Scope.PROCESS: set()}
+    return {Scope.LOCAL: local, Scope.GLOBAL: world}
 
 
 def _elastic_agent(env: Mapping[str, str]) -> int | None:
