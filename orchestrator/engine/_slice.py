@@ -43,7 +43,6 @@ from events import (
     Loss,
     RankState,
     Slice,
-    StepFailed,
     StepSucceeded,
     StepUnavailable,
 )
@@ -120,14 +119,12 @@ def _engine_facts(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, 
     ok = isinstance(event, StepSucceeded)
     result: JsonValue = event.result if isinstance(event, StepSucceeded) else None
     if step == PLATFORM_STEP:
-        if ok:
-            return {
-                "platform": _text(_field(result, "plugin")),
-                "platform_class": _text(_field(result, "platform_class")),
-            }
-        if isinstance(event, StepFailed):
-            return {"platform": None, "platform_class": None}
-        return None
+        if not ok:
+            return None
+        return {
+            "platform": _text(_field(result, "plugin")),
+            "platform_class": _text(_field(result, "platform_class")),
+        }
     if step == ATTENTION_STEP:
         return {"attention_backend": _text(_field(result, "backend"))} if ok else None
     if step == FLASHINFER_COMM_STEP:
