@@ -326,9 +326,13 @@ class _Memory:
     attempts: tuple[tuple[str, str | None, int], ...] = ()
 
 
+def _is_plugin(step: str) -> bool:
+    # Every child of the platform step but the build target is a plugin.
+    return step.rpartition("/")[0] == PLATFORM_STEP and step != PLATFORM_BUILD_STEP
+
+
 def _is_attempt(step: str, started: StepStarted | None) -> bool:
-    parent = step.rpartition("/")[0]
-    if parent != ALLREDUCE_STEP:
+    if step.rpartition("/")[0] != ALLREDUCE_STEP:
         return False
     if started is not None:
         return started.kind is StepKind.ATTEMPT
@@ -346,13 +350,9 @@ class EngineMessageHook:
     def covers_stop(self, step: str, started: StepStarted | None) -> bool:
         # A timeout or crash of an all-reduce attempt or of the quantization
         # workspace is covered by the allreduce codes, one of a platform
-        # plugin by the platform codes (a failed plugin); the build target
-        # is no plugin, and its own stop is the kernel's to say.
-        return (
-            _is_attempt(step, started)
-            or step == ALLREDUCE_QUANT_STEP
-            or (step.rpartition("/")[0] == PLATFORM_STEP and step != PLATFORM_BUILD_STEP)
-        )
+        # plugin by the platform codes (a failed plugin); the build target's
+        # is the kernel's to say.
+        return _is_attempt(step, started) or step == ALLREDUCE_QUANT_STEP or _is_plugin(step)
 
     def before(self, context: MessageContext, memory: _Memory) -> _Memory:
         event = context.event
@@ -369,13 +369,11 @@ class EngineMessageHook:
         if outcome_of(event) is None:
             return memory
         step = event.step
-        parent, _, name = step.rpartition("/")
+        name = step.rpartition("/")[2]
         started = context.started
-        if parent == PLATFORM_STEP:
-            # Every child but the build target is a plugin.
-            if step != PLATFORM_BUILD_STEP:
-                return _plugin(context, memory, started, name)
-        elif step == ZENTORCH_STEP:
+        if _is_plugin(step):
+            return _plugin(context, memory, started, name)
+        if step == ZENTORCH_STEP:
             _zentorch(context, memory)
         elif _is_attempt(step, started):
             return _allreduce_attempt(context, memory, started, name)
