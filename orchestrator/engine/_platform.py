@@ -269,18 +269,15 @@ def _given(plugin: object) -> Callable[[], object]:
     return lambda: plugin
 
 
+@attrs.define
 class _ReferencePlugins:
     """The reference engine's built-ins, after ``platform/build``, and the
     third-party plugins."""
 
-    attributes: Mapping[str, JsonValue] = {}
-
-    def __init__(
-        self, config: EngineConfig, extra: Mapping[str, PlatformPlugin], discover: bool
-    ) -> None:
-        self.config = config
-        self.extra = extra
-        self.discover = discover
+    config: EngineConfig
+    extra: Mapping[str, PlatformPlugin]
+    discover: bool
+    attributes: Mapping[str, JsonValue] = attrs.field(factory=dict)
 
     def session(self) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
