@@ -256,7 +256,7 @@ class VllmPlugins:
                 "activated": True,
                 "platform_class": attribute,
                 "qualname": qualname,
-                "device": device if isinstance(device, str) else None,
+                "device": device,
                 "loaded": loaded.ok,
             }
 
@@ -317,7 +317,4 @@ class VllmPlugins:
         handed_back = platforms._current_platform is None and cls is not None
         if handed_back:
             platforms._current_platform = await ctx.to_thread(cls)
-        return {
-            "qualname": qualname if isinstance(qualname, str) else None,
-            "handed_back": handed_back,
-        }
+        return {"qualname": qualname, "handed_back": handed_back}
