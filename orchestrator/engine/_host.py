@@ -384,10 +384,10 @@ class RealHost(HostBase):
 
     def _nvidia_evidence(self) -> str:
         evidence = [
-            *sorted(str(path) for path in self._path("/dev").glob("nvidia[0-9]*")),
-            *(str(gpu) for gpu in _sorted_entries(self._path("/proc/driver/nvidia/gpus"))),
+            *sorted(self._path("/dev").glob("nvidia[0-9]*")),
+            *_sorted_entries(self._path("/proc/driver/nvidia/gpus")),
         ]
-        shown = ", ".join("/" + str(Path(path).relative_to(self._root)) for path in evidence[:3])
+        shown = ", ".join(f"/{path.relative_to(self._root)}" for path in evidence[:3])
         more = f" and {len(evidence) - 3} more" if len(evidence) > 3 else ""
         return shown + more
 
