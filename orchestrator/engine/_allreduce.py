@@ -309,15 +309,6 @@ def allreduce_chain(
     return (backend.value,)
 
 
-def _node_count(ctx: StepContext) -> int:
-    nodes_of = getattr(ctx.host, "nodes", None)
-    nodes = nodes_of() if callable(nodes_of) else None
-    if nodes is None:
-        identity = ctx.identity
-        nodes = -(-identity.world_size // identity.local_world_size)
-    return max(1, int(nodes))
-
-
 # The step -------------------------------------------------------------------------------
 
 
@@ -351,7 +342,12 @@ class _Setup:
     def __init__(self, ctx: StepContext, config: EngineConfig) -> None:
         self.ctx = ctx
         self.config = config
-        self.nodes = _node_count(ctx)
+        # The host's count when it knows one, else what the ranks' identities imply.
+        nodes_of = getattr(ctx.host, "nodes", None)
+        nodes = nodes_of() if callable(nodes_of) else None
+        if nodes is None:
+            nodes = -(-ctx.identity.world_size // ctx.identity.local_world_size)
+        self.nodes = max(1, int(nodes))
         group: Group | None = ctx.services.get("group")
         self.group = group if group is not None and group.world_size > 1 else None
         self.held: dict[str, object] = {}
