@@ -283,13 +283,12 @@ def make_attention_step(config: EngineConfig) -> Step:
     priority order), "valid" (those that fit, in priority order)}``. Raises
     ValueError when no candidate is valid (``No valid backend found for
     attention on cuda with AttentionSelectorConfig(...). Reasons: {...}.``,
-    as vLLM 0.33 words it), or when
-    the explicit backend is unknown (listing the valid names) or not valid
-    (``Selected backend X is not valid for this configuration. Reason:
-    [OSError: ...]``, raised from the original exception, when it cannot be
-    loaded; ``Reason: ['head_size 80 not supported']``, the reasons list,
-    when it does not fit). A platform without known backends (a third-party
-    one) ends the step ``absent``.
+    as vLLM 0.33 words it), or when the explicit backend is unknown (listing
+    the valid names) or not valid (``Selected backend X is not valid for this
+    configuration. Reason: [OSError: ...]``, raised from the original
+    exception, when it cannot be loaded; ``Reason: ['head_size 80 not
+    supported']``, the reasons list, when it does not fit). A platform
+    without known backends (a third-party one) ends the step ``absent``.
     """
     explicit = config.attention_backend
 
