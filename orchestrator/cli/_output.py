@@ -22,7 +22,7 @@ def emit(text: str) -> None:
     write(sys.stdout, text if text.endswith("\n") else text + "\n")
 
 
-def diagnose(text: str, *, flush: bool = False) -> None:
+def diagnose(text: str) -> None:
     """Print ``text`` on stderr under the program's name, as terminal text:
     its control characters escaped and any further lines indented, since a
     path or a value in it may come from a crafted log or directory name and
@@ -30,17 +30,16 @@ def diagnose(text: str, *, flush: bool = False) -> None:
     that hung up takes nothing more, as for :func:`emit`."""
     from exporters import terminal_text
 
-    write(sys.stderr, terminal_text(f"{PROG}: {text}") + "\n", flush=flush)
+    write(sys.stderr, terminal_text(f"{PROG}: {text}") + "\n")
 
 
-def write(stream: TextIO, text: str, *, flush: bool = True) -> None:
-    """Write ``text`` on ``stream`` (every line the command line prints goes
-    through here); once its reader has gone, what is left goes nowhere
-    (:func:`discard`)."""
+def write(stream: TextIO, text: str) -> None:
+    """Write ``text`` on ``stream`` and flush it (every line the command line
+    prints goes through here); once its reader has gone, what is left goes
+    nowhere (:func:`discard`)."""
     try:
         stream.write(text)
-        if flush:
-            stream.flush()
+        stream.flush()
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.EIO):
             raise

@@ -228,7 +228,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
 
     def notify(line: str) -> None:
         if view is None:
-            diagnose(line, flush=True)
+            diagnose(line)
         else:
             view.screen.line(f"{PROG}: {line}")  # escaped there, as diagnose escapes
 
