@@ -57,23 +57,22 @@ def load_slice(spec: str) -> Slice:
     module_name, _, name = spec.rpartition(":")
     if not module_name or not name.isidentifier():
         raise UsageError(f"--slice {spec!r}: expected MODULE:NAME, e.g. my_engine.slices:SLICE")
+    path = Path(module_name)
+    if module_name.endswith(".py") and not path.is_file():
+        raise UsageError(f"--slice {spec}: no such file: {path}")
     try:
         if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.is_file():
-                raise UsageError(f"--slice {spec}: no such file: {path}")
+            # A file named .py always has a spec, with the source loader.
             loader_spec = importlib.util.spec_from_file_location(
                 f"{SLICE_FILE_MODULE}{path.stem}", path
             )
-            if loader_spec is None or loader_spec.loader is None:
-                raise UsageError(f"--slice {spec}: {path} cannot be loaded as a Python module")
+            assert loader_spec is not None
+            assert loader_spec.loader is not None
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[loader_spec.name] = module
             loader_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)
-    except UsageError:
-        raise
     except Exception as exc:
         # A module of the caller's that is not importable here (a run
         # records the import path it was made with) can still be named.
