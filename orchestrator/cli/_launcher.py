@@ -125,7 +125,7 @@ class LocalLaunch:
         book: the launch's record, its manifest already in its run directory
             (:meth:`~orchestrator._run_directory.LaunchBook.claim`); each
             rank's start and end, and the launch's, are written to it.
-        tick: called about every 0.1 s while the launcher waits for its
+        tick: called about every 0.25 s while the launcher waits for its
             ranks, in the launcher's thread (a live view looks at the logs).
         relay: when given, the ranks' stderr is read by the launcher and
             each of its lines handed to ``relay`` (so that a live view can
@@ -142,7 +142,6 @@ class LocalLaunch:
     tick: Callable[[], None] | None
     relay: Callable[[str], None] | None
     pass_fds: Sequence[int]
-    port: int = attrs.field(factory=_free_port)
     processes: list[Process] = attrs.field(factory=list)
     #: how each rank that ended ended, by rank
     exits: dict[int, RankExit] = attrs.field(factory=dict)
@@ -243,7 +242,7 @@ class LocalLaunch:
     async def ticking(tick: Callable[[], None]) -> None:
         while True:
             tick()
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.25)
 
     async def start_all(self, ranks: TaskGroup) -> None:
         run_dir, manifest = self.book.run_dir, self.book.manifest
@@ -255,7 +254,7 @@ class LocalLaunch:
             "LOCAL_WORLD_SIZE": world,
             "GROUP_RANK": "0",
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(self.port),
+            "MASTER_PORT": str(_free_port()),
             RUN_ID_VARIABLE: manifest.run_id,
             CHILD_VARIABLE: "1",
             LAUNCHER_PID_VARIABLE: str(os.getpid()),

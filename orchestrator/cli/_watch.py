@@ -527,7 +527,6 @@ def follow(
     stall_s: float,
     interval_s: float,
     timeout_s: float | None = None,
-    header: bool = True,
 ) -> bool:
     """Watch until every rank of the world finished or died (``True``) or
     the timeout passed (``False``).
@@ -536,7 +535,7 @@ def follow(
         UsageError: the directory is not a run directory and did not become
             one within ``stall_s`` seconds.
     """
-    follower = Follower(watcher, screen, stall_s=stall_s, header=header)
+    follower = Follower(watcher, screen, stall_s=stall_s)
     began = time.monotonic()
     deadline = began + (float("inf") if timeout_s is None else timeout_s)
     while True:
@@ -563,24 +562,22 @@ def follow(
 
 class LaunchView(Follower):
     """The live view ``run --nproc`` shows on a terminal: the launcher calls
-    :meth:`tick` while it waits for its ranks (at most one look at the logs
-    every 0.25 s), sends its own lines and the ranks' stderr to its
-    :attr:`screen`, and :meth:`close` s it when the ranks have ended."""
+    :meth:`tick` while it waits for its ranks, sends its own lines and the
+    ranks' stderr to its :attr:`screen`, and :meth:`close` s it when the
+    ranks have ended."""
 
     def __init__(self, run_dir: Path, stream: TextIO) -> None:
         super().__init__(RunWatcher(run_dir), Screen(stream, live=True), stall_s=10.0, header=False)
-        self._next = 0.0  # when to look next; inf once every rank finished
+        self._done = False
 
     def tick(self) -> None:
-        """Look at the logs, if it is time to."""
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = float("inf") if self.step() else now + 0.25
+        """Look at the logs, until every rank finished."""
+        if not self._done:
+            self._done = self.step()
 
     def close(self) -> None:
         """A last look (the outcomes that landed since), then the block goes."""
-        if self._next != float("inf"):
-            self.step()
+        self.tick()
         self.screen.close()
 
 

@@ -326,7 +326,7 @@ def test_the_live_view_redraws_a_block_in_place(healthy: StoredRun, tmp_path: Pa
     assert text.endswith("\x1b[1F\x1b[J")  # and taken off at the end
     with log.open("ab") as file:
         file.write(lines[-1])
-    assert follow(watcher, screen, stall_s=60, interval_s=0.01, timeout_s=5, header=False)
+    assert follow(watcher, screen, stall_s=60, interval_s=0.01, timeout_s=5)
     assert "rank 0: ready in " in stream.getvalue()
 
 
