@@ -53,11 +53,10 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def _integer_at_least(
-    minimum: int, expected: str, maximum: int = 2**63 - 1
-) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum`` and at most
-    ``maximum`` (a number no run has is refused, not acted on)."""
+def _integer_at_least(minimum: int, maximum: int = 2**63 - 1) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (0 or 1) and at
+    most ``maximum`` (a number no run has is refused, not acted on)."""
+    expected = "a positive integer" if minimum else "an integer >= 0"
 
     def parse(text: str) -> int:
         try:
@@ -109,8 +108,8 @@ def _inject_targets() -> str:
 
 
 #: Ranks, tensor-parallel sizes: no run has more ranks than a world may.
-_rank_count = _integer_at_least(1, "a positive integer", MAX_WORLD_SIZE)
-_non_negative_int = _integer_at_least(0, "an integer >= 0")
+_rank_count = _integer_at_least(1, MAX_WORLD_SIZE)
+_non_negative_int = _integer_at_least(0)
 
 #: The longest wait any option takes: a week.
 _MAX_SECONDS = 7 * 24 * 3600
@@ -363,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--head-size",
-        type=_integer_at_least(1, "a positive integer", 65_536),
+        type=_integer_at_least(1, 65_536),
         default=128,
         metavar="N",
         help="the model's attention head size; backends that do not support it are skipped "
