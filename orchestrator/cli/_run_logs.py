@@ -8,6 +8,7 @@ import functools
 import operator
 import os
 import pickle
+import re
 import shlex
 import signal
 import sys
@@ -125,10 +126,8 @@ def _rank_key(path: Path) -> tuple[int, str]:
 
 def rank_of_file(path: Path) -> int | None:
     """The rank a file's name says (``rank-3.jsonl`` -> 3), if it says one."""
-    stem = path.name.removesuffix(".jsonl").removeprefix("rank-")
-    if path.name.startswith("rank-") and path.name.endswith(".jsonl") and stem.isdecimal():
-        return int(stem)
-    return None
+    named = re.fullmatch(r"rank-(\d+)\.jsonl", path.name)
+    return None if named is None else int(named[1])
 
 
 class RankLog(NamedTuple):
