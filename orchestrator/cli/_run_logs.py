@@ -44,36 +44,31 @@ __all__ = [
 ]
 
 
-def log_files(paths: Sequence[Path]) -> list[Path]:
-    """Expand run directories into their rank logs.
+def log_files(path: Path) -> list[Path]:
+    """The rank logs of a run directory, or the log file ``path``.
 
     Raises:
-        UsageError: a path does not exist, is a directory of run
+        UsageError: the path does not exist, is a directory of run
             directories (``startup-runs``) rather than a run directory, or
             is a manifest.
         InputError: a directory holds no rank logs.
     """
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
-            if not found and not holds_logs(path):
-                runs = run_directories_in(path)
-                if runs:
-                    raise UsageError(_name_one_run(path, runs))
-                # With a manifest it is a launch whose ranks wrote nothing.
-                raise InputError(f"{path}: {no_logs_text(run_id_of(path))}")
-            files.extend(found)
-        elif path.name == "manifest.json" and path.exists():
-            raise UsageError(
-                f"{path}: a launch's manifest, not a rank log: name its run directory, "
-                f"{path.parent}"
-            )
-        elif path.exists() or path.is_symlink():
-            files.append(path)
-        else:
-            raise UsageError(f"{path}: no such file or directory")
-    return files
+    if path.is_dir():
+        found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
+        if not found and not holds_logs(path):
+            runs = run_directories_in(path)
+            if runs:
+                raise UsageError(_name_one_run(path, runs))
+            # With a manifest it is a launch whose ranks wrote nothing.
+            raise InputError(f"{path}: {no_logs_text(run_id_of(path))}")
+        return found
+    if path.name == "manifest.json" and path.exists():
+        raise UsageError(
+            f"{path}: a launch's manifest, not a rank log: name its run directory, {path.parent}"
+        )
+    if not (path.exists() or path.is_symlink()):
+        raise UsageError(f"{path}: no such file or directory")
+    return [path]
 
 
 def run_directories_in(path: Path) -> list[Path]:
@@ -248,7 +243,7 @@ def read_run(
                 manifest = read_manifest(path)
             if manifest is not None:
                 manifests.append((path, manifest))
-    files = [(path, file) for path in paths for file in log_files([path])]
+    files = [(path, file) for path in paths for file in log_files(path)]
     only_files = [file for _path, file in files]
     chosen = _slices_recorded(_first_started(only_files)) if slices is None else tuple(slices)
     logs = _fold_logs(only_files, chosen, until, keep_events)

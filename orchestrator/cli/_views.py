@@ -356,7 +356,7 @@ def command_validate(args: argparse.Namespace) -> int:
     # File names and messages come from outside: printed as terminal text.
     for path in args.paths:
         if not path.is_dir():
-            log_files([path])  # it exists, and is not a manifest
+            log_files(path)  # it exists, and is not a manifest
     # One run at the place of its first directory; one whose run is unknown stands alone.
     runs: dict[object, list[Path]] = {}
     for index, path in enumerate(_expand_run_parents(args.paths)):
