@@ -436,7 +436,6 @@ def _run_rank(
         identity=identity,
         run_id=args.run_id,
         run_dir=args.run_dir,
-        runs_root=DEFAULT_RUNS_ROOT,
         durability=args.durability,
         profile=host.profile,
         simulated=host.label,
