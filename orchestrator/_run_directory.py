@@ -270,9 +270,12 @@ class Manifest:
         is the simulated host, named by a profile's name, a profile file's
         path or a label (``None``: the real host); ``caller_span`` is the
         launcher's ``TRACEPARENT`` as ``(trace id, span id)``."""
-        simulated = getattr(simulating, "name", None)
-        if not isinstance(simulated, str):
-            simulated = os.fspath(simulating) if isinstance(simulating, str | os.PathLike) else None
+        # A path first: a pathlib.Path has a ``name`` too, its last part.
+        if isinstance(simulating, str | os.PathLike):
+            simulated: str | None = os.fspath(simulating)
+        else:
+            name = getattr(simulating, "name", None)
+            simulated = name if isinstance(name, str) else None
         return cls(
             run_id=run_id,
             command=tuple(command),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from events import RankProcess
-from orchestrator import RunDirectoryError
+from orchestrator import FaultPlan, RunDirectoryError
 from orchestrator._run_directory import (
     CLAIM_FILE,
     MANIFEST_FILE,
@@ -112,3 +112,33 @@ def test_a_write_that_fails_is_kept_for_the_end_and_the_record_goes_on(tmp_path:
     assert entry is not None
     assert (entry.pid, entry.exit_code) == (10, 0)
     assert written.launcher.finished_wall_ns is not None
+
+
+@pytest.mark.parametrize(
+    ("simulating", "recorded"),
+    [
+        (None, None),
+        ("h200x8", "h200x8"),
+        ("profiles/custom.json", "profiles/custom.json"),
+        # A Path has a ``name`` of its own, its last part: the whole path is
+        # what names the profile file.
+        (Path("profiles/custom.json"), "profiles/custom.json"),
+    ],
+)
+def test_the_manifest_names_a_simulated_host_by_its_profile_or_its_file(
+    simulating: object, recorded: str | None
+) -> None:
+    manifest = Manifest.begin(
+        run_id="run-1", world_size=2, faults=FaultPlan(), simulating=simulating
+    )
+
+    assert manifest.simulated == recorded
+
+
+def test_the_manifest_names_a_loaded_profile_by_its_name() -> None:
+    from orchestrator.engine import BUILTIN_PROFILES
+
+    profile = BUILTIN_PROFILES["zen4"]
+    manifest = Manifest.begin(run_id="run-1", world_size=2, faults=FaultPlan(), simulating=profile)
+
+    assert manifest.simulated == profile.name
