@@ -325,6 +325,28 @@ def test_validate_names_a_file_it_cannot_read_once(tmp_path: Path) -> None:
     assert str(problem) == f"{tmp_path}:0: is a directory, not a log file"
 
 
+def test_validate_names_every_event_after_run_finished(tmp_path: Path) -> None:
+    stream = EventStream().run_started()
+    stream.started("a").succeeded("a").run_finished()
+    stream.started("late").succeeded("late")
+    problems = events.validate(write(tmp_path / "r.jsonl", lines_of(stream.events)))
+    assert [(p.line, p.kind, p.fatal) for p in problems] == [
+        (5, ProblemKind.AFTER_FINISHED, True),
+        (6, ProblemKind.AFTER_FINISHED, True),
+    ]
+    assert problems[1].message == (
+        "step.succeeded (seq 5) after run.finished: a finished rank writes nothing more"
+    )
+
+
+def test_validate_accepts_a_step_that_ends_on_the_instant_it_starts(tmp_path: Path) -> None:
+    # A step quicker than the monotonic clock's resolution ends when it
+    # started: that is not an end before the start.
+    stream = EventStream(tick_ns=0).run_started()
+    stream.started("a").succeeded("a")
+    assert events.validate(write(tmp_path / "r.jsonl", lines_of(stream.run_finished()))) == []
+
+
 # --- the steps' tree -------------------------------------------------------------
 
 
