@@ -105,6 +105,21 @@ def test_merge_keeps_each_ranks_order_when_its_clock_steps_back() -> None:
     events.fold(events.Timeline(), merged)  # a valid order for the fold
 
 
+def test_merge_breaks_a_tie_on_the_wall_clock_by_rank_before_seq() -> None:
+    # Rank 1 starts two ticks after rank 0: its seq 0 and rank 0's seq 2
+    # share an instant, and rank 0's comes first.
+    merged = list(events.merge([rank_stream("run-1", 1, wall_ns=1_020), rank_stream("run-1", 0)]))
+    assert [(event.rank, event.seq) for event in merged[:7]] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (0, 3),
+        (1, 1),
+        (0, 4),
+    ]
+
+
 def test_merge_accepts_plain_event_streams_and_skips_empty_ones(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
