@@ -559,6 +559,13 @@ def test_unwritable_export_destinations(healthy: StoredRun, tmp_path: Path) -> N
     )
 
 
+def test_the_rank_just_past_the_world_is_bad_usage(healthy: StoredRun, tmp_path: Path) -> None:
+    # Ranks count from 0: a world of one has no rank 1.
+    completed = call_cli("replay", str(healthy.directory), "--rank", "1", cwd=tmp_path)
+
+    _one_line_error(completed, 2, "--rank 1", "the run has rank 0 (world size 1)")
+
+
 @pytest.mark.parametrize("command", ["replay", "explain", "blame", "critical-path"])
 @pytest.mark.slow
 def test_a_rank_outside_the_run_is_bad_usage(
