@@ -1,9 +1,10 @@
 """The read-only views on stored runs: replay's options, explain, blame,
 critical-path, diff and validate.
 
-The runs are made by real launches (``conftest``); the views of them are
-called in this process (:func:`call_cli`), except the trace export, which
-sets up OpenTelemetry exporters and runs as its own process."""
+The runs are made by real launches (``conftest``) or written from event
+streams; the views of them are called in this process (:func:`call_cli`),
+except the trace export, which sets up OpenTelemetry exporters and runs as
+its own process."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from events import launch_span_id
+from events import RunOutcome, encode, launch_span_id
+from events.testing import EventStream, exception_info
 
 from .conftest import StoredRun
 from .harness import LAUNCH_TIMEOUT_S, call_cli, environment, rank_logs, read_events, run_cli
@@ -304,4 +306,74 @@ def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
     assert checked.lines() == [
         f"{healthy.directory / 'rank-0.jsonl'}: ok",
         "1 path(s), 1 file(s), 0 problem(s)",
+    ]
+
+
+def test_replay_json_of_one_rank_leaves_out_the_messages_of_the_others(tmp_path: Path) -> None:
+    # Rank 1's step failed; rank 0 went on. Rank 0's document has none of
+    # rank 1's messages.
+    run = tmp_path / "run"
+    run.mkdir()
+    denied = exception_info("RuntimeError", "cache is read-only")
+    for rank in (0, 1):
+        stream = EventStream(run_id="two", rank=rank, world_size=2).run_started()
+        stream.started("cache")
+        if rank:
+            stream.failed("cache", denied)
+            finished = stream.run_finished(RunOutcome.FAILED, cause=denied, failed_step="cache")
+        else:
+            finished = stream.succeeded("cache").run_finished()
+        (run / f"rank-{rank}.jsonl").write_bytes(b"".join(encode(e) + b"\n" for e in finished))
+
+    whole = call_cli("replay", "--json", "run", cwd=tmp_path).json()
+    alone = call_cli("replay", "--json", "--rank", "0", "run", cwd=tmp_path).json()
+
+    assert any(message["ranks"] == [1] for message in whole["messages"])
+    assert [r["rank"] for r in alone["ranks"]] == [0]
+    assert alone["messages"] == [
+        {**message, "ranks": [0]} for message in whole["messages"] if 0 in message["ranks"]
+    ]
+
+
+def _clean_run(run: Path, world_size: int) -> list[Path]:
+    """A run directory of ``world_size`` ranks, each log clean."""
+    run.mkdir()
+    logs = []
+    for rank in range(world_size):
+        stream = EventStream(run_id=run.name, rank=rank, world_size=world_size).run_started()
+        finished = stream.started("a").succeeded("a").run_finished()
+        logs.append(run / f"rank-{rank}.jsonl")
+        logs[-1].write_bytes(b"".join(encode(event) + b"\n" for event in finished))
+    return logs
+
+
+def test_validate_names_a_nodes_worth_of_clean_logs_one_by_one(tmp_path: Path) -> None:
+    logs = _clean_run(tmp_path / "eight", 8)
+    checked = call_cli("validate", "eight", cwd=tmp_path)
+    assert checked.returncode == 0, checked.describe()
+    assert checked.lines() == [
+        *(f"{log.relative_to(tmp_path)}: ok" for log in logs),
+        "1 path(s), 8 file(s), 0 problem(s)",
+    ]
+
+    _clean_run(tmp_path / "nine", 9)
+    checked = call_cli("validate", "nine", cwd=tmp_path)
+    assert checked.returncode == 0, checked.describe()
+    assert checked.lines() == ["nine: 9 logs ok, ranks 0-8", "1 path(s), 9 file(s), 0 problem(s)"]
+
+
+def test_validate_does_not_call_a_log_with_warnings_ok(tmp_path: Path) -> None:
+    (log,) = _clean_run(tmp_path / "run", 1)
+    # The writer stopped in the middle of its last record, run.finished.
+    data = log.read_bytes()
+    log.write_bytes(data[: data.rindex(b"\n", 0, -1) + 10])
+
+    checked = call_cli("validate", "run", cwd=tmp_path)
+
+    assert checked.returncode == 1, checked.describe()
+    assert checked.lines() == [
+        "run/rank-0.jsonl:4: torn last line (9 bytes without a newline) [torn_tail, warning]",
+        "run/rank-0.jsonl:0: no run.finished event: the rank stopped after seq 2 "
+        "(step.succeeded a) [not_finished, warning]",
+        "1 path(s), 1 file(s), 2 problem(s)",
     ]
