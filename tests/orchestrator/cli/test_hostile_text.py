@@ -113,8 +113,10 @@ def test_replay_json_of_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
     # in between, and where the record was cut.
     depth = 0
     link = exception
+    omitted_at = []
     while link["cause"] is not None:
         if "omitted_links" in link:
+            omitted_at.append(depth)
             assert link["omitted_links"] == MAX_CHAIN - 32
             assert link["cause"]["message"] == f"link {DEPTH - MAX_CHAIN}"
         assert "truncated" not in link
@@ -122,6 +124,9 @@ def test_replay_json_of_a_deep_chain(deep_run: Path, tmp_path: Path) -> None:
         depth += 1
     assert depth == 31
     assert link["truncated"] is True
+    assert "omitted_links" not in link
+    # The link just before the innermost says how many were left out.
+    assert omitted_at == [30]
 
 
 # --- control characters and forged lines ---------------------------------------------
