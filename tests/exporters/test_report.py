@@ -268,6 +268,18 @@ def test_report_text_levels_and_one_rank() -> None:
     assert "[rank 5]" not in one
 
 
+def test_report_text_of_one_rank_without_events_gives_its_row() -> None:
+    from exporters import report_text
+
+    # Rank 6 of eight wrote no log.
+    result = replay(list(merge(ready_rank(r) for r in range(8) if r != 6)), slices=[MINE])
+    one = report_text(result, rank=6).splitlines()
+    table = one[one.index("Rank 6:") + 1 :]
+    assert table[0].split() == ["RANKS", "OUTCOME", "KERNELS", "CACHE", "LAST", "STEP"]
+    assert table[1].split() == ["6", "incomplete", "-", "-", "(no", "events)"]
+    assert "  (no log for this rank)" not in one
+
+
 def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
     from pathlib import Path
 
