@@ -4,7 +4,7 @@ process end, not to the rank's last event."""
 
 from __future__ import annotations
 
-from events import FrameInfo, LaunchRecord, RankProcess, RunOutcome, StallReason, replay
+from events import FrameInfo, LaunchRecord, RankProcess, RunOutcome, StallReason, merge, replay
 from events.testing import EventStream
 from exporters import (
     blame_text,
@@ -51,6 +51,21 @@ def test_blame_explain_and_the_critical_path_count_until_the_process_ended() -> 
     assert blame_text(replay(stream.events)).splitlines()[0] == (
         "1.0ms attention (rank 0, still running when its log ends)"
     )
+
+
+def test_the_critical_path_of_a_run_with_a_dead_rank_is_incomplete() -> None:
+    # Rank 0 ends ready after 50 ms, the slowest; rank 1 died 2 ms in.
+    slow = EventStream(run_id="died", rank=0, world_size=2).run_started()
+    slow.started("load").advance(50_000_000).succeeded("load")
+    dead = EventStream(run_id="died", rank=1, world_size=2).run_started()
+    dead.started("load")
+    result = replay(list(merge([slow.run_finished(), dead.events])))
+
+    assert critical_path_text(result).splitlines()[:2] == [
+        "run incomplete +53.0ms (rank 0, the slowest)",
+        "  rank 1 did not finish: steps in flight there count until the process ended, else "
+        "the last sign of life",
+    ]
 
 
 def test_the_dead_ranks_spans_and_report_lane_end_at_its_death() -> None:
