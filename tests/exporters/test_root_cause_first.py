@@ -104,6 +104,17 @@ def test_diff_says_how_runs_were_not_real_starts_and_which_ranks_one_lacks() -> 
     assert run_differences(plain, _report(exit_code=3)) == ["rank 0: process.exit_code 0 -> 3"]
 
 
+def test_diff_says_a_rank_of_one_run_only_once_not_its_decisions_too() -> None:
+    from exporters import run_differences
+
+    two = {"ranks": [{"rank": 0}, {"rank": 1}]}
+    one = {"ranks": [{"rank": 0}]}
+    decided = {(0, "backend@attention"): "sdpa", (1, "backend@attention"): "sdpa"}
+    assert run_differences(
+        two, one, decisions_a=decided, decisions_b={(0, "backend@attention"): "sdpa"}
+    ) == ["rank 1: only in the first run"]
+
+
 def test_diff_names_a_root_cause_without_an_exception_by_its_description() -> None:
     from events import LaunchRecord
     from exporters import report_json, run_differences
