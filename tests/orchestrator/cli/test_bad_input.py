@@ -630,6 +630,27 @@ def test_validate_checks_each_run_a_directory_of_runs_holds(
     assert out[-1].startswith("1 path(s), 2 file(s), "), out
 
 
+def test_validate_checks_the_runs_of_a_directory_of_runs_oldest_first(
+    healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path
+) -> None:
+    runs = tmp_path / "startup-runs"
+    shutil.copytree(healthy.directory, runs / "a")
+    shutil.copytree(attention_failure.directory, runs / "b")
+    # b is the older run, though its name sorts after a's.
+    os.utime(runs / "b", (1_000_000, 1_000_000))
+    os.utime(runs / "a", (2_000_000, 2_000_000))
+
+    validated = call_cli("validate", "startup-runs", cwd=tmp_path)
+
+    assert validated.returncode == 0, validated.describe()
+    assert validated.lines() == [
+        "startup-runs: holds 2 run directories; checking each",
+        "startup-runs/b/rank-0.jsonl: ok",
+        "startup-runs/a/rank-0.jsonl: ok",
+        "1 path(s), 2 file(s), 0 problem(s)",
+    ]
+
+
 @pytest.mark.parametrize("logs", [False, True])
 def test_two_runs_to_replay_suggest_diff(
     healthy: StoredRun, attention_failure: StoredRun, tmp_path: Path, logs: bool
