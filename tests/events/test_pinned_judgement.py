@@ -1,0 +1,178 @@
+"""How a replayed run is judged, each rule pinned by a test that fails when
+the rule is changed: which ranks make the world and when one is running,
+and which rank a root cause names.
+
+Every stream here is built with :mod:`events.testing`; nothing runs."""
+
+from __future__ import annotations
+
+from events import (
+    MAX_WORLD_SIZE,
+    Collective,
+    Event,
+    LaunchRecord,
+    Outcome,
+    RankProcess,
+    RunOutcome,
+    Slice,
+    implausible_world,
+    replay,
+)
+from events.testing import BASE_WALL_NS, EventStream, exception_info
+
+SECOND = 1_000_000_000
+BOOM = exception_info("RuntimeError", "boom")
+STOPPED = exception_info("orchestrator.StartupInterrupted", "received SIGTERM")
+NO_TORCH = exception_info("ImportError", "No module named 'torch'")
+RENDEZVOUS = exception_info("orchestrator.GroupError", "the rendezvous timed out")
+GROUP = "process_group"
+GROUP_SLICE = Slice(name="group", collectives=(Collective(step=GROUP, what="the process group"),))
+
+
+def rank_stream(number: int, world: int, *, at_s: float = 0) -> EventStream:
+    """Rank ``number`` of a world of ``world``, started ``at_s`` after the base."""
+    return EventStream(
+        rank=number, world_size=world, wall_ns=BASE_WALL_NS + int(at_s * SECOND)
+    ).run_started()
+
+
+def ready(number: int, world: int) -> list[Event]:
+    stream = rank_stream(number, world)
+    stream.started("probe").succeeded("probe")
+    return stream.run_finished()
+
+
+def failed(number: int, world: int, *, at_s: float = 0) -> list[Event]:
+    stream = rank_stream(number, world, at_s=at_s)
+    stream.started("probe").failed("probe", BOOM)
+    return stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="probe")
+
+
+def interrupted(number: int, world: int, *, at_s: float = 0) -> list[Event]:
+    stream = rank_stream(number, world, at_s=at_s)
+    stream.started("probe").cancelled("probe")
+    return stream.run_finished(RunOutcome.INTERRUPTED, cause=STOPPED)
+
+
+# --- the world and its ranks ---------------------------------------------------------
+
+
+def test_an_unfinished_rank_seen_alive_is_running_and_so_is_the_run() -> None:
+    alive = rank_stream(1, 2)
+    alive.started("probe")
+    run = replay([ready(0, 2), alive.events], launch=LaunchRecord(running=frozenset({1})))
+    assert run.outcome_of(1) is RunOutcome.RUNNING
+    assert run.root_cause is None
+    assert run.outcome is RunOutcome.RUNNING
+
+
+def test_a_cutoff_at_the_first_event_keeps_every_rank() -> None:
+    run = replay([ready(0, 2), ready(1, 2)], until=0)
+    assert run.ranks == (0, 1)
+    assert run.no_events == {}
+    assert run.outcome is RunOutcome.RUNNING
+
+
+def test_an_empty_log_names_its_rank_when_no_log_says_the_world() -> None:
+    # No run.started: the ranks known of, an empty log's among them, make the world.
+    stream = EventStream()
+    stream.started("probe").succeeded("probe")
+    run = replay([stream.events], launch=LaunchRecord(empty_logs=frozenset({2})))
+    assert run.world_size == 3
+    assert run.no_events == {1: "no log", 2: "empty log"}
+
+
+def test_an_empty_log_of_the_rank_just_past_the_world_is_outside_it() -> None:
+    launch = LaunchRecord(world_size=2, empty_logs=frozenset({2}))
+    run = replay([ready(0, 2), ready(1, 2)], launch=launch)
+    assert run.no_events == {}
+    assert any("empty logs name rank 2, outside the world size 2" in w for w in run.warnings)
+    assert run.outcome is RunOutcome.READY
+
+
+def test_a_launcher_and_logs_that_disagree_on_the_world_are_said_to() -> None:
+    run = replay([ready(0, 2), ready(1, 2)], launch=LaunchRecord(world_size=3))
+    assert run.world_size == 3
+    assert run.no_events == {2: "no log"}
+    assert (
+        "the launcher started 3 ranks but the logs say a world of 2; judged against the launcher's"
+    ) in run.warnings
+
+
+def test_a_world_of_the_largest_plausible_size_is_read() -> None:
+    assert implausible_world(MAX_WORLD_SIZE, "manifest.json", 1) is None
+    why = implausible_world(MAX_WORLD_SIZE + 1, "manifest.json", 1)
+    assert why is not None
+    assert why.startswith(f"manifest.json claims {MAX_WORLD_SIZE + 1:,} ranks")
+
+
+# --- the rank to look at first ---------------------------------------------------------
+
+
+def test_a_lone_rank_that_went_on_without_the_group_is_blamed_for_its_own_failure() -> None:
+    # With no peer to leave behind, going on alone is no one's root cause.
+    stream = rank_stream(0, 1)
+    stream.started(GROUP).unavailable(GROUP, Outcome.UNAVAILABLE, cause=NO_TORCH)
+    stream.started("probe").failed("probe", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="probe")
+    cause = replay([events], slices=(GROUP_SLICE,)).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception, cause.left_out) == ("probe", BOOM, None)
+
+
+def test_a_rank_that_left_the_group_as_a_peer_failed_there_is_the_root_cause() -> None:
+    left = rank_stream(0, 2)
+    left.started(GROUP).unavailable(GROUP, Outcome.UNAVAILABLE, cause=NO_TORCH)
+    waited = rank_stream(1, 2)
+    waited.started(GROUP).failed(GROUP, RENDEZVOUS)
+    assert left.events[-1].wall_ns == waited.events[-1].wall_ns
+    run = replay(
+        [
+            left.run_finished(),
+            waited.run_finished(RunOutcome.FAILED, cause=RENDEZVOUS, failed_step=GROUP),
+        ],
+        slices=(GROUP_SLICE,),
+    )
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.left_out) == (0, "the process group")
+
+
+def stopped_rank_1(*, ended_wall_ns: int | None = None) -> RankProcess:
+    return RankProcess(
+        rank=1,
+        pid=11,
+        signal="SIGTERM",
+        ended_wall_ns=ended_wall_ns,
+        stopped_by_launcher="SIGTERM after rank 0 (pid 10): exited with code 1",
+    )
+
+
+def test_a_peer_whose_log_ended_as_the_first_exit_was_seen_was_stopped_for_it() -> None:
+    stopped_log = interrupted(1, 2, at_s=5)
+    first_exit = stopped_log[-1].wall_ns
+    launch = LaunchRecord(
+        world_size=2,
+        processes={
+            0: RankProcess(rank=0, pid=10, exit_code=1, ended_wall_ns=first_exit),
+            1: stopped_rank_1(ended_wall_ns=first_exit + SECOND),
+        },
+    )
+    run = replay([failed(0, 2, at_s=10), stopped_log], launch=launch)
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.outcome) == (0, RunOutcome.FAILED)
+
+
+def test_a_stopped_peer_is_never_blamed_when_no_exit_time_is_known() -> None:
+    # Only the stopped rank's end was timed: the launcher's stop comes after
+    # the first exit whatever the clocks say.
+    launch = LaunchRecord(
+        world_size=2,
+        processes={
+            0: RankProcess(rank=0, pid=10, exit_code=1),
+            1: stopped_rank_1(ended_wall_ns=BASE_WALL_NS + 6 * SECOND),
+        },
+    )
+    run = replay([failed(0, 2, at_s=10), interrupted(1, 2, at_s=5)], launch=launch)
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.outcome) == (0, RunOutcome.FAILED)
+    assert run.outcome is RunOutcome.FAILED
