@@ -1,6 +1,6 @@
 """How a replayed run is judged, each rule pinned by a test that fails when
 the rule is changed: which ranks make the world and when one is running,
-and which rank a root cause names.
+and which rank and step a root cause names and with which exception.
 
 Every stream here is built with :mod:`events.testing`; nothing runs."""
 
@@ -22,7 +22,9 @@ from events.testing import BASE_WALL_NS, EventStream, exception_info
 
 SECOND = 1_000_000_000
 BOOM = exception_info("RuntimeError", "boom")
+OTHER = exception_info("ValueError", "bad configuration")
 STOPPED = exception_info("orchestrator.StartupInterrupted", "received SIGTERM")
+TIMEOUT = exception_info("orchestrator.StepTimeoutError", "step x timed out after 30 s")
 NO_TORCH = exception_info("ImportError", "No module named 'torch'")
 RENDEZVOUS = exception_info("orchestrator.GroupError", "the rendezvous timed out")
 GROUP = "process_group"
@@ -176,3 +178,94 @@ def test_a_stopped_peer_is_never_blamed_when_no_exit_time_is_known() -> None:
     assert run.root_cause is not None
     assert (run.root_cause.rank, run.root_cause.outcome) == (0, RunOutcome.FAILED)
     assert run.outcome is RunOutcome.FAILED
+
+
+# --- the step and exception a root cause names ----------------------------------------
+
+
+def test_a_rank_that_died_with_two_failures_on_their_way_up_is_blamed_for_the_first() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("y").started("x/a").started("y/b")
+    stream.failed("x/a", BOOM).failed("y/b", OTHER)
+    cause = replay([stream.events]).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/a", BOOM)
+
+
+def test_a_root_cause_points_at_the_event_where_the_failure_started() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM).failed("x", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    (started,) = (e for e in events if e.step == "x/child" and e.TYPE == "step.failed")
+    assert (cause.step, cause.seq) == ("x/child", started.seq)
+
+
+def test_a_root_cause_keeps_its_steps_exception_over_the_one_run_finished_names() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=OTHER, failed_step="x/child")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/child", BOOM)
+
+
+def test_a_failure_going_up_under_another_exception_keeps_its_own() -> None:
+    wrapped = exception_info("orchestrator.StepError", "x/child failed", cause=BOOM)
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM)
+    stream.failed("x", wrapped, origin="x/child")
+    events = stream.run_finished(RunOutcome.FAILED, cause=wrapped, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/child", BOOM)
+
+
+def test_a_failure_outside_every_step_is_blamed_on_the_step_run_finished_names() -> None:
+    stream = EventStream().run_started()
+    stream.started("probe").succeeded("probe")
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="setup")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("setup", BOOM)
+
+
+def test_a_graph_step_whose_name_has_a_slash_is_known_by_its_span() -> None:
+    stream = EventStream().run_started()
+    stream.started("load/weights", parent="").failed("load/weights", BOOM)
+    stream.started("z").failed("z", OTHER)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="load/weights")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("load/weights", BOOM)
+
+
+def timed_out_after_a_stall() -> list[Event]:
+    """Graph step ``x`` is seen waiting, then times out and fails the run."""
+    stream = EventStream().run_started()
+    stream.started("x").stalled("x", 10.0).timed_out("x", 30.0)
+    return stream.run_finished(RunOutcome.FAILED, cause=TIMEOUT, failed_step="x")
+
+
+def test_a_graph_step_that_timed_out_is_blamed_with_the_timeout_run_finished_names() -> None:
+    cause = replay(timed_out_after_a_stall()).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x", TIMEOUT)
+
+
+def test_a_failed_step_seen_waiting_says_where_it_waited() -> None:
+    events = timed_out_after_a_stall()
+    (stall,) = (e for e in events if e.TYPE == "step.stalled")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert cause.waiting == stall
+    assert stall.summary() in cause.describe()
+
+
+def test_a_rank_that_died_in_two_steps_names_both() -> None:
+    stream = EventStream().run_started()
+    stream.started("cache").started("cache_dir")
+    cause = replay([stream.events]).root_cause
+    assert cause is not None
+    assert "steps in flight: cache, cache_dir" in cause.describe()
