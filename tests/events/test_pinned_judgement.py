@@ -1,10 +1,14 @@
 """How a replayed run is judged, each rule pinned by a test that fails when
 the rule is changed: which ranks make the world and when one is running,
-and which rank and step a root cause names and with which exception.
+which rank and step a root cause names and with which exception, what the
+launcher's record of a process adds, and what the timeline keeps of a step.
 
 Every stream here is built with :mod:`events.testing`; nothing runs."""
 
 from __future__ import annotations
+
+import attrs
+import pytest
 
 from events import (
     MAX_WORLD_SIZE,
@@ -15,6 +19,8 @@ from events import (
     RankProcess,
     RunOutcome,
     Slice,
+    Timeline,
+    fold,
     implausible_world,
     replay,
 )
@@ -269,3 +275,52 @@ def test_a_rank_that_died_in_two_steps_names_both() -> None:
     cause = replay([stream.events]).root_cause
     assert cause is not None
     assert "steps in flight: cache, cache_dir" in cause.describe()
+
+
+# --- what the launcher saw of a process ------------------------------------------------
+
+
+def test_a_rank_whose_process_was_lost_says_so() -> None:
+    stream = EventStream().run_started()
+    stream.started("probe")
+    lost = "Ray actor 9f3c on node 1a2b: ActorDiedError: the actor died"
+    launch = LaunchRecord(processes={0: RankProcess(rank=0, pid=10, lost=lost)})
+    cause = replay([stream.events], launch=launch).root_cause
+    assert cause is not None
+    assert f"rank 0 (pid 10) was lost: {lost}" in cause.describe()
+
+
+def test_a_process_seen_ending_before_the_launch_ends_at_its_start() -> None:
+    process = RankProcess(rank=0, pid=1, signal="SIGKILL", ended_wall_ns=BASE_WALL_NS)
+    described = process.describe(since_ns=BASE_WALL_NS + SECOND)
+    assert described == "rank 0 (pid 1) was killed by SIGKILL at +0.0 s"
+
+
+def test_a_process_killed_by_a_signal_is_said_killed_whatever_its_exit_status() -> None:
+    process = RankProcess(rank=0, pid=1, exit_code=-9, signal="SIGKILL")
+    assert process.how() == "was killed by SIGKILL"
+
+
+def test_a_process_of_a_negative_rank_is_refused() -> None:
+    with pytest.raises(ValueError, match="rank"):
+        RankProcess(rank=-1)
+
+
+# --- the timeline -----------------------------------------------------------------------
+
+
+def test_a_log_that_holds_only_its_end_has_a_timeline() -> None:
+    events = EventStream().run_finished(RunOutcome.FAILED, cause=BOOM)
+    timeline = fold(Timeline(), events).ranks[0]
+    assert timeline.finished == events[0]
+    assert timeline.outcome is RunOutcome.FAILED
+
+
+def test_a_stall_recorded_after_its_step_ended_is_left_out() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").stalled("x").succeeded("x")
+    start, began, stall, ended = stream.events
+    events = [start, began, attrs.evolve(ended, seq=2), attrs.evolve(stall, seq=3)]
+    timing = fold(Timeline(), events).ranks[0].steps["x"]
+    assert timing.outcome is Outcome.OK
+    assert timing.stall is None
