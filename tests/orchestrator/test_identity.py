@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from events import RankIdentity
+from events import MAX_WORLD_SIZE, RankIdentity
 from orchestrator import RUN_ID_VARIABLE, RankEnvironmentError, new_run_id
 from orchestrator._identity import identity_from_environment, run_id_from_environment
 
@@ -173,3 +173,42 @@ def test_slurm_nodes_of_unequal_shares_each_count_their_own_tasks() -> None:
     assert task("1(x2),3", 1, 0, 1).local_world_size == 1
     with pytest.raises(RankEnvironmentError, match=r"^SLURM_LOCALID=3: "):
         task("2,3", 4, 3, 1)
+
+
+def test_torchrun_started_by_srun_is_read_as_torchrun() -> None:
+    # srun starts one torchrun per node and torchrun its workers: a worker
+    # holds the node's SLURM task and its own torchrun rank; the torchrun
+    # rank is the worker's.
+    env = {
+        **TORCHRUN,
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_NODEID": "1",
+    }
+    assert identity_from_environment(env) == RankIdentity(
+        rank=5, local_rank=1, world_size=16, local_world_size=4, node_rank=1
+    )
+
+
+def test_a_slurm_task_without_its_world_size_is_refused_by_its_rank() -> None:
+    # SLURM_PROCID alone says the process is a SLURM task: its rank is read
+    # and checked against a world of one, not dropped for rank 0.
+    with pytest.raises(RankEnvironmentError) as raised:
+        identity_from_environment({"SLURM_PROCID": "3"})
+    assert (raised.value.variable, raised.value.value) == ("SLURM_PROCID", 3)
+
+
+def test_the_largest_world_is_accepted() -> None:
+    identity = identity_from_environment(
+        {"RANK": str(MAX_WORLD_SIZE - 1), "WORLD_SIZE": str(MAX_WORLD_SIZE)}
+    )
+    assert (identity.rank, identity.world_size) == (MAX_WORLD_SIZE - 1, MAX_WORLD_SIZE)
+
+
+def test_a_slurm_job_names_the_run_only_for_its_tasks() -> None:
+    # A shell of an allocation (salloc) has a job id but is no task of a
+    # step: each run started from it is a run of its own.
+    assert run_id_from_environment({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}) is None
+    task = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3", "SLURM_PROCID": "0"}
+    assert run_id_from_environment(task) == "slurm-42-3"
