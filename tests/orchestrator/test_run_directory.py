@@ -1,0 +1,127 @@
+"""A run directory checked as one run (``check_run_directories``), and who
+may join it: the problems that say which file is wrong, and the manifests
+and launches that are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import pytest
+
+from events import JsonlLog
+from events.testing import EventStream
+from orchestrator import RunDirectoryError
+from orchestrator._run_directory import (
+    CLAIM_FILE,
+    LauncherProcess,
+    Manifest,
+    check_run_directories,
+    longer_copy,
+    read_manifest,
+    refuse_foreign_rank,
+)
+
+
+def _write_run(run_dir: Path, ranks: range, *, world_size: int, run_id: str = "run-1") -> None:
+    """Rank logs of a run whose ranks each ran one step, and its claim."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CLAIM_FILE).write_text(f"{run_id}\n")
+    for rank in ranks:
+        stream = EventStream(run_id=run_id, rank=rank, world_size=world_size).run_started()
+        stream.started("probe").succeeded("probe")
+        with JsonlLog(run_dir / f"rank-{rank}.jsonl", run_id=run_id, rank=rank) as log:
+            for event in stream.events:
+                log.append(event)
+
+
+def _messages(run_dirs: list[Path]) -> list[str]:
+    return [problem.message for problem in check_run_directories(run_dirs)[1]]
+
+
+def test_a_rank_log_name_with_a_leading_zero_is_no_rank(tmp_path: Path) -> None:
+    _write_run(tmp_path, range(2), world_size=2)
+    (tmp_path / "rank-1.jsonl").rename(tmp_path / "rank-01.jsonl")
+
+    files, problems = check_run_directories([tmp_path])
+
+    assert files == [tmp_path / "rank-0.jsonl"]
+    assert [(p.path.name, p.message) for p in problems] == [
+        ("rank-01.jsonl", "not a rank log name (rank-<N>.jsonl); ignored"),
+        (
+            tmp_path.name,
+            "rank 1 of world size 2 has no log (never started, or killed before its first event)",
+        ),
+    ]
+
+
+def test_a_claim_of_another_run_is_a_run_id_that_differs(tmp_path: Path) -> None:
+    _write_run(tmp_path, range(1), world_size=1)
+    (tmp_path / CLAIM_FILE).write_text("run-2\n")
+
+    (message,) = _messages([tmp_path])
+
+    assert message.startswith("more than one run id: run-1 (rank-0.jsonl); run-2 (")
+
+
+def test_a_rank_equal_to_the_world_size_is_outside_it(tmp_path: Path) -> None:
+    _write_run(tmp_path, range(2), world_size=2)
+    # A log of rank 2 that does not begin with its start (its first line
+    # lost): nothing in it says the world is larger than 2.
+    _write_run(tmp_path / "other", range(2, 3), world_size=3)
+    lines = (tmp_path / "other" / "rank-2.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "rank-2.jsonl").write_bytes(b"".join(lines[1:]))
+
+    problems = check_run_directories([tmp_path])[1]
+
+    assert [(p.path.name, p.message) for p in problems] == [
+        ("rank-2.jsonl", "rank 2 is outside the world size 2")
+    ]
+
+
+def test_a_copy_cut_short_reads_as_the_longer_whichever_directory_comes_first(
+    tmp_path: Path,
+) -> None:
+    whole, cut = tmp_path / "whole" / "rank-0.jsonl", tmp_path / "cut" / "rank-0.jsonl"
+    _write_run(whole.parent, range(1), world_size=1)
+    cut.parent.mkdir()
+    cut.write_bytes(whole.read_bytes().splitlines(keepends=True)[0])
+
+    assert longer_copy(whole, cut) == whole
+    assert longer_copy(cut, whole) == whole
+    for order in ([whole.parent, cut.parent], [cut.parent, whole.parent]):
+        assert check_run_directories(order) == ([whole], [])
+
+
+def test_a_launch_with_the_same_launcher_pid_on_another_host_refuses_the_rank(
+    tmp_path: Path,
+) -> None:
+    # One run directory on a shared filesystem, two launchers of one pid on
+    # two hosts: a rank of one is no rank of the other's launch.
+    host = platform.node()
+    mine = Manifest(
+        run_id="run-1", world_size=2, launcher=LauncherProcess(pid=os.getppid(), host=host)
+    )
+    mine.write(tmp_path)
+    refuse_foreign_rank(tmp_path, os.getppid())
+
+    elsewhere = Manifest(
+        run_id="run-1",
+        world_size=2,
+        launcher=LauncherProcess(pid=os.getppid(), host=host + "-other"),
+    )
+    elsewhere.write(tmp_path)
+    with pytest.raises(RunDirectoryError, match="which did not start this process"):
+        refuse_foreign_rank(tmp_path, os.getppid())
+
+
+@pytest.mark.parametrize("span", ["0" * 16, "0" * 15 + "g", "0" * 15 + "A", "0" * 15])
+def test_a_manifest_whose_trace_parent_is_no_span_id_is_invalid(tmp_path: Path, span: str) -> None:
+    document = Manifest(run_id="run-1", world_size=1, launcher=LauncherProcess()).to_json()
+    document["launcher"]["trace_parent"] = span
+    (tmp_path / "manifest.json").write_text(json.dumps(document))
+
+    with pytest.raises(RunDirectoryError, match="not a valid manifest"):
+        read_manifest(tmp_path)
