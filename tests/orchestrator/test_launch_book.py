@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import attrs
 import pytest
 
 from events import RankProcess
@@ -142,3 +143,33 @@ def test_the_manifest_names_a_loaded_profile_by_its_name() -> None:
     manifest = Manifest.begin(run_id="run-1", world_size=2, faults=FaultPlan(), simulating=profile)
 
     assert manifest.simulated == profile.name
+
+
+def test_a_launch_stopped_before_any_rank_started_records_every_rank(tmp_path: Path) -> None:
+    book = LaunchBook.claim(tmp_path / "run", _manifest(world_size=2))
+    book.finish(not_started="never started: the launch was stopped")
+
+    written = read_manifest(tmp_path / "run")
+    assert written is not None
+    assert [(entry.rank, entry.stopped_by_launcher) for entry in written.ranks] == [
+        (0, "never started: the launch was stopped"),
+        (1, "never started: the launch was stopped"),
+    ]
+
+
+def test_the_manifest_is_written_with_its_command_line_and_faults_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_plantedsecret")
+    manifest = attrs.evolve(
+        _manifest(),
+        command=("startup-orchestrator", "run", "--hf-token", "hf_plantedsecret"),
+        injected=("flashinfer=OSError:hf_plantedsecret",),
+    )
+    manifest.write(tmp_path)
+
+    assert "hf_plantedsecret" not in (tmp_path / MANIFEST_FILE).read_text()
+    written = read_manifest(tmp_path)
+    assert written is not None
+    assert written.command == ("startup-orchestrator", "run", "--hf-token", "[REDACTED]")
+    assert written.injected == ("flashinfer=OSError:[REDACTED]",)
