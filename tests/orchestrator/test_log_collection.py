@@ -441,3 +441,38 @@ async def test_a_stop_just_before_rank_0_waits_for_the_logs_ends_that_wait(
     assert waits  # it looked, without waiting
     assert max(waits) == 0.0
     assert read_manifest(tmp_path / "node0") is not None
+
+
+@pytest.mark.anyio
+async def test_a_log_already_in_rank_0s_directory_is_not_named_undelivered(
+    tmp_path: Path,
+) -> None:
+    # A shared filesystem and no process group: rank 1 wrote its log into
+    # the directory rank 0 collects into, so nothing had to be delivered.
+    def rank(number: int) -> Startup:
+        return Startup(
+            graph=Graph("tiny", [Step(name="probe", body=lambda _context: {"ok": True})]),
+            identity=RankIdentity(
+                rank=number, local_rank=0, world_size=2, local_world_size=1, node_rank=number
+            ),
+            run_id=RUN_ID,
+            run_dir=tmp_path / "run",
+            group=None,
+            tracing=None,
+            configure_logging=False,
+            handle_signals=False,
+            environ={},
+        )
+
+    with rank(1) as peer:
+        await peer.arun()
+    with rank(0) as collector:
+        result = await collector.arun()
+
+    assert result.undelivered == ()
+    manifest = read_manifest(tmp_path / "run")
+    assert manifest is not None
+    assert [(entry.rank, entry.not_delivered, entry.collected) for entry in manifest.ranks] == [
+        (0, None, True),
+        (1, None, True),
+    ]
