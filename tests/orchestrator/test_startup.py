@@ -778,6 +778,62 @@ def test_a_failure_that_follows_a_peers_is_stamped_after_it(tmp_path: Path) -> N
     assert not follows_a_peer(attrs.evolve(message, exception=exception_info("RuntimeError")))
 
 
+class _PeerThatPrintedNothing:
+    """Rank 1 of two, on rank 0's node, whose rank 0 reached the end of its
+    startup having derived no WARNING."""
+
+    rank = 1
+    world_size = 2
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        assert isinstance(value, dict)
+        return [{**value, "warnings": []}, value]
+
+
+def test_a_warning_no_lower_rank_printed_is_printed_by_the_rank_that_derived_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A global WARNING is rank 0's to print; one that only rank 1 derived is
+    # printed by rank 1 once the ranks' last exchange shows it.
+    denied = MessageRule(
+        code="mine.cache_denied",
+        step="cache",
+        outcomes="unavailable",
+        severity=Severity.WARNING,
+        scope="global",
+        text="No cache: {error}",
+    )
+    startup = _own_startup(
+        tmp_path,
+        slices=[attrs.evolve(OWN_SLICE, rules=[denied])],
+        identity=RankIdentity(rank=1, local_rank=1, world_size=2, local_world_size=2),
+        run_id="run-1",
+        group=_PeerThatPrintedNothing(),
+    )
+    with caplog.at_level(logging.DEBUG, logger="orchestrator"):
+        result = startup.run()
+
+    assert result.peers_finished is True
+    printed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    denials = [text for text in printed if text.startswith("[rank 1] No cache: ")]
+    assert len(denials) == 1, printed
+
+
+def test_a_failure_whose_cause_chain_holds_a_group_error_follows_a_peers() -> None:
+    from events.testing import exception_info
+    from orchestrator._group import follows_a_peer
+
+    lost = exception_info("orchestrator.GroupError", "all_gather across the process group failed")
+    wrapped = exception_info("RuntimeError", "the ranks did not agree on a backend", cause=lost)
+    message = Message(
+        code="step.failed", severity=Severity.ERROR, scope=Scope.PROCESS, rank=1, text="",
+        exception=wrapped,
+    )  # fmt: skip
+    assert follows_a_peer(message)
+    # A WARNING of one is this rank's to say, not a failure to hold.
+    assert not follows_a_peer(attrs.evolve(message, severity=Severity.WARNING))
+
+
 def test_importing_startup_loads_no_runtime_until_one_is_made() -> None:
     # A launcher imports Startup at its top: that must not load the event
     # model, the runner or the run directory: they load when a startup is
