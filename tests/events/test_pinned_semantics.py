@@ -223,3 +223,8 @@ def test_secret_variable_names_are_matched_in_any_case() -> None:
     )
     text = redact("token ghp-lower-case, password hunter2-mixed, path /usr/bin")
     assert text == "token [REDACTED], password [REDACTED], path /usr/bin"
+
+
+def test_a_secret_of_four_characters_is_hidden_and_one_of_three_is_not() -> None:
+    redact = Redactor.from_environment({"API_KEY": "k3y9", "PIN_SECRET": "123"})
+    assert redact("key k3y9, pin 123") == "key [REDACTED], pin 123"
