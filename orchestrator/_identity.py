@@ -5,8 +5,8 @@ Three launcher conventions are read, the first one present wins:
 * torchrun (and our own launcher): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
   ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``;
 * SLURM (``srun``): ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``,
-  ``SLURM_NODEID``, and the tasks per node from ``SLURM_NTASKS_PER_NODE`` or
-  ``SLURM_TASKS_PER_NODE``;
+  ``SLURM_NODEID``, and this node's tasks from ``SLURM_TASKS_PER_NODE``
+  (what each node runs), else ``SLURM_NTASKS_PER_NODE``;
 * Open MPI (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
   ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``. Open MPI
   names no node index (its ``OMPI_COMM_WORLD_NODE_RANK`` is the process's
@@ -101,8 +101,11 @@ def launcher_convention(environ: Mapping[str, str] | None = None) -> str | None:
 
 def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[dict[str, str], int]:
     """This node's count in ``SLURM_TASKS_PER_NODE`` (``"4(x2)"``, ``"4,4"``,
-    ``"2(x3),1"``) as ``SLURM_NTASKS_PER_NODE``, unless that is set; and
-    how many nodes it lists (0: none)."""
+    ``"2(x3),1"``), as ``SLURM_NTASKS_PER_NODE``, and how many nodes it
+    lists (0: none). The layout says what each node runs; a
+    ``SLURM_NTASKS_PER_NODE`` set by ``--ntasks-per-node`` is only the most
+    a node may run (``--ntasks=3 --ntasks-per-node=4`` runs 3), and is read
+    only where the layout names no count for this node."""
     node = env.get("SLURM_NODEID", "").strip()
     index = int(node) if node.isdecimal() else 0
     tasks: dict[str, str] = {}
@@ -111,7 +114,7 @@ def _slurm_tasks_per_node(env: Mapping[str, str]) -> tuple[dict[str, str], int]:
         nodes += int(repeat or 1)
         if index < nodes and not tasks:
             tasks = {"SLURM_NTASKS_PER_NODE": count}
-    return ({} if env.get("SLURM_NTASKS_PER_NODE", "").strip() else tasks), nodes
+    return tasks, nodes
 
 
 def identity_from_environment(

@@ -212,3 +212,23 @@ def test_a_slurm_job_names_the_run_only_for_its_tasks() -> None:
     assert run_id_from_environment({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3"}) is None
     task = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "3", "SLURM_PROCID": "0"}
     assert run_id_from_environment(task) == "slurm-42-3"
+
+
+def test_a_slurm_node_runs_the_tasks_its_layout_gives_it_not_the_most_it_may_run() -> None:
+    # srun -N2 -n6 --ntasks-per-node=4: SLURM_NTASKS_PER_NODE=4 is the most
+    # a node may run; SLURM_TASKS_PER_NODE="4,2" is what each runs.
+    def task(rank: int, local_rank: int, node: int, **more: str) -> RankIdentity:
+        env = {
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(local_rank),
+            "SLURM_NODEID": str(node),
+            "SLURM_NTASKS": "6",
+            "SLURM_NTASKS_PER_NODE": "4",
+            **more,
+        }
+        return identity_from_environment(env)
+
+    assert task(5, 1, 1, SLURM_TASKS_PER_NODE="4,2").local_world_size == 2
+    assert task(1, 1, 0, SLURM_TASKS_PER_NODE="4,2").local_world_size == 4
+    # Without a layout, the most asked for is all there is to go by.
+    assert task(5, 1, 1).local_world_size == 4

@@ -151,10 +151,15 @@ def _readme_lines() -> list[str]:
     return block
 
 
-def _batch(cluster: Cluster, tmp_path: Path, *options: str) -> subprocess.Popen[str]:
-    """The README's SLURM lines as the script of a batch job of four tasks
-    (``options`` added to the run; the port one that is free), submitted with
-    ``sbatch --wait``."""
+def _batch(
+    cluster: Cluster,
+    tmp_path: Path,
+    *options: str,
+    sbatch: tuple[str, ...] = (f"--ntasks={TASKS}",),
+) -> subprocess.Popen[str]:
+    """The README's SLURM lines as the script of a batch job (``sbatch``'s
+    options: four tasks), ``options`` added to the run and the port one that
+    is free, submitted with ``sbatch --wait``."""
     lines = []
     for line in _readme_lines():
         if line.startswith("export MASTER_ADDR="):
@@ -165,7 +170,7 @@ def _batch(cluster: Cluster, tmp_path: Path, *options: str) -> subprocess.Popen[
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n" + "\n".join(lines) + "\n", encoding="utf-8")
     return subprocess.Popen(
-        ["sbatch", "--wait", f"--ntasks={TASKS}", "--job-name", tmp_path.name,
+        ["sbatch", "--wait", *sbatch, "--job-name", tmp_path.name,
          f"--output={tmp_path / 'job.out'}", str(script)],
         cwd=tmp_path,
         env=cluster.env(TMPDIR=str(tmp_path)),
@@ -260,3 +265,29 @@ def test_scancel_mid_start_is_recorded_on_every_rank(cluster: Cluster, tmp_path:
         assert finished["outcome"] == "interrupted", (path, finished)
         assert "SIGTERM" in json.dumps(finished.get("cause")), finished
     assert _replay(tmp_path, run_dir)["outcome"] == "interrupted"
+
+
+def test_a_job_asking_more_tasks_per_node_than_it_runs_counts_those_it_runs(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # --ntasks-per-node is the most a node may run: SLURM_NTASKS_PER_NODE=4
+    # beside SLURM_NTASKS=3 and SLURM_TASKS_PER_NODE=3, what the node runs.
+    tasks = 3
+    job = _batch(
+        cluster,
+        tmp_path,
+        "--simulate",
+        "h200x8",
+        sbatch=(f"--ntasks={tasks}", "--ntasks-per-node=4"),
+    )
+    code = _finish(job)
+
+    output = (tmp_path / "job.out").read_text(encoding="utf-8", errors="replace")
+    assert code == 0, output
+    logs = sorted(_run_dir(tmp_path).glob("rank-*.jsonl"))
+    assert len(logs) == tasks, output
+    for rank, log in enumerate(logs):
+        [started] = [e for e in read_log(log).events if isinstance(e, RunStarted)]
+        assert started.identity == RankIdentity(
+            rank=rank, local_rank=rank, world_size=tasks, local_world_size=tasks, node_rank=0
+        )
