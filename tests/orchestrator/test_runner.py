@@ -368,3 +368,44 @@ async def test_the_callers_and_the_steps_values_are_recorded_redacted() -> None:
         "via": {"endpoint": "https://[REDACTED]@hub.example/v1"},
     }
     assert_log_contract(log)
+
+
+def test_a_run_abandoned_after_a_stop_records_the_stop_as_its_cause() -> None:
+    # A stop that came during the caller's set-up is why the run ended, not
+    # the error it left the set-up with.
+    log = new_log()
+    runner = orchestrator.Runner(log)
+    runner.begin(nested_graph())
+    runner.stopping(orchestrator.StartupInterrupted(signal="SIGTERM", reason="its launcher exited"))
+    runner.abandon(RuntimeError("tracing set-up was cut short"))
+
+    finished = only(log, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert finished.cause is not None
+    assert finished.cause.type == "orchestrator.StartupInterrupted"
+    assert finished.cause.message == "received SIGTERM: its launcher exited"
+    assert finished.stop is not None
+    assert finished.stop.signal == "SIGTERM"
+
+
+def test_a_runner_that_began_one_graph_refuses_to_begin_another() -> None:
+    log = new_log()
+    runner = orchestrator.Runner(log)
+    graph = nested_graph()
+    runner.begin(graph)
+    runner.begin(graph)  # the same graph: it already began
+
+    with pytest.raises(RuntimeError, match="already began another graph"):
+        runner.begin(nested_graph())
+    assert len(of_type(log, RunStarted)) == 1
+
+
+async def test_a_run_that_ran_its_graph_cannot_be_abandoned() -> None:
+    log = new_log()
+    runner = orchestrator.Runner(log)
+    with anyio.fail_after(DEADLINE_S):
+        await runner.run(nested_graph())
+
+    with pytest.raises(RuntimeError, match=r"abandon\(\) ends a run that began and never ran"):
+        runner.abandon(RuntimeError("too late"))
+    assert len(of_type(log, RunFinished)) == 1
