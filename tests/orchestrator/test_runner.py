@@ -409,3 +409,40 @@ async def test_a_run_that_ran_its_graph_cannot_be_abandoned() -> None:
     with pytest.raises(RuntimeError, match=r"abandon\(\) ends a run that began and never ran"):
         runner.abandon(RuntimeError("too late"))
     assert len(of_type(log, RunFinished)) == 1
+
+
+async def test_a_failure_a_parent_recorded_is_not_why_later_steps_are_cancelled() -> None:
+    # The child's error propagates from the child, and its parent's policy
+    # records it: the run goes on. A later failure is what cancels the rest.
+    waiting = anyio.Event()
+
+    def broken(ctx: StepContext) -> JsonValue:
+        raise RuntimeError("optional plugin broke")
+
+    async def plugins(ctx: StepContext) -> JsonValue:
+        await ctx.run_child("optional", broken, policy=orchestrator.PROBE_POLICY)
+        return None
+
+    async def waiter(ctx: StepContext) -> JsonValue:
+        waiting.set()
+        await anyio.sleep_forever()
+
+    async def late(ctx: StepContext) -> JsonValue:
+        await waiting.wait()
+        raise ValueError("late failure")
+
+    graph = Graph(
+        "g",
+        [
+            Step(name="plugins", body=plugins, policy=orchestrator.ANY_EXCEPTION_POLICY),
+            Step(name="waiter", body=waiter),
+            Step(name="late", body=late, depends_on=["plugins"]),
+        ],
+    )
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S), pytest.raises(ValueError, match="late failure"):
+        await orchestrator.run(graph, log)
+
+    assert only(log, StepCancelled, "waiter").reason == (
+        "cancelled because step 'late' failed: ValueError: late failure"
+    )
