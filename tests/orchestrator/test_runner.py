@@ -446,3 +446,29 @@ async def test_a_failure_a_parent_recorded_is_not_why_later_steps_are_cancelled(
     assert only(log, StepCancelled, "waiter").reason == (
         "cancelled because step 'late' failed: ValueError: late failure"
     )
+
+
+async def test_the_service_name_variable_wins_over_the_resource_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As OpenTelemetry's SDK resolves them: OTEL_SERVICE_NAME names the
+    # service whatever OTEL_RESOURCE_ATTRIBUTES says.
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,team=inference")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "my-engine")
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(nested_graph(), log)
+
+    assert only(log, RunStarted).resource == {"service.name": "my-engine", "team": "inference"}
+
+
+async def test_resource_attributes_without_a_key_are_not_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "=orphan, =,no-equals,team=inference")
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(nested_graph(), log)
+
+    assert only(log, RunStarted).resource == {"team": "inference"}
