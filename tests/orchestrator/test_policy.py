@@ -187,3 +187,23 @@ async def test_a_step_records_what_its_policy_says(
     assert event.outcome is outcome
     assert event.reasons[0].endswith(reason)
     assert result["platform/cpu/zentorch"].outcome is outcome
+
+
+@pytest.mark.anyio
+async def test_a_child_step_without_a_policy_follows_its_steps_policy() -> None:
+    def broken(ctx: StepContext) -> JsonValue:
+        raise RuntimeError("comm backend broke")
+
+    async def comm(ctx: StepContext) -> JsonValue:
+        child = await ctx.run_child("flashinfer", broken)
+        return child.outcome.value
+
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(
+            Graph("g", [Step(name="comm", body=comm, policy=ANY_EXCEPTION_POLICY)]), log
+        )
+
+    # ANY_EXCEPTION_POLICY records the RuntimeError that PROBE_POLICY would propagate.
+    assert only(log, StepUnavailable, "comm/flashinfer").outcome is Outcome.UNAVAILABLE
+    assert result["comm"].value == "unavailable"
