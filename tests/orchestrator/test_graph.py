@@ -344,3 +344,40 @@ def test_a_step_whose_body_cannot_be_called_is_named() -> None:
 def test_a_step_name_with_control_characters_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="is not a path like"):
         Step(name=name, body=lambda ctx: None)
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [o for o in Outcome if o not in (Outcome.ABSENT, Outcome.UNAVAILABLE, Outcome.INVALID)],
+)
+def test_a_body_can_end_its_step_absent_unavailable_or_invalid_only(outcome: Outcome) -> None:
+    with pytest.raises(ValueError, match=r"Unavailable\.outcome must not be"):
+        Unavailable(outcome=outcome)
+
+
+def test_a_set_up_step_runs_before_every_step_that_depended_on_nothing() -> None:
+    graph = Graph(
+        "g",
+        [
+            Step(name="platform", body=nothing),
+            Step(name="attention", body=nothing, depends_on=["platform"]),
+            Step(name="comm", body=nothing),
+        ],
+    )
+
+    with_setup = graph.after(Step(name="group", body=nothing))
+
+    assert with_setup.order[0] == "group"
+    assert with_setup["platform"].depends_on == ("group",)
+    assert with_setup["comm"].depends_on == ("group",)
+    assert with_setup["attention"].depends_on == ("platform",)
+    assert graph["platform"].depends_on == ()  # the graph itself is unchanged
+
+
+def test_a_set_up_step_that_depends_on_steps_is_refused() -> None:
+    graph = Graph("g", [Step(name="platform", body=nothing)])
+
+    with pytest.raises(ValueError, match="set-up step 'group' cannot depend on other steps"):
+        graph.after(Step(name="group", body=nothing, depends_on=["platform"]))
+    with pytest.raises(DuplicateStepError):
+        graph.after(Step(name="platform", body=nothing))
