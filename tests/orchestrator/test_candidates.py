@@ -561,3 +561,37 @@ async def test_a_parent_policy_may_absorb_a_candidate_error() -> None:
     )
     assert only(log, RunFinished).outcome is RunOutcome.READY
     assert_log_contract(log)
+
+
+async def test_reports_and_reasons_are_in_priority_order_whatever_the_order_given() -> None:
+    candidates = [
+        Candidate(name="TRITON_ATTN", priority=2, probe=lambda ctx: ["head size 80"]),
+        Candidate(name="FLASH_ATTN", priority=0, probe=lambda ctx: ["sm 7.5"]),
+        Candidate(name="FLASHINFER", priority=1, probe=lambda ctx: ["fp8 kv cache"]),
+    ]
+    graph, _ = attention_graph(candidates)
+
+    with pytest.raises(orchestrator.NoValidCandidateError) as raised:
+        await run(graph, new_log())
+
+    assert list(raised.value.reasons) == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
+    assert str(raised.value) == (
+        "No valid backend found for this configuration. Reasons: {FLASH_ATTN: [sm 7.5], "
+        "FLASHINFER: [fp8 kv cache], TRITON_ATTN: [head size 80]}."
+    )
+
+
+async def test_a_selection_reports_every_candidate_in_priority_order() -> None:
+    candidates = [
+        Candidate(name="TRITON_ATTN", priority=2, probe=valid),
+        Candidate(name="FLASH_ATTN", priority=0, probe=lambda ctx: ["sm 7.5"]),
+        Candidate(name="FLASHINFER", priority=1, probe=valid),
+    ]
+    graph, selections = attention_graph(candidates)
+
+    await run(graph, new_log())
+
+    (selection,) = selections
+    assert selection.selected == "FLASHINFER"
+    assert selection.considered == ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+    assert selection.valid == ("FLASHINFER", "TRITON_ATTN")
