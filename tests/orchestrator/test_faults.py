@@ -191,6 +191,12 @@ def test_one_spec_given_as_a_string_is_named_not_split_into_letters() -> None:
         ([{"target": "x", "exception": "OSError", "kwargs": {"name": "x"}}], "entry 0: kwargs"),
         ([{"target": "x", "exception": "OSError", "ranks": [-1]}], "entry 0: ranks"),
         ([{"target": "x", "exception": "UnicodeDecodeError", "args": ["x"]}], "entry 0: args"),
+        ([{"target": "x", "exception": "hang", "args": ["forever"]}], "entry 0: args"),
+        ([{"target": "x", "exception": "crash", "args": [11]}], "entry 0: args"),
+        (
+            [{"target": "x", "exception": "ImportError", "kwargs": {"msg": "x"}}],
+            "entry 0: kwargs",
+        ),
     ],
 )
 def test_malformed_json_names_the_bad_entry_and_field(data: Any, part: str) -> None:
@@ -489,6 +495,13 @@ def test_a_package_of_a_known_module_is_a_target_but_a_submodule_is_not() -> Non
     assert check(["platform/cp=hang"]).part == "platform/cp"
 
 
+def test_a_step_path_is_no_package_of_a_step_whose_name_has_a_dot() -> None:
+    # Only a module's packages are imported before it; a step path names one step.
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.parse(["load/model=hang"]).check(world_size=1, targets={"load/model.v2"})
+    assert raised.value.part == "load/model"
+
+
 def test_the_first_bad_fault_is_reported() -> None:
     error = check(["zentorch=OSError", "7:torch=OSError", "nothing=OSError"])
     assert error.spec == "7:torch=OSError"
@@ -579,6 +592,23 @@ async def test_an_import_fault_fires_in_the_probe_on_the_faulted_rank_only() -> 
     )
     assert_log_contract(rank0)
     assert_log_contract(rank1)
+
+
+@pytest.mark.anyio
+async def test_a_step_path_fault_fires_on_the_faulted_rank_only() -> None:
+    plan = FaultPlan.parse(["1:attention=OSError:injected on rank 1"])
+    graph = Graph("g", [attention("json", "os")])
+
+    rank0 = MemoryLog("run-ranks", 0)
+    rank1 = MemoryLog("run-ranks", 1)
+    identity1 = identity_from_environment({}, rank=1, world_size=2)
+    result0 = await run(graph, rank0, faults=plan)
+    result1 = await run(graph, rank1, faults=plan, identity=identity1)
+
+    assert result0["attention"].value == "FLASH_ATTN"
+    assert not of_type(rank0, StepUnavailable)
+    assert result1["attention"].outcome is Outcome.UNAVAILABLE
+    assert only(rank1, StepUnavailable, "attention").reasons == ("OSError: injected on rank 1",)
 
 
 @pytest.mark.anyio
