@@ -177,6 +177,34 @@ async def test_an_async_step_that_blocks_the_loop_is_seen_from_the_watchdog() ->
     assert "blocks_the_loop" in [frame.name for frame in thread.frames]
 
 
+async def test_a_blocked_loop_is_recorded_for_the_step_blocking_it_not_its_peers() -> None:
+    release = threading.Event()
+    peer_waiting = anyio.Event()
+    probe_done = anyio.Event()
+
+    async def peer(ctx: StepContext) -> JsonValue:
+        # In flight on the loop too, but not what blocks it.
+        peer_waiting.set()
+        await probe_done.wait()
+        return "after the probe"
+
+    async def blocks_the_loop(ctx: StepContext) -> JsonValue:
+        await peer_waiting.wait()
+        wait_for_the_driver(release)
+        probe_done.set()
+        return "unblocked"
+
+    graph = Graph("g", [Step(name="peer", body=peer), Step(name="probe", body=blocks_the_loop)])
+    log = new_log()
+    log.subscribe(release_after(release, 1))
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(graph, log, stall_s=STALL_S)
+
+    (stall, *_) = of_type(log, StepStalled, "probe")
+    assert waits_in(stall) == "wait_for_the_driver"
+    assert of_type(log, StepStalled, "peer") == []
+
+
 async def test_an_async_step_waiting_on_its_children_is_not_the_stalled_one() -> None:
     release = threading.Event()
 
