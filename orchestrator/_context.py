@@ -246,9 +246,14 @@ class StepContext:
         """Run ``body`` as a child step ``<this step>/<name>`` with its own
         events and span, nested under this step's span.
 
-        Outcomes follow ``policy`` (default: this step's policy). A
-        propagating error is recorded on the child and then on this step,
-        and leaves this call as the original exception.
+        Outcomes follow ``policy`` (default: the policy of the graph step
+        this one is, or runs under). A propagating error is recorded on the
+        child and leaves this call as the runner's carrier of it, an
+        :class:`Exception` that is not the child's own type: let it go on,
+        and it is recorded on this step and fails the run. A body that
+        catches it ends that failure there (no later step is cancelled for
+        it); to handle a child's errors by type, give the child a ``policy``
+        that records them and read the :class:`StepResult` returned.
         """
         return await self._run.run_child(
             parent=self,

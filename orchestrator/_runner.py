@@ -429,7 +429,8 @@ class _Run:
         #: every step path started so far: a path names one step of the run
         self.paths: set[str] = set()
         self.done = {name: anyio.Event() for name in graph.steps}
-        self.cancel_reason: str | None = None
+        #: the step whose failure is cancelling the others, and why, while one is
+        self.cancelling: tuple[str, str] | None = None
         #: The exceptions steps failed with, by id, and the step each failure
         #: started at: a body that raises one again (a parent that caught
         #: its child's error and lets it go on) continues that failure.
@@ -603,11 +604,13 @@ class _Run:
                     value = await self.call(body, context, isolation)
         except anyio.get_cancelled_exc_class():
             self.left_behind(name, StallReason.ABANDONED)
-            end(StepCancelled, reason=self.cancel_reason or self.stop_reason())
+            reason = self.stop_reason() if self.cancelling is None else self.cancelling[1]
+            end(StepCancelled, reason=reason)
             raise
         except BaseException as exc:
             self.watchdog.ended(name)
             return self.handle_error(exc, name=name, policy=policy, end=end)
+        self.stopped_below(name)
         if scope.cancelled_caught:
             assert timeout is not None
             self.left_behind(name, StallReason.TIMED_OUT)
@@ -651,7 +654,6 @@ class _Run:
             if not verdict.record:
                 end(StepFailed, cause=info, origin=carried.step)
                 raise _Propagating(original, info, carried.step)
-            self.cancel_reason = None
         elif isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
             info = exc.info
@@ -660,6 +662,7 @@ class _Run:
             verdict = policy.classify(exc)
             info = self.capture(exc)
             original = exc
+        self.stopped_below(name)
         if verdict.record:
             end(StepUnavailable, outcome=verdict.outcome, reasons=(info.reason,), cause=info)
             return StepResult(
@@ -675,14 +678,21 @@ class _Run:
         end(StepFailed, cause=info, origin=origin)
         self.propagate(name, exc, info, origin, original)
 
+    def stopped_below(self, step: str) -> None:
+        """``step`` ended without passing on a failure of a step below it
+        (its policy recorded it, its body caught it): that failure cancels
+        nothing from now on."""
+        if self.cancelling is not None and self.cancelling[0].startswith(f"{step}/"):
+            self.cancelling = None
+
     def propagate(
         self, name: str, exc: BaseException, info: ExceptionInfo, origin: str, raised: BaseException
     ) -> NoReturn:
         """Step ``name`` fails the run: ``exc``, whose failure started at step
         ``origin``, goes on up as ``raised``, and the other steps are cancelled."""
         self.origins[id(exc)] = (exc, origin)
-        if self.cancel_reason is None:
-            self.cancel_reason = f"cancelled because step {name!r} failed: {info.reason}"
+        if self.cancelling is None:
+            self.cancelling = (name, f"cancelled because step {name!r} failed: {info.reason}")
         self.log.flush()
         raise _Propagating(raised, info, origin)
 

@@ -448,6 +448,52 @@ async def test_a_failure_a_parent_recorded_is_not_why_later_steps_are_cancelled(
     )
 
 
+@pytest.mark.parametrize("then", ["returns", "raises"])
+async def test_a_failure_a_parent_body_caught_is_not_why_later_steps_are_cancelled(
+    then: str,
+) -> None:
+    # The parent's body catches its child's failure and returns, or raises
+    # an error of its own: the child's failure cancels nothing after that.
+    waiting = anyio.Event()
+
+    def broken(ctx: StepContext) -> JsonValue:
+        raise RuntimeError("optional plugin broke")
+
+    async def plugins(ctx: StepContext) -> JsonValue:
+        try:
+            await ctx.run_child("optional", broken)
+        except Exception:
+            if then == "raises":
+                await waiting.wait()
+                raise ValueError("plugins failed") from None
+        return None
+
+    async def waiter(ctx: StepContext) -> JsonValue:
+        waiting.set()
+        await anyio.sleep_forever()
+
+    async def late(ctx: StepContext) -> JsonValue:
+        await waiting.wait()
+        raise ValueError("late failure")
+
+    graph = Graph(
+        "g",
+        [
+            Step(name="plugins", body=plugins),
+            Step(name="waiter", body=waiter),
+            Step(name="late", body=late, depends_on=["plugins"]),
+        ],
+    )
+    log = new_log()
+    with anyio.fail_after(DEADLINE_S), pytest.raises(ValueError):
+        await orchestrator.run(graph, log)
+
+    failed = "'late' failed: ValueError: late failure"
+    if then == "raises":
+        failed = "'plugins' failed: ValueError: plugins failed"
+    assert only(log, StepCancelled, "waiter").reason == f"cancelled because step {failed}"
+
+
 async def test_the_service_name_variable_wins_over_the_resource_attributes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
