@@ -25,6 +25,7 @@ from events import (
     Severity,
     SeverityPolicy,
     Slice,
+    StallReason,
     StepKind,
     fold,
     merge,
@@ -136,6 +137,55 @@ def test_a_graph_without_rules_gets_the_generic_messages() -> None:
     )
 
 
+def test_a_generic_message_gives_every_reason_and_the_last_stderr_line() -> None:
+    builder = EventStream().run_started()
+    builder.started("kernels/fast", kind=StepKind.CANDIDATE)
+    builder.unavailable("kernels/fast", Outcome.INVALID, reasons=["head size 7", "no fp8"])
+    builder.started("warmup")
+    builder.crashed(
+        "warmup", exit_code=1, signal=None, stderr_tail=["loading", "Illegal instruction"]
+    )
+    texts = {m.code: m.text for m in fold(Messages(), builder.events).messages()}
+    assert texts["candidate.unavailable"] == (
+        "Candidate kernels/fast is invalid: head size 7; no fp8"
+    )
+    assert texts["step.crashed"] == (
+        "Step warmup crashed: its process exited with code 1; "
+        "last stderr line: Illegal instruction."
+    )
+
+
+def stalled_twice(rank: int) -> list[Event]:
+    """A rank of two nodes of two whose step warmup stalls twice."""
+    builder = EventStream(rank=rank, world_size=4, local_world_size=2).run_started()
+    builder.started("warmup").stalled("warmup", 10.0).stalled("warmup", 20.0)
+    return builder.events
+
+
+def test_a_step_past_the_stall_threshold_is_one_info_line_printed_once_a_node() -> None:
+    state = fold(Messages(), stalled_twice(0) + stalled_twice(1) + stalled_twice(2))
+    stalls = [m for m in state.messages() if m.code == "step.stalled"]
+    assert [(m.rank, m.severity, m.printed) for m in stalls] == [
+        (0, Severity.INFO, True),
+        (1, Severity.INFO, False),
+        (2, Severity.INFO, True),
+    ]
+    assert stalls[0].text == (
+        "Step warmup is still running after 10.0 s, waiting in wait_for_fabric (fabric.py:42)."
+    )
+
+
+def test_where_a_timed_out_or_abandoned_step_waited_is_no_stall_message() -> None:
+    builder = EventStream().run_started()
+    builder.started("warmup").stalled("warmup", 5.0, why=StallReason.TIMED_OUT)
+    builder.timed_out("warmup", timeout_s=5.0)
+    builder.started("cache_dir").stalled("cache_dir", 1.0, why=StallReason.ABANDONED)
+    builder.cancelled("cache_dir")
+    messages = fold(Messages(), builder.events).messages()
+    assert [m.code for m in messages] == ["step.timed_out"]
+    assert "waiting in wait_for_fabric (fabric.py:42)" in messages[0].text
+
+
 def test_rules_match_outcome_and_exception_type_and_render_templates() -> None:
     denied = fold(Messages(slices=[MY_SLICE]), custom_rank(cache="denied")).messages()
     (message,) = [m for m in denied if m.code == "mine.cache_denied"]
@@ -162,6 +212,23 @@ def test_a_slice_claims_its_steps_and_a_policy_overrides_its_codes() -> None:
     state = fold(Messages(slices=[MY_SLICE, policy.as_slice()]), custom_rank())
     (kernels,) = [m for m in state.messages() if m.code == "mine.kernels"]
     assert kernels.severity is Severity.ERROR
+
+
+def test_a_qualified_exception_type_is_not_matched_by_the_same_name_elsewhere() -> None:
+    elsewhere = exception_info(
+        "RuntimeError", "boom", cause=exception_info("other_lib.CacheError", "disk full")
+    )
+    builder = EventStream().run_started()
+    builder.started("cache_dir").failed("cache_dir", elsewhere)
+    events = builder.run_finished(RunOutcome.FAILED, cause=elsewhere, failed_step="cache_dir")
+    assert codes(events, MY_SLICE) == ["step.failed", "run.failed"]
+
+
+def test_a_step_one_slice_claims_gets_no_generic_message_beside_a_slice_claiming_none() -> None:
+    policy = SeverityPolicy().with_rule("mine.kernels", severity=Severity.ERROR)
+    derived = codes(custom_rank(kernels="slow"), MY_SLICE, policy.as_slice())
+    assert "mine.kernels" in derived
+    assert "candidate.unavailable" not in derived, "kernels/* is the first slice's"
 
 
 def test_a_severity_or_scope_is_taken_by_name_and_a_bad_one_is_named() -> None:
