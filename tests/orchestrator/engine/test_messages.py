@@ -28,6 +28,7 @@ from events import (
     step_severity_hook,
 )
 from events import fold as fold_events
+from events.testing import EventStream
 from orchestrator.engine import (
     ALLREDUCE_STEP,
     ATTENTION_STEP,
@@ -165,6 +166,19 @@ def test_policy_file_may_name_only_the_codes_it_changes() -> None:
 def test_bad_policy_documents_are_named(document: str, match: str) -> None:
     with pytest.raises(PolicyError, match=match):
         SeverityPolicy.from_json(document)
+
+
+def test_a_changed_rule_bumps_the_policy_version_unless_one_is_given() -> None:
+    policy = SeverityPolicy(version=3)
+    assert policy.with_rule("zentorch.broken", severity=Severity.ERROR).version == 4
+    assert policy.with_rule("zentorch.broken", scope=Scope.GLOBAL, version=9).version == 9
+
+
+def test_a_policy_file_may_write_severities_and_scopes_in_any_case_and_spacing() -> None:
+    policy = SeverityPolicy.from_json(
+        {"version": 2, "rules": {"zentorch.broken": {"severity": " Error ", "scope": " LOCAL "}}}
+    )
+    assert policy.rules["zentorch.broken"] == (Severity.ERROR, Scope.LOCAL)
 
 
 def test_unknown_code_has_no_rule() -> None:
@@ -814,6 +828,28 @@ def test_an_error_on_rank_five_prints_on_rank_five() -> None:
     assert only(raised, "zentorch.broken", rank=5).printed
 
 
+def test_process_scope_prints_on_every_rank() -> None:
+    # platform.fallback is a WARNING of process scope: no rank's place hides it.
+    events: list[Event] = []
+    for rank in range(8):
+        builder = RankBuilder(rank).run_started()
+        builder.cuda_platform(broken_plugin=ZENTORCH_RUNTIME)
+        events.extend(builder.run_finished())
+    fallbacks = [m for m in derive(events).messages() if m.code == "platform.fallback"]
+    assert sorted(m.rank for m in fallbacks if m.printed) == list(range(8))
+
+
+def test_a_rank_prints_every_message_until_it_knows_its_place() -> None:
+    # Rank 5 is local rank 1, where zentorch.broken (local scope) is not
+    # printed; before its run.started says so, the rank prints it.
+    projection = Messages(slices=[ENGINE])
+    events = zentorch_rank("broken", rank=5).events
+    assert events[0].TYPE == "run.started"
+    unplaced = projection.apply_many(projection.initial(), events[1:])
+    assert only(unplaced, "zentorch.broken", rank=5).printed
+    assert not only(derive(events), "zentorch.broken", rank=5).printed
+
+
 def test_a_newer_policy_re_derives_from_the_same_events() -> None:
     events = eight_ranks_two_nodes()
     old = derive(events)
@@ -915,6 +951,17 @@ def test_messages_do_not_depend_on_how_ranks_interleave() -> None:
     assert merged.ranks == one_after_another.ranks
 
 
+def test_messages_of_the_same_moment_are_in_rank_order_whichever_rank_came_first() -> None:
+    streams = []
+    for rank in (1, 0):
+        stream = EventStream(rank=rank, world_size=2).run_started()
+        stream.started("probe").succeeded("probe")
+        streams.extend(stream.run_finished())
+    messages = fold_events(Messages(), streams).messages()
+    assert len({m.wall_ns for m in messages}) == 1
+    assert [m.rank for m in messages] == [0, 1]
+
+
 def test_apply_never_changes_the_state_it_was_given() -> None:
     events = healthy_rank(0)
     projection = Messages(slices=[ENGINE])
@@ -947,6 +994,21 @@ def test_span_severity_falls_back_to_the_outcome() -> None:
         assert Messages(slices=[ENGINE]).span_severity(state, 0, step, ends[step]) is expected
         assert hook(0, step, ends[step]) is expected
     assert step_severity(state, 0, ATTENTION_STEP) is None
+
+
+def test_a_step_keeps_the_highest_severity_derived_for_it() -> None:
+    # The platform step says platform.detected (INFO), then platform.fallback
+    # (WARNING): the later, higher one counts, and a later, lower one does not
+    # lower what an earlier one raised.
+    builder = RankBuilder(0).run_started()
+    builder.cuda_platform(broken_plugin=ZENTORCH_RUNTIME)
+    events = builder.run_finished()
+    state = derive(events)
+    said = [(m.code, m.severity) for m in state.messages(0) if m.step == PLATFORM_STEP]
+    assert said == [("platform.detected", Severity.INFO), ("platform.fallback", Severity.WARNING)]
+    assert step_severity(state, 0, PLATFORM_STEP) is Severity.WARNING
+    loud = derive(events, ENGINE_POLICY.with_rule("platform.detected", severity=Severity.ERROR))
+    assert step_severity(loud, 0, PLATFORM_STEP) is Severity.ERROR
 
 
 def test_a_plugin_that_timed_out_is_a_failed_plugin_not_a_step_error() -> None:
