@@ -344,6 +344,18 @@ def test_attention_candidates_and_automatic_selection() -> None:
     assert selected.step == ATTENTION_STEP
 
 
+def test_automatic_selection_lists_the_valid_backends_where_the_log_has_them() -> None:
+    # vLLM 0.33 lists the valid candidates beside every one probed.
+    builder = RankBuilder(0).run_started()
+    builder.started(ATTENTION_STEP, attributes={"explicit": None, "candidates": ["A", "B", "C"]})
+    builder.succeeded(
+        ATTENTION_STEP,
+        {"backend": "B", "explicit": False, "considered": ["A", "B", "C"], "valid": ["B", "C"]},
+    )
+    selected = only(derive(builder.run_finished()), "attention.selected")
+    assert selected.text == "Using B attention backend out of potential backends: ['B', 'C']"
+
+
 def explicit_rank(outcome: str) -> list[Event]:
     builder = RankBuilder(0).run_started()
     builder.started(ATTENTION_STEP, attributes={"explicit": "FLASHINFER", "candidates": []})
