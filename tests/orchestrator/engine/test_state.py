@@ -25,8 +25,10 @@ from events import (
     step_severity,
 )
 from orchestrator.engine import (
+    ALLREDUCE_STEP,
     ATTENTION_STEP,
     ENGINE,
+    FLASHINFER_COMM_STEP,
     PLATFORM_STEP,
     EngineState,
 )
@@ -70,6 +72,26 @@ def test_fusion_disabled_when_the_chain_is_exhausted() -> None:
     assert state.flashinfer_comm_available is False
     assert state.fusion_enabled is False
     assert state.allreduce_backend is None
+
+
+@pytest.mark.parametrize(
+    ("result", "available"),
+    [({"available": True}, True), ({}, True), (None, True), ({"available": False}, False)],
+)
+def test_flashinfer_comm_that_ended_ok_is_available_unless_its_result_says_not(
+    result: dict[str, bool] | None, available: bool
+) -> None:
+    builder = RankBuilder(0).run_started()
+    builder.started(FLASHINFER_COMM_STEP).succeeded(FLASHINFER_COMM_STEP, result)
+    assert state_of(builder.run_finished()).flashinfer_comm_available is available
+
+
+def test_an_allreduce_step_that_did_not_end_ok_loses_the_fusion() -> None:
+    builder = RankBuilder(0).run_started()
+    builder.started(ALLREDUCE_STEP).unavailable(ALLREDUCE_STEP, reasons=["no workspace"])
+    state = state_of(builder.run_finished())
+    assert (state.fusion_enabled, state.allreduce_backend) == (False, None)
+    assert state.facts["fusion_lost"] is True
 
 
 def test_agreed_backend_wins_over_the_local_chain() -> None:
