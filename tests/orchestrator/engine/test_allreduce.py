@@ -290,6 +290,9 @@ async def test_disabled_without_any_attempt(
     assert not rank.started(ALLREDUCE_AGREE_STEP)
     assert rank.factory.created == []
     assert rank.finished().outcome is RunOutcome.READY
+    # Tensor parallel size 1 has nothing to fuse: only a missing
+    # flashinfer.comm loses the fusion.
+    assert replay(rank.log.read(), slices=[ENGINE]).states[0].facts["fusion_lost"] is comm_missing
 
 
 async def test_the_quantization_workspace_reuses_the_plain_one() -> None:
