@@ -6,8 +6,8 @@ needs the runtime, anyio or torch. The kernel derives the generic messages
 :mod:`orchestrator.engine._conventions`::
 
     platform/<p> ends absent (declined)                 platform.plugin_declined   [rule]
-    platform/<p> ends unavailable without a cause       platform.device_unusable   [rule]
-      (declined, its hardware present but unusable)
+    platform/<p> ends unavailable or invalid            platform.device_unusable   [rule]
+      without a cause (declined, its hardware present but unusable)
     platform/<p> ends unavailable|failed with a cause   platform.plugin_failed
       (or timed out or crashed)
     platform started with vLLM's own code               platform.vllm_code, and
