@@ -1,8 +1,10 @@
-"""The verdict's precedence rules, each pinned by a test that fails when
-the rule is changed (a mutation that reorders, widens or drops it): which
-outcome a run gets when its ranks disagree, which rank is the root cause
-when several could be, where a failure settles as it goes up the step tree,
-and which message speaks for it.
+"""How a replayed run is judged, each rule pinned by a test that fails when
+the rule is changed (reordered, widened or dropped): which outcome a run
+gets when its ranks disagree, which rank is the root cause when several
+could be, where a failure settles as it goes up the step tree, and which
+message speaks for it; which ranks make the world and when one is running,
+which step and exception a root cause names, what the launcher's record of
+a process adds, and what the timeline keeps of a step.
 
 Every stream here is built with :mod:`events.testing`; nothing runs."""
 
@@ -10,7 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
+import pytest
+
 from events import (
+    MAX_WORLD_SIZE,
     Collective,
     Event,
     JsonlLog,
@@ -22,7 +28,9 @@ from events import (
     RunOutcome,
     Slice,
     StepFailed,
+    Timeline,
     fold,
+    implausible_world,
     read_log,
     replay,
     root_cause,
@@ -31,7 +39,9 @@ from events.testing import BASE_WALL_NS, EventStream, exception_info
 
 SECOND = 1_000_000_000
 BOOM = exception_info("RuntimeError", "boom")
+OTHER = exception_info("ValueError", "bad configuration")
 STOPPED = exception_info("orchestrator.StartupInterrupted", "received SIGTERM")
+TIMEOUT = exception_info("orchestrator.StepTimeoutError", "step x timed out after 30 s")
 NO_TORCH = exception_info("ImportError", "No module named 'torch'")
 RENDEZVOUS = exception_info("orchestrator.GroupError", "the rendezvous timed out")
 GROUP = "process_group"
@@ -346,3 +356,267 @@ def test_a_rule_for_another_outcome_naming_the_exception_leaves_the_failure_to_t
     said = spoken(nested_failure(), rule)
     assert ("step.failed", "x/child") in said
     assert not any(code == "mine.missing" for code, _step in said)
+
+
+# --- the world and its ranks ---------------------------------------------------------
+
+
+def test_an_unfinished_rank_seen_alive_is_running_and_so_is_the_run() -> None:
+    alive = rank_stream(1, 2)
+    alive.started("probe")
+    run = replay([ready(0, 2), alive.events], launch=LaunchRecord(running=frozenset({1})))
+    assert run.outcome_of(1) is RunOutcome.RUNNING
+    assert run.root_cause is None
+    assert run.outcome is RunOutcome.RUNNING
+
+
+def test_a_cutoff_at_the_first_event_keeps_every_rank() -> None:
+    run = replay([ready(0, 2), ready(1, 2)], until=0)
+    assert run.ranks == (0, 1)
+    assert run.no_events == {}
+    assert run.outcome is RunOutcome.RUNNING
+
+
+def test_an_empty_log_names_its_rank_when_no_log_says_the_world() -> None:
+    # No run.started: the ranks known of, an empty log's among them, make the world.
+    stream = EventStream()
+    stream.started("probe").succeeded("probe")
+    run = replay([stream.events], launch=LaunchRecord(empty_logs=frozenset({2})))
+    assert run.world_size == 3
+    assert run.no_events == {1: "no log", 2: "empty log"}
+
+
+def test_an_empty_log_of_the_rank_just_past_the_world_is_outside_it() -> None:
+    launch = LaunchRecord(world_size=2, empty_logs=frozenset({2}))
+    run = replay([ready(0, 2), ready(1, 2)], launch=launch)
+    assert run.no_events == {}
+    assert any("empty logs name rank 2, outside the world size 2" in w for w in run.warnings)
+    assert run.outcome is RunOutcome.READY
+
+
+def test_a_launcher_and_logs_that_disagree_on_the_world_are_said_to() -> None:
+    run = replay([ready(0, 2), ready(1, 2)], launch=LaunchRecord(world_size=3))
+    assert run.world_size == 3
+    assert run.no_events == {2: "no log"}
+    assert (
+        "the launcher started 3 ranks but the logs say a world of 2; judged against the launcher's"
+    ) in run.warnings
+
+
+def test_a_world_of_the_largest_plausible_size_is_read() -> None:
+    assert implausible_world(MAX_WORLD_SIZE, "manifest.json", 1) is None
+    why = implausible_world(MAX_WORLD_SIZE + 1, "manifest.json", 1)
+    assert why is not None
+    assert why.startswith(f"manifest.json claims {MAX_WORLD_SIZE + 1:,} ranks")
+
+
+# --- the rank to look at first ---------------------------------------------------------
+
+
+def test_a_lone_rank_that_went_on_without_the_group_is_blamed_for_its_own_failure() -> None:
+    # With no peer to leave behind, going on alone is no one's root cause.
+    stream = rank_stream(0, 1)
+    stream.started(GROUP).unavailable(GROUP, Outcome.UNAVAILABLE, cause=NO_TORCH)
+    stream.started("probe").failed("probe", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="probe")
+    cause = replay([events], slices=(GROUP_SLICE,)).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception, cause.left_out) == ("probe", BOOM, None)
+
+
+def test_a_rank_that_left_the_group_as_a_peer_failed_there_is_the_root_cause() -> None:
+    left = rank_stream(0, 2)
+    left.started(GROUP).unavailable(GROUP, Outcome.UNAVAILABLE, cause=NO_TORCH)
+    waited = rank_stream(1, 2)
+    waited.started(GROUP).failed(GROUP, RENDEZVOUS)
+    assert left.events[-1].wall_ns == waited.events[-1].wall_ns
+    run = replay(
+        [
+            left.run_finished(),
+            waited.run_finished(RunOutcome.FAILED, cause=RENDEZVOUS, failed_step=GROUP),
+        ],
+        slices=(GROUP_SLICE,),
+    )
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.left_out) == (0, "the process group")
+
+
+def stopped_rank_1(*, ended_wall_ns: int | None = None) -> RankProcess:
+    return RankProcess(
+        rank=1,
+        pid=11,
+        signal="SIGTERM",
+        ended_wall_ns=ended_wall_ns,
+        stopped_by_launcher="SIGTERM after rank 0 (pid 10): exited with code 1",
+    )
+
+
+def test_a_peer_whose_log_ended_as_the_first_exit_was_seen_was_stopped_for_it() -> None:
+    stopped_log = interrupted(1, 2, at_s=5)
+    first_exit = stopped_log[-1].wall_ns
+    launch = LaunchRecord(
+        world_size=2,
+        processes={
+            0: RankProcess(rank=0, pid=10, exit_code=1, ended_wall_ns=first_exit),
+            1: stopped_rank_1(ended_wall_ns=first_exit + SECOND),
+        },
+    )
+    run = replay([failed(0, 2, at_s=10), stopped_log], launch=launch)
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.outcome) == (0, RunOutcome.FAILED)
+
+
+def test_a_stopped_peer_is_never_blamed_when_no_exit_time_is_known() -> None:
+    # Only the stopped rank's end was timed: the launcher's stop comes after
+    # the first exit whatever the clocks say.
+    launch = LaunchRecord(
+        world_size=2,
+        processes={
+            0: RankProcess(rank=0, pid=10, exit_code=1),
+            1: stopped_rank_1(ended_wall_ns=BASE_WALL_NS + 6 * SECOND),
+        },
+    )
+    run = replay([failed(0, 2, at_s=10), interrupted(1, 2, at_s=5)], launch=launch)
+    assert run.root_cause is not None
+    assert (run.root_cause.rank, run.root_cause.outcome) == (0, RunOutcome.FAILED)
+    assert run.outcome is RunOutcome.FAILED
+
+
+# --- the step and exception a root cause names ----------------------------------------
+
+
+def test_a_rank_that_died_with_two_failures_on_their_way_up_is_blamed_for_the_first() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("y").started("x/a").started("y/b")
+    stream.failed("x/a", BOOM).failed("y/b", OTHER)
+    cause = replay([stream.events]).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/a", BOOM)
+
+
+def test_a_root_cause_points_at_the_event_where_the_failure_started() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM).failed("x", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    (started,) = (e for e in events if e.step == "x/child" and e.TYPE == "step.failed")
+    assert (cause.step, cause.seq) == ("x/child", started.seq)
+
+
+def test_a_root_cause_keeps_its_steps_exception_over_the_one_run_finished_names() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM)
+    events = stream.run_finished(RunOutcome.FAILED, cause=OTHER, failed_step="x/child")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/child", BOOM)
+
+
+def test_a_failure_going_up_under_another_exception_keeps_its_own() -> None:
+    wrapped = exception_info("orchestrator.StepError", "x/child failed", cause=BOOM)
+    stream = EventStream().run_started()
+    stream.started("x").started("x/child").failed("x/child", BOOM)
+    stream.failed("x", wrapped, origin="x/child")
+    events = stream.run_finished(RunOutcome.FAILED, cause=wrapped, failed_step="x")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x/child", BOOM)
+
+
+def test_a_failure_outside_every_step_is_blamed_on_the_step_run_finished_names() -> None:
+    stream = EventStream().run_started()
+    stream.started("probe").succeeded("probe")
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="setup")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("setup", BOOM)
+
+
+def test_a_graph_step_whose_name_has_a_slash_is_known_by_its_span() -> None:
+    stream = EventStream().run_started()
+    stream.started("load/weights", parent="").failed("load/weights", BOOM)
+    stream.started("z").failed("z", OTHER)
+    events = stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="load/weights")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("load/weights", BOOM)
+
+
+def timed_out_after_a_stall() -> list[Event]:
+    """Graph step ``x`` is seen waiting, then times out and fails the run."""
+    stream = EventStream().run_started()
+    stream.started("x").stalled("x", 10.0).timed_out("x", 30.0)
+    return stream.run_finished(RunOutcome.FAILED, cause=TIMEOUT, failed_step="x")
+
+
+def test_a_graph_step_that_timed_out_is_blamed_with_the_timeout_run_finished_names() -> None:
+    cause = replay(timed_out_after_a_stall()).root_cause
+    assert cause is not None
+    assert (cause.step, cause.exception) == ("x", TIMEOUT)
+
+
+def test_a_failed_step_seen_waiting_says_where_it_waited() -> None:
+    events = timed_out_after_a_stall()
+    (stall,) = (e for e in events if e.TYPE == "step.stalled")
+    cause = replay(events).root_cause
+    assert cause is not None
+    assert cause.waiting == stall
+    assert stall.summary() in cause.describe()
+
+
+def test_a_rank_that_died_in_two_steps_names_both() -> None:
+    stream = EventStream().run_started()
+    stream.started("cache").started("cache_dir")
+    cause = replay([stream.events]).root_cause
+    assert cause is not None
+    assert "steps in flight: cache, cache_dir" in cause.describe()
+
+
+# --- what the launcher saw of a process ------------------------------------------------
+
+
+def test_a_rank_whose_process_was_lost_says_so() -> None:
+    stream = EventStream().run_started()
+    stream.started("probe")
+    lost = "Ray actor 9f3c on node 1a2b: ActorDiedError: the actor died"
+    launch = LaunchRecord(processes={0: RankProcess(rank=0, pid=10, lost=lost)})
+    cause = replay([stream.events], launch=launch).root_cause
+    assert cause is not None
+    assert f"rank 0 (pid 10) was lost: {lost}" in cause.describe()
+
+
+def test_a_process_seen_ending_before_the_launch_ends_at_its_start() -> None:
+    process = RankProcess(rank=0, pid=1, signal="SIGKILL", ended_wall_ns=BASE_WALL_NS)
+    described = process.describe(since_ns=BASE_WALL_NS + SECOND)
+    assert described == "rank 0 (pid 1) was killed by SIGKILL at +0.0 s"
+
+
+def test_a_process_killed_by_a_signal_is_said_killed_whatever_its_exit_status() -> None:
+    process = RankProcess(rank=0, pid=1, exit_code=-9, signal="SIGKILL")
+    assert process.how() == "was killed by SIGKILL"
+
+
+def test_a_process_of_a_negative_rank_is_refused() -> None:
+    with pytest.raises(ValueError, match="rank"):
+        RankProcess(rank=-1)
+
+
+# --- the timeline -----------------------------------------------------------------------
+
+
+def test_a_log_that_holds_only_its_end_has_a_timeline() -> None:
+    events = EventStream().run_finished(RunOutcome.FAILED, cause=BOOM)
+    timeline = fold(Timeline(), events).ranks[0]
+    assert timeline.finished == events[0]
+    assert timeline.outcome is RunOutcome.FAILED
+
+
+def test_a_stall_recorded_after_its_step_ended_is_left_out() -> None:
+    stream = EventStream().run_started()
+    stream.started("x").stalled("x").succeeded("x")
+    start, began, stall, ended = stream.events
+    events = [start, began, attrs.evolve(ended, seq=2), attrs.evolve(stall, seq=3)]
+    timing = fold(Timeline(), events).ranks[0].steps["x"]
+    assert timing.outcome is Outcome.OK
+    assert timing.stall is None

@@ -411,59 +411,26 @@ async def test_a_run_that_ran_its_graph_cannot_be_abandoned() -> None:
     assert len(of_type(log, RunFinished)) == 1
 
 
-async def test_a_failure_a_parent_recorded_is_not_why_later_steps_are_cancelled() -> None:
-    # The child's error propagates from the child, and its parent's policy
-    # records it: the run goes on. A later failure is what cancels the rest.
-    waiting = anyio.Event()
-
-    def broken(ctx: StepContext) -> JsonValue:
-        raise RuntimeError("optional plugin broke")
-
-    async def plugins(ctx: StepContext) -> JsonValue:
-        await ctx.run_child("optional", broken, policy=orchestrator.PROBE_POLICY)
-        return None
-
-    async def waiter(ctx: StepContext) -> JsonValue:
-        waiting.set()
-        await anyio.sleep_forever()
-
-    async def late(ctx: StepContext) -> JsonValue:
-        await waiting.wait()
-        raise ValueError("late failure")
-
-    graph = Graph(
-        "g",
-        [
-            Step(name="plugins", body=plugins, policy=orchestrator.ANY_EXCEPTION_POLICY),
-            Step(name="waiter", body=waiter),
-            Step(name="late", body=late, depends_on=["plugins"]),
-        ],
-    )
-    log = new_log()
-    with anyio.fail_after(DEADLINE_S), pytest.raises(ValueError, match="late failure"):
-        await orchestrator.run(graph, log)
-
-    assert only(log, StepCancelled, "waiter").reason == (
-        "cancelled because step 'late' failed: ValueError: late failure"
-    )
-
-
-@pytest.mark.parametrize("then", ["returns", "raises"])
-async def test_a_failure_a_parent_body_caught_is_not_why_later_steps_are_cancelled(
-    then: str,
+@pytest.mark.parametrize("parent", ["records", "returns", "raises"])
+async def test_a_failure_that_stopped_at_its_parent_is_not_why_later_steps_are_cancelled(
+    parent: str,
 ) -> None:
-    # The parent's body catches its child's failure and returns, or raises
-    # an error of its own: the child's failure cancels nothing after that.
+    # The child's error propagates from the child and stops at its parent:
+    # the parent's policy records it, or its body catches it and returns or
+    # raises an error of its own. A later failure is what cancels the rest.
     waiting = anyio.Event()
 
     def broken(ctx: StepContext) -> JsonValue:
         raise RuntimeError("optional plugin broke")
 
     async def plugins(ctx: StepContext) -> JsonValue:
+        if parent == "records":
+            await ctx.run_child("optional", broken, policy=orchestrator.PROBE_POLICY)
+            return None
         try:
             await ctx.run_child("optional", broken)
         except Exception:
-            if then == "raises":
+            if parent == "raises":
                 await waiting.wait()
                 raise ValueError("plugins failed") from None
         return None
@@ -476,10 +443,11 @@ async def test_a_failure_a_parent_body_caught_is_not_why_later_steps_are_cancell
         await waiting.wait()
         raise ValueError("late failure")
 
+    policy = orchestrator.ANY_EXCEPTION_POLICY if parent == "records" else orchestrator.PROBE_POLICY
     graph = Graph(
         "g",
         [
-            Step(name="plugins", body=plugins),
+            Step(name="plugins", body=plugins, policy=policy),
             Step(name="waiter", body=waiter),
             Step(name="late", body=late, depends_on=["plugins"]),
         ],
@@ -492,7 +460,7 @@ async def test_a_failure_a_parent_body_caught_is_not_why_later_steps_are_cancell
         await orchestrator.run(graph, log)
 
     failed = "'late' failed: ValueError: late failure"
-    if then == "raises":
+    if parent == "raises":
         failed = "'plugins' failed: ValueError: plugins failed"
     assert only(log, StepCancelled, "waiter").reason == f"cancelled because step {failed}"
 
