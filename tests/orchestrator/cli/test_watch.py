@@ -64,14 +64,21 @@ def _from_another_host(run_started: bytes) -> bytes:
 def _wait_for_output(
     watch: Background, matches: Callable[[str], bool], deadline_s: float = LAUNCH_TIMEOUT_S
 ) -> str:
-    """The watcher's stdout once ``matches`` says it holds what is awaited."""
-    text: str = poll_file(
-        lambda: watch.stdout_path.read_text(encoding="utf-8", errors="replace"),
-        matches,
-        alive=watch.running,
-        deadline_s=deadline_s,
-        what="watch printing what was awaited",
-    )
+    """The watcher's stdout once ``matches`` says it holds what is awaited
+    (a wait that fails shows what it printed)."""
+    try:
+        text: str = poll_file(
+            lambda: watch.stdout_path.read_text(encoding="utf-8", errors="replace"),
+            matches,
+            alive=watch.running,
+            deadline_s=deadline_s,
+            what="watch printing what was awaited",
+        )
+    except AssertionError as failure:
+        printed = [
+            path.read_text(errors="replace") for path in (watch.stdout_path, watch.stderr_path)
+        ]
+        raise AssertionError(f"{failure}; it printed:\n{''.join(printed)}") from None
     return text
 
 
@@ -536,6 +543,15 @@ def test_a_rank_of_an_outside_launcher_killed_while_it_hangs_ends_the_watch(
         for rank in range(2)
     ]  # fmt: skip
     try:
+        # The watch gives a directory that is not yet a run's only its stall
+        # threshold (0.5 s) to become one: it starts once the ranks' logs are
+        # there, however long a loaded machine takes to start them.
+        for number, process in enumerate(ranks):
+            wait_for_event(
+                run_dir / f"rank-{number}.jsonl",
+                lambda event: event["type"] == "run.started",
+                alive=process.running,
+            )
         with _watching(
             run_dir, tmp_path, "--stall", "0.5", "--interval", "0.1", "--timeout", "120"
         ) as watch:
