@@ -702,7 +702,8 @@ class Slice:
         rules: message rules (rules with one code give it one severity and
             scope).
         severities: default ``(severity, scope)`` of the codes the slice's
-            hook and agreements derive (its rules carry their own).
+            hook and agreements derive (its rules carry their own; a code
+            named both here and by a rule takes its entry here).
         facts: the facts of a rank and their initial values, in report order.
         report_facts: the facts written per rank in the JSON report (default:
             every fact).
@@ -743,7 +744,8 @@ class Slice:
         return any(step_matches(pattern, step) for pattern in self.steps)
 
     def code_rules(self) -> dict[str, Rule]:
-        """Every code this slice derives, with its default severity and scope."""
+        """Every code this slice derives, with its default severity and scope
+        (:attr:`severities` over its rules')."""
         found = {rule.code: (rule.severity, rule.scope) for rule in self.rules}
         found.update(self.severities)
         return found

@@ -249,6 +249,17 @@ def test_a_severity_or_scope_is_taken_by_name_and_a_bad_one_is_named() -> None:
         Slice(name="mine", severities={"mine.x": "error"})  # type: ignore[dict-item]
 
 
+def test_a_slices_severities_entry_wins_over_its_rule_for_the_same_code() -> None:
+    rule = MessageRule(code="mine.x", step="x", text="x", severity=Severity.WARNING)
+    mine = Slice(name="mine", rules=(rule,), severities={"mine.x": (Severity.ERROR, Scope.GLOBAL)})
+
+    assert mine.code_rules()["mine.x"] == (Severity.ERROR, Scope.GLOBAL)
+    assert Slice(name="mine", rules=(rule,)).code_rules()["mine.x"] == (
+        Severity.WARNING,
+        rule.scope,
+    )
+
+
 def test_columns_agreements_and_the_report_come_from_the_slices() -> None:
     streams = [
         custom_rank(0, world_size=3),
