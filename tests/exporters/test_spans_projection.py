@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Iterable
 
+import attrs
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from events import (
+    DecisionMade,
     Event,
     ExceptionInfo,
     Outcome,
@@ -122,6 +124,11 @@ def test_spans_nest_as_the_graph_nests() -> None:
     assert parent_of("allreduce/workspace") == ROOT_SPAN_NAME
     assert parent_of("allreduce/workspace/mnnvl") == "allreduce/workspace"
     assert parent_of("allreduce/workspace/trtllm") == "allreduce/workspace"
+    # A step's parent ran in the same process: only the root's came from afar.
+    for name, span in spans.items():
+        if name != ROOT_SPAN_NAME:
+            assert span.parent is not None
+            assert span.parent.is_remote is False, name
 
 
 def test_attributes_carry_rank_identity_step_kind_outcome_severity_and_step_facts() -> None:
@@ -152,6 +159,7 @@ def test_attributes_carry_rank_identity_step_kind_outcome_severity_and_step_fact
     root = dict(spans[ROOT_SPAN_NAME].attributes or {})
     assert root["startup.kind"] == "run"
     assert root["startup.outcome"] == "ready"
+    assert root["startup.severity"] == "INFO"
     assert "startup.step" not in root  # a root has no step: no empty attribute
     assert root["startup.node_rank"] == 1
     assert root["startup.local_world_size"] == 4
@@ -402,10 +410,35 @@ def test_failed_step_is_red_with_its_reason_and_exceptions() -> None:
     ]
 
 
-def test_timeout_is_a_timeout_error_event() -> None:
+@pytest.mark.parametrize(
+    ("failed_step", "description"),
+    [("platform", "step platform failed"), (None, "failed")],
+)
+def test_a_failed_run_without_a_recorded_cause_says_what_failed(
+    failed_step: str | None, description: str
+) -> None:
+    builder = started_rank(0)
+    builder.started("platform")
+    builder.end(StepCancelled, "platform")
+    [_, root] = spans_from_events(builder.run_finished(RunOutcome.FAILED, failed_step=failed_step))
+
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.status.description == description
+    assert root.events == ()
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "elapsed_ns", "message"),
+    [
+        (2.5, 2_500_000_000, "timed out after 2.5 s (ran 2.500 s)"),
+        # As the messages and the report write a timeout: 2 s, not 2.0 s.
+        (2.0, 2_000_412_000, "timed out after 2 s (ran 2.000 s)"),
+    ],
+)
+def test_timeout_is_a_timeout_error_event(timeout_s: float, elapsed_ns: int, message: str) -> None:
     builder = started_rank(0)
     builder.started("attention/FLASH_ATTN", kind=StepKind.CANDIDATE)
-    builder.end(StepTimedOut, "attention/FLASH_ATTN", timeout_s=2.5, elapsed_ns=2_500_000_000)
+    builder.end(StepTimedOut, "attention/FLASH_ATTN", timeout_s=timeout_s, elapsed_ns=elapsed_ns)
     (span,) = fed(builder.events)
 
     assert span.status.status_code is StatusCode.ERROR
@@ -413,9 +446,9 @@ def test_timeout_is_a_timeout_error_event() -> None:
     attributes = dict(event.attributes or {})
     assert event.name == "exception"
     assert attributes["exception.type"] == "TimeoutError"
-    assert "2.5 s" in attributes["exception.message"]
+    assert attributes["exception.message"] == f"step attention/FLASH_ATTN {message}"
     assert span.status.description == f"TimeoutError: {attributes['exception.message']}"
-    assert (span.attributes or {})["startup.timeout_s"] == 2.5
+    assert (span.attributes or {})["startup.timeout_s"] == timeout_s
     assert (span.attributes or {})["startup.outcome"] == "timed_out"
 
 
@@ -460,6 +493,23 @@ def test_cancelled_step_has_no_severity_and_stays_unset() -> None:
     assert attributes["startup.cancel_reason"] == "sibling FLASH_ATTN failed"
     assert span.status.status_code is StatusCode.UNSET
     assert span.events == ()
+
+
+@pytest.mark.parametrize(
+    ("reason", "description"),
+    [("sibling FLASH_ATTN failed", "sibling FLASH_ATTN failed"), ("", "cancelled")],
+)
+def test_a_cancelled_step_a_hook_calls_an_error_is_red_with_its_reason(
+    reason: str, description: str
+) -> None:
+    builder = started_rank(0)
+    builder.started("attention/TRITON_ATTN", kind=StepKind.CANDIDATE)
+    builder.end(StepCancelled, "attention/TRITON_ATTN", reason=reason)
+    projection = SpanProjection(severity_of=lambda rank, step, end: Severity.ERROR)
+    (span,) = [span for event in builder.events for span in projection.feed(event)]
+
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == description
 
 
 def test_severity_hook_gets_rank_step_and_outcome_event() -> None:
@@ -534,6 +584,19 @@ def test_a_stall_is_a_span_event_and_a_hung_span_says_where_it_waited() -> None:
     )
 
 
+def test_a_stall_says_how_long_it_waited_to_the_millisecond() -> None:
+    builder = started_rank(1)
+    builder.started("attention")
+    builder.stalled("attention", 12.3456)
+    projection = SpanProjection()
+    for event in builder.events:
+        projection.feed(event)
+
+    hung, _root = projection.finish()
+    (stall,) = hung.events
+    assert (stall.attributes or {})["startup.stall.elapsed_s"] == 12.346
+
+
 def test_spans_are_returned_as_each_step_ends() -> None:
     builder = reference_rank(0)
     projection = SpanProjection()
@@ -565,6 +628,30 @@ def test_decisions_are_span_events_of_their_span() -> None:
     }
     (ready,) = spans[ROOT_SPAN_NAME].events
     assert dict(ready.attributes or {})["startup.decision.value"] is True
+
+
+def test_a_decision_recorded_after_its_step_ended_goes_on_the_root_span() -> None:
+    builder = started_rank(0)
+    builder.started("probe")
+    builder.decision("probe.backend", "early", step="probe")
+    builder.succeeded("probe")
+    run_started, probe_started, decided, probe_ended = builder.events
+    assert isinstance(decided, DecisionMade)
+    late = attrs.evolve(decided, seq=3, wall_ns=probe_ended.wall_ns + 1_000, value="late")
+    finished = builder.run_finished()[-1]
+    probe, root = fed(
+        [run_started, probe_started, attrs.evolve(probe_ended, seq=2), late, finished]
+    )
+
+    assert probe.name == "probe"
+    assert probe.events == ()
+    (decision,) = root.events
+    assert decision.name == "startup.decision"
+    assert decision.timestamp == late.wall_ns
+    assert dict(decision.attributes or {}) == {
+        "startup.decision.name": "probe.backend",
+        "startup.decision.value": "late",
+    }
 
 
 def test_resource_names_the_rank_and_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -603,6 +690,18 @@ def test_resource_honours_the_standard_variables(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes")
     (span, *_) = spans_from_events(reference_rank(0).events)
     assert span.resource.attributes["service.name"] == "from-attributes"
+
+
+def test_a_service_version_the_rank_ran_with_wins_over_the_recorded_version() -> None:
+    builder = EventStream(run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID).run_started(
+        versions={"startup-orchestrator": "0.4.0"},
+        resource={"service.name": "my-engine", "service.version": "2.1"},
+    )
+    [root] = fed(builder.run_finished())
+
+    assert root.resource.attributes["service.name"] == "my-engine"
+    assert root.resource.attributes["service.version"] == "2.1"
+    assert (root.attributes or {})["startup.versions.startup_orchestrator"] == "0.4.0"
 
 
 def test_scope_is_the_package() -> None:
@@ -662,3 +761,38 @@ def test_a_root_span_says_its_start_was_not_real() -> None:
     [root] = [span for span in fed(real.run_finished()) if span.parent is None]
     assert "startup.simulated" not in (root.attributes or {})
     assert "startup.injected" not in (root.attributes or {})
+
+
+def test_a_root_span_names_the_role_of_its_process() -> None:
+    builder = EventStream(run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID)
+    builder.identity = attrs.evolve(builder.identity, role="engine core", parent_pid=4321)
+    [root] = fed(builder.run_started().run_finished())
+
+    assert root.name == "startup rank 0 (engine core)"
+    assert (root.attributes or {})["startup.role"] == "engine core"
+    assert (root.attributes or {})["startup.parent_pid"] == 4321
+
+    plain = EventStream(run_id=RUN_ID, rank=0, world_size=1, trace_id=TRACE_ID).run_started()
+    [root] = fed(plain.run_finished())
+    assert root.name == "startup rank 0"
+    assert "startup.role" not in (root.attributes or {})
+    assert "startup.parent_pid" not in (root.attributes or {})
+
+
+def test_a_wall_clock_stepped_back_never_puts_an_event_outside_its_span() -> None:
+    cause = ExceptionInfo(type="RuntimeError", message="boom", reason="RuntimeError: boom")
+    builder = started_rank(0)
+    builder.started("probe")
+    builder.advance(-50_000_000)  # the wall clock is set back under the run
+    builder.decision("probe.backend", "a", step="probe")
+    builder.advance(100_000_000)
+    builder.succeeded("probe")
+    builder.advance(-1_000_000_000)
+    probe, root = fed(builder.run_finished(RunOutcome.FAILED, cause=cause))
+
+    (decision,) = probe.events
+    assert decision.timestamp == probe.start_time
+    # A root never ends before it starts; its exception events lie within it.
+    assert root.start_time is not None
+    assert root.end_time == root.start_time
+    assert [event.timestamp for event in root.events] == [root.start_time]
