@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event as SpanEvent
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
 from exporters import JaegerJsonExporter, export_events, jaeger_document, spans_from_events
 from tests.exporters.event_streams import (
@@ -309,6 +310,32 @@ def test_traces_are_grouped_and_odd_values_stay_valid() -> None:
     assert "otel.status_description" not in tags
     assert tags["error"] == ("bool", True)
     assert tags_of(first["processes"]["p1"]["tags"]) == {"weights": ("string", "[0.5, 1.0]")}
+
+
+def test_a_red_span_says_why_and_its_links_follow_its_parent() -> None:
+    red = ReadableSpan(
+        name="attention",
+        context=SpanContext(1, 8, False, TraceFlags(1)),
+        parent=SpanContext(1, 7, True, TraceFlags(1)),
+        resource=Resource({"service.name": "probe"}),
+        links=(Link(SpanContext(1, 9, False, TraceFlags(1))),),
+        # A probe's own span may stamp its events outside itself.
+        events=(SpanEvent("late", {}, 9_000_000), SpanEvent("early", {}, 1_000_000)),
+        status=Status(StatusCode.ERROR, "RuntimeError: boom"),
+        start_time=2_000_000,
+        end_time=5_000_000,
+    )
+    [out] = jaeger_document([red])["data"][0]["spans"]
+
+    assert out["references"] == [
+        {"refType": "CHILD_OF", "traceID": f"{1:032x}", "spanID": f"{7:016x}"},
+        {"refType": "FOLLOWS_FROM", "traceID": f"{1:032x}", "spanID": f"{9:016x}"},
+    ]
+    tags = tags_of(out["tags"])
+    assert tags["otel.status_code"] == ("string", "ERROR")
+    assert tags["otel.status_description"] == ("string", "RuntimeError: boom")
+    assert tags["error"] == ("bool", True)
+    assert [log["timestamp"] for log in out["logs"]] == [5_000, 2_000]
 
 
 def test_span_events_never_fall_after_their_span_ends() -> None:
