@@ -29,6 +29,8 @@ def test_parse_round_trips() -> None:
     assert parse_traceparent(f"  {HEADER}\t") == parent
     assert parse_traceparent(f"00-{TRACE_ID}-{SPAN_ID}-00").sampled is False
     assert parse_traceparent(f"00-{TRACE_ID}-{SPAN_ID}-03").sampled is True
+    # Only the lowest bit says "sampled"; the others are for other flags.
+    assert parse_traceparent(f"00-{TRACE_ID}-{SPAN_ID}-02").sampled is False
 
 
 def test_a_later_version_may_carry_more_fields() -> None:
