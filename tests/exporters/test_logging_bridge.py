@@ -193,6 +193,14 @@ def test_a_warning_carries_its_traceback(caplog_debug: pytest.LogCaptureFixture)
     assert record.levelno == logging.WARNING
     assert record.name == "orchestrator.mine"
     text = record.getMessage()
+    assert text == (
+        "[rank 0] kernels/fast failed to import "
+        "(OSError: libfast.so: undefined symbol: _ZN3c104impl8GPUTrace)\n"
+        "  Traceback (most recent call last):\n"
+        '    File "/opt/mine/probe.py", line 41, in probe_fast\n'
+        "      import x\n"
+        "  OSError: libfast.so: undefined symbol: _ZN3c104impl8GPUTrace"
+    )  # no blank line after the traceback
     first, _, traceback = text.partition("\n")
     assert first.startswith("[rank 0] kernels/fast failed to import (OSError: libfast.so")
     # Continuation lines are indented, so none can pass for a record of its own.
@@ -330,6 +338,71 @@ def test_a_run_failure_no_step_printed_is_still_printed(
         bridge(event)
     errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
     assert [r.code for r in errors] == ["step.failed", "run.failed"]  # type: ignore[attr-defined]
+
+
+def test_held_warnings_never_hold_a_repeated_run_failure(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    from exporters import LoggingBridge
+
+    bridge = LoggingBridge(slices=(MINE,), hold_warnings=True)
+    for event in _failed_rank(failed_step="kernels/fast"):
+        bridge(event)
+    assert bridge.held == ()
+    assert bridge.release() == []
+    errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
+    assert [r.code for r in errors] == ["step.failed"]  # type: ignore[attr-defined]
+
+
+def test_a_run_failure_below_the_step_that_printed_its_error_is_not_printed_again(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    from events import RunOutcome
+    from exporters import LoggingBridge
+
+    boom = exception_info("RuntimeError", "CUDA driver version is insufficient")
+    builder = started_rank(0)
+    builder.started("kernels")
+    builder.started("kernels/fast", kind=StepKind.CANDIDATE)
+    builder.cancelled("kernels/fast", "kernels failed")
+    builder.failed("kernels", boom, origin="kernels/fast")
+    events = builder.run_finished(RunOutcome.FAILED, cause=boom, failed_step="kernels/fast")
+
+    bridge = LoggingBridge(slices=(MINE,))
+    for event in events:
+        bridge(event)
+    errors = [r for r in caplog_debug.records if r.levelno >= logging.ERROR]
+    assert [(r.code, r.step) for r in errors] == [("step.failed", "kernels")]  # type: ignore[attr-defined]
+    assert "run.failed" in [m.code for m in bridge.state.messages(0)]
+
+
+def test_a_hold_rule_holds_only_what_this_rank_would_print() -> None:
+    from exporters import LoggingBridge
+
+    # Local rank 1: the node's warning is local rank 0's to print.
+    bridge = LoggingBridge(slices=(MINE,), hold=lambda message: True)
+    for event in broken_import_rank(1):
+        bridge(event)
+    derived = bridge.state.messages(1)
+    assert "mine.import_broken" in [m.code for m in derived]
+    assert bridge.held == tuple(m for m in derived if m.printed)
+    assert "mine.import_broken" not in [m.code for m in bridge.held]
+
+
+def test_the_launcher_prints_a_local_warning_once_for_each_node_whose_printer_missed_it() -> None:
+    from events import Messages, fold
+    from exporters import launcher_messages
+
+    # Rank 0 prints it live for node 0; on node 1 (ranks 4-7) only rank 5
+    # has it, and rank 4, which prints for that node, does not.
+    events = [
+        *broken_import_rank(0),
+        *ready_rank(4),
+        *broken_import_rank(5),
+    ]
+    state = fold(Messages(slices=[MINE]), events)
+    found = [(m.rank, m.code, ranks) for m, ranks in launcher_messages(state)]
+    assert found == [(5, "mine.import_broken", (0, 5))]
 
 
 def _peer_failure(rank: int, error: str) -> list[Event]:
