@@ -200,6 +200,93 @@ def test_export_failures_are_logged_once(caplog: pytest.LogCaptureFixture, raise
     assert logged(caplog) == [message]
 
 
+def saying_exporter(*said: str, endpoint: str | None = None) -> SpanExporter:
+    """An exporter that fails after saying ``said`` on an OpenTelemetry
+    logger, as the OTLP exporters do; ``endpoint`` where it sends."""
+
+    def export(self: SpanExporter, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        logger = logging.getLogger("opentelemetry.fake_exporter")
+        for message in said:
+            logger.warning(message)
+        return SpanExportResult.FAILURE
+
+    namespace: dict[str, Any] = {
+        "__module__": "opentelemetry.fake_exporter",
+        "export": export,
+        "shutdown": lambda self: None,
+        "_endpoint": endpoint,
+    }
+    return type("SayingExporter", (SpanExporter,), namespace)()  # type: ignore[no-any-return]
+
+
+REFUSED = "Failed to connect to remote host: Connection refused"
+
+
+@pytest.mark.parametrize(
+    ("said", "endpoint", "peer", "level", "detail"),
+    [
+        ((REFUSED,), None, True, logging.DEBUG, "with SayingExporter (connection refused)"),
+        ((REFUSED,), None, False, logging.WARNING, "with SayingExporter (connection refused)"),
+        # Only a collector nobody reaches is left to the rank that reports it.
+        (
+            ("SSL: certificate verify failed",),
+            None,
+            True,
+            logging.WARNING,
+            "with SayingExporter (TLS error)",
+        ),
+        (
+            ("first complaint.", "second complaint.", "final verdict."),
+            None,
+            False,
+            logging.WARNING,
+            "with SayingExporter (first complaint; then: final verdict)",
+        ),
+        (("x" * 200,), None, False, logging.WARNING, f"with SayingExporter ({'x' * 157}...)"),
+        (
+            (REFUSED,),
+            "https://user:s3cr3t@collector.example:4318/v1/traces",
+            False,
+            logging.WARNING,
+            "to https://[REDACTED]@collector.example:4318/v1/traces (connection refused)",
+        ),
+        (
+            (REFUSED,),
+            "user:s3cr3t@collector.example:4317",
+            False,
+            logging.WARNING,
+            "to [REDACTED]@collector.example:4317 (connection refused)",
+        ),
+    ],
+    ids=["refused-peer", "refused", "tls-peer", "first-and-last", "long", "https", "grpc"],
+)
+def test_a_failed_export_is_one_line_saying_where_and_why(
+    caplog: pytest.LogCaptureFixture,
+    said: tuple[str, ...],
+    endpoint: str | None,
+    peer: bool,
+    level: int,
+    detail: str,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=TRACING_LOGGER_NAME)
+    live = LiveSpans(saying_exporter(*said, endpoint=endpoint))
+    live.peer_reports_unreachable = peer
+    for event in reference_rank(0).events:
+        live(event)
+    assert live.force_flush() is False
+    live.shutdown()
+
+    records = [r for r in caplog.records if r.name == TRACING_LOGGER_NAME]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (
+            level,
+            f"could not export {SPANS_PER_RANK} span(s) {detail}; the run goes on, "
+            "and its event log keeps every span for replay export",
+        )
+    ]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry.")]
+
+
 def test_a_broken_severity_hook_never_fails_the_append(caplog: pytest.LogCaptureFixture) -> None:
     def hook(rank: int, step: str, event: Event) -> Severity | None:
         if step.startswith("platform"):
