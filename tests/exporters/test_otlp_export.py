@@ -371,3 +371,8 @@ def test_a_refused_collector_ends_a_replay_export_at_its_first_retry() -> None:
     )
     assert export_events(events, slow) == 2
     assert slow.retried is True
+    timed_out = _announcing_exporter(
+        "Transient error Read timed out. encountered while exporting span batch, retrying in 1s."
+    )
+    assert export_events(events, timed_out) == 2
+    assert timed_out.retried is True
