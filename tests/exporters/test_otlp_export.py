@@ -17,14 +17,17 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter, SpanExportResult
 
+from events import MemoryLog
 from exporters import (
     TRACING_LOGGER_NAME,
     LiveSpans,
     SpanExportError,
+    Tracing,
     console_exporter,
     export_events,
     exporter_from_environment,
     otlp_exporter,
+    spans_from_events,
 )
 from exporters._environment import DEFAULT_EXPORT_TIMEOUT_S, export_timeout_from_environment
 from tests.exporters.event_streams import (
@@ -36,6 +39,7 @@ from tests.exporters.event_streams import (
     WORLD_SIZE,
     ZENTORCH_CAUSE,
     reference_logs,
+    reference_rank,
     reference_stream,
     severity_with_warning_attempts,
 )
@@ -303,6 +307,80 @@ def test_unknown_exporter_name_warns_once_and_is_dropped(
     [record] = [r for r in caplog.records if r.name == TRACING_LOGGER_NAME]
     assert "OTEL_TRACES_EXPORTER: 'jaeger' not supported (valid: otlp" in record.getMessage()
     assert record.getMessage().endswith("tracing is off")
+
+
+# A rank's tracing: what asks for spans, and where the launch's span goes ---------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "options", "wanted"),
+    [
+        ({}, {}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, {}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}, {}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, {}, True),
+        ({}, {"otlp_endpoint": "http://127.0.0.1:4317"}, True),
+        ({}, {"trace_file": "trace.json"}, True),
+        ({"OTEL_SDK_DISABLED": "TRUE"}, {"trace_file": "trace.json"}, False),
+        ({"OTEL_SDK_DISABLED": " true "}, {"otlp_endpoint": "http://127.0.0.1:4317"}, False),
+    ],
+)
+def test_tracing_is_wanted_when_an_option_or_a_variable_asks(
+    environ: dict[str, str], options: dict[str, Any], wanted: bool
+) -> None:
+    assert Tracing(environ=environ, **options).wanted is wanted
+
+
+@pytest.mark.parametrize(
+    ("suffix", "environ", "delivered"),
+    [
+        ("", {}, True),
+        ("/", {}, True),  # a collector's address: the traces path is added
+        ("", {"TRACEPARENT": f"00-{TRACE_ID}-{LAUNCHER_SPAN_ID}-00"}, False),
+        # Another trace's TRACEPARENT says nothing of whether this one is sampled.
+        ("", {"TRACEPARENT": f"00-{'1' * 32}-{LAUNCHER_SPAN_ID}-00"}, True),
+        ("", {"OTEL_SDK_DISABLED": "true"}, False),
+    ],
+    ids=["address", "address-slash", "not-sampled", "other-trace", "disabled"],
+)
+def test_send_delivers_spans_to_the_collector_unless_the_trace_is_not_wanted(
+    suffix: str, environ: dict[str, str], delivered: bool
+) -> None:
+    spans = spans_from_events(reference_rank(0).events)
+    with HttpReceiver() as receiver:
+        tracing = Tracing(
+            otlp_endpoint=receiver.endpoint + suffix, otlp_protocol="http/protobuf", environ=environ
+        )
+        assert tracing.send(spans) is True
+        received = receiver.spans()
+    assert [span.span_id for span in received] == (
+        [f"{span.context.span_id:016x}" for span in spans] if delivered else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("rank", "level"), [(0, logging.WARNING), (4, logging.WARNING), (5, logging.DEBUG)]
+)
+def test_a_bad_setting_is_a_warning_on_each_nodes_local_rank_0_only(
+    rank: int, level: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=TRACING_LOGGER_NAME)
+    log = MemoryLog(RUN_ID, rank)
+    log.append(reference_rank(rank).events[0])  # four ranks a node: 4 is node 1's local rank 0
+    tracing = Tracing(environ={"OTEL_TRACES_EXPORTER": "none", "OTEL_TRACES_SAMPLER": "sometimes"})
+    tracing.attach(log)
+    tracing.close()
+
+    assert [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == TRACING_LOGGER_NAME
+    ] == [
+        (
+            level,
+            "tracing: OTEL_TRACES_SAMPLER='sometimes' not supported (valid: always_on, "
+            "always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
+            "parentbased_traceidratio); using parentbased_always_on",
+        )
+    ]
 
 
 def test_timeout_that_is_not_a_number_warns_once_and_takes_the_default(
