@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
@@ -20,7 +21,9 @@ from events import (
     replay,
 )
 from events.testing import BASE_WALL_NS, EventStream, exception_info
-from exporters import run_trace
+from exporters import Tracing, run_trace
+from orchestrator._launch_trace import send_launch_span
+from tests.exporters.otlp_receivers import HttpReceiver
 
 RUN_ID = "launch-run"
 TRACE_ID = hashlib.sha256(RUN_ID.encode()).hexdigest()[:32]
@@ -138,3 +141,30 @@ def test_ranks_that_do_not_hang_from_a_launch_get_no_launch_span() -> None:
         spans = _trace(_failed_run(parent))
         assert all(_attributes(span)["startup.kind"] != "launch" for span in spans)
         assert len(spans) == len(_trace(_failed_run())) - 1
+
+
+@pytest.mark.parametrize("ranks_ended", [False, True])
+def test_a_dead_ranks_open_spans_are_sent_with_the_launch_span_once_every_rank_has_ended(
+    ranks_ended: bool,
+) -> None:
+    dead = EventStream(
+        run_id=RUN_ID, rank=2, world_size=3, trace_id=TRACE_ID, launcher_span_id=LAUNCH,
+        wall_ns=BASE_WALL_NS + 15_000_000,
+    )  # fmt: skip
+    dead.run_started()
+    dead.started("platform")  # and the process died
+    spans = _trace([*_failed_run()[:2], dead.events])
+
+    with HttpReceiver() as receiver:
+        tracing = Tracing(
+            otlp_endpoint=receiver.endpoint, otlp_protocol="http/protobuf", environ={}
+        )
+        assert send_launch_span(tracing, spans, ranks_ended=ranks_ended) is True
+        received = [(span.name, span.attributes["startup.outcome"]) for span in receiver.spans()]
+
+    # Until every rank is known to have ended, a rank without run.finished may
+    # still be running: its spans are its own to send.
+    expected = [("launch 3 ranks: incomplete \N{EM DASH} rank 1 platform", "incomplete")]
+    if ranks_ended:
+        expected += [("platform", "incomplete"), ("startup rank 2", "incomplete")]
+    assert received == expected
