@@ -252,7 +252,7 @@ def _launch_span(
         parent_span_id=None if launch is None else launch.trace_parent,
         parent_is_remote=True,
         start_ns=min(starts),
-        end_ns=max(max(ends), min(starts)),
+        end_ns=max(ends),
         attributes=attributes,
         events=(),
         status=status,

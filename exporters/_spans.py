@@ -421,7 +421,7 @@ class SpanProjection:
             stall = state.waiting.pop(last.span_id, None)
             waiting = "" if stall is None else stall.summary()
             outcome, severity = _INCOMPLETE, Severity.ERROR
-            end_ns = max(state.last_wall_ns, head.wall_ns)
+            end_ns = state.last_wall_ns
             stopped = (
                 f"rank {state.rank} stopped before step {head.step} finished "
                 f"(outcome {_INCOMPLETE})" + (f", {waiting}" if waiting else "")
@@ -513,7 +513,7 @@ class SpanProjection:
             # TRACEPARENT from another process.
             parent_is_remote=True,
             start_ns=start_ns,
-            end_ns=max(end_ns, start_ns),
+            end_ns=end_ns,
             attributes=attributes,
             events=events,
             status=_status(severity, reason),
@@ -560,9 +560,11 @@ def readable_span(
     # The SDK documents ReadableSpan as built by its tracer; building it by
     # hand is what lets a span carry recorded ids and times. The constructor
     # contract is pinned in pyproject.toml and checked by the test suite.
-    # A span event never falls outside its span: the recorded clocks round
+    # A span never ends before it starts (a wall clock set back under the
+    # run), and its events never fall outside it: the recorded clocks round
     # independently, so an exception recorded as the step ended may read a
     # microsecond after the span's end.
+    end_ns = max(end_ns, start_ns)
     events = tuple(
         event
         if start_ns <= event.timestamp <= end_ns

@@ -787,12 +787,17 @@ def test_a_wall_clock_stepped_back_never_puts_an_event_outside_its_span() -> Non
     builder.decision("probe.backend", "a", step="probe")
     builder.advance(100_000_000)
     builder.succeeded("probe")
+    builder.started("late")
+    builder.advance(-50_000_000)
+    builder.succeeded("late")
     builder.advance(-1_000_000_000)
-    probe, root = fed(builder.run_finished(RunOutcome.FAILED, cause=cause))
+    probe, late, root = fed(builder.run_finished(RunOutcome.FAILED, cause=cause))
 
     (decision,) = probe.events
     assert decision.timestamp == probe.start_time
-    # A root never ends before it starts; its exception events lie within it.
+    # A span never ends before it starts; its events lie within it.
+    assert late.start_time is not None
+    assert late.end_time == late.start_time
     assert root.start_time is not None
     assert root.end_time == root.start_time
     assert [event.timestamp for event in root.events] == [root.start_time]
