@@ -18,6 +18,15 @@ import pytest
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# Every process the suite starts (the command line, launchers' ranks,
+# isolated steps) imports the tree under test first, not the checkout an
+# editable install of the virtualenv points to: a second checkout (a git
+# worktree) sharing one virtualenv tests its own code in subprocesses too.
+_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    path for path in (_TREE, os.environ.get("PYTHONPATH", "")) if path
+)
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
