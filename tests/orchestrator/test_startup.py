@@ -819,6 +819,104 @@ def test_a_warning_no_lower_rank_printed_is_printed_by_the_rank_that_derived_it(
     assert len(denials) == 1, printed
 
 
+class _LowerRanks:
+    """Rank 3 of four on two nodes (ranks 0-1 on node 0, 2-3 on node 1),
+    whose lower ranks reached the end of their startup, those in
+    ``derived_by`` having derived the same WARNINGs as rank 3."""
+
+    rank = 3
+    world_size = 4
+
+    def __init__(self, derived_by: tuple[int, ...]) -> None:
+        self.derived_by = derived_by
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        assert isinstance(value, dict)
+        lower: list[JsonValue] = [
+            {
+                **value,
+                "node_rank": rank // 2,
+                "warnings": value["warnings"] if rank in self.derived_by else [],
+            }
+            for rank in range(3)
+        ]
+        return [*lower, value]
+
+
+class _UnreachablePeers:
+    """Rank 3 of four, whose last exchange fails: no peer answers."""
+
+    rank = 3
+    world_size = 4
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        from orchestrator import GroupError
+
+        raise GroupError(3, 4, "all_gather", "RuntimeError: Connection closed by peer")
+
+
+@pytest.mark.parametrize(
+    ("scope", "group", "peers_finished", "printed"),
+    [
+        ("global", _LowerRanks(()), True, 1),
+        ("global", _LowerRanks((0,)), True, 0),
+        ("global", _LowerRanks((2,)), True, 0),
+        ("local", _LowerRanks((2,)), True, 0),
+        ("local", _LowerRanks((0, 1)), True, 1),
+        ("global", _UnreachablePeers(), False, 1),
+        ("global", None, None, 1),
+    ],
+    ids=[
+        "global-no-lower-rank",
+        "global-rank-0",
+        "global-rank-2",
+        "local-local-rank-0",
+        "local-only-another-node",
+        "no-peer-answered",
+        "no-group",
+    ],
+)
+def test_a_held_warning_is_printed_once_unless_a_lower_rank_of_its_scope_derived_it(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    scope: str,
+    group: object,
+    peers_finished: bool | None,
+    printed: int,
+) -> None:
+    # Rank 3 (local rank 1 of node 1) holds a WARNING its scope does not
+    # print: a lower rank of the node (of the world, for global) that
+    # derived it printed it or releases it; otherwise, or when no peer is
+    # known to have answered, rank 3 prints it.
+    denied = MessageRule(
+        code="mine.cache_denied",
+        step="cache",
+        outcomes="unavailable",
+        severity=Severity.WARNING,
+        scope=scope,
+        text="No cache: {error}",
+    )
+    startup = _own_startup(
+        tmp_path,
+        slices=[attrs.evolve(OWN_SLICE, rules=[denied])],
+        identity=RankIdentity(rank=3, local_rank=1, world_size=4, local_world_size=2, node_rank=1),
+        run_id="run-1",
+        group=group,
+    )
+    with caplog.at_level(logging.DEBUG, logger="orchestrator"):
+        result = startup.run()
+
+    assert result.peers_finished is peers_finished
+    # Each printed with its traceback below its first line.
+    warnings = [
+        r.getMessage().splitlines()[0] for r in caplog.records if r.levelno == logging.WARNING
+    ]
+    assert (
+        warnings
+        == ["[rank 3] No cache: PermissionError: [Errno 13] Permission denied: '/cache'"] * printed
+    )
+
+
 def test_a_failure_whose_cause_chain_holds_a_group_error_follows_a_peers() -> None:
     from events.testing import exception_info
     from orchestrator._group import follows_a_peer
