@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -92,18 +93,21 @@ CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.mark.parametrize(
-    ("options", "launched"),
+    ("options", "launcher", "launched"),
     [
-        ({}, True),  # rank 0 collects the run and sends the launch's span
-        ({"wait_for_peers": False}, False),  # a launcher of the caller's own
-        ({"wait_for_peers": False, "launch_span": True}, True),  # one that sends it
+        ({}, False, True),  # rank 0 collects the run and sends the launch's span
+        ({"wait_for_peers": False}, False, False),  # a launcher of the caller's own
+        ({"wait_for_peers": False, "launch_span": True}, False, True),  # one that sends it
+        ({"wait_for_peers": False}, True, True),  # the command line's launcher sends it
     ],
 )
 def test_a_ranks_root_hangs_from_the_launch_span_when_someone_sends_it(
-    tmp_path: Path, options: dict[str, object], launched: bool
+    tmp_path: Path, options: dict[str, object], launcher: bool, launched: bool
 ) -> None:
     identity = RankIdentity(rank=1, world_size=2, local_world_size=2)
     environ = {"TRACEPARENT": f"00-{CALLER_TRACE}-{CALLER}-01"}
+    if launcher:
+        environ["STARTUP_ORCHESTRATOR_LAUNCHER_PID"] = str(os.getpid())
     startup = _startup(
         tmp_path, identity=identity, group=None, environ=environ, run_id="two", **options
     )
@@ -115,6 +119,17 @@ def test_a_ranks_root_hangs_from_the_launch_span_when_someone_sends_it(
     assert started.trace_id == CALLER_TRACE
     expected = launch_span_id(CALLER_TRACE, started.run_id) if launched else CALLER
     assert started.parent_span_id == expected
+
+
+def test_a_lone_ranks_root_hangs_from_the_callers_span(tmp_path: Path) -> None:
+    # One rank is the whole launch: there is no launch span to hang from.
+    environ = {"TRACEPARENT": f"00-{CALLER_TRACE}-{CALLER}-01"}
+    with _startup(tmp_path, environ=environ) as startup:
+        startup.run()
+
+    assert startup.log_path is not None
+    started = read_log(startup.log_path).events[0]
+    assert (started.trace_id, started.parent_span_id) == (CALLER_TRACE, CALLER)
 
 
 def test_run_opens_and_closes_by_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
