@@ -448,6 +448,42 @@ def test_logging_is_configured_only_when_nobody_did(tmp_path: Path) -> None:
         root.removeHandler(caller)
 
 
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_configured_logging_prints_the_messages_on_stderr_and_nowhere_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logger = logging.getLogger("orchestrator")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    root = logging.getLogger()
+    caller = _Kept()
+    root.addHandler(caller)
+    try:
+        _own_startup(tmp_path, slices=[OWN_SLICE], configure_logging=True).run()
+    finally:
+        root.removeHandler(caller)
+        for handler in logger.handlers[len(before[0]) :]:
+            logger.removeHandler(handler)
+        logger.setLevel(before[1])
+        logger.propagate = before[2]
+
+    lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if not line.startswith(" ")] == [
+        "INFO    [rank 0] Attention by mine.",
+        "WARNING [rank 0] No cache: PermissionError: [Errno 13] Permission denied: '/cache'",
+        "INFO    [rank 0] Startup ready.",
+    ]
+    # Not passed on to the caller's own handlers.
+    assert caller.records == []
+
+
 @pytest.mark.anyio
 async def test_a_launcher_that_owns_its_signals_stops_the_run(tmp_path: Path) -> None:
     startup = _startup(tmp_path, faults=["attention/CPU_ATTN=hang"])
