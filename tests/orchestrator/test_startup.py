@@ -251,6 +251,16 @@ def test_an_inconsistent_environment_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_a_malformed_traceparent_is_named_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^TRACEPARENT='00-abc': ") as refused:
+        _startup(tmp_path, environ={"TRACEPARENT": "00-abc"}).open()
+    assert str(refused.value) == (
+        "TRACEPARENT='00-abc': invalid traceparent '00-abc': too short (6 characters, at least "
+        "55); expected 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_ranks_without_a_shared_run_id_or_group_are_refused(tmp_path: Path) -> None:
     environ = {"RANK": "1", "WORLD_SIZE": "2"}
     with pytest.raises(RankEnvironmentError, match="share no run id"):
