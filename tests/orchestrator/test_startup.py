@@ -380,32 +380,36 @@ def _open_together(ranks: _Ranks, startups: list[Startup]) -> None:
 
 def test_the_nodes_of_a_restarted_worker_group_agree_on_its_restart(tmp_path: Path) -> None:
     # torchrun restarted the group for node 1's failure: its agent counts
-    # the restart, node 0's (whose workers were healthy) does not.
-    ranks = _Ranks(2)
+    # the restart, node 0's (whose workers were healthy) does not. Each
+    # node's count is counted once, by its local rank 0.
+    ranks = _Ranks(4)
     elastic = {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_MAX_RESTARTS": "3"}
     startups = [
         _own_startup(
             tmp_path,
-            run_dir=tmp_path / f"node{rank}",
+            run_dir=tmp_path / f"node{rank // 2}",
             group=ranks.member(rank),
             wait_for_peers=False,
             environ={
                 **elastic,
-                "TORCHELASTIC_RESTART_COUNT": str(rank),
+                "TORCHELASTIC_RESTART_COUNT": str(rank // 2),
                 "RANK": str(rank),
-                "WORLD_SIZE": "2",
-                "LOCAL_WORLD_SIZE": "1",
-                "GROUP_RANK": str(rank),
+                "LOCAL_RANK": str(rank % 2),
+                "WORLD_SIZE": "4",
+                "LOCAL_WORLD_SIZE": "2",
+                "GROUP_RANK": str(rank // 2),
             },
         )
-        for rank in range(2)
+        for rank in range(4)
     ]
     try:
         _open_together(ranks, startups)
-        assert ranks.given == [[0], [1]]
-        assert [startup.run_id for startup in startups] == ["job-7-restart-1"] * 2
+        assert ranks.given == [[0], [0], [1], [0]]
+        assert [startup.run_id for startup in startups] == ["job-7-restart-1"] * 4
         assert [startup.run_dir for startup in startups] == [
             tmp_path / "node0-restart-1",
+            tmp_path / "node0-restart-1",
+            tmp_path / "node1-restart-1",
             tmp_path / "node1-restart-1",
         ]
     finally:
