@@ -121,9 +121,14 @@ def test_a_phase_that_raises_fails_there_and_the_error_goes_on_unchanged(tmp_pat
     assert result.root_cause.step == "startup/model_load"
 
 
-def test_a_start_still_open_at_exit_failed_in_the_phase_it_was_in(tmp_path: Path) -> None:
+@pytest.mark.parametrize("phases", [["warm_up"], ["model_load", "warm_up"]])
+def test_a_start_still_open_at_exit_failed_in_the_phase_it_was_in(
+    tmp_path: Path, phases: list[str]
+) -> None:
+    # The innermost phase open is the one it was in.
     started = recording(tmp_path, spawns=False)
-    started.begin_phase("warm_up")
+    for phase in phases:
+        started.begin_phase(phase)
     started.at_exit()
 
     events = events_of(tmp_path)
