@@ -216,9 +216,10 @@ def test_a_collected_log_is_written_once_extended_or_refused(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-3.jsonl"]
 
 
-async def _run_until_stopped(startup: Startup) -> None:
+async def _run_until_stopped(startup: Startup, stop: Callable[[], None] | None = None) -> None:
     """Run ``startup`` (whose probe hangs) and stop it once the probe runs,
-    as a launcher that stops its ranks would."""
+    as a launcher that stops its ranks would (with ``stop``, default
+    :meth:`Startup.stop`)."""
     probing = anyio.Event()
 
     def watch(event: Event) -> None:
@@ -231,7 +232,7 @@ async def _run_until_stopped(startup: Startup) -> None:
 
             async def stop_when_probing() -> None:
                 await probing.wait()
-                startup.stop()
+                (startup.stop if stop is None else stop)()
 
             group.start_soon(stop_when_probing)
             with pytest.raises(StartupInterrupted):
@@ -263,6 +264,32 @@ async def test_an_interrupted_run_is_collected_within_a_short_bound(tmp_path: Pa
     entries = {entry.rank: entry for entry in manifest.ranks}
     assert entries[2].not_delivered is not None
     assert "within 5 s" in entries[2].not_delivered
+
+
+@pytest.mark.anyio
+async def test_a_run_a_signal_interrupted_names_the_ranks_that_did_not_deliver_in_the_short_bound(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 was stopped during the run, as its peers were: it still waits
+    # for their logs (a few seconds), and a log that did not come is theirs
+    # to explain.
+    waits: list[float] = []
+    with _rank(
+        tmp_path, 0, {}, waits, group_timeout_s=60.0, faults=["probe=hang"], handle_signals=True
+    ) as collector:
+        await _run_until_stopped(collector, lambda: os.kill(os.getpid(), signal.SIGTERM))
+
+    assert waits
+    manifest = read_manifest(tmp_path / "node0")
+    assert manifest is not None
+    assert [entry.not_delivered for entry in manifest.ranks] == [
+        None,
+        *[
+            "did not deliver its log to rank 0 within 5 s of rank 0's end (dead, partitioned, "
+            "or still running)"
+        ]
+        * 2,
+    ]
 
 
 @pytest.mark.anyio
