@@ -655,6 +655,16 @@ def test_without_slices_a_graph_of_your_own_gets_the_kernels_messages(tmp_path: 
     assert result.state.facts == {}
 
 
+def test_a_fault_on_any_module_is_taken_for_a_graph_of_your_own(tmp_path: Path) -> None:
+    # Its probes' imports are not known in advance: a module is a target.
+    startup = _own_startup(tmp_path, faults=["mine_extension=ImportError"])
+    assert startup.run().ready
+    assert startup.log_path is not None
+    started = read_log(startup.log_path).events[0]
+    assert isinstance(started, RunStarted)
+    assert started.injected == ("mine_extension=ImportError",)
+
+
 def test_slices_without_a_graph_of_your_own_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="slices describe a graph of your own"):
         _startup(tmp_path, slices=[OWN_SLICE])
