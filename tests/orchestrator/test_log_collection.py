@@ -89,6 +89,7 @@ def _rank(
     group: MailboxGroup | None = None,
     body: Callable[[object], JsonValue] = lambda _context: {"ok": True},
     handle_signals: bool = False,
+    environ: dict[str, str] | None = None,
 ) -> Startup:
     """Rank ``rank`` of a tiny graph (one step running ``body``), in run
     directory ``node<rank>``, its group a :class:`MailboxGroup` (or
@@ -110,7 +111,7 @@ def _rank(
         configure_logging=False,
         handle_signals=handle_signals,
         wait_for_peers=wait_for_peers,
-        environ={},
+        environ=environ or {},
     )
 
 
@@ -191,6 +192,27 @@ async def test_a_log_rank_0_already_holds_is_not_rewritten(tmp_path: Path) -> No
     assert entries[2]["not_delivered"] == (
         "delivered a log that differs from the one already in rank-2.jsonl (kept)"
     )
+
+
+@pytest.mark.anyio
+async def test_a_manifest_its_launcher_wrote_is_not_replaced(tmp_path: Path) -> None:
+    # The launcher that started this rank (this process, here) wrote the
+    # run's manifest first: it knows more than rank 0 does.
+    from orchestrator._faults import FaultPlan
+
+    node0 = tmp_path / "node0"
+    node0.mkdir()
+    (node0 / ".run-id").write_text(f"{RUN_ID}\n")
+    Manifest.begin(
+        run_id=RUN_ID, world_size=WORLD, faults=FaultPlan(), command=["my-launcher"]
+    ).write(node0, exclusive=True)
+    written = (node0 / "manifest.json").read_bytes()
+    launcher = {"STARTUP_ORCHESTRATOR_LAUNCHER_PID": str(os.getpid())}
+    with _rank(tmp_path, 0, {}, environ=launcher) as collector:
+        result = await collector.arun()
+
+    assert result.undelivered == (1, 2)
+    assert (node0 / "manifest.json").read_bytes() == written
 
 
 @pytest.mark.anyio
