@@ -81,7 +81,13 @@ def test_a_ready_start_returns_what_it_decided(tmp_path: Path) -> None:
     assert result.state.attention_backend == "CPU_ATTN"
     assert result.log_path == tmp_path / "run" / "rank-0.jsonl"
     assert result.run_dir == tmp_path / "run"
-    assert "attention.selected" in [message.code for message in result.messages]
+    # Every message derived, in order, printed or not (DEBUG included).
+    assert [(message.code, message.severity) for message in result.messages] == [
+        *[("platform.plugin_declined", Severity.DEBUG)] * 4,
+        ("platform.detected", Severity.INFO),
+        ("attention.selected", Severity.INFO),
+        ("run.ready", Severity.INFO),
+    ]
     assert _finished(result.log_path).outcome is RunOutcome.READY
     started = read_log(result.log_path).events[0]
     assert isinstance(started, RunStarted)
@@ -595,6 +601,9 @@ def test_a_graph_of_your_own_speaks_with_its_own_slice_only(tmp_path: Path) -> N
     assert result.steps["attention"].outcome is Outcome.OK
     assert result.steps["attention"].value == {"backend": "mine"}
     assert result.steps["cache"].outcome is Outcome.UNAVAILABLE
+    assert result.steps["cache"].reasons == (
+        "PermissionError: [Errno 13] Permission denied: '/cache'",
+    )
     assert result.steps["cache"].exception is not None
     assert result.steps["cache"].exception.name == "PermissionError"
     # No engine field, nor the engine's state type, for a graph of your own.
