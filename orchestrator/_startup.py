@@ -737,7 +737,9 @@ class Startup:
         return not self._wait_for_peers and self._stops.launcher_pid is not None
 
     def _release_held(self) -> None:
-        if self._bridge is not None and not self._launcher_prints():
+        """Print the WARNINGs held when there is no last exchange: only a
+        rank that waits for its peers does (see ``wait_for_peers``)."""
+        if self._bridge is not None and self._wait_for_peers:
             self._bridge.release()
 
     async def _run_watching_signals(self) -> None:

@@ -1001,6 +1001,69 @@ def test_a_held_warning_is_printed_once_unless_a_lower_rank_of_its_scope_derived
     )
 
 
+def _fails_in_an_exchange(context: StepContext) -> JsonValue:
+    from orchestrator import GroupError
+
+    raise GroupError(1, 2, "all_gather", "RuntimeError: Connection closed by peer")
+
+
+@pytest.mark.parametrize(
+    ("wait_for_peers", "launcher", "printed"),
+    [(True, False, 1), (False, True, 0), (False, False, 0)],
+    ids=["rank-prints", "command-line-launcher-prints", "scope-only-under-another-launcher"],
+)
+def test_a_rank_that_failed_in_an_exchange_prints_its_held_warnings_when_it_waits_for_peers(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    wait_for_peers: bool,
+    launcher: bool,
+    printed: int,
+) -> None:
+    # No last exchange with peers whose collectives no longer line up: the
+    # rank releases what it held. Without waiting for peers it does not:
+    # the command line's launcher, which reads every log, prints it once
+    # for all ranks; under any other launcher scope decides alone, as in a
+    # run that reached ready.
+    graph = Graph(
+        "mine",
+        [
+            *_own_graph().steps.values(),
+            Step(name="agree", body=_fails_in_an_exchange, depends_on=("cache",)),
+        ],
+    )
+    denied = MessageRule(
+        code="mine.cache_denied",
+        step="cache",
+        outcomes="unavailable",
+        severity=Severity.WARNING,
+        scope="global",
+        text="No cache: {error}",
+    )
+    environ = {"STARTUP_ORCHESTRATOR_LAUNCHER_PID": str(os.getpid())} if launcher else {}
+    startup = _own_startup(
+        tmp_path,
+        graph=graph,
+        slices=[attrs.evolve(OWN_SLICE, rules=[denied])],
+        identity=RankIdentity(rank=1, local_rank=1, world_size=2, local_world_size=2),
+        run_id="run-1",
+        group=None,
+        wait_for_peers=wait_for_peers,
+        environ=environ,
+    )
+    from orchestrator import GroupError
+
+    with caplog.at_level(logging.DEBUG, logger="orchestrator"), pytest.raises(GroupError):
+        startup.run()
+
+    warnings = [
+        r.getMessage().splitlines()[0] for r in caplog.records if r.levelno == logging.WARNING
+    ]
+    assert (
+        warnings
+        == ["[rank 1] No cache: PermissionError: [Errno 13] Permission denied: '/cache'"] * printed
+    )
+
+
 def test_a_failure_whose_cause_chain_holds_a_group_error_follows_a_peers() -> None:
     from events.testing import exception_info
     from orchestrator._group import follows_a_peer
