@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -415,6 +416,40 @@ async def test_a_rank_that_failed_in_an_exchange_posts_its_log_without_another(
     posted = [key for key in mailbox if key.endswith("/log/1")]
     assert len(posted) == 1
     assert mailbox[posted[0]] == (tmp_path / "node1" / "rank-1.jsonl").read_bytes()
+
+
+class SlowGroup(MailboxGroup):
+    """A :class:`MailboxGroup` whose last exchange takes 0.6 s (longer than
+    the group timeout the test gives it); it keeps the waits asked for the
+    ranks' logs."""
+
+    def __init__(self) -> None:
+        super().__init__(0, {}, [])
+        self.log_waits: list[float] = []
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        time.sleep(0.6)  # the exchange's own duration, not a wait for anything
+        return super().all_gather(value)
+
+    def take(self, key: str, timeout_s: float) -> bytes | None:
+        if "/log/" in key:
+            self.log_waits.append(timeout_s)
+        return super().take(key, timeout_s)
+
+
+@pytest.mark.anyio
+async def test_after_a_last_exchange_that_outlasted_the_timeout_rank_0_still_waits_for_the_logs(
+    tmp_path: Path,
+) -> None:
+    # The peers post right after the last exchange: however long it took,
+    # rank 0 gives them a moment (at most the group timeout) to do so.
+    group = SlowGroup()
+    with _rank(tmp_path, 0, group.mailbox, group=group, group_timeout_s=0.5) as collector:
+        result = await collector.arun()
+
+    assert result.undelivered == (1, 2)
+    assert len(group.log_waits) == WORLD - 1
+    assert 0 < group.log_waits[0] <= 0.5, group.log_waits
 
 
 class SignallingGroup(MailboxGroup):
