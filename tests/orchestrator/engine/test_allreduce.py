@@ -590,10 +590,14 @@ def test_init_failures_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     with pytest.raises(GroupError, match=r"^init_process_group across the process group failed"):
         init_torch_distributed_group(identity)
+    # Restarts without the agent's store: nothing of a last attempt to read.
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    with pytest.raises(GroupError) as raised:
+        init_torch_distributed_group(identity)
+    assert raised.value.reason == "RuntimeError: timed out"
     # Under a torchrun that may restart its workers, on the store its agent
     # keeps from one attempt to the next, the error says how to get another.
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
     with pytest.raises(GroupError) as raised:
         init_torch_distributed_group(identity)
     assert raised.value.reason == (
