@@ -24,9 +24,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from events import encode
-from events.testing import EventStream
-from orchestrator.cli._watch import Follower, RunWatcher, Screen, follow
+from events import RankProcess, encode
+from events.testing import EventStream, exception_info
+from orchestrator._run_directory import LauncherProcess, Manifest
+from orchestrator.cli._watch import Follower, RunWatcher, Screen, follow, is_terminal
 
 from .conftest import StoredRun
 from .harness import (
@@ -578,3 +579,262 @@ def test_a_rank_of_an_outside_launcher_killed_while_it_hangs_ends_the_watch(
         "rank 1: process gone without run.finished (crashed or killed) in attention/FLASH_ATTN"
     ), finished.describe()
     assert finished.lines()[-1] == "run outside: incomplete", finished.describe()
+
+
+def _follower(
+    run_dir: Path, *, stall_s: float = 10, header: bool = False
+) -> tuple[Follower, io.StringIO]:
+    out = io.StringIO()
+    screen = Screen(out, live=False)
+    return Follower(RunWatcher(run_dir), screen, stall_s=stall_s, header=header), out
+
+
+@pytest.mark.parametrize(
+    ("end", "said"),
+    [
+        (lambda stream: stream.failed("attention", exception_info("RuntimeError")), "failed"),
+        (lambda stream: stream.timed_out("attention"), "timed_out"),
+        (lambda stream: stream.crashed("attention"), "crashed"),
+        (lambda stream: stream.unavailable("attention"), None),
+    ],
+    ids=["failed", "timed_out", "crashed", "unavailable"],
+)
+def test_a_step_that_failed_timed_out_or_crashed_is_a_line_as_it_lands(
+    tmp_path: Path, end: Callable[[EventStream], object], said: str | None
+) -> None:
+    run_dir = tmp_path / "run"
+    streams = _ranks_in("attention", 2, ago_s=0)
+    _write_logs(run_dir, streams)
+    follower, out = _follower(run_dir, stall_s=60)
+    assert not follower.step()
+    for stream in streams:
+        end(stream)
+    _write_logs(run_dir, streams)
+
+    assert not follower.step()
+    # An expected outcome (a candidate unavailable) is what fallbacks are for.
+    assert out.getvalue().splitlines() == ([] if said is None else [f"ranks 0-1: attention {said}"])
+
+
+@pytest.mark.parametrize(
+    ("duration_s", "said"), [(5.8, "5.8 s"), (9.94, "9.9 s"), (10.0, "10 s"), (25.4, "25 s")]
+)
+def test_durations_have_one_decimal_below_ten_seconds(
+    tmp_path: Path, duration_s: float, said: str
+) -> None:
+    run_dir = tmp_path / "run"
+    stream = EventStream(run_id="timed", tick_ns=0)
+    stream.run_started()
+    stream.advance(round(duration_s * 1e9))
+    stream.run_finished()
+    _write_logs(run_dir, [stream])
+    watcher = RunWatcher(run_dir)
+    watcher.poll()
+
+    assert watcher.status_lines() == [f"rank 0: ready in {said}"]
+
+
+def test_a_rank_with_several_steps_in_flight_names_the_innermost_ones(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (stream,) = _ranks_in("platform", 1, ago_s=0)
+    stream.started("platform/tpu")
+    stream.started("platform/cuda")
+    stream.started("platform/rocm")
+    stream.succeeded("platform/rocm")
+    _write_logs(run_dir, [stream])
+    watcher = RunWatcher(run_dir)
+    watcher.poll()
+
+    assert watcher.in_progress(0)[0] == ("platform/tpu", "platform/cuda")
+    assert watcher.status_lines(durations=False) == ["rank 0: in platform/tpu (+1 more)"]
+
+
+def test_a_lone_rank_that_makes_no_progress_is_stalled(tmp_path: Path) -> None:
+    # With no peer to compare it with, its step is not "slow together":
+    # the line names where it waits.
+    run_dir = tmp_path / "run"
+    (stream,) = _ranks_in("attention", 1, ago_s=30)
+    stream.advance(20 * 10**9)
+    stream.stalled("attention", 20.0)
+    _write_logs(run_dir, [stream])
+    follower, out = _follower(run_dir)
+
+    assert not follower.step()
+    assert out.getvalue().splitlines() == [
+        "rank 0 stalled 30 s in attention, waiting in wait_for_fabric (fabric.py:42)"
+    ]
+
+
+def test_ranks_stuck_in_different_steps_are_each_stalled_and_said_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    streams = _ranks_in("attention", 3, ago_s=40)
+    streams[1].advance(10 * 10**9).succeeded("attention")  # its last progress: 30 s ago
+    streams[1].started("allreduce_workspace")
+    # Rank 0's last progress, in the step rank 2 is in: 20 s ago.
+    streams[0].advance(20 * 10**9).decision("backend", "FLASH_ATTN", step="attention")
+    _write_logs(run_dir, streams)
+    follower, out = _follower(run_dir)
+
+    assert not follower.step()
+    assert not follower.step()  # no progress since: nothing more to say
+    assert out.getvalue().splitlines() == [
+        "ranks 0,2 stalled 40 s in attention",  # the longest of the group
+        "rank 1 stalled 30 s in allreduce_workspace",
+    ]
+
+
+def test_a_rank_of_the_world_without_a_log_keeps_the_watch_going(tmp_path: Path) -> None:
+    # Rank 1's log is not there yet: the world (from rank 0's run.started)
+    # has not finished although every log there has.
+    run_dir = tmp_path / "run"
+    stream = EventStream(run_id="late", world_size=2, wall_ns=time.time_ns())
+    stream.run_started()
+    stream.run_finished()
+    _write_logs(run_dir, [stream])
+    follower, _ = _follower(run_dir, stall_s=60)
+
+    assert not follower.step()
+    assert follower.watcher.status_lines(durations=False) == [
+        "rank 0: ready",
+        "rank 1: no log yet",
+    ]
+
+
+def test_off_a_terminal_the_groups_are_printed_once_a_stall_period_when_they_changed(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    (stream,) = _ranks_in("attention", 1, ago_s=0)
+    _write_logs(run_dir, [stream])
+    follower, out = _follower(run_dir, stall_s=60, header=True)
+
+    assert not follower.step()
+    stream.succeeded("attention")
+    stream.started("allreduce_workspace")
+    _write_logs(run_dir, [stream])
+    assert not follower.step()  # changed, but within the stall period
+    assert not follower.step()
+
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"watching {run_dir}: run slow, 1 rank"
+    assert [line.rsplit(" for ", 1)[0] for line in lines[1:]] == ["rank 0: in attention"]
+
+
+def test_off_a_terminal_groups_that_did_not_change_are_not_printed_again(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _write_logs(run_dir, _ranks_in("attention", 1, ago_s=0))
+    # A stall period so short that every look is a period later.
+    follower, out = _follower(run_dir, stall_s=1e-9, header=True)
+
+    for _ in range(3):
+        assert not follower.step()
+
+    groups = [line for line in out.getvalue().splitlines() if line.startswith("rank 0: ")]
+    assert [line.rsplit(" for ", 1)[0] for line in groups] == ["rank 0: in attention"]
+
+
+def test_a_run_a_rank_of_which_died_ends_the_watch_incomplete(tmp_path: Path) -> None:
+    # Rank 0's process ran on this host and is gone (reaped an hour before
+    # its log is looked at); rank 1 reached ready.
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    assert ended.wait() == 0
+    run_dir = tmp_path / "run"
+    streams = []
+    for rank, (host, pid) in enumerate([(platform.node(), ended.pid), ("node-1", None)]):
+        stream = EventStream(
+            run_id="died", rank=rank, world_size=2, wall_ns=time.time_ns() - 3600 * 10**9
+        )
+        stream.run_started(host=host, pid=pid)
+        stream.started("attention")
+        streams.append(stream)
+    streams[1].succeeded("attention")
+    streams[1].run_finished()
+    _write_logs(run_dir, streams)
+
+    completed = call_cli("watch", str(run_dir), "--timeout", "60", cwd=tmp_path)
+
+    assert completed.returncode == 1, completed.describe()
+    assert completed.lines()[-1] == "run died: incomplete", completed.describe()
+
+
+def test_a_timeout_names_each_group_of_ranks_still_running(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    streams = _ranks_in("attention", 3, ago_s=0)
+    streams[2].succeeded("attention")
+    streams[2].started("allreduce_workspace")
+    _write_logs(run_dir, streams)
+
+    completed = call_cli(
+        "watch", str(run_dir), "--timeout", "0.2", "--interval", "0.05", cwd=tmp_path
+    )
+
+    assert completed.returncode == 1, completed.describe()
+    assert re.fullmatch(
+        r"timed out after 0\.2 s; still running: ranks 0-1: in attention for \d+\.\d s; "
+        r"rank 2: in allreduce_workspace for \d+\.\d s",
+        completed.lines()[-1],
+    ), completed.describe()
+
+
+def test_a_dumb_terminal_gets_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, terminal = os.openpty()
+    try:
+        with open(terminal, "w", closefd=False) as stream:
+            monkeypatch.setenv("TERM", "xterm")
+            assert is_terminal(stream)
+            monkeypatch.setenv("TERM", "dumb")
+            assert not is_terminal(stream)
+            assert not is_terminal(io.StringIO())
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def _manifest(run_id: str, world_size: int, **fields: object) -> Manifest:
+    """A manifest whose launcher is this process (running, on this host)."""
+    launcher = LauncherProcess(
+        pid=os.getpid(), host=platform.node(), started_wall_ns=time.time_ns()
+    )
+    return Manifest(run_id=run_id, world_size=world_size, launcher=launcher, **fields)
+
+
+def test_a_launch_whose_ranks_have_no_log_yet_is_watched_from_its_manifest(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _manifest("claimed", 2).write(run_dir)
+    follower, out = _follower(run_dir, stall_s=60, header=True)
+
+    assert not follower.step()
+    assert out.getvalue().splitlines() == [
+        f"watching {run_dir}: run claimed, 2 ranks",
+        "ranks 0-1: no log yet",
+    ]
+
+
+def test_a_rank_gone_from_this_host_is_dead_in_a_run_whose_logs_a_rank_collected(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 collected the logs and wrote the manifest (its process is the
+    # manifest's launcher, and it still runs): it watched no rank's process,
+    # so rank 1, whose process is gone, died.
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    assert ended.wait() == 0
+    run_dir = tmp_path / "run"
+    streams = []
+    for rank, (pid, ago_s) in enumerate([(os.getpid(), 0), (ended.pid, 3600)]):
+        began = time.time_ns() - ago_s * 10**9
+        stream = EventStream(run_id="collected", rank=rank, world_size=2, wall_ns=began)
+        stream.run_started(host=platform.node(), pid=pid)
+        stream.started("attention")
+        streams.append(stream)
+    _write_logs(run_dir, streams)
+    ranks = tuple(RankProcess(rank=rank) for rank in range(2))
+    _manifest("collected", 2, ranks=ranks, collected_by=0).write(run_dir)
+    follower, out = _follower(run_dir, stall_s=1e9)
+
+    assert not follower.step()
+    assert out.getvalue().splitlines() == [
+        "rank 1: process gone without run.finished (crashed or killed) in attention"
+    ]
