@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from events import Severity
+from orchestrator.cli._parser import build_parser
 from orchestrator.engine import BUILTIN_PROFILES, injection_targets
 
 from .harness import call_cli
@@ -174,3 +176,36 @@ def test_replaying_an_engine_run_does_not_import_the_runtime(tmp_path: Path) -> 
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "defaults"),
+    [
+        (
+            ["run"],
+            {
+                "nproc": None,
+                "grace": None,  # then $STARTUP_ORCHESTRATOR_GRACE_S, else 10
+                "group_timeout": 120.0,
+                "stall": 10.0,
+                "timeout": None,
+                "engine": "reference",
+                "allreduce_backend": "auto",
+                "dtype": "auto",
+                "kv_cache_dtype": "auto",
+                "head_size": 128,
+                "durability": "interval",
+                "level": Severity.INFO,
+            },
+        ),
+        (["replay", "run"], {"level": Severity.INFO, "until": None, "rank": None}),
+        (["watch", "run"], {"stall": 10.0, "interval": 0.5, "timeout": None}),
+    ],
+    ids=["run", "replay", "watch"],
+)
+def test_the_defaults_are_those_the_help_names(
+    arguments: list[str], defaults: dict[str, object]
+) -> None:
+    parsed = vars(build_parser().parse_args(arguments))
+
+    assert {name: parsed[name] for name in defaults} == defaults
