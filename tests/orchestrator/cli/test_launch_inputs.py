@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cli._run import _rank_arguments
+
 from .harness import LAUNCH_TIMEOUT_S, call_cli, command, environment, read_events
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -78,3 +80,21 @@ def test_run_options_are_spelled_out(tmp_path: Path) -> None:
     assert refused.returncode == 2, refused.describe()
     assert "--sim" in refused.stderr
     assert not (tmp_path / "startup-runs").exists()
+
+
+def test_the_ranks_get_the_launchers_arguments_less_its_own_options() -> None:
+    # Spelled either way (--option VALUE, --option=VALUE), the launcher's own
+    # options and the inputs it hands over in its own way never reach a rank
+    # as the user gave them: a rank given --trace-file would write a file of
+    # its own, and one given --inject too would inject each fault twice.
+    argv = [
+        "run", "--nproc", "2", "--run-dir=runs/a", "--run-id", "a", "--grace=1",
+        "--trace-file", "trace.json", "--simulate=profile.json", "--inject",
+        "zentorch=OSError", "--inject-file=faults.json", "--json", "--tp", "2",
+        "--level", "debug", "--timeout=5",
+    ]  # fmt: skip
+    handed = ["--simulate", "/dev/fd/5", "--inject-file", "/dev/fd/6"]
+
+    assert _rank_arguments(argv, handed) == [
+        "--tp", "2", "--level", "debug", "--timeout=5", *handed,
+    ]  # fmt: skip
