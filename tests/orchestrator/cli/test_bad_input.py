@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cli._parser import build_parser
+
 from . import harness
 from .conftest import StoredRun
 from .harness import LAUNCH_TIMEOUT_S, Completed, call_cli, environment, run_cli
@@ -98,11 +100,21 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
         ),
         (["run", "--run-id", ""], ["--run-id ''", "1-128 letters"]),
         (["run", "--nproc", "2", "--run-id", ""], ["--run-id ''", "1-128 letters"]),
+        ([], ["the following arguments are required: COMMAND"]),
         (["launch"], ["'launch'", "'run', 'replay'"]),
         (["replay"], ["PATH"]),
         (["replay", "missing-run"], ["missing-run: no such file or directory"]),
         (["replay", "--level", "loud", "x"], ["'loud'", "debug, info, warning, error"]),
         (["replay", "--until", "-1", "x"], ["--until", "'-1'"]),
+        (
+            ["replay", "--export", "otlp=spans.json", "x"],
+            ["'otlp=spans.json'", "expected otlp, console, or jaeger-json=FILE"],
+        ),
+        (["replay", "--export", "jaeger-json=", "x"], ["'jaeger-json='", "as jaeger-json=FILE"]),
+        (
+            ["run", "--otlp-endpoint", "http://:4317"],
+            ["--otlp-endpoint", "expected http(s)://HOST[:PORT], got 'http://:4317'"],
+        ),
         (["explain", "missing-run"], ["missing-run: no such file or directory"]),
         (["validate", "missing-run"], ["missing-run: no such file or directory"]),
     ],
@@ -110,6 +122,48 @@ def _one_line_error(completed: Completed, code: int, *fragments: str) -> str:
 )
 def test_usage_errors(tmp_path: Path, arguments: list[str], fragments: list[str]) -> None:
     _one_line_error(call_cli(*arguments, cwd=tmp_path), 2, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "line"),
+    [
+        (
+            ["run", "--simulate", "h100x8"],
+            "profile 'h100x8': unknown profile; built-in profiles: a100x4, b200x8, h200x8, xeon, "
+            "zen4, or the path of a JSON profile file",
+        ),
+        (
+            ["run", "--dtype", "float8"],
+            "unknown dtype 'float8'; valid: auto, float16, bfloat16, float32",
+        ),
+    ],
+)
+def test_an_error_of_the_layer_below_is_its_own_message(
+    tmp_path: Path, arguments: list[str], line: str
+) -> None:
+    # The profile's and the engine configuration's errors, as they say them.
+    completed = call_cli(*arguments, cwd=tmp_path)
+
+    assert completed.returncode == 2, completed.describe()
+    assert completed.stderr == f"{PROG}{line}\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "name", "value"),
+    [
+        (["run", "--nproc", "65536"], "nproc", 65_536),
+        (["run", "--tp", "65536"], "tp", 65_536),
+        (["run", "--head-size", "65536"], "head_size", 65_536),
+        (["run", "--timeout", "604800"], "timeout", 604_800.0),
+        (["watch", "run", "--stall", "1e-3"], "stall", 0.001),
+        (["replay", "run", "--rank", "0"], "rank", 0),
+        (["replay", "run", "--until", "0"], "until", 0),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_the_bounds_of_a_value_are_accepted(arguments: list[str], name: str, value: object) -> None:
+    # The largest world, a week, rank and event 0: each is a value a run can have.
+    assert getattr(build_parser().parse_args(arguments), name) == value
 
 
 @pytest.mark.parametrize(
@@ -241,6 +295,19 @@ def test_bad_grace_from_the_environment_starts_no_rank(tmp_path: Path) -> None:
     assert list((tmp_path / "run").glob("*.jsonl")) == []
 
 
+def test_grace_on_the_command_line_wins_over_the_environments(tmp_path: Path) -> None:
+    # With --grace, STARTUP_ORCHESTRATOR_GRACE_S is not read: the launch goes
+    # on to its next check, the launcher's trace context.
+    completed = call_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--grace", "1", "--run-dir", "run",
+        cwd=tmp_path,
+        env=environment(STARTUP_ORCHESTRATOR_GRACE_S="soon", TRACEPARENT="00-not-a-trace-01"),
+    )  # fmt: skip
+
+    line = _one_line_error(completed, 2, "TRACEPARENT", "00-not-a-trace-01")
+    assert "STARTUP_ORCHESTRATOR_GRACE_S" not in line
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [("STARTUP_ORCHESTRATOR_RUN_ID", "a/b"), ("TORCHELASTIC_RUN_ID", "../up")],
@@ -255,6 +322,31 @@ def test_a_bad_run_id_from_the_environment_is_bad_usage_for_a_launch(
     )  # fmt: skip
 
     _one_line_error(completed, 2, f"{variable}={value!r}", "a run id is 1-128 letters")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        {"RANK": "0", "WORLD_SIZE": "2"},
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "2"},
+        {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"},
+    ],
+    ids=["torchrun", "SLURM", "Open MPI"],
+)
+def test_a_launch_under_another_launcher_is_refused(
+    tmp_path: Path, launcher: dict[str, str]
+) -> None:
+    # Each rank of the other launcher would start ranks of its own.
+    completed = call_cli(
+        "run", "--simulate", "h200x8", "--nproc", "2", "--run-dir", "run",
+        cwd=tmp_path, env=environment(**launcher),
+    )  # fmt: skip
+
+    assert _one_line_error(completed, 2) == (
+        f"{PROG}--nproc starts local ranks itself; under torchrun leave it out "
+        "(torchrun --nproc-per-node N -m orchestrator run ...), and under srun or mpirun too"
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -382,6 +474,20 @@ def test_bad_slice_is_one_line(
     line = _one_line_error(completed, 2, *fragments)
     # Only a module that is not importable itself is told where to put it.
     assert ("PYTHONPATH" in line) == spec.startswith("no_such_module_here"), line
+
+
+def test_a_keyboard_interrupt_from_a_slice_module_is_one_line(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    (tmp_path / "interrupts.py").write_text("raise KeyboardInterrupt\n", encoding="utf-8")
+
+    completed = call_cli(
+        "replay", str(healthy.directory), "--slice", "interrupts.py:SLICE", cwd=tmp_path
+    )
+
+    assert completed.returncode == 1, completed.describe()
+    assert completed.stdout == ""
+    assert completed.stderr == "startup-orchestrator: interrupted\n"
 
 
 def test_a_json_lines_file_of_something_else_is_named_as_such(tmp_path: Path) -> None:
