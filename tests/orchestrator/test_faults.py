@@ -98,6 +98,16 @@ def test_module_not_found_without_a_message_names_the_module() -> None:
     assert error.name == "zentorch"
 
 
+def test_module_not_found_keeps_the_message_it_is_given() -> None:
+    (fault,) = FaultPlan.parse(
+        ["zentorch=ModuleNotFoundError:No module named 'zentorch._C'"]
+    ).faults
+    error = fault.make_exception()
+    assert type(error) is ModuleNotFoundError
+    assert str(error) == "No module named 'zentorch._C'"
+    assert error.name == "zentorch"
+
+
 @pytest.mark.parametrize(
     ("text", "ranks"),
     [("3", {3}), ("0-3", {0, 1, 2, 3}), ("1,5", {1, 5}), ("0-1, 6-7", {0, 1, 6, 7}), ("2-2", {2})],
@@ -186,10 +196,13 @@ def test_one_spec_given_as_a_string_is_named_not_split_into_letters() -> None:
         (["zentorch=OSError"], "entry 0"),
         ([{"target": "x", "exception": "OSError", "colour": "red"}], "entry 0: colour"),
         ([{"exception": "OSError"}], "entry 0: target"),
+        ([{"target": "zen torch", "exception": "OSError"}], "zen torch"),
+        ([{"target": "", "exception": "OSError"}], "<empty target>"),
         ([{"target": "x", "exception": 3}], "entry 0: exception"),
         ([{"target": "x", "exception": "OSError", "args": [[1]]}], "entry 0: args[0]"),
         ([{"target": "x", "exception": "OSError", "kwargs": {"name": "x"}}], "entry 0: kwargs"),
         ([{"target": "x", "exception": "OSError", "ranks": [-1]}], "entry 0: ranks"),
+        ([{"target": "x", "exception": "OSError", "ranks": [True]}], "entry 0: ranks"),
         ([{"target": "x", "exception": "UnicodeDecodeError", "args": ["x"]}], "entry 0: args"),
         ([{"target": "x", "exception": "hang", "args": ["forever"]}], "entry 0: args"),
         ([{"target": "x", "exception": "crash", "args": [11]}], "entry 0: args"),
@@ -232,8 +245,12 @@ def test_a_fault_file_that_is_not_json_names_line_and_column(tmp_path: Path) -> 
 
 
 def test_a_missing_fault_file_is_a_fault_spec_error(tmp_path: Path) -> None:
-    with pytest.raises(FaultSpecError, match="cannot read"):
-        FaultPlan.load(tmp_path / "absent.json")
+    path = tmp_path / "absent.json"
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.load(path)
+    assert raised.value.spec == str(path)
+    assert raised.value.part == str(path)
+    assert raised.value.reason == "cannot read: No such file or directory"
 
 
 @pytest.mark.parametrize(
@@ -392,6 +409,19 @@ def test_the_description_is_canonical() -> None:
             "zentorch=OSError('two\\nlines')",
         ),
         ({"target": "zentorch", "exception": "SystemExit", "args": [3]}, "zentorch=SystemExit(3)"),
+        (
+            {
+                "target": "flashinfer",
+                "exception": "ImportError",
+                "args": ["broken build"],
+                "kwargs": {"name": "flashinfer.comm"},
+            },
+            "flashinfer=ImportError('broken build', name='flashinfer.comm')",
+        ),
+        (
+            {"target": "zentorch", "exception": "RuntimeError", "args": ["first", "second"]},
+            "zentorch=RuntimeError('first', 'second')",
+        ),
     ],
 )
 def test_structured_arguments_are_described_as_a_call(
@@ -485,6 +515,12 @@ def test_an_unknown_target_with_nothing_close_has_no_suggestion() -> None:
     assert reason.startswith("unknown target 'numpy'; valid targets: ")
 
 
+def test_a_graph_without_targets_says_there_are_none() -> None:
+    with pytest.raises(FaultSpecError) as raised:
+        FaultPlan.parse(["zentorch=OSError"]).check(world_size=1, targets=())
+    assert raised.value.reason == "unknown target 'zentorch'; valid targets: none"
+
+
 def test_a_package_of_a_known_module_is_a_target_but_a_submodule_is_not() -> None:
     # A fault on flashinfer breaks the import of flashinfer.comm ...
     FaultPlan.parse(["flashinfer=OSError"]).check(world_size=1, targets=TARGETS)
@@ -542,6 +578,15 @@ def test_the_injecting_importer_makes_faulted_modules_findable_and_failing() -> 
     assert other_rank.find_spec("flashinfer.comm") is None
     with pytest.raises(ModuleNotFoundError):
         other_rank.import_module("flashinfer.comm")
+
+
+def test_a_fault_on_a_package_breaks_the_import_of_its_modules() -> None:
+    plan = FaultPlan.parse(["flashinfer=OSError:libcuda.so.1: cannot open shared object file"])
+    importer = InjectingImporter(RealImporter(), plan, rank=0)
+    message = "libcuda.so.1: cannot open shared object file"
+    with pytest.raises(OSError, match=f"^{re.escape(message)}$") as raised:
+        importer.import_module("flashinfer.comm")
+    assert type(raised.value) is OSError
 
 
 # Faults during a run -----------------------------------------------------------------
