@@ -202,6 +202,21 @@ def test_imports_follow_importlib() -> None:
     assert caught.value.name == "json"
 
 
+def test_a_parent_package_that_is_not_installed_leaves_no_spec() -> None:
+    # A package listed as missing by name is not installed, as ``None`` is;
+    # one whose import fails on another module is broken, and says so.
+    host = fake_host(
+        {
+            "vendor": ModuleNotFoundError("No module named 'vendor'", name="vendor"),
+            "plugin": ModuleNotFoundError("No module named 'torch'", name="torch"),
+        }
+    )
+    assert host.importer.find_spec("vendor.sub") is None
+    with pytest.raises(ModuleNotFoundError) as caught:
+        host.importer.find_spec("plugin.sub")
+    assert caught.value.name == "torch"
+
+
 def test_a_host_on_the_real_importer_imports_the_rest_for_real() -> None:
     import email
 
