@@ -35,6 +35,11 @@ class CustomError(Exception):
     pass
 
 
+class Driver:
+    class Error(Exception):
+        """An exception class nested in another, as a binding's often are."""
+
+
 CASES: list[tuple[ErrorPolicy, BaseException, tuple[Action, Outcome]]] = [
     (PROBE_POLICY, ImportError("flashinfer is not installed"), RECORD_UNAVAILABLE),
     (PROBE_POLICY, ModuleNotFoundError("No module named 'x'", name="x"), RECORD_UNAVAILABLE),
@@ -140,6 +145,15 @@ def test_rules_match_qualified_names_of_non_builtin_types() -> None:
     assert qualified_name(CustomError) == f"{__name__}.CustomError"
     assert qualified_name(PermissionError) == "PermissionError"
     assert policy.classify(CustomError("x")).record
+
+
+def test_rules_match_a_nested_class_by_its_qualified_name() -> None:
+    assert qualified_name(Driver.Error) == f"{__name__}.Driver.Error"
+    policy = ErrorPolicy(name="custom", rules=(Rule(exception=f"{__name__}.Driver.Error"),))
+    assert policy.classify(Driver.Error("x")).record
+    # The class's own name alone names no class of this module.
+    loose = ErrorPolicy(name="loose", rules=(Rule(exception=f"{__name__}.Error"),))
+    assert not loose.classify(Driver.Error("x")).record
 
 
 def test_a_recording_rule_needs_a_recorded_outcome() -> None:
