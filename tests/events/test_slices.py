@@ -137,6 +137,24 @@ def test_a_graph_without_rules_gets_the_generic_messages() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("code", "rule"),
+    [
+        ("step.failed", (Severity.ERROR, Scope.PROCESS)),
+        ("step.timed_out", (Severity.ERROR, Scope.PROCESS)),
+        ("step.crashed", (Severity.ERROR, Scope.PROCESS)),
+        ("run.ready", (Severity.INFO, Scope.GLOBAL)),
+        ("run.failed", (Severity.ERROR, Scope.PROCESS)),
+        ("run.interrupted", (Severity.ERROR, Scope.PROCESS)),
+    ],
+)
+def test_the_kernels_codes_have_the_severity_and_scope_of_the_code_table(
+    code: str, rule: tuple[Severity, Scope]
+) -> None:
+    # SPEC §3.6: a graph without slices speaks with these.
+    assert Messages().rule(code) == rule
+
+
 def test_a_generic_message_gives_every_reason_and_the_last_stderr_line() -> None:
     builder = EventStream().run_started()
     builder.started("kernels/fast", kind=StepKind.CANDIDATE)
