@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from events import JsonValue
-from orchestrator import StepContext
+from events import JsonValue, Outcome
+from orchestrator import StepContext, Unavailable
 
 
 def succeed(ctx: StepContext) -> JsonValue:
@@ -40,6 +40,21 @@ def exit_three(ctx: StepContext) -> JsonValue:
     """Leave with exit code 3, skipping Python's cleanup."""
     print("leaving with code 3", flush=True)  # stdout goes to stderr in the child
     os._exit(3)
+
+
+def pass_on_the_platform(ctx: StepContext) -> Unavailable:
+    """Reject the configuration for the reasons the step's dependency gave."""
+    platform = ctx.dependency("platform")
+    reasons = (f"platform {platform.outcome.value}", *platform.reasons)
+    return Unavailable(outcome=Outcome.INVALID, reasons=reasons)
+
+
+def talk_and_exit_zero(ctx: StepContext) -> JsonValue:
+    """Print thirty numbered lines, then leave with code 0 without answering."""
+    for number in range(30):
+        print(f"line {number}", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def hang(ctx: StepContext) -> JsonValue:

@@ -45,7 +45,9 @@ from orchestrator import (
     Isolation,
     Step,
     StepBody,
+    StepContext,
     StepCrashedError,
+    Unavailable,
 )
 
 from . import isolated_bodies
@@ -118,6 +120,31 @@ async def test_a_dying_child_is_recorded_crashed(
     assert crashed.stderr_tail[-1] == last_line
     assert result["probe"].outcome is Outcome.CRASHED
     assert only(log, RunFinished).outcome is RunOutcome.READY
+    assert_log_contract(log)
+
+
+async def test_a_child_that_exits_zero_without_answering_crashed_with_its_last_lines() -> None:
+    log = new_log()
+    result = await run(isolated(isolated_bodies.talk_and_exit_zero), log)
+
+    crashed = only(log, StepCrashed, "probe")
+    assert (crashed.exit_code, crashed.signal) == (0, None)
+    # The last twenty lines, the latest last.
+    assert crashed.stderr_tail == tuple(f"line {number}" for number in range(10, 30))
+    assert result["probe"].outcome is Outcome.CRASHED
+    assert_log_contract(log)
+
+
+async def test_an_injected_crash_kills_an_isolated_steps_process() -> None:
+    log = new_log()
+    result = await run(
+        isolated(isolated_bodies.succeed), log, faults=FaultPlan.parse(["probe=crash"])
+    )
+
+    crashed = only(log, StepCrashed, "probe")
+    assert (crashed.exit_code, crashed.signal) == (None, signal.SIGSEGV)
+    assert result["probe"].outcome is Outcome.CRASHED
+    assert not of_type(log, StepSucceeded, "probe")
     assert_log_contract(log)
 
 
@@ -335,6 +362,32 @@ async def test_a_recorded_exception_comes_back_as_data() -> None:
     assert result["probe"].outcome is Outcome.UNAVAILABLE
 
 
+async def test_dependencies_reasons_go_in_and_an_unavailable_result_comes_back() -> None:
+    async def platform(ctx: StepContext) -> Unavailable:
+        return Unavailable(reasons=("no device", "no driver"))
+
+    graph = Graph(
+        "g",
+        [
+            Step(name="platform", body=platform),
+            Step(
+                name="probe",
+                body=isolated_bodies.pass_on_the_platform,
+                depends_on=("platform",),
+                isolation=Isolation.PROCESS,
+            ),
+        ],
+    )
+    log = new_log()
+    result = await run(graph, log)
+
+    unavailable = only(log, StepUnavailable, "probe")
+    assert unavailable.outcome is Outcome.INVALID
+    assert unavailable.reasons == ("platform unavailable", "no device", "no driver")
+    assert result["probe"].outcome is Outcome.INVALID
+    assert_log_contract(log)
+
+
 async def test_a_propagating_exception_comes_back_with_its_type() -> None:
     log = new_log()
     with pytest.raises(RuntimeError) as raised:
@@ -406,7 +459,7 @@ def test_an_isolated_body_must_be_importable_by_name() -> None:
     assert _import_path(isolated_bodies.hang) == "tests.orchestrator.isolated_bodies:hang"
 
 
-def child_job(body: str) -> bytes:
+def child_job(body: str, parent_pid: int | None = None) -> bytes:
     """The job line a parent sends its isolated step's child."""
     from events import RankIdentity
     from events._codec import unstructure
@@ -421,6 +474,7 @@ def child_job(body: str) -> bytes:
         trace_id="0" * 31 + "1",
         span_id="0" * 15 + "1",
         sys_path=tuple(sys.path),
+        parent_pid=parent_pid,
     )
     return json.dumps(unstructure(job)).encode() + b"\n"
 
@@ -448,3 +502,18 @@ def test_the_child_exits_cleanly_once_it_has_answered(stdin_open: bool) -> None:
     assert b"Fatal Python error" not in stderr, stderr.decode()
     assert child.returncode == 0
     assert json.loads(stdout.splitlines()[0])["status"] == "ok"
+
+
+def test_a_child_whose_run_is_gone_before_it_starts_ends_at_once() -> None:
+    # The run's process died before the child could ask to follow it: the
+    # signal would never come, so the child ends itself, its body not run.
+    gone = os.getppid()  # not the child's parent
+    child = subprocess.run(
+        [sys.executable, "-m", "orchestrator._isolation"],
+        input=child_job("tests.orchestrator.isolated_bodies:succeed", parent_pid=gone),
+        capture_output=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGTERM, child.stderr.decode()
+    assert child.stdout == b""
