@@ -114,6 +114,25 @@ async def test_a_stuck_blocking_step_records_where_it_waits_with_backoff() -> No
     assert "waiting in wait_for_the_driver (test_hangs.py:" in message.text
 
 
+async def test_a_stall_has_the_stacks_of_its_own_steps_threads_only() -> None:
+    release = threading.Event()
+
+    def driver(ctx: StepContext) -> JsonValue:
+        wait_for_the_driver(release)
+        return ctx.step
+
+    log = new_log()
+    log.subscribe(release_after(release, 4))
+    graph = Graph("g", [Step(name="driver", body=driver), Step(name="peer", body=driver)])
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(graph, log, stall_s=STALL_S)
+
+    stalls = of_type(log, StepStalled)
+    assert {stall.step for stall in stalls} == {"driver", "peer"}
+    for stall in stalls:
+        assert [thread.thread for thread in stall.threads] == [f"step {stall.step}"]
+
+
 async def test_a_healthy_step_records_no_stall() -> None:
     async def quick(ctx: StepContext) -> JsonValue:
         return 1
