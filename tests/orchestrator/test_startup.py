@@ -7,6 +7,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from events import (
     Severity,
     Slice,
     StepStarted,
+    Stop,
     launch_span_id,
     read_log,
     replay,
@@ -756,6 +758,23 @@ def test_a_stop_before_the_run_ends_it_interrupted(tmp_path: Path, opened: bool)
     assert finished.outcome is RunOutcome.INTERRUPTED
     assert startup.result is not None
     assert startup.result.outcome is RunOutcome.INTERRUPTED
+
+
+def test_a_stop_is_recorded_as_its_first_signal_and_names_a_launcher_gone() -> None:
+    from orchestrator._signals import StopRequests
+
+    # Launched by our parent, which is alive: two stops, the first is the cause.
+    stops = StopRequests(launcher_pid=os.getppid())
+    stops.record(signal.SIGTERM)
+    stops.record(signal.SIGINT)
+    assert stops.cause().stop == Stop(signal="SIGTERM", reason=None)
+
+    # A launcher that is not our parent (any more) has exited.
+    orphaned = StopRequests(launcher_pid=os.getpid())
+    orphaned.record(signal.SIGHUP)
+    assert orphaned.cause().stop == Stop(
+        signal="SIGHUP", reason=f"its launcher (pid {os.getpid()}) exited"
+    )
 
 
 def test_an_implausible_world_size_is_refused_before_anything_is_written(
