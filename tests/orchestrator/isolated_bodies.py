@@ -86,6 +86,14 @@ def wait_for_the_device(ctx: StepContext) -> JsonValue:
     return None  # pragma: no cover - never returns
 
 
+def wait_for_the_device_beside_a_helper(ctx: StepContext) -> JsonValue:
+    """Start a helper thread that waits too (as a library's watcher does),
+    then block as :func:`wait_for_the_device` does."""
+    threading.Thread(target=threading.Event().wait, name="helper", daemon=True).start()
+    block_in_the_driver(str(ctx.config["ready_fifo"]))
+    return None  # pragma: no cover - never returns
+
+
 def block_in_the_driver(fifo: str) -> None:
     """Write more than a pipe holds to the test's FIFO: once the test has
     read the first byte, the child is here, in a write that never returns."""

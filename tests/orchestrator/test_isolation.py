@@ -239,11 +239,21 @@ def open_reader(fifo: Path) -> BinaryIO:
     return fifo.open("rb", buffering=0)
 
 
-async def test_a_child_given_up_records_where_it_was_before_it_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("body", "helpers"),
+    [
+        (isolated_bodies.wait_for_the_device, []),
+        (isolated_bodies.wait_for_the_device_beside_a_helper, ["helper"]),
+    ],
+    ids=["alone", "beside-a-helper"],
+)
+async def test_a_child_given_up_records_where_it_was_before_it_is_killed(
+    tmp_path: Path, body: StepBody, helpers: list[str]
+) -> None:
     fifo = tmp_path / "in-body"
     os.mkfifo(fifo)
     log = new_log()
-    graph = isolated(isolated_bodies.wait_for_the_device)
+    graph = isolated(body)
 
     readers: list[BinaryIO] = []
     try:
@@ -269,8 +279,10 @@ async def test_a_child_given_up_records_where_it_was_before_it_is_killed(tmp_pat
 
     (left,) = of_type(log, StepStalled, "probe")
     assert left.why is StallReason.ABANDONED
-    (thread,) = left.threads
+    # The body's thread first, then the others the child has.
+    thread, *others = left.threads
     assert thread.thread.startswith("isolated step probe (pid ")
+    assert [other.thread for other in others] == helpers
     assert left.waiting_in is not None
     assert left.waiting_in.name == "block_in_the_driver"
     assert left.seq == only(log, StepCancelled, "probe").seq - 1
