@@ -3,6 +3,7 @@ engine graph."""
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -555,9 +556,21 @@ async def test_a_third_party_plugin_declines_with_its_reason() -> None:
     assert "Platform plugin acme declined: no Acme accelerator: /dev/acme0 is missing" in texts
 
 
-@pytest.mark.parametrize("name", ["cuda", "a/b", ""])
-def test_third_party_plugin_names_are_checked(name: str) -> None:
-    with pytest.raises(ValueError, match="platform plugin"):
+SHADOWS = "has the name of a built-in plugin or step (tpu, cuda, rocm, xpu, cpu, build); rename it"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("cuda", f"third-party platform plugin 'cuda' (given to the engine) {SHADOWS}"),
+        # platform/build is the build target's step, not a plugin's.
+        ("build", f"third-party platform plugin 'build' (given to the engine) {SHADOWS}"),
+        ("a/b", "platform plugin name 'a/b' (given to the engine) must be non-empty without '/'"),
+        ("", "platform plugin name '' (given to the engine) must be non-empty without '/'"),
+    ],
+)
+def test_third_party_plugin_names_are_checked(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         build_engine_graph(EngineConfig(), plugins={name: lambda ctx: None})
 
 
@@ -684,20 +697,30 @@ async def test_a_platform_step_that_hangs_itself_times_out() -> None:
     assert engine.finished.outcome is RunOutcome.FAILED
 
 
-async def test_the_platform_decision_is_recomputed_from_the_events() -> None:
+@pytest.mark.parametrize(
+    "declined",
+    [
+        {"activated": False, "platform_class": None, "device": None},
+        # Naming a class is not activating: only "activated": true is.
+        {"activated": False, "platform_class": "CudaPlatform", "device": "cuda"},
+    ],
+    ids=["no-class", "class-named"],
+)
+async def test_the_platform_decision_is_recomputed_from_the_events(
+    declined: dict[str, Any],
+) -> None:
     engine = await run("h200x8")
     decision = engine.decision("platform.select")
     before = [e for e in engine.events if e.seq < decision.seq]
 
     assert decide_platform(before, decision.inputs) == decision.value
     assert decide_platform(before, {}) == decision.value, "the parent defaults to platform"
-    # A log where cuda had not activated decides differently.
+    # A log where cuda had not activated (an earlier release's ok decline)
+    # decides differently.
     edited = [
         e
         if not (isinstance(e, StepSucceeded) and e.step == "platform/cuda")
-        else type(e)(
-            **{**_fields(e), "result": {"activated": False, "platform_class": None, "device": None}}
-        )
+        else type(e)(**{**_fields(e), "result": declined})
         for e in before
     ]
     assert decide_platform(edited, decision.inputs) is None
