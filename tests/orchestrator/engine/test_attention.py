@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from events import Outcome, RunOutcome, StepCancelled, StepFailed, StepUnavailable
 from orchestrator import FaultPlan
 from orchestrator._decisions import check_decisions
-from orchestrator.engine import ATTENTION_BACKENDS, ATTENTION_STEP, ENGINE_DECIDERS, EngineConfig
+from orchestrator.engine import (
+    ATTENTION_BACKENDS,
+    ATTENTION_STEP,
+    ENGINE_DECIDERS,
+    EngineConfig,
+    attention_candidates,
+)
 
 from .harness import run
 
@@ -153,6 +160,63 @@ async def test_explicit_backend_rejecting_the_configuration_lists_its_reasons() 
     )
     assert engine.error.__cause__ is None
     assert engine.outcome("attention/FLASHINFER") is Outcome.INVALID
+
+
+@pytest.mark.parametrize(
+    ("backend", "config", "reasons"),
+    [
+        # Any multiple of 8 up to 256, inclusive.
+        ("FLASH_ATTN", EngineConfig(head_size=256), None),
+        ("FLASH_ATTN", EngineConfig(head_size=264), ["head_size 264 not supported"]),
+        # Any multiple of 16.
+        ("FLASH_ATTN", EngineConfig(block_size=32), None),
+        ("FLASH_ATTN", EngineConfig(block_size=24), ["block_size 24 not supported"]),
+        # An MLA backend needs an MLA model, whatever its head size.
+        ("TRITON_MLA", EngineConfig(head_size=576), ["non-MLA not supported"]),
+        ("FLASH_ATTN", EngineConfig(use_mla=True), ["MLA not supported"]),
+    ],
+    ids=["head-256", "head-264", "block-32", "block-24", "mla-backend", "mla-model"],
+)
+async def test_explicit_backend_validates_the_configuration(
+    backend: str, config: EngineConfig, reasons: list[str] | None
+) -> None:
+    engine = await run("h200x8", config=attrs.evolve(config, attention_backend=backend))
+
+    if reasons is None:
+        assert engine.error is None
+        assert engine.value(ATTENTION_STEP)["backend"] == backend
+    else:
+        assert isinstance(engine.error, ValueError)
+        assert str(engine.error) == (
+            f"Selected backend {backend} is not valid for this configuration. Reason: {reasons!r}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("device", "capability", "use_mla", "candidates"),
+    [
+        ("cuda", (9, 0), False, tuple(CUDA_LIST)),
+        ("cuda", None, False, tuple(CUDA_LIST)),
+        ("cuda", (10, 0), False, ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")),
+        ("cuda", (10, 0), True, ("CUTLASS_MLA", "FLASHINFER_MLA", "FLASH_ATTN_MLA", "TRITON_MLA")),
+        ("cuda", (9, 0), True, ("FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA")),
+        ("cuda", (8, 0), True, ("TRITON_MLA",)),
+        ("rocm", (9, 4), False, ("ROCM_AITER_FA", "ROCM_ATTN", "TRITON_ATTN")),
+        ("rocm", (9, 4), True, ("TRITON_MLA",)),
+        ("cpu", None, False, ("CPU_ATTN",)),
+        ("tpu", None, False, ("PALLAS",)),
+        ("xpu", None, False, ("XPU_ATTN", "TRITON_ATTN")),
+        (None, None, False, ()),
+        ("acme", None, False, ()),
+    ],
+)
+def test_the_candidates_depend_on_the_platform_and_the_configuration(
+    device: str | None,
+    capability: tuple[int, int] | None,
+    use_mla: bool,
+    candidates: tuple[str, ...],
+) -> None:
+    assert attention_candidates(device, capability, use_mla) == candidates
 
 
 async def test_explicit_backend_that_works_is_the_only_one_probed() -> None:
