@@ -80,7 +80,8 @@ async def test_flashinfer_not_installed_is_absent_and_nothing_is_imported() -> N
     assert engine.outcome("attention/FLASHINFER") is Outcome.UNAVAILABLE
 
 
-async def test_a_missing_fusion_entry_point_is_unavailable_naming_it() -> None:
+@pytest.mark.parametrize("present", [False, True], ids=["missing", "not-callable"])
+async def test_a_missing_fusion_entry_point_is_unavailable_naming_it(present: bool) -> None:
     profile = load_profile("h200x8")
 
     class WithoutWorkspace(SimulatedImporter):
@@ -91,6 +92,9 @@ async def test_a_missing_fusion_entry_point_is_unavailable_naming_it() -> None:
             stripped = ModuleType(name)
             stripped.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
             stripped.allreduce_fusion = module.allreduce_fusion  # type: ignore[attr-defined]
+            if present:
+                # A name that is there but no function is no entry point.
+                stripped.create_allreduce_fusion_workspace = None  # type: ignore[attr-defined]
             return stripped
 
     engine = await run(profile, importer=WithoutWorkspace(profile))
