@@ -220,18 +220,20 @@ async def test_explicit_trtllm_on_two_nodes_is_a_configuration_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("host", "local_world_size", "works"),
+    ("host", "world_size", "works"),
     [
-        pytest.param(FakeHost(multicast=True, node_count=2), 8, True, id="host-says-2-nodes"),
-        pytest.param(FakeHost(multicast=False, node_count=2), 8, False, id="no-multicast"),
-        pytest.param(FakeHost(multicast=True, node_count=None), 8, True, id="from-identity"),
+        pytest.param(FakeHost(multicast=True, node_count=2), 16, True, id="host-says-2-nodes"),
+        pytest.param(FakeHost(multicast=False, node_count=2), 16, False, id="no-multicast"),
+        pytest.param(FakeHost(multicast=True, node_count=None), 16, True, id="from-identity"),
+        # Eight ranks on one node and four on another are still two nodes.
+        pytest.param(FakeHost(multicast=True, node_count=None), 12, True, id="partial-node"),
     ],
 )
 async def test_auto_on_several_nodes_tries_only_mnnvl(
-    host: FakeHost, local_world_size: int, works: bool
+    host: FakeHost, world_size: int, works: bool
 ) -> None:
     rank = await run_rank(
-        EngineConfig(tp=16), host=host, world_size=16, local_world_size=local_world_size
+        EngineConfig(tp=world_size), host=host, world_size=world_size, local_world_size=8
     )
 
     assert [a.step for a in rank.attempts()] == [MNNVL_STEP]
@@ -397,6 +399,52 @@ async def test_a_factory_returning_none_makes_the_attempt_unavailable() -> None:
     assert isinstance(failed, StepUnavailable)
     assert failed.reasons == ("the workspace factory created no mnnvl workspace",)
     assert rank.result["backend"] == "trtllm"
+
+
+async def test_an_exhausted_chain_names_every_failed_attempt_in_order() -> None:
+    rank = await run_rank(
+        EngineConfig(tp=8),
+        host=FakeHost(multicast=False),
+        faults=["allreduce_workspace/trtllm=RuntimeError:peer access is not supported"],
+    )
+
+    assert rank.result["enabled"] is False
+    assert rank.result["reason"] == (
+        "no all-reduce workspace backend worked: mnnvl (RuntimeError: mnnvl all-reduce "
+        "workspace needs NVSwitch multicast, which this host does not support), "
+        "trtllm (RuntimeError: peer access is not supported)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rank", "world_size", "local_world_size", "asked"),
+    [
+        pytest.param(5, 8, 8, {"rank": 1, "world_size": 4, "gpus_per_node": 4}, id="tp-in-node"),
+        pytest.param(3, 4, 2, {"rank": 3, "world_size": 4, "gpus_per_node": 2}, id="tp-spans"),
+    ],
+)
+async def test_a_workspace_is_created_for_the_ranks_place_in_its_tensor_parallel_group(
+    rank: int, world_size: int, local_world_size: int, asked: dict[str, int]
+) -> None:
+    host = FakeHost(multicast=True, node_count=None)
+    calls: list[dict[str, Any]] = []
+
+    class Asked(RecordingFactory):
+        def create(self, backend: str, **kwargs: Any) -> object | None:
+            calls.append({k: v for k, v in kwargs.items() if k != "import_module"})
+            return super().create(backend, **kwargs)
+
+    ran = await run_rank(
+        EngineConfig(tp=4),
+        host=host,
+        rank=rank,
+        world_size=world_size,
+        local_world_size=local_world_size,
+        factory=Asked(host),
+    )
+
+    assert ran.result["backend"] == "mnnvl"
+    assert calls == [asked]
 
 
 def test_the_chain_follows_the_configuration_and_the_node_count() -> None:
