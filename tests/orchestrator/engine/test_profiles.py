@@ -160,6 +160,11 @@ def test_an_unknown_profile_name_lists_the_builtins() -> None:
         ({"gpus": {"vendor": "none", "count": 2}}, "gpus.count", "must be 0"),
         ({"gpus": {"vendor": "nvidia", "count": -1}}, "gpus.count", "integer from 0 to 1,024"),
         ({"gpus": {"capability": [9]}}, "gpus.capability", "expected an array of 2"),
+        (
+            {"gpus": {"capability": [9, -1]}},
+            "gpus.capability",
+            "expected [major, minor] (e.g. [9, 0]) or null",
+        ),
         ({"gpus": {"model": "x"}}, "gpus.model", "(valid: capability, count, name, vendor)"),
         ({"cpu": {"flags": "avx512f"}}, "cpu.flags", "expected an array"),
         ({"cpu": "AMD"}, "cpu", "expected an object"),
@@ -236,6 +241,18 @@ def test_a_profile_file_that_is_not_json_says_where(tmp_path: Path) -> None:
 def test_a_profile_file_that_cannot_be_read_says_so(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="cannot read the file"):
         load_profile(tmp_path / "missing.json")
+
+
+def test_a_bare_file_name_ending_in_json_is_a_file_even_when_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(ProfileError) as caught:
+        load_profile("missing.json")
+    assert str(caught.value) == (
+        "profile 'missing.json': cannot read the file: No such file or directory"
+    )
 
 
 def test_a_malformed_profile_file_names_the_field(tmp_path: Path) -> None:
