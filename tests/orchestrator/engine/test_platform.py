@@ -447,15 +447,32 @@ async def test_each_accelerator_is_detected(
     assert engine.outcome("platform/cpu") is Outcome.ABSENT
 
 
-async def test_rocm_selects_its_own_attention_backend() -> None:
+@pytest.mark.parametrize(
+    ("gpu", "capability", "backend"),
+    [
+        ("AMD Instinct MI300X", [9, 4], "ROCM_AITER_FA"),
+        ("AMD Instinct MI250X", [9, 0], "ROCM_ATTN"),
+    ],
+    ids=["gfx942", "gfx90a"],
+)
+async def test_rocm_selects_its_own_attention_backend(
+    gpu: str, capability: list[int], backend: str
+) -> None:
     profile = variant(
         "xeon",
-        gpus={"vendor": "amd", "count": 8, "name": "AMD Instinct MI300X", "capability": [9, 4]},
+        gpus={"vendor": "amd", "count": 8, "name": gpu, "capability": capability},
         modules={"torch": "import", "triton": "import", "aiter": "import"},
     )
     engine = await run(profile)
 
-    assert engine.value(ATTENTION_STEP)["backend"] == "ROCM_AITER_FA"
+    assert engine.value(ATTENTION_STEP)["backend"] == backend
+    # The AMD GPUs' compute capability reaches the candidates' checks.
+    aiter = engine.terminal("attention/ROCM_AITER_FA")
+    if backend == "ROCM_AITER_FA":
+        assert isinstance(aiter, StepSucceeded)
+    else:
+        assert isinstance(aiter, StepUnavailable)
+        assert aiter.reasons == ("compute capability 9.0 not supported",)
 
 
 async def test_two_builtin_plugins_activated_is_a_conflict() -> None:
@@ -666,6 +683,15 @@ async def test_an_exception_chain_is_named_in_full() -> None:
         "RuntimeError: plugin could not load its runtime, "
         "caused by OSError: libfoo.so: cannot open shared object file"
     )
+
+
+def test_no_platform_without_any_plugin_says_none_ran() -> None:
+    error = UnspecifiedPlatformError({})
+
+    assert str(error) == (
+        "Failed to infer device type: no platform plugin activated. No platform plugin ran."
+    )
+    assert (error.declined, error.failures) == ({}, {})
 
 
 async def test_a_plugin_interrupted_by_a_base_exception_propagates() -> None:
