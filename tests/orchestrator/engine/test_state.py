@@ -86,6 +86,19 @@ def test_flashinfer_comm_that_ended_ok_is_available_unless_its_result_says_not(
     assert state_of(builder.run_finished()).flashinfer_comm_available is available
 
 
+@pytest.mark.parametrize(
+    ("outcome", "fact"),
+    [
+        ("ok", "available"),
+        ("absent", "not installed"),
+        ("broken", "unavailable (TypeError: type 'array.array' is not subscriptable)"),
+    ],
+)
+def test_what_flashinfer_comm_was_on_a_rank_is_what_ranks_compare(outcome: str, fact: str) -> None:
+    builder = RankBuilder(0).run_started().flashinfer_comm(outcome)
+    assert state_of(builder.run_finished()).facts["flashinfer_comm"] == fact
+
+
 def test_an_allreduce_step_that_did_not_end_ok_loses_the_fusion() -> None:
     builder = RankBuilder(0).run_started()
     builder.started(ALLREDUCE_STEP).unavailable(ALLREDUCE_STEP, reasons=["no workspace"])
