@@ -86,6 +86,18 @@ def test_nvidia_driver_files_without_nvml_are_gpus_present_but_unusable(tmp_path
     assert host.nvswitch_multicast() is True
 
 
+def test_more_than_three_pieces_of_nvidia_evidence_are_counted(tmp_path: Path) -> None:
+    for index in range(8):
+        write(tmp_path, f"/dev/nvidia{index}", "")
+    host = RealHost(tmp_path)
+
+    assert host.nvidia_devices(NO_MODULES) == Devices(
+        reason="NVIDIA GPUs are present (/dev/nvidia0, /dev/nvidia1, /dev/nvidia2 and 5 more) "
+        "but pynvml is not installed: install nvidia-ml-py",
+        present=True,
+    )
+
+
 def test_the_build_target_is_named_or_read_off_torch(tmp_path: Path) -> None:
     named = RealHost(tmp_path, environ={"VLLM_TARGET_DEVICE": " CPU "})
     assert named.build_target(NO_MODULES) == BuildTarget(
