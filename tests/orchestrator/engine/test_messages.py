@@ -609,16 +609,29 @@ QUANT_TEXT = (
 )
 
 
-def quant_rank(rank: int, outcome: str, *, attributes: bool = True) -> list[Event]:
+def quant_rank(
+    rank: int, outcome: str, *, attributes: bool = True, catch_up: bool = False
+) -> list[Event]:
     """A rank whose plain workspace is trtllm and whose quantization
     workspace ends ``outcome`` (ok, unavailable, timed_out, crashed,
-    cancelled), as the engine writes it."""
+    cancelled), as the engine writes it. With ``catch_up``, the rank's own
+    chain stopped at mnnvl and it built trtllm late, as the ranks agreed."""
     builder = RankBuilder(rank, world_size=2).run_started()
-    builder.started(ALLREDUCE_STEP, attributes={"requested": "trtllm", "tp": 2})
+    requested = "auto" if catch_up else "trtllm"
+    builder.started(ALLREDUCE_STEP, attributes={"requested": requested, "tp": 2})
+    position = {"attempt": 0, "attempts": 1, "fallback_left": False}
+    if catch_up:
+        builder.started(
+            "allreduce_workspace/mnnvl",
+            kind=StepKind.ATTEMPT,
+            attributes={"backend": "mnnvl", "attempt": 0, "attempts": 2, "fallback_left": True},
+        )
+        builder.succeeded("allreduce_workspace/mnnvl", {"backend": "mnnvl"})
+        position = {"attempt": 1, "attempts": 2, "fallback_left": False, "catch_up": True}
     builder.started(
         "allreduce_workspace/trtllm",
         kind=StepKind.ATTEMPT,
-        attributes={"backend": "trtllm", "attempt": 0, "attempts": 1, "fallback_left": False},
+        attributes={"backend": "trtllm", **position},
     )
     builder.succeeded("allreduce_workspace/trtllm", {"backend": "trtllm"})
     builder.started(QUANT_STEP, attributes={"backend": "trtllm"} if attributes else None)
@@ -718,8 +731,13 @@ def test_every_rank_prints_its_quantization_error_and_a_report_groups_them() -> 
     assert group.describe() == f"ERROR [ranks 0-1] {QUANT_TEXT}"
 
 
-def test_an_older_log_without_the_backend_attribute_names_the_plain_backend() -> None:
-    state = derive(quant_rank(0, "unavailable", attributes=False))
+@pytest.mark.parametrize("catch_up", [False, True], ids=["own-chain", "caught-up"])
+def test_an_older_log_without_the_backend_attribute_names_the_plain_backend(
+    catch_up: bool,
+) -> None:
+    # The plain workspace is the last one this rank built: after a catch-up,
+    # the backend the ranks agreed on, not the one its own chain found.
+    state = derive(quant_rank(0, "unavailable", attributes=False, catch_up=catch_up))
     assert only(state, "allreduce.quant_workspace_failed").text == QUANT_TEXT
 
 
