@@ -25,7 +25,8 @@ __all__ = ["ExceptionInfo", "FrameInfo", "Redactor", "ThreadStack"]
 #: total before the record says ``truncated``. Deep enough for any real chain,
 #: small enough that a pathological 10,000-link chain stays a small record.
 MAX_CHAIN = 64
-#: Frames kept per exception (the innermost ones, where the error happened).
+#: Frames kept per exception (the innermost ones, where the error happened),
+#: and notes (the first ones).
 MAX_FRAMES = 64
 #: Characters kept of any one message, note or source line.
 MAX_TEXT = 8192
@@ -220,8 +221,10 @@ class ExceptionInfo:
     the links, so a record built by hand should stay within that bound too.
 
     Attributes:
-        type: qualified type name; builtins are bare (``PermissionError``),
-            others carry their module (``mylib._C.AbiError``).
+        type: qualified type name; builtins and a script's own types are
+            bare (``PermissionError``; ``MyError`` from ``__main__``, a
+            name that differs from process to process), others carry
+            their module (``mylib._C.AbiError``).
         message: ``str(exc)``; ``"<unprintable X>"`` if that raised.
         reason: ``f"{type(exc).__name__}: {exc}"``, the form probes report.
         errno, strerror, filename: from :class:`OSError`.
@@ -229,7 +232,7 @@ class ExceptionInfo:
         frames: the innermost frames of the traceback, outermost first.
         cause: ``__cause__`` (explicit ``raise ... from``).
         context: ``__context__`` unless suppressed or identical to the cause.
-        notes: ``__notes__``.
+        notes: ``__notes__``, the first :data:`MAX_FRAMES`.
         exceptions: members of a (Base)ExceptionGroup.
         truncated: the chain was cut (cycle or size bound) below this record.
     """
