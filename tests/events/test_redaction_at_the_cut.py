@@ -130,6 +130,7 @@ def test_url_credentials_in_a_huge_message_are_found_in_linear_time() -> None:
         ("x://:p@host", "x://[REDACTED]@host"),
         ("redis://:pw@cache:6379/0", "redis://[REDACTED]@cache:6379/0"),
         ("https://:token@host/x", "https://[REDACTED]@host/x"),
+        ("x://:pa/ss@host", "x://[REDACTED]@host"),
         # a password holding "@", "/" or a tab
         ("https://user:p@ss@host/x", "https://[REDACTED]@host/x"),
         ("x://u:pa/ss@h/y", "x://[REDACTED]@h/y"),
