@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 import events
-from events import ExceptionInfo, FrameInfo, Redactor
+from events import ExceptionInfo, FrameInfo, Redactor, ThreadStack
 
 #: No secrets: the cases below must not depend on the test machine's environment.
 PLAIN = Redactor()
@@ -253,6 +253,13 @@ def test_exception_whose_str_raises() -> None:
     events.encode(as_event(info))
 
 
+def test_notes_are_bounded_to_the_first_64() -> None:
+    exc = ValueError("v")
+    for index in range(100):
+        exc.add_note(f"note {index}")
+    assert capture(exc).notes == tuple(f"note {index}" for index in range(64))
+
+
 def test_hostile_notes_and_attributes() -> None:
     class Hostile(OSError):
         @property
@@ -280,6 +287,22 @@ def test_an_errno_a_log_cannot_hold_is_not_kept(errno: object) -> None:
     assert info.strerror == "I/O error"
     event = as_event(info)
     assert events.decode(events.encode(event)) == event
+
+
+def test_a_deep_traceback_keeps_its_innermost_frames() -> None:
+    def descend(depth: int) -> None:
+        if depth == 0:
+            raise ValueError("bottom")
+        descend(depth - 1)
+
+    try:
+        descend(100)
+    except ValueError as exc:
+        info = capture(exc)
+    assert len(info.frames) == 64
+    assert [frame.name for frame in info.frames] == ["descend"] * 64
+    assert info.frames[-1].line == 'raise ValueError("bottom")'
+    assert info.frames[0].line == "descend(depth - 1)"
 
 
 def test_cycle_in_the_cause_chain() -> None:
@@ -379,6 +402,14 @@ def test_environment_secrets_are_redacted(monkeypatch: pytest.MonkeyPatch) -> No
     assert "hf_abcdefghijklmnop" not in info.format()
 
 
+@pytest.mark.parametrize(("value", "hidden"), [("abc", False), ("abcd", True)])
+def test_a_secret_of_four_characters_or_more_is_redacted(value: str, hidden: bool) -> None:
+    redactor = Redactor.from_environment({"HF_TOKEN": value})
+    assert redactor.secrets == ((value,) if hidden else ())
+    expected = "token [REDACTED] rejected" if hidden else f"token {value} rejected"
+    assert redactor(f"token {value} rejected") == expected
+
+
 def test_redactor_from_an_explicit_environment() -> None:
     redactor = Redactor.from_environment(
         {
@@ -476,3 +507,61 @@ def test_format_of_groups_and_truncation() -> None:
     looped.__cause__ = looped
     assert capture(looped).format() == "ValueError: loop\n  ... (exception chain truncated)\n"
     assert capture(KeyboardInterrupt()).format() == "KeyboardInterrupt\n"
+
+
+def test_a_record_with_both_a_cause_and_a_context_follows_its_cause() -> None:
+    # A log written elsewhere may hold both; the cause is the chain, as in
+    # a traceback.
+    cause = ExceptionInfo(type="OSError", message="disk", reason="OSError: disk")
+    context = ExceptionInfo(type="KeyError", message="'k'", reason="KeyError: 'k'")
+    boom = {"type": "RuntimeError", "message": "boom", "reason": "RuntimeError: boom"}
+    top = ExceptionInfo(**boom, cause=cause, context=context)
+    assert top.chain() == (top, cause)
+    assert top.root() == cause
+    assert top.format() == (
+        "OSError: disk\n"
+        "\nThe above exception was the direct cause of the following exception:\n\n"
+        "RuntimeError: boom\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lineno", "where"), [(331, "wait (threading.py:331)"), (None, "wait (threading.py)")]
+)
+def test_a_frame_is_named_by_its_function_and_place(lineno: int | None, where: str) -> None:
+    frame = FrameInfo(filename="/usr/lib/python3.11/threading.py", lineno=lineno, name="wait")
+    assert frame.where() == where
+
+
+def stack_of(count: int) -> ThreadStack:
+    """A thread ``count`` frames deep, ``f1`` outermost."""
+    frames = tuple(
+        FrameInfo(filename=f"/src/f{index}.py", lineno=index, name=f"f{index}")
+        for index in range(1, count + 1)
+    )
+    return ThreadStack(thread="step s", frames=frames)
+
+
+def test_a_thread_stack_is_shown_innermost_first_and_outer_frames_counted() -> None:
+    assert stack_of(10).format() == [
+        *(f"f{index} (/src/f{index}.py:{index})" for index in range(10, 2, -1)),
+        "... 2 outer frames",
+    ]
+    assert stack_of(2).format() == ["f2 (/src/f2.py:2)", "f1 (/src/f1.py:1)"]
+    assert stack_of(3).format(limit=1) == ["f3 (/src/f3.py:3)", "... 2 outer frames"]
+    assert stack_of(3).format(limit=0) == ["... 3 outer frames"]
+
+
+def test_a_thread_waits_in_its_innermost_frame_outside_the_standard_library() -> None:
+    main = FrameInfo(filename="/app/serve.py", lineno=10, name="main")
+    barrier = FrameInfo(
+        filename="/usr/lib/python3.11/site-packages/torch/distributed/c10d.py",
+        lineno=20,
+        name="barrier",
+    )
+    wait = FrameInfo(filename="/usr/lib/python3.11/threading.py", lineno=331, name="wait")
+    frozen = FrameInfo(filename="<frozen os>", lineno=5, name="read")
+    assert ThreadStack(thread="t", frames=(main, barrier, wait)).waiting_in == barrier
+    assert ThreadStack(thread="t", frames=(main, wait, frozen)).waiting_in == main
+    assert ThreadStack(thread="t", frames=(wait, frozen)).waiting_in == frozen
+    assert ThreadStack(thread="t").waiting_in is None
