@@ -6,8 +6,9 @@ from __future__ import annotations
 import signal
 
 import attrs
+import pytest
 
-from events import RunOutcome, replay, signal_name
+from events import RankProcess, RunOutcome, replay, signal_name
 from events.testing import BASE_WALL_NS, EventStream
 from exporters import report_json, report_text
 
@@ -82,3 +83,35 @@ def test_a_signal_is_named_as_the_platform_names_it_or_by_its_number() -> None:
     assert signal_name(int(signal.SIGKILL)) == "SIGKILL"
     assert signal_name(int(signal.SIGSEGV)) == "SIGSEGV"
     assert signal_name(99) == "signal 99"
+
+
+STOPPED = "SIGTERM: rank 0 died"
+
+
+@pytest.mark.parametrize(
+    ("process", "described"),
+    [
+        (
+            RankProcess(rank=2, pid=7, node_rank=1, host="node-1", exit_code=1),
+            "rank 2 (pid 7, node 1, host node-1) exited with code 1",
+        ),
+        (RankProcess(rank=2, pid=7, host="", exit_code=1), "rank 2 (pid 7) exited with code 1"),
+        (
+            RankProcess(rank=2, pid=7, signal="SIGTERM", stopped_by_launcher=STOPPED),
+            "rank 2 (pid 7) was killed by SIGTERM (the launcher sent SIGTERM: rank 0 died)",
+        ),
+        (
+            RankProcess(rank=2, pid=7, collected=True),
+            "rank 2 (pid 7): its log is in the run directory",
+        ),
+        (
+            RankProcess(rank=2, pid=7, collected=False),
+            "rank 2 (pid 7): its log is not in the run directory",
+        ),
+        (RankProcess(rank=2), "rank 2 was never started: its launcher stopped first"),
+    ],
+)
+def test_a_rank_process_is_described_by_what_its_launcher_knows(
+    process: RankProcess, described: str
+) -> None:
+    assert process.describe() == described
