@@ -290,6 +290,15 @@ def test_terminal_states_are_final_and_orphans_ignored() -> None:
     assert steps["s"].duration_ns == 10
 
 
+def test_a_rank_is_recorded_from_its_run_finished_but_not_from_a_decision() -> None:
+    *_, decision, finished = rank_stream("run-1", 0)
+    decision = attrs.evolve(decision, seq=0)
+    finished = attrs.evolve(finished, seq=1)
+    state = events.fold(Timeline(), [decision, finished])
+    assert state.ranks == {0: RankTimeline(rank=0, finished=finished, last=finished)}
+    assert events.fold(Timeline(), [decision]).ranks == {}
+
+
 def test_timeline_run_outcomes_per_rank() -> None:
     failed = [
         *rank_stream("run-1", 1)[:-1],
