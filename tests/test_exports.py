@@ -140,3 +140,19 @@ def test_names_load_on_first_use() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert output.strip() == "['events._surface'] ['events._errors']"
+
+
+@pytest.mark.parametrize("name", LAZY_PACKAGES)
+def test_dir_lists_every_public_name_before_it_is_loaded(name: str) -> None:
+    # A fresh interpreter: dir() of the package lists the names it has not
+    # loaded yet too.
+    code = (
+        f"import importlib\n"
+        f"package = importlib.import_module({name!r})\n"
+        "names = dir(package)\n"
+        "print(sorted(set(package.__all__) - set(names)), names == sorted(names))\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert output.strip() == "[] True"
