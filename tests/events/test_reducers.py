@@ -241,6 +241,15 @@ def test_timeline_while_running() -> None:
     assert (flash.end_wall_ns, flash.duration_ns, flash.outcome) == (None, None, None)
 
 
+def test_a_stall_is_a_ranks_last_sign_of_life() -> None:
+    stream = EventStream().run_started().started("load").advance(10**9).stalled("load")
+    *_, stall = stream.events
+    rank = events.fold(Timeline(), stream.events).ranks[0]
+    assert rank.last == stall
+    assert rank.steps["load"].stall == stall
+    assert rank.steps["load"].finished is False
+
+
 def envelope(seq: int, step: str = "s", rank: int = 0) -> dict[str, object]:
     return {
         "run_id": "r",
