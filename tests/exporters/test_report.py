@@ -5,7 +5,10 @@ with the engine)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import attrs
+import pytest
 
 from events import (
     Agreement,
@@ -184,6 +187,7 @@ def test_report_json_fields_and_types() -> None:
     attempt = next(m for m in document["messages"] if m["code"] == "fallback.used")
     assert attempt["ranks"] == [0, 1, 2, 3, 4, 6, 7]
     assert attempt["severity"] == "warning"
+    assert attempt["scope"] == "local"
     severities = [Severity[m["severity"].upper()] for m in document["messages"]]
     assert severities == sorted(severities, reverse=True)
 
@@ -363,4 +367,287 @@ def test_ranks_without_events_stay_a_few_lines_at_scale() -> None:
     assert listed[8:] == [
         "  ranks 108-111,500-507: no log (never started, or killed before its first event)",
         "  ranks 508-511: empty log (never started, or killed before its first event)",
+    ]
+
+
+def test_the_headline_counts_the_worst_outcomes_first() -> None:
+    from exporters import report_json, report_text
+
+    # Of eight ranks: rank 5 failed, rank 1 died, rank 2 was stopped, rank 7 wrote no log.
+    stopped = started_rank(2)
+    stopped.started("cache_dir").cancelled("cache_dir")
+    ranks = [ready_rank(0), dead_rank(1), stopped.run_finished(RunOutcome.INTERRUPTED)]
+    ranks += [ready_rank(3), ready_rank(4), failed_rank(5), ready_rank(6)]
+    result = replay(list(merge(ranks)), slices=[MINE])
+    assert report_text(result).splitlines()[:2] == [
+        "Startup incomplete: 1 failed, 1 incomplete, 1 interrupted, 4 ready, 1 without events "
+        "(run run-7f3a, 7 of 8 ranks)",
+        "Root cause: rank 7 wrote no events (no log): never started, or killed before its "
+        "first event",
+    ]
+    assert report_json(result)["root_cause"]["no_events"] == "no log"
+
+
+def test_report_json_says_how_each_ranks_log_ended() -> None:
+    from events import LaunchRecord
+    from exporters import report_json
+
+    # Of four ranks: 0 ready, 1 killed while probing, 2 an empty log, 3 no log.
+    launch = LaunchRecord(run_id=RUN_ID, world_size=4, empty_logs=frozenset({2}))
+    streams = merge([ready_rank(0, world_size=4), dead_rank(1, world_size=4)])
+    document = report_json(replay(list(streams), launch=launch, slices=[MINE]))
+    logs = [row["log"] for row in document["ranks"]]
+    assert logs == ["complete", "unfinished", "empty", "missing"]
+
+
+def test_report_header_says_the_host_was_simulated_and_which_faults_were_injected() -> None:
+    from exporters import report_text
+
+    # A spec may itself hold commas (a rank set): the specs are told apart by "; ".
+    injected = ("0,1:cache_dir=RuntimeError:a, b", "2:kernels=hang")
+    stream = EventStream(run_id=RUN_ID, rank=0).run_started(simulated="h200x8", injected=injected)
+    stream.started("cache_dir").succeeded("cache_dir", {"cache_dir": "/cache"})
+    text = report_text(replay(stream.run_finished(), slices=[MINE]))
+    assert text.splitlines()[1] == (
+        "Not a real start: simulated host h200x8; injected faults: "
+        "0,1:cache_dir=RuntimeError:a, b; 2:kernels=hang"
+    )
+
+
+def test_a_report_cut_at_a_seq_says_so_and_names_no_root_cause() -> None:
+    from exporters import report_json, report_text
+
+    result = replay([ready_rank(r, world_size=2) for r in range(2)], slices=[MINE], until=3)
+    assert report_text(result).splitlines()[:2] == [
+        "Startup running at the cutoff seq 3 (the state then, not how the run ended): "
+        "2 running (run run-7f3a, 2 of 2 ranks)",
+        "Root cause: none so far (no rank had failed by the cutoff)",
+    ]
+    document = report_json(result)
+    assert (document["outcome"], document["until"]) == ("running", 3)
+
+
+def degraded_run(*, timed_out: Sequence[str] = ()) -> list[list[Event]]:
+    """Four ready ranks; rank 2 chose kernels with a name no other chose (an
+    escape sequence in it) and rank 1 timed out in each of ``timed_out``."""
+    streams = []
+    for rank in range(4):
+        stream = started_rank(rank, world_size=4)
+        kernels(stream, selected="slow\x1b[2J" if rank == 2 else "slow")
+        if rank == 1:
+            for probe in timed_out:
+                stream.started(probe).timed_out(probe, 5.0)
+        streams.append(stream.run_finished())
+    return streams
+
+
+def test_a_ready_run_that_lost_something_says_what_first() -> None:
+    from exporters import report_json, report_text
+
+    # A timed-out probe degrades the start whatever severity its slice gives it.
+    mine = attrs.evolve(
+        MINE,
+        severities={
+            "mine.divergence": (Severity.ERROR, Scope.GLOBAL),
+            "step.timed_out": (Severity.WARNING, Scope.PROCESS),
+        },
+    )
+    result = replay(degraded_run(timed_out=["probe/a", "probe/b", "probe/c"]), slices=[mine])
+    text = report_text(result)
+    header = text.split("\n\n")[0].splitlines()
+    timed_out = (
+        "timed out after 5 s; raise its timeout if the probe is only slow, or find what it "
+        "waits for."
+    )
+    differ = (
+        "Ranks chose different kernels: slow on ranks 0-1,3; slow\\x1b[2J on rank 2. Pin one "
+        "kernel library that works on every rank."
+    )
+    assert header == [
+        "Startup ready, degraded: 4 ready (run run-7f3a, 4 of 4 ranks)",
+        "Degraded: mine.divergence on ranks 0-3",
+        f"  {differ}",
+        "Degraded: step.timed_out on rank 1",
+        f"  Step probe/a {timed_out}",
+        "Degraded: step.timed_out on rank 1",
+        f"  Step probe/b {timed_out}",
+        "Degraded: and 1 more (step.timed_out); see the messages below",
+        "Ranks differ: mine.divergence on ranks 0-3",
+        f"  {differ}",
+    ]
+    # The divergence is listed under its own heading, not among the messages.
+    messages = text.partition("Messages (info and above):\n")[2].partition("\n\n")[0]
+    assert "Ranks chose different kernels" not in messages
+    assert [entry["code"] for entry in report_json(result)["degraded"]] == [
+        "mine.divergence",
+        *["step.timed_out"] * 3,
+    ]
+
+
+def test_a_divergence_that_is_no_error_leaves_a_ready_run_whole() -> None:
+    from exporters import report_text
+
+    mine = attrs.evolve(MINE, severities={"mine.divergence": (Severity.WARNING, Scope.GLOBAL)})
+    text = report_text(replay(degraded_run(), slices=[mine]))
+    assert text.splitlines()[:2] == [
+        "Startup ready: 4 ready (run run-7f3a, 4 of 4 ranks)",
+        "Root cause: none (every rank is ready)",
+    ]
+
+
+#: Raised in the load step of an engine's worker, two frames deep.
+LOAD_FAILED = exception_info(
+    "RuntimeError",
+    "boom",
+    frames=(
+        FrameInfo(filename="/opt/engine/main.py", lineno=3, name="main", line="load()"),
+        FrameInfo(filename="/opt/engine/load.py", lineno=9, name="load", line="raise"),
+    ),
+)
+
+
+def engine_process(rank: int, role: str, *, died: bool) -> list[Event]:
+    """A process of an engine's own start (its log names its role) that
+    loads; rank 1 fails there, or dies there."""
+    stream = EventStream(run_id="engine", rank=rank, world_size=2)
+    stream.identity = attrs.evolve(stream.identity, role=role)
+    stream.run_started()
+    stream.started("load")
+    if rank == 0:
+        return stream.succeeded("load").run_finished()
+    if died:
+        return stream.events
+    stream.failed("load", LOAD_FAILED)
+    return stream.run_finished(RunOutcome.FAILED, cause=LOAD_FAILED, failed_step="load")
+
+
+@pytest.mark.parametrize(
+    ("died", "cause"),
+    [
+        (
+            False,
+            [
+                "Root cause: rank 1 (worker TP1, pid 4001), step load",
+                "  RuntimeError: boom",
+                # Where it was raised: the innermost frame.
+                "      at /opt/engine/load.py:9 in load",
+                "  seen by rank 0, engine core: rank 1 (pid 4001) exited with code 1",
+            ],
+        ),
+        (
+            True,
+            [
+                "Root cause: rank 1 (worker TP1, pid 4001), step load: was killed by SIGKILL "
+                "(seen by rank 0, engine core)",
+            ],
+        ),
+    ],
+    ids=["failed", "died"],
+)
+def test_a_process_watched_by_another_says_who_saw_it_end(died: bool, cause: list[str]) -> None:
+    from events import LaunchRecord, RankProcess
+    from exporters import report_json, report_text
+
+    # The engine core (rank 0) saw its worker's process end, not a launcher.
+    process = RankProcess(
+        rank=1,
+        pid=4001,
+        exit_code=None if died else 1,
+        signal="SIGKILL" if died else None,
+        observer="rank 0, engine core",
+    )
+    launch = LaunchRecord(run_id="engine", world_size=2, processes={1: process})
+    streams = [
+        engine_process(0, "engine core", died=died),
+        engine_process(1, "worker TP1", died=died),
+    ]
+    result = replay(list(merge(streams)), launch=launch)
+    lines = report_text(result).splitlines()
+    assert lines[1 : lines.index("")] == cause
+    table = lines[lines.index("Ranks:") + 1 : lines.index("Ranks:") + 4]
+    outcome = "incomplete" if died else "failed"
+    width = max(len("OUTCOME"), len(outcome))
+    # The processes are not alike: each row says what it is.
+    assert table == [
+        f"  RANKS  ROLE         {'OUTCOME'.ljust(width)}  LAST STEP",
+        f"  0      engine core  {'ready'.ljust(width)}  load",
+        f"  1      worker TP1   {outcome.ljust(width)}  load",
+    ]
+    rank1 = report_json(result)["ranks"][1]
+    assert rank1["role"] == "worker TP1"
+    assert rank1["process"]["observer"] == "rank 0, engine core"
+
+
+def test_a_rank_that_went_on_without_the_group_is_named_with_what_it_left_out() -> None:
+    from events import Collective
+    from exporters import report_json, report_text
+
+    # Rank 0 had no torch and went on without the process group; rank 1
+    # waited for it at the rendezvous and failed there.
+    group = Slice(name="group", collectives=(Collective(step="group", what="the process group"),))
+    no_torch = exception_info("ImportError", "No module named 'torch'")
+    timed_out = exception_info("orchestrator.GroupError", "the rendezvous timed out")
+    went_on = EventStream(rank=0, world_size=2).run_started()
+    went_on.started("group").unavailable("group", cause=no_torch)
+    waited = EventStream(rank=1, world_size=2).run_started()
+    waited.started("group").advance(120_000_000_000).failed("group", timed_out)
+    streams = [
+        went_on.run_finished(),
+        waited.run_finished(RunOutcome.FAILED, cause=timed_out, failed_step="group"),
+    ]
+    result = replay(streams, slices=[group])
+    assert report_text(result).splitlines()[1:4] == [
+        "Root cause: rank 0, step group",
+        "  ImportError: No module named 'torch'",
+        "  rank 0 went on without the process group, and the ranks that waited for it there failed",
+    ]
+    cause = report_json(result)["root_cause"]
+    assert (cause["rank"], cause["outcome"], cause["left_out"]) == (0, "ready", "the process group")
+
+
+def test_messages_printed_above_are_counted_and_none_are_said_to_be_none() -> None:
+    from exporters import report_text
+
+    result = replay([ready_rank(r, world_size=2) for r in range(2)], slices=[MINE])
+    again = "replay run lists them"
+    shown = report_text(result, printed_above=again)
+    assert shown.endswith(
+        "\n\nMessages (info and above): 2, printed above; replay run lists them\n"
+    )
+    errors = report_text(result, min_severity=Severity.ERROR, printed_above=again)
+    assert errors.endswith("\n\nMessages (error and above):\n  (none)\n")
+
+
+def test_warnings_about_the_logs_are_escaped() -> None:
+    from pathlib import Path
+
+    from events import LogContents, TornTail
+    from exporters import report_text
+
+    torn = TornTail(path=Path("run/\x1b[2Jrank-1.jsonl"), line=9, offset=1000, length=12)
+    contents = [
+        LogContents(path=Path("run/rank-0.jsonl"), events=tuple(ready_rank(0, world_size=2))),
+        LogContents(
+            path=Path("run/\x1b[2Jrank-1.jsonl"),
+            events=tuple(ready_rank(1, world_size=2)),
+            torn_tail=torn,
+        ),
+    ]
+    text = report_text(replay(contents, slices=[MINE]))
+    assert "\x1b" not in text
+    assert f"  {torn.describe()}".replace("\x1b", "\\x1b") in text.splitlines()
+
+
+def test_a_rank_still_running_is_named_with_its_step_escaped() -> None:
+    from events import LaunchRecord
+    from exporters import report_text
+
+    # The reader saw the process that writes rank 0's log alive.
+    stream = started_rank(0, world_size=1)
+    stream.started("load\x1b[2J")
+    launch = LaunchRecord(run_id=RUN_ID, world_size=1, running=frozenset({0}))
+    result = replay(stream.events, launch=launch, slices=[MINE])
+    assert report_text(result).splitlines()[1:3] == [
+        "Root cause: none so far (no rank has failed)",
+        "  rank 0 is still running, in load\\x1b[2J",
     ]
