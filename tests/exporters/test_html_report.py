@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+import attrs
 import pytest
 
-from events import Event, replay
-from events.testing import EventStream
+from events import Event, RunOutcome, replay
+from events.testing import EventStream, exception_info
 from exporters import report_html
 
 from .html_runs import HOSTILE, synthetic_run
@@ -218,3 +219,102 @@ def test_a_rank_that_died_hung_says_where_it_waited_and_shows_the_stack() -> Non
     assert "waiting in wait_for_fabric (fabric.py:42) after 20.0 s" in cause
     assert "where thread <code>step attention</code> waited, innermost first" in cause
     assert "<pre>wait_for_fabric (fabric.py:42)</pre>" in cause
+    assert "<div>in flight: attention</div>" in cause
+
+
+def test_the_policy_forbids_every_fetch_script_form_and_base(failed: str) -> None:
+    [csp] = [a["content"] for t, a in parse(failed).tags if a.get("http-equiv")]
+    assert csp == (
+        "default-src 'none'; style-src 'unsafe-inline'; script-src 'none'; "
+        "img-src 'none'; form-action 'none'; base-uri 'none'"
+    )
+
+
+def test_a_lane_says_its_ranks_outcome_and_the_worst_come_first() -> None:
+    # Rank 2 fails (the root cause), rank 1 is stopped, ranks 0 and 3 are ready.
+    boom = exception_info("RuntimeError", "boom")
+    runs = []
+    for rank in range(4):
+        stream = EventStream(run_id="lanes", rank=rank, world_size=4).run_started()
+        stream.started("load")
+        if rank == 2:
+            stream.failed("load", boom)
+            runs.append(stream.run_finished(RunOutcome.FAILED, cause=boom, failed_step="load"))
+        elif rank == 1:
+            runs.append(stream.cancelled("load").run_finished(RunOutcome.INTERRUPTED))
+        else:
+            runs.append(stream.succeeded("load").run_finished())
+    lanes = [a for t, a in parse(page_of(runs)).tags if a.get("class") == "lane"]
+    assert [(a["data-ranks"], a["data-outcome"]) for a in lanes] == [
+        ("rank 2", "failed"),
+        ("rank 1", "interrupted"),
+        ("ranks 0,3", "ready"),
+    ]
+
+
+def test_a_lanes_heading_names_its_pids_and_its_fastest_and_slowest_rank() -> None:
+    runs = []
+    for rank, (pid, ms) in enumerate([(900, 30), (700, 10), (800, 20)]):
+        stream = EventStream(run_id="lanes", rank=rank, world_size=3).run_started(pid=pid)
+        stream.started("load").advance(ms * 1_000_000).succeeded("load")
+        runs.append(stream.run_finished())
+    page = page_of(runs)
+    facts = page[page.index('<span class="lane-facts">') :].split("</span>")[0]
+    assert facts.endswith(
+        " · pids 700-900 · started 00:00:00.000 to 00:00:00.000 · "
+        "fastest rank 1 (13.0 ms), slowest rank 0 (33.0 ms)"
+    )
+
+
+def test_a_lane_of_one_process_names_its_role_and_pid() -> None:
+    stream = EventStream(run_id="engine", rank=0)
+    stream.identity = attrs.evolve(stream.identity, role="engine core")
+    stream.run_started().started("load").succeeded("load")
+    page = page_of([stream.run_finished()])
+    assert '<h3>rank 0 (engine core, pid 4000) <span class="badge ok">ready</span>' in page
+
+
+def test_a_chain_says_whether_a_link_caused_or_was_handled() -> None:
+    chained = exception_info(
+        "RuntimeError",
+        "bad kernel",
+        cause=exception_info("OSError", "no library", context=exception_info("KeyError", "x")),
+    )
+    stream = EventStream(run_id="chain", rank=0).run_started().started("load")
+    stream.failed("load", chained)
+    page = page_of([stream.run_finished(RunOutcome.FAILED, cause=chained, failed_step="load")])
+    cause = page[page.index('id="root-cause"') :].split("</section>")[0]
+    links = re.findall(r"<span class=link>([^<]*)</span> <code>([^<]*)</code>", cause)
+    assert links == [("caused by", "OSError"), ("while handling", "KeyError")]
+
+
+def test_the_run_wide_sections_name_errors_warnings_and_the_cutoff(failed: str) -> None:
+    messages = failed[failed.index('id="messages"') :].split("</section>")[0]
+    assert '<tr><td><span class="badge bad">error</span></td><td><code>step.failed' in messages
+    # Rank 3 of four wrote no log; the page is cut at seq 5.
+    page = report_html(replay(synthetic_run(4)[:3], until=5))
+    assert "replayed until seq <b>5</b>" in page
+    warnings = page[page.index('<section id="warnings">') :].split("</section>")[0]
+    assert "no events from rank 3 of world size 4" in warnings
+
+
+def test_the_axis_zooms_from_the_first_step_that_waited() -> None:
+    # The process group takes 43 of the run's 84 ms.
+    page = page_of(synthetic_run(2))
+    assert (
+        '<label for="zoom">zoom: from the first step that waited for process_group (+43.0 ms)'
+        "</label>"
+    ) in page
+
+
+def test_decision_divergences_given_are_listed_with_the_runs_own() -> None:
+    import html
+
+    from events import DecisionMade, Divergence
+
+    runs = synthetic_run(2)
+    decision = next(e for e in runs[0] if isinstance(e, DecisionMade))
+    divergence = Divergence.of_decision(decision, "TRITON_ATTN")
+    page = report_html(replay(runs), divergences=[divergence])
+    section = page[page.index('id="divergences"') :].split("</section>")[0]
+    assert f"<li>error <code>decision.divergence</code>: {html.escape(divergence.text)}" in section

@@ -152,4 +152,7 @@ def test_the_page_and_the_report_count_time_from_the_same_moment() -> None:
     assert "at +12.5 s" in report_text(result)
     page = report_html(result)
     assert "at +12.5 s" in page
+    # The rank without events is described once: its process is what it is.
+    cause = page[page.index('id="root-cause"') :].split("</section>")[0]
+    assert cause.count("exited with code 1") == 1, cause
     assert "time since the launch began" in page
