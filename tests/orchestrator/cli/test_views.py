@@ -310,13 +310,14 @@ def test_validate_of_a_clean_run(healthy: StoredRun, tmp_path: Path) -> None:
 
 
 def test_replay_json_of_one_rank_leaves_out_the_messages_of_the_others(tmp_path: Path) -> None:
-    # Rank 1's step failed; rank 0 went on. Rank 0's document has none of
-    # rank 1's messages.
+    # Rank 1's step failed; rank 0 went on; both timed out in a probe. Rank
+    # 0's document has none of rank 1's messages, and names no rank but 0.
     run = tmp_path / "run"
     run.mkdir()
     denied = exception_info("RuntimeError", "cache is read-only")
     for rank in (0, 1):
         stream = EventStream(run_id="two", rank=rank, world_size=2).run_started()
+        stream.started("probe").timed_out("probe")
         stream.started("cache")
         if rank:
             stream.failed("cache", denied)
@@ -329,6 +330,7 @@ def test_replay_json_of_one_rank_leaves_out_the_messages_of_the_others(tmp_path:
     alone = call_cli("replay", "--json", "--rank", "0", "run", cwd=tmp_path).json()
 
     assert any(message["ranks"] == [1] for message in whole["messages"])
+    assert any(message["ranks"] == [0, 1] for message in whole["messages"])
     assert [r["rank"] for r in alone["ranks"]] == [0]
     assert alone["messages"] == [
         {**message, "ranks": [0]} for message in whole["messages"] if 0 in message["ranks"]
