@@ -41,6 +41,21 @@ def test_a_link_planted_at_a_views_output_is_replaced_not_followed(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "victim.txt"]
 
 
+def test_a_link_to_the_log_read_at_a_views_output_is_replaced_not_refused(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    # Writing the page replaces the link; the log it names is not written.
+    shutil.copytree(healthy.directory, tmp_path / "run")
+    log = tmp_path / "run" / "rank-0.jsonl"
+    before = log.read_bytes()
+    (tmp_path / "page.html").symlink_to(log)
+    completed = call_cli("replay", "run/rank-0.jsonl", "--html", "page.html", cwd=tmp_path)
+    assert completed.returncode == 0, completed.describe()
+    assert log.read_bytes() == before
+    assert not (tmp_path / "page.html").is_symlink()
+    assert (tmp_path / "page.html").read_text().startswith("<!doctype html>")
+
+
 def test_an_unwritable_output_is_refused_and_nothing_is_left(
     healthy: StoredRun, tmp_path: Path
 ) -> None:
