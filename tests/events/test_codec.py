@@ -197,6 +197,8 @@ def test_unreadable_version(version: object) -> None:
         ("run_id", 7, "field 'run_id': expected a string, got integer 7"),
         ("step", None, "field 'step': expected a string, got null None"),
         ("parent_span_id", 5, "field 'parent_span_id': expected a string, got integer 5"),
+        # A long value is shown cut to its first 60 characters.
+        ("wall_ns", "9" * 100, "field 'wall_ns': expected an integer, got string '" + "9" * 59),
     ],
 )
 def test_wrong_envelope_field_types(field: str, value: object, expected: str) -> None:
@@ -213,6 +215,10 @@ def test_wrong_envelope_field_types(field: str, value: object, expected: str) ->
             "field 'kind': expected one of ['attempt', 'candidate', 'step'], got string 'phase'",
         ),
         (
+            base(type="step.started", kind=["step"]),
+            "field 'kind': expected one of ['attempt', 'candidate', 'step'], got array ['step']",
+        ),
+        (
             base(type="step.started", depends_on="a"),
             "field 'depends_on': expected an array, got string 'a'",
         ),
@@ -227,6 +233,10 @@ def test_wrong_envelope_field_types(field: str, value: object, expected: str) ->
         (
             base(type="step.timed_out", timeout_s="5", elapsed_ns=1),
             "field 'timeout_s': expected a number, got string '5'",
+        ),
+        (
+            base(type="step.timed_out", timeout_s=True, elapsed_ns=1),
+            "field 'timeout_s': expected a number, got boolean True",
         ),
         (
             base(type="step.failed", origin=1, cause={"type": "E", "message": "", "reason": ""}),
@@ -273,8 +283,9 @@ def test_wrong_payload_field_types_name_the_field(record: dict[str, Any], expect
 def test_unknown_and_missing_fields() -> None:
     with pytest.raises(DecodeError) as caught:
         events.decode_record(base(surprise=1))
-    assert caught.value.reason.startswith(
-        "field 'surprise' is not a field of StepSucceeded (valid: "
+    assert caught.value.reason == (
+        "field 'surprise' is not a field of StepSucceeded (valid: mono_ns, parent_span_id, "
+        "rank, result, run_id, seq, span_id, step, trace_id, wall_ns)"
     )
     nested = failed_record()
     nested["cause"]["evil"] = True
@@ -289,6 +300,32 @@ def test_unknown_and_missing_fields() -> None:
     # The envelope's schema version travels as "v" only.
     with pytest.raises(DecodeError):
         events.decode_record(base(schema_version=1))
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (base(wall_ns="10"), "wall_ns"),
+        (base(surprise=1), "surprise"),
+        (
+            {
+                **failed_record(),
+                "cause": {"type": "E", "message": "", "reason": "", "frames": [{}]},
+            },
+            "cause.frames[0].filename",
+        ),
+        # Of several missing, the first by name.
+        ({"v": events.SCHEMA_VERSION, "type": "step.succeeded", "rank": 0}, "mono_ns"),
+        # The record as a whole is wrong: no field is named.
+        (base(type="step.unavailable", outcome="ok"), None),
+    ],
+)
+def test_the_error_names_the_first_field_at_fault(
+    record: dict[str, Any], field: str | None
+) -> None:
+    with pytest.raises(DecodeError) as caught:
+        events.decode_record(record)
+    assert caught.value.field == field
 
 
 def test_payload_invariants_are_checked() -> None:
@@ -452,11 +489,12 @@ def test_v0_fixture_reads_validates_and_folds() -> None:
     assert rank.steps["attention/flashinfer"].duration_ns == 1_000_000_000
 
 
-def test_v0_record_with_bad_time() -> None:
-    record = {"v": 0, "type": "step.started", "run_id": "r", "rank": 0, "time": "noon"}
+@pytest.mark.parametrize("time", ["noon", True, None])
+def test_v0_record_with_bad_time(time: object) -> None:
+    record = {"v": 0, "type": "step.started", "run_id": "r", "rank": 0, "time": time}
     with pytest.raises(DecodeError) as caught:
         events.decode_record(record)
-    assert caught.value.reason == "v0 field 'time' must be a number, not 'noon'"
+    assert caught.value.reason == f"v0 field 'time' must be a number, not {time!r}"
 
 
 @pytest.mark.parametrize(
@@ -497,12 +535,38 @@ def test_a_version_2_failure_drops_propagated_and_has_no_origin() -> None:
     assert failed.origin is None
 
 
-def test_a_version_0_record_is_upgraded_through_every_version() -> None:
-    record = base(v=0, time=1.5)
+@pytest.mark.parametrize(
+    ("seconds", "ns"),
+    # 1.005 s is 1004999999.9999999 ns as a float: the nearest nanosecond.
+    [(1.5, 1_500_000_000), (1.005, 1_005_000_000), (2, 2_000_000_000)],
+)
+def test_a_version_0_record_is_upgraded_through_every_version(seconds: float, ns: int) -> None:
+    record = base(v=0, time=seconds)
     del record["wall_ns"], record["mono_ns"]
     event = events.decode_record(record)
-    assert event.wall_ns == 1_500_000_000
-    assert event.mono_ns == 1_500_000_000
+    assert event.wall_ns == ns
+    assert event.mono_ns == ns
+
+
+def _older_records() -> list[dict[str, Any]]:
+    v0 = base(v=0, type="step.unavailable", time=1.5, reason="gone", outcome="absent")
+    del v0["wall_ns"], v0["mono_ns"]
+    interrupted = {
+        "type": "orchestrator._errors.StartupInterrupted",
+        "message": "received SIGTERM",
+        "reason": "received SIGTERM",
+    }
+    v1 = base(v=1, type="run.finished", outcome="interrupted", cause=interrupted)
+    v2 = {**failed_record(), "v": 2, "propagated": True}
+    return [v0, v1, v2]
+
+
+@pytest.mark.parametrize("record", _older_records(), ids=["v0", "v1", "v2"])
+def test_upgrading_an_older_record_leaves_it_alone(record: dict[str, Any]) -> None:
+    snapshot = copy.deepcopy(record)
+    first = events.decode_record(record)
+    assert record == snapshot
+    assert events.decode_record(record) == first
 
 
 def test_importing_the_codec_compiles_nothing_until_an_event_is_encoded_or_decoded() -> None:
