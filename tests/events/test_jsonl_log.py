@@ -233,6 +233,21 @@ def test_a_write_failing_part_way_leaves_no_partial_line(
     assert events.read_log(path).events == tuple(stream)
 
 
+def test_failed_write_keeps_the_first_failure(tmp_path: Path, recording_os: RecordingOs) -> None:
+    stream = rank_stream()
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with JsonlLog(tmp_path / "r.jsonl", run_id="run-1", durability="never") as log:
+        log.append(stream[0])
+        assert log.failed_write is None
+        recording_os.fail_writes = full
+        with pytest.raises(OSError, match="No space left"):
+            log.append(stream[1])
+        recording_os.fail_writes = OSError(errno.EROFS, "Read-only file system")
+        with pytest.raises(OSError, match="Read-only"):
+            log.append(stream[1])
+        assert log.failed_write is full
+
+
 def test_closed_error_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     log = JsonlLog(path, run_id="run-1")
@@ -245,6 +260,21 @@ def test_closed_error_names_the_file(tmp_path: Path) -> None:
 
 
 # --- reopening ---------------------------------------------------------------------------
+
+
+def test_an_exclusive_log_is_refused_an_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    with JsonlLog(path, run_id="run-1", durability="never", exclusive=True) as log:
+        log.append(rank_stream()[0])
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError):
+        JsonlLog(path, run_id="run-1", durability="never", exclusive=True)
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    with pytest.raises(FileExistsError):
+        JsonlLog(empty, run_id="run-1", durability="never", exclusive=True)
+    assert path.read_bytes() == before
+    assert empty.read_bytes() == b""
 
 
 def test_reopening_continues_the_sequence(tmp_path: Path) -> None:
