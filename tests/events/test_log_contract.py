@@ -146,6 +146,40 @@ def test_a_failing_subscriber_does_not_starve_the_others(make_log: MakeLog) -> N
     assert [event.seq for event in log.read()] == [0]
 
 
+def test_of_several_failing_subscribers_the_first_error_is_raised(make_log: MakeLog) -> None:
+    log = make_log()
+    seen: list[int] = []
+
+    def broken(name: str) -> Callable[[events.Event], None]:
+        def consume(event: events.Event) -> None:
+            seen.append(event.seq)
+            raise RuntimeError(f"{name} broke on {event.seq}")
+
+        return consume
+
+    log.subscribe(broken("first"))
+    log.subscribe(broken("second"))
+    with pytest.raises(RuntimeError) as caught:
+        log.append(rank_stream()[0])
+    assert str(caught.value) == "first broke on 0"
+    assert seen == [0, 0]
+
+
+def test_closing_a_subscription_twice_leaves_another_of_the_same_callback(
+    make_log: MakeLog,
+) -> None:
+    log = make_log()
+    seen: list[events.Event] = []
+    stream = rank_stream()
+    log.subscribe(seen.append)
+    second = log.subscribe(seen.append)
+    log.append(stream[0])
+    second.close()
+    second.close()
+    log.append(stream[1])
+    assert seen == [stream[0], stream[0], stream[1]]
+
+
 @pytest.mark.parametrize(("run_id", "rank"), [("other-run", 0), ("run-1", 1)])
 def test_an_event_of_another_stream_is_refused(make_log: MakeLog, run_id: str, rank: int) -> None:
     log = make_log("run-1", 0)
