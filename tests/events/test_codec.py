@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -23,6 +24,7 @@ from events import (
     UnknownEventTypeError,
     UnsupportedVersionError,
 )
+from events._codec import structure
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V0_LOG = FIXTURES / "v0-rank0.jsonl"
@@ -349,6 +351,38 @@ def test_not_a_record(line: bytes, reason: str) -> None:
     with pytest.raises(DecodeError) as caught:
         events.decode(line)
     assert caught.value.reason.startswith(reason)
+
+
+# --- the other files read strictly (structure) --------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Window:
+    """A class a JSON file describes: a fixed-size array and a validated field."""
+
+    span: tuple[int, int]
+    count: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({"span": [1]}, "field 'span': expected an array of 2, got array [1]"),
+        ({"span": [1, 2, 3]}, "field 'span': expected an array of 2, got array [1, 2, 3]"),
+        ({"span": [1, "2"]}, "field 'span[1]': expected an integer, got string '2'"),
+        # The class's validators run, as its __init__ would run them.
+        ({"span": [1, 2], "count": -1}, "field 'count': 'count' must be >= 0: -1"),
+    ],
+)
+def test_structure_checks_sizes_and_runs_validators(record: dict[str, Any], expected: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        structure(Window, record)
+    assert caught.value.reason == expected
+
+
+def test_structure_builds_the_instance() -> None:
+    assert structure(Window, {"span": [1, 2], "count": 3}) == Window(span=(1, 2), count=3)
+    assert structure(Window, {"span": [1, 2]}) == Window(span=(1, 2))
 
 
 # --- nothing is imported or evaluated ----------------------------------------------------
