@@ -881,47 +881,6 @@ def test_a_failure_that_follows_a_peers_is_stamped_after_it(tmp_path: Path) -> N
     assert not follows_a_peer(attrs.evolve(message, exception=exception_info("RuntimeError")))
 
 
-class _PeerThatPrintedNothing:
-    """Rank 1 of two, on rank 0's node, whose rank 0 reached the end of its
-    startup having derived no WARNING."""
-
-    rank = 1
-    world_size = 2
-
-    def all_gather(self, value: JsonValue) -> list[JsonValue]:
-        assert isinstance(value, dict)
-        return [{**value, "warnings": []}, value]
-
-
-def test_a_warning_no_lower_rank_printed_is_printed_by_the_rank_that_derived_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A global WARNING is rank 0's to print; one that only rank 1 derived is
-    # printed by rank 1 once the ranks' last exchange shows it.
-    denied = MessageRule(
-        code="mine.cache_denied",
-        step="cache",
-        outcomes="unavailable",
-        severity=Severity.WARNING,
-        scope="global",
-        text="No cache: {error}",
-    )
-    startup = _own_startup(
-        tmp_path,
-        slices=[attrs.evolve(OWN_SLICE, rules=[denied])],
-        identity=RankIdentity(rank=1, local_rank=1, world_size=2, local_world_size=2),
-        run_id="run-1",
-        group=_PeerThatPrintedNothing(),
-    )
-    with caplog.at_level(logging.DEBUG, logger="orchestrator"):
-        result = startup.run()
-
-    assert result.peers_finished is True
-    printed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    denials = [text for text in printed if text.startswith("[rank 1] No cache: ")]
-    assert len(denials) == 1, printed
-
-
 class _LowerRanks:
     """Rank 3 of four on two nodes (ranks 0-1 on node 0, 2-3 on node 1),
     whose lower ranks reached the end of their startup, those in
