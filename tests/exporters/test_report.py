@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import attrs
 import pytest
@@ -16,12 +17,15 @@ from events import (
     Event,
     FrameInfo,
     JsonValue,
+    LogContents,
     Outcome,
+    Replay,
     RunOutcome,
     Scope,
     Severity,
     Slice,
     StepKind,
+    TornTail,
     merge,
     outcome_of,
     replay,
@@ -284,22 +288,23 @@ def test_report_text_of_one_rank_without_events_gives_its_row() -> None:
     assert "  (no log for this rank)" not in one
 
 
-def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
-    from pathlib import Path
-
-    from events import LogContents, TornTail
-    from exporters import report_text
-
-    torn = TornTail(path=Path("run/rank-1.jsonl"), line=9, offset=1000, length=12)
+def _torn_second_log(name: str, events: list[Event]) -> tuple[TornTail, Replay]:
+    """Two ranks' logs, rank 0's ready and rank 1's (``events``, in
+    ``run/<name>``) with a torn last line, replayed."""
+    path = Path("run") / name
+    torn = TornTail(path=path, line=9, offset=1000, length=12)
     contents = [
         LogContents(path=Path("run/rank-0.jsonl"), events=tuple(ready_rank(0, world_size=2))),
-        LogContents(
-            path=Path("run/rank-1.jsonl"),
-            events=tuple(dead_rank(1, world_size=2)),
-            torn_tail=torn,
-        ),
+        LogContents(path=path, events=tuple(events), torn_tail=torn),
     ]
-    text = report_text(replay(contents, slices=[MINE]))
+    return torn, replay(contents, slices=[MINE])
+
+
+def test_report_text_of_an_incomplete_run_with_a_torn_tail() -> None:
+    from exporters import report_text
+
+    torn, replayed = _torn_second_log("rank-1.jsonl", dead_rank(1, world_size=2))
+    text = report_text(replayed)
     lines = text.splitlines()
     assert lines[0].startswith("Startup incomplete: 1 incomplete, 1 ready")
     assert lines[1].startswith(
@@ -619,21 +624,10 @@ def test_messages_printed_above_are_counted_and_none_are_said_to_be_none() -> No
 
 
 def test_warnings_about_the_logs_are_escaped() -> None:
-    from pathlib import Path
-
-    from events import LogContents, TornTail
     from exporters import report_text
 
-    torn = TornTail(path=Path("run/\x1b[2Jrank-1.jsonl"), line=9, offset=1000, length=12)
-    contents = [
-        LogContents(path=Path("run/rank-0.jsonl"), events=tuple(ready_rank(0, world_size=2))),
-        LogContents(
-            path=Path("run/\x1b[2Jrank-1.jsonl"),
-            events=tuple(ready_rank(1, world_size=2)),
-            torn_tail=torn,
-        ),
-    ]
-    text = report_text(replay(contents, slices=[MINE]))
+    torn, replayed = _torn_second_log("\x1b[2Jrank-1.jsonl", ready_rank(1, world_size=2))
+    text = report_text(replayed)
     assert "\x1b" not in text
     assert f"  {torn.describe()}".replace("\x1b", "\\x1b") in text.splitlines()
 
