@@ -448,8 +448,6 @@ def _root_cause_lines(replay: Replay) -> list[str]:
     if len(cause.in_flight) > 1:
         in_flight = f"{len(cause.in_flight)} steps were in flight: {', '.join(cause.in_flight)}"
         lines.append(terminal_text(f"  {in_flight}"))
-    elif cause.in_flight and cause.step is None:
-        lines.append(terminal_text(f"  the step in flight: {cause.in_flight[0]}"))
     if process is not None:
         seen = f"seen by {process.observer}" if process.observer else "its launcher saw"
         lines.append(terminal_text(f"  {seen}: {process.describe(since_ns=since)}"))

@@ -11,7 +11,7 @@ from events import LogError
 
 from .._errors import OrchestratorError
 from ._errors import UsageError
-from ._output import diagnose, discard, exit_program
+from ._output import diagnose, exit_program
 from ._parser import build_parser
 
 __all__ = ["main", "program"]
@@ -57,11 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         diagnose("interrupted")
         return 1
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`) from what prints other than
-        # through emit, which goes on without it: watch's screen.
-        discard(sys.stdout)
-        return 0
 
 
 def program() -> NoReturn:

@@ -255,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc",
         type=_rank_count,
         metavar="N",
-        help="start N local rank processes (default: 1, or the torchrun ranks)",
+        help="start N local rank processes and write the manifest (default: run one rank "
+        "in this process, or be one of the torchrun ranks)",
     )
     _seconds_option(
         run,

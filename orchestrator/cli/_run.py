@@ -177,7 +177,7 @@ def command_run(args: argparse.Namespace) -> int:
             UsageError,
             inputs=() if run_dir is None else [run_dir],
         )
-    if args.nproc is not None and args.nproc > 1 and not launched:
+    if args.nproc is not None and not launched:
         if launcher_convention() is not None:
             raise UsageError(
                 "--nproc starts local ranks itself; under torchrun leave it out "

@@ -136,6 +136,32 @@ def test_the_launcher_writes_a_manifest(eight_ranks: StoredRun) -> None:
     assert claim == manifest["run_id"]
 
 
+def test_nproc_1_starts_one_rank_process_and_names_how_it_died(tmp_path: Path) -> None:
+    # `--nproc 1` used to run the rank in the launcher's own process: a
+    # crash then ended the command itself, with no manifest and no report.
+    launched = run_cli(
+        "run",
+        "--simulate",
+        "h200x8",
+        "--nproc",
+        "1",
+        "--run-dir",
+        "run",
+        "--inject",
+        "flashinfer.comm=crash",
+        cwd=tmp_path,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
+    assert launched.returncode == 1, launched.describe()
+    assert launched.lines()[0].startswith("Startup incomplete: 1 incomplete (run ")
+    assert "  its launcher saw: rank 0 (pid " in launched.stdout
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["world_size"] == 1
+    (entry,) = manifest["ranks"]
+    assert entry["signal"] == "SIGSEGV"
+    assert read_events(tmp_path / "run" / "rank-0.jsonl")[0]["pid"] == entry["pid"]
+
+
 # --- §4 a process that dies while several steps are in flight ----------------------------
 
 
