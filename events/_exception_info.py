@@ -443,8 +443,11 @@ class _Capture:
             members: list[ExceptionInfo] = []
             for member in exc.exceptions:
                 if self._budget <= 0 or id(member) in self._seen:
+                    # A member listed again is left out; the ones after it are not.
                     fields["truncated"] = True
-                    break
+                    if self._budget <= 0:
+                        break
+                    continue
                 members.append(self.run(member))
             fields["exceptions"] = tuple(members)
         return fields

@@ -237,6 +237,16 @@ def test_group_members_share_the_size_bound() -> None:
     assert info.truncated is True
 
 
+def test_a_member_listed_again_is_left_out_and_the_ones_after_it_kept() -> None:
+    repeated = ValueError("same")
+    info = capture(ExceptionGroup("g", [repeated, repeated, TypeError("after")]))
+    assert [member.reason for member in info.exceptions] == [
+        "ValueError: same",
+        "TypeError: after",
+    ]
+    assert info.truncated is True
+
+
 class UnprintableError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("__str__ exploded")
