@@ -144,11 +144,26 @@ def _read_bytes(path: Path) -> bytes:
             parts = [os.read(fd, status.st_size + 1)]
             while parts[-1]:
                 parts.append(os.read(fd, 1 << 20))
-            return b"".join(parts)
         finally:
             os.close(fd)
     except OSError as exc:
         raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
+    data = b"".join(parts)
+    # A log attached to a bug report is often compressed: say so, rather
+    # than that its first line is not JSON (and never inflate it unbounded).
+    for magic, tool in _COMPRESSED.items():
+        if data.startswith(magic):
+            raise LogCorruptError(path, 0, f"is {tool}-compressed: decompress it first ({tool} -d)")
+    return data
+
+
+#: The first bytes of a compressed file, by the tool that made it.
+_COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\xfd7zXZ\x00": "xz",
+    b"BZh": "bzip2",
+}
 
 
 _FILE_KINDS = {

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -210,6 +214,24 @@ def test_unreadable_paths(tmp_path: Path) -> None:
     with pytest.raises(LogCorruptError) as directory:
         events.read_log(tmp_path)
     assert directory.value.line == 0
+
+
+@pytest.mark.parametrize(
+    ("compress", "tool"),
+    [(gzip.compress, "gzip"), (bz2.compress, "bzip2"), (lzma.compress, "xz")],
+)
+def test_a_compressed_log_is_named_as_such(
+    tmp_path: Path, compress: Callable[[bytes], bytes], tool: str
+) -> None:
+    # As a log attached to a bug report often is: not "not valid JSON".
+    log = tmp_path / "rank-0.jsonl.gz"
+    log.write_bytes(compress(b"".join(line + b"\n" for line in lines_of(rank_stream()))))
+    expected = f"{log}:0: is {tool}-compressed: decompress it first ({tool} -d)"
+    with pytest.raises(LogCorruptError) as caught:
+        events.read_log(log)
+    assert str(caught.value) == expected
+    (problem,) = events.validate(log)
+    assert str(problem) == expected
 
 
 # --- validate ----------------------------------------------------------------------------
