@@ -367,7 +367,9 @@ def _headline(replay: Replay) -> str:
     if degraded_by(replay):
         state += ", degraded"
     if replay.until is not None:
-        state += f" at the cutoff seq {replay.until} (the state then, not how the run ended)"
+        state += f" at the cutoff seq {replay.until}"
+        if not all(rank.finished for rank in replay.states.values()) or replay.no_events:
+            state += " (the state then, not how the run ended)"
     return f"{state}: {', '.join(parts) or 'no events'} ({run}{ranks})"
 
 

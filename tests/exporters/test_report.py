@@ -430,6 +430,11 @@ def test_a_report_cut_at_a_seq_says_so_and_names_no_root_cause() -> None:
     ]
     document = report_json(result)
     assert (document["outcome"], document["until"]) == ("running", 3)
+    # Past every rank's end the cutoff leaves out nothing: how the run ended.
+    past = replay([ready_rank(r, world_size=2) for r in range(2)], slices=[MINE], until=10**6)
+    assert report_text(past).splitlines()[0] == (
+        "Startup ready at the cutoff seq 1000000: 2 ready (run run-7f3a, 2 of 2 ranks)"
+    )
 
 
 def degraded_run(*, timed_out: Sequence[str] = ()) -> list[list[Event]]:
