@@ -66,6 +66,7 @@ __all__ = [
     "RunProblem",
     "check_run_directories",
     "claim_run_directory",
+    "list_logs",
     "longer_copy",
     "rank_log_path",
     "read_manifest",
@@ -83,7 +84,9 @@ MANIFEST_FILE = "manifest.json"
 #: Version of the manifest document.
 MANIFEST_VERSION = 1
 
-_RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+#: A rank's log; or the log compressed in place (as a bug report's may be),
+#: listed where the plain log is missing, so that reading it names it.
+_RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl(?:\.gz|\.zst|\.xz|\.bz2)?$")
 #: Why a file that is not regular (a FIFO named ``rank-0.jsonl``) was never opened.
 _NOT_REGULAR = "is not a regular file; it was not read"
 
@@ -495,19 +498,21 @@ def read_run_directory(run_dir: Path) -> RunDirectory:
     Raises:
         RunDirectoryError: the manifest is unreadable or invalid.
     """
-    return attrs.evolve(_list_logs(run_dir), manifest=read_manifest(run_dir))
+    return attrs.evolve(list_logs(run_dir), manifest=read_manifest(run_dir))
 
 
-def _list_logs(run_dir: Path) -> RunDirectory:
+def list_logs(run_dir: Path) -> RunDirectory:
     """The directory's logs and claim, without its manifest."""
     logs: dict[int, Path] = {}
     odd: list[Path] = []
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
+    # In name order: a plain log before its compressed copy.
+    for path in sorted(run_dir.glob("rank-*.jsonl*")):
         match = _RANK_LOG.match(path.name)
         if match is None or str(int(match[1])) != match[1]:
-            odd.append(path)
+            if path.suffix == ".jsonl":
+                odd.append(path)
         else:
-            logs[int(match[1])] = path
+            logs.setdefault(int(match[1]), path)
     claim = None
     with contextlib.suppress(RunDirectoryError):
         claim = _read_claim(run_dir / CLAIM_FILE)
@@ -567,7 +572,7 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
 
     listed: list[RunDirectory] = []
     for run_dir in run_dirs:
-        found = _list_logs(run_dir)
+        found = list_logs(run_dir)
         try:
             found = attrs.evolve(found, manifest=read_manifest(run_dir))
         except RunDirectoryError as exc:
@@ -714,7 +719,7 @@ def no_logs_text(claim: str | None) -> str:
 def run_id_of(run_dir: Path) -> str | None:
     """The run a directory holds, as far as a glance tells: its claim, else
     its manifest's, else its first log's first event."""
-    found = _list_logs(run_dir)
+    found = list_logs(run_dir)
     if found.claim is not None:
         return found.claim
     with contextlib.suppress(RunDirectoryError):

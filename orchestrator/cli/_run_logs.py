@@ -18,7 +18,14 @@ from pathlib import Path
 from types import FunctionType
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from .._run_directory import RunDirectoryError, longer_copy, no_logs_text, read_manifest, run_id_of
+from .._run_directory import (
+    RunDirectoryError,
+    list_logs,
+    longer_copy,
+    no_logs_text,
+    read_manifest,
+    run_id_of,
+)
 from ._errors import InputError, UsageError, raised_as
 from ._output import diagnose
 
@@ -54,7 +61,8 @@ def log_files(path: Path) -> list[Path]:
         InputError: a directory holds no rank logs.
     """
     if path.is_dir():
-        found = sorted(path.glob("rank-*.jsonl"), key=_rank_key)
+        listed = list_logs(path)
+        found = [*listed.logs.values(), *listed.odd_logs]
         if not found and not holds_logs(path):
             runs = run_directories_in(path)
             if runs:

@@ -8,6 +8,7 @@ process."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -701,6 +702,26 @@ def test_the_directory_of_run_directories_names_the_newest(
             "startup-runs: holds 5 run directories, not a run's logs; name one (newest first): "
             "startup-runs/run-4, startup-runs/run-3, startup-runs/run-2, and 2 more",
         )
+
+
+def test_a_rank_log_compressed_in_place_is_named_not_taken_as_missing(
+    healthy: StoredRun, tmp_path: Path
+) -> None:
+    # As a run directory attached to a bug report may come back.
+    run = tmp_path / "run"
+    shutil.copytree(healthy.directory, run)
+    plain = (run / "rank-0.jsonl").read_bytes()
+    (run / "rank-0.jsonl").unlink()
+    (run / "rank-0.jsonl.gz").write_bytes(gzip.compress(plain))
+    said = "run/rank-0.jsonl.gz:0: is gzip-compressed: decompress it first (gzip -d)"
+
+    for view in ("replay", "explain"):
+        _one_line_error(call_cli(view, "run", cwd=tmp_path), 1, said)
+    validated = call_cli("validate", "run", cwd=tmp_path)
+    assert f"{said} [unreadable, error]" in validated.lines(), validated.describe()
+    # Beside its plain log, a compressed copy is not read.
+    (run / "rank-0.jsonl").write_bytes(plain)
+    assert call_cli("replay", "run", cwd=tmp_path).returncode == 0
 
 
 def test_validate_goes_on_over_every_path(healthy: StoredRun, tmp_path: Path) -> None:
