@@ -129,14 +129,17 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)
-    if holder is None:
-        stored = _first_stored_log(run_dir)
-        if stored is not None:
+    if holder is None and (stored := _first_stored_log(run_dir)) is not None:
+        # A rank claims before it writes its log: one of the same run may
+        # have done both since the claim was read.
+        holder = _read_claim(claim)
+        if holder is None:
             raise RunDirectoryError(
                 run_dir,
                 f"already holds the logs of another run ({stored.name}); "
                 "use a new --run-id or --run-dir",
             )
+    if holder is None:
         with refused_by_system(run_dir, "cannot write the run directory"):
             created = write_file(claim, f"{run_id}\n".encode(), exclusive=True)
         if created:

@@ -125,3 +125,28 @@ def test_a_manifest_whose_trace_parent_is_no_span_id_is_invalid(tmp_path: Path, 
 
     with pytest.raises(RunDirectoryError, match="not a valid manifest"):
         read_manifest(tmp_path)
+
+
+def test_a_rank_that_claims_and_writes_between_two_looks_is_joined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under load, another rank of the same run claimed the directory and
+    # wrote its first event after this rank found no claim and before it
+    # looked for logs: the directory was refused as holding another run's.
+    from orchestrator import _run_directory
+
+    run_dir = tmp_path / "run"
+    looked = _run_directory._first_stored_log
+
+    def after_a_peer_claimed_and_wrote(directory: Path) -> Path | None:
+        _write_run(directory, range(1, 2), world_size=2)
+        return looked(directory)
+
+    monkeypatch.setattr(_run_directory, "_first_stored_log", after_a_peer_claimed_and_wrote)
+    _run_directory.claim_run_directory(run_dir, "run-1")
+    assert (run_dir / CLAIM_FILE).read_text() == "run-1\n"
+    # Logs with no claim at all are still another run's.
+    (run_dir / CLAIM_FILE).unlink()
+    monkeypatch.setattr(_run_directory, "_first_stored_log", looked)
+    with pytest.raises(RunDirectoryError, match=r"already holds the logs of another run"):
+        _run_directory.claim_run_directory(run_dir, "run-1")
