@@ -223,7 +223,8 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
         book = LaunchBook.claim(run_dir, manifest)
     handed, descriptors = _hand_over(args, faults, host)
     rank_arguments = _rank_arguments(args.argv, handed)
-    diagnose(f"run {run_id}: starting {args.nproc} ranks in {run_dir}")
+    ranks = f"{args.nproc} rank{'s' if args.nproc > 1 else ''}"
+    diagnose(f"run {run_id}: starting {ranks} in {run_dir}")
     view = LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
 
     def notify(line: str) -> None:

@@ -155,6 +155,7 @@ def test_nproc_1_starts_one_rank_process_and_names_how_it_died(tmp_path: Path) -
     assert launched.returncode == 1, launched.describe()
     assert launched.lines()[0].startswith("Startup incomplete: 1 incomplete (run ")
     assert "  its launcher saw: rank 0 (pid " in launched.stdout
+    assert ": starting 1 rank in run\n" in launched.stderr
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["world_size"] == 1
     (entry,) = manifest["ranks"]
