@@ -206,11 +206,8 @@ def _read_claim(claim: Path) -> str | None:
 
 
 def _first_stored_log(run_dir: Path) -> Path | None:
-    for path in sorted(run_dir.glob("rank-*.jsonl")):
-        with contextlib.suppress(OSError):
-            if path.stat().st_size > 0:
-                return path
-    return None
+    # Empty or not: a rank of ours creates its log only once it has claimed.
+    return min(run_dir.glob("rank-*.jsonl"), default=None)
 
 
 # --- the manifest ---------------------------------------------------------------------

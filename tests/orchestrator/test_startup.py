@@ -231,18 +231,22 @@ def test_a_directory_of_another_run_is_refused_before_anything_is_written(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
 
 
+@pytest.mark.parametrize("emptied", [False, True])
 @pytest.mark.parametrize("stored_as", ["rank-0.jsonl", "rank-1.jsonl"])
 def test_a_directory_with_another_runs_logs_and_no_claim_is_refused(
-    tmp_path: Path, stored_as: str
+    tmp_path: Path, stored_as: str, emptied: bool
 ) -> None:
     # A run from before claims existed, or one whose .run-id was removed:
-    # its logs are there (this rank's, or another rank's), nothing says
-    # whose they are.
+    # its logs are there (this rank's, or another rank's; an empty one was
+    # taken as none, and this rank then refused as its log "already exists"),
+    # nothing says whose they are.
     with _own_startup(tmp_path, run_id="first") as first:
         first.run()
     run_dir = tmp_path / "run"
     (run_dir / ".run-id").unlink()
     (run_dir / "rank-0.jsonl").rename(run_dir / stored_as)
+    if emptied:
+        (run_dir / stored_as).write_bytes(b"")
     before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
 
     with pytest.raises(
