@@ -442,11 +442,11 @@ class _Capture:
         if isinstance(exc, BaseExceptionGroup):
             members: list[ExceptionInfo] = []
             for member in exc.exceptions:
-                if self._budget <= 0 or id(member) in self._seen:
-                    # A member listed again is left out; the ones after it are not.
+                if self._budget <= 0:
                     fields["truncated"] = True
-                    if self._budget <= 0:
-                        break
+                    break
+                if id(member) in self._seen:  # listed again: the ones after it are kept
+                    fields["truncated"] = True
                     continue
                 members.append(self.run(member))
             fields["exceptions"] = tuple(members)
