@@ -412,6 +412,7 @@ def process_group_step(
     *,
     timeout_s: float,
     on_formed: Callable[[Group], None],
+    failed: GroupError | None = None,
 ) -> Step:
     """The ``process_group`` set-up step: form the group
     (:func:`init_torch_distributed_group`), hand it to ``into``, then to
@@ -421,10 +422,13 @@ def process_group_step(
     is real even when the host is simulated (inject a fault on
     ``process_group`` itself to fail it). torch missing is ``unavailable``
     (the ranks then decide alone); a failed rendezvous, or a hang past
-    ``timeout_s``, fails the run.
+    ``timeout_s``, fails the run. ``failed``: the group was tried before
+    the run and failed so; the step records that failure.
     """
 
     def form(_context: object) -> JsonValue:
+        if failed is not None:
+            raise failed
         group = init_torch_distributed_group(identity, timeout_s=timeout_s)
         if group is None:
             raise ImportError(

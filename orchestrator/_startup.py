@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from ._errors import StartupInterrupted
     from ._faults import FaultPlan
     from ._graph import Graph
-    from ._group import Group, Mailbox
+    from ._group import Group, GroupError, Mailbox
     from ._run_directory import Manifest
     from ._runner import Runner
     from .engine import EngineConfig, Profile
@@ -172,10 +172,11 @@ class Startup:
         identity: this rank (default: from the launcher environment).
         run_id: the launch's id (default: the launcher's, else agreed over the
             process group); a worker group torchrun restarted is run
-            ``<run_id>-restart-K``.
+            ``<run_id>-restart-K``, and one whose nodes never met to agree
+            on K is ``<run_id>-node-N-unjoined-L`` (L: node N's own count).
         run_dir: the run directory (default ``<runs_root>/<run-id>``); a
-            worker group torchrun restarted writes to
-            ``<run_dir>-restart-K``, as its run id is ``<id>-restart-K``.
+            worker group torchrun restarted writes to ``<run_dir>`` with its
+            run id's suffix (``-restart-K``).
         runs_root: where run directories go by default.
         durability: when this rank's log is fsynced.
         profile: simulate this host (a built-in profile name, a profile file,
@@ -322,6 +323,8 @@ class Startup:
         self._tracing: Tracing | None = None
         self._finished: RunFinished | None = None
         self._error: BaseException | None = None
+        #: why the ranks could not agree on the run's name (see _agree_run_id)
+        self._unjoined: GroupError | None = None
         self._peers_finished: bool | None = None
         #: the caller's ``TRACEPARENT`` (trace id, span id), once open
         self._caller_span: tuple[str, str] | None = None
@@ -376,7 +379,7 @@ class Startup:
                 start goes on.
             RuntimeError: opened twice.
         """
-        from ._identity import identity_from_environment, restarted
+        from ._identity import identity_from_environment
         from ._run_directory import Manifest
         from ._signals import LAUNCHER_PID_VARIABLE, StopRequests, follow_launcher
 
@@ -386,13 +389,13 @@ class Startup:
         engine = self._engine_options.get("engine", "reference")
         faults = checked_fault_plan(self._faults, identity.world_size, self._graph, engine)
         self._caller_span = trace_parent(self._env)
-        run_id, restarts = self._agree_run_id(identity)
+        run_id, attempt = self._agree_run_id(identity)
         # A restarted worker group is a new run: a run directory named for
-        # the launch takes the restart, as the run id does.
+        # the launch takes the attempt's suffix, as the run id does.
         run_dir = (
             self._runs_root / run_id
             if self._run_dir is None
-            else Path(restarted(os.fspath(self._run_dir), restarts))
+            else Path(os.fspath(self._run_dir) + attempt)
         )
         pid = self._env.get(LAUNCHER_PID_VARIABLE, "").strip()
         launcher_pid = int(pid) if pid.isdecimal() else None
@@ -486,12 +489,18 @@ class Startup:
         from ._run_directory import refused_by_system
 
         setup = None
-        if self._group.group is not None:  # the caller's, or formed to agree on the run id
-            self._announce(self._group.group)
-        elif self._torch_group_wanted(identity):
+        if self._unjoined is not None or (
+            self._group.group is None and self._torch_group_wanted(identity)
+        ):
             setup = process_group_step(
-                identity, self._group, timeout_s=self._group_timeout_s, on_formed=self._announce
+                identity,
+                self._group,
+                timeout_s=self._group_timeout_s,
+                on_formed=self._announce,
+                failed=self._unjoined,
             )
+        elif self._group.group is not None:  # the caller's, or formed to agree on the run id
+            self._announce(self._group.group)
         runner, graph = self._runner_and_graph(log, identity, faults)
         if setup is not None:
             graph = graph.after(setup)
@@ -582,11 +591,12 @@ class Startup:
             **options,
         )
 
-    def _agree_run_id(self, identity: RankIdentity) -> tuple[str, int]:
-        """The run id, and how many times torchrun restarted the worker group
-        (0: a first attempt, or no torchrun); the process group is formed
-        here when agreeing over it is the only way to them."""
+    def _agree_run_id(self, identity: RankIdentity) -> tuple[str, str]:
+        """The run id, and the suffix it adds to the launch's own name (a
+        restarted worker group's ``-restart-K``); the process group is
+        formed here when agreeing over it is the only way to them."""
         from ._errors import RankEnvironmentError
+        from ._group import GroupError
         from ._identity import (
             RUN_ID_VARIABLE,
             checked_run_id,
@@ -598,13 +608,12 @@ class Startup:
 
         env = self._env
         restarts = torchrun_restart_count(env)
+        named = self._run_id or env.get("TORCHELASTIC_RUN_ID", "none").strip()
         if (
             # A worker group that spans several torchrun agents that may
             # restart it, named after torchrun's id or the one passed in.
             not env.get(RUN_ID_VARIABLE, "").strip()
-            and (
-                self._run_id is not None or env.get("TORCHELASTIC_RUN_ID", "none").strip() != "none"
-            )
+            and named not in ("", "none")
             and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
             and identity.world_size > identity.local_world_size
         ):
@@ -613,19 +622,27 @@ class Startup:
             # before, so no one node's count (nor their maximum) tells the
             # attempts apart. Their sum, each node's counted once (by its
             # local rank 0), grows with every restart.
-            group = self._early_group(identity)
-            if group is not None:
-                own = restarts if identity.local_rank == 0 else 0
-                counts = group.all_gather(own)
-                restarts = sum(count for count in counts if isinstance(count, int))
+            own = restarts if identity.local_rank == 0 else 0
+            try:
+                group = self._early_group(identity)
+                counts = [restarts] if group is None else group.all_gather(own)
+            except GroupError as exc:
+                # The peers never met: the attempt has no agreed name, so
+                # this node's ranks record the failure under one no agreed
+                # attempt takes (each failure adds to the node's own count).
+                self._unjoined = exc
+                attempt = f"-node-{identity.node_rank}-unjoined-{restarts}"
+                return checked_run_id(named + attempt), attempt
+            restarts = sum(count for count in counts if isinstance(count, int))
+        attempt = restarted("", restarts)
         if self._run_id is not None:
             # A run id passed in names every attempt of a restarted group.
-            return checked_run_id(restarted(self._run_id, restarts)), restarts
+            return checked_run_id(self._run_id + attempt), attempt
         found = run_id_from_environment(env, restarts=restarts)
         if found is not None:
-            return found, restarts
+            return found, attempt
         if identity.world_size == 1:
-            return new_run_id(), 0
+            return new_run_id(), ""
         group = self._early_group(identity)
         if group is None:
             raise RankEnvironmentError(
@@ -635,7 +652,7 @@ class Startup:
                 "on one: set it (or torchrun --rdzv-id), or pass run_id",
             )
         # Rank 0's choice, shared through the group.
-        return str(group.all_gather(new_run_id())[0]), 0
+        return str(group.all_gather(new_run_id())[0]), ""
 
     def _early_group(self, identity: RankIdentity) -> Group | None:
         """The process group, formed now when none is (``None``: none can be)."""

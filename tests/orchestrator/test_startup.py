@@ -429,6 +429,56 @@ def test_the_nodes_of_a_restarted_worker_group_agree_on_its_restart(tmp_path: Pa
             startup.close()
 
 
+class _Unjoined:
+    """A process group whose peers never came: every exchange fails."""
+
+    rank, world_size = 0, 4
+
+    def all_gather(self, value: JsonValue) -> list[JsonValue]:
+        from orchestrator import GroupError
+
+        raise GroupError(0, 4, "all_gather", "RuntimeError: Connection closed by peer")
+
+
+def test_a_restarted_group_whose_peers_never_meet_records_it_under_a_name_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # Without its peers, node 1 cannot learn which attempt this is; a name
+    # from its own count could be an agreed attempt's, so it takes one
+    # that no agreed attempt does, and records why there.
+    from orchestrator import GroupError
+
+    startup = _own_startup(
+        tmp_path,
+        run_dir=tmp_path / "node1",
+        group=_Unjoined(),
+        wait_for_peers=False,
+        environ={
+            "TORCHELASTIC_RUN_ID": "job-7",
+            "TORCHELASTIC_MAX_RESTARTS": "3",
+            "TORCHELASTIC_RESTART_COUNT": "2",
+            "RANK": "2",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "4",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+        },
+    )
+    with pytest.raises(GroupError, match="all_gather"):
+        startup.run()
+
+    assert startup.run_id == "job-7-node-1-unjoined-2"
+    assert startup.run_dir == tmp_path / "node1-node-1-unjoined-2"
+    rank = replay(read_log(startup.run_dir / "rank-2.jsonl").events).states[2]
+    assert rank.outcome is RunOutcome.FAILED
+    cause = rank.root_cause
+    assert cause is not None
+    assert cause.step == "process_group"
+    assert cause.exception is not None
+    assert cause.exception.type == "orchestrator.GroupError"
+    assert list(startup.run_dir.parent.iterdir()) == [startup.run_dir]
+
+
 def test_the_ranks_of_a_launch_adopt_rank_0s_run_id(tmp_path: Path) -> None:
     # No launcher variable names the run: the ranks agree on one over their
     # group, each proposing its own.

@@ -17,6 +17,7 @@ from .conftest import StoredRun
 from .harness import (
     LAUNCH_TIMEOUT_S,
     environment,
+    free_port,
     message,
     only_run_directory,
     rank_logs,
@@ -183,6 +184,42 @@ def test_torchruns_own_summary_names_the_rank_that_failed_first(tmp_path: Path) 
         "startup-orchestrator: startup failed: rank 2, step attention/FLASH_ATTN: "
         "RuntimeError: boom"
     ), verdicts
+
+
+@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: gloo is not available")
+def test_a_restartable_node_whose_peers_never_join_leaves_a_log_naming_it(
+    tmp_path: Path,
+) -> None:
+    # Node 0 of a two-node torchrun group that may restart: node 1 never
+    # reaches the rendezvous, so no attempt number can be agreed on.
+    env = environment(
+        TORCHELASTIC_RUN_ID="job-7",
+        TORCHELASTIC_MAX_RESTARTS="3",
+        TORCHELASTIC_RESTART_COUNT="2",
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+    run = run_cli("run", "--simulate", "h200x8", "--group-timeout", "1", cwd=tmp_path, env=env)
+
+    assert run.returncode == 1, run.describe()
+    run_dir = only_run_directory(tmp_path / "startup-runs")
+    assert run_dir.name == "job-7-node-0-unjoined-2"
+    document = run_cli("replay", str(run_dir), "--json", cwd=tmp_path).json()
+    assert [(r["rank"], r["outcome"]) for r in document["ranks"]] == [
+        (0, "failed"),
+        (1, "incomplete"),  # the peer that never came is named, not left out
+    ]
+    assert document["ranks"][0]["last_step"] == "process_group"
+    failed = message(document, "run.failed")
+    assert failed["ranks"] == [0]
+    assert failed["text"].startswith(
+        "Startup failed: GroupError: init_process_group across the process group failed: "
+    ), failed
 
 
 @pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: torchrun is not available")
