@@ -151,18 +151,19 @@ def _read_bytes(path: Path) -> bytes:
     data = b"".join(parts)
     # A log attached to a bug report is often compressed: say so, rather
     # than that its first line is not JSON (and never inflate it unbounded).
-    for magic, tool in _COMPRESSED.items():
+    for magic, (tool, _suffix) in COMPRESSED.items():
         if data.startswith(magic):
             raise LogCorruptError(path, 0, f"is {tool}-compressed: decompress it first ({tool} -d)")
     return data
 
 
-#: The first bytes of a compressed file, by the tool that made it.
-_COMPRESSED = {
-    b"\x1f\x8b": "gzip",
-    b"\x28\xb5\x2f\xfd": "zstd",
-    b"\xfd7zXZ\x00": "xz",
-    b"BZh": "bzip2",
+#: The first bytes of a compressed file: the tool that made it, and the
+#: suffix it gives the file's name.
+COMPRESSED = {
+    b"\x1f\x8b": ("gzip", ".gz"),
+    b"\x28\xb5\x2f\xfd": ("zstd", ".zst"),
+    b"\xfd7zXZ\x00": ("xz", ".xz"),
+    b"BZh": ("bzip2", ".bz2"),
 }
 
 

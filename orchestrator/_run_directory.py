@@ -46,6 +46,7 @@ import attrs
 from events import DecodeError, LaunchRecord, RankProcess, Redactor, format_ranks, implausible_world
 from events._codec import decode, structure
 from events._files import write_file
+from events._reader import COMPRESSED
 
 from ._errors import OrchestratorError
 
@@ -86,7 +87,9 @@ MANIFEST_VERSION = 1
 
 #: A rank's log; or the log compressed in place (as a bug report's may be),
 #: listed where the plain log is missing, so that reading it names it.
-_RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl(?:\.gz|\.zst|\.xz|\.bz2)?$")
+_RANK_LOG = re.compile(
+    rf"^rank-(\d+)\.jsonl(?:{'|'.join(re.escape(suffix) for _, suffix in COMPRESSED.values())})?$"
+)
 #: Why a file that is not regular (a FIFO named ``rank-0.jsonl``) was never opened.
 _NOT_REGULAR = "is not a regular file; it was not read"
 
