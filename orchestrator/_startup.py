@@ -173,7 +173,9 @@ class Startup:
         run_id: the launch's id (default: the launcher's, else agreed over the
             process group); a worker group torchrun restarted is run
             ``<run_id>-restart-K``, and one whose nodes never met to agree
-            on K is ``<run_id>-node-N-unjoined-L`` (L: node N's own count).
+            on K is ``<run_id>-node-N-unjoined-L`` (L: node N's own count);
+            a rank that could agree on no run id records its failed
+            ``process_group`` step as ``<a new id>-rank-R-unjoined``.
         run_dir: the run directory (default ``<runs_root>/<run-id>``); a
             worker group torchrun restarted writes to ``<run_dir>`` with its
             run id's suffix (``-restart-K``).
@@ -595,8 +597,34 @@ class Startup:
         """The run id, and the suffix it adds to the launch's own name (a
         restarted worker group's ``-restart-K``); the process group is
         formed here when agreeing over it is the only way to them."""
-        from ._errors import RankEnvironmentError
         from ._group import GroupError
+        from ._identity import checked_run_id, new_run_id, torchrun_restart_count
+
+        named = self._launch_name()
+        try:
+            return self._agreed_run_id(identity, named)
+        except GroupError as exc:
+            # The peers never met to agree: this rank records the failure
+            # under a name no agreed run takes. A named group's attempt is
+            # unknown, so its node's ranks take the node's own count (which
+            # each such failure raises); an unnamed launch's rank, one of
+            # its own.
+            self._unjoined = exc
+            if named is None:
+                attempt = f"-rank-{identity.rank}-unjoined"
+                return new_run_id() + attempt, attempt
+            count = torchrun_restart_count(self._env)
+            attempt = f"-node-{identity.node_rank}-unjoined-{count}"
+            return checked_run_id(named + attempt), attempt
+
+    def _launch_name(self) -> str | None:
+        """The name every attempt of the launch shares: the run id passed
+        in, else torchrun's (``None``: neither)."""
+        named = self._run_id or self._env.get("TORCHELASTIC_RUN_ID", "").strip()
+        return None if named in ("", "none") else named
+
+    def _agreed_run_id(self, identity: RankIdentity, named: str | None) -> tuple[str, str]:
+        from ._errors import RankEnvironmentError
         from ._identity import (
             RUN_ID_VARIABLE,
             checked_run_id,
@@ -608,12 +636,11 @@ class Startup:
 
         env = self._env
         restarts = torchrun_restart_count(env)
-        named = self._run_id or env.get("TORCHELASTIC_RUN_ID", "none").strip()
         if (
             # A worker group that spans several torchrun agents that may
             # restart it, named after torchrun's id or the one passed in.
             not env.get(RUN_ID_VARIABLE, "").strip()
-            and named not in ("", "none")
+            and named is not None
             and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
             and identity.world_size > identity.local_world_size
         ):
@@ -622,18 +649,11 @@ class Startup:
             # before, so no one node's count (nor their maximum) tells the
             # attempts apart. Their sum, each node's counted once (by its
             # local rank 0), grows with every restart.
-            own = restarts if identity.local_rank == 0 else 0
-            try:
-                group = self._early_group(identity)
-                counts = [restarts] if group is None else group.all_gather(own)
-            except GroupError as exc:
-                # The peers never met: the attempt has no agreed name, so
-                # this node's ranks record the failure under one no agreed
-                # attempt takes (each failure adds to the node's own count).
-                self._unjoined = exc
-                attempt = f"-node-{identity.node_rank}-unjoined-{restarts}"
-                return checked_run_id(named + attempt), attempt
-            restarts = sum(count for count in counts if isinstance(count, int))
+            group = self._early_group(identity)
+            if group is not None:
+                own = restarts if identity.local_rank == 0 else 0
+                counts = group.all_gather(own)
+                restarts = sum(count for count in counts if isinstance(count, int))
         attempt = restarted("", restarts)
         if self._run_id is not None:
             # A run id passed in names every attempt of a restarted group.

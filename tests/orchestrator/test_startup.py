@@ -479,6 +479,30 @@ def test_a_restarted_group_whose_peers_never_meet_records_it_under_a_name_of_its
     assert list(startup.run_dir.parent.iterdir()) == [startup.run_dir]
 
 
+def test_a_rank_that_cannot_agree_on_a_run_id_records_it_under_one_of_its_own(
+    tmp_path: Path,
+) -> None:
+    from orchestrator import GroupError
+
+    startup = _own_startup(
+        tmp_path,
+        group=_Unjoined(),
+        wait_for_peers=False,
+        environ={"RANK": "2", "WORLD_SIZE": "4"},
+    )
+    with pytest.raises(GroupError, match="all_gather"):
+        startup.run()
+
+    assert startup.run_id is not None
+    assert startup.run_id.endswith("-rank-2-unjoined")
+    assert startup.run_dir == tmp_path / "run-rank-2-unjoined"
+    log = read_log(startup.run_dir / "rank-2.jsonl")
+    assert log.events[0].run_id == startup.run_id
+    cause = replay(log.events).states[2].root_cause
+    assert cause is not None
+    assert cause.step == "process_group"
+
+
 def test_the_ranks_of_a_launch_adopt_rank_0s_run_id(tmp_path: Path) -> None:
     # No launcher variable names the run: the ranks agree on one over their
     # group, each proposing its own.
