@@ -11,10 +11,12 @@ this module.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 import orjson
@@ -23,6 +25,9 @@ from events import ExceptionInfo, JsonValue, Outcome, RankIdentity, StepKind
 
 from ._importer import Importer
 from ._policy import RECORDED_OUTCOMES, ErrorPolicy
+
+if TYPE_CHECKING:
+    from ._threads import StepThreads
 
 __all__ = ["StepBody", "StepContext", "StepResult", "StepRun", "Unavailable", "check_json"]
 
@@ -97,8 +102,8 @@ class StepRun(Protocol):
     trace_id: str
     importer: Importer
 
-    async def in_thread(self, step: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a daemon worker thread at work for ``step``."""
+    #: the threads at work for its steps (the watchdog's view of them)
+    threads: StepThreads
 
     async def run_child(
         self,
@@ -231,7 +236,14 @@ class StepContext:
         returns does not keep the process alive, and while it runs the
         watchdog knows it works for this step (its stack is what a stall
         of this step records)."""
-        return await self._run.in_thread(self.step, fn, *args)
+        return await self._run.threads.run(self.step, fn, *args)
+
+    def thread_at_work(self, thread: threading.Thread) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, ``thread`` (one of the caller's own, doing
+        this step's work: the worker threads of :meth:`to_thread` are
+        known already) is at work for this step, so that a stall of this
+        step records where that thread waits."""
+        return self._run.threads.working(self.step, thread)
 
     async def run_child(
         self,

@@ -374,7 +374,7 @@ class _ChildRun:
         self.config: Mapping[str, JsonValue] = job.config
         self.trace_id = job.trace_id
         self.services: Mapping[str, Any] = {}
-        self.in_thread = StepThreads().run
+        self.threads = StepThreads()
         base = _rebuild(job.importer) if job.importer else RealImporter()
         #: The run's fault plan: the step's own fault, if any, fires here too.
         self.faults = FaultPlan.from_json(list(job.faults), source="parent")

@@ -421,7 +421,6 @@ class _Run:
         self.capture = functools.partial(ExceptionInfo.capture, redactor=runner.redactor)
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
-        self.in_thread = self.threads.run
         self.in_child = self.watchdog.in_child
         self.root_span_id = root_span_id
         self.results: dict[str, StepResult] = {}

@@ -25,7 +25,7 @@ import contextvars
 import queue
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -109,17 +109,13 @@ class StepThreads:
 
             def work() -> None:
                 thread = threading.current_thread()
-                ident = threading.get_ident()
                 thread.name = name
-                with self._lock:
-                    self._running[ident] = (step, name)
                 try:
-                    result.append(context.run(fn, *args))
+                    with self.working(step, thread):
+                        result.append(context.run(fn, *args))
                 except BaseException as exc:
                     error.append(exc)
                 finally:
-                    with self._lock:
-                        self._running.pop(ident, None)
                     thread.name = "step worker (idle)"
                     # Scheduled on the loop without waiting for it (the thread is
                     # free at once); the run may be gone (an abandoned call that
@@ -132,6 +128,25 @@ class StepThreads:
             if error:
                 raise error[0]
             return result[0]
+
+    @contextlib.contextmanager
+    def working(self, step: str, thread: threading.Thread) -> Iterator[None]:
+        """Count ``thread`` as at work for ``step`` while the block runs. A
+        thread at work for a step that starts another inside it (a nested
+        phase) is the inner one's until that one's block ends."""
+        ident = thread.ident
+        assert ident is not None, "a thread at work has started"
+        with self._lock:
+            before = self._running.get(ident)
+            self._running[ident] = (step, thread.name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if before is None:
+                    self._running.pop(ident, None)
+                else:
+                    self._running[ident] = before
 
     def of(self, step: str) -> list[tuple[str, FrameType | None]]:
         """The names and current frames (``None`` once ended) of the threads

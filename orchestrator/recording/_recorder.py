@@ -92,6 +92,8 @@ class _Begin:
     name: str
     attributes: Mapping[str, JsonValue]
     inbox: MemoryObjectReceiveStream[Any]
+    #: the engine's thread that entered the phase, which does its work
+    thread: threading.Thread = attrs.field(factory=threading.current_thread)
     #: set once the phase's step.started is in the log
     started: threading.Event = attrs.field(factory=threading.Event)
 
@@ -144,6 +146,8 @@ class Recording:
             [*steps, Step(name=STARTUP_STEP, body=self._startup, policy=_PHASE_POLICY), *watching],
         )
         self._lock = threading.Lock()
+        #: the engine's thread that makes the recording, at work between phases
+        self._starter = threading.current_thread()
         self._open: list[tuple[str, MemoryObjectSendStream[Any]]] = []
         self._children: MemoryObjectSendStream[Any] | None = None
         # Set when the start ends; an event of the loop, made by start().
@@ -289,7 +293,8 @@ class Recording:
 
     async def _startup(self, ctx: StepContext) -> JsonValue:
         try:
-            return await self._follow(ctx, self._startup_inbox)
+            with ctx.thread_at_work(self._starter):
+                return await self._follow(ctx, self._startup_inbox)
         finally:
             self._started_up.set()
 
@@ -308,19 +313,20 @@ class Recording:
                 with contextlib.suppress(Exception), message.inbox:
                     await ctx.run_child(
                         _numbered(seen, message.name),
-                        self._phase_body(message.inbox, message.started),
+                        self._phase_body(message),
                         attributes=message.attributes,
                     )
             return None
         finally:
             _close(inbox)
 
-    def _phase_body(
-        self, inbox: MemoryObjectReceiveStream[Any], started: threading.Event
-    ) -> StepBody:
+    def _phase_body(self, begin: _Begin) -> StepBody:
         async def phase(ctx: StepContext) -> JsonValue:
-            started.set()  # the runner wrote step.started before the body runs
-            return await self._follow(ctx, inbox)
+            begin.started.set()  # the runner wrote step.started before the body runs
+            # The engine's thread does the phase's work: a phase that stalls
+            # records where that thread waits.
+            with ctx.thread_at_work(begin.thread):
+                return await self._follow(ctx, begin.inbox)
 
         return phase
 

