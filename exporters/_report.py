@@ -186,7 +186,10 @@ def _running_lines(replay: Replay) -> list[str]:
         state = replay.states.get(rank)
         if state is None or state.finished:
             continue
-        step = state.last_step
+        # Of the steps it is in, the one that says where it waits: a rank
+        # waiting in one step may have started another beside it since.
+        stalled = [step for step in state.in_flight if step in state.stalls]
+        step = stalled[-1] if stalled else state.last_step
         where = f", in {step}" if step else ""
         lines.append(terminal_text(f"  {rank_label(replay, rank)} is still running{where}"))
         stall = state.stalls.get(step) if step else None

@@ -637,6 +637,21 @@ def test_warnings_about_the_logs_are_escaped() -> None:
     assert f"  {torn.describe()}".replace("\x1b", "\\x1b") in text.splitlines()
 
 
+def test_a_rank_still_running_is_named_in_the_step_where_it_waits() -> None:
+    from events import LaunchRecord
+    from exporters import report_text
+
+    # It waits in "load", and has since started a watcher beside it.
+    stream = started_rank(0, world_size=1)
+    stream.started("load").stalled("load").started("watch")
+    launch = LaunchRecord(run_id=RUN_ID, world_size=1, running=frozenset({0}))
+    result = replay(stream.events, launch=launch, slices=[MINE])
+    assert report_text(result).splitlines()[2:4] == [
+        "  rank 0 is still running, in load",
+        "    waiting in wait_for_fabric (fabric.py:42) after 10.0 s",
+    ]
+
+
 def test_a_rank_still_running_is_named_with_its_step_escaped() -> None:
     from events import LaunchRecord
     from exporters import report_text
