@@ -713,6 +713,11 @@ class Slice:
             report of a degraded run).
         collectives: steps every rank must join (a rank that went on
             without one is named as the root cause of its peers' failures).
+        peer_waits: where a stalled thread waits for its peers: ``fnmatch``
+            patterns of the file of :attr:`StepStalled.waiting_in`
+            (``*/torch/distributed/*``). A rank last seen waiting there did
+            not stop the run on its own: the root cause is sought among
+            the ranks that were not (all of them, if every one was).
         derive_facts: a :data:`FactsHook`, or ``None``.
         messages: a :class:`MessageHook`, or ``None``.
         state_type: the per-rank state class, a subclass of
@@ -735,6 +740,7 @@ class Slice:
     collectives: tuple[Collective, ...] = attrs.field(
         default=(), converter=_tuple, validator=_each(Collective)
     )
+    peer_waits: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     derive_facts: FactsHook | None = attrs.field(default=None, eq=False)
     messages: MessageHook | None = attrs.field(default=None, eq=False)
     state_type: type[RankState] | None = None

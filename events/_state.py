@@ -3,6 +3,7 @@ divergences; :func:`replay` folds a whole run in one pass."""
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -921,12 +922,20 @@ def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause 
         gone = min(left_out, key=_first)
         if gone.wall_ns <= min(causes, key=_first).wall_ns:
             causes = [gone]
+    waits = [pattern for part in replay.slices for pattern in part.peer_waits]
+
+    def waited_for_peers(cause: RootCause) -> bool:
+        frame = cause.waiting.waiting_in if cause.waiting is not None else None
+        return frame is not None and any(fnmatch.fnmatch(frame.filename, p) for p in waits)
+
     for candidates in (
         [cause for cause in silent if cause.rank not in stopped and cause.no_events != ELSEWHERE],
         [cause for cause in causes if cause.rank not in stopped],
         causes,
         silent,
     ):
+        # A rank that waited for its peers when it stopped is theirs to explain.
+        candidates = [cause for cause in candidates if not waited_for_peers(cause)] or candidates
         if not candidates:
             continue
         found = (

@@ -241,6 +241,9 @@ ENGINE = Slice(
     # A rank without torch.distributed decides alone; its peers wait for it
     # at the rendezvous and fail there, long after.
     collectives=(Collective(step=PROCESS_GROUP_STEP, what="the process group"),),
+    # A rank stalled in a rendezvous or collective (torch.distributed, or
+    # vLLM's own exchanges between workers) waits for a peer stuck elsewhere.
+    peer_waits=("*/torch/distributed/*", "*/vllm/distributed/*"),
     derive_facts=_engine_facts,
     messages=EngineMessageHook(),
     state_type=EngineState,

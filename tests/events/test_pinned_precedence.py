@@ -19,6 +19,7 @@ from events import (
     MAX_WORLD_SIZE,
     Collective,
     Event,
+    FrameInfo,
     JsonlLog,
     LaunchRecord,
     MessageRule,
@@ -439,6 +440,56 @@ def test_a_rank_that_left_the_group_as_a_peer_failed_there_is_the_root_cause() -
     )
     assert run.root_cause is not None
     assert (run.root_cause.rank, run.root_cause.left_out) == (0, "the process group")
+
+
+INIT = "distributed_init"
+IN_RENDEZVOUS = FrameInfo(
+    filename="/venv/torch/distributed/distributed_c10d.py", lineno=2169, name="init_process_group"
+)
+IN_ITS_OWN_CODE = FrameInfo(filename="/srv/plugin.py", lineno=10, name="probe_a_wedged_device")
+PEERS = Slice(name="peers", peer_waits=("*/torch/distributed/*",))
+
+
+def stalled_then_stopped(number: int, where: FrameInfo, *, died: bool) -> list[Event]:
+    """Rank ``number`` of two, stalled in ``INIT`` waiting in ``where``, then
+    stopped 60 s later: killed unrecorded, or failed by the stop."""
+    stream = rank_stream(number, 2)
+    stream.started(INIT).stalled(INIT, waiting_in=where)
+    if died:
+        return stream.events
+    stream.advance(60 * SECOND).failed(INIT, STOPPED)
+    return stream.run_finished(RunOutcome.FAILED, cause=STOPPED, failed_step=INIT)
+
+
+@pytest.mark.parametrize(
+    ("slices", "blamed"), [((PEERS,), 1), ((), 0)], ids=["peer waits known", "unknown"]
+)
+def test_a_rank_stalled_waiting_for_its_peers_is_not_the_root_cause_of_the_stuck_one(
+    slices: tuple[Slice, ...], blamed: int
+) -> None:
+    # Rank 0 waits at the rendezvous for rank 1, stuck before it; both are
+    # stopped. Rank 0 died there (its last event is earlier), rank 1 failed.
+    run = replay(
+        [
+            stalled_then_stopped(0, IN_RENDEZVOUS, died=True),
+            stalled_then_stopped(1, IN_ITS_OWN_CODE, died=False),
+        ],
+        slices=slices,
+    )
+    assert run.root_cause is not None
+    assert run.root_cause.rank == blamed
+
+
+def test_when_every_rank_waited_for_its_peers_the_first_is_the_root_cause() -> None:
+    run = replay(
+        [
+            stalled_then_stopped(0, IN_RENDEZVOUS, died=True),
+            stalled_then_stopped(1, IN_RENDEZVOUS, died=False),
+        ],
+        slices=(PEERS,),
+    )
+    assert run.root_cause is not None
+    assert run.root_cause.rank == 0
 
 
 def stopped_rank_1(*, ended_wall_ns: int | None = None) -> RankProcess:

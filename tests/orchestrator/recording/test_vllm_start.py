@@ -375,86 +375,101 @@ def test_a_worker_killed_while_loading_the_model_is_the_root_cause(
     ), first
 
 
-def _recorded(runs: Path, process: subprocess.Popen[str], what: str, *types: str) -> None:
-    """Wait until the logs of the run in ``runs`` hold events of each of
-    ``types`` (``step.stalled:STEP`` for a stall of STEP)."""
+def _wait_for(
+    runs: Path,
+    process: subprocess.Popen[str],
+    what: str,
+    found: Callable[[list[dict[str, Any]]], bool],
+) -> None:
+    """Wait until the events of the run in ``runs``, every log's, hold what
+    ``found`` looks for."""
 
-    def seen() -> set[str]:
+    def read() -> list[dict[str, Any]]:
         logs = runs.glob("*/rank-*.jsonl") if runs.is_dir() else ()
-        return {
-            f"{event['type']}:{event.get('step', '')}".rstrip(":")
-            for log in logs
-            for event in read_events(log)
-        }
+        return [event for log in logs for event in read_events(log)]
 
     poll_file(
-        seen,
-        lambda found: found.issuperset(types),
-        alive=lambda: process.poll() is None,
-        deadline_s=START_TIMEOUT_S,
-        what=what,
+        read, found, alive=lambda: process.poll() is None, deadline_s=START_TIMEOUT_S, what=what
     )
 
 
-def _ctrl_c_once_stalled(process: subprocess.Popen[str], runs: Path) -> None:
-    _recorded(
-        runs,
-        process,
-        "the stalls",
-        "step.stalled:startup/model_load",
-        "step.stalled:startup/workers",
-    )
+def _ranks_stalled_in(step: str, events: list[dict[str, Any]]) -> set[int]:
+    return {e["rank"] for e in events if e["type"] == "step.stalled" and e.get("step") == step}
+
+
+def _ctrl_c_once_both_workers_stall(process: subprocess.Popen[str], runs: Path) -> None:
+    def both(events: list[dict[str, Any]]) -> bool:
+        return len(_ranks_stalled_in("startup/distributed_init", events)) == 2
+
+    def engine_core_ended(events: list[dict[str, Any]]) -> bool:
+        return any(
+            e["type"] == "step.crashed" and e.get("step") == "processes/EngineCore" for e in events
+        )
+
+    _wait_for(runs, process, "both workers' stalls", both)
     os.killpg(process.pid, signal.SIGINT)
     # vLLM's main process takes no Ctrl-C while it waits for its engine core
-    # to be ready (a zmq poll); its engine core and worker do, and end.
-    _recorded(runs, process, "the children's ends", "step.crashed:processes/EngineCore")
+    # to be ready (a zmq poll); its engine core and workers do, and end.
+    _wait_for(runs, process, "the engine core's end", engine_core_ended)
     os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_a_worker_that_hangs_loading_the_model_says_where_and_is_the_root_cause(
+def test_a_worker_stuck_before_the_rendezvous_is_the_root_cause_not_the_one_waiting_there(
     tmp_path: Path, model: Path, model_cache: Path
 ) -> None:
-    # vLLM's engine core waits for the worker, its main process for the
-    # engine core (up to VLLM_ENGINE_READY_TIMEOUT_S, "often caused by slow
-    # weight loading"): the user ends it with Ctrl-C, then kill -9.
-    hang = plugin_package(
+    # Worker TP1 never reaches torch.distributed's rendezvous; TP0 waits
+    # there, its engine core for both, its main process for the engine core
+    # (up to VLLM_ENGINE_READY_TIMEOUT_S, "often caused by slow weight
+    # loading"). The user presses Ctrl-C, then kills what is left.
+    stuck = plugin_package(
         tmp_path / "plugins",
-        "hang_worker",
+        "stuck_worker_tp1",
         """
-        import threading
+        import multiprocessing, threading
 
         def register():
+            if multiprocessing.current_process().name != "VllmWorker-1":
+                return
             from vllm.v1.worker.cpu_worker import CPUWorker
-            load_model = CPUWorker.load_model
+            init_device = CPUWorker.init_device
 
-            def read_weights_from_a_dead_mount(self, *args, **kwargs):
+            def probe_a_wedged_device(self, *args, **kwargs):
                 threading.Event().wait()
-                return load_model(self, *args, **kwargs)
+                return init_device(self, *args, **kwargs)
 
-            CPUWorker.load_model = read_weights_from_a_dead_mount
+            CPUWorker.init_device = probe_a_wedged_device
         """,
     )
     done = start(
         tmp_path,
         model,
         cache=model_cache,
-        path=(hang,),
-        drive=_ctrl_c_once_stalled,
+        tp=2,
+        path=(stuck,),
+        drive=_ctrl_c_once_both_workers_stall,
     )
 
     assert done.returncode == -signal.SIGKILL
     document = done.replay("--json")
+    roles = ranks_by_role(document)
     cause = document["root_cause"]
-    worker = ranks_by_role(document)["worker TP0"]
-    assert cause["rank"] == worker["rank"]
-    assert cause["step"] == "startup/model_load"
-    # Where it waited, in the engine's own thread, not the recording's.
+    assert (cause["rank"], cause["step"]) == (
+        roles["worker TP1"]["rank"],
+        "startup/distributed_init",
+    )
+    # Where it was stuck, in vLLM's own thread, not the recording's.
     waiting = cause["waiting"]
-    assert waiting["waiting_in"].startswith("read_weights_from_a_dead_mount ("), waiting
+    assert waiting["waiting_in"].startswith("probe_a_wedged_device ("), waiting
     assert [thread["thread"] for thread in waiting["threads"]] == ["MainThread"]
     # Each process that waited for another says where it waited.
-    texts = [m["text"] for m in document["messages"] if m["code"] == "step.stalled"]
-    assert any("wait_for_ready" in text for text in texts), texts
+    stalls = {
+        rank: m["text"]
+        for m in document["messages"]
+        if m["code"] == "step.stalled"
+        for rank in m["ranks"]
+    }
+    assert "distributed_c10d.py" in stalls[roles["worker TP0"]["rank"]]
+    assert "wait_for_ready" in stalls[roles["engine core"]["rank"]]
 
 
 def test_a_module_missing_in_the_inspection_subprocess_is_the_root_cause(
