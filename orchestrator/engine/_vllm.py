@@ -70,7 +70,7 @@ VLLM_PLUGIN_GROUP = "vllm.platform_plugins"
 _MAX_RECORDS = 256
 _MAX_MESSAGE = 2048
 
-#: The plugin a vLLM log record is credited to (``None``: the step itself).
+#: The plugin a vLLM log record is credited to (``None``: no plugin's, not kept).
 _PLUGIN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "startup_orchestrator_vllm_plugin", default=None
 )
@@ -101,7 +101,7 @@ class _Capture(logging.Handler):
 
     def __init__(self, logger: logging.Logger) -> None:
         super().__init__(logging.DEBUG)
-        self.records: dict[str | None, list[dict[str, JsonValue]]] = {}
+        self.records: dict[str, list[dict[str, JsonValue]]] = {}
         self.kept = 0
         self._threshold = logger.getEffectiveLevel()
         self._handlers = list(logger.handlers)
@@ -109,7 +109,11 @@ class _Capture(logging.Handler):
         self._redact = Redactor.from_environment()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.kept < _MAX_RECORDS:
+        plugin = _PLUGIN.get()
+        # Only a plugin's own records are kept: the engine's other threads
+        # log on meanwhile (vLLM's main thread, beside a recording's
+        # platform step), and theirs would use the budget up.
+        if plugin is not None and self.kept < _MAX_RECORDS:
             self.kept += 1
             entry: dict[str, JsonValue] = {
                 "logger": record.name,
@@ -119,7 +123,7 @@ class _Capture(logging.Handler):
             if record.exc_info and record.exc_info[1] is not None:
                 error = record.exc_info[1]
                 entry["exception"] = self._redact(f"{type(error).__name__}: {error}")[:_MAX_MESSAGE]
-            self.records.setdefault(_PLUGIN.get(), []).append(entry)
+            self.records.setdefault(plugin, []).append(entry)
         if record.levelno >= self._threshold:
             for handler in self._handlers:
                 if record.levelno >= handler.level:

@@ -438,11 +438,20 @@ def test_vllms_loggers_are_captured_at_debug_and_still_reach_their_handlers(
         tmp_path / "site",
         "acme_vllm_platform",
         """
-        import logging
+        import logging, threading
         log = logging.getLogger("vllm.plugins.acme")
+
+        def engine_goes_on():
+            for _ in range(300):
+                logging.getLogger("vllm.config").debug("the engine logs on")
 
         def register():
             log.debug("looking for /dev/acme0")
+            # Meanwhile another thread of the engine logs on (vLLM's main
+            # thread, while a recording's platform step runs beside it).
+            engine = threading.Thread(target=engine_goes_on)
+            engine.start()
+            engine.join()
             log.warning("the acme driver is older than the runtime")
             return None
         """,
@@ -461,7 +470,8 @@ def test_vllms_loggers_are_captured_at_debug_and_still_reach_their_handlers(
     assert process.returncode == 0, process.stderr
     answer = json.loads(process.stdout.splitlines()[-1])
 
-    # The plugin's own lines are kept with it, DEBUG included ...
+    # The plugin's own lines are kept with it, DEBUG included, and only
+    # they (the engine's other lines would crowd them out) ...
     assert answer["kept"] == [
         {"logger": "vllm.plugins.acme", "level": "DEBUG", "message": "looking for /dev/acme0"},
         {

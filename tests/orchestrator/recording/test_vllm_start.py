@@ -266,6 +266,10 @@ def test_a_healthy_start_is_recorded_in_every_process(tmp_path: Path, model: Pat
         assert phase in explained, explained
     assert "processes/EngineCore: ok (pid=" in explained
     assert "processes/VllmWorker-0: ok (pid=" in explained
+    # Every process keeps the reasons vLLM's plugins logged, the main one
+    # too, whose own thread logs on while its platform step runs.
+    reasons = re.findall(r"platform/tpu: absent: (.*) \[", explained)
+    assert reasons == ["No module named 'libtpu'"] * len(document["ranks"]), explained
 
 
 def test_a_tensor_parallel_start_records_both_workers(
