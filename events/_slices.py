@@ -713,11 +713,13 @@ class Slice:
             report of a degraded run).
         collectives: steps every rank must join (a rank that went on
             without one is named as the root cause of its peers' failures).
-        peer_waits: where a stalled thread waits for its peers: ``fnmatch``
-            patterns of the file of :attr:`StepStalled.waiting_in`
-            (``*/torch/distributed/*``). A rank last seen waiting there did
-            not stop the run on its own: the root cause is sought among
-            the ranks that were not (all of them, if every one was).
+        peer_waits: where a stalled thread waits for another process of the
+            launch (a peer at a rendezvous, a process it started):
+            ``fnmatch`` patterns of the file of
+            :attr:`StepStalled.waiting_in` (``*/torch/distributed/*``). A
+            rank last seen waiting there did not stop the run on its own:
+            the root cause is sought among the ranks that were not (all of
+            them, if every one was).
         derive_facts: a :data:`FactsHook`, or ``None``.
         messages: a :class:`MessageHook`, or ``None``.
         state_type: the per-rank state class, a subclass of

@@ -242,8 +242,10 @@ ENGINE = Slice(
     # at the rendezvous and fail there, long after.
     collectives=(Collective(step=PROCESS_GROUP_STEP, what="the process group"),),
     # A rank stalled in a rendezvous or collective (torch.distributed, or
-    # vLLM's own exchanges between workers) waits for a peer stuck elsewhere.
-    peer_waits=("*/torch/distributed/*", "*/vllm/distributed/*"),
+    # vLLM's own exchanges between workers), or waiting for a process it
+    # started (vLLM's engine core for its workers, its main process for the
+    # engine core over zmq), waits for another process stuck elsewhere.
+    peer_waits=("*/torch/distributed/*", "*/vllm/distributed/*", "*/vllm/v1/executor/*", "*/zmq/*"),
     derive_facts=_engine_facts,
     messages=EngineMessageHook(),
     state_type=EngineState,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from events import Event, FrameInfo, RunOutcome, replay
+from events.testing import EventStream, exception_info
 from orchestrator.engine import ENGINE
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,6 +36,39 @@ def test_the_engine_slice_declares_every_code_it_derives() -> None:
         "ALLREDUCE",
         "FUSION",
     ]
+
+
+SITE = "/venv/lib/python3.11/site-packages"
+
+
+def _stalled(rank: int, filename: str, name: str, *, died: bool) -> list[Event]:
+    """Rank ``rank`` of three stalled in ``startup`` waiting in ``name``
+    (``filename``), then stopped: killed unrecorded, or failed 60 s on."""
+    stream = EventStream(rank=rank, world_size=3).run_started()
+    frame = FrameInfo(filename=filename, lineno=1, name=name)
+    stream.started("startup").stalled("startup", waiting_in=frame)
+    if died:
+        return stream.events
+    stream.advance(60_000_000_000).failed("startup", exception_info("SystemExit", ""))
+    return stream.run_finished(RunOutcome.FAILED, failed_step="startup")
+
+
+def test_a_recorded_vllm_process_waiting_for_another_is_not_the_root_cause() -> None:
+    # What a real start stuck in one worker left when it was stopped: its
+    # main process waits for the engine core over zmq (and died first), the
+    # engine core for its worker, the worker in code of its own.
+    run = replay(
+        [
+            _stalled(0, f"{SITE}/zmq/sugar/poll.py", "poll", died=True),
+            _stalled(
+                1, f"{SITE}/vllm/v1/executor/multiproc_executor.py", "wait_for_ready", died=False
+            ),
+            _stalled(2, "/srv/loader/weights.py", "read_weights", died=False),
+        ],
+        slices=[ENGINE],
+    )
+    assert run.root_cause is not None
+    assert run.root_cause.rank == 2
 
 
 def test_replaying_an_engine_log_imports_neither_the_runtime_nor_torch() -> None:
