@@ -35,6 +35,7 @@ from ._model import (
     RunStarted,
     StepCancelled,
     StepCrashed,
+    StepStalled,
     StepStarted,
     StepSucceeded,
 )
@@ -422,6 +423,16 @@ class Replay:
         if not state.finished and (self.until is not None or rank in self.running):
             return RunOutcome.RUNNING
         return state.outcome
+
+    def waits_for_another(self, stall: StepStalled | None) -> bool:
+        """Whether ``stall`` shows its thread waiting for another process of
+        the launch (where the slices' :attr:`Slice.peer_waits` say)."""
+        frame = stall.waiting_in if stall is not None else None
+        return frame is not None and any(
+            fnmatch.fnmatch(frame.filename, pattern)
+            for part in self.slices
+            for pattern in part.peer_waits
+        )
 
     @property
     def running(self) -> frozenset[int]:
@@ -922,20 +933,17 @@ def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause 
         gone = min(left_out, key=_first)
         if gone.wall_ns <= min(causes, key=_first).wall_ns:
             causes = [gone]
-    waits = [pattern for part in replay.slices for pattern in part.peer_waits]
-
-    def waited_for_peers(cause: RootCause) -> bool:
-        frame = cause.waiting.waiting_in if cause.waiting is not None else None
-        return frame is not None and any(fnmatch.fnmatch(frame.filename, p) for p in waits)
-
     for candidates in (
         [cause for cause in silent if cause.rank not in stopped and cause.no_events != ELSEWHERE],
         [cause for cause in causes if cause.rank not in stopped],
         causes,
         silent,
     ):
-        # A rank that waited for its peers when it stopped is theirs to explain.
-        candidates = [cause for cause in candidates if not waited_for_peers(cause)] or candidates
+        # A rank that waited for another process when it stopped is not the
+        # one that stopped the run.
+        candidates = [
+            c for c in candidates if not replay.waits_for_another(c.waiting)
+        ] or candidates
         if not candidates:
             continue
         found = (

@@ -181,7 +181,9 @@ def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
 
 
 def _running_lines(replay: Replay) -> list[str]:
-    lines: list[str] = []
+    """The ranks still running, each in the step where it waits; first
+    those not waiting for another process (the ones the others wait for)."""
+    found: list[tuple[bool, list[str]]] = []
     for rank in sorted(replay.running):
         state = replay.states.get(rank)
         if state is None or state.finished:
@@ -190,12 +192,16 @@ def _running_lines(replay: Replay) -> list[str]:
         # waiting in one step may have started another beside it since.
         stalled = [step for step in state.in_flight if step in state.stalls]
         step = stalled[-1] if stalled else state.last_step
-        where = f", in {step}" if step else ""
-        lines.append(terminal_text(f"  {rank_label(replay, rank)} is still running{where}"))
         stall = state.stalls.get(step) if step else None
+        waits = replay.waits_for_another(stall)
+        where = (f", in {step}" if step else "") + (
+            ", waiting for another process" if waits else ""
+        )
+        lines = [terminal_text(f"  {rank_label(replay, rank)} is still running{where}")]
         if stall is not None:
             lines.extend(stall_lines(stall, indent="    "))
-    return lines
+        found.append((waits, lines))
+    return [line for _, lines in sorted(found, key=lambda entry: entry[0]) for line in lines]
 
 
 def _shown_links(info: ExceptionInfo, links: int) -> tuple[list[ExceptionInfo], int]:

@@ -652,6 +652,26 @@ def test_a_rank_still_running_is_named_in_the_step_where_it_waits() -> None:
     ]
 
 
+def test_the_running_ranks_that_others_wait_for_come_first() -> None:
+    from events import FrameInfo, LaunchRecord
+    from exporters import report_text
+
+    # Rank 0 waits at a rendezvous for rank 1, stuck in code of its own.
+    rendezvous = FrameInfo(filename="/venv/torch/distributed/c10d.py", lineno=9, name="barrier")
+    waiting = started_rank(0, world_size=2)
+    waiting.started("init").stalled("init", waiting_in=rendezvous)
+    stuck = started_rank(1, world_size=2)
+    stuck.started("init").stalled("init")
+    launch = LaunchRecord(run_id=RUN_ID, world_size=2, running=frozenset({0, 1}))
+    peers = attrs.evolve(MINE, peer_waits=("*/torch/distributed/*",))
+    result = replay([waiting.events, stuck.events], launch=launch, slices=[peers])
+    running = [line for line in report_text(result).splitlines() if line.startswith("  rank ")]
+    assert running == [
+        "  rank 1 is still running, in init",
+        "  rank 0 is still running, in init, waiting for another process",
+    ]
+
+
 def test_a_rank_still_running_is_named_with_its_step_escaped() -> None:
     from events import LaunchRecord
     from exporters import report_text
