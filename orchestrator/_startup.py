@@ -600,7 +600,10 @@ class Startup:
         from ._group import GroupError
         from ._identity import checked_run_id, new_run_id, torchrun_restart_count
 
-        named = self._launch_name()
+        # The name every attempt of the launch shares: the run id passed in,
+        # else torchrun's (``None``: neither).
+        named: str | None = self._run_id or self._env.get("TORCHELASTIC_RUN_ID", "").strip()
+        named = None if named in ("", "none") else named
         try:
             return self._agreed_run_id(identity, named)
         except GroupError as exc:
@@ -616,12 +619,6 @@ class Startup:
             count = torchrun_restart_count(self._env)
             attempt = f"-node-{identity.node_rank}-unjoined-{count}"
             return checked_run_id(named + attempt), attempt
-
-    def _launch_name(self) -> str | None:
-        """The name every attempt of the launch shares: the run id passed
-        in, else torchrun's (``None``: neither)."""
-        named = self._run_id or self._env.get("TORCHELASTIC_RUN_ID", "").strip()
-        return None if named in ("", "none") else named
 
     def _agreed_run_id(self, identity: RankIdentity, named: str | None) -> tuple[str, str]:
         from ._errors import RankEnvironmentError
