@@ -30,6 +30,7 @@ from ._model import (
     StepCrashed,
     StepFailed,
     StepKind,
+    StepStalled,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
@@ -750,6 +751,14 @@ class Slice:
     def claims(self, step: str) -> bool:
         """Whether ``step`` is one of this slice's."""
         return any(step_matches(pattern, step) for pattern in self.steps)
+
+    def waits_for_another(self, stall: StepStalled | None) -> bool:
+        """Whether ``stall`` shows its thread waiting for another process
+        of the launch: the file it waits in matches :attr:`peer_waits`."""
+        frame = stall.waiting_in if stall is not None else None
+        return frame is not None and any(
+            fnmatch.fnmatch(frame.filename, pattern) for pattern in self.peer_waits
+        )
 
     def code_rules(self) -> dict[str, Rule]:
         """Every code this slice derives, with its default severity and scope

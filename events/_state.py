@@ -3,7 +3,6 @@ divergences; :func:`replay` folds a whole run in one pass."""
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -427,12 +426,7 @@ class Replay:
     def waits_for_another(self, stall: StepStalled | None) -> bool:
         """Whether ``stall`` shows its thread waiting for another process of
         the launch (where the slices' :attr:`Slice.peer_waits` say)."""
-        frame = stall.waiting_in if stall is not None else None
-        return frame is not None and any(
-            fnmatch.fnmatch(frame.filename, pattern)
-            for part in self.slices
-            for pattern in part.peer_waits
-        )
+        return any(part.waits_for_another(stall) for part in self.slices)
 
     @property
     def running(self) -> frozenset[int]:

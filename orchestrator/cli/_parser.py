@@ -560,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         help="give up after this many seconds, exit 1 (default: wait until the run ends)",
     )
+    _add(watch, "--slice")
 
     validate = commands.add_parser(
         "validate",

@@ -48,6 +48,7 @@ __all__ = [
     "process_alive",
     "rank_of_file",
     "read_run",
+    "recorded_slices",
 ]
 
 
@@ -253,7 +254,7 @@ def read_run(
                 manifests.append((path, manifest))
     files = [(path, file) for path in paths for file in log_files(path)]
     only_files = [file for _path, file in files]
-    chosen = _slices_recorded(_first_started(only_files)) if slices is None else tuple(slices)
+    chosen = recorded_slices(_first_started(only_files)) if slices is None else tuple(slices)
     logs = _fold_logs(only_files, chosen, until, keep_events)
     if slices is None:
         lowest = min(
@@ -261,7 +262,7 @@ def read_run(
             key=lambda folded: folded.rank,
             default=None,
         )
-        recorded = _slices_recorded(None if lowest is None else lowest.started, note=True)
+        recorded = recorded_slices(None if lowest is None else lowest.started, note=True)
         if recorded != chosen:
             # The lowest rank is not in the lowest-named file: fold again.
             chosen = recorded
@@ -349,7 +350,7 @@ def _first_started(files: Sequence[Path]) -> RunStarted | None:
     return None
 
 
-def _slices_recorded(started: RunStarted | None, *, note: bool = False) -> tuple[Slice, ...]:
+def recorded_slices(started: RunStarted | None, *, note: bool = False) -> tuple[Slice, ...]:
     """The slices to fold a run with whose lowest rank's ``run.started`` is
     ``started``: the engine's for a run it made (or one that predates
     recording slices), none for any other (with ``note``, said on stderr)."""

@@ -39,7 +39,7 @@ from ._run_logs import (
     run_directories_in,
 )
 
-__all__ = ["run_command"]
+__all__ = ["given_slices", "run_command"]
 
 
 def load_slice(spec: str) -> Slice:
@@ -97,7 +97,7 @@ def load_slice(spec: str) -> Slice:
 def _replayed(args: argparse.Namespace, **reading: Any) -> tuple[RunLogs, Replay]:
     """The run of the paths (:func:`read_run` with ``reading``), replayed;
     ``--rank`` must be a rank of it."""
-    run = read_run(args.paths, slices=_slices(args), **reading)
+    run = read_run(args.paths, slices=given_slices(args), **reading)
     result = run.replay()
     rank = args.rank
     if rank is not None and rank >= result.world_size and rank not in result.states:
@@ -135,7 +135,7 @@ def command_replay(args: argparse.Namespace) -> int:
     return 0 if result.outcome is RunOutcome.READY else 1
 
 
-def _slices(args: argparse.Namespace) -> list[Slice] | None:
+def given_slices(args: argparse.Namespace) -> list[Slice] | None:
     """The slices ``--slice`` names; ``None`` (as recorded) without any."""
     return [load_slice(spec) for spec in args.slices] if args.slices else None
 
@@ -306,7 +306,7 @@ def command_diff(args: argparse.Namespace) -> int:
     0 when they do not (2 for bad input)."""
     from exporters import decisions_of, diff_text, report_json, run_differences
 
-    slices = _slices(args)
+    slices = given_slices(args)
     documents, decisions, labels = [], [], []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
         result = read_run(paths, slices=slices).replay()

@@ -18,7 +18,10 @@ every line is printed once, and the groups only when they changed, at most
 once per stall period.
 
 Each rank's ``step.stalled`` events say where its step waits (the lines
-name the function); they are not progress. A rank that appended no progress
+name the function); they are not progress. Where that is where the run's
+slices say a thread waits for another process (``Slice.peer_waits``: the
+engine's for an engine run, as ``replay`` chooses, or ``--slice``), the
+line says so and comes after those of the ranks that do not. A rank that appended no progress
 for longer than the stall threshold while its peers did, or while they are
 elsewhere, is stalled; every rank of the world in one step together is that
 step being slow, said once. The manifest is read again at each look: a
@@ -45,7 +48,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -57,6 +60,7 @@ from events import (
     RunFinished,
     RunOutcome,
     RunStarted,
+    Slice,
     StepStalled,
     Timeline,
     TimelineState,
@@ -69,7 +73,8 @@ from exporters import terminal_text
 from .._run_directory import Manifest, RunDirectoryError, read_manifest
 from ._errors import InputError, UsageError
 from ._output import write
-from ._run_logs import process_alive, rank_of_file, read_run
+from ._run_logs import process_alive, rank_of_file, read_run, recorded_slices
+from ._views import given_slices
 
 __all__ = [
     "Follower",
@@ -136,10 +141,14 @@ class RunWatcher:
 
     Args:
         run_dir: the run directory (it may not exist yet).
+        slices: what the run's steps mean (where a rank waits for another
+            process: :attr:`events.Slice.peer_waits`); by default as
+            ``replay`` chooses, from the first ``run.started`` read.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, slices: Sequence[Slice] | None = None) -> None:
         self.run_dir = run_dir
+        self.slices = None if slices is None else tuple(slices)
         self._tails: dict[int, _Tail] = {}
         self._timeline = Timeline()
         self.state: TimelineState = self._timeline.initial()
@@ -210,6 +219,8 @@ class RunWatcher:
         for event in events:
             if isinstance(event, RunStarted):
                 self._started.setdefault(rank, event)
+                if self.slices is None:
+                    self.slices = recorded_slices(event)
                 self.run_id = self.run_id or event.run_id
                 self.world_size = max(self.world_size or 0, event.identity.world_size)
         progress = [e for e in events if not isinstance(e, StepStalled)]
@@ -250,6 +261,21 @@ class RunWatcher:
         steps, _ = self.in_progress(rank)
         stalls = (self.state.ranks[rank].steps[step].stall for step in steps)
         return next((stall for stall in stalls if stall is not None), None)
+
+    def waits_for_another(self, rank: int) -> bool:
+        """Whether the rank was last seen waiting for another process of
+        the launch (where the slices' ``peer_waits`` say)."""
+        stall = self.waiting_in(rank)
+        return any(part.waits_for_another(stall) for part in self.slices or ())
+
+    def waiting_text(self, rank: int) -> str:
+        """``waiting in barrier (c10d.py:9) for another process``: where the
+        rank was last seen waiting; ``""`` where that is not known."""
+        stall = self.waiting_in(rank)
+        if stall is None or (frame := stall.waiting_in) is None:
+            return ""
+        other = " for another process" if self.waits_for_another(rank) else ""
+        return f"waiting in {frame.where()}{other}"
 
     @property
     def ranks(self) -> list[int]:
@@ -305,8 +331,8 @@ class RunWatcher:
         if not steps:
             return "between steps for", self.idle_s(rank) or 0.0
         text = f"in {_steps_text(steps)}"
-        if (stall := self.waiting_in(rank)) and (frame := stall.waiting_in):
-            text += f" (waiting in {frame.where()})"
+        if waiting := self.waiting_text(rank):
+            text += f" ({waiting})"
         return f"{text} for", for_s
 
     def death(self, rank: int) -> str:
@@ -511,9 +537,11 @@ class Follower:
             self._reported[rank] = seq
             steps, _ = watcher.in_progress(rank)
             where = _steps_text(steps) if steps else "no step (between steps)"
-            if (stall := watcher.waiting_in(rank)) and (frame := stall.waiting_in):
-                where += f", waiting in {frame.where()}"
+            if waiting := watcher.waiting_text(rank):
+                where += f", {waiting}"
             stalls.append((where, idle, rank))
+        # The ranks the others wait for first, as replay lists them.
+        stalls.sort(key=lambda stall: watcher.waits_for_another(stall[2]))
         return [
             f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
             for where, longest, ranks in _grouped(stalls)
@@ -593,7 +621,7 @@ def command_watch(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(f"{run_dir}: cannot read: {exc.strerror or exc}") from None
     screen = Screen(sys.stdout, live=is_terminal(sys.stdout))
-    watcher = RunWatcher(run_dir)
+    watcher = RunWatcher(run_dir, given_slices(args))
     try:
         done = follow(
             watcher, screen, stall_s=args.stall, interval_s=args.interval, timeout_s=args.timeout
@@ -609,8 +637,6 @@ def command_watch(args: argparse.Namespace) -> int:
             screen.line(f"timed out after {args.timeout:g} s; still running: {'; '.join(running)}")
         return 1
     # replay's verdict on the finished run, in one line.
-    from ..engine import ENGINE
-
-    result = read_run([run_dir], slices=[ENGINE]).replay()
+    result = read_run([run_dir], slices=watcher.slices).replay()
     screen.line(f"run {result.run_id}: {result.outcome.value}")
     return 0 if result.outcome is RunOutcome.READY else 1

@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
 import orjson
 import pytest
 
-from events import RankProcess, encode
+from events import FrameInfo, RankProcess, Slice, encode
 from events.testing import EventStream, exception_info
 from orchestrator._run_directory import LauncherProcess, Manifest
 from orchestrator.cli._watch import Follower, RunWatcher, Screen, follow, is_terminal
@@ -681,6 +682,57 @@ def test_ranks_stuck_in_different_steps_are_each_stalled_and_said_once(tmp_path:
         "ranks 0,2 stalled 40 s in attention",  # the longest of the group
         "rank 1 stalled 30 s in allreduce_workspace",
     ]
+
+
+def test_a_rank_waiting_for_another_process_is_said_so_after_the_one_it_waits_for(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 waits in torch.distributed's rendezvous (the engine slice's
+    # peer_waits) for rank 1, stuck in its own attention step; both stalled.
+    run_dir = tmp_path / "run"
+    rendezvous = FrameInfo(
+        filename="/venv/torch/distributed/distributed_c10d.py", lineno=4500, name="barrier"
+    )
+    waiting, stuck = _ranks_in("process_group", 2, ago_s=30)
+    waiting.advance(20 * 10**9).stalled("process_group", 20.0, waiting_in=rendezvous)
+    stuck.succeeded("process_group").started("attention")
+    stuck.advance(20 * 10**9).stalled("attention", 20.0)
+    _write_logs(run_dir, [waiting, stuck])
+    follower, out = _follower(run_dir)
+
+    assert not follower.step()
+    assert out.getvalue().splitlines() == [
+        "rank 1 stalled 30 s in attention, waiting in wait_for_fabric (fabric.py:42)",
+        "rank 0 stalled 30 s in process_group, "
+        "waiting in barrier (distributed_c10d.py:4500) for another process",
+    ]
+    assert follower.watcher.status_lines(durations=False) == [
+        "rank 0: in process_group "
+        "(waiting in barrier (distributed_c10d.py:4500) for another process)",
+        "rank 1: in attention (waiting in wait_for_fabric (fabric.py:42))",
+    ]
+
+
+def test_a_run_of_another_graph_has_no_peer_waits_unless_its_slice_is_given(
+    tmp_path: Path,
+) -> None:
+    # A run recorded with a slice of its own: what it means is not loaded
+    # unasked, so where its rank waits is named but not judged.
+    run_dir = tmp_path / "run"
+    frame = FrameInfo(filename="/app/mesh/join.py", lineno=7, name="join")
+    (stream,) = _ranks_in("mesh", 1, ago_s=30)
+    stream.events[0] = attrs.evolve(stream.events[0], slices=("app:MESH",))
+    stream.advance(20 * 10**9).stalled("mesh", 20.0, waiting_in=frame)
+    _write_logs(run_dir, [stream])
+    mesh = Slice(name="mesh", peer_waits=("*/mesh/*",))
+
+    for slices, said in (
+        (None, "waiting in join (join.py:7)"),
+        ([mesh], "waiting in join (join.py:7) for another process"),
+    ):
+        watcher = RunWatcher(run_dir, slices)
+        watcher.poll()
+        assert watcher.waiting_text(0) == said
 
 
 def test_a_rank_of_the_world_without_a_log_keeps_the_watch_going(tmp_path: Path) -> None:
