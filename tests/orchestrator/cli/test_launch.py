@@ -222,6 +222,37 @@ def test_a_restartable_node_whose_peers_never_join_leaves_a_log_naming_it(
     ), failed
 
 
+@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: gloo is not available")
+def test_a_peer_that_never_joins_fails_the_process_group_with_the_groups_own_timeout(
+    tmp_path: Path,
+) -> None:
+    # A named launch that does not restart forms its group in the run's
+    # process_group step. The step's own timeout leaves the group's time to
+    # say what went wrong first: failed with its error, not timed out.
+    env = environment(
+        TORCHELASTIC_RUN_ID="job-8",
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+    run = run_cli("run", "--simulate", "h200x8", "--group-timeout", "1", cwd=tmp_path, env=env)
+
+    assert run.returncode == 1, run.describe()
+    run_dir = only_run_directory(tmp_path / "startup-runs")
+    assert run_dir.name == "job-8"
+    (ended,) = [
+        event
+        for event in read_events(run_dir / "rank-0.jsonl")
+        if event.get("step") == "process_group" and event["type"] != "step.started"
+    ]
+    assert ended["type"] == "step.failed", ended
+    assert ended["cause"]["type"] == "orchestrator.GroupError", ended
+
+
 @pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: torchrun is not available")
 def test_torchrun_four_ranks_share_one_run_and_one_trace(tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
