@@ -154,6 +154,7 @@ class RunWatcher:
         self.state: TimelineState = self._timeline.initial()
         self.run_id: str | None = None
         self.world_size: int | None = None
+        self.joined = False
         #: rank -> (seconds since its last progress when first seen, clock
         #: then, that event's seq: ``None`` for a log of stalls only so far)
         self._progress: dict[int, tuple[float, float, int | None]] = {}
@@ -223,6 +224,9 @@ class RunWatcher:
                     self.slices = recorded_slices(event)
                 self.run_id = self.run_id or event.run_id
                 self.world_size = max(self.world_size or 0, event.identity.world_size)
+                # A recorded engine start's processes (each names its role)
+                # join the run as they are started: its world grows.
+                self.joined = self.joined or event.identity.role is not None
         progress = [e for e in events if not isinstance(e, StepStalled)]
         # A log that so far holds only stalls still says it is alive.
         if progress or (events and rank not in self._progress):
@@ -354,10 +358,23 @@ class RunWatcher:
 
     def status_lines(self, *, durations: bool = True, running: bool = False) -> list[str]:
         """One line per group of ranks in the same state, in the order of
-        their lowest rank: ``ranks 0,2-7: ready in 5.8 s`` (``running``: only
-        the ranks not finished)."""
-        states = ((*self.describe(r), r) for r in self.ranks if not (running and self.ended(r)))
-        return [_status_line(*group, durations=durations) for group in _grouped(states)]
+        their lowest rank, those waiting for another process last: ``ranks
+        0,2-7: ready in 5.8 s`` (``running``: only the ranks not finished)."""
+        shown = [r for r in self.ranks if not (running and self.ended(r))]
+        # The ranks the others wait for first, as replay lists them.
+        shown.sort(key=self.waits_for_another)
+        states = ((*self.describe(r), r) for r in shown)
+        return [
+            _status_line(text, seconds, self.label(ranks), durations=durations)
+            for text, seconds, ranks in _grouped(states)
+        ]
+
+    def label(self, ranks: list[int]) -> str:
+        """``ranks 0,2-7``; one rank with its role where its log names one
+        (``rank 3 (worker TP1)``, a process of a recorded engine start)."""
+        started = self._started.get(ranks[0]) if len(ranks) == 1 else None
+        role = started.identity.role if started is not None else None
+        return f"{format_ranks(ranks)} ({role})" if role else format_ranks(ranks)
 
 
 def _grouped(items: Iterable[tuple[str, float, int]]) -> list[tuple[str, float, list[int]]]:
@@ -371,12 +388,12 @@ def _grouped(items: Iterable[tuple[str, float, int]]) -> list[tuple[str, float, 
     return [(text, longest, ranks) for text, (longest, ranks) in grouped.items()]
 
 
-def _status_line(text: str, seconds: float, ranks: list[int], *, durations: bool = True) -> str:
+def _status_line(text: str, seconds: float, who: str, *, durations: bool = True) -> str:
     """``ranks 0,2-7: ready in 5.8 s``: a text that ends in `` in`` or
     `` for`` takes the duration (or, without ``durations``, drops that word)."""
     if text.endswith((" in", " for")):
         text = f"{text} {_seconds(seconds)}" if durations else text.rsplit(" ", 1)[0]
-    return f"{format_ranks(ranks)}: {text}"
+    return f"{who}: {text}"
 
 
 def _steps_text(steps: tuple[str, ...]) -> str:
@@ -443,7 +460,10 @@ def _outcome_lines(events: Iterable[Event], watcher: RunWatcher) -> list[str]:
             outcomes.append((text, max(0.0, seconds), event.rank))
         elif (outcome := outcome_of(event)) in _NOTABLE:
             outcomes.append((f"{event.step} {outcome.value}", 0.0, event.rank))
-    return [_status_line(*group) for group in _grouped(outcomes)]
+    return [
+        _status_line(text, seconds, watcher.label(ranks))
+        for text, seconds, ranks in _grouped(outcomes)
+    ]
 
 
 class Follower:
@@ -466,7 +486,8 @@ class Follower:
         self.screen = screen
         self.stall_s = stall_s
         self.header = header
-        self._reported: dict[int, int | None] = {}  # rank -> its last seq when said stalled
+        #: rank -> (its last seq, where it waited) when said stalled
+        self._reported: dict[int, tuple[int | None, str]] = {}
         self._slow: set[tuple[str, ...]] = set()  # steps said to be slow
         self._deaths: set[int] = set()
         self._announced = False
@@ -479,15 +500,16 @@ class Follower:
         new = watcher.poll()
         if self.header and not self._announced and watcher.world_size is not None:
             self._announced = True
-            screen.line(
-                f"watching {watcher.run_dir}: run {watcher.run_id}, "
-                f"{watcher.world_size} rank{'s' if watcher.world_size != 1 else ''}"
-            )
+            size = watcher.world_size
+            world = f"{size} rank{'s' if size != 1 else ''}"
+            if watcher.joined:
+                world = "its processes join as they start"
+            screen.line(f"watching {watcher.run_dir}: run {watcher.run_id}, {world}")
         for text in _outcome_lines(new, watcher):
             screen.line(text)
         for rank in sorted(set(watcher.died) - self._deaths):
             self._deaths.add(rank)
-            screen.line(f"rank {rank}: {watcher.death(rank)}")
+            screen.line(f"{watcher.label([rank])}: {watcher.death(rank)}")
         for text in self._stall_lines():
             screen.line(text)
         if watcher.done():
@@ -521,7 +543,7 @@ class Follower:
         if len(running) > 1 and len(stuck) == len(running) and len(together) == 1:
             (steps,) = together
             for rank in stuck:
-                self._reported[rank] = watcher.last_seq(rank)
+                self._reported[rank] = (watcher.last_seq(rank), watcher.waiting_text(rank))
             if not steps or steps in self._slow:
                 return []
             self._slow.add(steps)
@@ -531,19 +553,20 @@ class Follower:
             ]
         stalls: list[tuple[str, float, int]] = []
         for rank, idle in stuck.items():
-            seq = watcher.last_seq(rank)
-            if rank in self._reported and self._reported[rank] == seq:
+            # Said again once it records where it waits, or waits elsewhere.
+            seen = (watcher.last_seq(rank), watcher.waiting_text(rank))
+            if self._reported.get(rank) == seen:
                 continue
-            self._reported[rank] = seq
+            self._reported[rank] = seen
             steps, _ = watcher.in_progress(rank)
             where = _steps_text(steps) if steps else "no step (between steps)"
-            if waiting := watcher.waiting_text(rank):
-                where += f", {waiting}"
+            if seen[1]:
+                where += f", {seen[1]}"
             stalls.append((where, idle, rank))
         # The ranks the others wait for first, as replay lists them.
         stalls.sort(key=lambda stall: watcher.waits_for_another(stall[2]))
         return [
-            f"{format_ranks(ranks)} stalled {_seconds(longest)} in {where}"
+            f"{watcher.label(ranks)} stalled {_seconds(longest)} in {where}"
             for where, longest, ranks in _grouped(stalls)
         ]
 

@@ -20,12 +20,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import orjson
 import pytest
 
-from events import FrameInfo, RankProcess, Slice, encode
+from events import FrameInfo, RankProcess, RunStarted, Slice, encode
 from events.testing import EventStream, exception_info
 from orchestrator._run_directory import LauncherProcess, Manifest
 from orchestrator.cli._watch import Follower, RunWatcher, Screen, follow, is_terminal
@@ -391,11 +392,16 @@ def test_help(tmp_path: Path) -> None:
         assert word in shown.stdout, word
 
 
-def _write_logs(run_dir: Path, streams: list[EventStream]) -> None:
+def _write_logs(run_dir: Path, streams: list[EventStream], **started: Any) -> None:
+    """The streams' logs; ``started``: fields their ``run.started`` records
+    differently."""
     run_dir.mkdir(exist_ok=True)
     for stream in streams:
+        first, *rest = stream.events
+        assert isinstance(first, RunStarted)
+        events = [attrs.evolve(first, **started), *rest]
         (run_dir / f"rank-{stream.rank}.jsonl").write_bytes(
-            b"".join(encode(event) + b"\n" for event in stream.events)
+            b"".join(encode(event) + b"\n" for event in events)
         )
 
 
@@ -707,9 +713,32 @@ def test_a_rank_waiting_for_another_process_is_said_so_after_the_one_it_waits_fo
         "waiting in barrier (distributed_c10d.py:4500) for another process",
     ]
     assert follower.watcher.status_lines(durations=False) == [
+        "rank 1: in attention (waiting in wait_for_fabric (fabric.py:42))",
         "rank 0: in process_group "
         "(waiting in barrier (distributed_c10d.py:4500) for another process)",
-        "rank 1: in attention (waiting in wait_for_fabric (fabric.py:42))",
+    ]
+
+
+def test_a_stalled_rank_is_said_again_once_it_records_where_it_waits(tmp_path: Path) -> None:
+    # The watch's threshold passed before the rank's own watchdog recorded
+    # where it waits; that record is news, though not progress.
+    run_dir = tmp_path / "run"
+    (stream,) = _ranks_in("attention", 1, ago_s=30)
+    _write_logs(run_dir, [stream])
+    follower, out = _follower(run_dir)
+
+    assert not follower.step()
+    stream.stalled("attention", 20.0)
+    _write_logs(run_dir, [stream])
+    assert not follower.step()
+    stream.stalled("attention", 40.0)  # the same place: nothing new
+    _write_logs(run_dir, [stream])
+    assert not follower.step()
+    assert [
+        line.split(" stalled ")[1].partition(" in ")[2] for line in out.getvalue().splitlines()
+    ] == [
+        "attention",
+        "attention, waiting in wait_for_fabric (fabric.py:42)",
     ]
 
 
@@ -717,14 +746,15 @@ def test_a_run_of_another_graph_has_no_peer_waits_unless_its_slice_is_given(
     tmp_path: Path,
 ) -> None:
     # A run recorded with a slice of its own: what it means is not loaded
-    # unasked, so where its rank waits is named but not judged.
+    # unasked (nor the engine's taken instead), so where its rank waits is
+    # named but not judged; given its slice, it is. The engine's slice
+    # would judge this frame as a wait for another process, too.
     run_dir = tmp_path / "run"
-    frame = FrameInfo(filename="/app/mesh/join.py", lineno=7, name="join")
+    frame = FrameInfo(filename="/venv/torch/distributed/join.py", lineno=7, name="join")
     (stream,) = _ranks_in("mesh", 1, ago_s=30)
-    stream.events[0] = attrs.evolve(stream.events[0], slices=("app:MESH",))
     stream.advance(20 * 10**9).stalled("mesh", 20.0, waiting_in=frame)
-    _write_logs(run_dir, [stream])
-    mesh = Slice(name="mesh", peer_waits=("*/mesh/*",))
+    _write_logs(run_dir, [stream], slices=("app:MESH",))
+    mesh = Slice(name="mesh", peer_waits=("*/distributed/*",))
 
     for slices, said in (
         (None, "waiting in join (join.py:7)"),
@@ -733,6 +763,22 @@ def test_a_run_of_another_graph_has_no_peer_waits_unless_its_slice_is_given(
         watcher = RunWatcher(run_dir, slices)
         watcher.poll()
         assert watcher.waiting_text(0) == said
+
+
+def test_a_recorded_engine_start_is_announced_as_one_whose_processes_join_by_role(
+    tmp_path: Path,
+) -> None:
+    # Its first process knows a world of one; the others join as started.
+    run_dir = tmp_path / "run"
+    (stream,) = _ranks_in("startup", 1, ago_s=0)
+    _write_logs(run_dir, [stream], identity=attrs.evolve(stream.identity, role="main"))
+    follower, out = _follower(run_dir, stall_s=60, header=True)
+
+    assert not follower.step()
+    header, status = out.getvalue().splitlines()
+    assert header == f"watching {run_dir}: run slow, its processes join as they start"
+    # Each process is named by its role, as replay names it.
+    assert status.startswith("rank 0 (main): in startup for "), status
 
 
 def test_a_rank_of_the_world_without_a_log_keeps_the_watch_going(tmp_path: Path) -> None:
