@@ -195,6 +195,9 @@ def _tree_lines(
         lines.append(terminal_text(line, indent=below + "   "))
         if timing.stall is not None and with_times:
             lines.extend(stall_lines(timing.stall, indent=below + "   "))
+        elif timing.stall is not None and (frame := timing.stall.waiting_in) is not None:
+            # Ranks alike but for where a step waited are not alike.
+            lines.append(f"{below}   waiting in {frame.where()}")
     lines.extend(
         terminal_text(f"decision {d.name} = {d.value!r} ({d.step})") for d in timeline.decisions
     )

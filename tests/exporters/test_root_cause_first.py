@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 import events
-from events import Event, RunOutcome
+from events import Event, FrameInfo, RunOutcome
 from events.testing import EventStream, exception_info
 from exporters import explain_text, report_text
 
@@ -156,3 +156,24 @@ def test_the_page_and_the_report_count_time_from_the_same_moment() -> None:
     cause = page[page.index('id="root-cause"') :].split("</section>")[0]
     assert cause.count("exited with code 1") == 1, cause
     assert "time since the launch began" in page
+
+
+def test_explain_keeps_apart_ranks_that_wait_in_different_places() -> None:
+    # Both ranks hang in one step, as two workers of a start do when one is
+    # stuck before the rendezvous and its peer waits there: alike but for
+    # where they wait, so each is shown with its own stack.
+    rendezvous = FrameInfo(filename="/venv/torch/distributed/c10d.py", lineno=9, name="barrier")
+    wedged = FrameInfo(filename="/app/device.py", lineno=3, name="probe_a_wedged_device")
+    streams = []
+    for rank, frame in enumerate((rendezvous, wedged)):
+        stream = EventStream(rank=rank, world_size=2).run_started()
+        streams.append(stream.started("init").stalled("init", 20.0, waiting_in=frame))
+    result = events.replay([event for stream in streams for event in stream.events])
+
+    text = explain_text(result)
+    assert [line for line in text.splitlines() if line.startswith("==")] == [
+        "== rank 0 ==",
+        "== rank 1 ==",
+    ]
+    assert "waiting in barrier (c10d.py:9) after 20.0 s" in text
+    assert "waiting in probe_a_wedged_device (device.py:3) after 20.0 s" in text
