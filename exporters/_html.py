@@ -55,7 +55,15 @@ from events import (
     format_ranks,
 )
 
-from ._report import _OUTCOME_ORDER, _launched_ns, capped, degraded_by, lost_by, rank_label
+from ._report import (
+    _OUTCOME_ORDER,
+    _launched_ns,
+    capped,
+    degraded_by,
+    lost_by,
+    rank_label,
+    waited_in,
+)
 from ._terminal import terminal_text
 
 __all__ = ["report_html"]
@@ -390,12 +398,13 @@ def report_html(
 
     # Swimlanes: identical ranks share one; ranks without events (the
     # likeliest root cause), the root cause's and failed ranks first.
-    # Identical: the same steps, outcomes and kinds of failure, in any order
-    # (concurrent steps start in a different order on each rank).
+    # Identical: the same steps, outcomes and kinds of failure, and where a
+    # step waited, in any order (concurrent steps start in a different order
+    # on each rank).
     lanes: dict[tuple[Any, ...], list[int]] = {}
     for rank in sorted(ranks):
         steps = sorted(
-            (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t))
+            (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t), waited_in(t))
             for t in ranks[rank].steps.values()
         )
         lanes.setdefault((result.outcome_of(rank), tuple(steps)), []).append(rank)

@@ -118,6 +118,7 @@ from events import (
     RunOutcome,
     Severity,
     StepStalled,
+    StepTiming,
     format_ranks,
     group_messages,
 )
@@ -155,6 +156,13 @@ def stall_lines(stall: StepStalled, *, indent: str, name_step: bool = False) -> 
         lines.append(terminal_text(f"{indent}  thread {thread.thread!r}, innermost first:"))
         lines.extend(terminal_text(f"{indent}    {line}") for line in thread.format())
     return lines
+
+
+def waited_in(timing: StepTiming) -> str:
+    """Where the step was last seen waiting (``wait (threading.py:331)``;
+    ``""``: nowhere recorded): ranks alike but for it are not alike."""
+    frame = timing.stall.waiting_in if timing.stall is not None else None
+    return frame.where() if frame is not None else ""
 
 
 def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ from events import (
     format_ranks,
 )
 
-from ._report import _role, stall_lines
+from ._report import _role, stall_lines, waited_in
 from ._terminal import terminal_text
 
 __all__ = [
@@ -195,9 +195,8 @@ def _tree_lines(
         lines.append(terminal_text(line, indent=below + "   "))
         if timing.stall is not None and with_times:
             lines.extend(stall_lines(timing.stall, indent=below + "   "))
-        elif timing.stall is not None and (frame := timing.stall.waiting_in) is not None:
-            # Ranks alike but for where a step waited are not alike.
-            lines.append(f"{below}   waiting in {frame.where()}")
+        elif waited := waited_in(timing):
+            lines.append(f"{below}   waiting in {waited}")
     lines.extend(
         terminal_text(f"decision {d.name} = {d.value!r} ({d.step})") for d in timeline.decisions
     )

@@ -4,12 +4,14 @@ ended after it, and ``explain`` shows the root-cause rank's tree first."""
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 import events
 from events import Event, FrameInfo, RunOutcome
 from events.testing import EventStream, exception_info
-from exporters import explain_text, report_text
+from exporters import explain_text, report_html, report_text
 
 BOOM = exception_info("RuntimeError", "boom")
 LOST = exception_info("ConnectionError", "peer 2 went away")
@@ -158,7 +160,7 @@ def test_the_page_and_the_report_count_time_from_the_same_moment() -> None:
     assert "time since the launch began" in page
 
 
-def test_explain_keeps_apart_ranks_that_wait_in_different_places() -> None:
+def test_explain_and_the_html_lanes_keep_apart_ranks_that_wait_in_different_places() -> None:
     # Both ranks hang in one step, as two workers of a start do when one is
     # stuck before the rendezvous and its peer waits there: alike but for
     # where they wait, so each is shown with its own stack.
@@ -177,3 +179,8 @@ def test_explain_keeps_apart_ranks_that_wait_in_different_places() -> None:
     ]
     assert "waiting in barrier (c10d.py:9) after 20.0 s" in text
     assert "waiting in probe_a_wedged_device (device.py:3) after 20.0 s" in text
+    # The HTML report's swimlanes the same.
+    assert re.findall(r'class="lane" data-ranks="([^"]*)"', report_html(result)) == [
+        "rank 0",
+        "rank 1",
+    ]
