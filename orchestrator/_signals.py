@@ -48,7 +48,9 @@ class StopRequests:
     disposition of the process, so a stop is remembered whichever of its
     threads the kernel hands it to (a mask would hold it on one thread
     only). :meth:`restore` puts the previous handlers back. Only the main
-    thread can install.
+    thread can install. In a process whose own code decides what a stop
+    does (a recorded engine's), ``install(chain=True)`` only watches: the
+    handler it finds still runs, after the signal is remembered.
 
     Args:
         launcher_pid: the pid of the launcher that started this process,
@@ -61,17 +63,27 @@ class StopRequests:
         self.received: list[int] = []
         self.on_signal: Callable[[int], None] | None = None
         self._previous: dict[int, object] = {}
+        self._chain = False
         self._lock = threading.Lock()
 
-    def install(self) -> None:
+    def install(self, *, chain: bool = False) -> None:
         """Catch the stop signals from now on, and let through those a
         launcher that started this process with them blocked held until
-        now (main thread only)."""
+        now (main thread only). With ``chain``, remember only the signals a
+        Python handler already handles, then call it; the signal mask and
+        the signals left to the system (to ignore, or to end the process)
+        stay as they are."""
         if threading.current_thread() is not threading.main_thread():
             return
+        self._chain = chain
         for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self.record)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            previous = signal.getsignal(signum)
+            if not chain:
+                self._previous[signum] = signal.signal(signum, self.record)
+            elif callable(previous):
+                self._previous[signum] = signal.signal(signum, self._chained)
+        if not chain:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def reinstall(self) -> None:
         """Catch the stop signals again after something else handled them
@@ -85,8 +97,11 @@ class StopRequests:
                 signal.signal(signum, self.record)
 
     def restore(self) -> None:
-        """Put back the handlers :meth:`install` replaced."""
+        """Put back the handlers :meth:`install` replaced (chained: those
+        still chained, not the ones the process's code has set since)."""
         for signum, handler in self._previous.items():
+            if self._chain and signal.getsignal(signum) != self._chained:
+                continue
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(signum, handler)  # type: ignore[arg-type]
         self._previous.clear()
@@ -99,6 +114,13 @@ class StopRequests:
             callback = self.on_signal
         if callback is not None:
             callback(signum)
+
+    def _chained(self, signum: int, frame: FrameType | None) -> None:
+        """Remember ``signum``, then hand it to the handler found there."""
+        self.record(signum, frame)
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
 
     @property
     def requested(self) -> bool:

@@ -22,6 +22,13 @@ the engine's threads announce.
   exception that ended it. A process that exits while its start is still
   open is recorded failed at exit (:data:`ExitedBeforeReady`); one that is
   killed leaves its log without an end, and its parent names it.
+* A stop signal (SIGINT, SIGTERM, SIGHUP) that reaches the process while
+  its start is open is remembered, and the engine's own handler still
+  runs (:class:`~orchestrator._signals.StopRequests`, chained): the error
+  with which the engine's code then stops (vLLM's handlers raise
+  ``SystemExit``; Python's raises ``KeyboardInterrupt``) ends the start
+  ``interrupted`` by that signal, as a stopped run of this package's own
+  ends, not ``failed``.
 
 The graph runs on an event loop of its own, in a daemon thread, so the
 engine's threads never wait for it longer than it takes to hand a message
@@ -52,6 +59,7 @@ from .._graph import Graph, Step
 from .._isolation import IsolatedCrash, IsolatedError
 from .._policy import ErrorPolicy
 from .._runner import Runner
+from .._signals import StopRequests
 
 __all__ = ["PROCESSES_STEP", "STARTUP_STEP", "ExitedBeforeReady", "Recording"]
 
@@ -158,6 +166,10 @@ class Recording:
         self._redactor = Redactor.from_environment()
         self._captured: dict[int, tuple[BaseException, IsolatedError]] = {}
         self.finished = False
+        #: the stop signals received (watched from start(), in the main thread)
+        self.stops = StopRequests()
+        # The run's scope, which a stop cancels; made by start().
+        self._scope: anyio.CancelScope
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -170,10 +182,12 @@ class Recording:
         if self._spawns:
             self._children, self._children_inbox = anyio.create_memory_object_stream[Any](math.inf)
         self._started_up = self._portal.call(anyio.Event)
+        self._scope = self._portal.call(anyio.CancelScope)
         self._done = self._portal.start_task_soon(self._run)
+        self.stops.install(chain=True)
 
     async def _run(self) -> None:
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(BaseException), self._scope:
             await self._runner.run(self._graph)
 
     def _live_portal(self) -> anyio.from_thread.BlockingPortal | None:
@@ -189,8 +203,15 @@ class Recording:
             if portal is None:
                 return
             self.finished = True
+            end: _End | None = _End(error=None if error is None else self._as_data(error))
+            if error is not None and self.stops.requested:
+                # The engine's code stopped as a signal asked: the run is
+                # interrupted by it, its steps in flight cancelled.
+                self._runner.stopping(self.stops.cause())
+                portal.call(self._scope.cancel)
+                end = None
             # Phases still open end with the start (outermost last).
-            self._end_open(portal, _End(error=None if error is None else self._as_data(error)))
+            self._end_open(portal, end)
             if self._children is not None:
                 portal.call(self._children.close)
         with contextlib.suppress(BaseException):
@@ -198,8 +219,10 @@ class Recording:
         self.close()
 
     def close(self) -> None:
-        """Stop the loop thread (the run's end is in the log by then)."""
+        """Stop the loop thread (the run's end is in the log by then), and
+        stop watching the stop signals."""
         if os.getpid() == self.pid:
+            self.stops.restore()
             with contextlib.suppress(BaseException):
                 self._loop_thread.close()
 
@@ -251,6 +274,9 @@ class Recording:
         with ``error``."""
         if token is None:
             return
+        if error is not None and self.stops.requested:
+            self.finish(error)  # the start ends with it, interrupted
+            return
         end = _End(error=None if error is None else self._as_data(error))
         with self._lock:
             portal = self._live_portal()
@@ -269,12 +295,14 @@ class Recording:
         return self._captured[id(error)][1]
 
     def _end_open(
-        self, portal: anyio.from_thread.BlockingPortal, end: _End, down_to: Any = None
+        self, portal: anyio.from_thread.BlockingPortal, end: _End | None, down_to: Any = None
     ) -> None:
-        # Innermost first, down to the inbox ``down_to`` (every one without it).
+        # Innermost first, down to the inbox ``down_to`` (every one without
+        # it); ``None``: the run was cancelled, nothing more is said.
         while self._open:
             inbox = self._open.pop()[1]
-            portal.call(inbox.send_nowait, end)
+            if end is not None:
+                portal.call(inbox.send_nowait, end)
             portal.call(inbox.close)
             if inbox is down_to:
                 break
@@ -362,6 +390,11 @@ class Recording:
 
         async def watch(child: StepContext) -> JsonValue | IsolatedCrash:
             with waiting:
+                await self._started_up.wait()
+            if status and self.stops.requested:
+                # It ended after this process was asked to stop, as a stop
+                # reaches a whole process group: the start's end says how,
+                # and a start that the stop ends cancels this with it.
                 await self._started_up.wait()
             if not status:
                 return {"pid": pid, "running": True}

@@ -17,6 +17,7 @@ from events import (
     RankIdentity,
     RunFinished,
     RunOutcome,
+    StepCancelled,
     StepCrashed,
     StepFailed,
     StepStalled,
@@ -27,6 +28,8 @@ from events import (
 )
 from orchestrator.engine import ENGINE
 from orchestrator.recording import ExitedBeforeReady, Recording
+
+from ..cli.harness import poll_file
 
 
 def recording(
@@ -325,3 +328,90 @@ def test_a_phase_is_in_the_log_before_the_engines_code_goes_on(tmp_path: Path) -
         assert logged[-1].step == f"startup/phase_{attempt}"
         started.end_phase(token)
     started.finish()
+
+
+def test_a_stop_signal_the_engines_code_stops_for_ends_the_start_interrupted(
+    tmp_path: Path,
+) -> None:
+    # As vLLM's workers do: its handler turns the signal into SystemExit.
+    def engines_handler(signum: int, frame: object) -> None:
+        raise SystemExit()
+
+    previous = signal.signal(signal.SIGTERM, engines_handler)
+    try:
+        started = recording(tmp_path, spawns=False)
+        with pytest.raises(SystemExit), started.phase("model_load"):
+            signal.raise_signal(signal.SIGTERM)
+        # The recording watched without taking the signal over, and stopped
+        # watching once the start ended.
+        assert signal.getsignal(signal.SIGTERM) is engines_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    events = events_of(tmp_path)
+    assert isinstance(ends(events)["startup/model_load"], StepCancelled)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED
+    assert finished.stop is not None
+    assert finished.stop.signal == "SIGTERM"
+    assert replay(events, slices=[ENGINE]).outcome is RunOutcome.INTERRUPTED  # type: ignore[arg-type]
+
+
+def test_a_signal_the_engines_code_goes_on_after_leaves_the_start_to_end_as_it_does(
+    tmp_path: Path,
+) -> None:
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: noted.append(signum))
+    try:
+        started = recording(tmp_path, spawns=False)
+        with started.phase("model_load"):
+            signal.raise_signal(signal.SIGTERM)
+        started.finish()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert noted == [signal.SIGTERM]  # the engine's own handler ran
+    finished = events_of(tmp_path)[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.READY
+
+
+def test_a_child_that_ends_after_a_stop_signal_is_cancelled_with_the_start(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C reaches the whole process group: the worker ends, then the
+    # engine core's code stops because it did. Neither is a crash.
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_sleep_forever, name="VllmWorker-0", daemon=True
+    )
+    worker.start()
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: noted.append(signum))
+    try:
+        started = recording(tmp_path)
+        started.spawned(worker.name, worker)
+        signal.raise_signal(signal.SIGTERM)
+        worker.kill()
+        worker.join()
+        # Once the recording has seen the worker's end (its watching thread
+        # is gone), the engine's code stops because of it.
+        poll_file(
+            lambda: [t for t in threading.enumerate() if t.name == f"watch {worker.name}"],
+            lambda watching: not watching,
+            alive=lambda: True,
+            deadline_s=30,
+            what="the recording to see the worker's end",
+        )
+        with pytest.raises(RuntimeError), started.phase("workers"):
+            raise RuntimeError("WorkerProc initialization failed")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert noted == [signal.SIGTERM]
+    events = events_of(tmp_path)
+    assert isinstance(ends(events)["processes/VllmWorker-0"], StepCancelled)
+    assert isinstance(ends(events)["startup/workers"], StepCancelled)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.outcome is RunOutcome.INTERRUPTED

@@ -409,9 +409,12 @@ def _both_workers_stalled(events: list[dict[str, Any]]) -> bool:
 
 def _ctrl_c_once_both_workers_stall(process: subprocess.Popen[str], runs: Path) -> None:
     def engine_core_ended(events: list[dict[str, Any]]) -> bool:
-        return any(
-            e["type"] == "step.crashed" and e.get("step") == "processes/EngineCore" for e in events
-        )
+        core = {
+            e["rank"]
+            for e in events
+            if e["type"] == "run.started" and e["identity"].get("role") == "engine core"
+        }
+        return any(e["type"] == "run.finished" and e["rank"] in core for e in events)
 
     _wait_for(runs, process, "both workers' stalls", _both_workers_stalled)
     os.killpg(process.pid, signal.SIGINT)
@@ -463,11 +466,23 @@ def test_a_worker_stuck_before_the_rendezvous_is_the_root_cause_not_the_one_wait
     assert done.returncode == -signal.SIGKILL
     document = done.replay("--json")
     roles = ranks_by_role(document)
+    # Every process that took the Ctrl-C and stopped says so: interrupted,
+    # not failed with the SystemExit vLLM's handlers stop with. The main
+    # process, which vLLM keeps waiting, was killed; so was TP0 if it was
+    # still inside the rendezvous's C call, where no Python handler runs.
+    outcomes = {role: rank["outcome"] for role, rank in roles.items()}
+    assert outcomes.pop("worker TP0") in ("interrupted", "incomplete"), roles
+    assert outcomes == {
+        "main": "incomplete",
+        "engine core": "interrupted",
+        "worker TP1": "interrupted",
+    }
     cause = document["root_cause"]
     assert (cause["rank"], cause["step"]) == (
         roles["worker TP1"]["rank"],
         "startup/distributed_init",
     )
+    assert cause["exception"]["type"] == "orchestrator.StartupInterrupted", cause
     # Where it was stuck, in vLLM's own thread, not the recording's.
     waiting = cause["waiting"]
     assert waiting["waiting_in"].startswith("probe_a_wedged_device ("), waiting
