@@ -186,16 +186,11 @@ def test_torchruns_own_summary_names_the_rank_that_failed_first(tmp_path: Path) 
     ), verdicts
 
 
-@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: gloo is not available")
-def test_a_restartable_node_whose_peers_never_join_leaves_a_log_naming_it(
-    tmp_path: Path,
-) -> None:
-    # Node 0 of a two-node torchrun group that may restart: node 1 never
-    # reaches the rendezvous, so no attempt number can be agreed on.
+def _alone_on_node_0(tmp_path: Path, **torchrun: str) -> Path:
+    """Run rank 0, node 0 of a two-node torchrun group (its variables and
+    ``torchrun``'s) whose other node never comes, with a 1 s group timeout;
+    the run directory it failed into."""
     env = environment(
-        TORCHELASTIC_RUN_ID="job-7",
-        TORCHELASTIC_MAX_RESTARTS="3",
-        TORCHELASTIC_RESTART_COUNT="2",
         RANK="0",
         LOCAL_RANK="0",
         WORLD_SIZE="2",
@@ -203,11 +198,24 @@ def test_a_restartable_node_whose_peers_never_join_leaves_a_log_naming_it(
         GROUP_RANK="0",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
+        **torchrun,
     )
     run = run_cli("run", "--simulate", "h200x8", "--group-timeout", "1", cwd=tmp_path, env=env)
-
     assert run.returncode == 1, run.describe()
-    run_dir = only_run_directory(tmp_path / "startup-runs")
+    return only_run_directory(tmp_path / "startup-runs")
+
+
+@pytest.mark.skipif(TORCH_MISSING, reason="torch is not importable: gloo is not available")
+def test_a_restartable_node_whose_peers_never_join_leaves_a_log_naming_it(
+    tmp_path: Path,
+) -> None:
+    # A group that may restart: no attempt number can be agreed on.
+    run_dir = _alone_on_node_0(
+        tmp_path,
+        TORCHELASTIC_RUN_ID="job-7",
+        TORCHELASTIC_MAX_RESTARTS="3",
+        TORCHELASTIC_RESTART_COUNT="2",
+    )
     assert run_dir.name == "job-7-node-0-unjoined-2"
     document = run_cli("replay", str(run_dir), "--json", cwd=tmp_path).json()
     assert [(r["rank"], r["outcome"]) for r in document["ranks"]] == [
@@ -229,20 +237,7 @@ def test_a_peer_that_never_joins_fails_the_process_group_with_the_groups_own_tim
     # A named launch that does not restart forms its group in the run's
     # process_group step. The step's own timeout leaves the group's time to
     # say what went wrong first: failed with its error, not timed out.
-    env = environment(
-        TORCHELASTIC_RUN_ID="job-8",
-        RANK="0",
-        LOCAL_RANK="0",
-        WORLD_SIZE="2",
-        LOCAL_WORLD_SIZE="1",
-        GROUP_RANK="0",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-    )
-    run = run_cli("run", "--simulate", "h200x8", "--group-timeout", "1", cwd=tmp_path, env=env)
-
-    assert run.returncode == 1, run.describe()
-    run_dir = only_run_directory(tmp_path / "startup-runs")
+    run_dir = _alone_on_node_0(tmp_path, TORCHELASTIC_RUN_ID="job-8")
     assert run_dir.name == "job-8"
     (ended,) = [
         event
