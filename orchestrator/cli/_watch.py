@@ -21,16 +21,16 @@ Each rank's ``step.stalled`` events say where its step waits (the lines
 name the function); they are not progress. Where that is where the run's
 slices say a thread waits for another process (``Slice.peer_waits``: the
 engine's for an engine run, as ``replay`` chooses, or ``--slice``), the
-line says so and comes after those of the ranks that do not. A rank that appended no progress
-for longer than the stall threshold while its peers did, or while they are
-elsewhere, is stalled; every rank of the world in one step together is that
-step being slow, said once. The manifest is read again at each look: a
-rank whose process ended without ``run.finished`` is a death, said as it
-lands with where its step waited. A rank whose process no launcher's
-manifest lists (torchrun, an embedding launcher), or whose launcher was
-killed before it finished, is dead once the process its ``run.started``
-names is gone from this host, as ``replay`` judges it; one on another host
-is waited for.
+line says so and comes after those of the ranks that do not. A rank that
+appended no progress for longer than the stall threshold while its peers
+did, or while they are elsewhere, is stalled; every rank of the world in
+one step together is that step being slow, said once. The manifest is read
+again at each look: a rank whose process ended without ``run.finished`` is
+a death, said as it lands with where its step waited. A rank whose process
+no launcher's manifest lists (torchrun, an embedding launcher), or whose
+launcher was killed before it finished, is dead once the process its
+``run.started`` names is gone from this host, as ``replay`` judges it; one
+on another host is waited for.
 
 It ends when every rank of the world has recorded ``run.finished`` or died,
 with ``replay``'s exit status (0 ready, 1 otherwise), or at ``--timeout``
