@@ -855,6 +855,29 @@ def test_a_stop_is_recorded_as_its_first_signal_and_names_a_launcher_gone() -> N
     )
 
 
+def test_chained_stops_watch_only_python_handlers_and_leave_later_ones_in_place() -> None:
+    from orchestrator._signals import StopRequests
+
+    seen: list[int] = []
+    engines = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        stops = StopRequests()
+        stops.install(chain=True)
+        # The system's disposition (end the process) is left to it.
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        signal.raise_signal(signal.SIGTERM)
+        assert (stops.received, seen) == ([signal.SIGTERM], [signal.SIGTERM])
+        # The process's own code set another handler since: it stays.
+        later = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stops.restore()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert callable(later)
+    finally:
+        signal.signal(signal.SIGTERM, engines)
+        signal.signal(signal.SIGHUP, hangup)
+
+
 def test_an_implausible_world_size_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
