@@ -167,7 +167,7 @@ class Recording:
         self._captured: dict[int, tuple[BaseException, IsolatedError]] = {}
         self.finished = False
         #: the stop signals received (watched from start(), in the main thread)
-        self.stops = StopRequests()
+        self._stops = StopRequests()
         # The run's scope, which a stop cancels; made by start().
         self._scope: anyio.CancelScope
 
@@ -184,7 +184,7 @@ class Recording:
         self._started_up = self._portal.call(anyio.Event)
         self._scope = self._portal.call(anyio.CancelScope)
         self._done = self._portal.start_task_soon(self._run)
-        self.stops.install(chain=True)
+        self._stops.install(chain=True)
 
     async def _run(self) -> None:
         with contextlib.suppress(BaseException), self._scope:
@@ -204,10 +204,10 @@ class Recording:
                 return
             self.finished = True
             end: _End | None = _End(error=None if error is None else self._as_data(error))
-            if error is not None and self.stops.requested:
+            if error is not None and self._stops.requested:
                 # The engine's code stopped as a signal asked: the run is
                 # interrupted by it, its steps in flight cancelled.
-                self._runner.stopping(self.stops.cause())
+                self._runner.stopping(self._stops.cause())
                 portal.call(self._scope.cancel)
                 end = None
             # Phases still open end with the start (outermost last).
@@ -222,7 +222,7 @@ class Recording:
         """Stop the loop thread (the run's end is in the log by then), and
         stop watching the stop signals."""
         if os.getpid() == self.pid:
-            self.stops.restore()
+            self._stops.restore()
             with contextlib.suppress(BaseException):
                 self._loop_thread.close()
 
@@ -274,7 +274,7 @@ class Recording:
         with ``error``."""
         if token is None:
             return
-        if error is not None and self.stops.requested:
+        if error is not None and self._stops.requested:
             self.finish(error)  # the start ends with it, interrupted
             return
         end = _End(error=None if error is None else self._as_data(error))
@@ -391,7 +391,7 @@ class Recording:
         async def watch(child: StepContext) -> JsonValue | IsolatedCrash:
             with waiting:
                 await self._started_up.wait()
-            if status and self.stops.requested:
+            if status and self._stops.requested:
                 # It ended after this process was asked to stop, as a stop
                 # reaches a whole process group: the start's end says how,
                 # and a start that the stop ends cancels this with it.
