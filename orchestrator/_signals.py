@@ -77,10 +77,9 @@ class StopRequests:
             return
         self._chain = chain
         for signum in STOP_SIGNALS:
-            previous = signal.getsignal(signum)
             if not chain:
                 self._previous[signum] = signal.signal(signum, self.record)
-            elif callable(previous):
+            elif callable(signal.getsignal(signum)):
                 self._previous[signum] = signal.signal(signum, self._chained)
         if not chain:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
