@@ -6,7 +6,9 @@ The kernel derives these for every graph (``<step>`` is the step path)::
     a step timed out | an isolated step crashed      step.timed_out | step.crashed
       (a timeout names where the step waited)
     a step ran past the stall threshold (its first   step.stalled
-      step.stalled: where it waits)
+      step.stalled: where it waits, and whether
+      that is waiting for another process, by the
+      slices' peer_waits)
     a candidate step ends unavailable | invalid      candidate.unavailable
       | absent
     an attempt step fails with a fallback left,      fallback.used, derived when the next
@@ -425,10 +427,11 @@ class _Fold:
             self.waiting[event.step] = event
             frame = event.waiting_in
             if event.why is StallReason.STALLED and frame is not None:
+                other = any(part.waits_for_another(event) for part in setup.slices)
                 self.emit(
                     "step.stalled",
                     f"Step {event.step} is still running after {event.elapsed_ns / 1e9:.1f} s, "
-                    f"waiting in {frame.where()}.",
+                    f"waiting in {frame.where()}{' for another process' if other else ''}.",
                     step=event.step,
                     args=(event.step,),
                 )

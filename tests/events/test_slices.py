@@ -16,6 +16,7 @@ from events import (
     Agreement,
     Column,
     Event,
+    FrameInfo,
     JsonlLog,
     MessageRule,
     Messages,
@@ -386,3 +387,22 @@ def test_the_first_rule_that_matches_a_candidate_speaks_alone() -> None:
     (invalid,) = [m for m in derived if m.step == "kernels/fast"]
     assert invalid.code == "mine.kernel_invalid"
     assert invalid.text == "fast cannot run here: head size 7"
+
+
+def test_a_stall_where_a_slice_says_another_process_is_awaited_says_so() -> None:
+    rendezvous = FrameInfo(filename="/venv/torch/distributed/c10d.py", lineno=9, name="barrier")
+    builder = EventStream().run_started()
+    builder.started("group").stalled("group", 10.0, waiting_in=rendezvous)
+    waits = Slice(name="group", peer_waits=("*/torch/distributed/*",))
+
+    texts = [
+        [m.text for m in fold(Messages(slices=slices), builder.events).messages()]
+        for slices in ((), (waits,))
+    ]
+    assert texts == [
+        ["Step group is still running after 10.0 s, waiting in barrier (c10d.py:9)."],
+        [
+            "Step group is still running after 10.0 s, "
+            "waiting in barrier (c10d.py:9) for another process."
+        ],
+    ]
