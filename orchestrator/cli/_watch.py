@@ -154,7 +154,6 @@ class RunWatcher:
         self.state: TimelineState = self._timeline.initial()
         self.run_id: str | None = None
         self.world_size: int | None = None
-        self.joined = False
         #: rank -> (seconds since its last progress when first seen, clock
         #: then, that event's seq: ``None`` for a log of stalls only so far)
         self._progress: dict[int, tuple[float, float, int | None]] = {}
@@ -224,9 +223,6 @@ class RunWatcher:
                     self.slices = recorded_slices(event)
                 self.run_id = self.run_id or event.run_id
                 self.world_size = max(self.world_size or 0, event.identity.world_size)
-                # A recorded engine start's processes (each names its role)
-                # join the run as they are started: its world grows.
-                self.joined = self.joined or event.identity.role is not None
         progress = [e for e in events if not isinstance(e, StepStalled)]
         # A log that so far holds only stalls still says it is alive.
         if progress or (events and rank not in self._progress):
@@ -266,10 +262,19 @@ class RunWatcher:
         stalls = (self.state.ranks[rank].steps[step].stall for step in steps)
         return next((stall for stall in stalls if stall is not None), None)
 
+    @property
+    def joined(self) -> bool:
+        """Whether the ranks are a recorded engine start's processes (each
+        names its role), which join the run as they are started: its world
+        grows."""
+        return any(started.identity.role is not None for started in self._started.values())
+
     def waits_for_another(self, rank: int) -> bool:
         """Whether the rank was last seen waiting for another process of
         the launch (where the slices' ``peer_waits`` say)."""
-        stall = self.waiting_in(rank)
+        return self._awaits(self.waiting_in(rank))
+
+    def _awaits(self, stall: StepStalled | None) -> bool:
         return any(part.waits_for_another(stall) for part in self.slices or ())
 
     def waiting_text(self, rank: int) -> str:
@@ -278,7 +283,7 @@ class RunWatcher:
         stall = self.waiting_in(rank)
         if stall is None or (frame := stall.waiting_in) is None:
             return ""
-        other = " for another process" if self.waits_for_another(rank) else ""
+        other = " for another process" if self._awaits(stall) else ""
         return f"waiting in {frame.where()}{other}"
 
     @property

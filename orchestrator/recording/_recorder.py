@@ -203,15 +203,14 @@ class Recording:
             if portal is None:
                 return
             self.finished = True
-            end: _End | None = _End(error=None if error is None else self._as_data(error))
-            if error is not None and self._stops.requested:
+            stopped = error is not None and self._stops.requested
+            if stopped:
                 # The engine's code stopped as a signal asked: the run is
                 # interrupted by it, its steps in flight cancelled.
                 self._runner.stopping(self._stops.cause())
                 portal.call(self._scope.cancel)
-                end = None
             # Phases still open end with the start (outermost last).
-            self._end_open(portal, end)
+            self._end_open(portal, None if stopped else self._end(error))
             if self._children is not None:
                 portal.call(self._children.close)
         with contextlib.suppress(BaseException):
@@ -277,13 +276,16 @@ class Recording:
         if error is not None and self._stops.requested:
             self.finish(error)  # the start ends with it, interrupted
             return
-        end = _End(error=None if error is None else self._as_data(error))
+        end = self._end(error)
         with self._lock:
             portal = self._live_portal()
             if portal is None or token not in [inbox for _name, inbox in self._open[1:]]:
                 return
             # Phases opened inside this one and never closed end with it.
             self._end_open(portal, end, down_to=token)
+
+    def _end(self, error: BaseException | None) -> _End:
+        return _End(error=None if error is None else self._as_data(error))
 
     def _as_data(self, error: BaseException) -> IsolatedError:
         """``error`` captured here, in the thread that raised it, once: the
