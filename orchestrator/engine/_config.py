@@ -141,18 +141,15 @@ _DTYPES = ("auto", "float16", "bfloat16", "float32")
 _KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def _positive(field: str) -> Any:
-    def check(_instance: object, _attribute: object, value: int) -> None:
-        if type(value) is not int or value < 1:
-            raise EngineConfigError(field, value, "must be a positive integer")
-
-    return check
+def _positive(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise EngineConfigError(attribute.name, value, "must be a positive integer")
 
 
-def _one_of(field: str, choices: tuple[str, ...]) -> Any:
-    def check(_instance: object, _attribute: object, value: str) -> None:
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def check(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in choices:
-            raise EngineConfigError(field, value, valid=choices)
+            raise EngineConfigError(attribute.name, value, valid=choices)
 
     return check
 
@@ -193,21 +190,19 @@ class EngineConfig:
             that hangs times out before the step that runs it.
     """
 
-    tp: int = attrs.field(default=1, validator=_positive("tp"))
+    tp: int = attrs.field(default=1, validator=_positive)
     attention_backend: str | None = None
     allreduce_backend: AllreduceBackend = attrs.field(
         default=AllreduceBackend.AUTO, converter=_allreduce_backend
     )
-    dtype: str = attrs.field(default="auto", validator=_one_of("dtype", _DTYPES))
-    head_size: int = attrs.field(default=128, validator=_positive("head_size"))
-    kv_cache_dtype: str = attrs.field(
-        default="auto", validator=_one_of("kv_cache_dtype", _KV_CACHE_DTYPES)
-    )
+    dtype: str = attrs.field(default="auto", validator=_one_of(_DTYPES))
+    head_size: int = attrs.field(default=128, validator=_positive)
+    kv_cache_dtype: str = attrs.field(default="auto", validator=_one_of(_KV_CACHE_DTYPES))
     use_mla: bool = False
-    block_size: int = attrs.field(default=16, validator=_positive("block_size"))
+    block_size: int = attrs.field(default=16, validator=_positive)
     quant_fusion: bool = True
     target_device: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_one_of("target_device", BUILD_TARGETS))
+        default=None, validator=attrs.validators.optional(_one_of(BUILD_TARGETS))
     )
     step_timeout: float | None = None
 
