@@ -381,11 +381,20 @@ def make_platform_step(
 
     async def detect_platform(ctx: StepContext) -> JsonValue:
         results: dict[str, StepResult] = {}
+        # Resolved from what each plugin's step recorded, as the replayed
+        # platform.select decision is.
+        outcomes: list[PluginOutcome] = []
         with plugin_set.session():
             specs = await plugin_set.specs(ctx)
 
             async def probe(spec: PluginSpec) -> None:
-                results[spec.name] = await ctx.run_child(
+                attributes = {
+                    "plugin": spec.name,
+                    "builtin": spec.builtin,
+                    "priority": spec.priority,
+                    **spec.attributes,
+                }
+                result = results[spec.name] = await ctx.run_child(
                     spec.name,
                     spec.body,
                     kind=StepKind.CANDIDATE,
@@ -393,28 +402,15 @@ def make_platform_step(
                     # A plugin's own check, and one level below it (the cpu
                     # plugin's zentorch; vLLM's register, then load_class).
                     timeout=config.bound(2),
-                    attributes={
-                        "plugin": spec.name,
-                        "builtin": spec.builtin,
-                        "priority": spec.priority,
-                        **spec.attributes,
-                    },
+                    attributes=attributes,
                 )
+                outcomes.append(_outcome(attributes, result.outcome, result.value, spec.name))
 
             async with anyio.create_task_group() as group:
                 for spec in specs:
                     group.start_soon(probe, spec)
 
         ctx.decide("platform.select", {"parent": ctx.step})
-        outcomes = [
-            _outcome(
-                {"plugin": s.name, "builtin": s.builtin, "priority": s.priority},
-                results[s.name].outcome,
-                results[s.name].value,
-                s.name,
-            )
-            for s in specs
-        ]
         selected, conflict = resolve_platform(outcomes)
         if conflict:
             raise PlatformConflictError(list(conflict))
