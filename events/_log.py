@@ -326,8 +326,7 @@ class JsonlLog(_LogBase):
         self._events.extend(contents.events)
 
     def _store(self, event: Event, seq: int) -> Event:
-        if event.seq != seq:
-            event = evolve(event, {"seq": seq})
+        event = super()._store(event, seq)
         line = orjson.dumps(LINE_ENCODERS[event.TYPE](event), None, orjson.OPT_APPEND_NEWLINE)
         written = 0
         try:
