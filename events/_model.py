@@ -429,12 +429,10 @@ def outcome_of(event: Event) -> Outcome | None:
     cls = type(event)
     if cls in _OUTCOMES:
         return _OUTCOMES[cls]
-    # A StepUnavailable, or an event of a class derived from these: the
-    # first terminal class it is an instance of decides.
-    for base in TERMINAL_STEP_EVENTS:
-        if isinstance(event, base):
-            return event.outcome if isinstance(event, StepUnavailable) else _OUTCOMES[base]
-    return None
+    if isinstance(event, StepUnavailable):
+        return event.outcome
+    # An event of a class derived from these: the terminal class it derives from decides.
+    return next((_OUTCOMES[base] for base in TERMINAL_STEP_EVENTS if isinstance(event, base)), None)
 
 
 def child_steps(
