@@ -229,8 +229,7 @@ class EventStream:
         return self._append(
             RunStarted,
             "",
-            self.root_span_id,
-            self.launcher_span_id,
+            (self.root_span_id, self.launcher_span_id),
             identity=self.identity,
             host=f"node-{self.identity.node_rank}" if host is None else host,
             pid=4000 + self.rank if pid is None else pid,
@@ -256,8 +255,7 @@ class EventStream:
         self._append(
             RunFinished,
             "",
-            self.root_span_id,
-            self.launcher_span_id,
+            (self.root_span_id, self.launcher_span_id),
             outcome=outcome,
             cause=cause,
             failed_step=failed_step,
@@ -301,8 +299,7 @@ class EventStream:
         return self._append(
             StepStarted,
             step,
-            span_id,
-            parent_span,
+            self._open[step],
             kind=kind,
             depends_on=tuple(depends_on),
             attributes=dict(attributes or {}),
@@ -316,10 +313,10 @@ class EventStream:
             ValueError: ``step`` is not open.
         """
         try:
-            span_id, parent_span = self._open.pop(step)
+            span = self._open.pop(step)
         except KeyError:
             raise ValueError(f"step {step!r} is not open") from None
-        return self._append(event_type, step, span_id, parent_span, **payload)
+        return self._append(event_type, step, span, **payload)
 
     def succeeded(self, step: str, result: JsonValue = None) -> Self:
         """Close ``step`` with ``step.succeeded`` and its JSON ``result``."""
@@ -389,13 +386,11 @@ class EventStream:
         """
         if step not in self._open:
             raise ValueError(f"a stall needs its step open; {step!r} is not")
-        span_id, parent_span = self._open[step]
         frame = waiting_in or FrameInfo(filename="fabric.py", lineno=42, name="wait_for_fabric")
         return self._append(
             StepStalled,
             step,
-            span_id,
-            parent_span,
+            self._open[step],
             elapsed_ns=round(elapsed_s * 1e9),
             why=why,
             threads=(ThreadStack(thread=f"step {step}", frames=(frame,)),),
@@ -416,16 +411,15 @@ class EventStream:
             ValueError: ``step`` is not open.
         """
         if step == "":
-            span_id, parent_span = self.root_span_id, self.launcher_span_id
+            span = (self.root_span_id, self.launcher_span_id)
         elif step in self._open:
-            span_id, parent_span = self._open[step][0], None
+            span = (self._open[step][0], None)
         else:
             raise ValueError(f"a decision needs its step open; {step!r} is not")
         return self._append(
             DecisionMade,
             step,
-            span_id,
-            parent_span,
+            span,
             name=name,
             value=value,
             inputs=dict(inputs or {}),
@@ -438,13 +432,10 @@ class EventStream:
         return f"{(self.rank + 1) % 0x10000:04x}{self._spans:012x}"
 
     def _append(
-        self,
-        event_type: type[Event],
-        step: str,
-        span_id: str,
-        parent_span_id: str | None,
-        **payload: Any,
+        self, event_type: type[Event], step: str, span: tuple[str, str | None], **payload: Any
     ) -> Self:
+        """Append ``event_type`` on ``span`` (its id, its parent's)."""
+        span_id, parent_span_id = span
         self._events.append(
             event_type(
                 run_id=self.run_id,
