@@ -128,14 +128,9 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
     Raises:
         TypeError: building ``cls`` without ``__init__`` would differ from it.
     """
+    twin(cls)  # refuses a class attrs did not make, or one with a __new__ of its own
     refusal = TypeError(f"{cls.__qualname__} cannot be built without its __init__")
-    if (
-        not attrs.has(cls)
-        or getattr(cls, "__attrs_pre_init__", None) is not None
-        # The twin is called to make a blank instance: a __new__ of the
-        # class's own would run.
-        or cls.__new__ is not object.__new__
-    ):
+    if getattr(cls, "__attrs_pre_init__", None) is not None:
         raise refusal
     fields = attrs.fields(cls)
     for field in fields:
