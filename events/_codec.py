@@ -687,21 +687,19 @@ def decode_exception(record: object) -> ExceptionInfo:
     return structure(ExceptionInfo, cut_chain(record))
 
 
-#: The decoder of each class :func:`structure` has read, by class.
-_STRUCTURERS: dict[type[Any], Callable[[dict[str, Any]], Any]] = {}
-_UNSTRUCTURERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {}
+#: The generated encoder and decoder of each class :func:`structure` or
+#: :func:`unstructure` has met, by class.
+_RECORD_FUNCTIONS: dict[type[Any], tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
 
 
-def _structurer(cls: type[Any]) -> None:
-    with _COMPILING:
-        if cls in _STRUCTURERS:
-            return
+def _record_functions(cls: type[Any]) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    if cls not in _RECORD_FUNCTIONS:
         generated = _Generated()
         generated.add(cls)
         generated.compile()
-        for record_cls in generated.ids:
-            _UNSTRUCTURERS.setdefault(record_cls, generated.function("encode_{}", record_cls))
-            _STRUCTURERS.setdefault(record_cls, generated.function("decode_{}", record_cls))
+        functions = (generated.function("encode_{}", cls), generated.function("decode_{}", cls))
+        _RECORD_FUNCTIONS.setdefault(cls, functions)
+    return _RECORD_FUNCTIONS[cls]
 
 
 def structure(cls: type[T], record: object) -> T:
@@ -717,21 +715,18 @@ def structure(cls: type[T], record: object) -> T:
         DecodeError: naming the field at fault by its path
             (``field 'gpus.count': ...``).
     """
-    if cls not in _STRUCTURERS:
-        _structurer(cls)
+    _, decoder = _record_functions(cls)
     if type(record) is not dict:
         raise DecodeError(f"expected a JSON object, got {_json_type(record)}")
-    built: T = _decoded(_STRUCTURERS[cls], record)
+    built: T = _decoded(decoder, record)
     return built
 
 
 def unstructure(instance: Any) -> dict[str, Any]:
     """The JSON form :func:`structure` reads back: every field that differs
     from its default, by name."""
-    cls = type(instance)
-    if cls not in _UNSTRUCTURERS:
-        _structurer(cls)
-    record: dict[str, Any] = orjson.loads(orjson.dumps(_UNSTRUCTURERS[cls](instance)))
+    encoder, _ = _record_functions(type(instance))
+    record: dict[str, Any] = orjson.loads(orjson.dumps(encoder(instance)))
     return record
 
 

@@ -607,7 +607,7 @@ def test_importing_the_codec_compiles_nothing_until_an_event_is_encoded_or_decod
     code = (
         "import threading, events, events._codec as codec\n"
         "from events import StepStarted, decode, encode\n"
-        "print(len(codec._STRUCTURERS), len(codec.LINE_ENCODERS))\n"
+        "print(len(codec._RECORD_FUNCTIONS), len(codec.LINE_ENCODERS))\n"
         "event = StepStarted(run_id='r', rank=0, wall_ns=1, mono_ns=1, step='s')\n"
         "lines = []\n"
         "work = lambda: lines.append(encode(event))\n"
