@@ -272,9 +272,7 @@ class RunWatcher:
     def waits_for_another(self, rank: int) -> bool:
         """Whether the rank was last seen waiting for another process of
         the launch (where the slices' ``peer_waits`` say)."""
-        return self._awaits(self.waiting_in(rank))
-
-    def _awaits(self, stall: StepStalled | None) -> bool:
+        stall = self.waiting_in(rank)
         return any(part.waits_for_another(stall) for part in self.slices or ())
 
     def waiting_text(self, rank: int) -> str:
@@ -283,7 +281,7 @@ class RunWatcher:
         stall = self.waiting_in(rank)
         if stall is None or (frame := stall.waiting_in) is None:
             return ""
-        other = " for another process" if self._awaits(stall) else ""
+        other = " for another process" if self.waits_for_another(rank) else ""
         return f"waiting in {frame.where()}{other}"
 
     @property
