@@ -353,8 +353,7 @@ def _otlp_variable(env: Mapping[str, str], setting: str) -> tuple[str, str | Non
     """The first set of ``OTEL_EXPORTER_OTLP_[TRACES_]<setting>``: (name, value)."""
     names = (f"OTEL_EXPORTER_OTLP_TRACES_{setting}", f"OTEL_EXPORTER_OTLP_{setting}")
     for name in names:
-        value = env.get(name)
-        if value:
+        if value := env.get(name):
             return name, value
     return names[-1], None
 

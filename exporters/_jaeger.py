@@ -135,13 +135,11 @@ def _span(span: ReadableSpan, process_id: str) -> JsonObject:
     context = span.context
     references = [] if span.parent is None else [_reference("CHILD_OF", span.parent)]
     references += [_reference("FOLLOWS_FROM", link.context) for link in span.links]
-    start_ns = span.start_time or 0
-    end_ns = span.end_time if span.end_time is not None else start_ns
     # Whole microseconds, each time rounded down, and the duration taken
     # between the rounded ends: a log recorded at the span's last nanosecond
     # then never reads a microsecond after the span's end.
-    start_us = start_ns // 1000
-    end_us = max(end_ns // 1000, start_us)
+    start_us = (span.start_time or 0) // 1000
+    end_us = max((span.end_time or 0) // 1000, start_us)
     return {
         "traceID": f"{context.trace_id:032x}",
         "spanID": f"{context.span_id:016x}",

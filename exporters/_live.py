@@ -304,8 +304,7 @@ def _summary(messages: Sequence[str], problem: str) -> str:
     (its own lines are long and repeat per retry)."""
     text = " ".join(messages)
     for pattern, reason in _REASONS:
-        found = pattern.search(text)
-        if found:
+        if found := pattern.search(text):
             return reason or found.group(1).lower()
     # Nothing recognised, or nothing said (it raised): its own words, the
     # first complaint (usually the transport error) and the final verdict.

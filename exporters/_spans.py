@@ -155,12 +155,10 @@ def rank_resource(started: RunStarted) -> Resource:
     """
     identity = started.identity
     facts: dict[str, AttributeValue] = {}
-    recorded = started.resource or {}
     version = started.versions.get("startup-orchestrator")
-    if version and "service.version" not in recorded:
+    if version and "service.version" not in (started.resource or {}):
         facts["service.version"] = version
-    python = started.versions.get("python")
-    if python:
+    if python := started.versions.get("python"):
         # The log records the interpreter's version; its implementation is
         # the one replaying it (CPython in practice).
         facts["process.runtime.name"] = sys.implementation.name
@@ -372,8 +370,7 @@ class SpanProjection:
         else:
             return
         attributes: dict[str, AttributeValue] = {"startup.decision.name": decision.name}
-        value = _attribute_value(decision.value)
-        if value is not None:
+        if (value := _attribute_value(decision.value)) is not None:
             attributes["startup.decision.value"] = value
         state.pending_events.setdefault(target, []).append(
             SpanEvent("startup.decision", attributes, decision.wall_ns)
@@ -438,8 +435,7 @@ class SpanProjection:
             # Recorded facts (rank, step, outcome...) win over a step attribute
             # of the same name.
             for key, value in started.attributes.items():
-                converted = _attribute_value(value)
-                if converted is not None:
+                if (converted := _attribute_value(value)) is not None:
                     attributes.setdefault(f"startup.{key}", converted)
         events = state.pending_events.pop(last.span_id, [])
         reason = _add_outcome(end, attributes, events) or stopped
@@ -682,8 +678,7 @@ def _members(info: ExceptionInfo) -> Iterator[ExceptionInfo]:
         node = pending.pop()
         yield node
         # The next link comes after this one's group members and all of theirs.
-        below = node.cause or node.context
-        if below is not None:
+        if (below := node.cause or node.context) is not None:
             pending.append(below)
         pending += reversed(node.exceptions)
 

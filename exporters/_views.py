@@ -319,8 +319,7 @@ def critical_path_text(replay: Replay, *, rank: int | None = None) -> str:
             f"{indent}└─ {timing.step} @{_seconds(start)} "
             f"+{_seconds(end_of(timing) - timing.start_mono_ns)}"
         )
-        inner = inside.get(timing.step)
-        if inner:
+        if inner := inside.get(timing.step):
             slow = max(inner, key=lambda t: end_of(t) - t.start_mono_ns)
             lines.append(
                 f"{indent}      (slowest inside: {slow.step} "
