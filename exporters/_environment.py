@@ -366,9 +366,8 @@ class _FanOutExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         results = [exporter.export(spans) for exporter in self.members]
-        if all(result is SpanExportResult.SUCCESS for result in results):
-            return SpanExportResult.SUCCESS
-        return SpanExportResult.FAILURE
+        delivered = all(result is SpanExportResult.SUCCESS for result in results)
+        return SpanExportResult.SUCCESS if delivered else SpanExportResult.FAILURE
 
     def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
         for exporter in self.members:
