@@ -405,7 +405,7 @@ def run_differences(
     # fields first, then the decisions.
     changes: dict[tuple[str, str, str, str], list[int]] = {}
     for rank in sorted(both):
-        left, right = _flat(ranks_a[rank]), _flat(ranks_b[rank])
+        left, right = ranks_a[rank], ranks_b[rank]
         for field in sorted((left.keys() | right.keys()) - {"rank"}):
             if left.get(field) != right.get(field):
                 key = ("", field, repr(left.get(field)), repr(right.get(field)))
@@ -436,29 +436,25 @@ def _not_real(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _flat(rank: Mapping[str, Any]) -> dict[str, Any]:
-    """A rank's entry with its nested objects (its process) as dotted
-    fields, so that a difference names the one field that differs."""
+#: What differs between any two launches: a process's pid, and its
+#: description, which quotes the pid and the timing.
+_LAUNCH_SPECIFIC = ("process.pid", "process.description")
+
+
+def _comparable(entry: Any, dropped: tuple[str, ...] = ()) -> Any:
+    """An entry of a report (a rank, the root cause) with its nested objects
+    (its process) as dotted fields, so that a difference names the one field
+    that differs; without ``dropped`` and :data:`_LAUNCH_SPECIFIC`."""
+    if not isinstance(entry, Mapping):
+        return entry
     flat: dict[str, Any] = {}
-    for field, value in rank.items():
+    for field, value in entry.items():
         if isinstance(value, Mapping):
             flat.update({f"{field}.{key}": item for key, item in value.items()})
         else:
             flat[field] = value
-    return flat
-
-
-#: What a rank's process record says that differs between any two launches.
-_LAUNCH_SPECIFIC = ("pid", "description")
-
-
-def _comparable(entry: Any, dropped: tuple[str, ...] = ()) -> Any:
-    if not isinstance(entry, Mapping):
-        return entry
-    comparable = {key: value for key, value in entry.items() if key not in dropped}
-    if "process" in comparable:
-        comparable["process"] = _comparable(comparable["process"], _LAUNCH_SPECIFIC)
-    return comparable
+    ignored = {*dropped, *_LAUNCH_SPECIFIC}
+    return {field: value for field, value in flat.items() if field not in ignored}
 
 
 def _cause_text(cause: Mapping[str, Any] | None) -> str:
