@@ -184,7 +184,6 @@ class _StateFold:
         self.last_wall_ns = event.wall_ns
         self.last_seq = event.seq
         kind = KINDS[type(event)]
-        settles = False
         if kind == STARTED:
             self.open_steps.append(event.step)
             self.last_event_step = event.step
@@ -198,9 +197,6 @@ class _StateFold:
             self.failures, settled, _ = _track(self.failures, event, self.root_span_id)
             if settled is not None and self.failure is None:
                 self.failure = _root_cause(settled, None, self.rank, self.outcome, self.stalls)
-            settles = True
-        elif kind == DECISION:
-            settles = True
         elif kind == STALLED:
             self.stalls[event.step] = event
         elif kind == RUN_STARTED:
@@ -217,7 +213,7 @@ class _StateFold:
                 )
             elif self.failure is not None:
                 self.failure = attrs.evolve(self.failure, outcome=event.outcome)
-        if settles:
+        if kind in (SUCCEEDED, ENDED, DECISION):
             # The facts it settles: the slices' result columns of a
             # succeeded step, then their hooks, each seeing the facts so far.
             facts = self.facts
@@ -227,8 +223,7 @@ class _StateFold:
                 for fact, key in self.results.get(event.step, ()):
                     facts[fact] = result if key is None else keyed.get(key)
             for hook in self.hooks:
-                changed = hook(facts, event)
-                if changed:
+                if changed := hook(facts, event):
                     facts.update(changed)
 
 
