@@ -212,8 +212,6 @@ class Messages(Projection[MessagesState]):
         for part in self.slices:
             self._codes.update(part.code_rules())
         self._hooks = tuple(part.messages for part in self.slices if part.messages is not None)
-        self._befores = tuple(hook.before for hook in self._hooks)
-        self._afters = tuple(hook.after for hook in self._hooks)
         rules = tuple(rule for part in self.slices for rule in part.rules)
         self._rules_for: Callable[[str], tuple[MessageRule, ...]] = functools.cache(
             lambda step: (
@@ -409,9 +407,9 @@ class _Fold:
             memories = self.memories = [hook.initial() for hook in setup._hooks]
             self.changed = True
         if memories is not None:
-            for index, before in enumerate(setup._befores):
+            for index, hook in enumerate(setup._hooks):
                 old = memories[index]
-                if (new := before(self, old)) is not old:
+                if (new := hook.before(self, old)) is not old:
                     memories[index], self.changed = new, True
         if kind != DECISION and kind != OTHER:
             self.changed = True  # what the rank tracks: its steps, failures or identity
@@ -441,9 +439,9 @@ class _Fold:
         elif kind == RUN_FINISHED:
             self.run_finished(event)
         if memories is not None:
-            for index, after in enumerate(setup._afters):
+            for index, hook in enumerate(setup._hooks):
                 old = memories[index]
-                if (new := after(self, old)) is not old:
+                if (new := hook.after(self, old)) is not old:
                     memories[index], self.changed = new, True
 
     def raise_severity(self, step: str, severity: Severity) -> None:
@@ -518,14 +516,11 @@ class _Fold:
                 exception=event.cause,
             )
         elif outcome is RunOutcome.INTERRUPTED:
-            cause = event.cause
             if event.stop is not None:
                 # A stop from outside: the signal, and why it came if known.
                 by = f" ({event.stop})"
-            elif cause is None:
-                by = ""
             else:
-                by = f" by {reason_text(cause)}"
+                by = "" if event.cause is None else f" by {reason_text(event.cause)}"
             self.emit(
                 "run.interrupted",
                 f"Startup interrupted{by}{where} before it was ready; "
@@ -703,9 +698,7 @@ def group_messages(messages: Iterable[Message]) -> list[GroupedMessage]:
     groups: dict[tuple[str, Severity, str], tuple[Scope, set[int]]] = {}
     for message in messages:
         key = (message.code, message.severity, message.text)
-        if key not in groups:
-            groups[key] = (message.scope, set())
-        groups[key][1].add(message.rank)
+        groups.setdefault(key, (message.scope, set()))[1].add(message.rank)
     grouped = [
         GroupedMessage(code=code, severity=severity, scope=scope, text=text, ranks=tuple(sorted(r)))
         for (code, severity, text), (scope, r) in groups.items()
