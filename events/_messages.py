@@ -354,7 +354,6 @@ class _Fold:
         tracking = state.tracking
         self.setup = setup
         self.rank = state.rank
-        self.changed = False
         self.identity = state.identity
         self.messages = list(state.messages)
         self.seen = set(state.seen)
@@ -363,7 +362,12 @@ class _Fold:
         self.open = dict(tracking.open)
         self.failures = tracking.failures
         self.fallbacks = dict(tracking.fallbacks)
-        self.memories: list[Any] | None = None if tracking.slices is None else list(tracking.slices)
+        # A fold is made for a run of events: a rank new to the hooks gets
+        # their initial memories now, which changes its state.
+        memories = tracking.slices
+        hooks = setup._hooks
+        self.memories = [hook.initial() for hook in hooks] if memories is None else list(memories)
+        self.changed = memories is None and bool(hooks)
         self.waiting = dict(tracking.waiting)
         self.event: Event
         self.started: StepStarted | None = None
@@ -382,7 +386,7 @@ class _Fold:
                 open=self.open,
                 failures=self.failures,
                 fallbacks=self.fallbacks,
-                slices=None if self.memories is None else tuple(self.memories),
+                slices=tuple(self.memories) if self.memories else None,
                 waiting=self.waiting,
             ),
         )
@@ -403,14 +407,10 @@ class _Fold:
             self.started = self.outcome = None
         setup = self.setup
         memories = self.memories
-        if memories is None and setup._hooks:
-            memories = self.memories = [hook.initial() for hook in setup._hooks]
-            self.changed = True
-        if memories is not None:
-            for index, hook in enumerate(setup._hooks):
-                old = memories[index]
-                if (new := hook.before(self, old)) is not old:
-                    memories[index], self.changed = new, True
+        for index, hook in enumerate(setup._hooks):
+            old = memories[index]
+            if (new := hook.before(self, old)) is not old:
+                memories[index], self.changed = new, True
         if kind != DECISION and kind != OTHER:
             self.changed = True  # what the rank tracks: its steps, failures or identity
         if kind == STARTED:
@@ -438,11 +438,10 @@ class _Fold:
             self.root_span_id = event.span_id
         elif kind == RUN_FINISHED:
             self.run_finished(event)
-        if memories is not None:
-            for index, hook in enumerate(setup._hooks):
-                old = memories[index]
-                if (new := hook.after(self, old)) is not old:
-                    memories[index], self.changed = new, True
+        for index, hook in enumerate(setup._hooks):
+            old = memories[index]
+            if (new := hook.after(self, old)) is not old:
+                memories[index], self.changed = new, True
 
     def raise_severity(self, step: str, severity: Severity) -> None:
         current = self.severities.get(step)
