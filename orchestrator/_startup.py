@@ -47,7 +47,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import anyio
@@ -345,12 +344,7 @@ class Startup:
         # apart from the run's) keeps it open; closing happens on leaving.
         return self if self._state == "open" else self.open()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()
 
     @property
@@ -519,10 +513,12 @@ class Startup:
         try:
             from exporters import MESSAGE_LOGGER_PREFIX, LoggingBridge, Tracing
 
-            # Under the command line's launcher, which prints what its ranks
-            # held back once for them all, a failure that follows a peer's
-            # is held too: one line for every rank that saw it, not one each.
-            held = follows_a_peer if self._launcher_prints() else None
+            # Under the command line's launcher (it started this rank and
+            # reads every log at the end), which prints what its ranks held
+            # back once for them all, a failure that follows a peer's is held
+            # too: one line for every rank that saw it, not one each.
+            launcher_prints = not self._wait_for_peers and self._stops.launcher_pid is not None
+            held = follows_a_peer if launcher_prints else None
             self._bridge = LoggingBridge(hold_warnings=True, hold=held, slices=self._slices)
             configure = self._configure_logging
             if configure is None:
@@ -764,11 +760,6 @@ class Startup:
         else:
             await self._exchange_with_peers()
         await self._collect_logs(end_started)
-
-    def _launcher_prints(self) -> bool:
-        """Whether the command line's launcher started this rank and will
-        print what it held back (it reads every log at the end)."""
-        return not self._wait_for_peers and self._stops.launcher_pid is not None
 
     def _release_held(self) -> None:
         """Print the WARNINGs held when there is no last exchange: only a
