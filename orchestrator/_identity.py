@@ -48,23 +48,20 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def _int(env: Mapping[str, str], name: str, default: int, override: int | None) -> int:
-    if override is not None:
-        value: object = override
-        if type(override) is not int:
-            raise RankEnvironmentError(name, override, "must be an integer")
-        number = override
-    else:
-        raw = env.get(name)
-        if raw is None or raw.strip() == "":
+    value: object = override
+    if override is None:
+        value = raw = env.get(name, "")
+        if not raw.strip():
             return default
-        value = raw
         try:
-            number = int(raw.strip())
+            override = int(raw)  # int() drops surrounding blanks itself
         except ValueError:
             raise RankEnvironmentError(name, raw, "must be a non-negative integer") from None
-    if number < 0:
+    elif type(override) is not int:
+        raise RankEnvironmentError(name, override, "must be an integer")
+    if override < 0:
         raise RankEnvironmentError(name, value, "must be a non-negative integer")
-    return number
+    return override
 
 
 #: The variables of each launcher convention, in the order of

@@ -118,12 +118,8 @@ class Captured:
 
     def outcomes(self) -> Mapping[str, Outcome]:
         """Each step's outcome by path (children included)."""
-        found: dict[str, Outcome] = {}
-        for event in self.events:
-            outcome = outcome_of(event)
-            if outcome is not None:
-                found[event.step] = outcome
-        return found
+        ended = ((event.step, outcome_of(event)) for event in self.events)
+        return {step: outcome for step, outcome in ended if outcome is not None}
 
     def for_step(self, step: str) -> list[Event]:
         """The events of one step."""
