@@ -750,22 +750,20 @@ class Startup:
         """After the run: the last exchange, then the logs in one place. A
         stop asked meanwhile ends whichever wait is going on."""
         end_started = anyio.current_time()
-        if self._outcome() is events.RunOutcome.INTERRUPTED:
-            self._release_held()
-        elif self._group_broken():
+        bridge, identity, group = self._bridge, self.identity, self._group.group
+        interrupted = self._outcome() is events.RunOutcome.INTERRUPTED
+        broken = not interrupted and self._group_broken()
+        if broken and self._wait_for_peers and group is not None:
             # Known without asking: the ranks did not end together.
-            if self._wait_for_peers and self._group.group is not None:
-                self._peers_finished = False
-            self._release_held()
-        else:
-            await self._exchange_with_peers()
+            self._peers_finished = False
+        # Only a rank that waits for its peers prints the WARNINGs it held
+        # (see ``wait_for_peers``): after the exchange when there is one.
+        if bridge is not None and identity is not None and self._wait_for_peers:
+            if interrupted or broken or group is None or identity.world_size == 1:
+                bridge.release()
+            else:
+                await self._exchange_with_peers(bridge, identity, group)
         await self._collect_logs(end_started)
-
-    def _release_held(self) -> None:
-        """Print the WARNINGs held when there is no last exchange: only a
-        rank that waits for its peers does (see ``wait_for_peers``)."""
-        if self._bridge is not None and self._wait_for_peers:
-            self._bridge.release()
 
     async def _run_watching_signals(self) -> None:
         assert self._runner is not None
@@ -863,15 +861,11 @@ class Startup:
         cause = self._finished.cause if self._finished is not None else None
         return cause is not None and cause.type == GROUP_ERROR_NAME
 
-    async def _exchange_with_peers(self) -> None:
+    async def _exchange_with_peers(
+        self, bridge: LoggingBridge, identity: RankIdentity, group: Group
+    ) -> None:
         """The ranks' last exchange: who finished, and which WARNINGs each
         derived; then print the held WARNINGs no lower rank printed."""
-        bridge, identity, group = self._bridge, self.identity, self._group.group
-        if bridge is None or identity is None or not self._wait_for_peers:
-            return
-        if group is None or identity.world_size == 1:
-            bridge.release()
-            return
         payload: JsonValue = {
             "exchange": _END_OF_RUN,
             "node_rank": identity.node_rank,
