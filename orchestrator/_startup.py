@@ -747,23 +747,24 @@ class Startup:
         return self._returned()
 
     async def _end_with_peers(self) -> None:
-        """After the run: the last exchange, then the logs in one place. A
-        stop asked meanwhile ends whichever wait is going on."""
+        """After the run, for a rank that waits for its peers (only such a
+        rank prints the WARNINGs it held, see ``wait_for_peers``): the last
+        exchange, or the held WARNINGs printed without one, then the logs
+        in one place. A stop asked meanwhile ends whichever wait is going on."""
         end_started = anyio.current_time()
         bridge, identity, group = self._bridge, self.identity, self._group.group
+        if bridge is None or identity is None or not self._wait_for_peers:
+            return
         interrupted = self._outcome() is events.RunOutcome.INTERRUPTED
         broken = not interrupted and self._group_broken()
-        if broken and self._wait_for_peers and group is not None:
+        if broken and group is not None:
             # Known without asking: the ranks did not end together.
             self._peers_finished = False
-        # Only a rank that waits for its peers prints the WARNINGs it held
-        # (see ``wait_for_peers``): after the exchange when there is one.
-        if bridge is not None and identity is not None and self._wait_for_peers:
-            if interrupted or broken or group is None or identity.world_size == 1:
-                bridge.release()
-            else:
-                await self._exchange_with_peers(bridge, identity, group)
-        await self._collect_logs(end_started)
+        if interrupted or broken or group is None or identity.world_size == 1:
+            bridge.release()
+        else:
+            await self._exchange_with_peers(bridge, identity, group)
+        await self._collect_logs(identity, end_started)
 
     async def _run_watching_signals(self) -> None:
         assert self._runner is not None
@@ -915,7 +916,7 @@ class Startup:
         with contextlib.suppress(Exception):
             group.post(self._mailbox_key("peer", identity.rank), orjson.dumps(whereabouts))
 
-    async def _collect_logs(self, end_started: float) -> None:
+    async def _collect_logs(self, identity: RankIdentity, end_started: float) -> None:
         """The run's logs in one place: every rank but 0 posts its whole log
         to the process group's store; rank 0 takes them until the group
         timeout has passed since ``end_started`` (bounded by the two
@@ -925,10 +926,8 @@ class Startup:
         from ._group import Mailbox
         from ._run_directory import RunDirectoryError
 
-        identity, log, run_dir, launch = self.identity, self._log, self.run_dir, self._launch
-        if identity is None or log is None or run_dir is None or launch is None:
-            return
-        if not self._wait_for_peers or identity.world_size == 1:
+        log, run_dir, launch = self._log, self.run_dir, self._launch
+        if log is None or run_dir is None or launch is None or identity.world_size == 1:
             return
         group = self._group.group
         mailbox = group if isinstance(group, Mailbox) else None
