@@ -624,6 +624,16 @@ def test_a_rank_that_died_in_two_steps_names_both() -> None:
     assert "steps in flight: cache, cache_dir" in cause.describe()
 
 
+def test_a_rank_that_died_in_one_step_names_it_once() -> None:
+    stream = EventStream().run_started()
+    stream.started("probe")
+    cause = replay([stream.events]).root_cause
+    assert cause is not None
+    assert cause.describe() == (
+        "rank 0, step probe: the process died before the rank finished (no run.finished)"
+    )
+
+
 # --- what the launcher saw of a process ------------------------------------------------
 
 

@@ -5,6 +5,8 @@ which rule speaks for a failure, and which variables are secret."""
 
 from __future__ import annotations
 
+import attrs
+
 from events import (
     Event,
     MessageRule,
@@ -170,6 +172,44 @@ def test_a_parent_recorded_as_its_own_origin_is_a_failure_of_its_own() -> None:
     cause = replay(events).root_cause
     assert cause is not None
     assert cause.step == "x"
+
+
+def test_failures_in_two_subtrees_each_go_up_their_own_tree() -> None:
+    # x/a and y/b both fail before either parent ends: x's failure going up
+    # must leave y/b's on its way, so that y's names the step it started in.
+    other = exception_info("ValueError", "bad configuration")
+    stream = EventStream().run_started()
+    stream.started("x").started("y").started("x/a").started("y/b")
+    stream.failed("x/a", BOOM).failed("y/b", other)
+    stream.failed("x", BOOM).failed("y", other)
+    run = replay(stream.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="x"))
+    failed = [(m.step, m.text) for m in run.messages if m.code == "step.failed"]
+    assert [step for step, _text in failed] == ["x/a", "y/b"], failed
+    assert run.root_cause is not None
+    assert run.root_cause.step == "x/a"
+
+
+def without_spans(events: list[Event]) -> list[Event]:
+    """``events`` as a log written before steps had spans records them."""
+    return [attrs.evolve(event, span_id="0" * 16, parent_span_id=None) for event in events]
+
+
+def test_without_spans_a_child_failure_its_parent_recovers_from_is_no_failure() -> None:
+    # A log without spans: a step's place in the tree is its path, so a
+    # child's failure waits for its parent, which here recovers.
+    stream = EventStream().run_started()
+    stream.started("x").started("x/first").failed("x/first", BOOM).succeeded("x")
+    run = replay(without_spans(stream.run_finished()))
+    assert run.outcome is RunOutcome.READY
+    assert run.root_cause is None
+    assert not [m for m in run.messages if m.code == "step.failed"]
+    # ... and one it does not recover from settles on the child.
+    failing = EventStream().run_started()
+    failing.started("x").started("x/first").failed("x/first", BOOM).failed("x", BOOM)
+    events = failing.run_finished(RunOutcome.FAILED, cause=BOOM, failed_step="x")
+    cause = replay(without_spans(events)).root_cause
+    assert cause is not None
+    assert cause.step == "x/first"
 
 
 def test_a_recorded_stop_is_said_and_a_cause_of_that_name_alone_is_not() -> None:
