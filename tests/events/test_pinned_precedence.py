@@ -404,6 +404,26 @@ def test_a_launcher_and_logs_that_disagree_on_the_world_are_said_to() -> None:
     ) in run.warnings
 
 
+def test_logs_that_disagree_on_the_world_are_judged_by_the_largest() -> None:
+    # A rank that says the world is larger is believed: the ranks only it
+    # knows of are missing, not outside the run.
+    run = replay([ready(0, 4), ready(1, 2)])
+    assert run.world_size == 4
+    assert run.no_events == {2: "no log", 3: "no log"}
+    assert run.outcome is RunOutcome.INCOMPLETE
+
+
+def test_a_launcher_is_not_said_to_disagree_with_logs_that_name_no_world() -> None:
+    # No run.started: the logs say no world, which is no disagreement.
+    streams = [EventStream(rank=rank, world_size=2) for rank in (0, 1)]
+    run = replay(
+        [stream.started("probe").succeeded("probe").events for stream in streams],
+        launch=LaunchRecord(world_size=2),
+    )
+    assert run.world_size == 2
+    assert not [w for w in run.warnings if "the logs say a world" in w], run.warnings
+
+
 def test_a_world_of_the_largest_plausible_size_is_read() -> None:
     assert implausible_world(MAX_WORLD_SIZE, "manifest.json", 1) is None
     why = implausible_world(MAX_WORLD_SIZE + 1, "manifest.json", 1)

@@ -418,6 +418,13 @@ def test_a_fallback_rule_attaches_the_cause_only_with_detail() -> None:
         if m.code == "mine.eager"
     ]
     assert without.exception is None
+    # The kernel's fallback.used names the reason without the traceback.
+    (generic,) = [
+        m
+        for m in fold(Messages(), chain("unavailable", cause=True)).messages()
+        if m.code == "fallback.used"
+    ]
+    assert generic.exception is None
 
 
 def test_a_chain_that_stops_before_the_next_attempt_says_no_fallback() -> None:

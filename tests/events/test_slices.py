@@ -16,6 +16,7 @@ from events import (
     Agreement,
     Column,
     Event,
+    ExceptionInfo,
     FrameInfo,
     JsonlLog,
     MessageRule,
@@ -136,6 +137,22 @@ def test_a_graph_without_rules_gets_the_generic_messages() -> None:
         "Step cache_dir failed: RuntimeError: boom, caused by CacheError; "
         "the error propagated and stopped the startup."
     )
+
+
+def test_a_failure_whose_message_quotes_its_root_names_the_root_once() -> None:
+    def step_failed(cause: ExceptionInfo) -> str:
+        stream = EventStream().run_started()
+        stream.started("load").failed("load", cause)
+        events = stream.run_finished(RunOutcome.FAILED, cause=cause, failed_step="load")
+        (message,) = [m for m in fold(Messages(), events).messages() if m.code == "step.failed"]
+        return message.text.partition("; ")[0]
+
+    denied = exception_info("PermissionError", "denied")
+    quoting = exception_info("RuntimeError", "load failed: [PermissionError: denied]", cause=denied)
+    assert step_failed(quoting) == (
+        "Step load failed: RuntimeError: load failed: [PermissionError: denied]"
+    )
+    assert step_failed(exception_info("RuntimeError")) == "Step load failed: RuntimeError"
 
 
 @pytest.mark.parametrize(
