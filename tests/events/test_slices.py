@@ -139,6 +139,25 @@ def test_a_graph_without_rules_gets_the_generic_messages() -> None:
     )
 
 
+def test_a_candidate_without_reasons_is_said_unavailable_by_its_cause_else_its_outcome() -> None:
+    def said(cause: ExceptionInfo | None) -> str:
+        stream = EventStream().run_started()
+        stream.started("platform").started("platform/zen", kind=StepKind.CANDIDATE)
+        stream.unavailable("platform/zen", cause=cause, reasons=()).succeeded("platform")
+        (message,) = [
+            m
+            for m in fold(Messages(), stream.run_finished()).messages()
+            if m.code == "candidate.unavailable"
+        ]
+        return message.text
+
+    missing = exception_info("ImportError", "No module named 'zentorch'")
+    assert said(missing) == (
+        "Candidate platform/zen is unavailable: ImportError: No module named 'zentorch'"
+    )
+    assert said(None) == "Candidate platform/zen is unavailable: unavailable"
+
+
 def test_a_failure_whose_message_quotes_its_root_names_the_root_once() -> None:
     def step_failed(cause: ExceptionInfo) -> str:
         stream = EventStream().run_started()
@@ -283,6 +302,8 @@ def test_a_severity_or_scope_is_taken_by_name_and_a_bad_one_is_named() -> None:
         ValueError, match=r"rule of code 'mine\.x' is 'error': give \(severity, scope"
     ):
         Slice(name="mine", severities={"mine.x": "error"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"is \('error',\): give \(severity, scope"):
+        Slice(name="mine", severities={"mine.x": ("error",)})  # type: ignore[dict-item]
 
 
 def test_a_slices_severities_entry_wins_over_its_rule_for_the_same_code() -> None:
