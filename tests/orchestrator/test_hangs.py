@@ -283,12 +283,14 @@ async def test_a_child_that_does_not_answer_holds_back_no_other_stall() -> None:
     given_up = anyio.Event()
     release = anyio.Event()
     recorded: list[tuple[str, int]] = []
+    elapsed_ns: list[int] = []
     asked: list[None] = []
 
     def record(
         flight: InFlight, why: StallReason, elapsed: int, stacks: tuple[ThreadStack, ...]
     ) -> None:
         recorded.append((flight.step, len(stacks)))
+        elapsed_ns.append(elapsed)
         done = answered if flight.step == "answers" else given_up
         anyio.from_thread.run_sync(done.set, token=token)
 
@@ -311,6 +313,9 @@ async def test_a_child_that_does_not_answer_holds_back_no_other_stall() -> None:
             assert recorded[0] == ("answers", 1)
             await given_up.wait()
         assert ("silent", 0) in recorded
+        # Started before the watchdog was, neither was looked at before it
+        # had run the threshold.
+        assert min(elapsed_ns) >= STALL_S * 1e9
         # Due again and again meanwhile (the threshold is far below 2 s), it
         # is not asked again while its question is open.
         assert len(asked) == 1
