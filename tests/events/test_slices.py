@@ -444,3 +444,16 @@ def test_a_stall_where_a_slice_says_another_process_is_awaited_says_so() -> None
             "waiting in barrier (c10d.py:9) for another process."
         ],
     ]
+
+
+def test_a_column_labels_a_value_of_the_labels_own_type_only() -> None:
+    # True == 1 in Python: a label for True is not the label of 1.
+    column = Column(title="FAILED", fact="failed", labels={True: "yes", False: "no"})
+    assert [column.cell(value) for value in (True, False, 1, 0, None, "x")] == [
+        "yes",
+        "no",
+        "1",
+        "0",
+        "-",
+        "x",
+    ]
