@@ -214,6 +214,17 @@ def test_a_slurm_job_names_the_run_only_for_its_tasks() -> None:
     assert run_id_from_environment(task) == "slurm-42-3"
 
 
+def test_an_open_mpi_job_names_the_run_only_for_its_processes() -> None:
+    # The namespace mpirun gives its processes, kept to what names a
+    # directory; a shell that merely inherited it is no process of the job.
+    namespace = {"PMIX_NAMESPACE": "prterun-node1-1234@1"}
+    assert run_id_from_environment(namespace) is None
+    process = {**namespace, "OMPI_COMM_WORLD_RANK": "3"}
+    assert run_id_from_environment(process) == "ompi-prterun-node1-1234-1"
+    older = {"OMPI_MCA_ess_base_jobid": "2749628417", "OMPI_COMM_WORLD_RANK": "0"}
+    assert run_id_from_environment(older) == "ompi-2749628417"
+
+
 def test_a_slurm_node_runs_the_tasks_its_layout_gives_it_not_the_most_it_may_run() -> None:
     # srun -N2 -n6 --ntasks-per-node=4: SLURM_NTASKS_PER_NODE=4 is the most
     # a node may run; SLURM_TASKS_PER_NODE="4,2" is what each runs.
