@@ -18,6 +18,7 @@ from events import (
     FrameInfo,
     JsonValue,
     LogContents,
+    Loss,
     Outcome,
     Replay,
     RunOutcome,
@@ -492,6 +493,61 @@ def test_a_ready_run_that_lost_something_says_what_first() -> None:
         "mine.divergence",
         *["step.timed_out"] * 3,
     ]
+
+
+def _slow_kernels(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, JsonValue] | None:
+    """A second facts hook: the rank settled for the slow kernels."""
+    settled = _settled(facts, event)
+    if settled and getattr(event, "result", None) == {"selected": "slow"}:
+        return {**settled, "slow_kernels": True}
+    return settled
+
+
+#: The tests' slice with a capability a rank can lose: the fast kernels.
+LOSING = attrs.evolve(
+    MINE,
+    facts={"kernels_settled": False, "slow_kernels": False},
+    derive_facts=_slow_kernels,
+    losses=[Loss(fact="slow_kernels", what="the fast kernels")],
+)
+
+
+def test_a_degraded_run_names_what_its_ready_ranks_lost_and_a_whole_one_does_not() -> None:
+    from exporters import report_text
+
+    # Rank 2 chose other kernels (an ERROR divergence degrades the start):
+    # the ranks whose fact says the loss are named, not rank 2.
+    degraded = report_text(replay(degraded_run(), slices=[LOSING])).splitlines()
+    assert degraded[1] == "Lost: the fast kernels on ranks 0-1,3"
+    # A start that is not degraded lost nothing worth a first line.
+    whole = [ready_rank(rank, world_size=2) for rank in range(2)]
+    assert not [
+        line
+        for line in report_text(replay(whole, slices=[LOSING])).splitlines()
+        if line.startswith("Lost:")
+    ]
+
+
+def test_as_many_degradations_as_are_shown_leave_none_to_count() -> None:
+    from exporters import report_text
+
+    result = replay(degraded_run(timed_out=["probe/a", "probe/b"]), slices=[MINE])
+    header = report_text(result).split("\n\n")[0]
+    assert header.count("Degraded: ") == 3
+    assert "more" not in header
+
+
+def test_rows_of_as_many_ranks_come_in_order_of_their_lowest_rank() -> None:
+    from exporters import report_text
+
+    streams = []
+    for rank in range(4):
+        stream = started_rank(rank, world_size=4)
+        kernels(stream, selected="x" if rank in (0, 3) else "y")
+        streams.append(stream.run_finished())
+    table = report_text(replay(streams, slices=[MINE])).partition("Ranks:\n")[2]
+    rows = [line.split()[0] for line in table.splitlines()[1:3]]
+    assert rows == ["0,3", "1-2"]
 
 
 def test_a_divergence_that_is_no_error_leaves_a_ready_run_whole() -> None:
