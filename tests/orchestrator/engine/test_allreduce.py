@@ -598,6 +598,30 @@ def test_a_torch_group_gathers_json_and_keeps_the_rank_when_it_fails(
     assert "Connection closed by peer" in str(raised.value.__cause__)
 
 
+class PeerSendsMore(FakeDistributed):
+    """Rank 1 of two, whose peer (rank 0) sends ``peer``, longer than what
+    rank 1 sends: each exchange pads to the longest."""
+
+    def __init__(self, peer: bytes) -> None:
+        super().__init__(initialized=True)
+        self.peer = peer
+
+    def all_gather(self, output: list[Any], tensor: Any, group: object = None) -> None:
+        if tensor.numel() == 1 and output[0].numel() == 1:  # the lengths
+            output[0].fill_(len(self.peer))
+        else:
+            output[0][: len(self.peer)] = tensor.new_tensor(list(self.peer))
+        output[1].copy_(tensor)
+
+
+def test_a_torch_group_gathers_values_of_different_lengths(
+    monkeypatch: pytest.MonkeyPatch, real_torch: Any
+) -> None:
+    peer: JsonValue = {"backend": "trtllm", "reason": "a longer value than this rank's"}
+    use_fake_distributed(monkeypatch, PeerSendsMore(orjson.dumps(peer)), real_torch)
+    assert TorchDistributedGroup().all_gather("x") == [peer, "x"]
+
+
 def test_init_uses_the_launcher_environment_and_owns_what_it_creates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
