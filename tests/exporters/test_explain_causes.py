@@ -87,3 +87,29 @@ def test_hostile_brackets_do_not_break_the_cut() -> None:
     assert shown.endswith(" …")
     assert len(shown) <= 300
     assert "RuntimeError: ]] ((" in shown  # unmatched in the cause itself: kept as they are
+
+
+def test_a_cause_of_exactly_the_limit_is_shown_whole() -> None:
+    message = "b" * (300 - len("RuntimeError: "))
+    assert explained_cause(exception_info("RuntimeError", message)) == f"RuntimeError: {message}"
+
+
+def test_a_cut_inside_nested_brackets_goes_before_the_outermost() -> None:
+    words = "a" * 260
+    message = f"{words} (outer [inner token here] more) tail tail tail tail"
+    assert explained_cause(exception_info("RuntimeError", message)) == f"RuntimeError: {words} …"
+
+
+def test_a_step_says_what_it_chose_and_how_its_process_ended() -> None:
+    # A result's empty values and its priority are no news; a crash names
+    # its exit code when no signal ended it.
+    stream = EventStream().run_started()
+    chosen = {"backend": "FLASH", "priority": 3, "none": None, "list": [], "map": {}}
+    stream.started("platform").succeeded("platform", chosen)
+    stream.started("probe").crashed("probe", exit_code=3, signal=None)
+    ended = stream.run_finished(RunOutcome.FAILED, failed_step="probe")
+    lines = explain_text(events.replay(ended)).splitlines()
+    assert lines[2:] == [
+        "├─ platform: ok (backend=FLASH) [1.0ms]",
+        "└─ probe: crashed (exit code 3) [1.0ms]",
+    ]
