@@ -1,5 +1,8 @@
-"""``blame``: steps by the time spent in them, slowest first, each step
-named with its slowest rank (as ``systemd-analyze blame``)."""
+"""The views of time: ``blame`` (steps by the time spent in them, slowest
+first, each named with its slowest rank, as ``systemd-analyze blame``),
+``critical-path`` (the chain of steps that decided the wall time, as
+``systemd-analyze critical-chain``), and ``explain``, which groups ranks
+whose trees differ only in their timings."""
 
 from __future__ import annotations
 
@@ -69,3 +72,16 @@ def test_blame_keeps_the_lowest_rank_of_a_tie_and_aligns_the_durations() -> None
         "10.0ms allreduce (rank 0)\n"
         " 5.0ms attention/a (rank 0)\n"
     )
+
+
+def test_explain_shows_ranks_that_differ_only_in_time_once() -> None:
+    from exporters import explain_text
+
+    def loads(rank: int, load_ms: int) -> list[Event]:
+        stream = EventStream(run_id="alike", rank=rank, world_size=3, tick_ns=0).run_started()
+        stream.started("load").advance(load_ms * MS).succeeded("load")
+        return stream.run_finished()
+
+    run = replay(list(merge([loads(0, 5), loads(1, 50), loads(2, 7)])))
+    # One tree for the three, with the first rank's timings.
+    assert explain_text(run) == "== ranks 0-2 ==\nrun: ready\n└─ load: ok [5.0ms]\n"
