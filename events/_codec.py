@@ -694,11 +694,13 @@ _RECORD_FUNCTIONS: dict[type[Any], tuple[Callable[[Any], Any], Callable[[Any], A
 
 def _record_functions(cls: type[Any]) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     if cls not in _RECORD_FUNCTIONS:
-        generated = _Generated()
-        generated.add(cls)
-        generated.compile()
-        functions = (generated.function("encode_{}", cls), generated.function("decode_{}", cls))
-        _RECORD_FUNCTIONS.setdefault(cls, functions)
+        with _COMPILING:  # once per class, as the event tables are
+            if cls not in _RECORD_FUNCTIONS:
+                generated = _Generated()
+                generated.add(cls)
+                generated.compile()
+                encoder = generated.function("encode_{}", cls)
+                _RECORD_FUNCTIONS[cls] = (encoder, generated.function("decode_{}", cls))
     return _RECORD_FUNCTIONS[cls]
 
 
