@@ -136,15 +136,6 @@ def test_the_manifest_names_a_simulated_host_by_its_profile_or_its_file(
     assert manifest.simulated == recorded
 
 
-def test_the_manifest_names_a_loaded_profile_by_its_name() -> None:
-    from orchestrator.engine import BUILTIN_PROFILES
-
-    profile = BUILTIN_PROFILES["zen4"]
-    manifest = Manifest.begin(run_id="run-1", world_size=2, faults=FaultPlan(), simulating=profile)
-
-    assert manifest.simulated == profile.name
-
-
 def test_a_launch_stopped_before_any_rank_started_records_every_rank(tmp_path: Path) -> None:
     book = LaunchBook.claim(tmp_path / "run", _manifest(world_size=2))
     book.finish(not_started="never started: the launch was stopped")

@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from events import Outcome
-from orchestrator import Graph, Isolation, Step, StepContext
+from orchestrator import FaultPlan, Graph, Isolation, Step, StepContext
+from orchestrator._run_directory import Manifest
 from orchestrator.engine import (
     BUILTIN_PROFILES,
     ENGINE_DECIDERS,
@@ -448,3 +449,10 @@ async def test_profiles_serve_as_the_fake_host_of_the_testing_helpers() -> None:
     assert captured.outcomes()[ZENTORCH_STEP] is Outcome.UNAVAILABLE
     assert captured.result is not None
     assert captured.result[PLATFORM_STEP].value["platform_class"] == "CpuPlatform"  # type: ignore[index]
+
+
+def test_the_manifest_names_a_loaded_profile_by_its_name() -> None:
+    profile = BUILTIN_PROFILES["zen4"]
+    manifest = Manifest.begin(run_id="run-1", world_size=2, faults=FaultPlan(), simulating=profile)
+
+    assert manifest.simulated == profile.name
