@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -256,6 +257,7 @@ async def test_a_cancelled_step_records_where_its_thread_was_left() -> None:
         raise RuntimeError("the peer gave up")
 
     log = new_log()
+    began_ns = time.monotonic_ns()
     try:
         with anyio.fail_after(DEADLINE_S), pytest.raises(RuntimeError, match="the peer gave up"):
             await orchestrator.run(
@@ -265,9 +267,11 @@ async def test_a_cancelled_step_records_where_its_thread_was_left() -> None:
             )
     finally:
         release.set()
+    ended_ns = time.monotonic_ns()
 
     (stall,) = of_type(log, StepStalled, "driver")
     assert stall.why is StallReason.ABANDONED
+    assert 0 <= stall.elapsed_ns <= ended_ns - began_ns  # how long it ran before it was left
     assert waits_in(stall) == "wait_for_the_driver"
     assert stall.seq == only(log, StepCancelled, "driver").seq - 1
     assert_log_contract(log)

@@ -276,7 +276,7 @@ async def test_a_failed_run_leaves_a_complete_replayable_file(tmp_path: Path) ->
 
 async def test_a_decision_needs_a_registered_decider() -> None:
     async def decides(ctx: StepContext) -> JsonValue:
-        with pytest.raises(KeyError, match="no decider named 'nope'"):
+        with pytest.raises(KeyError, match=r"no decider named 'nope'; registered: .*count"):
             ctx.decide("nope")
         return ctx.decide("count", {"of": "steps"})
 
@@ -489,3 +489,24 @@ async def test_resource_attributes_without_a_key_are_not_recorded(
         await orchestrator.run(nested_graph(), log)
 
     assert only(log, RunStarted).resource == {"team": "inference"}
+
+
+async def test_a_runner_without_an_identity_is_the_last_rank_of_its_logs_world() -> None:
+    log = MemoryLog("run-1", 2)
+    with anyio.fail_after(DEADLINE_S):
+        await orchestrator.run(Graph("g", [Step(name="s", body=lambda ctx: None)]), log)
+
+    identity = only(log, RunStarted).identity
+    assert (identity.rank, identity.world_size) == (2, 3)
+
+
+@pytest.mark.parametrize("max_threads", [1, 2])
+async def test_a_runner_may_run_its_steps_on_a_single_thread(max_threads: int) -> None:
+    log = new_log()
+    graph = Graph("g", [Step(name=name, body=lambda ctx: ctx.step) for name in ("a", "b")])
+    with anyio.fail_after(DEADLINE_S):
+        result = await orchestrator.run(graph, log, max_threads=max_threads)
+
+    assert (result["a"].value, result["b"].value) == ("a", "b")
+    with pytest.raises(ValueError, match="max_threads must be at least 1, not 0"):
+        orchestrator.Runner(new_log(), max_threads=0)
