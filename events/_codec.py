@@ -233,24 +233,17 @@ def _share(value: dict[str, Any] | list[Any]) -> None:
     (results and attributes repeat them from event to event and rank to
     rank)."""
     intern = sys.intern
-    # Most are flat: a work list is made only for one that is not (not
-    # recursion: JSON nests deeper than Python recurses).
-    pending: list[Any] | None = None
-    item: Any = value
-    while True:
+    # A work list, not recursion: JSON nests deeper than Python recurses.
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
         pairs = item.items() if type(item) is dict else enumerate(item)
         for key, inner in pairs:
             kind = type(inner)
             if kind is str:
                 item[key] = intern(inner)
             elif kind is dict or kind is list:
-                if pending is None:
-                    pending = [inner]
-                else:
-                    pending.append(inner)
-        if not pending:
-            return
-        item = pending.pop()
+                pending.append(inner)
 
 
 #: The frames decoded and still in use, by their fields: the ranks of a run
@@ -312,9 +305,10 @@ class _Generated:
         code = compile("\n".join(self.source) + "\n", "<events codec, generated>", "exec")
         exec(code, self.namespace)
 
-    def function(self, name: str, cls: type[Any]) -> Any:
-        """``cls``'s compiled ``"encode_{}"`` or ``"decode_{}"``."""
-        return self.namespace[name.format(self.ids[cls])]
+    def functions(self, cls: type[Any]) -> tuple[Any, Any]:
+        """``cls``'s compiled encoder and decoder."""
+        ident = self.ids[cls]
+        return self.namespace[f"encode_{ident}"], self.namespace[f"decode_{ident}"]
 
     def _constant(self, name: str, value: Any) -> str:
         if name in self.namespace:
@@ -616,8 +610,7 @@ def _compile() -> None:
             generated.add(event_cls, tag=tag)
         generated.compile()
         for tag, event_cls in EVENT_TYPES.items():
-            LINE_ENCODERS[tag] = generated.function("encode_{}", event_cls)
-            CURRENT_DECODERS[tag] = generated.function("decode_{}", event_cls)
+            LINE_ENCODERS[tag], CURRENT_DECODERS[tag] = generated.functions(event_cls)
 
 
 # --- public functions ---------------------------------------------------------------
@@ -699,8 +692,7 @@ def _record_functions(cls: type[Any]) -> tuple[Callable[[Any], Any], Callable[[A
                 generated = _Generated()
                 generated.add(cls)
                 generated.compile()
-                encoder = generated.function("encode_{}", cls)
-                _RECORD_FUNCTIONS[cls] = (encoder, generated.function("decode_{}", cls))
+                _RECORD_FUNCTIONS[cls] = generated.functions(cls)
     return _RECORD_FUNCTIONS[cls]
 
 
