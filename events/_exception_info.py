@@ -491,36 +491,27 @@ def cut_chain(record: Any, rename: Callable[[str], str] | None = None) -> Any:
     def cut(node: dict[str, Any]) -> dict[str, Any]:
         nonlocal budget
         budget -= 1
-        copy: dict[str, Any] | None = None
+        copy = dict(node)
         if rename is not None and type(node.get("type")) is str:
-            copy = {**node, "type": rename(node["type"])}
+            copy["type"] = rename(node["type"])
         for name in ("cause", "context", "exceptions"):
             value: Any = node.get(name)
-            many = type(value) is list
-            if not many and type(value) is not dict:
-                continue
-            kept: list[Any] = []
-            changed = short = False
-            for item in value if many else (value,):
-                if type(item) is not dict:
-                    kept.append(item)
-                elif budget <= 0:
-                    short = True
-                    break
+            if type(value) is dict:
+                if budget > 0:
+                    copy[name] = cut(value)
                 else:
-                    kept.append(cut(item))
-                    changed = changed or kept[-1] is not item
-            if not (changed or short):
-                continue
-            copy = copy if copy is not None else dict(node)
-            if many:
+                    del copy[name]
+                    copy["truncated"] = True
+            elif type(value) is list:
+                kept: list[Any] = []
+                for item in value:
+                    if type(item) is dict and budget <= 0:
+                        copy["truncated"] = True
+                        break
+                    kept.append(cut(item) if type(item) is dict else item)
                 copy[name] = kept
-            elif kept:
-                copy[name] = kept[0]
-            else:
-                del copy[name]
-            if short:
-                copy["truncated"] = True
-        return node if copy is None else copy
+        # Equal only where every link came back as it was (an unchanged
+        # value is the same object: comparing it costs nothing).
+        return node if copy == node else copy
 
     return cut(record) if type(record) is dict else record
