@@ -436,13 +436,12 @@ class _Generated:
         required_const = self._constant(f"required_{ident}", required)
         names_const = self._constant(f"names_{ident}", names)
         name_const = self._constant(f"name_{ident}", cls.__name__)
-        post_init = []
         if getattr(cls, "__attrs_post_init__", None) is not None:
-            post_init = [
-                "    try:",
-                "        obj.__attrs_post_init__()",
-                "    except (TypeError, ValueError) as exc:",
-                f"        raise _Bad({name_const} + ': ' + str(exc)) from None",
+            validated += [
+                "try:",
+                "    obj.__attrs_post_init__()",
+                "except (TypeError, ValueError) as exc:",
+                f"    raise _Bad({name_const} + ': ' + str(exc)) from None",
             ]
         return [
             f"def decode_{ident}(record):",
@@ -458,7 +457,6 @@ class _Generated:
             *(["    obj.schema_version = _VERSION"] if tag is not None else []),
             f"    obj.__class__ = cls_{ident}",
             *(f"    {line}" for line in validated),
-            *post_init,
             "    return obj",
             "",
         ]
