@@ -130,19 +130,17 @@ def field_names(cls: type[Any]) -> tuple[str, ...]:
     """
     twin(cls)  # refuses a class attrs did not make, or one with a __new__ of its own
     refusal = TypeError(f"{cls.__qualname__} cannot be built without its __init__")
-    if getattr(cls, "__attrs_pre_init__", None) is not None:
-        raise refusal
     fields = attrs.fields(cls)
-    for field in fields:
-        if (
-            not field.init
-            or field.alias != field.name
-            or field.validator is not None
-            or field.converter is not None
-            or not field.name.isidentifier()
-            or keyword.iskeyword(field.name)
-        ):
-            raise refusal
+    if getattr(cls, "__attrs_pre_init__", None) is not None or any(
+        not field.init
+        or field.alias != field.name
+        or field.validator is not None
+        or field.converter is not None
+        or not field.name.isidentifier()
+        or keyword.iskeyword(field.name)
+        for field in fields
+    ):
+        raise refusal
     slots: set[str] = set()
     for klass in cls.__mro__[:-1]:
         if "__slots__" not in vars(klass):
