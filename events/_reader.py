@@ -313,9 +313,9 @@ def validate(path: str | os.PathLike[str]) -> list[LogProblem]:
     if last is not None and not isinstance(last, RunFinished) and not after_finished:
         message = (
             f"no run.finished event: the rank stopped after seq {last.seq} "
-            f"({last.TYPE} {last.step or ''})"
+            f"({last.TYPE} {last.step})"
         )
-        found(0, ProblemKind.NOT_FINISHED, message.rstrip(), fatal=False)
+        found(0, ProblemKind.NOT_FINISHED, message, fatal=False)
     return problems
 
 
