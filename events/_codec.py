@@ -321,7 +321,8 @@ class _Generated:
     def _encoder(
         self, ident: int, tag: str | None, fields: list[Any], hints: dict[str, Any]
     ) -> list[str]:
-        """``encode_N(obj)``: the line record of ``obj``."""
+        """``encode_N(obj)``: the line record of ``obj``, leaving out each
+        field equal to its default (``omitted_N_NAME``)."""
         # The record is for orjson alone and dropped once written: enum
         # members and tuples are left for orjson, and a dict is not copied.
         # The leading required fields go in the dict literal.
@@ -330,37 +331,29 @@ class _Generated:
             literal += ['"v": obj.schema_version', f'"type": {self._constant(f"tag_{ident}", tag)}']
         stores: list[str] = []
         for field in fields:
-            name = field.name
-            dump, store = self._store(field, hints, f"{ident}_{name}")
-            if field.default is attrs.NOTHING and not stores and dump == "value":
+            name, tp = field.name, hints[field.name]
+            shape = _shape(tp)
+            if field.default is None and shape[0] == "optional":
+                # Emitted only when not None: no need to test for None again.
+                tp = shape[1]
+            dump = self._dump(tp, "value", 0)
+            store = f"record[{name!r}] = {dump}"
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()
+            if default is attrs.NOTHING and not stores and dump == "value":
                 literal.append(f"{name!r}: obj.{name}")
+                continue
+            stores.append(f"value = obj.{name}")
+            if default is attrs.NOTHING:
+                stores.append(store)
+            elif default is None:
+                stores += ["if value is not None:", f"    {store}"]
             else:
-                stores += [f"value = obj.{name}", *store]
+                constant = self._constant(f"omitted_{ident}_{name}", default)
+                stores += [f"if value != {constant}:", f"    {store}"]
         lines = [f"record = {{{', '.join(literal)}}}", *stores, "return record"]
         return [f"def encode_{ident}(obj):", *(f"    {line}" for line in lines), ""]
-
-    def _store(self, field: Any, hints: dict[str, Any], key: str) -> tuple[str, list[str]]:
-        """The expression turning ``field``'s value, in variable ``value``,
-        into what orjson writes, and the statements putting it in ``record``
-        unless it is the field's default (``omitted_KEY`` names the default
-        compared with)."""
-        name = field.name
-        tp = hints[name]
-        shape = _shape(tp)
-        if field.default is None and shape[0] == "optional":
-            # Emitted only when not None: no need to test for None again.
-            tp = shape[1]
-        dump = self._dump(tp, "value", 0)
-        store = f"record[{name!r}] = {dump}"
-        default = field.default
-        if default is attrs.NOTHING:
-            return dump, [store]
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()
-        if default is None:
-            return dump, ["if value is not None:", f"    {store}"]
-        constant = self._constant(f"omitted_{key}", default)
-        return dump, [f"if value != {constant}:", f"    {store}"]
 
     def _dump(self, tp: Any, var: str, depth: int) -> str:
         """An expression turning the value in variable ``var`` into what
