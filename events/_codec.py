@@ -323,8 +323,6 @@ class _Generated:
     ) -> list[str]:
         """``encode_N(obj)``: the line record of ``obj``, leaving out each
         field equal to its default (``omitted_N_NAME``)."""
-        # The record is for orjson alone and dropped once written: enum
-        # members and tuples are left for orjson, and a dict is not copied.
         # The leading required fields go in the dict literal.
         literal = []
         if tag is not None:
@@ -634,7 +632,6 @@ def decode_record(record: object) -> Event:
     if type(version) is not int or not 0 <= version <= SCHEMA_VERSION:
         raise UnsupportedVersionError(version, SCHEMA_VERSION)
     if version < SCHEMA_VERSION:
-        # Upgraded one version at a time, on a copy (see _UPGRADES).
         record = dict(record)
         for upgrade in _UPGRADES[version:]:
             record = upgrade(record)
