@@ -479,7 +479,6 @@ class _Generated:
                 # process while in use.
                 return [*check, f"{var} = _intern({var})"], True
             case ("any",):
-                # A JSON value's texts are shared in place (see _share).
                 return [
                     f"if type({var}) is dict or type({var}) is list:",
                     f"    _share({var})",
