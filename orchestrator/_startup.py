@@ -593,31 +593,8 @@ class Startup:
         """The run id, and the suffix it adds to the launch's own name (a
         restarted worker group's ``-restart-K``); the process group is
         formed here when agreeing over it is the only way to them."""
-        from ._group import GroupError
-        from ._identity import checked_run_id, new_run_id, torchrun_restart_count
-
-        # The name every attempt of the launch shares: the run id passed in,
-        # else torchrun's (``None``: neither).
-        named: str | None = self._run_id or self._env.get("TORCHELASTIC_RUN_ID", "").strip()
-        named = None if named in ("", "none") else named
-        try:
-            return self._agreed_run_id(identity, named)
-        except GroupError as exc:
-            # The peers never met to agree: this rank records the failure
-            # under a name no agreed run takes. A named group's attempt is
-            # unknown, so its node's ranks take the node's own count (which
-            # each such failure raises); an unnamed launch's rank, one of
-            # its own.
-            self._unjoined = exc
-            if named is None:
-                attempt = f"-rank-{identity.rank}-unjoined"
-                return new_run_id() + attempt, attempt
-            count = torchrun_restart_count(self._env)
-            attempt = f"-node-{identity.node_rank}-unjoined-{count}"
-            return checked_run_id(named + attempt), attempt
-
-    def _agreed_run_id(self, identity: RankIdentity, named: str | None) -> tuple[str, str]:
         from ._errors import RankEnvironmentError
+        from ._group import GroupError
         from ._identity import (
             RUN_ID_VARIABLE,
             checked_run_id,
@@ -628,44 +605,62 @@ class Startup:
         )
 
         env = self._env
+        # The name every attempt of the launch shares: the run id passed in,
+        # else torchrun's (``None``: neither).
+        named: str | None = self._run_id or env.get("TORCHELASTIC_RUN_ID", "").strip()
+        named = None if named in ("", "none") else named
         restarts = torchrun_restart_count(env)
-        if (
-            # A worker group that spans several torchrun agents that may
-            # restart it, named after torchrun's id or the one passed in.
-            not env.get(RUN_ID_VARIABLE, "").strip()
-            and named is not None
-            and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
-            and identity.world_size > identity.local_world_size
-        ):
-            # Each node's agent counts only its own failures: a healthy node
-            # restarted for a failed one sees the count of the attempt
-            # before, so no one node's count (nor their maximum) tells the
-            # attempts apart. Their sum, each node's counted once (by its
-            # local rank 0), grows with every restart.
+        try:
+            if (
+                # A worker group that spans several torchrun agents that may
+                # restart it, named after torchrun's id or the one passed in.
+                not env.get(RUN_ID_VARIABLE, "").strip()
+                and named is not None
+                and env.get("TORCHELASTIC_MAX_RESTARTS", "0").strip() not in ("", "0")
+                and identity.world_size > identity.local_world_size
+            ):
+                # Each node's agent counts only its own failures: a healthy
+                # node restarted for a failed one sees the count of the
+                # attempt before, so no one node's count (nor their maximum)
+                # tells the attempts apart. Their sum, each node's counted
+                # once (by its local rank 0), grows with every restart.
+                group = self._early_group(identity)
+                if group is not None:
+                    own = restarts if identity.local_rank == 0 else 0
+                    counts = group.all_gather(own)
+                    restarts = sum(count for count in counts if isinstance(count, int))
+            attempt = restarted("", restarts)
+            if self._run_id is not None:
+                # A run id passed in names every attempt of a restarted group.
+                return checked_run_id(self._run_id + attempt), attempt
+            found = run_id_from_environment(env, restarts=restarts)
+            if found is not None:
+                return found, attempt
+            if identity.world_size == 1:
+                return new_run_id(), ""
             group = self._early_group(identity)
-            if group is not None:
-                own = restarts if identity.local_rank == 0 else 0
-                counts = group.all_gather(own)
-                restarts = sum(count for count in counts if isinstance(count, int))
-        attempt = restarted("", restarts)
-        if self._run_id is not None:
-            # A run id passed in names every attempt of a restarted group.
-            return checked_run_id(self._run_id + attempt), attempt
-        found = run_id_from_environment(env, restarts=restarts)
-        if found is not None:
-            return found, attempt
-        if identity.world_size == 1:
-            return new_run_id(), ""
-        group = self._early_group(identity)
-        if group is None:
-            raise RankEnvironmentError(
-                RUN_ID_VARIABLE,
-                None,
-                "the ranks of this launch share no run id and have no process group to agree "
-                "on one: set it (or torchrun --rdzv-id), or pass run_id",
-            )
-        # Rank 0's choice, shared through the group.
-        return str(group.all_gather(new_run_id())[0]), ""
+            if group is None:
+                raise RankEnvironmentError(
+                    RUN_ID_VARIABLE,
+                    None,
+                    "the ranks of this launch share no run id and have no process group to "
+                    "agree on one: set it (or torchrun --rdzv-id), or pass run_id",
+                )
+            # Rank 0's choice, shared through the group.
+            return str(group.all_gather(new_run_id())[0]), ""
+        except GroupError as exc:
+            # The peers never met to agree: this rank records the failure
+            # under a name no agreed run takes. A named group's attempt is
+            # unknown, so its node's ranks take the node's own count (which
+            # each such failure raises); an unnamed launch's rank, one of
+            # its own.
+            self._unjoined = exc
+            if named is None:
+                attempt = f"-rank-{identity.rank}-unjoined"
+                return new_run_id() + attempt, attempt
+            count = torchrun_restart_count(env)
+            attempt = f"-node-{identity.node_rank}-unjoined-{count}"
+            return checked_run_id(named + attempt), attempt
 
     def _early_group(self, identity: RankIdentity) -> Group | None:
         """The process group, formed now when none is (``None``: none can be)."""
