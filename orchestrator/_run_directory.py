@@ -586,9 +586,8 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     logs: dict[int, Path] = {}
     for found in listed:
         for rank, path in found.logs.items():
-            kept = logs.get(rank)
-            if kept is None:
-                logs[rank] = path
+            kept = logs.setdefault(rank, path)
+            if kept is path:
                 continue
             # Comparing copies reads them: only regular files (a FIFO would
             # block), each reported below or here.
@@ -657,17 +656,14 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     for rank, paths in sorted(holders.items()):
         if len(paths) > 1:
             problem(f"{len(paths)} logs hold rank {rank}: {', '.join(p.name for p in paths)}")
-    all_ids = set(run_ids) | {claim for _, claim in claims} | {m.run_id for _, m in manifests}
-    if len(all_ids) > 1:
-        parts = [said(run_id, paths) for run_id, paths in run_ids.items()]
-        parts += [said(claim, [d / CLAIM_FILE]) for d, claim in claims]
-        parts += [said(m.run_id, [d / MANIFEST_FILE]) for d, m in manifests]
-        problem(f"more than one run id: {'; '.join(parts)}")
-    world_sizes = set(worlds) | {manifest.world_size for _, manifest in manifests}
+    ids = [*run_ids.items(), *((claim, [d / CLAIM_FILE]) for d, claim in claims)]
+    ids += [(m.run_id, [d / MANIFEST_FILE]) for d, m in manifests]
+    if len({run_id for run_id, _ in ids}) > 1:
+        problem(f"more than one run id: {'; '.join(said(*found) for found in ids)}")
+    sizes = [*worlds.items(), *((m.world_size, [d / MANIFEST_FILE]) for d, m in manifests)]
+    world_sizes = {size for size, _ in sizes}
     if len(world_sizes) > 1 and not (joined and worlds and not manifests):
-        parts = [said(size, paths) for size, paths in worlds.items()]
-        parts += [said(m.world_size, [d / MANIFEST_FILE]) for d, m in manifests]
-        problem(f"the world sizes differ: {'; '.join(parts)}")
+        problem(f"the world sizes differ: {'; '.join(said(*found) for found in sizes)}")
     world = max(world_sizes, default=0)
     claimant = next((d / MANIFEST_FILE for d, m in manifests if m.world_size == world), None)
     why = implausible_world(world, name(claimant or worlds[world][0]) if world else "", len(logs))
