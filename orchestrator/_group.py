@@ -386,7 +386,6 @@ class DeferredGroup:
     """
 
     def __init__(self, group: Group | None = None) -> None:
-        #: the formed group, if any
         self.group = group
 
     @property

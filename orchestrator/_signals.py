@@ -115,7 +115,6 @@ class StopRequests:
             callback(signum)
 
     def _chained(self, signum: int, frame: FrameType | None) -> None:
-        """Remember ``signum``, then hand it to the handler found there."""
         self.record(signum, frame)
         previous = self._previous.get(signum)
         if callable(previous):

@@ -646,7 +646,6 @@ class Startup:
                     "the ranks of this launch share no run id and have no process group to "
                     "agree on one: set it (or torchrun --rdzv-id), or pass run_id",
                 )
-            # Rank 0's choice, shared through the group.
             return str(group.all_gather(new_run_id())[0]), ""
         except GroupError as exc:
             # The peers never met to agree: this rank records the failure
@@ -889,7 +888,6 @@ class Startup:
     # --- the whole run in one place ------------------------------------------------------
 
     def _mailbox_key(self, kind: str, rank: int) -> str:
-        """Where, in the process group's store, ranks leave what rank 0 collects."""
         return f"startup-orchestrator/{self.run_id}/{kind}/{rank}"
 
     def _announce(self, group: Group) -> None:
