@@ -966,12 +966,7 @@ class Startup:
         from ._run_directory import Collected, RunDirectoryError, rank_log_path, store_collected_log
 
         entries = [attrs.evolve(_own_process(identity), collected=True)]
-        # Where each rank ran, as it announced once the group formed: one
-        # quick look each, first, so a stop while waiting loses none of it.
         announced: dict[int, bytes | None] = {}
-        if mailbox is not None:
-            for rank in range(1, identity.world_size):
-                announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
 
         def entry(rank: int, reason: str | None, content: bytes | None = None) -> RankProcess:
             path = rank_log_path(run_dir, rank)
@@ -991,30 +986,31 @@ class Startup:
             found = events.RankProcess(rank=rank, not_delivered=reason, collected=path.exists())
             return _whereabouts(found, announced.get(rank))
 
-        group_state = (
-            "no store to deliver it through"
-            if self._group.group is not None
-            else "no process group was formed"
-        )
+        if mailbox is None:
+            formed = self._group.group is not None
+            state = "no store to deliver it through" if formed else "no process group was formed"
+            reason = f"did not deliver its log to rank 0 ({state})"
+            return [*entries, *(entry(rank, reason) for rank in range(1, identity.world_size))]
+        # Where each rank ran, as it announced once the group formed: one
+        # quick look each, first, so a stop while waiting loses none of it.
+        for rank in range(1, identity.world_size):
+            announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
         with self._wait_after_run():
             for rank in range(1, identity.world_size):
-                content: bytes | None = None
-                reason = f"did not deliver its log to rank 0 ({group_state})"
-                if mailbox is not None:
-                    reason = (
-                        # Rank 0 was stopped after its run ended, cutting the
-                        # wait short: the rank is not to blame for a log that
-                        # may be on its way (the log, closed, cannot say so).
-                        self._not_collected()
-                        if self._stops.requested
-                        and self._outcome() is not events.RunOutcome.INTERRUPTED
-                        else f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
-                        "end (dead, partitioned, or still running)"
-                    )
-                    if announced.get(rank) is None:  # a late announcement
-                        announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
-                    wait = max(0.0, deadline - anyio.current_time())
-                    content = await self._take(mailbox, "log", rank, wait)
+                reason = (
+                    # Rank 0 was stopped after its run ended, cutting the
+                    # wait short: the rank is not to blame for a log that
+                    # may be on its way (the log, closed, cannot say so).
+                    self._not_collected()
+                    if self._stops.requested
+                    and self._outcome() is not events.RunOutcome.INTERRUPTED
+                    else f"did not deliver its log to rank 0 within {bound:g} s of rank 0's "
+                    "end (dead, partitioned, or still running)"
+                )
+                if announced.get(rank) is None:  # a late announcement
+                    announced[rank] = await self._take(mailbox, "peer", rank, 0.0)
+                wait = max(0.0, deadline - anyio.current_time())
+                content = await self._take(mailbox, "log", rank, wait)
                 entries.append(entry(rank, reason, content))
         # The ranks a stop left unreached.
         unreached = range(len(entries), identity.world_size)
