@@ -156,13 +156,11 @@ async def run_captured(
         options.update(importer=host.importer, host=host.facts)
         options.setdefault("simulated", host.name)
     log = MemoryLog(run_id, rank)
-    result: RunResult | None = None
-    error: BaseException | None = None
     try:
         result = await Runner(log, **options).run(graph)
     except (Exception, KeyboardInterrupt, SystemExit) as exc:
-        error = exc
-    return Captured(result=result, error=error, events=log.events)
+        return Captured(result=None, error=exc, events=log.events)
+    return Captured(result=result, error=None, events=log.events)
 
 
 # --- a fake host ---------------------------------------------------------------------
