@@ -104,6 +104,8 @@ class _Parent(StepRun, Protocol):
 
     #: Its secrets are the child's: hidden in what the child captures.
     redactor: Redactor
+    #: Loaded by name in the child, to make the step's span current there.
+    span_activator: Callable[[str, str], AbstractContextManager[object]] | None
 
     def in_child(self, step: str, stacks: AskChild | None) -> None:
         """Isolated ``step`` runs in a child process, which ``stacks`` asks
@@ -167,13 +169,7 @@ class Answer:
     threads: tuple[ThreadStack, ...] = ()
 
 
-async def run_isolated(
-    run: _Parent,
-    body: StepBody,
-    context: StepContext,
-    *,
-    span_activator: Callable[[str, str], AbstractContextManager[object]] | None,
-) -> Any:
+async def run_isolated(run: _Parent, body: StepBody, context: StepContext) -> Any:
     """Run ``body`` for ``context`` in a subprocess.
 
     Returns:
@@ -189,9 +185,9 @@ async def run_isolated(
         plan = importer.plan
         importer = importer.base
     activator: str | None = None
-    if span_activator is not None:
+    if run.span_activator is not None:
         with contextlib.suppress(TypeError):  # not importable: the body runs untraced
-            activator = _import_path(span_activator)
+            activator = _import_path(run.span_activator)
     job = IsolationJob(
         body=_import_path(body),
         step=context.step,

@@ -418,6 +418,7 @@ class _Run:
         self.services: Mapping[str, Any] = runner.services
         self.trace_id = runner.trace_id
         self.redactor = runner.redactor
+        self.span_activator = runner.span_activator
         self.capture = functools.partial(ExceptionInfo.capture, redactor=runner.redactor)
         self.threads = StepThreads(anyio.CapacityLimiter(runner.max_threads))
         self.watchdog = Watchdog(self.threads, runner.stall_s, self.record_stall, runner.redactor)
@@ -596,7 +597,7 @@ class _Run:
         started_ns = time.monotonic_ns()
         self.watchdog.started(name, span_id, parent_span, getattr(body, "__code__", None))
         value: Any = None
-        activator = self.runner.span_activator
+        activator = self.span_activator
         try:
             with nullcontext() if activator is None else activator(self.trace_id, span_id):
                 with anyio.move_on_after(timeout) as scope:  # None: no deadline
@@ -698,9 +699,7 @@ class _Run:
     async def call(self, body: StepBody, context: StepContext, isolation: Isolation) -> Any:
         fault = self.runner.faults.for_target(context.step, self.identity.rank)
         if isolation is Isolation.PROCESS:
-            return await run_isolated(
-                self, body, context, span_activator=self.runner.span_activator
-            )
+            return await run_isolated(self, body, context)
         if fault is not None:
             return await self.threads.run(context.step, fault.fire)
         if inspect.iscoroutinefunction(body):
