@@ -644,7 +644,6 @@ class _Run:
         self, exc: BaseException, *, name: str, policy: ErrorPolicy, end: Callable[..., Event]
     ) -> StepResult:
         carried = _find_propagating(exc)
-        original: BaseException
         if carried is not None:
             # A child already recorded the error. This step's own policy says
             # whether it stops here (a platform plugin whose zentorch import
