@@ -117,7 +117,7 @@ class TableImporter:
             if answer is None:
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             if isinstance(answer, BaseException):
-                raise self._fresh(name, answer)
+                raise self._fresh(answer)
             return answer
         if self._is_parent(name):
             return self._packages.setdefault(name, _package(name))
@@ -147,13 +147,13 @@ class TableImporter:
             if prefix in self._modules and answer is None:
                 return None
             if isinstance(answer, BaseException) and prefix != name:
-                error = self._fresh(prefix, answer)
+                error = self._fresh(answer)
                 if isinstance(error, ModuleNotFoundError) and error.name == prefix:
                     return None
                 raise error
         return importlib.machinery.ModuleSpec(name, loader=None, origin=self._origin)
 
-    def _fresh(self, name: str, exception: BaseException) -> BaseException:
+    def _fresh(self, exception: BaseException) -> BaseException:
         # A copy per import, so one import's traceback and context never show
         # up on the next; an exception that cannot be copied is raised as is.
         try:
