@@ -477,12 +477,9 @@ def _child_main() -> int:
             check_json(job.step, value)
             answer(Answer(status="ok", value=value))
     except BaseException as exc:  # everything goes back to the parent as data
-        error = IsolatedError.capture(exc, redactor)
-        answer(
-            Answer(
-                status="error", exception=error.info, mro=error.mro, module_name=error.module_name
-            )
-        )
+        mro, module_name = exception_names(exc)
+        info = ExceptionInfo.capture(exc, redactor=redactor)
+        answer(Answer(status="error", exception=info, mro=mro, module_name=module_name))
     return 0
 
 
