@@ -484,8 +484,6 @@ def _child_main() -> int:
 
 
 def _lines(fd: int) -> Iterator[bytes]:
-    """The lines read from descriptor ``fd`` until it closes (a last line
-    without its newline included)."""
     pending = b""
     while chunk := os.read(fd, 65536):
         *lines, pending = (pending + chunk).split(b"\n")

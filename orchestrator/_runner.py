@@ -146,7 +146,6 @@ _CALLERS_VALUES: Mapping[type[Event], tuple[str, ...]] = {
 
 
 def _redacted(value: Any, redact: Redactor) -> Any:
-    """A JSON value with ``redact`` applied to every string in it."""
     if not value:
         return value  # nothing to hide (most steps' attributes and results)
     if isinstance(value, str):

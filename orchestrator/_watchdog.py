@@ -288,7 +288,6 @@ async def _nothing() -> None:
 
 
 def _runs(stack: ThreadStack, code: CodeType | None) -> bool:
-    """Whether ``code`` (a step body's) is on ``stack``."""
     return code is not None and any(
         frame.name == code.co_name
         and frame.lineno is not None
