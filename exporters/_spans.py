@@ -35,6 +35,7 @@ open spans closed at its last event's time with status ERROR and outcome
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -210,10 +211,14 @@ _SDK_DEFAULTS = Resource(
 )
 
 
-def _unbuildable(event: Event, exc: ValueError) -> SpanBuildError:
-    return SpanBuildError(
-        event_type=event.TYPE, rank=event.rank, seq=event.seq, step=event.step, reason=str(exc)
-    )
+@contextlib.contextmanager
+def _building(event: Event) -> Iterator[None]:
+    try:
+        yield
+    except ValueError as exc:
+        raise SpanBuildError(
+            event_type=event.TYPE, rank=event.rank, seq=event.seq, step=event.step, reason=str(exc)
+        ) from exc
 
 
 @dataclasses.dataclass(slots=True)
@@ -270,7 +275,7 @@ class SpanProjection:
         state = self._rank_of(event)
         state.last_wall_ns = max(state.last_wall_ns, event.wall_ns)
         spans: list[ReadableSpan] = []
-        try:
+        with _building(event):
             match event:
                 case StepStarted():
                     state.open_steps[event.span_id] = event
@@ -287,8 +292,6 @@ class SpanProjection:
                     started = state.open_steps.pop(event.span_id, None)
                     state.waiting.pop(event.span_id, None)
                     spans.append(self._step_span(state, started, event))
-        except ValueError as exc:
-            raise _unbuildable(event, exc) from exc
         return spans
 
     def finish(self, *, launch: LaunchRecord | None = None) -> list[ReadableSpan]:
@@ -306,17 +309,13 @@ class SpanProjection:
             if ended is not None and not state.finished:
                 state.last_wall_ns = max(state.last_wall_ns, ended)
             for started in reversed(tuple(state.open_steps.values())):
-                try:
+                with _building(started):
                     spans.append(self._step_span(state, started, None))
-                except ValueError as exc:
-                    raise _unbuildable(started, exc) from exc
             state.open_steps.clear()
             if state.started is not None and not state.finished:
                 state.finished = True
-                try:
+                with _building(state.started):
                     spans.append(self._root_span(state, None))
-                except ValueError as exc:
-                    raise _unbuildable(state.started, exc) from exc
         return spans
 
     def _rank_of(self, event: Event) -> _Rank:
