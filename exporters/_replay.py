@@ -216,12 +216,11 @@ def _launch_span(
     ):
         return None
     launch = replayed.launch
-    starts = [root.start_time or 0 for root in roots]
-    ends = [root.end_time or 0 for root in roots]
-    if launch is not None and launch.started_wall_ns:
-        starts.append(launch.started_wall_ns)
-    if launch is not None and launch.finished_wall_ns:
-        ends.append(launch.finished_wall_ns)
+    start_ns = min(root.start_time or 0 for root in roots)
+    end_ns = max(root.end_time or 0 for root in roots)
+    if launch is not None:
+        start_ns = min(start_ns, launch.started_wall_ns or start_ns)
+        end_ns = max(end_ns, launch.finished_wall_ns or end_ns)
     outcome, cause = replayed.outcome, replayed.root_cause
     name = f"launch {replayed.world_size} ranks: {outcome.value}"
     attributes: dict[str, AttributeValue] = {
@@ -251,8 +250,8 @@ def _launch_span(
         span_id=span_id,
         parent_span_id=None if launch is None else launch.trace_parent,
         parent_is_remote=True,
-        start_ns=min(starts),
-        end_ns=max(ends),
+        start_ns=start_ns,
+        end_ns=end_ns,
         attributes=attributes,
         events=(),
         status=status,
@@ -282,9 +281,7 @@ def _launch_resource(rank_resource: Resource, replayed: Replay) -> Resource:
 
 def _cause_text(cause: RootCause) -> str:
     where = "" if cause.step is None else f"step {cause.step}: "
+    why = None if cause.exception is None else cause.exception.reason
     if cause.left_out is not None:
-        why = "" if cause.exception is None else f"{cause.exception.reason}; "
-        return f"{where}{why}{cause.left_out_text()}"
-    if cause.exception is not None:
-        return f"{where}{cause.exception.reason}"
-    return f"{where}{cause.outcome.value}"
+        return where + ("" if why is None else f"{why}; ") + cause.left_out_text()
+    return where + (cause.outcome.value if why is None else why)
