@@ -141,19 +141,15 @@ def parse_traceparent(value: str) -> TraceParent:
         ValueError: the value is malformed; the message shows it, says why and
             gives the expected form.
     """
-    text = value.strip()
     try:
-        _parse_fields(text)
+        return _parse_fields(value.strip())
     except ValueError as exc:
         raise ValueError(
             f"invalid traceparent {value!r}: {exc}; expected {_EXPECTED_FORM}"
         ) from None
-    return TraceParent(
-        trace_id=text[3:35], span_id=text[36:52], sampled=bool(int(text[53:55], 16) & 1)
-    )
 
 
-def _parse_fields(text: str) -> None:
+def _parse_fields(text: str) -> TraceParent:
     if len(text) < _VERSION_00_LENGTH:
         raise ValueError(f"too short ({len(text)} characters, at least {_VERSION_00_LENGTH})")
     version = text[0:2]
@@ -170,3 +166,4 @@ def _parse_fields(text: str) -> None:
     flags = text[53:55]
     if not _HEX.issuperset(flags):
         raise ValueError(f"flags must be 2 lower-case hex digits, not {flags!r}")
+    return TraceParent(trace_id=text[3:35], span_id=text[36:52], sampled=bool(int(flags, 16) & 1))
