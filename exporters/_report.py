@@ -406,9 +406,8 @@ _TEXT_CHAIN_LINKS = 12
 
 def _chain_lines(info: ExceptionInfo) -> list[str]:
     lines: list[str] = []
-    previous: ExceptionInfo | None = None
     shown, omitted = _shown_links(info, _TEXT_CHAIN_LINKS)
-    for link in shown:
+    for previous, link in zip([None, *shown], shown, strict=False):
         if previous is None:
             lead = "  "
         elif omitted and link is shown[-1]:
@@ -423,7 +422,6 @@ def _chain_lines(info: ExceptionInfo) -> list[str]:
         if link.frames:
             frame = link.frames[-1]
             lines.append(terminal_text(f"      at {frame.filename}:{frame.lineno} in {frame.name}"))
-        previous = link
     if shown[-1].truncated:
         lines.append("  ... the chain was cut here when it was recorded")
     return lines
