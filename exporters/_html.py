@@ -226,8 +226,7 @@ _Said = tuple[tuple[str, ...], ExceptionInfo | None]
 
 
 def _ended(timing: StepTiming | None) -> _Said | None:
-    """What the event that ended one step of one rank said: its reasons and
-    exception (``None`` while ``timing`` runs)."""
+    """What ended ``timing`` said (``None`` while it runs)."""
     if timing is None or not timing.finished:
         return None
     match timing.end:
