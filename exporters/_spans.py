@@ -461,20 +461,18 @@ class SpanProjection:
         attributes = dict(state.common)
         if started is not None:
             identity = started.identity
-            attributes["startup.local_world_size"] = identity.local_world_size
-            attributes["startup.node_rank"] = identity.node_rank
-            if identity.role is not None:
-                attributes["startup.role"] = identity.role
-            if identity.parent_pid is not None:
-                attributes["startup.parent_pid"] = identity.parent_pid
             # host.name and process.pid are on the resource: no copies here.
-            if started.graph:
-                attributes["startup.graph"] = started.graph
-            # Not a real start: said where the trace is read.
-            if started.simulated:
-                attributes["startup.simulated"] = started.simulated
-            if started.injected:
-                attributes["startup.injected"] = tuple(started.injected)
+            # simulated and injected: not a real start, said where the trace is read.
+            facts: dict[str, AttributeValue | None] = {
+                "startup.local_world_size": identity.local_world_size,
+                "startup.node_rank": identity.node_rank,
+                "startup.role": identity.role,
+                "startup.parent_pid": identity.parent_pid,
+                "startup.graph": started.graph or None,
+                "startup.simulated": started.simulated or None,
+                "startup.injected": tuple(started.injected) or None,
+            }
+            attributes.update((key, value) for key, value in facts.items() if value is not None)
             for name, version in started.versions.items():
                 if version:
                     # As the semantic conventions spell names: startup_orchestrator.
