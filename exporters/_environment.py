@@ -281,10 +281,9 @@ def export_timeout_from_environment(environ: Mapping[str, str] | None = None) ->
     variable, text = _otlp_variable(env, "TIMEOUT")
     if not text:
         return DEFAULT_EXPORT_TIMEOUT_S
-    try:
+    timeout_s = -1.0
+    with contextlib.suppress(ValueError):
         timeout_s = float(text)
-    except ValueError:
-        timeout_s = -1.0
     if not 0 < timeout_s <= _MAX_EXPORT_TIMEOUT_S:  # nan and inf too
         _warn(
             f"{variable}={text!r} is not a positive number of seconds (at most "
@@ -307,16 +306,13 @@ def sampler_from_environment(environ: Mapping[str, str] | None = None) -> Sample
         name = _unsupported("OTEL_TRACES_SAMPLER", name, TRACES_SAMPLERS, _DEFAULT_SAMPLER)
     kind = name.removeprefix("parentbased_")
     if kind == "traceidratio":
-        ratio = 1.0
-        text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
-        if text:
-            try:
-                ratio = float(text)
-            except ValueError:
-                ratio = -1.0
-            if not 0.0 <= ratio <= 1.0:
-                _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
-                ratio = 1.0
+        text = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip() or "1.0"
+        ratio = -1.0
+        with contextlib.suppress(ValueError):
+            ratio = float(text)
+        if not 0.0 <= ratio <= 1.0:
+            _warn(f"OTEL_TRACES_SAMPLER_ARG={text!r} is not a ratio between 0 and 1; using 1.0")
+            ratio = 1.0
         sampler: Sampler = sampling.TraceIdRatioBased(ratio)
     else:
         sampler = sampling.ALWAYS_ON if kind == "always_on" else sampling.ALWAYS_OFF
