@@ -436,7 +436,6 @@ def report_html(
             f'<div class="lane" data-ranks="{_e(who)}"><h3>{_e(who)} {_badge("incomplete")}'
             f" wrote no events ({_e(why)})</h3></div>"
         )
-    # The page's time axis, and the zoomed one, if any.
     axes = [("", origin, span), *([("z", *zoom)] if zoom is not None else [])]
     for (rank_outcome, _steps), members in ordered:
         until = died.get(members[0]) or last
@@ -673,7 +672,6 @@ def _divergences_html(found: Sequence[Divergence]) -> str:
 
 
 def _decisions_html(result: Replay) -> str:
-    # Equal decisions with the ranks that made them, in first-seen order.
     grouped: dict[tuple[str, str], set[int]] = {}
     for rank, timeline in sorted(result.timeline.ranks.items()):
         for d in sorted(timeline.decisions, key=lambda d: d.step):

@@ -291,7 +291,6 @@ def _all_ranks(replay: Replay) -> list[int]:
 def report_json(replay: Replay) -> dict[str, Any]:
     """The stable JSON document of ``replay`` (schema in the module docstring)."""
     cause = replay.root_cause
-    # The facts each rank's entry carries, in the slices' order, each once.
     facts = tuple(dict.fromkeys(fact for part in replay.slices for fact in part.reported_facts()))
     return {
         "report_version": REPORT_VERSION,
@@ -442,7 +441,6 @@ def _root_cause_lines(replay: Replay) -> list[str]:
         return [terminal_text(f"Root cause: {cause.describe(since_ns=since)}")]
     where = rank_label(replay, cause.rank) + (f", step {cause.step}" if cause.step else "")
     process = cause.process if cause.process is not None and cause.process.ended else None
-    lines: list[str]
     if cause.exception is not None:
         lines = [f"Root cause: {where}", *_chain_lines(cause.exception)]
     elif cause.outcome is RunOutcome.INCOMPLETE and process is not None and process.observer:
