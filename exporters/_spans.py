@@ -279,8 +279,15 @@ class SpanProjection:
             match event:
                 case StepStarted():
                     state.open_steps[event.span_id] = event
-                case RunStarted():
-                    self._start_rank(state, event)
+                case RunStarted(identity=identity):
+                    state.started = event
+                    state.resource = rank_resource(event)
+                    state.common = {
+                        "startup.rank": identity.rank,
+                        "startup.local_rank": identity.local_rank,
+                        "startup.world_size": identity.world_size,
+                        "startup.run_id": event.run_id,
+                    }
                 case RunFinished():
                     state.finished = True
                     spans.append(self._root_span(state, event))
@@ -347,18 +354,6 @@ class SpanProjection:
                 },
             )
         return state.resource
-
-    @staticmethod
-    def _start_rank(state: _Rank, started: RunStarted) -> None:
-        identity = started.identity
-        state.started = started
-        state.resource = rank_resource(started)
-        state.common = {
-            "startup.rank": identity.rank,
-            "startup.local_rank": identity.local_rank,
-            "startup.world_size": identity.world_size,
-            "startup.run_id": started.run_id,
-        }
 
     def _record_decision(self, state: _Rank, decision: DecisionMade) -> None:
         root_id = None if state.started is None else state.started.span_id
