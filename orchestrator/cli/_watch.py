@@ -592,26 +592,24 @@ def follow(
     follower = Follower(watcher, screen, stall_s=stall_s)
     began = time.monotonic()
     deadline = began + (float("inf") if timeout_s is None else timeout_s)
-    while True:
-        if follower.step():
-            return True
-        if not watcher.is_run_directory() and time.monotonic() - began >= stall_s:
+    while not follower.step():
+        now = time.monotonic()
+        unclaimed = not watcher.is_run_directory()
+        if unclaimed and now - began >= stall_s:
             screen.close()
             what = "no such directory" if not watcher.run_dir.exists() else "nothing of a run in it"
             raise UsageError(
                 f"{watcher.run_dir}: not a run directory ({what} after {stall_s:g} s: no "
                 "manifest.json, .run-id or rank-N.jsonl); give the directory a launch writes to"
             )
-        if time.monotonic() >= deadline:
+        if now >= deadline:
             screen.close()
             return False
         # The next look, never later than the timeout or the end of the wait
         # for a run directory: each is said when it passes, not an interval on.
-        now = time.monotonic()
-        wake = min(now + interval_s, deadline)
-        if not watcher.is_run_directory():
-            wake = min(wake, began + stall_s)
+        wake = min(now + interval_s, deadline, began + stall_s if unclaimed else deadline)
         time.sleep(max(0.0, wake - now))
+    return True
 
 
 class LaunchView(Follower):
