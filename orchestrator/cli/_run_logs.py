@@ -245,13 +245,17 @@ def read_run(
             a log's name says another rank than its events, a rank has two
             different logs, or nothing was found to report on.
     """
-    manifests = []
+    # The run each command-line path is of (its manifest's, or its first
+    # event's): two paths of different runs are two runs to compare.
+    run_of: dict[Path, str] = {}
+    launch: LaunchRecord | None = None
     for path in paths:
         if path.is_dir():
             with raised_as(InputError, RunDirectoryError):
                 manifest = read_manifest(path)
             if manifest is not None:
-                manifests.append((path, manifest))
+                run_of[path] = manifest.run_id
+                launch = launch or manifest.to_launch_record(source=str(path / "manifest.json"))
     files = [(path, file) for path in paths for file in log_files(path)]
     only_files = [file for _path, file in files]
     chosen = recorded_slices(_first_started(only_files)) if slices is None else tuple(slices)
@@ -267,9 +271,6 @@ def read_run(
             # The lowest rank is not in the lowest-named file: fold again.
             chosen = recorded
             logs = _fold_logs(only_files, chosen, until, keep_events)
-    # The run each command-line path is of (its manifest's, or its first
-    # event's): two paths of different runs are two runs to compare.
-    run_of: dict[Path, str] = {path: manifest.run_id for path, manifest in manifests}
     # rank -> where its log was read, and what: a rank's log may be in
     # several of the directories of a multi-node run (node 0's collected
     # copy and the node's own), to be read once.
@@ -317,10 +318,6 @@ def read_run(
         in_order = {path: run_of[path] for path in paths if path in run_of}
         raise UsageError(_different_runs(in_order))
     empty = [rank for rank in empty if rank not in kept]
-    launch = None
-    if manifests:
-        path, manifest = manifests[0]
-        launch = manifest.to_launch_record(source=str(path / "manifest.json"))
     if not kept and not empty and (launch is None or launch.world_size is None):
         raise InputError(f"{', '.join(str(p) for p in paths)}: the logs hold no events")
     by_rank = [kept[rank][1] for rank in sorted(kept)]
