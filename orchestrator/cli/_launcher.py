@@ -36,11 +36,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 import attrs
-from anyio.abc import Process, TaskGroup
+from anyio.abc import Process, TaskGroup, TaskStatus
 
 from events import RankProcess, signal_name
 
@@ -181,32 +181,30 @@ class LocalLaunch:
         return [self.exits[rank] for rank in range(len(self.processes))]
 
     async def _main(self) -> None:
-        with contextlib.ExitStack() as stack:
+        async with anyio.create_task_group() as helpers:
             # The receiver is in place before the first rank starts: a Ctrl-C
             # while ranks are being started must reach those already running,
             # not orphan them (each rank has its own session, so the
             # terminal's signal misses them).
-            signals = None
             if threading.current_thread() is threading.main_thread():
-                signals = stack.enter_context(anyio.open_signal_receiver(*STOP_SIGNALS))
-            async with anyio.create_task_group() as helpers:
-                if signals is not None:
-                    helpers.start_soon(self.forward, signals)
-                helpers.start_soon(self.escalate)
-                if self.tick is not None:
-                    helpers.start_soon(self.ticking, self.tick)
-                async with anyio.create_task_group() as ranks:
-                    await self.start_all(ranks)
-                    self.starting = False
-                    self.finish_if_done()
-                helpers.cancel_scope.cancel()
+                await helpers.start(self.forward)
+            helpers.start_soon(self.escalate)
+            if self.tick is not None:
+                helpers.start_soon(self.ticking, self.tick)
+            async with anyio.create_task_group() as ranks:
+                await self.start_all(ranks)
+                self.starting = False
+                self.finish_if_done()
+            helpers.cancel_scope.cancel()
 
-    async def forward(self, signals: AsyncIterator[signal.Signals]) -> None:
-        async for signum in signals:
-            self.received.append(signum)
-            for rank in self.running():
-                self.pass_on(signum, rank)
-            self.trouble_from("after the launcher was asked to stop")
+    async def forward(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            task_status.started()
+            async for signum in signals:
+                self.received.append(signum)
+                for rank in self.running():
+                    self.pass_on(signum, rank)
+                self.trouble_from("after the launcher was asked to stop")
 
     def pass_on(self, signum: signal.Signals, rank: int) -> None:
         with contextlib.suppress(ProcessLookupError):
