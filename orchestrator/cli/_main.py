@@ -28,10 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     thread left hung past its timeout is a daemon and never holds the
     process.
     """
-    parser = build_parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(arguments)
+        args = build_parser().parse_args(arguments)
     except SystemExit as exc:
         # argparse has printed its help, version or error line already.
         return exc.code if isinstance(exc.code, int) else 2
