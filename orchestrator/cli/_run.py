@@ -60,7 +60,6 @@ __all__ = ["command_run"]
 def _faults(args: argparse.Namespace, world_size: int) -> FaultPlan:
     """The fault plan, checked against the launch before anything runs: every
     target is one the engine has and every rank is in the world."""
-    # Errors name the option, the bad part and what would be valid.
     try:
         plan = FaultPlan.parse(args.inject)
         if args.inject_file is not None:
@@ -401,7 +400,6 @@ def _report(
     result = run.replay()
     if for_ranks:
         _print_for_ranks(args, result)
-        # The same line a single-rank run prints: where the record is, what next.
         _print_where_the_logs_are(run_dir)
     if own_rank is not None:
         diagnose(

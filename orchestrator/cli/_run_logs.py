@@ -93,7 +93,6 @@ def run_directories_in(path: Path) -> list[Path]:
 
 
 def holds_logs(path: Path) -> bool:
-    """Whether the directory ``path`` holds rank logs or a manifest."""
     return (path / "manifest.json").exists() or any(path.glob("rank-*.jsonl"))
 
 
@@ -367,8 +366,6 @@ def recorded_slices(started: RunStarted | None, *, note: bool = False) -> tuple[
 
 
 class _Job(NamedTuple):
-    """What each log is read and folded with."""
-
     folder: RankFolder
     keep_events: bool
 

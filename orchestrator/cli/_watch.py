@@ -538,7 +538,6 @@ class Follower:
         """The stalls and slow steps not said yet (see the module docstring)."""
         watcher = self.watcher
         running = [r for r in watcher.ranks if not watcher.ended(r)]
-        # rank -> seconds since its last progress, for those past the threshold
         stuck = {r: i for r in running if (i := watcher.idle_s(r)) is not None and i > self.stall_s}
         if not stuck:
             return []
@@ -660,7 +659,6 @@ def command_watch(args: argparse.Namespace) -> int:
             running = watcher.status_lines(running=True)
             screen.line(f"timed out after {args.timeout:g} s; still running: {'; '.join(running)}")
         return 1
-    # replay's verdict on the finished run, in one line.
     result = read_run([run_dir], slices=watcher.slices).replay()
     screen.line(f"run {result.run_id}: {result.outcome.value}")
     return 0 if result.outcome is RunOutcome.READY else 1
