@@ -330,9 +330,8 @@ def _hand_over(
     def memory_file(name: str, content: bytes) -> str:
         descriptor = os.memfd_create(name)
         descriptors.append(descriptor)
-        view = memoryview(content)
-        while view:
-            view = view[os.write(descriptor, view) :]
+        with open(descriptor, "wb", closefd=False) as file:
+            file.write(content)
         return f"/dev/fd/{descriptor}"
 
     if host.content is not None:
