@@ -560,8 +560,7 @@ def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
         return None
     if len(names) < 2:  # an attrgetter of one field gives its value, not a tuple
         return lambda obj: tuple(getattr(obj, name) for name in names)
-    getter: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)
-    return getter
+    return operator.attrgetter(*names)
 
 
 def _checked(read: RankLog | str | None) -> RankLog | None:
@@ -596,8 +595,7 @@ def process_alive(host: str, pid: int, since_ns: int) -> bool | None:
     if host != platform.node() or not os.path.exists("/proc/self/stat"):
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rpartition(b")")[2].split()
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
         with open("/proc/stat", "rb") as system:
             boot = next(int(line.split()[1]) for line in system if line.startswith(b"btime"))
         if fields[0] == b"Z":
