@@ -47,9 +47,8 @@ def write(stream: TextIO, text: str) -> None:
 
 
 def discard(stream: TextIO) -> None:
-    """Send what is still to be printed on ``stream`` nowhere: its reader
-    has gone (a closed pipe, a terminal hung up), which is no error of
-    ours."""
+    """Send the rest of ``stream`` nowhere: its reader has gone (a closed
+    pipe, a terminal hung up), which is no error of ours."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, stream.fileno())
     os.close(devnull)
