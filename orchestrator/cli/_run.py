@@ -221,7 +221,6 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
     with raised_as(UsageError, RunDirectoryError):
         book = LaunchBook.claim(run_dir, manifest)
     handed, descriptors = _hand_over(args, faults, host)
-    rank_arguments = _rank_arguments(args.argv, handed)
     ranks = f"{args.nproc} rank{'s' if args.nproc > 1 else ''}"
     diagnose(f"run {run_id}: starting {ranks} in {run_dir}")
     view = LaunchView(run_dir, sys.stderr) if is_terminal(sys.stderr) else None
@@ -235,7 +234,7 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
     try:
         with raised_as(InputError, RunDirectoryError):
             exits = LocalLaunch(
-                rank_arguments=rank_arguments,
+                rank_arguments=_rank_arguments(args.argv, handed),
                 grace_s=grace_s,
                 notify=notify,
                 book=book,
