@@ -42,6 +42,7 @@ line and exit 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import stat
@@ -111,16 +112,13 @@ class _Tail:
                 if info.st_size < self.offset:
                     raise InputError(f"{self.path}: the log got shorter while watched (rewritten?)")
                 os.lseek(fd, self.offset, os.SEEK_SET)
-                chunks = []
-                while chunk := os.read(fd, 1 << 20):
-                    chunks.append(chunk)
+                data = b"".join(iter(functools.partial(os.read, fd, 1 << 20), b""))
             finally:
                 os.close(fd)
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise InputError(f"{self.path}: cannot read log: {exc.strerror or exc}") from None
-        data = b"".join(chunks)
         self.offset += len(data)
         complete, newline, self.pending = (self.pending + data).rpartition(b"\n")
         if not newline:
