@@ -617,12 +617,11 @@ class LaunchView(Follower):
 
     def __init__(self, run_dir: Path, stream: TextIO) -> None:
         super().__init__(RunWatcher(run_dir), Screen(stream, live=True), stall_s=10.0, header=False)
-        self._done = False
 
     def tick(self) -> None:
         """Look at the logs, until every rank finished."""
-        if not self._done:
-            self._done = self.step()
+        if not self.watcher.done():
+            self.step()
 
     def close(self) -> None:
         """A last look (the outcomes that landed since), then the block goes."""
