@@ -81,12 +81,6 @@ _OUTCOMES_EPILOG = (
     "interrupted the root cause decides); 2 bad usage, with nothing written."
 )
 
-#: What the read-only views' help says about their exit status.
-_VIEWS_EPILOG = (
-    "exit status: 0 printed; 1 a log could not be read (corrupt, or not a log); "
-    "2 bad usage (an option, a path that does not exist, a rank outside the run)."
-)
-
 
 def _epilog(status: str, *examples: str) -> str:
     return f"{status}\n\nexamples:\n" + "\n".join(f"  {PROG} {line}" for line in examples)
@@ -482,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=text,
             description=f"{text[0].upper()}{text[1:]}, from the logs of a stored run.",
             epilog=_epilog(
-                _VIEWS_EPILOG,
+                "exit status: 0 printed; 1 a log could not be read (corrupt, or not a log); "
+                "2 bad usage (an option, a path that does not exist, a rank outside the run).",
                 f"{name} startup-runs/<run-id>",
                 f"{name} startup-runs/<run-id> --rank 3",
             ),
