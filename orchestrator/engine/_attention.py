@@ -106,10 +106,8 @@ class AttentionBackend:
         blocks, block = self.block_sizes, config.block_size
         if not (block in blocks if blocks is not None else block % 16 == 0):
             reasons.append(f"block_size {config.block_size} not supported")
-        if config.use_mla and not self.mla:
-            reasons.append("MLA not supported")
-        if self.mla and not config.use_mla:
-            reasons.append("non-MLA not supported")
+        if config.use_mla != self.mla:
+            reasons.append("MLA not supported" if config.use_mla else "non-MLA not supported")
         return reasons
 
 

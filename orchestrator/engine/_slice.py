@@ -118,15 +118,13 @@ def _engine_facts(facts: Mapping[str, JsonValue], event: Event) -> Mapping[str, 
         return None
     ok = isinstance(event, StepSucceeded)
     result: JsonValue = event.result if isinstance(event, StepSucceeded) else None
-    if step == PLATFORM_STEP:
-        if not ok:
-            return None
+    if step == PLATFORM_STEP and ok:
         return {
             "platform": _text(_field(result, "plugin")),
             "platform_class": _text(_field(result, "platform_class")),
         }
-    if step == ATTENTION_STEP:
-        return {"attention_backend": _text(_field(result, "backend"))} if ok else None
+    if step == ATTENTION_STEP and ok:
+        return {"attention_backend": _text(_field(result, "backend"))}
     if step == FLASHINFER_COMM_STEP:
         available = ok and _field(result, "available") is not False
         return {
