@@ -342,7 +342,6 @@ class _Setup:
     def __init__(self, ctx: StepContext, config: EngineConfig) -> None:
         self.ctx = ctx
         self.config = config
-        # The host's count when it knows one, else what the ranks' identities imply.
         nodes_of = getattr(ctx.host, "nodes", None)
         nodes = nodes_of() if callable(nodes_of) else None
         if nodes is None:

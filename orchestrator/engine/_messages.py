@@ -123,8 +123,7 @@ ENGINE_RULES: tuple[MessageRule, ...] = (
     ),
     # A plugin (a candidate under platform: not its children, nor the build
     # target) that declined says why at DEBUG; at WARNING when its hardware
-    # is evidently there but unusable (beyond vLLM: GPUs evidently there,
-    # device nodes, that cannot be used).
+    # is evidently there but unusable (beyond vLLM, which says nothing then).
     *(
         MessageRule(
             code=code,
@@ -327,7 +326,6 @@ class _Memory:
 
 
 def _is_plugin(step: str) -> bool:
-    # Every child of the platform step but the build target is a plugin.
     return step.rpartition("/")[0] == PLATFORM_STEP and step != PLATFORM_BUILD_STEP
 
 
@@ -380,7 +378,6 @@ class EngineMessageHook:
         elif step == ALLREDUCE_QUANT_STEP:
             _quant_workspace(context, memory, started)
         elif isinstance(event, StepSucceeded):
-            # The platform, attention and the workspace say more only when ok.
             if step == PLATFORM_STEP:
                 _platform(context, event, memory)
             elif step == ATTENTION_STEP:
@@ -432,8 +429,6 @@ def _platform(context: MessageContext, event: StepSucceeded, memory: _Memory) ->
 
 
 def _real_engine_code(context: MessageContext, event: StepStarted) -> None:
-    """Say which steps ran a real engine's own code, and whether that
-    engine's release is one this one was tested with."""
     attributes = event.attributes
     if attributes.get("engine") != "vllm":
         return

@@ -98,10 +98,9 @@ def decide_platform(events: Sequence[Event], inputs: Mapping[str, JsonValue]) ->
     return {"plugin": selected.plugin, "platform_class": selected.platform_class}
 
 
-#: The deciders the engine's steps call through ``StepContext.decide``
-#: (besides the runner's defaults); replay needs them to recompute the
-#: engine's decisions.
-#: (Each is an ``orchestrator.Decider``.)
+#: The deciders (each an ``orchestrator.Decider``) the engine's steps call
+#: through ``StepContext.decide`` besides the runner's defaults; replay needs
+#: them to recompute the engine's decisions.
 ENGINE_DECIDERS: Mapping[str, Callable[[Sequence[Event], Mapping[str, JsonValue]], JsonValue]] = {
     "platform.select": decide_platform
 }
