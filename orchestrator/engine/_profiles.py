@@ -421,8 +421,7 @@ def load_profile(name_or_path: str | os.PathLike[str], *, content: bytes | None 
     if text in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[text]
     path = Path(text)
-    looks_like_path = path.suffix == ".json" or os.sep in text or path.exists()
-    if not looks_like_path:
+    if not (path.suffix == ".json" or os.sep in text or path.exists()):
         raise ProfileError(
             text,
             f"unknown profile; built-in profiles: {', '.join(sorted(BUILTIN_PROFILES))}, "

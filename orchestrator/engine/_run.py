@@ -115,7 +115,6 @@ def prepare_engine(
         span_activator=span_activator,
         **runner_options,
     )
-    graph = build_engine_graph(
+    return runner, build_engine_graph(
         config, plugins=plugins, discover_plugins=discover_plugins, engine=engine
     )
-    return runner, graph

@@ -203,10 +203,9 @@ class VllmPlugins:
             os.environ[TARGET_DEVICE_VARIABLE] = self.config.target_device
         platforms: Any = await ctx.to_thread(ctx.import_module, "vllm.platforms")
         envs: Any = ctx.import_module("vllm.envs")
-        builtins: Mapping[str, Callable[[], object]] = platforms.builtin_platform_plugins
         specs = [
             PluginSpec(name=name, builtin=True, priority=index, body=self._body(name, _given(func)))
-            for index, (name, func) in enumerate(builtins.items())
+            for index, (name, func) in enumerate(platforms.builtin_platform_plugins.items())
         ]
         if envs.VLLM_TARGET_DEVICE == "cpu":
             # resolve_current_platform_cls_qualname's fast path.
