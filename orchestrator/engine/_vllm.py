@@ -232,12 +232,31 @@ class VllmPlugins:
         return specs
 
     def _body(self, name: str, load: Callable[[], object]) -> StepBody:
+        async def register(ctx: StepContext) -> JsonValue:
+            token = _PLUGIN.set(name)
+            try:
+                func = await ctx.to_thread(load)
+                if not callable(func):
+                    raise TypeError(f"platform plugin {name!r} loaded {func!r}, not a function")
+                value = await ctx.to_thread(func)
+            except Exception as exc:
+                for record in self._records(name):
+                    exc.add_note(f"vLLM logged: {record['level']} {record['message']}")
+                raise
+            finally:
+                _PLUGIN.reset(token)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"platform plugin {name!r} returned {type(value).__name__}; vLLM's plugins "
+                    "return the qualified name of a platform class or None"
+                )
+            return {"returned": value, "records": list(self._records(name))}
+
         async def probe(ctx: StepContext) -> JsonValue | Unavailable:
             # What register() raises propagates to this plugin, which
             # records it (a failed plugin); importing the class it named is
             # recorded and matters only if this plugin wins.
-            register = await ctx.run_child("register", self._register(name, load))
-            answer: Any = register.value
+            answer: Any = (await ctx.run_child("register", register)).value
             qualname = answer.get("returned") if isinstance(answer, dict) else None
             if not isinstance(qualname, str):
                 return decline(self._decline_reason(name, answer))
@@ -264,29 +283,6 @@ class VllmPlugins:
             }
 
         return probe
-
-    def _register(self, name: str, load: Callable[[], object]) -> StepBody:
-        async def register(ctx: StepContext) -> JsonValue:
-            token = _PLUGIN.set(name)
-            try:
-                func = await ctx.to_thread(load)
-                if not callable(func):
-                    raise TypeError(f"platform plugin {name!r} loaded {func!r}, not a function")
-                value = await ctx.to_thread(func)
-            except Exception as exc:
-                for record in self._records(name):
-                    exc.add_note(f"vLLM logged: {record['level']} {record['message']}")
-                raise
-            finally:
-                _PLUGIN.reset(token)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(
-                    f"platform plugin {name!r} returned {type(value).__name__}; vLLM's plugins "
-                    "return the qualified name of a platform class or None"
-                )
-            return {"returned": value, "records": list(self._records(name))}
-
-        return register
 
     def _records(self, name: str) -> list[dict[str, JsonValue]]:
         return [] if self._capture is None else self._capture.records.pop(name, [])
