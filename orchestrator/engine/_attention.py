@@ -18,6 +18,7 @@ fallback.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -260,20 +261,6 @@ def attention_candidates(
     return lists.get(device or "", ())
 
 
-def _candidate(
-    backend: AttentionBackend,
-    priority: int,
-    config: EngineConfig,
-    device: str | None,
-    capability: tuple[int, int] | None,
-) -> Candidate:
-    def load_and_validate(ctx: StepContext) -> Sequence[str]:
-        ctx.import_module(backend.module)
-        return backend.validate(config, device, capability)
-
-    return Candidate(name=backend.name, priority=priority, probe=load_and_validate)
-
-
 def make_attention_step(config: EngineConfig) -> Step:
     """The ``attention`` step (depends on ``platform``).
 
@@ -312,8 +299,17 @@ def make_attention_step(config: EngineConfig) -> Step:
                 outcome=Outcome.ABSENT,
                 reasons=(f"no attention backends are known for {platform.get('platform_class')}",),
             )
+
+        def load_and_validate(backend: AttentionBackend, child: StepContext) -> Sequence[str]:
+            child.import_module(backend.module)
+            return backend.validate(config, device, capability)
+
         candidates = [
-            _candidate(ATTENTION_BACKENDS[name], priority, config, device, capability)
+            Candidate(
+                name=name,
+                priority=priority,
+                probe=functools.partial(load_and_validate, ATTENTION_BACKENDS[name]),
+            )
             for priority, name in enumerate(names)
         ]
         selection = await select_candidate(
