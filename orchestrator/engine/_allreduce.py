@@ -88,7 +88,7 @@ import attrs
 
 from events import InvalidValueError, JsonValue, StepKind, format_ranks
 
-from .._context import StepBody, StepContext, StepResult, Unavailable
+from .._context import StepContext, StepResult, Unavailable
 from .._fallback import Attempt, run_fallback_chain
 from .._graph import Step
 from .._group import Group, GroupError
@@ -397,7 +397,10 @@ class _Setup:
             return self.finish(None, ALLREDUCE_UNSUPPORTED_REASON)
         chain = await run_fallback_chain(
             self.ctx,
-            [Attempt(name=backend, body=self.attempt(backend)) for backend in self.chain],
+            [
+                Attempt(name=backend, body=functools.partial(self.attempt, backend))
+                for backend in self.chain
+            ],
             policy=ANY_EXCEPTION_POLICY,
             timeout=self.config.step_timeout,
         )
@@ -423,31 +426,26 @@ class _Setup:
         if self.chain:
             await self.agree(None, dict.fromkeys(self.chain, _UNAVAILABLE), ())
 
-    def attempt(self, backend: str) -> StepBody:
-        async def create(attempt: StepContext) -> JsonValue | Unavailable:
-            group = self.group
-            tp_rank = (
-                group.rank
-                if group is not None and group.world_size == self.config.tp
-                else self.ctx.identity.rank % self.config.tp
-            )
-            make = functools.partial(
-                self.factory.create,
-                backend,
-                rank=tp_rank,
-                world_size=self.config.tp,
-                gpus_per_node=min(self.ctx.identity.local_world_size, self.config.tp),
-                import_module=attempt.import_module,
-            )
-            workspace = await attempt.to_thread(make)
-            if workspace is None:
-                return Unavailable(
-                    reasons=(f"the workspace factory created no {backend} workspace",)
-                )
-            self.held[backend] = workspace
-            return {"backend": backend}
-
-        return create
+    async def attempt(self, backend: str, attempt: StepContext) -> JsonValue | Unavailable:
+        group = self.group
+        tp_rank = (
+            group.rank
+            if group is not None and group.world_size == self.config.tp
+            else self.ctx.identity.rank % self.config.tp
+        )
+        make = functools.partial(
+            self.factory.create,
+            backend,
+            rank=tp_rank,
+            world_size=self.config.tp,
+            gpus_per_node=min(self.ctx.identity.local_world_size, self.config.tp),
+            import_module=attempt.import_module,
+        )
+        workspace = await attempt.to_thread(make)
+        if workspace is None:
+            return Unavailable(reasons=(f"the workspace factory created no {backend} workspace",))
+        self.held[backend] = workspace
+        return {"backend": backend}
 
     async def agree(
         self, local: str | None, statuses: dict[str, str], attempts: Sequence[StepResult]
@@ -510,7 +508,7 @@ class _Setup:
         index = self.chain.index(backend)
         result = await self.ctx.run_child(
             backend,
-            self.attempt(backend),
+            functools.partial(self.attempt, backend),
             kind=StepKind.ATTEMPT,
             policy=ANY_EXCEPTION_POLICY,
             timeout=self.config.step_timeout,
