@@ -82,7 +82,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -120,9 +120,7 @@ MNNVL = AllreduceBackend.MNNVL.value
 TRTLLM = AllreduceBackend.TRTLLM.value
 
 #: What :class:`RealWorkspaceFactory` imports to create a workspace.
-_COMM_MODULE = "flashinfer.comm"
-_TORCH_MODULE = "torch"
-WORKSPACE_MODULES = (_COMM_MODULE, _TORCH_MODULE)
+WORKSPACE_MODULES = ("flashinfer.comm", "torch")
 
 #: Records nothing, timeouts included (a set-up that runs out of time leaves
 #: the ranks' collectives out of step); workspace attempts use ANY_EXCEPTION_POLICY.
@@ -259,8 +257,7 @@ class RealWorkspaceFactory:
     ) -> object | None:
         """The flashinfer workspace; whatever flashinfer raises propagates to
         the attempt (and is recorded there)."""
-        comm: Any = import_module(_COMM_MODULE)
-        torch = import_module(_TORCH_MODULE)
+        comm, torch = map(import_module, WORKSPACE_MODULES)
         workspace: object | None = comm.create_allreduce_fusion_workspace(
             backend=backend,
             world_size=world_size,
