@@ -594,10 +594,9 @@ def _populate_amdsmi(module: ModuleType, profile: Profile) -> None:
 
 def _populate_torch(module: ModuleType, profile: Profile) -> None:
     xpu = ModuleType("torch.xpu", "Simulated torch.xpu.")
-    count = profile.xpu
     vars(xpu).update(
-        is_available=lambda: count > 0,
-        device_count=lambda: count,
+        is_available=lambda: profile.xpu > 0,
+        device_count=lambda: profile.xpu,
         get_device_name=lambda index=0: "Intel(R) Data Center GPU Max 1550",
     )
     module.xpu = xpu  # type: ignore[attr-defined]

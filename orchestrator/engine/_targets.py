@@ -84,8 +84,7 @@ class InjectionTargets(Collection[str]):
         return target in self.modules or target in self.steps
 
     def __iter__(self) -> Iterator[str]:
-        yield from self.modules
-        yield from self.steps
+        return iter(self.modules + self.steps)
 
     def __len__(self) -> int:
         return len(self.modules) + len(self.steps)
