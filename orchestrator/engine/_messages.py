@@ -367,14 +367,13 @@ class EngineMessageHook:
         if outcome_of(event) is None:
             return memory
         step = event.step
-        name = step.rpartition("/")[2]
         started = context.started
         if _is_plugin(step):
-            return _plugin(context, memory, started, name)
+            return _plugin(context, memory, started)
         if step == ZENTORCH_STEP:
             _zentorch(context, memory)
         elif _is_attempt(step, started):
-            return _allreduce_attempt(context, memory, started, name)
+            return _allreduce_attempt(context, memory, started)
         elif step == ALLREDUCE_QUANT_STEP:
             _quant_workspace(context, memory, started)
         elif isinstance(event, StepSucceeded):
@@ -390,9 +389,7 @@ class EngineMessageHook:
 # -- platform ----------------------------------------------------------------
 
 
-def _plugin(
-    context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
-) -> _Memory:
+def _plugin(context: MessageContext, memory: _Memory, started: StepStarted | None) -> _Memory:
     # A plugin that raised, timed out or crashed failed: not activated, and
     # worth a WARNING if the run goes on on another platform (one that
     # declined is a rule).
@@ -400,7 +397,7 @@ def _plugin(
     cause = cause_of(event)
     if cause is None and not isinstance(event, StepTimedOut | StepCrashed):
         return memory
-    plugin = _attribute(started, "plugin", name)
+    plugin = _attribute(started, "plugin", event.step.rpartition("/")[2])
     reason = reason_of(event)
     context.emit(
         "platform.plugin_failed",
@@ -499,13 +496,13 @@ def _attention(context: MessageContext, event: StepSucceeded, started: StepStart
 
 
 def _allreduce_attempt(
-    context: MessageContext, memory: _Memory, started: StepStarted | None, name: str
+    context: MessageContext, memory: _Memory, started: StepStarted | None
 ) -> _Memory:
     # Its message, with a fallback left, is a rule's; the workspace's outcome
     # names the attempts.
     event = context.event
     reason = None if outcome_of(event) in (Outcome.OK, Outcome.CANCELLED) else reason_of(event)
-    backend = _attribute(started, "backend", name)
+    backend = _attribute(started, "backend", event.step.rpartition("/")[2])
     return attrs.evolve(memory, attempts=(*memory.attempts, (backend, reason, event.seq)))
 
 
