@@ -328,8 +328,7 @@ class HostBase(abc.ABC):
         when torch is findable."""
         if importer.find_spec("torch") is None:
             return Devices(reason="torch is not installed")
-        torch = importer.import_module("torch")
-        xpu = getattr(torch, "xpu", None)
+        xpu = getattr(importer.import_module("torch"), "xpu", None)
         if xpu is None:
             return Devices(reason="this torch build has no XPU support")
         if not xpu.is_available():

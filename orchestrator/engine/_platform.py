@@ -203,9 +203,8 @@ async def _probe_cpu(
         return decline(f"the build target is unknown ({unknown})")
     if build.device != "cpu":
         return decline(f"this build targets {build.device} ({build.source}; {CPU_TARGET_HINT})")
-    cpuinfo = await ctx.to_thread(ctx.host.read_cpuinfo)
     platform_class = "CpuPlatform"
-    if is_amd_zen(cpuinfo):
+    if is_amd_zen(await ctx.to_thread(ctx.host.read_cpuinfo)):
         zentorch = await ctx.run_child(
             "zentorch",
             _import_zentorch,

@@ -213,9 +213,8 @@ class VllmPlugins:
         if not self.discover:
             return specs
         allowed = envs.VLLM_PLUGINS
-        entry_points = await ctx.to_thread(_entry_points, VLLM_PLUGIN_GROUP)
         seen: set[str] = set()
-        for entry_point in entry_points:
+        for entry_point in await ctx.to_thread(_entry_points, VLLM_PLUGIN_GROUP):
             if allowed is not None and entry_point.name not in allowed:
                 continue
             check_plugin_name(entry_point.name, seen, f"entry point {entry_point.value}")
