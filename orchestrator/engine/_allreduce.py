@@ -423,7 +423,7 @@ class _Setup:
         if self.chain:
             await self.agree(None, dict.fromkeys(self.chain, _UNAVAILABLE), ())
 
-    async def attempt(self, backend: str, attempt: StepContext) -> JsonValue | Unavailable:
+    async def attempt(self, backend: str, child: StepContext) -> JsonValue | Unavailable:
         group = self.group
         tp_rank = (
             group.rank
@@ -436,9 +436,9 @@ class _Setup:
             rank=tp_rank,
             world_size=self.config.tp,
             gpus_per_node=min(self.ctx.identity.local_world_size, self.config.tp),
-            import_module=attempt.import_module,
+            import_module=child.import_module,
         )
-        workspace = await attempt.to_thread(make)
+        workspace = await child.to_thread(make)
         if workspace is None:
             return Unavailable(reasons=(f"the workspace factory created no {backend} workspace",))
         self.held[backend] = workspace
