@@ -46,7 +46,6 @@ an AMD Zen host (AuthenticAMD with AVX-512) the cpu plugin runs
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.metadata
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -170,17 +169,19 @@ _ACCELERATORS = {
 }
 
 
-def _probe_accelerator(
-    device: str, build: BuildTarget | None, ctx: StepContext
-) -> JsonValue | Unavailable:
+def _accelerator(device: str, build: BuildTarget | None) -> StepBody:
     query, platform_class = _ACCELERATORS[device]
-    # vLLM's cuda plugin declines on a CPU build whatever the GPUs say.
-    if device == "cuda" and build is not None and build.device == "cpu":
-        return decline(f"this build targets cpu ({build.source})")
-    devices: Devices = getattr(ctx.host, query)(ctx)
-    if devices.found:
-        return _activated(platform_class, device)
-    return decline(devices.reason or "no devices found", present=devices.present)
+
+    def probe(ctx: StepContext) -> JsonValue | Unavailable:
+        # vLLM's cuda plugin declines on a CPU build whatever the GPUs say.
+        if device == "cuda" and build is not None and build.device == "cpu":
+            return decline(f"this build targets cpu ({build.source})")
+        devices: Devices = getattr(ctx.host, query)(ctx)
+        if devices.found:
+            return _activated(platform_class, device)
+        return decline(devices.reason or "no devices found", present=devices.present)
+
+    return probe
 
 
 def _device_capability(ctx: StepContext, device: str | None) -> tuple[int, int] | None:
@@ -196,46 +197,48 @@ def _import_zentorch(ctx: StepContext) -> JsonValue:
     return {"loaded": True}
 
 
-async def _probe_cpu(
-    config: EngineConfig, build: BuildTarget | None, unknown: str, ctx: StepContext
-) -> JsonValue | Unavailable:
-    if build is None:
-        return decline(f"the build target is unknown ({unknown})")
-    if build.device != "cpu":
-        return decline(f"this build targets {build.device} ({build.source}; {CPU_TARGET_HINT})")
-    platform_class = "CpuPlatform"
-    if is_amd_zen(await ctx.to_thread(ctx.host.read_cpuinfo)):
-        zentorch = await ctx.run_child(
-            "zentorch",
-            _import_zentorch,
-            policy=optional_module_policy("zentorch"),
-            timeout=config.step_timeout,
+def _cpu(config: EngineConfig, build: BuildTarget | None, unknown: str) -> StepBody:
+    async def probe(ctx: StepContext) -> JsonValue | Unavailable:
+        if build is None:
+            return decline(f"the build target is unknown ({unknown})")
+        if build.device != "cpu":
+            return decline(f"this build targets {build.device} ({build.source}; {CPU_TARGET_HINT})")
+        platform_class = "CpuPlatform"
+        if is_amd_zen(await ctx.to_thread(ctx.host.read_cpuinfo)):
+            zentorch = await ctx.run_child(
+                "zentorch",
+                _import_zentorch,
+                policy=optional_module_policy("zentorch"),
+                timeout=config.step_timeout,
+            )
+            if zentorch.ok:
+                platform_class = "ZenCpuPlatform"
+        return _activated(platform_class, "cpu")
+
+    return probe
+
+
+def _third_party_body(name: str, load: Callable[[], object]) -> StepBody:
+    async def probe(ctx: StepContext) -> JsonValue | Unavailable:
+        plugin = await ctx.to_thread(load)
+        if not callable(plugin):
+            raise TypeError(f"platform plugin {name!r} loaded {plugin!r}, which is not callable")
+        if inspect.iscoroutinefunction(plugin):
+            value = await plugin(ctx)
+        else:
+            value = await ctx.to_thread(plugin, ctx)
+        if value is None:
+            return decline(f"platform plugin {name!r} declined without a reason (returned None)")
+        if isinstance(value, Unavailable):
+            return value
+        if isinstance(value, str):
+            return _activated(value, None)
+        raise TypeError(
+            f"platform plugin {name!r} returned {type(value).__name__}; a plugin returns the "
+            "qualified name of its platform class (str), decline(reason), or None"
         )
-        if zentorch.ok:
-            platform_class = "ZenCpuPlatform"
-    return _activated(platform_class, "cpu")
 
-
-async def _probe_third_party(
-    name: str, load: Callable[[], object], ctx: StepContext
-) -> JsonValue | Unavailable:
-    plugin = await ctx.to_thread(load)
-    if not callable(plugin):
-        raise TypeError(f"platform plugin {name!r} loaded {plugin!r}, which is not callable")
-    if inspect.iscoroutinefunction(plugin):
-        value = await plugin(ctx)
-    else:
-        value = await ctx.to_thread(plugin, ctx)
-    if value is None:
-        return decline(f"platform plugin {name!r} declined without a reason (returned None)")
-    if isinstance(value, Unavailable):
-        return value
-    if isinstance(value, str):
-        return _activated(value, None)
-    raise TypeError(
-        f"platform plugin {name!r} returned {type(value).__name__}; a plugin returns the "
-        "qualified name of its platform class (str), decline(reason), or None"
-    )
+    return probe
 
 
 def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
@@ -280,10 +283,8 @@ class _ReferencePlugins:
 
     async def specs(self, ctx: StepContext) -> list[PluginSpec]:
         build, unknown = await self.build(ctx)
-        bodies: dict[str, StepBody] = {
-            name: functools.partial(_probe_accelerator, name, build) for name in _ACCELERATORS
-        }
-        bodies["cpu"] = functools.partial(_probe_cpu, self.config, build, unknown)
+        bodies = {name: _accelerator(name, build) for name in _ACCELERATORS}
+        bodies["cpu"] = _cpu(self.config, build, unknown)
         specs = [
             PluginSpec(name=name, builtin=True, priority=index, body=bodies[name])
             for index, name in enumerate(BUILTIN_PLATFORM_PLUGINS)
@@ -302,12 +303,7 @@ class _ReferencePlugins:
             check_plugin_name(name, third, "given to the engine")
             third[name] = _given(plugin)
         return specs + [
-            PluginSpec(
-                name=name,
-                builtin=False,
-                priority=index,
-                body=functools.partial(_probe_third_party, name, load),
-            )
+            PluginSpec(name=name, builtin=False, priority=index, body=_third_party_body(name, load))
             for index, (name, load) in enumerate(sorted(third.items()), start=len(specs))
         ]
 
