@@ -53,7 +53,7 @@ from ._reducers import (
     fold,
 )
 from ._severity import Scope, Severity
-from ._slices import FactsHook, Slice, cause_of, checked_slices
+from ._slices import Slice, cause_of, checked_slices
 from ._timeline import RankTimeline, Timeline, TimelineState
 
 __all__ = [
@@ -113,33 +113,24 @@ class RankStates(Projection[Mapping[int, RankState]]):
         """The state after every event of ``events`` in turn; unchanged ranks
         are shared, and ``state`` itself is returned when no rank changed."""
         ranks = dict(state)
-        fold: _StateFold | None = None
-        for event in events:
-            if fold is None or event.rank != fold.rank:
-                if fold is not None:
-                    ranks[fold.rank] = fold.freeze()
-                found = ranks.get(event.rank) or self.new(event.rank, event.run_id)
-                fold = _StateFold(found, self._results, self._hooks)
-            fold.derive(event)
-        if fold is None:
-            return state
-        ranks[fold.rank] = fold.freeze()
-        return ranks
+        changed = False
+        for rank, run in itertools.groupby(events, operator.attrgetter("rank")):
+            first = next(run)
+            fold = _StateFold(self, ranks.get(rank) or self.new(rank, first.run_id))
+            for event in itertools.chain((first,), run):
+                fold.derive(event)
+            ranks[rank], changed = fold.freeze(), True
+        return ranks if changed else state
 
 
 class _StateFold:
     """One rank's state while a run of its events is folded."""
 
-    def __init__(
-        self,
-        state: RankState,
-        results: Mapping[str, list[tuple[str, str | None]]],
-        hooks: tuple[FactsHook, ...],
-    ) -> None:
+    def __init__(self, setup: RankStates, state: RankState) -> None:
         tracking = state.tracking
         self.base = state
-        self.results = results
-        self.hooks = hooks
+        self.results = setup._results
+        self.hooks = setup._hooks
         self.rank = state.rank
         self.run_id = state.run_id
         self.identity = state.identity
