@@ -305,24 +305,23 @@ def find_divergences(
     """Compare the ranks' facts that ``slices`` say must agree
     (:class:`~events.Agreement`), in the slices' order, with the severities
     and scopes the slices give their codes."""
-    values = list(states.values() if isinstance(states, Mapping) else states)
-    agreements = [agreement for part in slices for agreement in part.agreements]
+    # By rank: each value's ranks come ascending, the values by their lowest rank.
+    values = sorted(
+        states.values() if isinstance(states, Mapping) else states, key=operator.attrgetter("rank")
+    )
     rule = Messages(slices=slices).rule
     found: list[Divergence] = []
-    for agreement in agreements:
+    for agreement in (agreement for part in slices for agreement in part.agreements):
         subject, among = agreement.fact, agreement.among
         by_value: dict[str | None, list[int]] = {}
         for state in values:
             value = state.facts.get(subject)
-            if not (value is not None if among is None else state.facts.get(among)):
-                continue
-            by_value.setdefault(None if value is None else str(value), []).append(state.rank)
+            took_part = value is not None if among is None else state.facts.get(among)
+            if took_part:
+                by_value.setdefault(None if value is None else str(value), []).append(state.rank)
         if len(by_value) < 2:
             continue
-        ordered = sorted(
-            ((value, tuple(sorted(ranks))) for value, ranks in by_value.items()),
-            key=lambda item: item[1][0],
-        )
+        ordered = [(value, tuple(ranks)) for value, ranks in by_value.items()]
         listing = "; ".join(
             f"{agreement.none_text if value is None else value} on {format_ranks(ranks)}"
             for value, ranks in ordered
@@ -711,13 +710,11 @@ def _judged(
         warnings.extend(folded.warnings)
         state = folded.state
         claimed = max(state.rank + 1, 0 if state.identity is None else state.identity.world_size)
-        why = implausible_world(claimed, folded.owner or "a log", len(states))
-        if why is not None:
+        if why := implausible_world(claimed, folded.owner or "a log", len(states)):
             raise LogError(why)
     empty = launch.empty_logs if launch is not None else frozenset()
     if launch is not None and launch.world_size is not None:
-        why = implausible_world(launch.world_size, launch.source or "the launch", len(states))
-        if why is not None:
+        if why := implausible_world(launch.world_size, launch.source or "the launch", len(states)):
             raise LogError(why)
         if logged_world and logged_world != launch.world_size:
             warnings.append(
