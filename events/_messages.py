@@ -408,8 +408,7 @@ class _Fold:
         setup = self.setup
         memories = self.memories
         for index, hook in enumerate(setup._hooks):
-            old = memories[index]
-            if (new := hook.before(self, old)) is not old:
+            if (new := hook.before(self, memories[index])) is not memories[index]:
                 memories[index], self.changed = new, True
         if kind != DECISION and kind != OTHER:
             self.changed = True  # what the rank tracks: its steps, failures or identity
@@ -439,8 +438,7 @@ class _Fold:
         elif kind == RUN_FINISHED:
             self.run_finished(event)
         for index, hook in enumerate(setup._hooks):
-            old = memories[index]
-            if (new := hook.after(self, old)) is not old:
+            if (new := hook.after(self, memories[index])) is not memories[index]:
                 memories[index], self.changed = new, True
 
     def raise_severity(self, step: str, severity: Severity) -> None:
