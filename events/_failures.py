@@ -37,7 +37,6 @@ def _continues(failure: _Failure, cause: ExceptionInfo) -> bool:
     return failure.cause is cause or failure.cause == cause
 
 
-#: The events that fail their step.
 _FAILING = (StepFailed, StepTimedOut, StepCrashed)
 
 
