@@ -83,15 +83,14 @@ class RankStates(Projection[Mapping[int, RankState]]):
     def __init__(self, slices: Sequence[Slice] = ()) -> None:
         #: The slices the states are derived with.
         self.slices = tuple(slices)
-        facts: dict[str, JsonValue] = {}
-        results: dict[str, list[tuple[str, str | None]]] = {}
+        self._facts: dict[str, JsonValue] = {}
+        self._results: dict[str, list[tuple[str, str | None]]] = {}
         for part in self.slices:
-            facts.update(part.facts)
+            self._facts.update(part.facts)
             for column in part.columns:
                 if column.step is not None:
-                    facts.setdefault(column.fact, None)
-                    results.setdefault(column.step, []).append((column.fact, column.key))
-        self._facts, self._results = facts, results
+                    self._facts.setdefault(column.fact, None)
+                    self._results.setdefault(column.step, []).append((column.fact, column.key))
         self._hooks = tuple(
             part.derive_facts for part in self.slices if part.derive_facts is not None
         )
@@ -693,15 +692,14 @@ def _judged(
             f"the logs of run {sorted(run_ids)[0]}; pass the manifest of the same run"
         )
     states = {folded.rank: folded.state for folded in ranks}
-    watched = _watched_processes(ranks)
-    if watched:
-        known = launch.processes if launch is not None else {}
-        seen = {rank: process for rank, process in watched.items() if rank not in known}
-        first_start = min((folded.first_wall_ns for folded in ranks), default=None)
+    if watched := _watched_processes(ranks):
+        # A rank's launcher knows its process better than a peer watching it.
         launch = (
-            LaunchRecord(processes=seen, started_wall_ns=first_start)
+            LaunchRecord(
+                processes=watched, started_wall_ns=min(folded.first_wall_ns for folded in ranks)
+            )
             if launch is None
-            else attrs.evolve(launch, processes={**known, **seen})
+            else attrs.evolve(launch, processes={**watched, **launch.processes})
         )
     logged_world = max(
         (s.identity.world_size for s in states.values() if s.identity is not None), default=0
@@ -926,7 +924,6 @@ def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause 
         found = (
             candidates[0] if candidates[0].no_events is not None else min(candidates, key=_first)
         )
-        # What its launcher saw of the rank's process, when known.
         process = processes.get(found.rank)
         return found if process is None else attrs.evolve(found, process=process)
     return None
