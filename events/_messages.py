@@ -241,8 +241,7 @@ class Messages(Projection[MessagesState]):
         DEBUG; ok INFO; cancelled ``None``). Ask after ``outcome_event`` was
         folded into ``state``.
         """
-        derived = step_severity(state, rank, step)
-        if derived is not None:
+        if (derived := step_severity(state, rank, step)) is not None:
             return derived
         outcome = outcome_of(outcome_event)
         if outcome in _OUTCOME_SEVERITY:

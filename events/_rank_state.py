@@ -205,8 +205,7 @@ class RankState:
             return self.failure
         # Died mid-propagation: the failure was on its way up (a finished
         # rank has none pending).
-        going_up = [f for f in self.tracking.failures if f.cause is not None]
-        if going_up:
+        if going_up := [f for f in self.tracking.failures if f.cause is not None]:
             return _root_cause(going_up[0], None, self.rank, self.outcome, self.stalls)
         in_flight = self.in_flight
         # An unfinished rank has no run.finished: its last event speaks.

@@ -736,21 +736,18 @@ def _judged(
     else:
         # A launcher's record lists every rank it started: one it does not
         # list was never started (the launch was stopped first).
-        never = {
+        if never := {
             rank: RankProcess(rank=rank, stopped_by_launcher="never started")
             for rank in no_events
             if rank not in launch.processes
-        }
-        if never:
+        }:
             launch = attrs.evolve(launch, processes={**launch.processes, **never})
-    outside = sorted(rank for rank in empty if rank >= world_size)
-    if outside:
+    if outside := sorted(rank for rank in empty if rank >= world_size):
         warnings.append(
             f"empty logs name {format_ranks(outside)}, outside the world size {world_size}: "
             "not counted"
         )
-    silent = [rank for rank, why in no_events.items() if why != ELSEWHERE]
-    if silent:
+    if silent := [rank for rank, why in no_events.items() if why != ELSEWHERE]:
         warnings.append(
             f"no events from {format_ranks(silent)} of world size {world_size}: "
             "never started, or stopped before the first event"
@@ -869,12 +866,11 @@ def _run_root_cause(replay: Replay, left_out: Sequence[RootCause]) -> RootCause 
     # The launcher stops ranks only after one ended on its own: a stopped
     # rank whose log had already finished before then (a failed rank waiting
     # for its peers) was not failed by the stop.
-    ends = [
+    if ends := [
         process.ended_wall_ns
         for process in processes.values()
         if not process.stopped_by_launcher and process.ended_wall_ns
-    ]
-    if ends:
+    ]:
         first_end = min(ends)
         stopped = {
             rank
