@@ -227,8 +227,7 @@ class Messages(Projection[MessagesState]):
         Raises:
             KeyError: no one knows ``code``.
         """
-        found = self._codes.get(code)
-        if found is None:
+        if (found := self._codes.get(code)) is None:
             raise KeyError(f"no severity rule for message code {code!r}")
         return found
 

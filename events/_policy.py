@@ -137,8 +137,7 @@ class SeverityPolicy:
         rules: dict[str, tuple[Any, Any]] = {} if base is None else dict(base.rules)
         for code, rule in document.rules.items():
             known = rules.get(code) or _GENERIC.get(code)
-            scope = rule.scope or (known and known[1])
-            if not scope:
+            if not (scope := rule.scope or (known and known[1])):
                 raise PolicyError(f"rule {code!r} needs a 'scope' (process, local or global)")
             rules[code] = (rule.severity, scope)
         return cls(version=document.version, rules=rules)

@@ -413,8 +413,7 @@ class MessageRule:
         templates = [("text", self.text), *(("args", arg) for arg in self.args or ())]
         templates.extend((f"defaults[{key!r}]", value) for key, value in self.defaults.items())
         for where, template in templates:
-            fault = _template_fault(template, fallback=self.fallback)
-            if fault is not None:
+            if (fault := _template_fault(template, fallback=self.fallback)) is not None:
                 raise ValueError(
                     f"MessageRule {self.code!r}: {where} {template!r}: {fault}; a template "
                     "names step, name, parent, outcome, verb, reason, error, message, "

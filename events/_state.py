@@ -400,8 +400,7 @@ class Replay:
         """A rank's outcome (``incomplete`` for a rank without events;
         ``running`` for an unfinished rank at a cutoff, or one whose
         process was seen alive)."""
-        state = self.states.get(rank)
-        if state is None:
+        if (state := self.states.get(rank)) is None:
             return RunOutcome.INCOMPLETE
         if not state.finished and (self.until is not None or rank in self.running):
             return RunOutcome.RUNNING
