@@ -225,10 +225,8 @@ class Timeline(Projection[TimelineState]):
             kind = kinds[type(event)]
             if event.rank != number:
                 number = event.rank
-                found = working.get(number)
-                if found is None:
-                    previous = ranks.get(number)
-                    if previous is not None:
+                if (found := working.get(number)) is None:
+                    if (previous := ranks.get(number)) is not None:
                         found = [
                             previous.started, previous.finished, previous.last,
                             dict(previous.steps), list(previous.decisions),
@@ -260,11 +258,10 @@ class Timeline(Projection[TimelineState]):
                     continue
                 timing[_END_WALL] = event.wall_ns
                 timing[_DURATION] = event.mono_ns - timing[_START_MONO]
+                timing[_OUTCOME] = outcome_of(event)
                 if kind == SUCCEEDED:
-                    timing[_OUTCOME] = Outcome.OK
                     timing[_RESULT] = self._once(event.result)
                 else:
-                    timing[_OUTCOME] = outcome_of(event)
                     timing[_END] = event
             elif kind == DECISION:
                 rank[4].append(event)
