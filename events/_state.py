@@ -519,8 +519,7 @@ class RankFolder:
     def _fold(
         self, events: Sequence[Event], owner: str | None, warnings: tuple[str, ...]
     ) -> FoldedRank:
-        until = self.until
-        if until is not None:
+        if (until := self.until) is not None:
             events = [event for event in events if event.seq <= until]
         if not events:
             raise ValueError(f"{owner or 'an event stream'}: no events to fold")
