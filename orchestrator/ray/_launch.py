@@ -34,7 +34,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -346,7 +346,7 @@ class _Launch:
             handle = remote.remote()
             self.actors.append(_Actor(handle=handle, actor_id=_actor_id(handle)))
         where = {actor: actor.handle.where.remote() for actor in self.actors}
-        answers = self._wait(where, timeout_s)
+        answers = dict(self._answers(where, timeout_s))
         for actor in self.actors:
             answer = answers.get(actor)
             if isinstance(answer, ActorPlace):
@@ -383,7 +383,8 @@ class _Launch:
         """Wait for every running actor's report (at most ``timeout_s``);
         write each log that came back and record how each rank ended."""
         running = {actor: actor.pending for actor in self.actors if actor.pending is not None}
-        self._wait(running, timeout_s, on_answer=self._record)
+        for actor, answer in self._answers(running, timeout_s):
+            self._record(actor, answer)
         for actor in self.actors:
             if actor.pending is not None:  # _record clears it for each answer
                 self._record(actor, None)
@@ -427,34 +428,23 @@ class _Launch:
         store_collected_log(self.book.run_dir, actor.rank, content)
         return "; what it logged until then was read from its workspace on this node"
 
-    def _wait(
-        self,
-        refs: Mapping[_Actor, Any],
-        timeout_s: float,
-        on_answer: Callable[[_Actor, object], None] | None = None,
-    ) -> dict[_Actor, object]:
+    def _answers(
+        self, refs: Mapping[_Actor, Any], timeout_s: float
+    ) -> Iterator[tuple[_Actor, object]]:
         """Each ref's value, or the exception getting it raised, as they
-        come, for at most ``timeout_s``: the actors not in the result did
-        not answer in time."""
-        ray = self.ray
+        come, for at most ``timeout_s``: the actors not yielded did not
+        answer in time."""
         key_of = {ref: key for key, ref in refs.items()}
         left = list(refs.values())
-        answers: dict[_Actor, object] = {}
         deadline = time.monotonic() + timeout_s
-        while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            done, left = ray.wait(left, num_returns=1, timeout=remaining)
+        while left and (remaining := deadline - time.monotonic()) > 0:
+            done, left = self.ray.wait(left, num_returns=1, timeout=remaining)
             for ref in done:
                 try:
-                    answer: object = ray.get(ref, timeout=remaining)
+                    answer: object = self.ray.get(ref, timeout=remaining)
                 except Exception as exc:  # ActorDiedError, RayTaskError...: the answer
                     answer = exc
-                answers[key_of[ref]] = answer
-                if on_answer is not None:
-                    on_answer(key_of[ref], answer)
-        return answers
+                yield key_of[ref], answer
 
     def release(self) -> None:
         """Kill every actor (done, or given up on): none outlives the launch."""
