@@ -64,7 +64,7 @@ import multiprocessing
 import os
 import pkgutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,11 +210,9 @@ def _parallel_configs() -> Iterator[Any]:
 
 def _start(directory: Path) -> Recording:
     kind, role, first = _role()
-    run_id = os.environ.get(RUN_ID_VARIABLE, "").strip()
-    if not run_id:
-        run_id = new_run_id()
-        # Every process this one starts inherits it: one run per launch.
-        os.environ[RUN_ID_VARIABLE] = run_id
+    run_id = os.environ.get(RUN_ID_VARIABLE, "").strip() or new_run_id()
+    # Every process this one starts inherits it: one run per launch.
+    os.environ[RUN_ID_VARIABLE] = run_id
     run_dir = directory / run_id
     claim_run_directory(run_dir, run_id)
     log = _claim_log(run_dir, run_id, first=first)
@@ -286,9 +284,7 @@ def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
     ``(owner, attribute)``, and the targets not found."""
     found: list[tuple[Hook, tuple[Any, str]]] = []
     missing: list[str] = []
-    for hook in HOOKS:
-        if hook.role != kind:
-            continue
+    for hook in [hook for hook in HOOKS if hook.role == kind]:
         module_name, _, path = hook.target.partition(":")
         owner_path, _, attribute = path.rpartition(".")
         try:
@@ -336,11 +332,7 @@ def _install(recording: Recording, hook: Hook, found: tuple[Any, str]) -> None:
         original = inspect.getattr_static(owner, attribute)
     static = isinstance(original, staticmethod)
     function = original.__func__ if static else original
-    wrapped = _wrap(recording, hook, function)
-    setattr(owner, attribute, staticmethod(wrapped) if static else wrapped)
 
-
-def _wrap(recording: Recording, hook: Hook, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if hook.ready == "enter":
@@ -363,7 +355,7 @@ def _wrap(recording: Recording, hook: Hook, function: Callable[..., Any]) -> Cal
             recording.finish()
         return result
 
-    return wrapper
+    setattr(owner, attribute, staticmethod(wrapper) if static else wrapper)
 
 
 def _announce_processes(recording: Recording, args: tuple[Any, ...], result: Any) -> None:
