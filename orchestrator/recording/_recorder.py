@@ -285,16 +285,15 @@ class Recording:
             self._end_open(portal, end, down_to=token)
 
     def _end(self, error: BaseException | None) -> _End:
-        return _End(error=None if error is None else self._as_data(error))
-
-    def _as_data(self, error: BaseException) -> IsolatedError:
-        """``error`` captured here, in the thread that raised it, once: the
-        phase it leaves and the start it ends record the same capture, so
-        the record says it went up from where it was raised."""
+        """The end ``error`` makes, captured here, in the thread that raised
+        it, once: the phase it leaves and the start it ends record the same
+        capture, so the record says it went up from where it was raised."""
+        if error is None:
+            return _End()
         if id(error) not in self._captured:
             # Kept with its capture, so no other error can take its id.
             self._captured[id(error)] = (error, IsolatedError.capture(error, self._redactor))
-        return self._captured[id(error)][1]
+        return _End(error=self._captured[id(error)][1])
 
     def _end_open(
         self, portal: anyio.from_thread.BlockingPortal, end: _End | None, down_to: Any = None
@@ -323,40 +322,40 @@ class Recording:
 
     async def _startup(self, ctx: StepContext) -> JsonValue:
         try:
-            with ctx.thread_at_work(self._starter):
-                return await self._follow(ctx, self._startup_inbox)
+            return await self._follow(ctx, self._startup_inbox, self._starter)
         finally:
             self._started_up.set()
 
-    async def _follow(self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any]) -> JsonValue:
+    async def _follow(
+        self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any], thread: threading.Thread
+    ) -> JsonValue:
         """Run the phases announced to ``inbox`` as children, one after
-        another, until this step's own end arrives."""
+        another, until this step's own end arrives. The engine's ``thread``
+        does the step's work: a step that stalls records where it waits."""
         seen: dict[str, int] = {}
-        try:
-            async for message in inbox:
-                if isinstance(message, _End):
-                    if message.error is not None:
-                        raise message.error
-                    break
-                # A phase's error is recorded on it; whether it ends this one
-                # too is for the engine's code to say, with this phase's end.
-                with contextlib.suppress(Exception), message.inbox:
-                    await ctx.run_child(
-                        _numbered(seen, message.name),
-                        self._phase_body(message),
-                        attributes=message.attributes,
-                    )
-            return None
-        finally:
-            _close(inbox)
+        with ctx.thread_at_work(thread):
+            try:
+                async for message in inbox:
+                    if isinstance(message, _End):
+                        if message.error is not None:
+                            raise message.error
+                        break
+                    # A phase's error is recorded on it; whether it ends this one
+                    # too is for the engine's code to say, with this phase's end.
+                    with contextlib.suppress(Exception), message.inbox:
+                        await ctx.run_child(
+                            _numbered(seen, message.name),
+                            self._phase_body(message),
+                            attributes=message.attributes,
+                        )
+                return None
+            finally:
+                _close(inbox)
 
     def _phase_body(self, begin: _Begin) -> StepBody:
         async def phase(ctx: StepContext) -> JsonValue:
             begin.started.set()  # the runner wrote step.started before the body runs
-            # The engine's thread does the phase's work: a phase that stalls
-            # records where that thread waits.
-            with ctx.thread_at_work(begin.thread):
-                return await self._follow(ctx, begin.inbox)
+            return await self._follow(ctx, begin.inbox, begin.thread)
 
         return phase
 
