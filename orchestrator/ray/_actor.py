@@ -116,9 +116,7 @@ def run_assigned_rank(
             a new temporary one); removed before returning.
     """
     os.environ.update(assignment.rendezvous)
-    environ = {**os.environ, **assignment.environ}
-    if workspace is None:
-        workspace = new_workspace()
+    workspace = new_workspace() if workspace is None else workspace
     try:
         startup = Startup(
             assignment.config,
@@ -136,7 +134,7 @@ def run_assigned_rank(
             # sends the launch's span.
             wait_for_peers=False,
             launch_span=True,
-            environ=environ,
+            environ={**os.environ, **assignment.environ},
         )
         report = functools.partial(
             RankReport, rank=assignment.identity.rank, pid=os.getpid(), node_id=node_id
