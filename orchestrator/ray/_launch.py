@@ -492,7 +492,6 @@ def _actor_id(handle: Any) -> str:
 
 
 def _connected_ray() -> Any:
-    """The ``ray`` module, connected to a cluster."""
     try:
         import ray
     except ImportError as exc:
@@ -531,9 +530,8 @@ def _rendezvous_store(ray: Any) -> tuple[Any, Mapping[str, str]]:
     store = distributed.TCPStore(
         "0.0.0.0", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60)
     )
-    address = str(ray.util.get_node_ip_address())
     return store, {
-        "MASTER_ADDR": address,
+        "MASTER_ADDR": str(ray.util.get_node_ip_address()),
         "MASTER_PORT": str(store.port),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",
