@@ -438,9 +438,8 @@ def _exit_status(process: Any) -> int | None:
     with contextlib.suppress(ChildProcessError):
         result = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         if result is not None:
-            if result.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-                return -result.si_status
-            return int(result.si_status)
+            killed = result.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+            return -result.si_status if killed else int(result.si_status)
     # Its owner is reaping it this very moment (it saw the same sentinel):
     # its process object has the status a moment later.
     deadline = time.monotonic() + 1.0
