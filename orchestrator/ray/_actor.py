@@ -216,11 +216,10 @@ class RankActor:
         number nodes, place rank 0, and find the log of an actor that died."""
         import ray
 
-        context: Any = ray.get_runtime_context()
         util: Any = ray.util  # partly typed: its helpers are untyped
         self._workspace = new_workspace()
         return ActorPlace(
-            node_id=str(context.get_node_id()),
+            node_id=str(ray.get_runtime_context().get_node_id()),
             node_ip=str(util.get_node_ip_address()),
             pid=os.getpid(),
             workspace=self._workspace,
@@ -230,7 +229,5 @@ class RankActor:
         """Run the assigned rank (see :func:`run_assigned_rank`)."""
         import ray
 
-        context: Any = ray.get_runtime_context()
-        return run_assigned_rank(
-            assignment, node_id=str(context.get_node_id()), workspace=self._workspace
-        )
+        node_id = str(ray.get_runtime_context().get_node_id())
+        return run_assigned_rank(assignment, node_id=node_id, workspace=self._workspace)
