@@ -340,7 +340,7 @@ class _Launch:
     def place(self, options: Mapping[str, Any] | None, *, timeout_s: float) -> None:
         """Create the actors and number the ranks by where each landed."""
         remote = self.ray.remote(RankActor).options(
-            **({"num_cpus": 0} if options is None else dict(options))
+            **({"num_cpus": 0} if options is None else options)
         )
         for _ in range(self.book.manifest.world_size):
             handle = remote.remote()
@@ -418,10 +418,9 @@ class _Launch:
         if actor.node_id != self.driver_node:
             return f"; what it logged was left on that node in {actor.workspace}"
         left = rank_log_path(actor.workspace / self.book.manifest.run_id, actor.rank)
-        try:
+        content = b""
+        with contextlib.suppress(OSError):
             content = left.read_bytes()
-        except OSError:
-            content = b""
         shutil.rmtree(actor.workspace, ignore_errors=True)
         if not content:
             return ""
