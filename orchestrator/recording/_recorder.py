@@ -403,9 +403,8 @@ class Recording:
 
         # A body that returns the isolation layer's IsolatedCrash ends
         # ``crashed``, as an isolated step whose process died does.
-        body = cast(StepBody, watch)
         with contextlib.suppress(Exception):
-            await ctx.run_child(name, body, attributes={"pid": pid})
+            await ctx.run_child(name, cast(StepBody, watch), attributes={"pid": pid})
 
 
 def _numbered(seen: dict[str, int], name: str) -> str:
