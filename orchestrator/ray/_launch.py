@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib
+import itertools
 import os
 import shutil
 import sys
@@ -295,19 +296,18 @@ def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankI
             first_seen.setdefault(node, len(first_seen))
     # A stable sort: within a node, in creation order; the unplaced last.
     by_rank = sorted(range(len(nodes)), key=lambda i: first_seen.get(nodes[i], len(first_seen)))
-    node_rank: dict[str | None, int] = {}
-    identities: list[RankIdentity | None] = [None] * len(nodes)
-    for rank, index in enumerate(by_rank):
-        node_rank.setdefault(nodes[index], len(node_rank))
-        peers = [other for other in by_rank if nodes[other] == nodes[index]]
-        identities[index] = RankIdentity(
-            rank=rank,
-            local_rank=peers.index(index),
-            world_size=len(nodes),
-            local_world_size=len(peers),
-            node_rank=node_rank[nodes[index]],
-        )
-    return [identity for identity in identities if identity is not None]
+    identities: dict[int, RankIdentity] = {}
+    for node_rank, (_node, group) in enumerate(itertools.groupby(by_rank, key=nodes.__getitem__)):
+        peers = list(group)
+        for local_rank, index in enumerate(peers):
+            identities[index] = RankIdentity(
+                rank=by_rank.index(index),
+                local_rank=local_rank,
+                world_size=len(nodes),
+                local_world_size=len(peers),
+                node_rank=node_rank,
+            )
+    return [identities[index] for index in range(len(nodes))]
 
 
 @attrs.define(eq=False)  # each actor is itself, the key of its answers
