@@ -144,15 +144,9 @@ class Recording:
         # Its logs replay with the reference engine's slice.
         runner_options.setdefault("slices", (ENGINE_SLICE,))
         self._runner = Runner(log, identity=identity, **runner_options)
-        watching = (
-            [Step(name=PROCESSES_STEP, body=self._processes, policy=_PROCESS_POLICY)]
-            if spawns
-            else []
-        )
-        self._graph = Graph(
-            f"vllm {role}",
-            [*steps, Step(name=STARTUP_STEP, body=self._startup, policy=_PHASE_POLICY), *watching],
-        )
+        startup = Step(name=STARTUP_STEP, body=self._startup, policy=_PHASE_POLICY)
+        watching = Step(name=PROCESSES_STEP, body=self._processes, policy=_PROCESS_POLICY)
+        self._graph = Graph(f"vllm {role}", [*steps, startup, *([watching] if spawns else [])])
         self._lock = threading.Lock()
         #: the engine's thread that makes the recording, at work between phases
         self._starter = threading.current_thread()
@@ -258,9 +252,8 @@ class Recording:
             if portal is None:
                 return None
             send, receive = anyio.create_memory_object_stream[Any](math.inf)
-            parent = self._open[-1][1]
             begin = _Begin(name, dict(attributes or {}), receive)
-            portal.call(parent.send_nowait, begin)
+            portal.call(self._open[-1][1].send_nowait, begin)
             self._open.append((name, send))
         # The phase's start is in the log before the engine's code goes on:
         # a process killed in the very next line still says where it was.
