@@ -339,9 +339,8 @@ class _Launch:
 
     def place(self, options: Mapping[str, Any] | None, *, timeout_s: float) -> None:
         """Create the actors and number the ranks by where each landed."""
-        remote = self.ray.remote(RankActor).options(
-            **({"num_cpus": 0} if options is None else options)
-        )
+        options = {"num_cpus": 0} if options is None else options
+        remote = self.ray.remote(RankActor).options(**options)
         for _ in range(self.book.manifest.world_size):
             handle = remote.remote()
             self.actors.append(_Actor(handle=handle, actor_id=_actor_id(handle)))
