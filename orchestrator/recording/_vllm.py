@@ -1,11 +1,9 @@
 """vLLM's own start, recorded in every one of its processes.
 
-Installed with this project, a ``vllm.general_plugins`` entry point
-(:func:`orchestrator.recording.vllm_plugin`) runs once in every vLLM process — the main process,
-each engine core, each worker, and the model-inspection subprocess — after
-vLLM detected its platform. With ``STARTUP_ORCHESTRATOR_RUNS=DIR`` set it
-records that process's start in ``DIR/<run-id>/rank-<n>.jsonl``; without
-it, it returns at once.
+The entry point (:func:`orchestrator.recording.vllm_plugin`) runs once in
+every vLLM process (the main process, each engine core, each worker, the
+model-inspection subprocess) after vLLM detected its platform, and records
+its start in ``$STARTUP_ORCHESTRATOR_RUNS/<run-id>/rank-<n>.jsonl``.
 
 * **One run per launch.** The run id is ``STARTUP_ORCHESTRATOR_RUN_ID``
   when set; else the main process makes one and sets the variable, so every
