@@ -222,13 +222,12 @@ def _start(directory: Path) -> Recording:
     if kind == "worker":
         hooks.extend(_worker_class_hook())
     if missing or not is_tested(version):
+        left_out = ", ".join(missing)
         _logger.warning(
             "recording vLLM %s (tested: %s)%s",
             version,
             ", ".join(TESTED_RELEASES),
-            f"; not found in this release, so not recorded: {', '.join(missing)}"
-            if missing
-            else "",
+            f"; not found in this release, so not recorded: {left_out}" if left_out else "",
         )
     from ..engine._config import EngineConfig
     from ..engine._platform import make_platform_step
