@@ -150,11 +150,10 @@ def run_assigned_rank(
             except BaseException as exc:  # recorded in the log; reported, not raised
                 failure = exc
         result = startup.result
-        log_path = startup.log_path
         return report(
             outcome=None if result is None else result.outcome,
             error=None if failure is None else _describe(failure),
-            log=b"" if log_path is None else log_path.read_bytes(),
+            log=b"" if startup.log_path is None else startup.log_path.read_bytes(),
         )
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
