@@ -312,8 +312,6 @@ def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankI
 
 @attrs.define(eq=False)  # each actor is itself, the key of its answers
 class _Actor:
-    """One actor of the launch and what the driver knows of it."""
-
     handle: Any
     actor_id: str
     node_id: str | None = None

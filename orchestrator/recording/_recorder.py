@@ -141,7 +141,6 @@ class Recording:
         self._spawns = spawns
         from ..engine._conventions import ENGINE_SLICE
 
-        # Its logs replay with the reference engine's slice.
         runner_options.setdefault("slices", (ENGINE_SLICE,))
         self._runner = Runner(log, identity=identity, **runner_options)
         startup = Step(name=STARTUP_STEP, body=self._startup, policy=_PHASE_POLICY)
