@@ -303,13 +303,12 @@ def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
         name = getattr(parallel, "worker_cls", None)
         if isinstance(name, str) and "." in name:
             module_name, _, class_name = name.rpartition(".")
+            target = f"{module_name}:{class_name}.__init__"
             try:
                 cls = getattr(importlib.import_module(module_name), class_name)
             except (ImportError, AttributeError):
                 return []
-            hook = Hook(
-                role="worker", target=f"{module_name}:{class_name}.__init__", phase="worker_init"
-            )
+            hook = Hook(role="worker", target=target, phase="worker_init")
             return [(hook, (cls, "__init__"))]
     return []
 
