@@ -390,10 +390,9 @@ class _Launch:
     def _record(self, actor: _Actor, answer: object) -> None:
         actor.pending = None
         # Done with this launch: its process ends now, as a torchrun worker's
-        # does, so peers still waiting on it in a collective (its own was cut
-        # short by its failure) fail at once instead of at the group timeout;
-        # one given up on is killed before its workspace is read, so nothing
-        # writes to it.
+        # does, so peers still waiting on it in a collective fail at once, not
+        # at the group timeout; one given up on is killed before its workspace
+        # is read, so nothing writes to it.
         with contextlib.suppress(Exception):
             self.ray.kill(actor.handle)
         if isinstance(answer, RankReport):
