@@ -170,8 +170,9 @@ class Recording:
         """Write ``run.started`` and start the graph on its own loop."""
         self._runner.begin(self._graph)
         self._portal = self._loop_thread.enter_context(anyio.from_thread.start_blocking_portal())
-        startup, self._startup_inbox = anyio.create_memory_object_stream[Any](math.inf)
+        startup, inbox = anyio.create_memory_object_stream[Any](math.inf)
         self._open = [(STARTUP_STEP, startup)]
+        self._startup_begun = _Begin(STARTUP_STEP, {}, inbox, thread=self._starter)
         if self._spawns:
             self._children, self._children_inbox = anyio.create_memory_object_stream[Any](math.inf)
         self._started_up = self._portal.call(anyio.Event)
@@ -314,20 +315,18 @@ class Recording:
 
     async def _startup(self, ctx: StepContext) -> JsonValue:
         try:
-            return await self._follow(ctx, self._startup_inbox, self._starter)
+            return await self._follow(ctx, self._startup_begun)
         finally:
             self._started_up.set()
 
-    async def _follow(
-        self, ctx: StepContext, inbox: MemoryObjectReceiveStream[Any], thread: threading.Thread
-    ) -> JsonValue:
-        """Run the phases announced to ``inbox`` as children, one after
-        another, until this step's own end arrives. The engine's ``thread``
-        does the step's work: a step that stalls records where it waits."""
+    async def _follow(self, ctx: StepContext, begun: _Begin) -> JsonValue:
+        """Run the phases announced to the step's inbox as children, one
+        after another, until its own end arrives. The engine's thread does
+        the step's work: a step that stalls records where it waits."""
         seen: dict[str, int] = {}
-        with ctx.thread_at_work(thread):
+        with ctx.thread_at_work(begun.thread):
             try:
-                async for message in inbox:
+                async for message in begun.inbox:
                     if isinstance(message, _End):
                         if message.error is not None:
                             raise message.error
@@ -342,12 +341,12 @@ class Recording:
                         )
                 return None
             finally:
-                _close(inbox)
+                _close(begun.inbox)
 
     def _phase_body(self, begin: _Begin) -> StepBody:
         async def phase(ctx: StepContext) -> JsonValue:
             begin.started.set()  # the runner wrote step.started before the body runs
-            return await self._follow(ctx, begin.inbox, begin.thread)
+            return await self._follow(ctx, begin)
 
         return phase
 
