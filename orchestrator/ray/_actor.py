@@ -5,9 +5,7 @@ The driver (:func:`orchestrator.ray.launch_on_ray`) gives each actor a
 workspace on its own node (no shared filesystem is assumed) and hands back a
 :class:`RankReport` carrying the rank's whole log. An actor that dies leaves
 its workspace, which the driver reads when the actor ran on the driver's
-node. :class:`RankActor` is the actor the launcher creates; an engine whose
-workers are Ray actors of its own calls :func:`run_assigned_rank` from one
-of their methods.
+node.
 
 Nothing here imports Ray at module level: an assignment and a report are
 plain picklable data, and the actor class becomes a Ray actor only when the
