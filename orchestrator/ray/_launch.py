@@ -342,7 +342,7 @@ class _Launch:
         for _ in range(self.book.manifest.world_size):
             handle = remote.remote()
             self.actors.append(_Actor(handle=handle, actor_id=_actor_id(handle)))
-        where = {actor: actor.handle.where.remote() for actor in self.actors}
+        where = {actor.handle.where.remote(): actor for actor in self.actors}
         answers = dict(self._answers(where, timeout_s))
         for actor in self.actors:
             answer = answers.get(actor)
@@ -379,7 +379,7 @@ class _Launch:
     def gather(self, *, timeout_s: float) -> None:
         """Wait for every running actor's report (at most ``timeout_s``);
         write each log that came back and record how each rank ended."""
-        running = {actor: actor.pending for actor in self.actors if actor.pending is not None}
+        running = {actor.pending: actor for actor in self.actors if actor.pending is not None}
         for actor, answer in self._answers(running, timeout_s):
             self._record(actor, answer)
         for actor in self.actors:
@@ -424,13 +424,12 @@ class _Launch:
         return "; what it logged until then was read from its workspace on this node"
 
     def _answers(
-        self, refs: Mapping[_Actor, Any], timeout_s: float
+        self, refs: Mapping[Any, _Actor], timeout_s: float
     ) -> Iterator[tuple[_Actor, object]]:
-        """Each ref's value, or the exception getting it raised, as they
-        come, for at most ``timeout_s``: the actors not yielded did not
+        """Each ref's actor and value, or the exception getting it raised, as
+        they come, for at most ``timeout_s``: the actors not yielded did not
         answer in time."""
-        key_of = {ref: key for key, ref in refs.items()}
-        left = list(refs.values())
+        left = list(refs)
         deadline = time.monotonic() + timeout_s
         while left and (remaining := deadline - time.monotonic()) > 0:
             done, left = self.ray.wait(left, num_returns=1, timeout=remaining)
@@ -439,7 +438,7 @@ class _Launch:
                     answer: object = self.ray.get(ref, timeout=remaining)
                 except Exception as exc:  # ActorDiedError, RayTaskError...: the answer
                     answer = exc
-                yield key_of[ref], answer
+                yield refs[ref], answer
 
     def release(self) -> None:
         """Kill every actor (done, or given up on): none outlives the launch."""
