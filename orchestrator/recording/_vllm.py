@@ -208,9 +208,10 @@ def _parallel_configs() -> Iterator[Any]:
 
 def _start(directory: Path) -> Recording:
     kind, role, first = _role()
-    run_id = os.environ.get(RUN_ID_VARIABLE, "").strip() or new_run_id()
-    # Every process this one starts inherits it: one run per launch.
-    os.environ[RUN_ID_VARIABLE] = run_id
+    run_id = os.environ.get(RUN_ID_VARIABLE, "").strip()
+    if not run_id:
+        # Every process this one starts inherits it: one run per launch.
+        run_id = os.environ[RUN_ID_VARIABLE] = new_run_id()
     run_dir = directory / run_id
     claim_run_directory(run_dir, run_id)
     log = _claim_log(run_dir, run_id, first=first)
