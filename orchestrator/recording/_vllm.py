@@ -257,8 +257,8 @@ def _start(directory: Path) -> Recording:
         },
     )
     recording.start()
-    for hook, found in hooks:
-        _install(recording, hook, found)
+    for hook, (owner, attribute) in hooks:
+        _install(recording, hook, owner, attribute)
     if kind == "model inspection":
         _record_inspection(recording)
     else:
@@ -317,8 +317,7 @@ def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
 # --- the hooks ------------------------------------------------------------------------
 
 
-def _install(recording: Recording, hook: Hook, found: tuple[Any, str]) -> None:
-    owner, attribute = found
+def _install(recording: Recording, hook: Hook, owner: Any, attribute: str) -> None:
     original: Any
     if hook.delegate:
 
