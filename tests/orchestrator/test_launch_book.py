@@ -4,6 +4,7 @@ a launch stops (a write that fails is kept for the end)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -164,3 +165,14 @@ def test_the_manifest_is_written_with_its_command_line_and_faults_redacted(
     assert written is not None
     assert written.command == ("startup-orchestrator", "run", "--hf-token", "[REDACTED]")
     assert written.injected == ("flashinfer=OSError:[REDACTED]",)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("run_id", ""), ("world_size", 0), ("world_size", -1)]
+)
+def test_a_manifest_without_a_run_id_or_a_world_is_not_valid(field: str, value: object) -> None:
+    document = json.loads(json.dumps(_manifest().to_json()))
+    assert Manifest.from_json(document) == _manifest()
+
+    with pytest.raises(RunDirectoryError, match=f"not a valid manifest .*{field}"):
+        Manifest.from_json({**document, field: value})
