@@ -51,6 +51,27 @@ def test_a_directory_holding_logs_started_without_the_launch_is_refused(
     assert not (run_dir / MANIFEST_FILE).exists()
 
 
+@pytest.mark.parametrize(
+    ("logs", "shown"),
+    [
+        (3, "rank-0.jsonl, rank-1.jsonl, rank-2.jsonl of run"),
+        (4, "rank-0.jsonl, rank-1.jsonl, rank-2.jsonl, ... of run"),
+    ],
+)
+def test_a_refused_directory_names_its_first_three_logs(
+    tmp_path: Path, logs: int, shown: str
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / CLAIM_FILE).write_text("run-1\n")
+    for rank in range(logs):
+        (run_dir / f"rank-{rank}.jsonl").write_bytes(b"")
+
+    with pytest.raises(RunDirectoryError) as refused:
+        LaunchBook.claim(run_dir, _manifest())
+    assert f"already holds {shown} run-1 started without this launch" in str(refused.value)
+
+
 def test_a_second_launch_into_the_directory_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     LaunchBook.claim(run_dir, _manifest())
