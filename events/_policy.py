@@ -81,10 +81,8 @@ class SeverityPolicy:
     ) -> SeverityPolicy:
         """A copy with ``code``'s severity and/or scope replaced (and
         ``version`` bumped by one unless given)."""
-        old_severity, old_scope = self.rules.get(code) or _GENERIC.get(
-            code, (Severity.ERROR, Scope.PROCESS)
-        )
-        rules = {**self.rules, code: (severity or old_severity, scope or old_scope)}
+        old = self.rules.get(code) or _GENERIC.get(code, (Severity.ERROR, Scope.PROCESS))
+        rules = {**self.rules, code: (severity or old[0], scope or old[1])}
         return SeverityPolicy(version=self.version + 1 if version is None else version, rules=rules)
 
     def to_json(self) -> str:
