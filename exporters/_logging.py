@@ -133,18 +133,14 @@ class LoggingBridge:
     def __call__(self, event: Event) -> None:
         """Fold ``event`` and log the messages it completes."""
         with self._lock:
-            before = self._state.ranks.get(event.rank)
-            known = 0 if before is None else len(before.messages)
+            known = len(self._state.messages(event.rank))
             self._state = self._projection.apply(self._state, event)
-            after = self._state.ranks.get(event.rank)
-            if after is None or len(after.messages) == known:
-                return
-            for message in after.messages[known:]:
+            for message in self._state.messages(event.rank)[known:]:
                 if message.printed and self._hold_printed and self._hold_printed(message):
                     self._held.append(message)
                 elif message.printed and not self._repeats_a_step_error(message):
-                    local_rank = after.identity.local_rank if after.identity else None
-                    self.log(message, local_rank=local_rank)
+                    identity = self._state.ranks[event.rank].identity
+                    self.log(message, local_rank=identity.local_rank if identity else None)
                 elif self._hold and message.severity is Severity.WARNING:
                     self._held.append(message)
 
@@ -226,6 +222,7 @@ def launcher_messages(
         rank: {(message.code, message.text) for message in found.messages}
         for rank, found in state.ranks.items()
     }
+
     holding = {
         message.rank
         for message in state.messages()
