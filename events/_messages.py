@@ -398,11 +398,8 @@ class _Fold:
         self.originated = False
         kind = KINDS[type(event)]
         ends = kind in (SUCCEEDED, ENDED)
-        if ends:
-            self.started = self.open.get(event.step)
-            self.outcome = outcome_of(event)
-        else:
-            self.started = self.outcome = None
+        self.started = self.open.get(event.step) if ends else None
+        self.outcome = outcome_of(event) if ends else None
         setup = self.setup
         memories = self.memories
         for index, hook in enumerate(setup._hooks):
