@@ -7,16 +7,7 @@ matching rule wins; no match means *propagate*. Non-``Exception``
 BaseExceptions (KeyboardInterrupt, SystemExit) always propagate, whatever
 the rules say. Because rules match by name, the same policy classifies a live
 exception and one that came back as data from an isolated subprocess.
-
-The defaults are those of SPEC §3:
-
-* :data:`PROBE_POLICY` — ImportError and OSError recorded as
-  ``unavailable``, everything else propagates (attention-backend probes);
-* :data:`ANY_EXCEPTION_POLICY` — any ``Exception`` recorded as
-  ``unavailable`` (the optional ``flashinfer.comm`` import);
-* :func:`optional_module_policy` — ``absent`` when the probed module itself is
-  not installed, ``unavailable`` (broken) for any other ImportError and for
-  OSError, everything else propagates (zentorch).
+The defaults below are those of SPEC §3.
 """
 
 from __future__ import annotations
@@ -172,12 +163,14 @@ def exception_names(exc: BaseException) -> tuple[tuple[str, ...], str | None]:
     return names, module if isinstance(module, str) else None
 
 
-#: SPEC §3.1: environment failures are recorded, programming errors propagate.
+#: SPEC §3.1 (attention-backend probes): environment failures (ImportError,
+#: OSError) are recorded as ``unavailable``, programming errors propagate.
 PROBE_POLICY = ErrorPolicy(
     name="probe", rules=(Rule(exception="ImportError"), Rule(exception="OSError"))
 )
 
-#: SPEC §3.3: any Exception is recorded (BaseExceptions still propagate).
+#: SPEC §3.3 (the optional ``flashinfer.comm`` import): any Exception is
+#: recorded as ``unavailable`` (BaseExceptions still propagate).
 ANY_EXCEPTION_POLICY = ErrorPolicy(name="any exception", rules=(Rule(exception="Exception"),))
 
 
