@@ -62,7 +62,6 @@ from events import (
     Message,
     Messages,
     MessagesState,
-    RankIdentity,
     Scope,
     Severity,
     Slice,
@@ -217,12 +216,14 @@ def launcher_messages(
       them (:class:`LoggingBridge`'s ``hold``), but a rank's ``run.failed``
       where the rank holds another of them: one failure, one line.
     """
-    identities = {rank: found.identity for rank, found in state.ranks.items()}
+    nodes = {
+        rank: None if found.identity is None else found.identity.node_rank
+        for rank, found in state.ranks.items()
+    }
     derived = {
         rank: {(message.code, message.text) for message in found.messages}
         for rank, found in state.ranks.items()
     }
-
     holding = {
         message.rank
         for message in state.messages()
@@ -239,28 +240,19 @@ def launcher_messages(
             if message.code == "run.failed" and message.rank in holding:
                 continue
         elif message.severity is Severity.WARNING:
-            peers = _scope_peers(message.scope, message.rank, identities)
-            if any(key in derived.get(rank, set()) for rank in peers if rank < message.rank):
-                continue  # the printing rank, or a lower one, has it
+            # Kept off this rank by scope: said unless a lower rank of the world
+            # (global) or of its node (local), as the printing one is, has it.
+            if any(
+                key in derived[rank]
+                for rank, node in nodes.items()
+                if rank < message.rank
+                and (message.scope is Scope.GLOBAL or node == nodes[message.rank])
+            ):
+                continue
         else:
             continue
         chosen[key] = message
     return [
         (message, tuple(rank for rank, keys in derived.items() if key in keys))
         for key, message in chosen.items()
-    ]
-
-
-def _scope_peers(scope: Scope, rank: int, identities: dict[int, RankIdentity | None]) -> list[int]:
-    """The ranks a message of ``scope`` on ``rank`` is printed once for: the
-    world (``global``) or the ranks of the same node (``local``)."""
-    if scope is Scope.GLOBAL:
-        return list(identities)
-    identity = identities.get(rank)
-    if identity is None:
-        return [rank]
-    return [
-        other_rank
-        for other_rank, other in identities.items()
-        if other is not None and other.node_rank == identity.node_rank
     ]
