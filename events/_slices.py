@@ -189,16 +189,14 @@ class _Fields(dict[str, Any]):
     first names it (a rule names a few, all known: a rule is checked when
     it is made)."""
 
-    __slots__ = ("event", "next_step", "started")
+    __slots__ = ("inputs",)
 
     def __init__(self, event: Event, started: StepStarted | None, next_step: str) -> None:
         super().__init__()
-        self.event = event
-        self.started = started
-        self.next_step = next_step
+        self.inputs = (event, started, next_step)
 
     def __missing__(self, key: str) -> Any:
-        value = self[key] = _FIELD_MAKERS[key](self.event, self.started, self.next_step)
+        value = self[key] = _FIELD_MAKERS[key](*self.inputs)
         return value
 
 
