@@ -274,24 +274,17 @@ def _recorded_key(key: object, where: str) -> str:
 def _conditions(value: Mapping[str, Any]) -> dict[str, JsonValue]:
     found = dict(value)
     for key, wanted in found.items():
-        if key == "cause":
-            if not isinstance(wanted, bool):
-                raise ValueError(
-                    f"MessageRule when['cause'] is {wanted!r}: give True (the step recorded "
-                    "an exception) or False (it recorded none)"
-                )
-        elif key == "kind":
-            if wanted not in set(StepKind):
-                kinds = ", ".join(repr(kind.value) for kind in StepKind)
-                raise ValueError(f"MessageRule when['kind'] is {wanted!r}: give one of {kinds}")
-        elif key == "message":
-            if not isinstance(wanted, str):
-                raise ValueError(
-                    f"MessageRule when['message'] is {wanted!r}: give a pattern over the "
-                    "cause's message ('Checkpoint * missing')"
-                )
+        if key == "cause" and not isinstance(wanted, bool):
+            give = "True (the step recorded an exception) or False (it recorded none)"
+        elif key == "kind" and wanted not in set(StepKind):
+            give = "one of " + ", ".join(repr(kind.value) for kind in StepKind)
+        elif key == "message" and not isinstance(wanted, str):
+            give = "a pattern over the cause's message ('Checkpoint * missing')"
         else:
-            _recorded_key(key, "when")
+            if key not in ("cause", "kind", "message"):
+                _recorded_key(key, "when")
+            continue
+        raise ValueError(f"MessageRule when[{key!r}] is {wanted!r}: give {give}")
     return found
 
 
