@@ -49,6 +49,19 @@ __all__ = [
 ]
 
 
+#: The top-level packages of this distribution: the only names rewritten.
+DISTRIBUTION_PACKAGES = frozenset({"events", "orchestrator", "exporters"})
+
+
+def public_module(module: str) -> str:
+    """``module`` without its ``_``-prefixed components if it is under one of
+    :data:`DISTRIBUTION_PACKAGES` (``orchestrator.cli._errors`` -> ``orchestrator.cli``)."""
+    parts = module.split(".")
+    if parts[0] not in DISTRIBUTION_PACKAGES:
+        return module
+    return ".".join(part for part in parts if not part.startswith("_"))
+
+
 class EventsError(Exception):
     """Base class of every error raised by :mod:`events`."""
 
@@ -56,10 +69,7 @@ class EventsError(Exception):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # Only this module's classes: another package's subclasses
-        # (``orchestrator.engine.EngineConfigError``) name their own.
-        if cls.__module__ == __name__:
-            cls.__module__ = "events"
+        cls.__module__ = public_module(cls.__module__)
 
 
 class InvalidValueError(EventsError, ValueError):

@@ -19,28 +19,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._errors import public_module
 from ._exception_info import cut_chain
 
-__all__ = ["DISTRIBUTION_PACKAGES", "public_type_name", "public_type_names"]
-
-#: The top-level packages of this distribution: the only names rewritten.
-DISTRIBUTION_PACKAGES = frozenset({"events", "orchestrator", "exporters"})
+__all__ = ["public_type_name", "public_type_names"]
 
 
 def public_type_name(name: str) -> str:
     """The public path of a version-1 exception type name.
 
     ``orchestrator._errors.StepTimeoutError`` -> ``orchestrator.StepTimeoutError``;
-    a name outside :data:`DISTRIBUTION_PACKAGES`, a builtin's bare name or a
-    name already public is returned unchanged. The last component (the class)
-    is kept even when it is private.
+    a name outside :data:`~events._errors.DISTRIBUTION_PACKAGES`, a builtin's
+    bare name or a name already public is returned unchanged. The last
+    component (the class) is kept even when it is private.
     """
-    parts = name.split(".")
-    if len(parts) < 2 or parts[0] not in DISTRIBUTION_PACKAGES:
-        return name
-    *modules, qualname = parts
-    public = [part for part in modules if not part.startswith("_")]
-    return ".".join([*public, qualname])
+    module, _, qualname = name.rpartition(".")
+    return f"{public_module(module)}.{qualname}" if module else name
 
 
 def public_type_names(record: dict[str, Any]) -> dict[str, Any]:

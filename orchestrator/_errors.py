@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from events import ExceptionInfo, Stop
+from events._errors import public_module
 
 __all__ = [
     "CycleError",
@@ -68,8 +69,7 @@ class OrchestratorError(Exception):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # Named by the public package that exports it (see the module docstring).
-        if cls.__module__.startswith("orchestrator._"):
-            cls.__module__ = "orchestrator"
+        cls.__module__ = public_module(cls.__module__)
 
 
 class GraphError(OrchestratorError):

@@ -25,21 +25,15 @@ class CommandLineError(OrchestratorError):
     """Base class of the command line's own errors; the message is the whole
     error line, without the program's name."""
 
-    __module__ = "orchestrator.cli"
-
 
 class UsageError(CommandLineError):
     """Bad command-line input (a value, a path that does not exist): exit 2
     with one line, nothing written."""
 
-    __module__ = "orchestrator.cli"
-
 
 class InputError(CommandLineError):
     """Unreadable or corrupt input (a damaged log, an invalid manifest): exit
     1 with one line."""
-
-    __module__ = "orchestrator.cli"
 
 
 @contextlib.contextmanager
