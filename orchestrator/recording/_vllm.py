@@ -55,14 +55,13 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib
 import inspect
 import logging
 import multiprocessing
 import os
 import pkgutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,9 +218,10 @@ def _start(directory: Path) -> Recording:
         rank=log.rank, world_size=log.rank + 1, role=role, parent_pid=os.getppid()
     )
     version = installed_vllm_version()
-    hooks, missing = _resolve(kind)
+    hooks, missing = _resolve(hook for hook in HOOKS if hook.role == kind)
     if kind == "worker":
-        hooks.extend(_worker_class_hook())
+        # A worker class that does not import is vLLM's error to report, not a missing hook.
+        hooks += _resolve(_worker_class_hooks())[0]
     if missing or not is_tested(version):
         left_out = ", ".join(missing)
         _logger.warning(
@@ -277,26 +277,26 @@ def _claim_log(run_dir: Path, run_id: str, *, first: int) -> JsonlLog:
             rank += 1
 
 
-def _resolve(kind: str) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
-    """The hooks of ``kind`` found in the installed vLLM, with their
-    ``(owner, attribute)``, and the targets not found."""
+def _resolve(hooks: Iterable[Hook]) -> tuple[list[tuple[Hook, tuple[Any, str]]], list[str]]:
+    """``hooks`` found in the installed vLLM, with their ``(owner,
+    attribute)``, and the targets not found."""
     found: list[tuple[Hook, tuple[Any, str]]] = []
     missing: list[str] = []
-    for hook in [hook for hook in HOOKS if hook.role == kind]:
+    for hook in hooks:
         module_name, _, path = hook.target.partition(":")
         owner_path, _, attribute = path.rpartition(".")
         try:
             owner: Any = pkgutil.resolve_name(f"{module_name}:{owner_path}")
             if not hook.delegate:
                 getattr(owner, attribute)
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError, ValueError):
             missing.append(hook.target)
             continue
         found.append((hook, (owner, attribute)))
     return found, missing
 
 
-def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
+def _worker_class_hooks() -> list[Hook]:
     """The constructor of the worker class this worker is about to build
     (``parallel_config.worker_cls``, read off the worker wrapper that is
     initialising it, a caller of this plugin)."""
@@ -305,12 +305,7 @@ def _worker_class_hook() -> list[tuple[Hook, tuple[Any, str]]]:
         if isinstance(name, str) and "." in name:
             module_name, _, class_name = name.rpartition(".")
             target = f"{module_name}:{class_name}.__init__"
-            try:
-                cls = getattr(importlib.import_module(module_name), class_name)
-            except (ImportError, AttributeError):
-                return []
-            hook = Hook(role="worker", target=target, phase="worker_init")
-            return [(hook, (cls, "__init__"))]
+            return [Hook(role="worker", target=target, phase="worker_init")]
     return []
 
 
