@@ -563,16 +563,12 @@ class _Generated:
 _A = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Table(dict[K, V]):
+class _Table(dict[Any, Any]):
     """Generated functions by type tag (or class), filled with every other
     table the first time one is looked up: importing the package compiles
     nothing. Lookups are a dict's after that."""
 
-    def __missing__(self, key: K) -> V:
+    def __missing__(self, key: Any) -> Any:
         _compile()  # or wait for the thread compiling them
         if dict.__contains__(self, key):
             return dict.__getitem__(self, key)
@@ -582,10 +578,10 @@ class _Table(dict[K, V]):
 #: The decoders of records of :data:`SCHEMA_VERSION`, by type tag, for a
 #: reader that skips :func:`decode_record`'s checks of version and type:
 #: they raise a ``ValueError`` for anything but a valid record.
-CURRENT_DECODERS: _Table[str, Callable[[dict[str, Any]], Event]] = _Table()
+CURRENT_DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = _Table()
 #: The encoders, by type tag, for a log that writes
 #: ``orjson.dumps(encoder(event))`` itself: the record is fit only for orjson.
-LINE_ENCODERS: _Table[str, Callable[[Event], dict[str, Any]]] = _Table()
+LINE_ENCODERS: dict[str, Callable[[Event], dict[str, Any]]] = _Table()
 _COMPILING = threading.Lock()
 
 
