@@ -52,7 +52,7 @@ import anyio.from_thread
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from events import EventLog, JsonValue, RankIdentity, Redactor
+from events import EventLog, JsonValue, RankIdentity
 
 from .._context import StepBody, StepContext
 from .._graph import Graph, Step
@@ -156,7 +156,6 @@ class Recording:
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._loop_thread = contextlib.ExitStack()
         self._done: Any = None
-        self._redactor = Redactor.from_environment()
         self._captured: dict[int, tuple[BaseException, IsolatedError]] = {}
         self.finished = False
         #: the stop signals received (watched from start(), in the main thread)
@@ -285,7 +284,7 @@ class Recording:
             return _End()
         if id(error) not in self._captured:
             # Kept with its capture, so no other error can take its id.
-            self._captured[id(error)] = (error, IsolatedError.capture(error, self._redactor))
+            self._captured[id(error)] = (error, IsolatedError.capture(error, self._runner.redactor))
         return _End(error=self._captured[id(error)][1])
 
     def _end_open(
