@@ -1,11 +1,6 @@
-"""Errors the command line raises and turns into one line and an exit status.
-
-::
-
-    orchestrator.OrchestratorError
-    └── CommandLineError      the command cannot do what it was asked
-        ├── UsageError        bad command-line input: exit 2
-        └── InputError        unreadable or corrupt input: exit 1
+"""Errors the command line raises and turns into one line and an exit status:
+:class:`UsageError` (exit 2) and :class:`InputError` (exit 1), both a
+:class:`CommandLineError` (the whole tree is drawn in ``orchestrator/_errors.py``).
 
 Both are caught by :func:`orchestrator.cli.main`; callers of ``main`` see an
 exit status, never these.
