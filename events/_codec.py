@@ -40,11 +40,10 @@ import attrs
 import orjson
 
 from ._builders import twin
-from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError
+from ._errors import DecodeError, UnknownEventTypeError, UnsupportedVersionError, public_type_name
 from ._exception_info import ExceptionInfo, FrameInfo, cut_chain
 from ._launch import derive_trace_id
 from ._model import EVENT_TYPES, SCHEMA_VERSION, Event
-from ._type_names import public_type_names
 
 __all__ = [
     "decode",
@@ -85,6 +84,19 @@ def _v0_to_v1(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _v1_to_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 records exception types by their public paths
+    (:func:`~events._errors.public_type_name`): the types of ``cause`` (and
+    of the causes, contexts and group members nested in it, cut as decoding
+    cuts them) are renamed, in copies of the records renamed. The rule holds
+    for every exception class these packages had when version 1 was written
+    (a test checks each one)."""
+    cause = record.get("cause")
+    if isinstance(cause, dict):
+        record["cause"] = cut_chain(cause, rename=public_type_name)
+    return record
+
+
 def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
     """Version 3 records where a failure started (``step.failed``'s
     ``origin``, replacing ``propagated``, which was always true) and a stop
@@ -112,7 +124,7 @@ def _v2_to_v3(record: dict[str, Any]) -> dict[str, Any]:
 #: (it may change it) and returns it.
 _UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     _v0_to_v1,
-    public_type_names,
+    _v1_to_v2,
     _v2_to_v3,
 )
 assert len(_UPGRADES) == SCHEMA_VERSION

@@ -55,11 +55,26 @@ DISTRIBUTION_PACKAGES = frozenset({"events", "orchestrator", "exporters"})
 
 def public_module(module: str) -> str:
     """``module`` without its ``_``-prefixed components if it is under one of
-    :data:`DISTRIBUTION_PACKAGES` (``orchestrator.cli._errors`` -> ``orchestrator.cli``)."""
+    :data:`DISTRIBUTION_PACKAGES` (``orchestrator.cli._errors`` -> ``orchestrator.cli``).
+
+    It is the ``__module__`` each package's root error gives its classes, so
+    that logs (from schema version 2 on), reports and spans name them by a
+    path that stays when code moves between private modules."""
     parts = module.split(".")
     if parts[0] not in DISTRIBUTION_PACKAGES:
         return module
     return ".".join(part for part in parts if not part.startswith("_"))
+
+
+def public_type_name(name: str) -> str:
+    """The public path of an exception type name as a version-1 log recorded
+    it, by its defining module: ``orchestrator._errors.StepTimeoutError`` ->
+    ``orchestrator.StepTimeoutError``. A name outside
+    :data:`DISTRIBUTION_PACKAGES`, a builtin's bare name or a name already
+    public is returned unchanged; the last component (the class) is kept
+    even when it is private."""
+    module, _, qualname = name.rpartition(".")
+    return f"{public_module(module)}.{qualname}" if module else name
 
 
 class EventsError(Exception):

@@ -13,7 +13,7 @@ import pytest
 import events
 import exporters
 import orchestrator
-from events._type_names import public_type_name
+from events._errors import public_type_name
 from exporters import report_json, spans_from_events
 
 ROOT = Path(__file__).resolve().parent.parent

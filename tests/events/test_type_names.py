@@ -12,8 +12,9 @@ import pytest
 
 import events
 from events import ExceptionInfo, RunFinished, StepFailed
+from events._codec import _v1_to_v2
+from events._errors import public_type_name
 from events._exception_info import MAX_CHAIN
-from events._type_names import public_type_name, public_type_names
 
 #: A failed zen4 start (``--inject zentorch=RuntimeError:...``) written by the
 #: release before public type names: schema version 1, private paths.
@@ -103,7 +104,7 @@ def test_the_upcaster_walks_causes_contexts_and_group_members() -> None:
     original = {"v": 1, "type": "step.failed", "cause": cause}
     before = json.dumps(original)
 
-    upgraded = public_type_names(dict(original))
+    upgraded = _v1_to_v2(dict(original))
 
     top = upgraded["cause"]
     assert top["type"] == "orchestrator.StepTimeoutError"
@@ -116,7 +117,7 @@ def test_the_upcaster_walks_causes_contexts_and_group_members() -> None:
 
 def test_the_upcaster_leaves_records_without_a_cause() -> None:
     record = {"v": 1, "type": "step.succeeded", "result": {"type": "orchestrator._x.Y"}}
-    assert public_type_names(dict(record)) == record
+    assert _v1_to_v2(dict(record)) == record
 
 
 def test_a_deeply_nested_cause_is_cut_to_the_bound_and_upgraded() -> None:
@@ -124,7 +125,7 @@ def test_a_deeply_nested_cause_is_cut_to_the_bound_and_upgraded() -> None:
     cause: dict[str, Any] = info_record("orchestrator._errors.GraphError")
     for _ in range(depth):
         cause = info_record("orchestrator._errors.GraphError", cause=cause)
-    upgraded = public_type_names({"v": 1, "type": "step.failed", "cause": cause})
+    upgraded = _v1_to_v2({"v": 1, "type": "step.failed", "cause": cause})
     current: dict[str, Any] | None = upgraded["cause"]
     seen = 0
     while current is not None:
