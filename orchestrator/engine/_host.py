@@ -27,6 +27,7 @@ import attrs
 from .._importer import Importer
 
 __all__ = [
+    "DRIVER_MODULES",
     "TARGET_DEVICE_VARIABLE",
     "BuildTarget",
     "Devices",
@@ -40,6 +41,10 @@ __all__ = [
 
 #: The variable that names the build target, as in vLLM.
 TARGET_DEVICE_VARIABLE = "VLLM_TARGET_DEVICE"
+
+#: Build target -> the driver library its devices are queried through, in
+#: the order a build target prefers them.
+DRIVER_MODULES = {"cuda": "pynvml", "rocm": "amdsmi", "tpu": "libtpu", "xpu": "torch"}
 
 
 @attrs.frozen(kw_only=True)

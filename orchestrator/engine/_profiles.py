@@ -60,7 +60,7 @@ from .._faults import BUILTIN_EXCEPTIONS, Fault, FaultPlan, not_an_exception
 from .._importer import TableImporter, dotted_prefixes
 from .._json_text import load_json, read_input
 from ._config import BUILD_TARGETS, ProfileError
-from ._host import BuildTarget, Devices, GpuDevice, HostBase
+from ._host import DRIVER_MODULES, BuildTarget, Devices, GpuDevice, HostBase
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -224,19 +224,13 @@ class Profile:
         AMD GPUs -> rocm, a TPU -> tpu, XPUs -> xpu, none -> cpu."""
         if self.build is not None:
             return self.build
-        return next((build for build, _driver in self._present()), "cpu")
+        return next(iter(self._present()), "cpu")
 
-    def _present(self) -> list[tuple[str, str]]:
-        # (build target, driver library) of each kind of device present,
-        # in the order the build target prefers them.
+    def _present(self) -> list[str]:
+        # The build target of each kind of device present, in DRIVER_MODULES' order.
         gpus = self.gpus.vendor if self.gpus.count else "none"
-        kinds = (
-            ("cuda", "pynvml", gpus == "nvidia"),
-            ("rocm", "amdsmi", gpus == "amd"),
-            ("tpu", "libtpu", self.tpu),
-            ("xpu", "torch", self.xpu > 0),
-        )
-        return [(build, driver) for build, driver, present in kinds if present]
+        present = (gpus == "nvidia", gpus == "amd", self.tpu, self.xpu > 0)
+        return [build for build, here in zip(DRIVER_MODULES, present, strict=True) if here]
 
     def devices(self, vendor: str) -> tuple[GpuDevice, ...]:
         """The GPUs of ``vendor`` (``nvidia`` or ``amd``) on one node."""
@@ -252,7 +246,8 @@ class Profile:
     def effective_modules(self) -> dict[str, ModuleRule]:
         """:attr:`modules` plus the driver libraries the device facts imply
         (an explicit entry wins)."""
-        return {**{driver: ModuleRule() for _build, driver in self._present()}, **self.modules}
+        drivers = {DRIVER_MODULES[build]: ModuleRule() for build in self._present()}
+        return {**drivers, **self.modules}
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form :meth:`from_json` reads (fields at their default

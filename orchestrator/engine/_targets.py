@@ -58,6 +58,7 @@ from ._conventions import (
     PLATFORM_STEP,
     ZENTORCH_STEP,
 )
+from ._host import DRIVER_MODULES
 from ._platform import BUILTIN_PLATFORM_PLUGINS, PLATFORM_PLUGIN_GROUP, _entry_points
 from ._vllm import VLLM_PLUGIN_GROUP
 
@@ -119,7 +120,7 @@ def injection_targets(
     # which it looks up, is its package.
     imported = {backend.module for backend in ATTENTION_BACKENDS.values()} | {*WORKSPACE_MODULES}
     if engine == "reference":
-        imported.update(("zentorch", "pynvml", "amdsmi", "libtpu", "torch"))
+        imported.update(("zentorch", *DRIVER_MODULES.values()))
     # A fault on a package breaks the import of its submodules.
     modules = {prefix for module in imported for prefix in dotted_prefixes(module)}
 
