@@ -112,12 +112,11 @@ class ModuleRule:
         """``"import"``, ``"absent"`` or ``{"raise": ..., "args": ..., "kwargs": ...}``."""
         if self.action is not ModuleAction.RAISE:
             return str(self.action)
-        data: dict[str, Any] = {"raise": self.exception}
-        if self.args:
-            data["args"] = list(self.args)
-        if self.kwargs:
-            data["kwargs"] = dict(self.kwargs)
-        return data
+        # A fault's JSON form, as the reader translates it back (_module_rule).
+        fault = Fault(target="", exception=self.exception, args=self.args, kwargs=self.kwargs)
+        data = fault.to_json()
+        del data["target"]
+        return {"raise": data.pop("exception"), **data}
 
 
 @attrs.frozen(kw_only=True)
