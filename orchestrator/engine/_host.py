@@ -411,9 +411,8 @@ class RealHost(HostBase):
             )
         if not found and self._path("/dev/kfd").exists():
             found.append(GpuDevice(vendor="amd", name="AMD GPU", capability=None, index=0))
-        if not found:
-            return Devices(reason="amdsmi is not installed and no KFD GPU nodes")
-        return Devices(found=tuple(found))
+        reason = "" if found else "amdsmi is not installed and no KFD GPU nodes"
+        return Devices(found=tuple(found), reason=reason)
 
     def nvswitch_multicast(self) -> bool:
         """Whether the driver exposes the fabric (IMEX) capability that
