@@ -195,9 +195,11 @@ def _ask_library(
     read: Callable[[Any], Iterator[GpuDevice]],
     what: str,
     no_driver: str = "",
-) -> Devices:
+) -> Devices | None:
     """Init ``library`` with ``calls[0]``, read its devices, then shut it
-    down with ``calls[1]``; ``what`` names it in reasons."""
+    down with ``calls[1]`` (``None``: not installed); ``what`` names it in reasons."""
+    if importer.find_spec(library) is None:
+        return None
     module = importer.import_module(library)
     try:
         getattr(module, calls[0])()
@@ -239,8 +241,6 @@ def gfx_capability(target: str | None) -> tuple[int, int] | None:
 
 def amd_devices_from_amdsmi(importer: Importer) -> Devices | None:
     """Ask AMD SMI through ``amdsmi``; ``None`` when it is not installed."""
-    if importer.find_spec("amdsmi") is None:
-        return None
     return _ask_library(
         importer,
         "amdsmi",
@@ -289,16 +289,14 @@ class HostBase(abc.ABC):
         raises propagates. When it finds nothing while the host shows NVIDIA
         GPUs (device nodes or driver files, a profile's GPUs), the answer
         says they are ``present``, why NVML cannot use them, and what to do."""
-        installed = importer.find_spec("pynvml") is not None
-        devices = (
-            _ask_library(importer, "pynvml", ("nvmlInit", "nvmlShutdown"), _nvml_devices, "NVML")
-            if installed
-            else Devices(reason="pynvml is not installed")
+        asked = _ask_library(
+            importer, "pynvml", ("nvmlInit", "nvmlShutdown"), _nvml_devices, "NVML"
         )
+        devices = Devices(reason="pynvml is not installed") if asked is None else asked
         evidence = "" if devices.found else self._nvidia_evidence()
         if not evidence:
             return devices
-        hint = _NVIDIA_RUNTIME_HINT if installed else "install nvidia-ml-py"
+        hint = "install nvidia-ml-py" if asked is None else _NVIDIA_RUNTIME_HINT
         return Devices(
             reason=f"NVIDIA GPUs are present ({evidence}) but {devices.reason}: {hint}",
             present=True,
