@@ -445,14 +445,10 @@ class SimulatedHost(HostBase):
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
+        self.name = profile.name
 
     def __repr__(self) -> str:
-        return f"SimulatedHost({self.profile.name!r})"
-
-    @property
-    def name(self) -> str:
-        """The profile's name."""
-        return self.profile.name
+        return f"SimulatedHost({self.name!r})"
 
     def read_cpuinfo(self) -> str | None:
         """The profile's CPU as ``/proc/cpuinfo`` text (``None`` without one)."""
