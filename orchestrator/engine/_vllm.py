@@ -183,7 +183,7 @@ class VllmPlugins:
         # vLLM's records at DEBUG while the plugins run; the logger's level,
         # handlers and propagation are put back afterwards.
         logger = logging.getLogger("vllm")
-        saved = (logger.level, logger.handlers, logger.propagate)
+        level, handlers, propagate = logger.level, logger.handlers, logger.propagate
         self._capture = capture = _Capture(logger)
         logger.handlers = [capture]
         logger.propagate = False
@@ -192,9 +192,8 @@ class VllmPlugins:
             yield capture
         finally:
             self._capture = None
-            logger.setLevel(saved[0])
-            logger.handlers = saved[1]
-            logger.propagate = saved[2]
+            logger.setLevel(level)
+            logger.handlers, logger.propagate = handlers, propagate
 
     async def specs(self, ctx: StepContext) -> list[PluginSpec]:
         if self.config.target_device is not None:
