@@ -14,6 +14,7 @@ from .._errors import OrchestratorError
 
 __all__ = [
     "BUILD_TARGETS",
+    "CPU_TARGET_HINT",
     "AllreduceBackend",
     "EngineConfig",
     "EngineConfigError",
@@ -21,6 +22,10 @@ __all__ = [
     "ProfileError",
     "UnspecifiedPlatformError",
 ]
+
+
+#: What a declined cpu plugin, or a conflict with it, says would start on the CPU.
+CPU_TARGET_HINT = "set VLLM_TARGET_DEVICE=cpu to start on the CPU"
 
 
 class EngineConfigError(OrchestratorError, InvalidValueError):
@@ -84,8 +89,8 @@ class PlatformConflictError(OrchestratorError, RuntimeError):
             # vLLM's cpu plugin activates for a CPU build whatever GPUs the
             # host has (vLLM #11739).
             advice += (
-                "; a CPU build runs on a host whose accelerator also activated: set "
-                "VLLM_TARGET_DEVICE=cpu to start on the CPU, or install the accelerator's build"
+                "; a CPU build runs on a host whose accelerator also activated: "
+                f"{CPU_TARGET_HINT}, or install the accelerator's build"
             )
         super().__init__(
             f"Only one platform plugin can be activated, but got: {self.plugins}; {advice}"

@@ -59,14 +59,13 @@ from events import JsonValue, Outcome, StepKind
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._graph import Step
 from .._policy import ANY_EXCEPTION_POLICY, Action, ErrorPolicy, optional_module_policy
-from ._config import EngineConfig, PlatformConflictError, UnspecifiedPlatformError
+from ._config import CPU_TARGET_HINT, EngineConfig, PlatformConflictError, UnspecifiedPlatformError
 from ._conventions import PLATFORM_BUILD_STEP, PLATFORM_STEP
 from ._host import BuildTarget, Devices, is_amd_zen
 from ._resolution import PluginOutcome, _outcome, resolve_platform
 
 __all__ = [
     "BUILTIN_PLATFORM_PLUGINS",
-    "CPU_TARGET_HINT",
     "PLATFORM_PLUGIN_GROUP",
     "PLATFORM_POLICY",
     "PlatformPlugin",
@@ -96,9 +95,6 @@ PLATFORM_POLICY = ErrorPolicy(name="platform", on_timeout=Action.PROPAGATE)
 #: Built-in plugins in priority order (priority only orders the report;
 #: resolution never depends on it).
 BUILTIN_PLATFORM_PLUGINS = ("tpu", "cuda", "rocm", "xpu", "cpu")
-
-#: What a declined cpu plugin says would change the answer.
-CPU_TARGET_HINT = "set VLLM_TARGET_DEVICE=cpu to start on the CPU"
 
 
 def decline(reason: str, *, present: bool = False) -> Unavailable:

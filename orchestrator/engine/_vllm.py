@@ -45,10 +45,9 @@ from events import JsonValue, Redactor
 from .._context import StepBody, StepContext, StepResult, Unavailable
 from .._policy import ANY_EXCEPTION_POLICY
 from .._vllm_releases import TESTED_RELEASES, installed_vllm_version, is_tested
-from ._config import EngineConfig, EngineConfigError
+from ._config import CPU_TARGET_HINT, EngineConfig, EngineConfigError
 from ._host import TARGET_DEVICE_VARIABLE
 from ._platform import (
-    CPU_TARGET_HINT,
     PluginSpec,
     _entry_points,
     _given,
