@@ -23,8 +23,6 @@ class PolicyError(EventsError, ValueError):
         reason: what is wrong and what would be valid.
     """
 
-    __module__ = "events"
-
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"invalid severity policy: {reason}")

@@ -41,8 +41,6 @@ class EngineConfigError(OrchestratorError, InvalidValueError):
             else empty.
     """
 
-    __module__ = "orchestrator.engine"
-
     def __init__(
         self, field: str, value: object, reason: str | None = None, valid: Iterable[str] = ()
     ) -> None:
@@ -65,8 +63,6 @@ class ProfileError(OrchestratorError, ValueError):
         reason: what is wrong and what would be valid.
     """
 
-    __module__ = "orchestrator.engine"
-
     def __init__(self, source: str, reason: str) -> None:
         self.source = source
         self.reason = reason
@@ -79,8 +75,6 @@ class PlatformConflictError(OrchestratorError, RuntimeError):
     Attributes:
         plugins: the activated plugins.
     """
-
-    __module__ = "orchestrator.engine"
 
     def __init__(self, plugins: list[str]) -> None:
         self.plugins = list(plugins)
@@ -110,8 +104,6 @@ class UnspecifiedPlatformError(OrchestratorError, RuntimeError):
         failures: the plugins that failed (raised, timed out), with their
             reasons.
     """
-
-    __module__ = "orchestrator.engine"
 
     def __init__(self, reasons: Mapping[str, str], failed: Iterable[str] = ()) -> None:
         self.reasons = dict(reasons)

@@ -73,8 +73,6 @@ class RayLaunchError(OrchestratorError):
         remedy: what to do about it.
     """
 
-    __module__ = "orchestrator.ray"
-
     def __init__(self, problem: str, remedy: str) -> None:
         self.problem = problem
         self.remedy = remedy
