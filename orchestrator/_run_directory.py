@@ -132,14 +132,14 @@ def claim_run_directory(run_dir: Path, run_id: str) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
     claim = run_dir / CLAIM_FILE
     holder = _read_claim(claim)
-    if holder is None and (stored := _first_stored_log(run_dir)) is not None:
+    if holder is None and (stored := _stored_logs(run_dir)):
         # A rank claims before it writes its log: one of the same run may
         # have done both since the claim was read.
         holder = _read_claim(claim)
         if holder is None:
             raise RunDirectoryError(
                 run_dir,
-                f"already holds the logs of another run ({stored.name}); "
+                f"already holds the logs of another run ({stored[0]}); "
                 "use a new --run-id or --run-dir",
             )
     if holder is None:
@@ -208,9 +208,9 @@ def _read_claim(claim: Path) -> str | None:
     return (_read_regular(claim) or "").strip() or None
 
 
-def _first_stored_log(run_dir: Path) -> Path | None:
+def _stored_logs(run_dir: Path) -> list[str]:
     # Empty or not: a rank of ours creates its log only once it has claimed.
-    return min(run_dir.glob("rank-*.jsonl"), default=None)
+    return sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
 
 
 # --- the manifest ---------------------------------------------------------------------
@@ -398,8 +398,7 @@ class LaunchBook:
         """
         claim_run_directory(run_dir, manifest.run_id)
         manifest.write(run_dir, exclusive=True)
-        present = sorted(path.name for path in run_dir.glob("rank-*.jsonl"))
-        if present:
+        if present := _stored_logs(run_dir):
             (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
             shown = ", ".join(present[:3]) + (", ..." if len(present) > 3 else "")
             raise RunDirectoryError(

@@ -136,17 +136,17 @@ def test_a_rank_that_claims_and_writes_between_two_looks_is_joined(
     from orchestrator import _run_directory
 
     run_dir = tmp_path / "run"
-    looked = _run_directory._first_stored_log
+    looked = _run_directory._stored_logs
 
-    def after_a_peer_claimed_and_wrote(directory: Path) -> Path | None:
+    def after_a_peer_claimed_and_wrote(directory: Path) -> list[str]:
         _write_run(directory, range(1, 2), world_size=2)
         return looked(directory)
 
-    monkeypatch.setattr(_run_directory, "_first_stored_log", after_a_peer_claimed_and_wrote)
+    monkeypatch.setattr(_run_directory, "_stored_logs", after_a_peer_claimed_and_wrote)
     _run_directory.claim_run_directory(run_dir, "run-1")
     assert (run_dir / CLAIM_FILE).read_text() == "run-1\n"
     # Logs with no claim at all are still another run's.
     (run_dir / CLAIM_FILE).unlink()
-    monkeypatch.setattr(_run_directory, "_first_stored_log", looked)
+    monkeypatch.setattr(_run_directory, "_stored_logs", looked)
     with pytest.raises(RunDirectoryError, match=r"already holds the logs of another run"):
         _run_directory.claim_run_directory(run_dir, "run-1")
