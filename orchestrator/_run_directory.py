@@ -669,6 +669,15 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
     if why is not None:
         problem(why)
         world = 0  # its missing ranks are not listed
+
+    def no_log(ranks: list[int], more: str = "") -> None:
+        has = "has" if len(ranks) == 1 else "have"
+        problem(
+            f"{format_ranks(ranks)} of world size {world} {has} no log "
+            f"(never started, or killed before its first event){more}",
+            fatal=False,
+        )
+
     # The ranks without a log that nothing more is known of are one problem,
     # as rank ranges: a lost node of a large launch is one line, not one per
     # rank. A rank whose launcher says more of it keeps a line of its own.
@@ -678,21 +687,12 @@ def check_run_directories(run_dirs: Sequence[Path]) -> tuple[list[Path], list[Ru
             continue
         entries = (manifest.rank(rank) for _, manifest in manifests)
         more = next((f"; {e.describe()}" for e in entries if e and e.not_delivered), "")
-        if not more:
+        if more:
+            no_log([rank], more)
+        else:
             silent.append(rank)
-            continue
-        problem(
-            f"rank {rank} of world size {world} has no log "
-            "(never started, or killed before its first event)" + more,
-            fatal=False,
-        )
     if silent:
-        problem(
-            f"{format_ranks(silent)} of world size {world} "
-            f"{'has' if len(silent) == 1 else 'have'} no log "
-            "(never started, or killed before its first event)",
-            fatal=False,
-        )
+        no_log(silent)
     for rank in logs:
         if world and rank >= world:
             problem(f"rank {rank} is outside the world size {world}", logs[rank])
