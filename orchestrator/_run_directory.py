@@ -389,8 +389,9 @@ class LaunchBook:
     @classmethod
     def claim(cls, run_dir: Path, manifest: Manifest) -> LaunchBook:
         """Claim ``run_dir`` and create the manifest exclusively, before any
-        rank starts; then look for logs, as a rank looks for a manifest once
-        its log exists (:func:`refuse_foreign_rank`).
+        rank starts, so that a second launch into the directory stops having
+        written nothing; then look for logs, as a rank looks for a manifest
+        once its log exists (:func:`refuse_foreign_rank`).
 
         Raises:
             RunDirectoryError: the directory holds another run, another

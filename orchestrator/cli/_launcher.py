@@ -175,7 +175,6 @@ class LocalLaunch:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
         if self.book.unwritten is not None:
-            # The ranks ran to their end all the same; their logs hold the run.
             raise self.book.unwritten
         return [self.exits[rank] for rank in range(len(self.processes))]
 

@@ -215,9 +215,6 @@ def _launch(args: argparse.Namespace, faults: FaultPlan, host: _Host, run_id: st
         caller_span=parent,
         command=(PROG, *args.argv),
     )
-    # Claimed, and the manifest created exclusively, before any rank starts:
-    # a second launch into the same directory stops here, having written
-    # nothing, and can never report this run as its own.
     with raised_as(UsageError, RunDirectoryError):
         book = LaunchBook.claim(run_dir, manifest)
     handed, descriptors = _hand_over(args, faults, host)

@@ -235,10 +235,7 @@ def launch_on_ray(
         caller_span=trace_parent(env),
         command=sys.argv,
     )
-    # The rendezvous first: without torch nothing is written. Then claimed,
-    # and the manifest created exclusively, before any actor starts: a
-    # second launch into the same directory stops there having written
-    # nothing.
+    # The rendezvous first: without torch nothing is written.
     store, rendezvous = _rendezvous_store(ray) if process_group and world_size > 1 else (None, {})
     try:
         book = LaunchBook.claim(directory, manifest)
