@@ -950,8 +950,6 @@ class Startup:
         if self._tracing is not None:
             from ._launch_trace import send_launch_span_of
 
-            # Rank 0 holds the whole record: the launch's own span, the root
-            # of every rank's, goes where this rank's spans went.
             send_launch_span_of(self._tracing, run_dir, slices=self._slices)
 
     async def _take_logs(

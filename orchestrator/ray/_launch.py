@@ -266,9 +266,7 @@ def launch_on_ray(
         from .._launch_trace import send_launch_span_of
         from ..engine import ENGINE
 
-        # The driver holds the whole record once every actor has ended: the
-        # launch's own span, the root of every rank's, goes where the actors'
-        # spans went (the driver's ``OTEL_*`` variables).
+        # Where the actors' spans went: the driver's ``OTEL_*`` variables.
         send_launch_span_of(Tracing(environ=env), directory, slices=[ENGINE], ranks_ended=True)
     finally:
         # Dropping the last reference to the store stops its server.
