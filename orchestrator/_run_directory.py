@@ -370,6 +370,7 @@ class Manifest:
             )
 
 
+@attrs.define
 class LaunchBook:
     """A launch's record as it goes, kept by whatever starts the ranks (the
     command line's launcher, the Ray driver): its manifest, created with the
@@ -380,11 +381,9 @@ class LaunchBook:
     the launcher to raise once its ranks have ended.
     """
 
-    def __init__(self, run_dir: Path, manifest: Manifest) -> None:
-        self.run_dir = run_dir
-        self.manifest = manifest
-        #: the first write of the manifest that failed, if one did
-        self.unwritten: RunDirectoryError | None = None
+    run_dir: Path
+    manifest: Manifest
+    unwritten: RunDirectoryError | None = None
 
     @classmethod
     def claim(cls, run_dir: Path, manifest: Manifest) -> LaunchBook:
