@@ -609,7 +609,7 @@ class Startup:
         # else torchrun's (``None``: neither).
         named: str | None = self._run_id or env.get("TORCHELASTIC_RUN_ID", "").strip()
         named = None if named in ("", "none") else named
-        restarts = torchrun_restart_count(env)
+        node_restarts = restarts = torchrun_restart_count(env)
         try:
             if (
                 # A worker group that spans several torchrun agents that may
@@ -626,7 +626,7 @@ class Startup:
                 # once (by its local rank 0), grows with every restart.
                 group = self._early_group(identity)
                 if group is not None:
-                    own = restarts if identity.local_rank == 0 else 0
+                    own = node_restarts if identity.local_rank == 0 else 0
                     counts = group.all_gather(own)
                     restarts = sum(count for count in counts if isinstance(count, int))
             attempt = restarted("", restarts)
@@ -657,8 +657,7 @@ class Startup:
             if named is None:
                 attempt = f"-rank-{identity.rank}-unjoined"
                 return new_run_id() + attempt, attempt
-            count = torchrun_restart_count(env)
-            attempt = f"-node-{identity.node_rank}-unjoined-{count}"
+            attempt = f"-node-{identity.node_rank}-unjoined-{node_restarts}"
             return checked_run_id(named + attempt), attempt
 
     def _early_group(self, identity: RankIdentity) -> Group | None:
