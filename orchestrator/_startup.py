@@ -399,9 +399,7 @@ class Startup:
         if self._handle_signals:
             # Stops are caught from before the log exists: one that lands
             # while it is created is recorded once the run starts, so the
-            # log never ends up empty for one. (The handler is the
-            # process's: whichever thread the kernel gives the signal to,
-            # it is only remembered.)
+            # log never ends up empty for one.
             self._stops.install()
         try:
             log = self._create_log(run_dir, run_id, identity)
@@ -555,9 +553,6 @@ class Startup:
         if launch_span is None:
             launch_span = self._wait_for_peers or self._stops.launcher_pid is not None
         if identity.world_size > 1 and launch_span:
-            # One launch, one root: every rank's root hangs from the launch's
-            # own span, which the launcher (or rank 0) sends once the run
-            # has ended, under the caller's span if there is one.
             options.update(
                 trace_id=trace_id, parent_span_id=events.launch_span_id(trace_id, log.run_id)
             )
