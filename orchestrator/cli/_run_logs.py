@@ -18,6 +18,10 @@ from pathlib import Path
 from types import FunctionType
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
+import attrs
+
+from events import EventsError, LaunchRecord, LogError, RunFinished, RunStarted, merge, read_log
+
 from .._run_directory import (
     RunDirectoryError,
     list_logs,
@@ -34,10 +38,8 @@ if TYPE_CHECKING:
         Divergence,
         Event,
         FoldedRank,
-        LaunchRecord,
         RankFolder,
         Replay,
-        RunStarted,
         Slice,
     )
 
@@ -175,7 +177,7 @@ class RunLogs(NamedTuple):
             InputError: the logs are not of one run, or do not fit the
                 launch record (:class:`events.LogError`).
         """
-        from events import LogError, replay
+        from events import replay
 
         with raised_as(InputError, LogError):
             return replay(
@@ -197,8 +199,6 @@ class RunLogs(NamedTuple):
 
     def events(self) -> list[Event]:
         """Every rank's kept events (to the cutoff), merged by time."""
-        from events import merge
-
         return list(merge(log.events for log in self.logs))
 
 
@@ -322,10 +322,6 @@ def read_run(
     by_rank = [kept[rank][1] for rank in sorted(kept)]
     running = frozenset(_still_running(by_rank, launch))
     if empty or running:
-        import attrs
-
-        from events import LaunchRecord
-
         launch = attrs.evolve(
             launch or LaunchRecord(), empty_logs=frozenset(empty), running=running
         )
@@ -334,8 +330,6 @@ def read_run(
 
 def _first_started(files: Sequence[Path]) -> RunStarted | None:
     """The ``run.started`` of the lowest-named log that holds events."""
-    from events import EventsError, RunStarted, read_log
-
     for file in sorted(files, key=_rank_key):
         try:
             events = read_log(file).events
@@ -373,8 +367,6 @@ class _Job(NamedTuple):
         """One log read strictly and folded, its recorded decisions checked
         (``None``: it holds no event); what is wrong with it, in words, if
         it cannot be."""
-        from events import EventsError, RunFinished, read_log
-
         from .._decisions import check_decisions
         from ..engine import ENGINE_DECIDERS
 
