@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import graphlib
 import heapq
 import os
@@ -141,14 +142,11 @@ def _read_bytes(path: Path) -> bytes:
                 kind = _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
                 raise LogCorruptError(path, 0, f"is a {kind}, not a regular file; it was not read")
             # Read to the end, whatever the size said: a live log grows.
-            parts = [os.read(fd, status.st_size + 1)]
-            while parts[-1]:
-                parts.append(os.read(fd, 1 << 20))
+            data = b"".join(iter(functools.partial(os.read, fd, status.st_size + 1), b""))
         finally:
             os.close(fd)
     except OSError as exc:
         raise LogError(f"{path}: cannot read log: {exc.strerror or exc}") from exc
-    data = b"".join(parts)
     # A log attached to a bug report is often compressed: say so, rather
     # than that its first line is not JSON (and never inflate it unbounded).
     for magic, (tool, _suffix) in COMPRESSED.items():
