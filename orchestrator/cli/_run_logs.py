@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from events import EventsError, LaunchRecord, LogError, RunFinished, RunStarted, merge, read_log
+from events._builders import builder, field_names
 
 from .._run_directory import (
     RunDirectoryError,
@@ -533,8 +534,6 @@ _BUILT: dict[Callable[..., Any], type[Any]] = {}
 def _builder(cls: type[Any]) -> Callable[..., Any]:
     """The function building a ``cls`` from its field values, in attrs
     order, made once per process."""
-    from events._builders import builder
-
     made = builder(cls)
     _BUILT[made] = cls
     return made
@@ -544,8 +543,6 @@ def _builder(cls: type[Any]) -> Callable[..., Any]:
 def _fields_of(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
     """The tuple of an instance's field values, in attrs order, for a class
     its builder builds as its ``__init__`` would; ``None`` for any other."""
-    from events._builders import field_names
-
     try:
         names = field_names(cls)
     except TypeError:
