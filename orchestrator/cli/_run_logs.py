@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FunctionType
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -469,7 +469,7 @@ class _Worker:
                     if os.getppid() != parent:
                         break  # no one will read it
                     batch = [job.fold(file) for file in files[start : start + self._BATCH]]
-                    _FieldsPickler(self.out).dump(batch)
+                    _FieldsPickler(self.out, pickle.HIGHEST_PROTOCOL).dump(batch)
                 else:
                     self.out.flush()
                     status = 0
@@ -511,9 +511,6 @@ class _FieldsPickler(pickle.Pickler):
     parsing or guarded stores) instead of attrs' ``__setstate__``, which
     stores a dict of its fields one at a time. A third smaller, and quicker
     both ways. Any other object pickles as usual."""
-
-    def __init__(self, file: IO[bytes]) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def reducer_override(self, obj: Any) -> Any:
         cls: type = type(obj)  # type, not type[Any]: functools.cache takes a Hashable

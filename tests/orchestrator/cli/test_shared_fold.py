@@ -192,7 +192,7 @@ def test_a_workers_records_read_back_equal_whatever_their_class(run_dir: Path) -
     sent = [job.fold(run_dir / f"rank-{rank}.jsonl") for rank in (0, FAILING, TORN)]
     sent.append(_Converted(ranks=[1, 2]))  # type: ignore[arg-type]
     buffer = io.BytesIO()
-    _FieldsPickler(buffer).dump(sent)
+    _FieldsPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(sent)
 
     back = pickle.loads(buffer.getvalue())
 
