@@ -191,14 +191,12 @@ async def select_candidate(
     ordered = sorted(candidates, key=lambda c: c.priority)
     if not ordered:
         raise ValueError(f"no {what} candidates to choose from on this platform")
-    _unique_children([c.name for c in ordered], f"{what} candidates")
+    names = [c.name for c in ordered]
+    _unique_children(names, f"{what} candidates")
     if explicit is not None:
-        by_name = {c.name: c for c in ordered}
-        if explicit not in by_name:
-            raise ValueError(
-                f"Unknown {what} {explicit!r}; valid {what}s here: {', '.join(by_name)}"
-            )
-        ordered = [by_name[explicit]]
+        if explicit not in names:
+            raise ValueError(f"Unknown {what} {explicit!r}; valid {what}s here: {', '.join(names)}")
+        ordered = [ordered[names.index(explicit)]]
     results: dict[str, StepResult] = {}
 
     async def probe(candidate: Candidate) -> None:
