@@ -581,16 +581,8 @@ class _Run:
     ) -> StepResult:
         span_id = _new_span_id()
         self.paths.add(name)
-        self.emit(
-            StepStarted,
-            step=name,
-            span_id=span_id,
-            parent=parent_span,
-            kind=kind,
-            depends_on=depends_on,
-            attributes=dict(attributes),
-        )
-        end = functools.partial(self.emit, step=name, span_id=span_id, parent=parent_span)
+        record = functools.partial(self.emit, step=name, span_id=span_id, parent=parent_span)
+        record(StepStarted, kind=kind, depends_on=depends_on, attributes=dict(attributes))
         dependencies = {d: self.results[d] for d in depends_on}
         context = StepContext(self, step=name, span_id=span_id, dependencies=dependencies)
         started_ns = time.monotonic_ns()
@@ -604,16 +596,16 @@ class _Run:
         except anyio.get_cancelled_exc_class():
             self.left_behind(name, StallReason.ABANDONED)
             reason = self.stop_reason() if self.cancelling is None else self.cancelling[1]
-            end(StepCancelled, reason=reason)
+            record(StepCancelled, reason=reason)
             raise
         except BaseException as exc:
             self.watchdog.ended(name)
-            return self.handle_error(exc, name=name, policy=policy, end=end)
+            return self.handle_error(exc, name=name, policy=policy, record=record)
         self.stopped_below(name)
         if scope.cancelled_caught:
             assert timeout is not None
             self.left_behind(name, StallReason.TIMED_OUT)
-            end(StepTimedOut, timeout_s=timeout, elapsed_ns=time.monotonic_ns() - started_ns)
+            record(StepTimedOut, timeout_s=timeout, elapsed_ns=time.monotonic_ns() - started_ns)
             if policy.on_timeout is Action.PROPAGATE:
                 error = StepTimeoutError(name, timeout)
                 self.propagate(name, error, self.capture(error), name, error)
@@ -624,23 +616,23 @@ class _Run:
         if isinstance(value, IsolatedCrash):
             # What the child printed may hold a secret, as an exception may.
             tail = tuple(map(self.redactor, value.stderr_tail))
-            end(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
+            record(StepCrashed, exit_code=value.exit_code, signal=value.signal, stderr_tail=tail)
             if policy.on_crash is Action.PROPAGATE:
                 crash = StepCrashedError(name, value.exit_code, value.signal, tail)
                 self.propagate(name, crash, self.capture(crash), name, crash)
             return StepResult(step=name, outcome=Outcome.CRASHED, reasons=(value.describe(),))
         if isinstance(value, Unavailable):
-            end(StepUnavailable, outcome=value.outcome, reasons=value.reasons)
+            record(StepUnavailable, outcome=value.outcome, reasons=value.reasons)
             return StepResult(step=name, outcome=value.outcome, reasons=value.reasons)
         try:
             check_json(name, value)
         except TypeError as bad:
-            return self.handle_error(bad, name=name, policy=policy, end=end)
-        end(StepSucceeded, result=value)
+            return self.handle_error(bad, name=name, policy=policy, record=record)
+        record(StepSucceeded, result=value)
         return StepResult(step=name, outcome=Outcome.OK, value=value)
 
     def handle_error(
-        self, exc: BaseException, *, name: str, policy: ErrorPolicy, end: Callable[..., Event]
+        self, exc: BaseException, *, name: str, policy: ErrorPolicy, record: Callable[..., Event]
     ) -> StepResult:
         carried = _find_propagating(exc)
         if carried is not None:
@@ -650,7 +642,7 @@ class _Run:
             verdict = policy.classify(carried.original)
             info, original = carried.info, carried.original
             if not verdict.record:
-                end(StepFailed, cause=info, origin=carried.step)
+                record(StepFailed, cause=info, origin=carried.step)
                 raise _Propagating(original, info, carried.step)
         elif isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
@@ -662,7 +654,7 @@ class _Run:
             original = exc
         self.stopped_below(name)
         if verdict.record:
-            end(StepUnavailable, outcome=verdict.outcome, reasons=(info.reason,), cause=info)
+            record(StepUnavailable, outcome=verdict.outcome, reasons=(info.reason,), cause=info)
             return StepResult(
                 step=name,
                 outcome=verdict.outcome,
@@ -673,7 +665,7 @@ class _Run:
         # By what the body raised (an isolated error is rebuilt per step).
         known = self.origins.get(id(exc))
         origin = known[1] if known is not None and known[0] is exc else name
-        end(StepFailed, cause=info, origin=origin)
+        record(StepFailed, cause=info, origin=origin)
         self.propagate(name, exc, info, origin, original)
 
     def stopped_below(self, step: str) -> None:
