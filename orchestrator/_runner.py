@@ -646,12 +646,10 @@ class _Run:
                 raise _Propagating(original, info, carried.step)
         elif isinstance(exc, IsolatedError):
             verdict = policy.classify_names(exc.mro, module_name=exc.module_name)
-            info = exc.info
-            original = exc.rebuild(name)
+            info, original = exc.info, exc.rebuild(name)
         else:
             verdict = policy.classify(exc)
-            info = self.capture(exc)
-            original = exc
+            info, original = self.capture(exc), exc
         self.stopped_below(name)
         if verdict.record:
             record(StepUnavailable, outcome=verdict.outcome, reasons=(info.reason,), cause=info)
