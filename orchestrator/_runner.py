@@ -458,7 +458,7 @@ class _Run:
         runs (it timed out, or was cancelled): where they are, abandoned."""
         flight = self.watchdog.ended(step)
         child = self.child_stacks.pop(step, ())
-        if flight is not None and (threads := self.watchdog.stacks_of(flight) + child):
+        if flight is not None and (threads := self.threads.stacks(step, self.redactor) + child):
             self.record_stall(flight, why, time.monotonic_ns() - flight.started_ns, threads)
 
     def stop_reason(self) -> str:

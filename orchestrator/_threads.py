@@ -26,11 +26,12 @@ import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+
+from events import Redactor, ThreadStack
 
 __all__ = ["StepThreads"]
 
@@ -148,10 +149,13 @@ class StepThreads:
                 else:
                     self._running[ident] = before
 
-    def of(self, step: str) -> list[tuple[str, FrameType | None]]:
-        """The names and current frames (``None`` once ended) of the threads
-        running for ``step`` now."""
+    def stacks(self, step: str, redactor: Redactor) -> tuple[ThreadStack, ...]:
+        """The stacks of the threads running for ``step`` now (the abandoned
+        ones of a step that timed out or was cancelled too)."""
         frames = sys._current_frames()
         with self._lock:
             running = [(ident, name) for ident, (of, name) in self._running.items() if of == step]
-        return [(name, frames.get(ident)) for ident, name in running]
+        return tuple(
+            ThreadStack.capture(name, frames.get(ident), redactor=redactor)
+            for ident, name in running
+        )

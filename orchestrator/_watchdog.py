@@ -157,15 +157,6 @@ class Watchdog:
         with self._lock:
             return self._in_flight.pop(step, None)
 
-    def stacks_of(self, flight: InFlight) -> tuple[ThreadStack, ...]:
-        """The stacks of the threads at work for ``flight`` now (its worker
-        threads: the abandoned ones of a step that timed out or was
-        cancelled)."""
-        return tuple(
-            ThreadStack.capture(name, frame, redactor=self._redactor)
-            for name, frame in self._threads.of(flight.step)
-        )
-
     # --- the watchdog's thread ----------------------------------------------------------------
 
     def _watch(self) -> None:
@@ -199,7 +190,7 @@ class Watchdog:
                 child = flight.child
             if any(flight is other for asked in self._asked for other in asked.flights):
                 continue
-            stacks = self.stacks_of(flight)
+            stacks = self._threads.stacks(flight.step, self._redactor)
             if child is not None:
                 # Its work is in its child process, asked for its stacks: a
                 # child that does not answer (holding its GIL) leaves the
