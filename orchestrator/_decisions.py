@@ -79,14 +79,12 @@ def check_decisions(
     divergences: list[Divergence] = []
     for event in events:
         history = by_rank[event.rank]
-        if isinstance(event, DecisionMade):
-            decider = table.get(event.name)
-            if decider is not None:
-                try:
-                    value = decider(tuple(history), event.inputs)
-                except Exception as exc:  # a decider that cannot decide is a divergence too
-                    value = f"<{type(exc).__name__}: {exc}>"
-                if value != event.value:
-                    divergences.append(Divergence.of_decision(event, value))
+        if isinstance(event, DecisionMade) and (decider := table.get(event.name)) is not None:
+            try:
+                value = decider(tuple(history), event.inputs)
+            except Exception as exc:  # a decider that cannot decide is a divergence too
+                value = f"<{type(exc).__name__}: {exc}>"
+            if value != event.value:
+                divergences.append(Divergence.of_decision(event, value))
         history.append(event)
     return divergences
