@@ -107,10 +107,8 @@ class _Parent(StepRun, Protocol):
     #: Loaded by name in the child, to make the step's span current there.
     span_activator: Callable[[str, str], AbstractContextManager[object]] | None
 
-    def in_child(self, step: str, stacks: AskChild | None) -> None:
-        """Isolated ``step`` runs in a child process, which ``stacks`` asks
-        for its threads' stacks when the step stalls (``None``: the child is
-        gone)."""
+    def in_child(self, step: str, ask: AskChild | None) -> None:
+        """See :meth:`~orchestrator._watchdog.Watchdog.in_child`."""
 
     def left_in_child(self, step: str, stacks: tuple[ThreadStack, ...]) -> None:
         """Where the child process of isolated ``step`` was when the step was

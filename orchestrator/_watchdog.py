@@ -146,8 +146,8 @@ class Watchdog:
             self._in_flight[step] = InFlight(step, span_id, parent, now, code, due)
 
     def in_child(self, step: str, ask: AskChild | None) -> None:
-        """Isolated ``step`` runs in a child process that ``ask`` asks for
-        its stacks (``None``: the child is gone)."""
+        """Isolated ``step`` runs in a child process that ``ask`` asks for its
+        threads' stacks when the step stalls (``None``: the child is gone)."""
         with self._lock:
             flight = self._in_flight.get(step)
             if flight is not None:
