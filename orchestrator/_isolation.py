@@ -420,7 +420,6 @@ def _load_body(path: str) -> Any:
 
 
 def _child_main() -> int:
-    # Results go to the original stdout; everything the body prints goes to stderr.
     result_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -185,7 +185,6 @@ class Watchdog:
                 if self._in_flight.get(flight.step) is not flight:
                     continue  # ended meanwhile
                 elapsed = now - flight.started_ns
-                # Backoff: looked at again at twice the time it has run.
                 flight.due_ns = flight.started_ns + 2 * elapsed
                 child = flight.child
             if any(flight is other for asked in self._asked for other in asked.flights):
