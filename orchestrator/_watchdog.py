@@ -170,13 +170,12 @@ class Watchdog:
                 soonest = min(
                     [f.due_ns for f in self._in_flight.values()]
                     + [asked.deadline_ns for asked in self._asked],
-                    default=None,
+                    default=now + self._threshold_ns,
                 )
             if due:
                 self._look_at(due, now)
                 continue
-            wait_ns = self._threshold_ns if soonest is None else max(soonest - now, 1_000_000)
-            self._wake.wait(wait_ns / 1e9)
+            self._wake.wait(max(soonest - now, 1_000_000) / 1e9)
 
     def _look_at(self, due: Sequence[InFlight], now: int) -> None:
         on_loop: list[tuple[InFlight, int]] = []
