@@ -135,9 +135,8 @@ class Watchdog:
         """Stop watching; nothing is recorded after this returns."""
         self._stopped.set()
         self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def started(self, step: str, span_id: str, parent: str, code: CodeType | None) -> None:
         now = time.monotonic_ns()
@@ -255,12 +254,11 @@ class Watchdog:
         import anyio.from_thread
 
         answer: Future[T | None] = Future()
-        token = self._loop_token
 
         def call() -> None:
             # Blocks while the loop does: a daemon of its own.
             try:
-                answer.set_result(anyio.from_thread.run(ask, token=token))
+                answer.set_result(anyio.from_thread.run(ask, token=self._loop_token))
             except Exception:  # the loop has ended
                 answer.set_result(None)
             self._wake.set()
