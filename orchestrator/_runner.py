@@ -685,10 +685,9 @@ class _Run:
         raise _Propagating(raised, info, origin)
 
     async def call(self, body: StepBody, context: StepContext, isolation: Isolation) -> Any:
-        fault = self.runner.faults.for_target(context.step, self.identity.rank)
         if isolation is Isolation.PROCESS:
             return await run_isolated(self, body, context)
-        if fault is not None:
+        if (fault := self.runner.faults.for_target(context.step, self.identity.rank)) is not None:
             return await self.threads.run(context.step, fault.fire)
         if inspect.iscoroutinefunction(body):
             return await body(context)
