@@ -67,11 +67,12 @@ from events import (
     TimelineState,
     decode,
     format_ranks,
+    implausible_world,
     outcome_of,
 )
 from exporters import terminal_text
 
-from .._run_directory import Manifest, RunDirectoryError, read_manifest
+from .._run_directory import MANIFEST_FILE, Manifest, RunDirectoryError, read_manifest
 from ._errors import InputError, UsageError
 from ._output import write
 from ._run_logs import process_alive, rank_of_file, read_run, recorded_slices
@@ -207,8 +208,15 @@ class RunWatcher:
         self.state = self._timeline.apply_many(self.state, late)
         self.died.update((rank, None) for rank in gone if not self.ended(rank))
         if self._manifest is not None:
-            self.world_size = self._manifest.world_size
+            self.world_size = self._world(self._manifest.world_size, self.run_dir / MANIFEST_FILE)
         return new + late
+
+    def _world(self, claimed: int, source: Path) -> int:
+        # A number a file claims never sets the cost of watching: a damaged
+        # one is refused as replay refuses it, not watched rank by rank.
+        if why := implausible_world(claimed, str(source), len(self._tails)):
+            raise InputError(why)
+        return claimed
 
     def _read(self, rank: int, now: float, now_wall: int) -> list[Event]:
         """The events appended to the rank's log since it was last read
@@ -220,7 +228,8 @@ class RunWatcher:
                 if self.slices is None:
                     self.slices = recorded_slices(event)
                 self.run_id = self.run_id or event.run_id
-                self.world_size = max(self.world_size or 0, event.identity.world_size)
+                claimed = self._world(event.identity.world_size, self._tails[rank].path)
+                self.world_size = max(self.world_size or 0, claimed)
         progress = [e for e in events if not isinstance(e, StepStalled)]
         # A log that so far holds only stalls still says it is alive.
         if progress or (events and rank not in self._progress):

@@ -219,6 +219,34 @@ def test_a_run_without_a_manifest_takes_its_world_from_run_started(
     assert completed.lines()[0].endswith(", 1 rank")
 
 
+@pytest.mark.parametrize("claimant", ["rank-0.jsonl", "manifest.json"])
+def test_a_world_no_run_can_have_is_refused_as_replay_refuses_it(
+    healthy: StoredRun, tmp_path: Path, claimant: str
+) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(healthy.directory, run_dir)
+    log = run_dir / "rank-0.jsonl"
+    first, rest = log.read_bytes().split(b"\n", 1)
+    if claimant == "rank-0.jsonl":
+        record = orjson.loads(first)
+        record["identity"]["world_size"] = 65_537
+        log.write_bytes(orjson.dumps(record) + b"\n" + rest)
+    else:
+        run_id = orjson.loads(first)["run_id"]
+        Manifest(run_id=run_id, world_size=65_537, launcher=LauncherProcess()).write(run_dir)
+
+    watched = call_cli("watch", "run", "--timeout", "2", "--interval", "0.05", cwd=tmp_path)
+    replayed = call_cli("replay", "run", cwd=tmp_path)
+
+    why = (
+        f"run/{claimant} claims 65,537 ranks; 1 log is present, and a run of "
+        "at most 65,536 ranks is read (is the file damaged?)"
+    )
+    assert watched.returncode == 1, watched.describe()
+    assert watched.stderr == f"startup-orchestrator: error: {why}\n"
+    assert why in replayed.stderr, replayed.describe()
+
+
 def test_a_directory_without_logs_is_waited_for_until_the_timeout(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     completed = call_cli("watch", "run", "--timeout", "0.3", "--interval", "0.05", cwd=tmp_path)
