@@ -47,12 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ._views import run_command
 
         return run_command(args)
-    except UsageError as exc:
+    except (OrchestratorError, LogError) as exc:  # UsageError and InputError among them
         diagnose(f"error: {exc}")
-        return 2
-    except (OrchestratorError, LogError) as exc:  # InputError among them
-        diagnose(f"error: {exc}")
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt:
         diagnose("interrupted")
         return 1
