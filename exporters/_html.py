@@ -193,11 +193,11 @@ def _badge(outcome: str) -> str:
     return f'<span class="badge {_TONE.get(outcome, "none")}">{_e(outcome)}</span>'
 
 
-def _chain_html(exception: ExceptionInfo) -> str:
-    """The exception chain, outermost first, each link with why it follows."""
+def _chain_html(chain: Sequence[ExceptionInfo]) -> str:
+    """An exception's chain, outermost first, each link with why it follows."""
     items: list[str] = []
     link = ""
-    for node in exception.chain():
+    for node in chain:
         frames = ""
         if node.frames:
             lines = "\n".join(
@@ -221,8 +221,8 @@ def _chain_html(exception: ExceptionInfo) -> str:
     return f'<ul class="chain">{"".join(items)}</ul>'
 
 
-#: What the event that ended a step said: its reasons and its exception.
-_Said = tuple[tuple[str, ...], ExceptionInfo | None]
+#: What the event that ended a step said: its reasons and its exception's chain.
+_Said = tuple[tuple[str, ...], tuple[ExceptionInfo, ...]]
 
 
 def _ended(timing: StepTiming | None) -> _Said | None:
@@ -231,17 +231,17 @@ def _ended(timing: StepTiming | None) -> _Said | None:
         return None
     match timing.end:
         case StepUnavailable(reasons=reasons, cause=cause):
-            return reasons, cause
+            return reasons, () if cause is None else cause.chain()
         case StepFailed(cause=cause):
-            return (), cause
+            return (), cause.chain()
         case StepTimedOut(timeout_s=timeout_s):
-            return (f"timed out after {timeout_s:g} s",), None
+            return (f"timed out after {timeout_s:g} s",), ()
         case StepCancelled(reason=reason) if reason:
-            return (reason,), None
+            return (reason,), ()
         case StepCrashed(signal=signal, exit_code=exit_code, stderr_tail=tail):
             how = f"signal {signal}" if signal is not None else f"exit {exit_code}"
-            return (f"the step's process crashed ({how})", *tail), None
-    return (), None
+            return (f"the step's process crashed ({how})", *tail), ()
+    return (), ()
 
 
 def _kind(timing: StepTiming) -> tuple[str, ...]:
@@ -251,8 +251,7 @@ def _kind(timing: StepTiming) -> tuple[str, ...]:
     found = _ended(timing)
     if found is None:
         return ()
-    reasons, exception = found
-    chain = exception.chain() if exception is not None else ()
+    reasons, chain = found
     return (str(len(reasons)), *(link.type for link in chain))
 
 
@@ -378,7 +377,7 @@ def report_html(
         if cause.step is not None and cause.rank in ranks:
             parts.append(f' <a href="#root-step">go to rank {cause.rank}\'s {_e(cause.step)}</a>')
         if cause.exception is not None:
-            parts.append(_chain_html(cause.exception))
+            parts.append(_chain_html(cause.exception.chain()))
         if cause.waiting is not None:
             parts.extend(
                 f"<details open><summary>where thread {_code(thread.thread)} "
@@ -537,8 +536,7 @@ def _lane(
                 durations.append(other.duration_ns)
             found = _ended(other)
             if found is not None:
-                reasons, exception = found
-                chain = exception.chain() if exception is not None else ()
+                reasons, chain = found
                 text = (*reasons, "", *(link.reason for link in chain))
                 variants.setdefault(text, (found, []))[1].append(rank)
             for note in step_notes.get(rank, {}).get(step, ()):
@@ -561,7 +559,7 @@ def _lane(
         ]
         if timing.depends_on:
             info.append(f"<div>after: {_e(', '.join(timing.depends_on))}</div>")
-        for index, ((reasons, exception), ranks) in enumerate(variants.values()):
+        for index, ((reasons, chain), ranks) in enumerate(variants.values()):
             if index == _VARIANTS:
                 rest = format_ranks(r for _, rs in list(variants.values())[index:] for r in rs)
                 info.append(f"<div>{len(variants) - index} more variants: {_e(rest)}</div>")
@@ -571,8 +569,8 @@ def _lane(
             if reasons:
                 items = "".join(f"<li>{_e(reason)}</li>" for reason in reasons)
                 info.append(f'<div>reasons:<ul class="reasons">{items}</ul></div>')
-            if exception is not None:
-                info.append(f"<div>exception:{_chain_html(exception)}</div>")
+            if chain:
+                info.append(f"<div>exception:{_chain_html(chain)}</div>")
         if not variants and timing.outcome is None:
             info.append("<div>still running when the log ends</div>")
         if said:
