@@ -488,18 +488,13 @@ def lost_by(replay: Replay) -> list[tuple[Loss, tuple[int, ...]]]:
     unless the run is degraded)."""
     if not degraded_by(replay):
         return []
-    found = []
-    for part in replay.slices:
-        for loss in part.losses:
-            ranks = tuple(
-                rank
-                for rank, state in sorted(replay.states.items())
-                if state.facts.get(loss.fact) is True
-                and replay.outcome_of(rank) is RunOutcome.READY
-            )
-            if ranks:
-                found.append((loss, ranks))
-    return found
+    ready = [rank for rank in sorted(replay.states) if replay.outcome_of(rank) is RunOutcome.READY]
+    found = [
+        (loss, tuple(rank for rank in ready if replay.states[rank].facts.get(loss.fact) is True))
+        for part in replay.slices
+        for loss in part.losses
+    ]
+    return [(loss, ranks) for loss, ranks in found if ranks]
 
 
 def _degraded_lines(replay: Replay) -> list[str]:
@@ -513,8 +508,7 @@ def _degraded_lines(replay: Replay) -> list[str]:
     for group in groups[:_DEGRADED_SHOWN]:
         lines.append(terminal_text(f"Degraded: {group.code} on {format_ranks(group.ranks)}"))
         lines.append(terminal_text(f"  {group.text}", indent="    "))
-    if len(groups) > _DEGRADED_SHOWN:
-        rest = groups[_DEGRADED_SHOWN:]
+    if rest := groups[_DEGRADED_SHOWN:]:
         codes = ", ".join(dict.fromkeys(group.code for group in rest))
         lines.append(f"Degraded: and {len(rest)} more ({codes}); see the messages below")
     if groups:
