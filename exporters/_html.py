@@ -474,10 +474,8 @@ def _lane_facts(result: Replay, members: Sequence[int]) -> list[str]:
         facts.append(f"pids {min(pids)}-{max(pids)}")
     starts = [t for rank in members if (t := timelines[rank].start_wall_ns) is not None]
     if starts:
-        began = _clock(min(starts))
-        facts.append(
-            f"started {began}" if len(starts) == 1 else f"started {began} to {_clock(max(starts))}"
-        )
+        until = f" to {_clock(max(starts))}" if len(starts) > 1 else ""
+        facts.append(f"started {_clock(min(starts))}{until}")
     took = sorted(
         (duration, rank)
         for rank in members
