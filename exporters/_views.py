@@ -129,8 +129,7 @@ def _clip(text: str, limit: int, *, more: bool = False) -> str:
     # No boundary at all (one enormous token): cut it; the brackets are
     # balanced below all the same.
     head = head[:boundary] if boundary > 0 else text[:room]
-    head = head[: _first_open_at(text, len(head))]
-    head = head.rstrip()
+    head = head[: _first_open_at(text, len(head))].rstrip()
     while head.endswith(("<-", ":", ",", ";", "(", "[", "{", "<")):
         head = head.removesuffix("<-").rstrip(":,;([{<").rstrip()
     return f"{head} {_ELLIPSIS}" if head else _ELLIPSIS
