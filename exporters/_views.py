@@ -406,17 +406,16 @@ def run_differences(
     for rank in sorted(both):
         left, right = ranks_a[rank], ranks_b[rank]
         for field in sorted((left.keys() | right.keys()) - {"rank"}):
-            if left.get(field) != right.get(field):
-                key = ("", field, repr(left.get(field)), repr(right.get(field)))
-                changes.setdefault(key, []).append(rank)
-    for rank, decision in sorted(set(decisions_a or {}) | set(decisions_b or {})):
+            before, after = left.get(field), right.get(field)
+            if before != after:
+                changes.setdefault(("", field, repr(before), repr(after)), []).append(rank)
+    old_decisions, new_decisions = decisions_a or {}, decisions_b or {}
+    for rank, decision in sorted(old_decisions.keys() | new_decisions.keys()):
         if rank not in both and (ranks_a or ranks_b):
             continue  # a rank of one run only: said above
-        old_value = (decisions_a or {}).get((rank, decision))
-        new_value = (decisions_b or {}).get((rank, decision))
-        if old_value != new_value:
-            key = ("decision ", decision, repr(old_value), repr(new_value))
-            changes.setdefault(key, []).append(rank)
+        before, after = old_decisions.get((rank, decision)), new_decisions.get((rank, decision))
+        if before != after:
+            changes.setdefault(("decision ", decision, repr(before), repr(after)), []).append(rank)
     for (kind, what, old, new), ranks in changes.items():
         lines.append(f"{format_ranks(ranks)}: {kind}{what} {old} -> {new}")
     messages_a, messages_b = _message_keys(a), _message_keys(b)
