@@ -307,15 +307,13 @@ def command_diff(args: argparse.Namespace) -> int:
     from exporters import decisions_of, diff_text, report_json, run_differences
 
     slices = given_slices(args)
-    documents, decisions, labels = [], [], []
+    sides = []
     for paths in _diff_sides([args.run_a, args.run_b, *args.more]):
         result = read_run(paths, slices=slices).replay()
-        documents.append(report_json(result))
-        decisions.append(decisions_of(result))
-        labels.append(" ".join(str(path) for path in paths))
-    a, b = documents
-    both = {"decisions_a": decisions[0], "decisions_b": decisions[1]}
-    emit(diff_text(a, b, **both, label_a=labels[0], label_b=labels[1]))
+        sides.append((report_json(result), decisions_of(result), " ".join(map(str, paths))))
+    (a, decisions_a, label_a), (b, decisions_b, label_b) = sides
+    both = {"decisions_a": decisions_a, "decisions_b": decisions_b}
+    emit(diff_text(a, b, **both, label_a=label_a, label_b=label_b))
     return 1 if run_differences(a, b, **both) else 0
 
 
