@@ -170,8 +170,7 @@ def _tree_lines(
     timeline: RankTimeline, *, with_times: bool, launch: LaunchRecord | None = None
 ) -> list[str]:
     last_mono = _alive_until_mono_ns(timeline, launch)
-    finished = timeline.finished
-    outcome = "incomplete (no run.finished)" if finished is None else str(finished.outcome)
+    outcome = timeline.outcome or "incomplete (no run.finished)"
     lines = [f"run: {outcome}"]
     # Each level's indentation, down to the step shown; it stops growing at
     # _MAX_INDENT levels, so the text stays linear in the events.
