@@ -522,8 +522,6 @@ def _lane(
             # In flight when the log ends: running, or cut short by a death.
             outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
         end = timing.end_wall_ns or timeline.end_wall_ns or until
-        # Across the lane's ranks: how long the step took, what its end said,
-        # the messages and the decisions of each of them.
         durations: list[int] = []
         variants: dict[tuple[str, ...], tuple[_Said, list[int]]] = {}
         said: dict[tuple[str, Severity, str], set[int]] = {}
