@@ -402,7 +402,7 @@ def report_html(
     lanes: dict[tuple[Any, ...], list[int]] = {}
     for rank in sorted(ranks):
         steps = sorted(
-            (t.step, t.kind.value, t.outcome.value if t.outcome else "", _kind(t), waited_in(t))
+            (t.step, t.kind, t.outcome or "", _kind(t), waited_in(t.stall))
             for t in ranks[rank].steps.values()
         )
         lanes.setdefault((result.outcome_of(rank), tuple(steps)), []).append(rank)

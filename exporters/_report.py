@@ -118,7 +118,6 @@ from events import (
     RunOutcome,
     Severity,
     StepStalled,
-    StepTiming,
     format_ranks,
     group_messages,
 )
@@ -158,10 +157,10 @@ def stall_lines(stall: StepStalled, *, indent: str, name_step: bool = False) -> 
     return lines
 
 
-def waited_in(timing: StepTiming) -> str:
-    """Where the step was last seen waiting (``wait (threading.py:331)``;
+def waited_in(stall: StepStalled | None) -> str:
+    """Where a step's latest ``stall`` saw it waiting (``wait (threading.py:331)``;
     ``""``: nowhere recorded): ranks alike but for it are not alike."""
-    frame = timing.stall.waiting_in if timing.stall is not None else None
+    frame = stall.waiting_in if stall is not None else None
     return frame.where() if frame is not None else ""
 
 
@@ -169,12 +168,11 @@ def stall_json(stall: StepStalled | None) -> dict[str, Any] | None:
     """A ``step.stalled`` for the JSON document (see the module docstring)."""
     if stall is None:
         return None
-    frame = stall.waiting_in
     return {
         "step": stall.step,
         "why": stall.why.value,
         "elapsed_s": round(stall.elapsed_ns / 1e9, 3),
-        "waiting_in": None if frame is None else frame.where(),
+        "waiting_in": waited_in(stall) or None,
         "threads": [
             {
                 "thread": thread.thread,

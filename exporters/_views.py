@@ -193,7 +193,7 @@ def _tree_lines(
         lines.append(terminal_text(line, indent=below + "   "))
         if timing.stall is not None and with_times:
             lines.extend(stall_lines(timing.stall, indent=below + "   "))
-        elif waited := waited_in(timing):
+        elif waited := waited_in(timing.stall):
             lines.append(f"{below}   waiting in {waited}")
     lines.extend(
         terminal_text(f"decision {d.name} = {d.value!r} ({d.step})") for d in timeline.decisions
