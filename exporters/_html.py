@@ -514,13 +514,11 @@ def _lane(
         f"<h3>{_e(label)} {_badge(rank_outcome.value)}"
         f'<span class="lane-facts">{_e(facts)}</span></h3>'
     ]
+    # A step in flight when the log ends: running, or cut short by a death.
+    in_flight = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
     for depth, _last, timing in timeline.tree():
         step = timing.step
-        if timing.outcome is not None:
-            outcome = timing.outcome.value
-        else:
-            # In flight when the log ends: running, or cut short by a death.
-            outcome = "running" if rank_outcome is RunOutcome.RUNNING else "incomplete"
+        outcome = timing.outcome or in_flight
         end = timing.end_wall_ns or timeline.end_wall_ns or until
         durations: list[int] = []
         variants: dict[tuple[str, ...], tuple[_Said, list[int]]] = {}
