@@ -8,6 +8,7 @@ knew live: the root cause, and the launch's own span.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -18,6 +19,7 @@ from opentelemetry.util.types import AttributeValue
 
 from events import (
     Event,
+    Messages,
     Replay,
     RootCause,
     RunOutcome,
@@ -116,7 +118,7 @@ def run_trace(
     :func:`events.merge`) as an operator reads them, once the run as
     ``replayed`` (:func:`events.replay` of the same logs) is known: rebuilt
     as :func:`spans_from_events` does, span status following the messages
-    ``replayed``'s slices derive (unless ``severity_of`` says
+    ``replayed`` derived with its slices (unless ``severity_of`` says
     otherwise), a dead rank's open spans lasting until its process ended,
     and:
 
@@ -142,8 +144,10 @@ def run_trace(
     ready, and every span of a run without a root cause, are unchanged;
     spans of a single rank get no launch span.
     """
-    events = list(events)
-    severity = severity_of or step_severity_hook(events, slices=replayed.slices)
+    # The run's messages are folded already: their state answers for every step.
+    severity = severity_of or functools.partial(
+        Messages(slices=replayed.slices).span_severity, replayed.message_state
+    )
     spans = spans_from_events(events, severity_of=severity, launch=replayed.launch)
     cause = replayed.root_cause
     target = None if cause is None else _root_cause_span(spans, cause)
