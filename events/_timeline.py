@@ -231,7 +231,7 @@ class Timeline(Projection[TimelineState]):
                             previous.started, previous.finished, previous.last,
                             dict(previous.steps), list(previous.decisions),
                         ]  # fmt: skip
-                    elif kind in _OPENS:
+                    elif kind in (STARTED, RUN_STARTED, RUN_FINISHED):
                         found = [None, None, None, {}, []]
                     else:
                         number = None
@@ -296,6 +296,3 @@ class Timeline(Projection[TimelineState]):
 #: The most distinct results a timeline keeps to share: a run whose ranks
 #: return results of their own (a device id in each) is not held twice.
 _SHARED_RESULTS = 1024
-
-#: The kinds of events that record a rank not seen before.
-_OPENS = frozenset({STARTED, RUN_STARTED, RUN_FINISHED})
