@@ -31,7 +31,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,11 @@ def _trace(trace_id: int, spans: Sequence[ReadableSpan]) -> JsonObject:
     processes: dict[str, tuple[str, JsonObject]] = {}
     out_spans: list[JsonObject] = []
     for span in spans:
-        process = _process(span.resource.attributes)
+        resource = span.resource.attributes
+        process = {
+            "serviceName": str(resource.get(SERVICE_NAME, "unknown_service")),
+            "tags": [_tag(key, value) for key, value in resource.items() if key != SERVICE_NAME],
+        }
         identity = json.dumps(process, sort_keys=True)
         process_id, _ = processes.setdefault(identity, (f"p{len(processes) + 1}", process))
         out_spans.append(_span(span, process_id))
@@ -181,13 +185,6 @@ def _span_tags(span: ReadableSpan) -> list[JsonObject]:
     elif status.status_code is StatusCode.OK:
         tags.append(_tag("otel.status_code", "OK"))
     return tags
-
-
-def _process(resource: Mapping[str, Any]) -> JsonObject:
-    return {
-        "serviceName": str(resource.get(SERVICE_NAME, "unknown_service")),
-        "tags": [_tag(key, value) for key, value in resource.items() if key != SERVICE_NAME],
-    }
 
 
 def _reference(kind: str, to: SpanContext) -> JsonObject:
