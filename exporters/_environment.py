@@ -186,8 +186,7 @@ def exporter_from_environment(
             return None
         names_text = "otlp"
     names = [name.strip().lower() for name in names_text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in _TRACES_EXPORTERS]
-    if unknown:
+    if unknown := [name for name in names if name not in _TRACES_EXPORTERS]:
         names = [name for name in names if name in _TRACES_EXPORTERS]
         _warn(
             f"OTEL_TRACES_EXPORTER: {', '.join(map(repr, unknown))} not supported "

@@ -171,8 +171,7 @@ def _span(span: ReadableSpan, process_id: str) -> JsonObject:
 def _span_tags(span: ReadableSpan) -> list[JsonObject]:
     tags = [_tag(key, value) for key, value in (span.attributes or {}).items()]
     tags.append(_tag("span.kind", span.kind.name.lower()))
-    scope = span.instrumentation_scope
-    if scope is not None:
+    if (scope := span.instrumentation_scope) is not None:
         tags.append(_tag("otel.scope.name", scope.name))
         if scope.version:
             tags.append(_tag("otel.scope.version", scope.version))

@@ -282,8 +282,7 @@ def refused_at_once(said: Sequence[str]) -> None:
     :class:`Refused` through its retry announcement, so the export ends at
     once instead of retrying until its timeout; a slow collector's retries
     are left to run."""
-    reason = _summary(said, "")
-    if reason in _REFUSED:
+    if (reason := _summary(said, "")) in _REFUSED:
         raise Refused(reason)
 
 

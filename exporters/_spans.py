@@ -327,19 +327,17 @@ class SpanProjection:
 
     def _rank_of(self, event: Event) -> _Rank:
         key = (event.run_id, event.rank)
-        state = self._ranks.get(key)
-        if state is None:
+        if (state := self._ranks.get(key)) is None:
             # A stream normally opens with run.started; one that does not (a
             # subscriber attached late) still gets spans, with the identity
             # the envelope alone gives.
-            state = _Rank(
+            state = self._ranks[key] = _Rank(
                 run_id=event.run_id,
                 rank=event.rank,
                 common={"startup.rank": event.rank, "startup.run_id": event.run_id},
                 first_wall_ns=event.wall_ns,
                 last_wall_ns=event.wall_ns,
             )
-            self._ranks[key] = state
         return state
 
     @staticmethod
@@ -378,8 +376,7 @@ class SpanProjection:
             "startup.stall.why": stall.why.value,
             "startup.stall.elapsed_s": round(stall.elapsed_ns / 1e9, 3),
         }
-        frame = stall.waiting_in
-        if frame is not None:
+        if (frame := stall.waiting_in) is not None:
             attributes["startup.stall.waiting_in"] = frame.where()
             attributes["code.function"] = frame.name
             attributes["code.filepath"] = frame.filename
