@@ -637,8 +637,7 @@ def replay(
 
     def own(rank: int, owner: str) -> None:
         # By item: one log given twice is two logs of its rank.
-        previous = owners.setdefault(rank, (index, owner))
-        if previous != (index, owner):
+        if (previous := owners.setdefault(rank, (index, owner))) != (index, owner):
             raise LogError(
                 f"two logs for rank {rank} ({previous[1]} and {owner}); pass one log per rank"
             )
@@ -731,15 +730,14 @@ def _judged(
         # Without a launcher's record, each node keeps its own copy: the
         # ranks of a node none of whose logs are here are elsewhere.
         no_events.update(dict.fromkeys(_of_absent_nodes(no_events, states), ELSEWHERE))
-    else:
+    elif never := {
+        rank: RankProcess(rank=rank, stopped_by_launcher="never started")
+        for rank in no_events
+        if rank not in launch.processes
+    }:
         # A launcher's record lists every rank it started: one it does not
         # list was never started (the launch was stopped first).
-        if never := {
-            rank: RankProcess(rank=rank, stopped_by_launcher="never started")
-            for rank in no_events
-            if rank not in launch.processes
-        }:
-            launch = attrs.evolve(launch, processes={**launch.processes, **never})
+        launch = attrs.evolve(launch, processes={**launch.processes, **never})
     if outside := sorted(rank for rank in empty if rank >= world_size):
         warnings.append(
             f"empty logs name {format_ranks(outside)}, outside the world size {world_size}: "
