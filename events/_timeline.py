@@ -246,8 +246,7 @@ class Timeline(Projection[TimelineState]):
                     None, None, None, None, None, None,
                 ]  # fmt: skip
             elif kind in (SUCCEEDED, ENDED, STALLED):
-                timing = steps.get(event.step)
-                if timing is None:
+                if (timing := steps.get(event.step)) is None:
                     continue  # never started
                 if type(timing) is not list:
                     timing = steps[event.step] = [getattr(timing, f) for f in _STEP_FIELDS]

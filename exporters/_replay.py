@@ -144,7 +144,6 @@ def run_trace(
     ready, and every span of a run without a root cause, are unchanged;
     spans of a single rank get no launch span.
     """
-    # The run's messages are folded already: their state answers for every step.
     severity = severity_of or functools.partial(
         Messages(slices=replayed.slices).span_severity, replayed.message_state
     )
