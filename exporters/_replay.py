@@ -149,8 +149,7 @@ def run_trace(
     )
     spans = spans_from_events(events, severity_of=severity, launch=replayed.launch)
     cause = replayed.root_cause
-    target = None if cause is None else _root_cause_span(spans, cause)
-    link = None if target is None else Link(target.context, {"startup.link": "root cause"})
+    link = None if cause is None else _root_cause_link(spans, cause)
     marked = spans if cause is None else [_marked(span, cause, link) for span in spans]
     if cause is not None:
         # The root cause's rank first, where an order is kept (a Jaeger
@@ -160,13 +159,13 @@ def run_trace(
     return marked if launch is None else [launch, *marked]
 
 
-def _root_cause_span(spans: Sequence[ReadableSpan], cause: RootCause) -> ReadableSpan | None:
-    """The root cause's own step span, else its rank's root span."""
+def _root_cause_link(spans: Sequence[ReadableSpan], cause: RootCause) -> Link | None:
+    """A link to the root cause's own step span, else to its rank's root span."""
     of_rank = [span for span in spans if (span.attributes or {}).get("startup.rank") == cause.rank]
     for key, value in (("startup.step", cause.step), ("startup.kind", _ROOT_KIND)):
         for span in of_rank:
             if (span.attributes or {}).get(key) == value:
-                return span
+                return Link(span.context, {"startup.link": "root cause"})
     return None
 
 
