@@ -126,11 +126,8 @@ class Tracing:
                 traceparent = parse_traceparent(self._env.get("TRACEPARENT", ""))
                 if traceparent.trace_id == trace_id:
                     sampled = traceparent.sampled
-            parent = trace.set_span_in_context(
-                trace.NonRecordingSpan(
-                    span_context(trace_id, parent_span_id, is_remote=True, sampled=sampled)
-                )
-            )
+            remote = span_context(trace_id, parent_span_id, is_remote=True, sampled=sampled)
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         result = sampler.should_sample(parent, hex_id(trace_id, 32, "trace id"), ROOT_SPAN_NAME)
         return result.decision is Decision.RECORD_AND_SAMPLE
 
