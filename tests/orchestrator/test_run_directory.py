@@ -9,15 +9,17 @@ import os
 import platform
 from pathlib import Path
 
+import attrs
 import pytest
 
-from events import JsonlLog
+from events import JsonlLog, LaunchRecord
 from events.testing import EventStream
 from orchestrator import RunDirectoryError
 from orchestrator._run_directory import (
     CLAIM_FILE,
     LauncherProcess,
     Manifest,
+    RunDirectory,
     check_run_directories,
     longer_copy,
     read_manifest,
@@ -150,3 +152,22 @@ def test_a_rank_that_claims_and_writes_between_two_looks_is_joined(
     monkeypatch.setattr(_run_directory, "_stored_logs", looked)
     with pytest.raises(RunDirectoryError, match=r"already holds the logs of another run"):
         _run_directory.claim_run_directory(run_dir, "run-1")
+
+
+def test_a_run_directorys_launch_record_is_its_manifests_with_the_empty_logs(
+    tmp_path: Path,
+) -> None:
+    manifest = Manifest(run_id="run-1", world_size=4, launcher=LauncherProcess(pid=7))
+    with_manifest = RunDirectory(path=tmp_path, logs={}, manifest=manifest)
+    claimed = RunDirectory(path=tmp_path, logs={}, claim="run-1")
+
+    record = with_manifest.launch_record()
+    assert record is not None
+    assert (record.run_id, record.world_size, record.empty_logs) == ("run-1", 4, frozenset())
+    assert record.source == str(tmp_path / "manifest.json")
+    assert with_manifest.launch_record([2]) == attrs.evolve(record, empty_logs=frozenset({2}))
+    # Without a manifest there is a record only of the empty logs, under the claim.
+    assert claimed.launch_record() is None
+    assert claimed.launch_record([1, 3]) == LaunchRecord(
+        run_id="run-1", empty_logs=frozenset({1, 3})
+    )
