@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from events import JsonlLog, LaunchRecord
+from events import JsonlLog, LaunchRecord, RankProcess
 from events.testing import EventStream
 from orchestrator import RunDirectoryError
 from orchestrator._run_directory import (
@@ -171,3 +171,93 @@ def test_a_run_directorys_launch_record_is_its_manifests_with_the_empty_logs(
     assert claimed.launch_record([1, 3]) == LaunchRecord(
         run_id="run-1", empty_logs=frozenset({1, 3})
     )
+
+
+def _with_role(log: Path, role: str) -> None:
+    """Rewrite ``log``'s ``run.started`` as a process of a recorded engine
+    start writes it (its identity names its role)."""
+    first, rest = log.read_bytes().split(b"\n", 1)
+    record = json.loads(first)
+    record["identity"]["role"] = role
+    log.write_bytes(json.dumps(record).encode() + b"\n" + rest)
+
+
+@pytest.mark.parametrize("roles", [False, True])
+def test_world_sizes_that_differ_are_a_problem_unless_processes_joined(
+    tmp_path: Path, roles: bool
+) -> None:
+    _write_run(tmp_path, range(1), world_size=1)
+    _write_run(tmp_path, range(1, 2), world_size=2)
+    if roles:  # an engine's processes join as they start, each knowing the world so far
+        _with_role(tmp_path / "rank-0.jsonl", "engine core")
+        _with_role(tmp_path / "rank-1.jsonl", "worker TP0")
+
+    problems = check_run_directories([tmp_path])[1]
+
+    if roles:  # the run's world is the largest, which both ranks are in
+        assert problems == []
+    else:
+        assert [(p.message, p.fatal) for p in problems] == [
+            ("the world sizes differ: 1 (rank-0.jsonl); 2 (rank-1.jsonl)", True)
+        ]
+
+
+def test_joined_processes_still_disagree_with_a_manifest(tmp_path: Path) -> None:
+    _write_run(tmp_path, range(1), world_size=1)
+    _with_role(tmp_path / "rank-0.jsonl", "engine core")
+    Manifest(run_id="run-1", world_size=2, launcher=LauncherProcess()).write(tmp_path)
+
+    assert _messages([tmp_path]) == [
+        "the world sizes differ: 1 (rank-0.jsonl); 2 (manifest.json)",
+        "rank 1 of world size 2 has no log (never started, or killed before its first event)",
+    ]
+
+
+def test_missing_ranks_and_empty_logs_are_not_fatal_and_the_launcher_says_why(
+    tmp_path: Path,
+) -> None:
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    _write_run(run_a, range(1), world_size=5)
+    _write_run(run_b, range(1, 2), world_size=5)
+    (run_b / "rank-1.jsonl").write_bytes(b"")
+    ranks = (
+        RankProcess(rank=2, pid=9, not_delivered="did not deliver its log"),
+        RankProcess(rank=3, pid=10),
+    )
+    Manifest(run_id="run-1", world_size=5, launcher=LauncherProcess(), ranks=ranks).write(run_a)
+
+    problems = check_run_directories([run_a, run_b])[1]
+
+    assert [(p.path, p.message, p.fatal) for p in problems] == [
+        (
+            run_b / "rank-1.jsonl",
+            "rank 1 wrote no events (empty log): never started, or killed before its first event",
+            False,
+        ),
+        (
+            Path(f"{run_a}, {run_b}"),
+            "rank 2 of world size 5 has no log (never started, or killed before its first "
+            "event); rank 2 (pid 9) did not deliver its log",
+            False,
+        ),
+        (
+            Path(f"{run_a}, {run_b}"),
+            "ranks 3-4 of world size 5 have no log (never started, or killed before its "
+            "first event)",
+            False,
+        ),
+    ]
+
+
+def test_an_implausible_world_is_named_by_the_manifest_that_claims_it(tmp_path: Path) -> None:
+    _write_run(tmp_path, range(1), world_size=1)
+    Manifest(run_id="run-1", world_size=70_000, launcher=LauncherProcess()).write(tmp_path)
+
+    assert _messages([tmp_path])[-1] == (
+        "manifest.json claims 70,000 ranks; 1 log is present, and a run of at most 65,536 "
+        "ranks is read (is the file damaged?)"
+    )
+
+
+def test_a_directory_with_nothing_in_it_is_said_to_have_no_logs(tmp_path: Path) -> None:
+    assert _messages([tmp_path]) == ["no rank-*.jsonl logs in this directory"]
