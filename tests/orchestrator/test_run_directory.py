@@ -24,6 +24,7 @@ from orchestrator._run_directory import (
     longer_copy,
     read_manifest,
     refuse_foreign_rank,
+    run_id_of,
 )
 
 
@@ -261,3 +262,16 @@ def test_an_implausible_world_is_named_by_the_manifest_that_claims_it(tmp_path: 
 
 def test_a_directory_with_nothing_in_it_is_said_to_have_no_logs(tmp_path: Path) -> None:
     assert _messages([tmp_path]) == ["no rank-*.jsonl logs in this directory"]
+
+
+def test_a_directorys_run_is_its_claims_else_its_manifests_else_its_first_logs(
+    tmp_path: Path,
+) -> None:
+    assert run_id_of(tmp_path) is None
+    _write_run(tmp_path, range(1), world_size=1, run_id="from-the-log")
+    (tmp_path / CLAIM_FILE).unlink()
+    assert run_id_of(tmp_path) == "from-the-log"
+    Manifest(run_id="from-the-manifest", world_size=1, launcher=LauncherProcess()).write(tmp_path)
+    assert run_id_of(tmp_path) == "from-the-manifest"
+    (tmp_path / CLAIM_FILE).write_text("from-the-claim\n")
+    assert run_id_of(tmp_path) == "from-the-claim"
