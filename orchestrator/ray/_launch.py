@@ -290,11 +290,12 @@ def rank_identities(nodes: Sequence[str | None], driver_node: str) -> list[RankI
     # A stable sort: within a node, in creation order; the unplaced last.
     by_rank = sorted(range(len(nodes)), key=lambda i: first_seen.get(nodes[i], len(first_seen)))
     identities: dict[int, RankIdentity] = {}
+    ranks = itertools.count()  # by_rank, node by node
     for node_rank, (_node, group) in enumerate(itertools.groupby(by_rank, key=nodes.__getitem__)):
         peers = list(group)
         for local_rank, index in enumerate(peers):
             identities[index] = RankIdentity(
-                rank=by_rank.index(index),
+                rank=next(ranks),
                 local_rank=local_rank,
                 world_size=len(nodes),
                 local_world_size=len(peers),
